@@ -1,0 +1,167 @@
+"""Stage-1 artifact: the operator spec, its validation and its card summary.
+
+Spec JSON::
+
+    {"name": "add", "expression": "x + y", "description": "...",
+     "inputs": [{"name": "x", "dtypes": ["float16", ...], "shapes": [[1, 32], ...], "domain": "normal"}, ...],
+     "outputs": [{"name": "out", "dtypes": [...], "shapes": [...]}],
+     "params": {"eps": 1e-06}, "backend": "cuda", "defaults_used": ["..."]}
+
+Every input has one dtype per dtype variant and one shape per case; the test
+matrix is cases x dtype variants. ``expression`` is in bot.ir's language; the
+offline generator needs it, an LLM-written spec may leave it out.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from bot import ir
+from runner import protocol
+
+MAX_RANK = 4
+MAX_NUMEL = 2**31 - 1            # per tensor; beyond this int32 indexing in torch itself gets fragile
+MAX_CASE_BYTES = 32 * 2**30      # inputs plus output of one case
+
+
+class SpecError(ValueError):
+    """The spec is not usable; the message names the field and what would work."""
+
+
+def loads(text: str) -> dict:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"spec is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    return validate(data)
+
+
+def dumps(spec: dict) -> str:
+    return json.dumps(spec, indent=2) + "\n"
+
+
+def validate(spec: dict) -> dict:
+    """Check a spec (possibly edited by a person) and return it normalised:
+    canonical dtype names, integer shapes, outputs recomputed from the expression."""
+    if not isinstance(spec, dict):
+        raise SpecError("spec must be a JSON object with name, inputs and expression")
+    name = spec.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise SpecError(f"spec name must be a Python identifier like 'add_relu', got {name!r}")
+    inputs = spec.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise SpecError("spec needs 'inputs': a list of {name, dtypes, shapes}")
+    out = dict(spec)
+    out["inputs"] = [_validate_input(i, inp) for i, inp in enumerate(inputs)]
+    _check_counts(out["inputs"])
+    if out.get("backend") not in (None, *protocol.BACKENDS):
+        raise SpecError(f"backend must be one of {', '.join(protocol.BACKENDS)}, got {out['backend']!r}")
+    if out.get("expression"):
+        out["outputs"] = _outputs(out)
+    _check_sizes(out)
+    return out
+
+
+def _validate_input(i: int, inp: dict) -> dict:
+    if not isinstance(inp, dict):
+        raise SpecError(f"inputs[{i}] must be an object with name, dtypes and shapes")
+    name = inp.get("name")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise SpecError(f"inputs[{i}].name must be an identifier, got {name!r}")
+    dtypes = inp.get("dtypes")
+    if isinstance(dtypes, str):
+        dtypes = [dtypes]
+    if not isinstance(dtypes, list) or not dtypes:
+        raise SpecError(f"input {name}: 'dtypes' must be a list like [\"float16\", \"float32\"]")
+    try:
+        dtypes = [protocol.canonical_dtype(d) for d in dtypes]
+    except ValueError as e:
+        raise SpecError(f"input {name}: {e}") from None
+    shapes = inp.get("shapes")
+    if not isinstance(shapes, list) or not shapes:
+        raise SpecError(f"input {name}: 'shapes' must be a list with one shape per case, like [[4096, 4096]]")
+    shapes = [_validate_shape(name, s) for s in shapes]
+    domain = inp.get("domain", "normal")
+    if domain not in protocol.DOMAINS:
+        raise SpecError(f"input {name}: domain must be one of {', '.join(protocol.DOMAINS)}, got {domain!r}")
+    return {**inp, "name": name, "dtypes": dtypes, "shapes": shapes, "domain": domain}
+
+
+def _validate_shape(name: str, shape) -> list[int]:
+    if isinstance(shape, int):
+        shape = [shape]
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        raise SpecError(f"input {name}: shape {shape!r} must be a list of integers like [4096, 4096]")
+    if not 1 <= len(shape) <= MAX_RANK:
+        raise SpecError(f"input {name}: shape {shape} has rank {len(shape)}; supported ranks are 1 to {MAX_RANK}")
+    if any(d < 1 for d in shape):
+        raise SpecError(f"input {name}: shape {shape} has a dimension below 1; every dim must be a positive size")
+    if math.prod(shape) > MAX_NUMEL:
+        raise SpecError(f"input {name}: shape {shape} has {math.prod(shape):,} elements; the limit is {MAX_NUMEL:,}")
+    return shape
+
+
+def _check_counts(inputs: list[dict]) -> None:
+    n_cases, n_dtypes = len(inputs[0]["shapes"]), len(inputs[0]["dtypes"])
+    for inp in inputs[1:]:
+        if len(inp["shapes"]) != n_cases:
+            raise SpecError(f"input {inp['name']} has {len(inp['shapes'])} shapes but {inputs[0]['name']} has "
+                            f"{n_cases}; give every input one shape per case")
+        if len(inp["dtypes"]) != n_dtypes:
+            raise SpecError(f"input {inp['name']} has {len(inp['dtypes'])} dtypes but {inputs[0]['name']} has "
+                            f"{n_dtypes}; give every input one dtype per variant")
+    names = [i["name"] for i in inputs]
+    if len(set(names)) != len(names):
+        raise SpecError(f"input names must be unique, got {names}")
+
+
+def parse_expression(spec: dict) -> ir.Node:
+    """The spec's operator as IR, checked against its inputs."""
+    try:
+        node = ir.parse(spec["expression"])
+    except ir.IRError as e:
+        raise SpecError(f"expression: {e}") from None
+    used, declared = ir.input_names(node), [i["name"] for i in spec["inputs"]]
+    if set(used) != set(declared):
+        raise SpecError(f"expression uses inputs {used} but the spec declares {declared}; make them match")
+    return node
+
+
+def _outputs(spec: dict) -> list[dict]:
+    node = parse_expression(spec)
+    shapes = []
+    for case in protocol.cases(spec):
+        try:
+            shapes.append(ir.output_shape(node, case.shapes))
+        except ir.IRError as e:
+            raise SpecError(f"case {case.index + 1}: {e}") from None
+    first = spec["inputs"][0]
+    return [{"name": "out", "dtypes": list(first["dtypes"]), "shapes": shapes}]
+
+
+def _check_sizes(spec: dict) -> None:
+    for case in protocol.cases(spec):
+        for variant in protocol.dtype_variants(spec):
+            total = sum(math.prod(s) * protocol.ITEMSIZE[variant[n]] for n, s in case.shapes.items())
+            total += sum(math.prod(o["shapes"][case.index]) * 4 for o in spec.get("outputs", []))
+            if total > MAX_CASE_BYTES:
+                raise SpecError(f"case {case.label} needs {total / 2**30:.1f} GiB of tensors; "
+                                f"the limit is {MAX_CASE_BYTES // 2**30} GiB per case. Use smaller shapes.")
+
+
+def summary(spec: dict) -> dict[str, str]:
+    """Key fields for the spec card."""
+    cases = protocol.cases(spec)
+    variants = protocol.dtype_variants(spec)
+    fields = {
+        "operator": spec["name"],
+        "expression": spec.get("expression") or spec.get("description", ""),
+        "inputs": ", ".join(f"{i['name']} ({i['domain']})" for i in spec["inputs"]),
+        "cases": ", ".join(c.label for c in cases),
+        "dtypes": ", ".join(protocol.variant_label(v) for v in variants),
+        "backend": spec.get("backend") or "default",
+    }
+    if spec.get("params"):
+        fields["params"] = ", ".join(f"{k}={v}" for k, v in spec["params"].items())
+    return fields

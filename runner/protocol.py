@@ -1,0 +1,94 @@
+"""The wire contract between bot and runner: plain data, no torch, no bot imports.
+
+A spec (spec.json) names inputs, each with one dtype per dtype variant and one
+shape per case. A job is plain JSON (see JOB_KINDS); a result is plain JSON with
+an optional PNG. Both sides import this module; nothing here runs generated code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPE_ALIASES: dict[str, str] = {
+    "float16": "float16", "fp16": "float16", "half": "float16", "f16": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float32": "float32", "fp32": "float32", "float": "float32", "f32": "float32", "single": "float32",
+}
+DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
+SHORT: dict[str, str] = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
+DOMAINS: tuple[str, ...] = ("normal", "positive", "nonzero")
+
+JOB_KINDS: tuple[str, ...] = ("reference_test", "kernel_test", "benchmark", "verify")
+BACKENDS: tuple[str, ...] = ("cuda", "cpu")
+
+
+def canonical_dtype(name: str) -> str:
+    """'fp16' -> 'float16'; raises ValueError naming what is supported."""
+    key = str(name).strip().lower().removeprefix("torch.")
+    if key not in DTYPE_ALIASES:
+        raise ValueError(f"unsupported dtype {name!r}; supported: float16 (fp16), bfloat16 (bf16), float32 (fp32)")
+    return DTYPE_ALIASES[key]
+
+
+@dataclass(frozen=True)
+class Case:
+    index: int
+    shapes: dict[str, list[int]]     # input name -> shape
+
+    @property
+    def label(self) -> str:
+        """The first input's shape, e.g. '5333x497'; other shapes in brackets when they differ."""
+        names = list(self.shapes)
+        first = "x".join(map(str, self.shapes[names[0]])) or "scalar"
+        others = [f"{n}:{'x'.join(map(str, s))}" for n, s in self.shapes.items() if s != self.shapes[names[0]]]
+        return first + (f" ({', '.join(others)})" if others else "")
+
+
+def cases(spec: dict) -> list[Case]:
+    inputs = spec["inputs"]
+    n = len(inputs[0]["shapes"])
+    return [Case(i, {inp["name"]: list(inp["shapes"][i]) for inp in inputs}) for i in range(n)]
+
+
+def dtype_variants(spec: dict) -> list[dict[str, str]]:
+    """One dict (input name -> dtype) per dtype variant."""
+    inputs = spec["inputs"]
+    n = len(inputs[0]["dtypes"])
+    return [{inp["name"]: canonical_dtype(inp["dtypes"][j]) for inp in inputs} for j in range(n)]
+
+
+def variant_label(variant: dict[str, str]) -> str:
+    """'float16' when all inputs share it, else 'x:float16,y:float32'."""
+    values = set(variant.values())
+    if len(values) == 1:
+        return values.pop()
+    return ",".join(f"{k}:{v}" for k, v in variant.items())
+
+
+def queue_name(backend: str) -> str:
+    """Huey queue per backend, so a session's target picks the hosts that run it."""
+    return f"kernelbot-{backend}"
+
+
+# Keys in the queue's key-value store (works the same on SQLite and Redis).
+def heartbeat_key(job_id: str) -> str:
+    return f"hb:{job_id}"
+
+
+def result_key(job_id: str) -> str:
+    return f"result:{job_id}"
+
+
+def runner_key(backend: str) -> str:
+    return f"runner:{backend}"
+
+
+# Per-dtype tolerances (FlagGems' rtol). atol grows with sqrt(reduced length):
+# the rounding error of a sum grows like a random walk over its terms.
+RTOL: dict[str, float] = {"float16": 1e-3, "bfloat16": 1.6e-2, "float32": 1.3e-6}
+ATOL: dict[str, float] = {"float16": 1e-4, "bfloat16": 1e-3, "float32": 1e-6}
+
+
+def tolerance(dtype: str, reduce_len: int = 1) -> tuple[float, float]:
+    """(rtol, atol) for comparing an output of this dtype against a float64 reference."""
+    return RTOL[dtype], ATOL[dtype] * max(1, reduce_len) ** 0.5
