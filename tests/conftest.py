@@ -1,0 +1,22 @@
+"""Shared test setup: Triton's interpreter without a GPU, and the `gpu` marker."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+HAS_GPU = shutil.which("nvidia-smi") is not None and os.environ.get("KERNELBOT_FORCE_CPU") != "1"
+
+# Triton reads this at import time, so it must be set before any test imports triton.
+if not HAS_GPU:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
