@@ -19,6 +19,7 @@ class GenRequest:
     previous: str | None = None                  # latest revision of this stage, if any
     failure: str | None = None                   # failure log that sent the session back here
     attempt: int = 0                             # bumped by "regenerate"
+    backend: str | None = None                   # the session's target backend
 
 
 @dataclass
