@@ -1,0 +1,85 @@
+"""Wiring: a Service from a Config and a chat adapter, plus the local runner the
+embedded default starts when none is alive."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from bot.config import Config
+from bot.generator import Generator
+from bot.service import Chat, Service
+from bot.store import Store
+
+RUNNER_ALIVE_S = 15.0
+
+
+def make_generator(cfg: Config) -> Generator:
+    if cfg.generator != "offline":
+        raise SystemExit(f"KERNELBOT_GENERATOR={cfg.generator!r} is not available; use 'offline'")
+    from bot.offline import OfflineGenerator
+    return OfflineGenerator()
+
+
+def make_service(cfg: Config, chat: Chat) -> Service:
+    from runner.queue import JobQueue
+    queues: dict[str, JobQueue] = {}
+    lock = threading.Lock()
+
+    def queue_for(backend: str) -> JobQueue:
+        with lock:
+            if backend not in queues:
+                queues[backend] = JobQueue(cfg.queue_url, backend)
+            return queues[backend]
+
+    store = Store(cfg.db_path)
+    return Service(cfg, store, make_generator(cfg), chat, queue_for)
+
+
+class LocalRunner:
+    """A runner process this command started because none was alive; stopped with it."""
+
+    def __init__(self, cfg: Config, backend: str) -> None:
+        self.cfg, self.backend = cfg, backend
+        self.proc: subprocess.Popen | None = None
+        self.log_path = cfg.home / f"runner-{backend}.log"
+
+    def ensure(self, svc: Service, out=sys.stdout) -> None:
+        queue = svc.queue_for(self.backend)
+        if queue.runner_alive(RUNNER_ALIVE_S):
+            return
+        self._check_runner_deps()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        out.write(f"No {self.backend} runner is alive: starting one (log: {self.log_path})\n")
+        env = {**os.environ, "KERNELBOT_HEARTBEAT_S": str(self.cfg.heartbeat_s)}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "runner.worker", "--backend", self.backend, "--queue", self.cfg.queue_url],
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(Path(__file__).resolve().parent.parent))
+        deadline = time.time() + 120
+        while not queue.runner_alive(RUNNER_ALIVE_S):
+            if self.proc.poll() is not None:
+                raise SystemExit(f"the local runner exited with code {self.proc.returncode}; see {self.log_path}")
+            if time.time() > deadline:
+                raise SystemExit(f"the local runner did not report in within 120 s; see {self.log_path}")
+            time.sleep(0.2)
+
+    @staticmethod
+    def _check_runner_deps() -> None:
+        import importlib.util
+        missing = [m for m in ("torch", "triton", "matplotlib") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise SystemExit(f"no runner is alive and this host cannot start one (missing {', '.join(missing)}): "
+                             "install kernelbot[runner], or start `kernelbot runner --backend NAME` on a GPU host")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

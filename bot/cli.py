@@ -1,0 +1,102 @@
+"""The `kernelbot` command."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from runner.protocol import BACKENDS
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kernelbot", description="From 'I need a fast kernel for X' to a "
+                                "reviewed, tested, benchmarked Triton kernel.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what the bot does")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    chat = sub.add_parser("chat", help="the conversation in this terminal (embedded default)")
+    chat.add_argument("--backend", choices=BACKENDS, help="runner backend (default: cuda if a GPU is visible)")
+
+    run = sub.add_parser("run", help="one request through all six stages")
+    run.add_argument("request", help='e.g. "relu(x + y) for fp16 4096x4096"')
+    run.add_argument("--yes", action="store_true", help="approve every stage as it is posted")
+    run.add_argument("--out", type=Path, required=True, help="directory for the artifacts and report")
+    run.add_argument("--backend", choices=BACKENDS)
+    run.add_argument("--timeout", type=float, help="give up after this many seconds")
+
+    runner = sub.add_parser("runner", help="a runner process: takes jobs of one backend from the queue")
+    runner.add_argument("--backend", choices=BACKENDS, required=True)
+    runner.add_argument("--queue", help="queue URL: sqlite:///PATH or redis://HOST:PORT/DB "
+                                        "(default KERNELBOT_QUEUE_URL or the local SQLite queue)")
+    runner.add_argument("--gpu", type=int, help="the one GPU this runner pins (CUDA_VISIBLE_DEVICES)")
+
+    verify = sub.add_parser("verify", help="run the trusted harness on files you bring")
+    verify.add_argument("--spec", type=Path, required=True)
+    verify.add_argument("--reference", type=Path, required=True)
+    verify.add_argument("--kernel", type=Path, required=True)
+    verify.add_argument("--backend", choices=BACKENDS)
+    verify.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    status = sub.add_parser("status", help="sessions in the store, or one session in full")
+    status.add_argument("session", nargs="?")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from bot.config import Config
+    cfg = Config.from_env(backend=getattr(args, "backend", None))
+    return {"chat": _chat, "run": _run, "runner": _runner, "verify": _verify, "status": _status}[args.command](
+        args, cfg)
+
+
+def _chat(args, cfg) -> int:
+    from bot.repl import chat
+    return chat(cfg)
+
+
+def _run(args, cfg) -> int:
+    from bot.autorun import run
+    return run(args.request, args.out, cfg, yes=args.yes, timeout_s=args.timeout)
+
+
+def _runner(args, cfg) -> int:
+    from runner.worker import serve
+    serve(args.backend, args.queue or cfg.queue_url, gpu=args.gpu, heartbeat_s=cfg.heartbeat_s)
+    return 0
+
+
+def _verify(args, cfg) -> int:
+    from runner.verify import format_result, verify
+    for path in (args.spec, args.reference, args.kernel):
+        if not path.is_file():
+            print(f"kernelbot verify: {path} is not a file", file=sys.stderr)
+            return 2
+    result = verify(args.spec, args.reference, args.kernel, cfg.backend)
+    print(json.dumps(result, indent=2) if args.json else format_result(result))
+    return 0 if result.get("status") == "pass" else 1
+
+
+def _status(args, cfg) -> int:
+    from bot import cards
+    from bot.console import render
+    from bot.store import Store
+    store = Store(cfg.db_path)
+    if args.session:
+        s = store.load(args.session)
+        if s is None:
+            print(f"no session {args.session!r} in {cfg.db_path}", file=sys.stderr)
+            return 1
+        print(render(cards.summary_card(s)))
+        return 0
+    for s in store.sessions(store.session_ids()):
+        print(f"{s.id}  {s.status:<9} {s.stage:<15} {s.request[:70]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""`kernelbot chat`: the conversation in the terminal.
+
+Type a request to start a session. On the current stage card: `a` approves,
+`c TEXT` (or any plain line) asks for changes, `e` pastes a new revision (end
+with a line holding only `.`), ```python ... ``` pasted directly also edits,
+`r` regenerates, `x` cancels. A background thread polls the runner and shows
+progress while jobs run.
+"""
+from __future__ import annotations
+
+import getpass
+import re
+import sys
+import threading
+import time
+from typing import Callable
+
+from bot import cards, stages
+from bot.app import LocalRunner, make_service
+from bot.config import Config
+from bot.console import ConsoleChat, render
+from bot.events import Approve, Cancel, Correct, Edit, Regenerate
+from bot.service import Service
+
+HELP = """commands:
+  <request>        start a session (when none is active), e.g. relu(x + y) for fp16 4096x4096
+  a | approve      approve the current stage (also: y, +1, 👍)
+  c TEXT           request changes; a plain line while a session is active does the same
+  e | edit         paste a new revision, end with a line holding only '.'
+  ```python ...``` a pasted code block replaces the current artifact
+  r | regenerate   regenerate the current stage
+  x | cancel       cancel the session
+  show             print the current card again     status   the session summary
+  list             sessions in this store            switch ID   make ID the current session
+  new REQUEST      start another session             help | quit"""
+
+APPROVE_WORDS = {"a", "approve", "y", "yes", "+1", "👍", "lgtm"}
+FENCE = re.compile(r"```(?:python|py|json)?\s*\n(.*?)```", re.S)
+
+
+def code_block(text: str) -> str | None:
+    """The content of the first ``` fenced block in text, if any."""
+    m = FENCE.search(text)
+    return m.group(1) if m else None
+
+
+class Repl:
+    def __init__(self, svc: Service, user: str, read: Callable[[str], str] = input) -> None:
+        self.svc, self.user, self.read = svc, user, read
+        self.current: str | None = None
+
+    def handle(self, line: str) -> bool:
+        """Act on one line; False when the person wants to quit."""
+        line = line.strip()
+        if not line:
+            return True
+        verb, _, arg = line.partition(" ")
+        verb = verb.lower()
+        if verb in ("quit", "exit", "q"):
+            return False
+        simple = {"help": lambda: print(HELP), "list": self._list, "status": self._status, "show": self._show}
+        if verb in simple and not arg:
+            simple[verb]()
+        elif verb == "switch":
+            self._switch(arg.strip())
+        elif verb == "new" or self._session() is None:
+            self._start(arg if verb == "new" else line)
+        else:
+            self._act(verb, arg, line)
+        return True
+
+    def _act(self, verb: str, arg: str, line: str) -> None:
+        s = self._session()
+        rev = s.latest(s.stage)
+        ref = (s.stage, rev.rev if rev else 0)
+        block = code_block(line)
+        if verb in APPROVE_WORDS and not arg:
+            self.svc.dispatch(s.id, Approve(*ref, self.user))
+        elif verb in ("r", "regenerate") and not arg:
+            self.svc.dispatch(s.id, Regenerate(*ref, self.user))
+        elif verb in ("x", "cancel") and not arg:
+            self.svc.dispatch(s.id, Cancel(self.user))
+        elif verb in ("e", "edit") and not arg:
+            self.svc.dispatch(s.id, Edit(*ref, self.user, self._read_block()))
+        elif block is not None:
+            self.svc.dispatch(s.id, Edit(*ref, self.user, block))
+        elif verb in ("c", "correct"):
+            self.svc.dispatch(s.id, Correct(*ref, self.user, arg))
+        else:
+            self.svc.dispatch(s.id, Correct(*ref, self.user, line))
+
+    def _read_block(self) -> str:
+        print("paste the new revision; end with a line holding only '.'")
+        lines = []
+        while (line := self.read("")) != ".":
+            lines.append(line)
+        text = "\n".join(lines)
+        return code_block(text) or text
+
+    def _start(self, request: str) -> None:
+        s = self.svc.start(request, self.user)
+        self.current = s.id
+        print(f"session {s.id} started; type 'help' for commands")
+
+    def _session(self):
+        if self.current:
+            s = self.svc.store.load(self.current)
+            if s and s.active:
+                return s
+        return None
+
+    def _switch(self, sid: str) -> None:
+        if self.svc.store.load(sid) is None:
+            print(f"no session {sid!r}; 'list' shows them")
+            return
+        self.current = sid
+        self._show()
+
+    def _list(self) -> None:
+        for s in self.svc.store.sessions(self.svc.store.session_ids()):
+            mark = "*" if s.id == self.current else " "
+            print(f"{mark} {s.id}  {s.status:<9} {stages.label(s.stage):<22} {s.request[:60]}")
+
+    def _status(self) -> None:
+        s = self.svc.store.load(self.current) if self.current else None
+        print(render(cards.summary_card(s)) if s else "no session yet; type a request")
+
+    def _show(self) -> None:
+        s = self.svc.store.load(self.current) if self.current else None
+        rev = s.latest(s.stage) if s else None
+        print(render(cards.revision_card(s, rev)) if rev else "nothing to show yet")
+
+
+def _poll_forever(svc: Service, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            svc.poll_jobs()
+        except Exception as e:                      # keep the terminal usable; say what went wrong
+            print(f"  ! polling the runner failed: {e}", file=sys.stderr)
+        stop.wait(0.5)
+
+
+def chat(cfg: Config) -> int:
+    svc = make_service(cfg, ConsoleChat(image_dir=cfg.home / "charts"))
+    runner = LocalRunner(cfg, cfg.backend)
+    runner.ensure(svc)
+    svc.recover()
+    stop = threading.Event()
+    threading.Thread(target=_poll_forever, args=(svc, stop), daemon=True).start()
+    repl = Repl(svc, getpass.getuser() or "you")
+    print(f"kernelbot chat · backend {cfg.backend} · store {cfg.db_path}\n{HELP}")
+    try:
+        while repl.handle(input("kernelbot> ")):
+            time.sleep(0.05)
+    except (EOFError, KeyboardInterrupt):
+        print()
+    finally:
+        stop.set()
+        svc.shutdown()
+        runner.stop()
+    return 0

@@ -1,0 +1,254 @@
+"""The bot's core loop: events in, engine, store, effects out.
+
+`dispatch` runs one event through the engine under the session's lock and stores
+the new state with its effects (the outbox) in one transaction; `drain` carries
+the outbox out through the chat adapter, the generator and the job queue;
+`poll_jobs` turns runner heartbeats and results into events and re-queues jobs
+whose runner died. Nothing lives only in memory: `recover` after a restart
+finishes whatever the outbox still holds.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+import traceback
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Protocol
+
+from bot import cards, engine, stages
+from bot.cards import Card
+from bot.config import Config
+from bot.events import (Effect, Event, Generated, GenerationFailed, JobFinished, JobLost, JobProgress, Start)
+from bot.generator import GenerationError, Generator, GenRequest
+from bot.model import Session
+from bot.store import Store
+
+log = logging.getLogger("kernelbot.service")
+
+MAX_EFFECT_TRIES = 5
+
+
+class Chat(Protocol):
+    """What an adapter offers the service: post and update cards, send notices."""
+    platform: str
+
+    def post(self, s: Session, card: Card) -> str: ...
+
+    def update(self, s: Session, message_id: str, card: Card) -> None: ...
+
+    def notify(self, s: Session, text: str, user: str | None) -> None: ...
+
+
+class Queue(Protocol):
+    def enqueue(self, job: dict) -> None: ...
+
+    def heartbeat(self, job_id: str) -> dict | None: ...
+
+    def peek_result(self, job_id: str) -> dict | None: ...
+
+    def pop_result(self, job_id: str) -> dict | None: ...
+
+
+class Service:
+    def __init__(self, cfg: Config, store: Store, generator: Generator, chat: Chat,
+                 queue_for: Callable[[str], Queue], clock: Callable[[], float] = time.time) -> None:
+        self.cfg, self.store, self.generator, self.chat = cfg, store, generator, chat
+        self.queue_for, self.clock = queue_for, clock
+        self._locks: dict[str, threading.RLock] = defaultdict(threading.RLock)
+        self._locks_guard = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="generate")
+        self._generating: set[int] = set()        # outbox ids whose generation is in flight
+        self._failures: dict[int, int] = defaultdict(int)
+        self.listeners: list[Callable[[Session], None]] = []   # told after every transition
+
+    # ------------------------------------------------------------------ events
+
+    def start(self, request: str, user: str, channel: str = "console", thread: str = "",
+              backend: str | None = None, generator: str | None = None) -> Session:
+        """Open a session for a request and ask for its spec."""
+        sid = self._new_id()
+        s = Session(id=sid, request=request, requester=user, platform=self.chat.platform, channel=channel,
+                    thread=thread, backend=backend or self.cfg.backend,
+                    generator=generator or self.generator.name, created_at=self.clock())
+        self.store.save(s)
+        return self.dispatch(sid, Start(request, user))
+
+    def dispatch(self, session_id: str, ev: Event, event_key: str | None = None) -> Session | None:
+        """Apply one event. event_key: the platform's id for it; a redelivery is ignored."""
+        with self._lock(session_id):
+            s = self.store.load(session_id)
+            if s is None:
+                return None
+            if event_key and not self.store.first_time(self.chat.platform, event_key):
+                return s
+            effects = engine.handle(s, ev, self.clock(), self.cfg.policy)
+            self.store.save(s, effects)
+            self.drain(session_id)
+        for listener in self.listeners:
+            listener(s)
+        return s
+
+    def _lock(self, session_id: str) -> threading.RLock:
+        with self._locks_guard:
+            return self._locks[session_id]
+
+    def _new_id(self) -> str:
+        while True:
+            sid = "k" + secrets.token_hex(3)
+            if self.store.load(sid) is None:
+                return sid
+
+    # ------------------------------------------------------------------ effects
+
+    def recover(self) -> None:
+        """After a restart: carry out every effect stored but not yet done."""
+        for sid in {sid for _, sid, _ in self.store.pending_effects()}:
+            self.drain(sid)
+
+    def drain(self, session_id: str) -> None:
+        with self._lock(session_id):
+            for effect_id, sid, effect in self.store.pending_effects(session_id):
+                if effect_id in self._generating:
+                    continue
+                try:
+                    self._execute(effect_id, sid, effect)
+                except Exception as e:             # an adapter or queue fault: retry on the next tick
+                    self._failures[effect_id] += 1
+                    log.warning("effect %s for %s failed (%s/%s): %s", effect.type, sid,
+                                self._failures[effect_id], MAX_EFFECT_TRIES, e)
+                    if self._failures[effect_id] >= MAX_EFFECT_TRIES:
+                        log.error("dropping effect %s for %s after %s tries", effect.to_dict(), sid, MAX_EFFECT_TRIES)
+                        self.store.effect_done(effect_id)
+                    break                          # keep effects in order
+
+    def _execute(self, effect_id: int, sid: str, e: Effect) -> None:
+        s = self.store.load(sid)
+        if e.type == "generate":
+            self._generating.add(effect_id)
+            self._pool.submit(self._generate, effect_id, sid, e)
+            return
+        {"post_revision": self._post_revision, "update_revision": self._update_revision,
+         "enqueue": self._enqueue, "post_result": self._post_result, "notice": self._notice,
+         "post_summary": self._post_summary}[e.type](s, e)
+        self.store.effect_done(effect_id)
+
+    def _post_revision(self, s: Session, e: Effect) -> None:
+        card = cards.revision_card(s, s.revision(e.stage, e.rev))
+        mid = self.store.message_id(self.chat.platform, s.id, "revision", e.stage, e.rev)
+        if mid:                                    # posted before a restart: refresh instead
+            self.chat.update(s, mid, card)
+            return
+        mid = self.chat.post(s, card)
+        self.store.map_message(self.chat.platform, mid, s.id, "revision", e.stage, e.rev)
+
+    def _update_revision(self, s: Session, e: Effect) -> None:
+        mid = self.store.message_id(self.chat.platform, s.id, "revision", e.stage, e.rev)
+        if mid:
+            self.chat.update(s, mid, cards.revision_card(s, s.revision(e.stage, e.rev)))
+
+    def _post_result(self, s: Session, e: Effect) -> None:
+        if self.store.message_id(self.chat.platform, s.id, "result", job_id=e.job_id):
+            return
+        job = s.job(e.job_id)
+        mid = self.chat.post(s, cards.result_card(s, job))
+        self.store.map_message(self.chat.platform, mid, s.id, "result", job.stage, job.rev, job.id)
+
+    def _notice(self, s: Session, e: Effect) -> None:
+        self.chat.notify(s, e.text, e.user)
+
+    def _post_summary(self, s: Session, e: Effect) -> None:
+        mid = self.chat.post(s, cards.summary_card(s))
+        self.store.map_message(self.chat.platform, mid, s.id, "summary")
+
+    def _enqueue(self, s: Session, e: Effect) -> None:
+        job = s.job(e.job_id)
+        if job.open:
+            self.queue_for(job.backend).enqueue(job_payload(s, job, self.cfg.job_timeout_s))
+
+    def _generate(self, effect_id: int, sid: str, e: Effect) -> None:
+        try:
+            s = self.store.load(sid)
+            ev = self._run_generator(s, e)
+            self.dispatch(sid, ev)
+            self.store.effect_done(effect_id)
+        finally:
+            self._generating.discard(effect_id)
+        self.drain(sid)
+
+    def _run_generator(self, s: Session, e: Effect) -> Generated | GenerationFailed:
+        if not s.generating or s.gen_token != e.token:
+            return GenerationFailed(e.stage, e.token, "stale generation request")   # the engine drops it
+        try:
+            art = self.generator.generate(gen_request(s))
+        except GenerationError as err:
+            return GenerationFailed(e.stage, e.token, str(err))
+        except Exception as err:                       # a generator bug must not kill the session
+            log.error("generator crashed:\n%s", traceback.format_exc())
+            return GenerationFailed(e.stage, e.token, f"the generator failed unexpectedly ({err!r})")
+        return Generated(e.stage, e.token, art.content, f"generator:{self.generator.name}",
+                         art.summary, art.notes, art.usage)
+
+    # ------------------------------------------------------------------ runner
+
+    def poll_jobs(self) -> None:
+        """Results and heartbeats from the queue into the engine; re-queue dead runners' jobs."""
+        for sid, job_id in self.store.open_jobs():
+            s = self.store.load(sid)
+            job = s.job(job_id)
+            queue = self.queue_for(job.backend)
+            result = queue.peek_result(job_id)
+            if result is not None:
+                self.dispatch(sid, JobFinished(job_id, result))
+                queue.pop_result(job_id)
+                continue
+            hb = queue.heartbeat(job_id)
+            if hb and hb.get("attempt", job.attempt) == job.attempt:
+                self.dispatch(sid, JobProgress(job_id, hb.get("state", "running"), hb.get("detail", ""),
+                                               hb.get("host", ""), hb.get("device", ""), hb.get("ts")))
+            self._check_stale(sid, job_id)
+
+    def _check_stale(self, sid: str, job_id: str) -> None:
+        job = self.store.load(sid).job(job_id)
+        if job.status == "running" and job.hb_seen_at and self.clock() - job.hb_seen_at > self.cfg.stale_s:
+            self.dispatch(sid, JobLost(job_id, f"no heartbeat from {job.host or 'the runner'} "
+                                               f"for {self.clock() - job.hb_seen_at:.0f}s"))
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def gen_request(s: Session) -> GenRequest:
+    """What the generator needs for the session's current stage."""
+    earlier = stages.STAGES[: stages.STAGES.index(s.stage)]
+    approved = {st: rev.content for st in earlier if (rev := s.approved(st))}
+    latest = s.latest(s.stage)
+    return GenRequest(stage=s.stage, request=s.request, approved=approved,
+                      feedback=list(s.feedback.get(s.stage, [])), previous=latest.content if latest else None,
+                      failure=s.failure, attempt=s.attempt, backend=s.backend)
+
+
+def job_payload(s: Session, job, timeout_s: float) -> dict:
+    """The plain-JSON job a runner executes: the approved files by name."""
+    files = {stages.FILENAMES[st]: rev.content for st in ("spec", "reference", "kernel")
+             if (rev := s.approved(st))}
+    files[stages.FILENAMES[job.stage]] = s.revision(job.stage, job.rev).content
+    payload = {"job_id": job.id, "session_id": s.id, "kind": job.kind, "backend": job.backend,
+               "attempt": job.attempt, "timeout_s": timeout_s, "files": files}
+    if job.kind == "benchmark":
+        payload["kernels"] = kernel_versions(s)
+    return payload
+
+
+def kernel_versions(s: Session) -> dict[str, str]:
+    """Every distinct kernel revision other than the approved one, by label 'rN'."""
+    approved = s.approved("kernel")
+    seen = {approved.sha} if approved else set()
+    out = {}
+    for rev in s.revisions_of("kernel"):
+        if rev.sha not in seen:
+            seen.add(rev.sha)
+            out[f"r{rev.rev}"] = rev.content
+    return out
