@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Bootstrap for a fresh clone: builds .venv with everything kernelbot needs (once,
+and again when pyproject.toml changes), then runs a command inside it.
+
+    python3 dev.py kernelbot run "relu(x + y) for fp32 1024x1024" --yes --out out/demo
+    python3 dev.py test [pytest args]
+
+KERNELBOT_TORCH picks the torch requirement (default torch==2.13.0, which is a CPU
+build where only that is on offer, and a CUDA build from PyPI on a GPU host).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+PY = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+STAMP = VENV / ".kernelbot-installed"
+TORCH = os.environ.get("KERNELBOT_TORCH", "torch==2.13.0")
+
+
+def _wanted_stamp() -> str:
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + TORCH.encode()).hexdigest()
+
+
+def _pip(*args: str) -> None:
+    subprocess.run([str(PY), "-m", "pip", "install", "--disable-pip-version-check", "-q", *args], check=True)
+
+
+def ensure_venv() -> None:
+    if sys.version_info < (3, 11):
+        sys.exit(f"kernelbot needs Python 3.11 or newer; this is {sys.version.split()[0]}")
+    if STAMP.exists() and STAMP.read_text() == _wanted_stamp():
+        return
+    if not PY.exists():
+        print(f"creating {VENV} ...", flush=True)
+        venv.create(VENV, with_pip=True)
+    print(f"installing kernelbot with {TORCH} into {VENV} (first run only; a few minutes) ...", flush=True)
+    # torch first and pinned: an unpinned resolve would pull a multi-GB build.
+    _pip(TORCH)
+    _pip("-e", f"{ROOT}[all,test]")
+    STAMP.write_text(_wanted_stamp())
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("kernelbot", "test"):
+        print(__doc__)
+        return 2
+    ensure_venv()
+    if argv[0] == "test":
+        cmd = [str(PY), "-m", "pytest", *argv[1:]]
+    else:
+        cmd = [str(PY), "-m", "bot.cli", *argv[1:]]
+    return subprocess.call(cmd, cwd=ROOT)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,220 @@
+"""The service with the real store and console adapter: persistence, the outbox,
+restart safety, redelivered events, job polling and re-queueing."""
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+
+from bot.config import Config
+from bot.console import ConsoleChat
+from bot.events import Approve, JobFinished
+from bot.generator import Artifact, GenerationError, GenRequest
+from bot.service import Service, job_payload
+from bot.store import Store
+
+SPEC = json.dumps({"name": "add", "expression": "x + y",
+                   "inputs": [{"name": "x", "dtypes": ["float32"], "shapes": [[4, 8]]},
+                              {"name": "y", "dtypes": ["float32"], "shapes": [[4, 8]]}]})
+
+
+class ScriptedGenerator:
+    """Implements the Generator interface with fixed artifacts; can be told to fail."""
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.calls: list[GenRequest] = []
+        self.fail_with: str | None = None
+
+    def generate(self, req: GenRequest) -> Artifact:
+        self.calls.append(req)
+        if self.fail_with:
+            raise GenerationError(self.fail_with)
+        return Artifact(SPEC if req.stage == "spec" else f"# {req.stage}\nx = {len(self.calls)}\n", {"n": "1"})
+
+
+class MemoryQueue:
+    """The queue protocol in memory; the real Huey queue is exercised in the end-to-end tests."""
+
+    def __init__(self) -> None:
+        self.jobs: list[dict] = []
+        self.results: dict[str, dict] = {}
+        self.beats: dict[str, dict] = {}
+
+    def enqueue(self, job: dict) -> None:
+        self.jobs.append(job)
+
+    def heartbeat(self, job_id: str) -> dict | None:
+        return self.beats.get(job_id)
+
+    def peek_result(self, job_id: str) -> dict | None:
+        return self.results.get(job_id)
+
+    def pop_result(self, job_id: str) -> dict | None:
+        return self.results.pop(job_id, None)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def env(tmp_path):
+    cfg = Config(home=tmp_path, db_path=tmp_path / "kb.db", queue_url="", backend="cpu", stale_s=30.0)
+    out, queue, gen, clock = io.StringIO(), MemoryQueue(), ScriptedGenerator(), Clock()
+
+    def make() -> Service:
+        return Service(cfg, Store(cfg.db_path), gen, ConsoleChat(out), lambda backend: queue, clock)
+    return make, out, queue, gen, clock
+
+
+def wait_for(pred, timeout=10.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+def latest_rev(svc: Service, sid: str, stage: str) -> int:
+    s = svc.store.load(sid)
+    return s.latest(stage).rev if s.latest(stage) else 0
+
+
+def test_session_survives_a_new_service_instance(env):
+    make, out, queue, gen, clock = env
+    svc = make()
+    s = svc.start("add two tensors", "alice")
+    wait_for(lambda: latest_rev(svc, s.id, "spec") == 1)
+    svc.dispatch(s.id, Approve("spec", 1, "bob"))
+    wait_for(lambda: latest_rev(svc, s.id, "reference") == 1)
+    svc.shutdown()
+
+    again = make().store.load(s.id)          # "restart": a fresh store connection
+    assert again.stage == "reference"
+    assert again.approval("spec", 1).approver == "bob"
+    assert "Spec · r1" in out.getvalue() and "PyTorch reference · r1" in out.getvalue()
+
+
+def test_effects_left_in_outbox_are_finished_after_restart(env):
+    make, out, queue, gen, clock = env
+    svc = make()
+    s = svc.start("add", "alice")
+    wait_for(lambda: latest_rev(svc, s.id, "spec") == 1)
+    svc.shutdown()
+    # Simulate a crash right after the transition was stored, before its effects ran.
+    store = Store(svc.cfg.db_path)
+    from bot import engine
+    sess = store.load(s.id)
+    effects = engine.handle(sess, Approve("spec", 1, "bob"), clock())
+    store.save(sess, effects)
+    assert store.pending_effects(s.id)
+
+    svc2 = make()
+    svc2.recover()
+    wait_for(lambda: latest_rev(svc2, s.id, "reference") == 1)
+    wait_for(lambda: not svc2.store.pending_effects(s.id))
+
+
+def test_redelivered_event_is_handled_once(env):
+    make, out, queue, gen, clock = env
+    svc = make()
+    s = svc.start("add", "alice")
+    wait_for(lambda: latest_rev(svc, s.id, "spec") == 1)
+    svc.dispatch(s.id, Approve("spec", 1, "bob"), event_key="evt-1")
+    wait_for(lambda: latest_rev(svc, s.id, "reference") == 1)
+    svc.dispatch(s.id, Approve("reference", 1, "bob"), event_key="evt-1")     # same id: ignored
+    assert svc.store.load(s.id).stage == "reference"
+    assert make().store.first_time("console", "evt-1") is False          # remembered across restarts
+
+
+def test_generation_error_is_shown_and_session_stays(env):
+    make, out, queue, gen, clock = env
+    gen.fail_with = "Which operation do you want? e.g. 'relu(x + y) for fp16 4096x4096'"
+    svc = make()
+    s = svc.start("hello", "alice")
+    wait_for(lambda: "Which operation" in out.getvalue())
+    assert svc.store.load(s.id).active
+
+
+def _to_reference_test_job(svc, sid):
+    for stage in ("spec", "reference"):
+        wait_for(lambda: latest_rev(svc, sid, stage) == 1)
+        svc.dispatch(sid, Approve(stage, 1, "bob"))
+    wait_for(lambda: latest_rev(svc, sid, "reference_test") == 1)
+    svc.dispatch(sid, Approve("reference_test", 1, "bob"))
+
+
+def test_job_payload_carries_approved_files(env):
+    make, out, queue, gen, clock = env
+    svc = make()
+    s = svc.start("add", "alice")
+    _to_reference_test_job(svc, s.id)
+    job = queue.jobs[-1]
+    assert job["kind"] == "reference_test" and job["attempt"] == 1
+    assert set(job["files"]) == {"spec.json", "reference.py", "test_reference.py"}
+    assert json.loads(job["files"]["spec.json"])["name"] == "add"
+
+
+def test_result_from_queue_advances_the_session(env):
+    make, out, queue, gen, clock = env
+    svc = make()
+    s = svc.start("add", "alice")
+    _to_reference_test_job(svc, s.id)
+    job_id = queue.jobs[-1]["job_id"]
+    queue.results[job_id] = {"status": "pass", "summary": "3/3 cases pass", "host": "h1", "device": "cpu"}
+    svc.poll_jobs()
+    assert svc.store.load(s.id).stage == "kernel"
+    assert "Reference test result · PASS" in out.getvalue()
+    assert job_id not in queue.results                    # consumed only after it was stored
+
+
+def test_stale_heartbeat_requeues_with_next_attempt(env):
+    make, out, queue, gen, clock = env
+    svc = make()
+    s = svc.start("add", "alice")
+    _to_reference_test_job(svc, s.id)
+    job_id = queue.jobs[-1]["job_id"]
+    queue.beats[job_id] = {"ts": 1.0, "state": "running", "detail": "pytest", "host": "h1", "attempt": 1}
+    svc.poll_jobs()
+    assert svc.store.load(s.id).job(job_id).status == "running"
+    clock.t += 31                                           # heartbeat value never changes again
+    svc.poll_jobs()
+    assert queue.jobs[-1]["job_id"] == job_id and queue.jobs[-1]["attempt"] == 2
+    assert "re-queued" in out.getvalue()
+    # the dead attempt's heartbeat is ignored for attempt 2
+    svc.poll_jobs()
+    assert svc.store.load(s.id).job(job_id).status == "queued"
+
+
+def test_late_duplicate_result_changes_nothing(env):
+    make, out, queue, gen, clock = env
+    svc = make()
+    s = svc.start("add", "alice")
+    _to_reference_test_job(svc, s.id)
+    job_id = queue.jobs[-1]["job_id"]
+    svc.dispatch(s.id, JobFinished(job_id, {"status": "pass", "summary": "ok"}))
+    svc.dispatch(s.id, JobFinished(job_id, {"status": "fail", "summary": "late"}))
+    assert svc.store.load(s.id).job(job_id).status == "pass"
+
+
+def test_job_payload_for_benchmark_lists_every_kernel_revision(env):
+    make, out, queue, gen, clock = env
+    svc = make()
+    s = svc.start("add", "alice")
+    sess = svc.store.load(s.id)
+    from bot.model import Approval, Job, Revision
+    for rev, content in ((1, "k1"), (2, "k2"), (3, "k3")):
+        sess.revisions.append(Revision("kernel", rev, content, "gen", "generated", 1.0))
+    sess.approvals.append(Approval("kernel", 3, sess.latest("kernel").sha, "bob", 2.0))
+    sess.revisions.append(Revision("benchmark", 1, "{}", "gen", "generated", 1.0))
+    payload = job_payload(sess, Job("j", "benchmark", 1, "benchmark", "cpu", 1.0), 60)
+    assert payload["files"]["kernel.py"] == "k3"
+    assert payload["kernels"] == {"r1": "k1", "r2": "k2"}
