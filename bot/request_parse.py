@@ -1,0 +1,881 @@
+"""Request words -> operator spec: stage 1 of the offline generator.
+
+A request is English, Chinese or a pasted PyTorch function. Reviewers' corrections
+("bf16 only", "also 1x32", "eps 1e-5", "make it gelu(x + y)") are read the same way and
+applied on top, later ones winning. Reading is a series of small passes over the text;
+each pass takes what it understands and blanks it out, so a later pass does not read the
+same words again (the "x" of 4096x4096 is not an input, "log softmax" is not log).
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import keyword
+import re
+import textwrap
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from bot import ir
+from bot import spec as specmod
+from bot.generator import GenerationError
+from runner import protocol
+
+DEFAULT_SHAPES: list[list[int]] = [[4096, 4096], [5333, 497]]   # square, and odd: no block size divides it
+ASK_OP = "Which operation do you want? e.g. 'relu(x + y) for fp16 4096x4096'"
+SUPPORTED = f"The offline generator supports {ir.SUPPORTED_TEXT}."
+
+_F = re.I | re.A        # ASCII \b and \w, so a Chinese character next to "relu" still ends the word
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?"
+_END = r"(?![\w.]|\s*[x×*]\s*\d|\s+by\s+\d)"     # a number that is not the start of a shape
+_DIM = r"-?\d+k?"
+
+# ---------------------------------------------------------------- vocabulary
+
+_DTYPE = re.compile(r"\b(?:torch\.)?(float16|fp16|f16|half|bfloat16|bf16|float32|fp32|f32|float|single)\b"
+                    r"(?:\s+precision)?|半精度|单精度", _F)
+_CN_DTYPE = {"半精度": "float16", "单精度": "float32"}
+_ALL_DTYPES = re.compile(r"\b(?:all|each|every|any)\s+(?:of\s+the\s+)?(?:three\s+|3\s+|supported\s+)?"
+                         r"(?:dtypes?|types|precisions?|data\s*types?)\b|"
+                         r"(?:所有|全部|三种)(?:数据)?(?:类型|精度)", _F)
+_BAD_DTYPE = re.compile(r"\b(?:u?int(?:4|8|16|32|64)|fp8\w*|float8\w*|fp64|float64|double\s+precision|tf32|fp4|"
+                        r"nvfp4|mxfp\d+|complex\d*)\b|双精度", _F)
+
+_OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, what in [
+    (r"\bmat[\s_-]?mul\b|\bmatrix[\s-]+(?:multipl\w*|product)|\bgemm\b|\bb?mm\b|\baddmm\b|\beinsum\b|"
+     r"\bdot[\s-]product\b|\blinear\s+layer\b|矩阵乘|\w\s*@\s*\w", "matrix multiplication"),
+    (r"\bconv(?:olution\w*|olve|[123]d)?\b|卷积", "convolution"),
+    (r"\battention\b|\bsdpa\b|注意力", "attention"),
+    (r"\b(?:arg)?sort\w*|排序", "sorting"),
+    (r"\btop[\s_-]?k\b", "top-k"),
+    (r"\bcum(?:sum|prod)\b|\bprefix[\s-]sum\b|\bscan\b", "a scan (cumsum)"),
+    (r"\bgather\b|\bscatter\b|\bindex_\w+|\bembedding\b", "indexing (gather, scatter, embedding)"),
+    (r"\btranspose\b|\bpermute\b|\bconcat\w*|\breshape\b", "a layout change (transpose, concat, reshape)"),
+    (r"\bdropout\b", "dropout"),
+    (r"\b(?:batch|group|instance)[\s_-]?norm\w*", "batch, group or instance norm"),
+    (r"\bcross[\s_-]?entropy\b|\bnll\b", "a loss"),
+    (r"\bleaky[\s_-]?relu\b|\bprelu\b|\brelu6\b|\b[sc]?elu\b|\bsoftplus\b|\bmish\b|"
+     r"\bhard[\s_-]?(?:swish|sigmoid|tanh)\b|\blogsumexp\b|\bsin\b|\bcos\b|(?<!gelu)(?<!gelu.)(?<!gelu..)\berf\b|"
+     r"\bfloor\b|\bceil\b|\bround\b|\bsign\b|"
+     r"\barg(?:max|min)\b|\bprod\b|\bvar(?:iance)?\b|\bstd\b|\bl2[\s_-]?norm\b|\bnormali[sz]e\b", ""),
+]]
+
+# Dimension phrases: row ops run over the last dim only.
+_DIM_N = re.compile(r"\b(?:dim|axis|dimension)\s*[=:]?\s*(-?\d)\b|第\s*(-?\d)\s*维", _F)   # "dim 4096" is a size
+_NOT_LAST = re.compile(r"\b(?:first|0th|leading|batch)\s+(?:dim|axis|dimension)\w*|\bcolumn[\s-]?wise\b|"
+                       r"\b(?:per|each|every)\s+column\b|\b(?:along|over|across|down)\s+(?:the\s+)?columns\b|"
+                       r"\b(?:all|every)\s+elements\b|\b(?:whole|entire|full)\s+tensor\b|\bglobal(?:ly)?\b|"
+                       r"按列|第一维|全部元素|所有元素|整个张量", _F)
+_LAST = re.compile(r"\blast\s+(?:dim|axis|dimension)\b|\brow[\s-]?wise\b|最后一维|按行", _F)
+
+_EPS = re.compile(rf"(?:\beps(?:ilon)?\b|ε)\s*(?:=|:|of|is|为|是|设为)?\s*({_NUM}){_END}", _F)
+_CLAMP_WORD = re.compile(r"\bclamp\w*|\bclip\w*|限幅|截断", _F)
+_RANGE = re.compile(rf"[\[\(]\s*({_NUM})\s*,\s*({_NUM})\s*[\]\)]|\bbetween\s+({_NUM})\s+and\s+({_NUM}){_END}|"
+                    rf"\bfrom\s+({_NUM})\s+to\s+({_NUM}){_END}|({_NUM})\s*(?:到|至)\s*({_NUM})", _F)
+_BOUND = re.compile(rf"\b(min|max)(?:imum)?\s*(?:=|:|of|is)?\s*({_NUM}){_END}", _F)
+
+_SHAPE = re.compile(
+    rf"(?<![\w.-])(?P<multi>{_DIM}(?:(?:\s*[x×]\s*|\*|\s+by\s+){_DIM})+)(?![\w.])"
+    rf"|(?<!\w)[\(\[](?P<tuple>\s*{_DIM}(?:\s*,\s*{_DIM})*\s*,?\s*)[\)\]]"
+    rf"|(?:\bshape[ds]?|\bsize|\blength|形状|长度)\s*(?:of|is|=|:|为|是)?\s*"
+    rf"(?P<one>{_DIM})(?![\w.]|\s*[x×,*]|\s+by\s)",
+    _F)
+# The word a shape belongs to: "b: [4096]", "bias of shape 4096", "x 1024x4096".
+_LABEL = re.compile(r"\b([A-Za-z_]\w*)\s*(?:(?:\b(?:is|has|with|of|shape[ds]?|size|length|a|an|the)\b|[:=])\s*)*$", _F)
+_APPEND = re.compile(r"\b(?:also|add|plus|additionally|extra|too)\b|还要|再加|增加|加上|另外", _F)
+
+_OPS: list[tuple[re.Pattern, str, str]] = [(re.compile(p, _F), kind, op) for p, kind, op in [
+    # earlier entries win: "log softmax" before "log", "square root" before "square"
+    (r"\blog[\s_-]?softmax\b", "row", "log_softmax"),
+    (r"\bsoft[\s_-]?max\b|归一化指数", "row", "softmax"),
+    (r"\blayer[\s_-]?norm(?:ali[sz]ation)?\b|层归一化", "row", "layernorm"),
+    (r"\brms[\s_-]?norm(?:ali[sz]ation)?\b|\broot[\s-]mean[\s-]square[\s-]norm\w*|\brms\s*归一化|均方根归一化",
+     "row", "rmsnorm"),
+    (r"\bmean\b|\baverage\b|平均值?|均值", "row", "mean"),
+    (r"\bgelu[\s_-]*\(?\s*tanh\b|\btanh[\s-]+approx\w*|\bapprox\w*\s*[=:]?\s*['\"]?tanh\b", "step", "gelu_tanh"),
+    (r"\b(?:exact\s+)?gelu(?:[\s_-]*\(?\s*erf)?\b", "step", "gelu"),
+    (r"\bsilu\b|\bswish\b", "step", "silu"),
+    (r"\bsigmoid\b", "step", "sigmoid"),
+    (r"\btanh\b", "step", "tanh"),
+    (r"\brelu\b", "step", "relu"),
+    (r"\brsqrt\b|\b(?:reciprocal|inverse)\s+(?:of\s+(?:the\s+)?)?square[\s-]root\b|平方根倒数|倒数平方根",
+     "step", "rsqrt"),
+    (r"\bsqrt\b|\bsquare[\s-]root\b|平方根|开方", "step", "sqrt"),
+    (r"\bexp(?:onential)?\b|指数", "step", "exp"),
+    (r"\blog(?:arithm)?\b|\bln\b|对数", "step", "log"),
+    (r"\babs(?:olute(?:\s+value)?)?\b|绝对值", "step", "abs"),
+    (r"\bneg(?:ate|ation)?\b|取负|相反数", "step", "neg"),
+    (rf"\bscal(?:e|ed|es|ing)\b(?:\s+[a-z]\w?)?\s+by\s+({_NUM}){_END}|"
+     rf"\bscale(?:\s+factor)?\s*(?:=|:|of)?\s*({_NUM}){_END}", "step", "scale"),
+    (rf"\b(?:multipl(?:y|ied)|times)\s+(?:[a-z]\w?\s+)?(?:by\s+)?({_NUM}){_END}", "step", "scale"),
+    (rf"\bdivid(?:e|ed)\s+(?:[a-z]\w?\s+)?by\s+({_NUM}){_END}", "step", "divide"),
+    (rf"\b(?:pow(?:er)?|to\s+the\s+power(?:\s+of)?|exponent)\s*(?:of|=|:)?\s*({_NUM}){_END}", "step", "pow"),
+    (r"\bsquared?\b|平方", "step", "square"),
+    (r"\bcubed?\b|立方", "step", "cube"),
+    (_CLAMP_WORD.pattern, "step", "clamp"),
+    (r"\bbias[\s_-]?add\b|\badd(?:s|ed|ing|ition)?\b|\bplus\b|加法|相加", "binary", "add"),
+    (r"\bsub(?:tract\w*)?\b|\bdifference\b|\bminus\b|减法|相减", "binary", "sub"),
+    (r"\bmul(?:tiply|tiplied|tiplication)?\b|\bproduct\b|\btimes\b|乘法|相乘", "binary", "mul"),
+    (r"\bdiv(?:ide[ds]?|ision)?\b|\bquotient\b|除法|相除", "binary", "div"),
+    (r"\bmax(?:imum)?\b|\bamax\b|最大值?", "extreme", "max"),
+    (r"\bmin(?:imum)?\b|\bamin\b|最小值?", "extreme", "min"),
+    (r"\bsum\b|求和", "sum", "sum"),
+    (r"\bwhere\b|\bselect\b", "where", "where"),
+]]
+_STEP_IR_OP = {"gelu_tanh": "gelu", "scale": "mul", "divide": "div", "square": "pow", "cube": "pow"}
+_SCALAR_STEPS = {"scale", "divide"}
+_BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+# "max"/"sum" of two tensors is elementwise; of one tensor it is a reduction.
+_PAIRWISE = re.compile(r"\btwo\b|\b2\s+(?:tensors|matrices|inputs|arrays)\b|\bpair(?:s|wise)?\b|两个|"
+                       r"element[\s_-]?wise|逐元素|\bbetween\b|\b[a-z]\w?\s+and\s+[a-z]\w?\b", _F)
+_MATRIX = re.compile(r"\bmatri(?:x|ces)\b|矩阵", _F)
+
+_WEIGHT_WORD = re.compile(r"\bweights?\b|\bgamma\b|权重", _F)
+_BIAS_WORD = re.compile(r"\bbias\b|\bbeta\b|偏置", _F)
+_NO_WEIGHT = re.compile(r"\b(?:without|no|w/o)\s+(?:[\w/-]+\s+){0,3}?(?:weights?|gamma|affine)\b|"
+                        r"(?:无|不带|没有)权重", _F)
+_NO_BIAS = re.compile(r"\b(?:without|no|w/o)\s+(?:[\w/-]+\s+){0,3}?(?:bias|beta|affine)\b|"
+                      r"(?:无|不带|没有)(?:权重和)?偏置", _F)
+
+# Inputs named like this are broadcast vectors of the last dim when no shape is given.
+_VECTOR_NAME = re.compile(r"(?:bias|b|weight|w|gamma|beta|scale|shift)\d*")
+# An expression without a function call is only taken when its names look like tensors, so
+# prose like "input/output" or "sum/mean" is not read as a division.
+_TENSOR_NAME = re.compile(r"[A-Za-z]\w?\d*|bias|weight|gamma|beta|scale|shift|residual|mask|gate|other", re.A)
+
+# Casts in pasted code: the kernel computes in float32 and returns the input dtype anyway.
+_CASTS = {"float", "half", "bfloat16", "to", "type_as", "contiguous", "clone", "detach"}
+_MODULES = {"torch", "F", "nn", "functional", "math"}
+
+
+# ---------------------------------------------------------------- reading one text
+
+@dataclass
+class _Reading:
+    """What one text (the request or one correction) says; None/empty where it is silent."""
+    node: ir.Node | None = None
+    name: str | None = None                  # a pasted function's name
+    inputs: list[str] | None = None          # a pasted function's tensor parameters, in order
+    scalars: dict[str, float] = field(default_factory=dict)
+    op_notes: list[str] = field(default_factory=list)
+    eps: float | None = None
+    dtypes: list[str] = field(default_factory=list)
+    shapes: list[tuple[str | None, list[int]]] = field(default_factory=list)   # (label, shape)
+    append: bool = False
+    dims: list[int] = field(default_factory=list)
+    non_last: str | None = None
+    last: bool = False
+    rest: str = ""                           # prose left over, for phrases about named inputs
+
+
+def _blank(m: re.Match) -> str:
+    # Same length keeps later match positions meaningful; ';' ends any expression around it.
+    return ";" + " " * (len(m.group(0)) - 1)
+
+
+def _read(text: str, feedback: bool) -> _Reading:
+    rd = _Reading()
+    code, prose = _split_code(text)
+    prose = _take_dtypes(prose, rd)
+    _refuse_out_of_scope(prose)
+    expr = None if code is not None else _find_expression(prose)
+    if expr is not None:
+        prose = _blank_range(prose, expr[2], expr[3])
+    prose = _take_dims(prose, rd)
+    prose = _take_scalars(prose, rd)
+    prose = _take_shapes(prose, rd)
+    if feedback and (rd.shapes or rd.dtypes) and _APPEND.search(prose):
+        rd.append = True
+        prose = _APPEND.sub(_blank, prose)
+    if code is not None:
+        _read_code(code, rd)
+    else:
+        rd.node = _operator(prose, expr, rd)
+    rd.rest = prose
+    return rd
+
+
+def _take_dtypes(text: str, rd: _Reading) -> str:
+    if m := _BAD_DTYPE.search(text):
+        raise GenerationError(f"unsupported dtype {m.group(0)!r}: kernels are tested in float16 (fp16), "
+                              "bfloat16 (bf16) and float32 (fp32). Name one or more of those, or 'all dtypes'.")
+
+    def take(m: re.Match) -> str:
+        rd.dtypes.append(protocol.canonical_dtype(m.group(1)) if m.group(1) else _CN_DTYPE[m.group(0)])
+        return _blank(m)
+
+    text = _DTYPE.sub(take, text)
+    if _ALL_DTYPES.search(text):
+        rd.dtypes += protocol.DTYPES
+        text = _ALL_DTYPES.sub(_blank, text)
+    rd.dtypes = list(dict.fromkeys(rd.dtypes))
+    return text
+
+
+def _refuse_out_of_scope(text: str) -> None:
+    for pattern, what in _OUT_OF_SCOPE:
+        if m := pattern.search(text):
+            raise GenerationError(f"{what or repr(m.group(0))} is not supported by the offline generator. {SUPPORTED} "
+                                  "A combination of these can be written as an expression, "
+                                  "e.g. 'where(x > 0, x, 0.01 * x)'.")
+
+
+def _take_dims(text: str, rd: _Reading) -> str:
+    for m in _DIM_N.finditer(text):
+        rd.dims.append(int(m.group(1) or m.group(2)))
+    if m := _NOT_LAST.search(text):
+        rd.non_last = m.group(0)
+    rd.last = bool(_LAST.search(text))
+    return _NOT_LAST.sub(_blank, _DIM_N.sub(_blank, text))
+
+
+def _take_scalars(text: str, rd: _Reading) -> str:
+    if m := _EPS.search(text):
+        rd.eps = float(m.group(1))
+        text = _blank_span(text, m)
+    if _CLAMP_WORD.search(text):
+        if m := _RANGE.search(text):
+            lo, hi = (float(g) for g in m.groups() if g is not None)
+            rd.scalars.update(min=min(lo, hi), max=max(lo, hi))
+            text = _blank_span(text, m)
+        for m in _BOUND.finditer(text):
+            rd.scalars[m.group(1).lower()] = float(m.group(2))
+        text = _BOUND.sub(_blank, text)
+    return text
+
+
+def _blank_span(text: str, m: re.Match) -> str:
+    return _blank_range(text, m.start(), m.end())
+
+
+def _blank_range(text: str, start: int, end: int) -> str:
+    return text[:start] + ";" + " " * (end - start - 1) + text[end:]
+
+
+def _dim(word: str) -> int:
+    return int(word[:-1]) * 1024 if word[-1] in "kK" else int(word)
+
+
+def _take_shapes(text: str, rd: _Reading) -> str:
+    for m in _SHAPE.finditer(text):
+        if m.group("multi"):
+            shape = [_dim(d) for d in re.split(r"\s*[x×*]\s*|\s+by\s+", m.group("multi").strip(), flags=re.I)]
+        elif m.group("tuple") is not None:
+            shape = [_dim(d) for d in re.findall(_DIM, m.group("tuple"), re.I)]
+        else:
+            shape = [_dim(m.group("one"))]
+        before = text[:m.start()]
+        lab = _LABEL.search(before)
+        # "x and y of shape 4096x4096" is about both: no label
+        label = lab.group(1) if lab and not re.search(r"\band\s+$", before[:lab.start(1)], re.I) else None
+        rd.shapes.append((label, shape))
+    return _SHAPE.sub(_blank, text)
+
+
+# ---------------------------------------------------------------- expressions typed in the request
+
+_TOKEN = re.compile(r"""
+    (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
+  | (?P<prose>[A-Za-z_]\w+(?:-[A-Za-z]\w+)+)        # row-wise, log-softmax: words, not subtractions
+  | (?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)
+  | (?P<str>'(?:tanh|none)'|"(?:tanh|none)")
+  | (?P<op>\*\*|[<>=!]=|[-+*/<>=,])
+  | (?P<lpar>\()
+  | (?P<rpar>\))
+  | (?P<other>\S)
+""", re.X | re.A)
+_OPERAND = {"name", "num", "str"}
+_STARTS = {"name", "num", "lpar", "op"}
+_ENDS = {"name", "num", "str", "rpar"}
+
+
+def _spans(text: str) -> list[list[tuple[str, int, int]]]:
+    """Runs of tokens that could be one expression: two operands in a row ('x for') end a run."""
+    spans: list[list[tuple[str, int, int]]] = []
+    cur: list[tuple[str, int, int]] = []
+    prev = None
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup
+        if kind == "name" and keyword.iskeyword(m.group()) and m.group() != "None":
+            kind = "other"
+        breaks = (prev in _ENDS and kind in _OPERAND) or (prev in ("num", "str", "rpar") and kind == "lpar")
+        if kind in ("other", "prose") or breaks:
+            if cur:
+                spans.append(cur)
+            cur = []
+        if kind in ("other", "prose"):
+            prev = None
+            continue
+        cur.append((kind, m.start(), m.end()))
+        prev = kind
+    if cur:
+        spans.append(cur)
+    return spans
+
+
+def _find_expression(text: str) -> tuple[ir.Node, ast.expr, int, int] | None:
+    """The longest IR expression typed in the text: (node, its ast, start, end)."""
+    best: tuple[int, ir.Node, ast.expr, int, int] | None = None
+    rejected: tuple[int, str] | None = None
+    for span in _spans(text):
+        i = 0
+        while i < len(span):
+            hit = _longest_parse(text, span, i)
+            if hit is None:
+                i += 1
+                continue
+            j, tree = hit
+            src = text[span[i][1]:span[j - 1][2]]
+            try:
+                node = ir.parse(src)
+            except ir.IRError as e:
+                # a call like "softmax(x, dim=0)" was meant as an expression: say why it is refused
+                if isinstance(tree, ast.Call) and re.search(r"\w\(", src) and (rejected is None or j - i > rejected[0]):
+                    rejected = (j - i, str(e))
+                i += 1
+                continue
+            if not _plausible(node, tree):
+                i += 1
+                continue
+            if best is None or j - i > best[0]:
+                best = (j - i, node, tree, span[i][1], span[j - 1][2])
+            i = j
+    if rejected and (best is None or rejected[0] > best[0]):
+        msg = rejected[1]
+        raise GenerationError(msg if ir.SUPPORTED_TEXT in msg else f"{msg}. {SUPPORTED}")
+    return best[1:] if best else None
+
+
+def _plausible(node: ir.Node, tree: ast.expr) -> bool:
+    if node.op in ("input", "const"):
+        return False
+    has_call = any(isinstance(n, ast.Call) for n in ast.walk(tree))
+    return has_call or all(_TENSOR_NAME.fullmatch(n) for n in ir.input_names(node))
+
+
+def _longest_parse(text: str, span: list[tuple[str, int, int]], i: int) -> tuple[int, ast.expr] | None:
+    """The longest run of tokens from span[i] that Python parses as an operation (not a bare name)."""
+    if span[i][0] not in _STARTS or (span[i][0] == "op" and text[span[i][1]] not in "+-"):
+        return None
+    for j in range(len(span), i, -1):
+        if span[j - 1][0] not in _ENDS:
+            continue
+        try:
+            tree = ast.parse(text[span[i][1]:span[j - 1][2]], mode="eval").body
+        except SyntaxError:
+            continue
+        if isinstance(tree, (ast.Call, ast.BinOp, ast.UnaryOp, ast.Compare)):
+            return j, tree
+    return None
+
+
+# ---------------------------------------------------------------- operators named in words
+
+def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
+    """Compose the operator from an expression typed in the request and/or operator words."""
+    found = _find_op_words(prose)
+    pair = bool(_PAIRWISE.search(prose))
+    rows, binaries, steps, where = [], [], [], False
+    for _, kind, op, value in found:
+        if kind == "extreme":
+            kind, op = ("binary", {"max": "maximum", "min": "minimum"}[op]) if pair else ("row", op)
+        elif kind == "sum":
+            kind, op = ("binary", "add") if pair else ("row", "sum")
+        if kind == "row" and op not in rows:
+            rows.append(op)
+        elif kind == "binary" and op not in binaries:
+            binaries.append(op)
+        elif kind == "step" and all(op != s[0] for s in steps):
+            steps.append((op, value))
+        elif kind == "where":
+            where = True
+    if expr is not None:
+        node, tree = expr[0], expr[1]
+        used = {n.op for n in node.walk()}
+        rows = [r for r in rows if r not in used]           # words that merely describe the expression
+        steps = [s for s in steps if _STEP_IR_OP.get(s[0], s[0]) not in used]
+        if steps:
+            raise GenerationError(f"I read the expression {_text(node)!r} but you also named "
+                                  f"{', '.join(s[0] for s in steps)}; write the whole operation as one expression, "
+                                  f"e.g. '{steps[0][0]}({_text(node)})'.")
+        if node.op in ir.NORMS and _norm_eps_given(tree):
+            rd.eps = node.attr("eps") if rd.eps is None else rd.eps
+        body = _text(node)
+        if where and node.op in ir.COMPARE:                 # "where x > 0 take x, else y"
+            body = f"where({body}, x, y)"
+            rd.op_notes.append(f"where: taking x where {_text(node)}, else y")
+    else:
+        if not (rows or binaries or steps or where):
+            return None
+        body = _base(prose, rows, binaries, where, rd)
+        body = _apply_steps(body, steps, rd)
+    if len(rows) > 1:
+        raise GenerationError(f"I found {' and '.join(rows)}: one row operation per kernel. Which one do you want? "
+                              f"Or write it as an expression, e.g. 'softmax(x * 0.5)'.")
+    if rows:
+        body = _wrap_row(rows[0], body, prose, rd)
+    try:
+        return ir.parse(body)
+    except ir.IRError as e:
+        raise GenerationError(f"{e}. {SUPPORTED}") from None
+
+
+def _find_op_words(prose: str) -> list[tuple[int, str, str, float | None]]:
+    found = []
+    for pattern, kind, op in _OPS:
+        for m in pattern.finditer(prose):
+            value = next((float(g) for g in m.groups() if g is not None), None)
+            found.append((m.start(), kind, op, value))
+        prose = pattern.sub(_blank, prose)
+    if any(op == "gelu_tanh" for _, _, op, _ in found):      # "gelu with tanh approximation" is one gelu
+        found = [f for f in found if f[2] != "gelu"]
+    return sorted(found)
+
+
+def _base(prose: str, rows: list[str], binaries: list[str], where: bool, rd: _Reading) -> str:
+    if len(binaries) > 1:
+        raise GenerationError(f"I found {' and '.join(binaries)}; which one do you want? "
+                              f"Or write it as an expression, e.g. 'x * y + z'.")
+    if binaries:
+        op = binaries[0]
+        if op == "mul" and _MATRIX.search(prose):
+            rd.op_notes.append("read 'multiply' as elementwise x * y; matrix multiplication is not supported")
+        # "add a bias": x + bias, a vector; a norm's "bias" is the norm's own
+        other = "bias" if op == "add" and _BIAS_WORD.search(prose) and not set(rows) & ir.NORMS else "y"
+        return f"x {_BINARY_SYMBOL[op]} {other}" if op in _BINARY_SYMBOL else f"{op}(x, {other})"
+    if where and not rows:
+        raise GenerationError("where needs a condition: which one? e.g. 'where(x > 0, x, y)'")
+    return "x"
+
+
+def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: _Reading) -> str:
+    plain = [op for op, _ in steps if op not in _SCALAR_STEPS]
+    if len(plain) > 1 or len(steps) - len(plain) > 1:
+        raise GenerationError(f"I found {', '.join(op for op, _ in steps)}; in which order? Write it as an "
+                              f"expression, e.g. '{steps[1][0]}({steps[0][0]}({body}))'.")
+    for op, value in steps:
+        if op == "scale":
+            body, rd.scalars["scale"] = f"({body}) * {value!r}", value
+        elif op == "divide":
+            body, rd.scalars["divisor"] = f"({body}) / {value!r}", value
+        elif op in ("square", "cube", "pow"):
+            body = f"({body}) ** {({'square': 2.0, 'cube': 3.0}.get(op, value))!r}"
+        elif op == "gelu_tanh":
+            body = f"gelu({body}, approximate='tanh')"
+        elif op == "clamp":
+            if "min" not in rd.scalars and "max" not in rd.scalars:
+                raise GenerationError("clamp needs bounds: which range? e.g. 'clamp x to [-1, 1]'")
+            body = f"clamp({body}, {rd.scalars.pop('min', None)!r}, {rd.scalars.pop('max', None)!r})"
+        else:
+            body = f"{op}({body})"
+    return body
+
+
+def _wrap_row(op: str, body: str, prose: str, rd: _Reading) -> str:
+    if op not in ir.NORMS:
+        return f"{op}({body})"
+    extras = _norm_extras(op, prose, rd)
+    return f"{op}({', '.join([body, *extras])}, eps={ir.DEFAULT_EPS[op]!r})"   # eps is settled when building
+
+
+def _norm_extras(op: str, prose: str, rd: _Reading) -> list[str]:
+    """Weight and bias of a norm named in words; both (layernorm) or a weight (rmsnorm) unless told."""
+    no_w, no_b = bool(_NO_WEIGHT.search(prose)), bool(_NO_BIAS.search(prose))
+    said_w, said_b = bool(_WEIGHT_WORD.search(prose)), bool(_BIAS_WORD.search(prose))
+    if op == "rmsnorm":
+        if not (said_w or no_w):
+            rd.op_notes.append("no weight named for rmsnorm: using one of shape [N] (like torch.nn.RMSNorm)")
+        return [] if no_w else ["weight"]
+    if not (said_w or said_b or no_w or no_b):
+        rd.op_notes.append("no weight or bias named for layernorm: using both, shape [N] (like torch.nn.LayerNorm)")
+        return ["weight", "bias"]
+    weight, bias = not no_w, said_b and not no_b
+    if bias and not weight:
+        raise GenerationError("layernorm with a bias but no weight cannot be written in the operator language; "
+                              "use 'layernorm with weight and bias' or 'layernorm without weight or bias'")
+    return [n for n, on in (("weight", weight), ("bias", bias)) if on]
+
+
+def _norm_eps_given(tree: ast.AST) -> bool:
+    """Whether a norm call spells its eps (else the norm's usual default applies and is noted)."""
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Call):
+            continue
+        fname = (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")).lower()
+        if fname not in ("layernorm", "layer_norm", "rmsnorm", "rms_norm"):
+            continue
+        args = n.args
+        if len(args) > 1 and isinstance(args[1], (ast.Tuple, ast.List, ast.Subscript, ast.Attribute)):
+            args = [args[0], *args[2:]]                      # F.layer_norm(x, shape, ...)
+        if any(k.arg == "eps" for k in n.keywords) or len(args) > (3 if fname.startswith("layer") else 2):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- pasted PyTorch functions
+
+_FENCE = re.compile(r"```[\w+-]*[ \t]*\n(.*?)```", re.S)
+_CODE_START = re.compile(r"^[ \t]*(?:import\s|from\s+\S+\s+import\s|@|def\s+\w+\s*\()", re.M)
+
+
+def _split_code(text: str) -> tuple[str | None, str]:
+    """(code, prose): a fenced or bare `def` and the words around it."""
+    for m in _FENCE.finditer(text):
+        if re.search(r"^\s*def\s", m.group(1), re.M):
+            return textwrap.dedent(m.group(1)), text[:m.start()] + " ; " + text[m.end():]
+    m = _CODE_START.search(text)
+    if not m or not re.search(r"^\s*def\s+\w+\s*\(", text[m.start():], re.M):
+        return None, text
+    lines = textwrap.dedent(text[m.start():]).splitlines()
+    for end in range(len(lines), 0, -1):        # words after the function are prose
+        try:
+            ast.parse("\n".join(lines[:end]))
+        except SyntaxError:
+            continue
+        return "\n".join(lines[:end]), text[:m.start()] + " ; " + "\n".join(lines[end:])
+    return "\n".join(lines), text[:m.start()]
+
+
+class _Inline(ast.NodeTransformer):
+    """Replace local names by their values and drop dtype casts."""
+
+    def __init__(self, env: dict[str, ast.expr]):
+        self.env = env
+        self.casts = False
+
+    def visit_Name(self, n: ast.Name) -> ast.expr:
+        return copy.deepcopy(self.env[n.id]) if n.id in self.env else n
+
+    def visit_Call(self, n: ast.Call) -> ast.expr:
+        self.generic_visit(n)
+        f = n.func
+        if isinstance(f, ast.Attribute) and f.attr in _CASTS:
+            is_function = isinstance(f.value, ast.Name) and f.value.id in _MODULES
+            if not is_function or n.args:
+                self.casts = True
+                return n.args[0] if is_function else f.value
+        return n
+
+
+def _read_code(code: str, rd: _Reading) -> None:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as e:
+        raise GenerationError(f"the pasted code does not parse: {e.msg} (line {e.lineno})") from None
+    funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    if not funcs:
+        raise GenerationError("paste a plain function, e.g. 'def fused(x, bias): return F.gelu(x + bias)'")
+    fn = funcs[-1]
+    env, tensors = _parameters(fn, rd)
+    inline = _Inline(env)
+    ret = _returned(fn, inline)
+    src = ast.unparse(ret)
+    try:
+        node = ir.parse(src)
+    except ir.IRError as e:
+        hint = " For a hand-written norm, call F.layer_norm or F.rms_norm instead." if "mean" in src else ""
+        supported = "" if ir.SUPPORTED_TEXT in str(e) else f" {SUPPORTED}"
+        raise GenerationError(f"{fn.name} returns {src!r}: {e}.{hint}{supported}") from None
+    used = ir.input_names(node)
+    if unknown := [n for n in used if n not in tensors]:
+        raise GenerationError(f"{fn.name} uses {', '.join(unknown)}, which is not one of its parameters")
+    if unused := [n for n in tensors if n not in used]:
+        raise GenerationError(f"{fn.name}'s parameter {', '.join(unused)} is not used in what it returns; "
+                              "remove it or use it")
+    if inline.casts:
+        rd.op_notes.append("ignored dtype casts (.float(), .to(...)): inputs and output keep each tested dtype")
+    if any(k.arg == "keepdim" and getattr(k.value, "value", False) is True
+           for n in ast.walk(ret) if isinstance(n, ast.Call) for k in n.keywords):
+        rd.op_notes.append("keepdim dropped: a reduction returns shape [M] for input [M, N]")
+    if node.op in ir.NORMS and _norm_eps_given(ret):
+        rd.eps = rd.eps if rd.eps is not None else node.attr("eps")
+    rd.node, rd.name, rd.inputs = node, fn.name, tensors
+
+
+def _returned(fn: ast.FunctionDef, inline: _Inline) -> ast.expr:
+    """The returned expression with every local name inlined."""
+    for stmt in fn.body:
+        docstring = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+        if docstring or isinstance(stmt, (ast.Pass, ast.Assert)):
+            continue
+        if isinstance(stmt, ast.Return) and stmt.value is not None:
+            return inline.visit(stmt.value)
+        target, value = _assignment(stmt)
+        if target is None:
+            raise GenerationError(f"line {stmt.lineno} of {fn.name}: {ast.unparse(stmt)[:60]!r} is not supported; "
+                                  "the function may assign local names and return one expression")
+        inline.env[target] = inline.visit(value)
+    raise GenerationError(f"{fn.name} returns nothing; end it with 'return <expression>'")
+
+
+def _parameters(fn: ast.FunctionDef, rd: _Reading) -> tuple[dict[str, ast.expr], list[str]]:
+    """Constants for scalar parameters (recorded in rd.scalars), and the tensor parameters in order."""
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    env: dict[str, ast.expr] = {}
+    tensors: list[str] = []
+    for arg, default in [*zip(positional, defaults), *zip(a.kwonlyargs, a.kw_defaults)]:
+        name, note = arg.arg, ast.unparse(arg.annotation) if arg.annotation else ""
+        if name == "self":
+            continue
+        if "shape" in name:                       # F.layer_norm(x, normalized_shape, ...): not an input
+            env[name] = ast.Tuple(elts=[], ctx=ast.Load())
+        elif default is not None and not (isinstance(default, ast.Constant) and default.value is None):
+            try:
+                value = ast.literal_eval(default)
+            except ValueError:
+                raise GenerationError(f"parameter {name} has a default {ast.unparse(default)!r} "
+                                      "that is not a constant") from None
+            env[name] = ast.Constant(value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                rd.scalars[name] = value
+        elif note in ("float", "int"):
+            raise GenerationError(f"parameter {name} is a number without a default; give it one, "
+                                  f"e.g. '{name}: {note} = 1e-6'")
+        else:
+            tensors.append(name)
+    return env, tensors
+
+
+def _assignment(stmt: ast.stmt) -> tuple[str | None, ast.expr | None]:
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        return stmt.targets[0].id, stmt.value
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+        return stmt.target.id, stmt.value
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+        return stmt.target.id, ast.BinOp(ast.Name(stmt.target.id, ast.Load()), stmt.op, stmt.value)
+    return None, None
+
+
+# ---------------------------------------------------------------- merging readings
+
+@dataclass
+class _State:
+    node: ir.Node | None = None
+    name: str | None = None
+    inputs: list[str] | None = None
+    scalars: dict[str, float] = field(default_factory=dict)
+    op_notes: list[str] = field(default_factory=list)
+    eps: float | None = None
+    dtypes: list[str] | None = None
+    shapes: list[list[int]] | None = None            # one per case, for the main input
+    input_shapes: dict[str, list[list[int] | None]] = field(default_factory=dict)   # other inputs' given shapes
+    vectors: set[str] = field(default_factory=set)   # inputs said to be vectors
+    dims: list[int] = field(default_factory=list)
+    non_last: str | None = None
+
+
+def _apply(st: _State, rd: _Reading, feedback: bool) -> None:
+    if rd.node is not None:          # a new operator brings its own inputs, scalars and eps
+        st.node, st.name, st.inputs, st.scalars, st.op_notes = rd.node, rd.name, rd.inputs, rd.scalars, rd.op_notes
+        st.eps = rd.eps
+    elif rd.eps is not None:
+        st.eps = rd.eps
+    if rd.node is not None or rd.dims or rd.non_last or rd.last:
+        st.dims, st.non_last = rd.dims, rd.non_last
+    append = feedback and rd.append
+    if rd.dtypes:
+        st.dtypes = list(dict.fromkeys((st.dtypes or list(protocol.DTYPES)) + rd.dtypes)) if append else rd.dtypes
+    names = _input_names(st)
+    st.vectors |= {n for n in names if _said_vector(n, rd.rest)}
+    _apply_shapes(st, rd, names, append, feedback)
+
+
+def _apply_shapes(st: _State, rd: _Reading, names: list[str], append: bool, feedback: bool) -> None:
+    main = _main_input(st, names)
+    main_new = [s for label, s in rd.shapes if label not in names or label == main]
+    named_new: dict[str, list[list[int] | None]] = {}
+    for label, s in rd.shapes:
+        if label in names and label != main:
+            named_new.setdefault(label, []).append(s)
+    for n in names:
+        if n != main and n not in named_new and (shape := _bare_shape(n, rd.rest)):
+            named_new[n] = [shape]
+    if main_new:
+        if append:
+            old = st.shapes or DEFAULT_SHAPES
+            st.input_shapes = {n: _per_case(s, len(old), n) + [None] * len(main_new)
+                               for n, s in st.input_shapes.items()}
+            st.shapes = old + main_new
+        else:
+            st.shapes = main_new
+            if feedback:             # other inputs follow the new cases unless this correction names them
+                st.input_shapes = {}
+    st.input_shapes.update(named_new)
+
+
+def _said_vector(n: str, text: str) -> bool:
+    """'b is a vector', 'bias vector', 'b is 1-d', 'b 是向量'."""
+    return bool(re.search(rf"\b{n}\b(?:\s+is)?(?:\s+an?)?\s+(?:1-?d\s+|row\s+)?vector\b|\bvector\s+{n}\b|"
+                          rf"\b{n}\s+is\s+1-?d\b|\b{n}\s*(?:是)?(?:一个)?向量", text, re.I))
+
+
+def _bare_shape(n: str, text: str) -> list[int] | None:
+    """'b 4096', 'bias is 4096', 'b of size 4096': a 1-D shape for a named input."""
+    m = re.search(rf"\b{n}\b(?:\s*(?:[:=]|\b(?:is|of|with|has|shape|size|length)\b))*\s*({_DIM})(?![\w.])",
+                  text, re.I)
+    return [_dim(m.group(1))] if m else None
+
+
+def _input_names(st: _State) -> list[str]:
+    return st.inputs or ir.input_names(st.node)
+
+
+def _is_vector(st: _State, n: str, names: list[str]) -> bool:
+    if n in st.vectors or (st.node.op in ir.NORMS and n in {a.name for a in st.node.args[1:]}):
+        return True
+    # "a + b" names a pair, not a bias
+    return len(names) > 1 and bool(_VECTOR_NAME.fullmatch(n)) and not (n == "b" and "a" in names)
+
+
+def _main_input(st: _State, names: list[str]) -> str:
+    """The input whose shape is a case's shape: the first one that is not a broadcast vector."""
+    return next((n for n in names if not _is_vector(st, n, names)), names[0])
+
+
+def _per_case(shapes: list, count: int, name: str) -> list:
+    if len(shapes) == count:
+        return shapes
+    if len(shapes) == 1:
+        return shapes * count
+    raise GenerationError(f"{name} has {len(shapes)} shapes but there are {count} cases; "
+                          "give it one shape per case, or one for all")
+
+
+# ---------------------------------------------------------------- building the spec
+
+def parse_request(text: str, feedback: Sequence[str] = (), backend: str | None = None) -> tuple[dict, list[str]]:
+    """Return (spec, notes). notes says which defaults were assumed, in plain words.
+    Raise GenerationError naming what is missing or unsupported, and what would work."""
+    if not text or not text.strip():
+        raise GenerationError(f"the request is empty. {ASK_OP}. {SUPPORTED}")
+    rd = _read(text, feedback=False)
+    if rd.node is None:
+        raise GenerationError(f"I could not find an operation in {text.strip()[:80]!r}. {ASK_OP}. {SUPPORTED}")
+    st = _State()
+    _apply(st, rd, feedback=False)
+    for fb in feedback:
+        rd = _read(fb, feedback=True)
+        if rd.node is None and rd.eps is None and not rd.dtypes and not rd.shapes and not _names_mentioned(st, rd):
+            raise GenerationError(
+                f"I could not apply the correction {fb.strip()[:80]!r}. Name dtypes ('bf16 only'), shapes "
+                "('shape 2048x2048', 'also 1x32'), eps ('eps 1e-5') or an operation ('make it gelu(x + y)').")
+        _apply(st, rd, feedback=True)
+    return _build(st, text, backend)
+
+
+def _names_mentioned(st: _State, rd: _Reading) -> bool:
+    """A correction like 'b 4096' or 'b is a vector' is about an input's shape."""
+    return any(_said_vector(n, rd.rest) or _bare_shape(n, rd.rest) for n in _input_names(st))
+
+
+def _build(st: _State, request: str, backend: str | None) -> tuple[dict, list[str]]:
+    notes = list(st.op_notes)
+    node = st.node
+    if node.op in ir.NORMS:
+        eps = st.eps if st.eps is not None else ir.DEFAULT_EPS[node.op]
+        if st.eps is None:
+            notes.append(f"no eps named: using {eps!r}, the usual {node.op} default")
+        node = ir.call(node.op, *node.args, **{**dict(node.attrs), "eps": eps})
+    names = _input_names(st)
+    main = _main_input(st, names)
+    cases = _cases(st, names, main, notes)
+    _check_dims(st, node, cases)
+    shapes = {main: cases}
+    for n in names:
+        if n == main:
+            continue
+        given = _per_case(st.input_shapes[n], len(cases), n) if n in st.input_shapes else [None] * len(cases)
+        vector = _is_vector(st, n, names)
+        shapes[n] = [g or ([c[-1]] if vector else list(c)) for g, c in zip(given, cases)]
+        if vector and None in given and node.op not in ir.NORMS:
+            notes.append(f"no shape named for {n}: using [N], the last dim of {main}, broadcast over the rows")
+    dtypes = st.dtypes
+    if not dtypes:
+        dtypes = list(protocol.DTYPES)
+        notes.append("no dtype named: testing float16, bfloat16 and float32")
+    domains = ir.domains(node)
+    spec = {
+        "name": st.name or _default_name(node),
+        "expression": _text(node),
+        "description": _describe(node),
+        "inputs": [{"name": n, "dtypes": list(dtypes), "shapes": shapes[n], "domain": domains[n]} for n in names],
+        "outputs": [],                        # filled in by spec.validate from the expression
+        "params": _params(node, st.scalars),
+        "backend": backend,
+        "defaults_used": notes,
+        "request": request,
+    }
+    try:
+        return specmod.validate(spec), notes
+    except specmod.SpecError as e:
+        raise GenerationError(str(e)) from None
+
+
+def _cases(st: _State, names: list[str], main: str, notes: list[str]) -> list[list[int]]:
+    if st.shapes:
+        return st.shapes
+    given = [s for n, lst in st.input_shapes.items() if n in names for s in lst if s]
+    if given:                 # "b: [1024]" alone: keep the default rows, take the last dim from b
+        n_last = given[0][-1]
+        cases = [[rows, n_last] for rows, _ in DEFAULT_SHAPES]
+        notes.append(f"no shape named for {main}: using {cases[0][0]}x{n_last} and {cases[1][0]}x{n_last} "
+                     f"to match the shapes given")
+        return cases
+    notes.append("no shape named: using 4096x4096 and an odd 5333x497 (no block size divides it)")
+    return [list(s) for s in DEFAULT_SHAPES]
+
+
+def _check_dims(st: _State, node: ir.Node, cases: list[list[int]]) -> None:
+    if ir.kind(node) == "pointwise":
+        return
+    if st.non_last:
+        raise GenerationError(f"{node.op} {st.non_last!r} is not supported: {node.op} runs over the last dim only "
+                              f"(row-wise). {SUPPORTED}")
+    for d in st.dims:
+        if d != -1 and any(d != len(c) - 1 for c in cases):
+            raise GenerationError(f"{node.op} over dim {d} is not supported: {node.op} runs over the last dim "
+                                  f"(dim=-1) only. {SUPPORTED}")
+
+
+def _text(node: ir.Node) -> str:
+    # to_text wraps every infix operation in parentheses; ast.unparse keeps only the needed ones
+    return ast.unparse(ast.parse(ir.to_text(node), mode="eval"))
+
+
+def _default_name(node: ir.Node) -> str:
+    parts: list[str] = []
+    for sub in node.walk():
+        if sub.op in ("input", "const"):
+            continue
+        label = "scale" if sub.op == "mul" and any(a.op == "const" for a in sub.args) else sub.op
+        if label not in parts:
+            parts.append(label)
+    return "_".join(parts[:3])
+
+
+def _describe(node: ir.Node) -> str:
+    k = ir.kind(node)
+    if k == "pointwise":
+        return f"elementwise {_text(node)}"
+    inner = _text(node.args[0])
+    if k == "norm":
+        title = {"layernorm": "layer norm", "rmsnorm": "RMS norm"}[node.op]
+        extras = " and ".join(a.name for a in node.args[1:])
+        return f"{title} of {inner} over the last dim{f' with {extras}' if extras else ''}, eps={node.attr('eps')!r}"
+    return f"{node.op} of {inner} over the last dim"
+
+
+def _params(node: ir.Node, scalars: dict[str, float]) -> dict:
+    params: dict = dict(scalars)
+    for sub in node.walk():
+        if sub.op in ir.NORMS:
+            params["eps"] = sub.attr("eps")
+        elif sub.op == "clamp":
+            params.update({k: sub.attr(k) for k in ("min", "max") if sub.attr(k) is not None})
+        elif sub.op == "pow":
+            params["exponent"] = sub.attr("exponent")
+        elif sub.op == "gelu" and sub.attr("approximate") == "tanh":
+            params["approximate"] = "tanh"
+    return params
