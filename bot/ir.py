@@ -110,9 +110,20 @@ def _number(n: ast.expr) -> float:
         return -v if isinstance(n.op, ast.USub) else v
     if isinstance(n, ast.Name) and n.id in _CONSTANTS:
         return _CONSTANTS[n.id]
-    if isinstance(n, ast.Constant) and n.value is None:
-        return None  # type: ignore[return-value]
     raise IRError(f"expected a number, got {ast.unparse(n)!r}")
+
+
+def _bound(n: ast.expr | None) -> float | None:
+    """A clamp bound: a number, or None for 'no bound'."""
+    if n is None or (isinstance(n, ast.Constant) and n.value is None):
+        return None
+    return _number(n)
+
+
+def _is_int_literal(n: ast.expr) -> bool:
+    if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+        n = n.operand
+    return isinstance(n, ast.Constant) and isinstance(n.value, int) and not isinstance(n.value, bool)
 
 
 def _convert(n: ast.expr) -> Node:
@@ -162,7 +173,7 @@ def _convert_call(n: ast.Call) -> Node:
         return call("div", const(1.0), _convert(args[0]))
     if fname == "gelu_tanh":
         return call("gelu", _convert(args[0]), approximate="tanh")
-    if fname in ("maximum", "minimum") or (fname in ("max", "min") and len(args) == 2):
+    if fname in ("maximum", "minimum") or (fname in ("max", "min") and len(args) == 2 and "dim" not in kw):
         op = {"max": "maximum", "min": "minimum"}.get(fname, fname)
         _arity(fname, args, 2)
         return call(op, _convert(args[0]), _convert(args[1]))
@@ -173,15 +184,16 @@ def _convert_call(n: ast.Call) -> Node:
         _arity(fname, args, 2)
         return call("pow", _convert(args[0]), exponent=_number(args[1]))
     if fname == "clamp":
-        lo = _number(args[1]) if len(args) > 1 else (_number(kw["min"]) if "min" in kw else None)
-        hi = _number(args[2]) if len(args) > 2 else (_number(kw["max"]) if "max" in kw else None)
+        lo = _bound(args[1] if len(args) > 1 else kw.get("min"))
+        hi = _bound(args[2] if len(args) > 2 else kw.get("max"))
         if lo is None and hi is None:
             raise IRError("clamp needs min, max or both, e.g. clamp(x, -1.0, 1.0)")
         return call("clamp", _convert(args[0]), min=lo, max=hi)
     if fname == "gelu":
         approx = kw.get("approximate")
-        mode = approx.value if isinstance(approx, ast.Constant) else "none"
+        mode = approx.value if isinstance(approx, ast.Constant) else ("none" if approx is None else approx)
         if mode not in ("none", "tanh"):
+            mode = ast.unparse(mode) if isinstance(mode, ast.AST) else mode
             raise IRError(f"gelu approximate must be 'none' or 'tanh', got {mode!r}")
         return call("gelu", _convert(args[0]), approximate=mode)
     if fname == "where":
@@ -210,9 +222,9 @@ def _check_dim(fname: str, args: list, kw: dict) -> None:
     if fname not in ROW_OPS:
         return
     dim = kw.pop("dim", None)
-    if dim is None and fname in REDUCE | ROW_PRESERVING and len(args) == 2 and not isinstance(args[1], ast.Name):
+    if dim is None and fname in REDUCE | ROW_PRESERVING and len(args) == 2 and _is_int_literal(args[1]):
         dim = args.pop()
-    if dim is not None and _number(dim) != -1:
+    if dim is not None and (not _is_int_literal(dim) or _number(dim) != -1):
         raise IRError(f"{fname} is supported over the last dim (dim=-1) only")
 
 
@@ -364,6 +376,8 @@ def to_text(node: Node) -> str:
     if node.op == "gelu" and node.attr("approximate") == "tanh":
         return f"gelu({to_text(node.args[0])}, approximate='tanh')"
     if node.op in NORMS:
-        inner = ", ".join(to_text(a) for a in node.args)
-        return f"{node.op}({inner}, eps={node.attr('eps')!r})"
+        args = [to_text(a) for a in node.args]
+        if node.attr("has_bias") and not node.attr("has_weight"):
+            args.insert(1, "None")            # keep the bias in the bias slot
+        return f"{node.op}({', '.join(args)}, eps={node.attr('eps')!r})"
     return f"{node.op}({', '.join(to_text(a) for a in node.args)})"
