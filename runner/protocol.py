@@ -92,3 +92,8 @@ ATOL: dict[str, float] = {"float16": 1e-4, "bfloat16": 1e-3, "float32": 1e-6}
 def tolerance(dtype: str, reduce_len: int = 1) -> tuple[float, float]:
     """(rtol, atol) for comparing an output of this dtype against a float64 reference."""
     return RTOL[dtype], ATOL[dtype] * max(1, reduce_len) ** 0.5
+
+
+def device_type(backend: str) -> str:
+    """Where a backend runs kernels: 'cpu' (Triton's interpreter) or 'cuda' (for 'cuda', 'cuda-h200', ...)."""
+    return "cpu" if backend.split("-")[0] == "cpu" else "cuda"

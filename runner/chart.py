@@ -1,0 +1,96 @@
+"""The benchmark chart: speedup over torch eager (left) and achieved bandwidth against the
+measured copy ceiling (right), per case and dtype, one bar per version. PNG bytes."""
+from __future__ import annotations
+
+import io
+from datetime import datetime
+
+import matplotlib
+
+matplotlib.use("Agg")   # no display on a runner host
+import matplotlib.pyplot as plt  # noqa: E402
+
+from runner import protocol  # noqa: E402
+
+CPU_FOOTNOTE = "Triton interpreter on CPU: timings say nothing about GPU speed"
+
+
+def _bar_label(row: dict | None) -> str:
+    """Why a version has no bar in a group, or '' when it has one."""
+    if row is None or row.get("ms") is None:
+        return "wrong" if row is not None and "wrong" in row.get("error", "") else "n/a"
+    return "implausible" if row.get("implausible") else ""
+
+
+def _grouped_bars(ax, groups: list[tuple[str, str]], versions: list[str], rows: dict, value, colors: dict) -> None:
+    """One cluster per (case, dtype); a missing bar is marked with why, at the axis bottom."""
+    width = 0.8 / max(1, len(versions))
+    for j, version in enumerate(versions):
+        xs, heights = [], []
+        for i, group in enumerate(groups):
+            row = rows.get((*group, version))
+            x = i - 0.4 + width * (j + 0.5)
+            note = _bar_label(row)
+            if note:
+                ax.annotate(note, (x, 0), xytext=(0, 3), textcoords="offset points", xycoords=("data", "axes fraction"),
+                            rotation=90, ha="center", va="bottom", fontsize=7, color="0.35")
+                continue
+            xs.append(x)
+            heights.append(value(row))
+        bars = ax.bar(xs, heights, width * 0.95, label=version, color=colors[version])
+        ax.bar_label(bars, labels=[f"{h:.2g}" for h in heights], fontsize=7, padding=1)
+    ax.set_xticks(range(len(groups)), [f"{case}\n{dtype}" for case, dtype in groups], fontsize=8)
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _log_if_wide(ax, values: list[float]) -> None:
+    """Log scale when bars differ by more than 20x, so the short ones stay visible."""
+    values = [v for v in values if v and v > 0]
+    if values and max(values) / min(values) > 20:
+        ax.set_yscale("log")
+
+
+def _legend_below(ax) -> None:
+    """Under the axes, where it never hides a bar or the reference line."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
+
+
+def render(bench: list[dict], copy_gbps: float | None, *, operator: str, device: str, backend: str,
+           when: datetime | None = None) -> bytes:
+    """PNG bytes of the two-panel chart for a benchmark result's bench rows."""
+    groups = list(dict.fromkeys((r["case"], r["dtype"]) for r in bench))
+    versions = list(dict.fromkeys(r["version"] for r in bench))
+    rows = {(r["case"], r["dtype"], r["version"]): r for r in bench}
+    palette = plt.get_cmap("tab10").colors
+    colors = {v: palette[i % len(palette)] for i, v in enumerate(versions)}
+    torch_ms = {g: (rows.get((*g, "torch")) or {}).get("ms") for g in groups}
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(max(11.0, 2.4 * len(groups) + 3), 6.2))
+    others = [v for v in versions if v != "torch"]
+    speedup_rows = {k: r for k, r in rows.items() if torch_ms.get(k[:2])}
+    _grouped_bars(left, groups, others, speedup_rows, lambda r: torch_ms[(r["case"], r["dtype"])] / r["ms"], colors)
+    left.axhline(1.0, color="black", linewidth=1.2, linestyle="--", label="torch eager = 1.0")
+    _log_if_wide(left, [1.0] + [torch_ms[k[:2]] / r["ms"] for k, r in speedup_rows.items() if r.get("ms")])
+    left.set_title("speedup over torch eager (higher is better)", fontsize=11)
+    left.set_ylabel("torch eager time / version time")
+    _legend_below(left)
+
+    _grouped_bars(right, groups, versions, rows, lambda r: r["gbps"], colors)
+    if copy_gbps:
+        right.axhline(copy_gbps, color="crimson", linewidth=1.5, linestyle="--",
+                      label=f"copy bandwidth {copy_gbps:,.0f} GB/s (ceiling)")
+    _log_if_wide(right, [copy_gbps] + [r.get("gbps") for r in bench])
+    right.set_title("achieved bandwidth (inputs + output bytes / time)", fontsize=11)
+    right.set_ylabel("GB/s")
+    _legend_below(right)
+
+    stamp = (when or datetime.now()).strftime("%Y-%m-%d %H:%M")
+    fig.suptitle(f"{operator} — {device} — {stamp}", fontsize=13, fontweight="bold")
+    if protocol.device_type(backend) == "cpu":
+        fig.text(0.5, 0.01, CPU_FOOTNOTE, ha="center", va="bottom", fontsize=11, color="crimson", fontweight="bold")
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()

@@ -1,0 +1,100 @@
+"""Test inputs: the cases to run and reproducible random tensors for each case x dtype x seed.
+
+Shapes are changed (odd sizes, shrinking for the CPU interpreter) through a map from each
+distinct dimension size to a new size. Equal sizes stay equal, so every relation between the
+inputs survives: broadcasting (x [M, N] with b [N]), matmul's shared K, and 1s stay 1.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+
+import torch
+
+from runner import protocol
+from runner.protocol import Case
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+}
+# Odd, non-power-of-two sizes for the extra case, handed out from the largest spec size down.
+ODD_SIZES = (97, 37, 13, 11, 7, 5, 3)
+CPU_MAX_ELEMENTS = 65536
+
+
+def dtype_name(dtype: torch.dtype) -> str | None:
+    """'float16' for torch.float16; None for dtypes outside the spec's (e.g. bool, float64)."""
+    return next((n for n, d in TORCH_DTYPES.items() if d == dtype), None)
+
+
+def seed_for(case: Case, dtype: str, seed: int) -> int:
+    """Stable across processes and hosts (unlike hash())."""
+    return zlib.crc32(f"{case.label}|{dtype}|{seed}".encode())
+
+
+def make_inputs(spec: dict, case: Case, variant: dict[str, str], seed: int, device: str) -> list[torch.Tensor]:
+    """Fresh inputs in spec order, drawn from the input's domain, then cast to its dtype."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed_for(case, protocol.variant_label(variant), seed))
+    tensors = []
+    for inp in spec["inputs"]:
+        name = inp["name"]
+        values = _draw(inp.get("domain", "normal"), case.shapes[name], gen, device)
+        tensors.append(values.to(TORCH_DTYPES[variant[name]]))
+    return tensors
+
+
+def _draw(domain: str, shape: list[int], gen: torch.Generator, device: str) -> torch.Tensor:
+    if domain == "normal":
+        return torch.randn(shape, generator=gen, device=device)
+    magnitude = 0.5 + 1.5 * torch.rand(shape, generator=gen, device=device)     # uniform [0.5, 2)
+    if domain == "positive":
+        return magnitude
+    if domain == "nonzero":
+        sign = torch.where(torch.rand(shape, generator=gen, device=device) < 0.5, -1.0, 1.0)
+        return sign * magnitude
+    raise ValueError(f"unknown input domain {domain!r}; expected one of {', '.join(protocol.DOMAINS)}")
+
+
+def _remap(case: Case, sizes: dict[int, int], index: int) -> Case:
+    return Case(index, {n: [sizes.get(d, d) for d in s] for n, s in case.shapes.items()})
+
+
+def _numel(case: Case) -> int:
+    return max(math.prod(s) for s in case.shapes.values())
+
+
+def odd_case(first: Case, index: int) -> Case:
+    """The first case with every size other than 1 replaced by an odd one: the largest size
+    becomes 97, the next 37, and so on (x [M, N], b [N] -> x [37, 97], b [97])."""
+    distinct = sorted({d for s in first.shapes.values() for d in s if d != 1}, reverse=True)
+    return _remap(first, dict(zip(distinct, ODD_SIZES)), index)
+
+
+def shrink(case: Case, max_elements: int) -> Case:
+    """Halve the largest size (all dims of that size together) until every tensor fits."""
+    sizes = {d: d for s in case.shapes.values() for d in s}
+    while _numel(_remap(case, sizes, case.index)) > max_elements:
+        largest = max(sizes, key=sizes.get)
+        sizes[largest] = math.ceil(sizes[largest] / 2)
+    return _remap(case, sizes, case.index)
+
+
+def correctness_cases(spec: dict, backend: str, max_elements: int = CPU_MAX_ELEMENTS) -> tuple[list[Case], list[str]]:
+    """The spec's cases (shrunk on the cpu backend) plus an odd-sized one; and warnings to show."""
+    cases, warnings = bench_cases(spec, backend, max_elements)
+    extra = odd_case(protocol.cases(spec)[0], len(cases))
+    if all(extra.shapes != c.shapes for c in cases):
+        cases.append(extra)
+    return cases, warnings
+
+
+def bench_cases(spec: dict, backend: str, max_elements: int = CPU_MAX_ELEMENTS) -> tuple[list[Case], list[str]]:
+    """The spec's own cases; on the cpu backend, each shrunk to what the interpreter can run."""
+    cases = protocol.cases(spec)
+    if protocol.device_type(backend) != "cpu":
+        return cases, []
+    shrunk = [shrink(c, max_elements) for c in cases]
+    warnings = [f"cpu backend: case {c.label} shrunk to {s.label} for the interpreter"
+                for c, s in zip(cases, shrunk) if s.shapes != c.shapes]
+    return shrunk, warnings

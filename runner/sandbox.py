@@ -1,0 +1,272 @@
+"""Run a command in a sandboxed child process.
+
+What it enforces:
+- its own working directory (also HOME, TMPDIR and the Triton / Inductor caches);
+- a new session (``start_new_session``), and a wall-clock timeout that SIGKILLs the whole
+  process group and every other process left in the session (grandchildren included);
+  the same sweep runs after every normal exit, so nothing generated outlives its run;
+- the child is SIGKILLed if the runner dies first (PR_SET_PDEATHSIG), so a runner killed
+  mid-job leaves no generated code running on its GPU;
+- resource limits set in the child before exec: CPU seconds, file size, open files, no core
+  files, and on the cpu backend address space (RLIMIT_AS). CUDA maps large virtual ranges, so
+  on cuda a watchdog sums the RSS of the session's processes from /proc and kills past the limit;
+- an environment built from an allowlist, so chat tokens, LLM keys and cloud credentials of the
+  runner never reach generated code; the runner's one GPU is pinned with CUDA_VISIBLE_DEVICES.
+
+What it does not: network access, the file system outside the working directory (the child runs
+as the runner's user), processes that start a session of their own (setsid), the GPU's memory
+(CUDA out-of-memory surfaces as an exception in the child) and the number of processes.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from runner import protocol
+
+GiB = 2**30
+# The directory that holds the runner package: on the child's PYTHONPATH so `-m runner.harness` imports.
+PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+
+PASS_THROUGH = (
+    "PATH", "LANG", "LC_ALL", "TZ",
+    # Where CUDA and Triton find the driver and toolchain on a GPU host.
+    "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH",
+    # Hosts that share GPUs keep NVLink multicast off; a child must not turn it back on.
+    "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+    "KERNELBOT_CPU_COMPILE",
+)
+# How running out of memory reads in an error message: RLIMIT_AS, torch's CPU and CUDA allocators.
+MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "OutOfMemoryError", "out of memory", "can't allocate memory")
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_s: float = 600.0
+    memory_bytes: int = 16 * GiB     # RLIMIT_AS on cpu, summed RSS on cuda
+    file_bytes: int = 1 * GiB        # largest file the child may write
+    open_files: int = 4096
+    threads: int = 4                 # OMP_NUM_THREADS; also scales the CPU-seconds limit
+
+    @property
+    def cpu_s(self) -> int:
+        return int(self.timeout_s * max(1, self.threads)) + 30
+
+    @classmethod
+    def from_env(cls, timeout_s: float) -> "Limits":
+        """Limits for a job; a host sets KERNELBOT_SANDBOX_MEMORY_GB / _THREADS to fit its size."""
+        env = os.environ
+        return cls(timeout_s=timeout_s,
+                   memory_bytes=int(float(env.get("KERNELBOT_SANDBOX_MEMORY_GB", 16)) * GiB),
+                   threads=int(env.get("KERNELBOT_SANDBOX_THREADS", 4)))
+
+
+@dataclass
+class Outcome:
+    exit_code: int | None            # negative: killed by that signal
+    timed_out: bool
+    killed_for_memory: bool
+    cancelled: bool
+    duration_s: float
+    peak_rss_bytes: int
+    stdout_tail: str
+    stderr_tail: str
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.exit_code is None or self.exit_code >= 0:
+            return None
+        try:
+            return signal.Signals(-self.exit_code).name
+        except ValueError:
+            return f"signal {-self.exit_code}"
+
+    @property
+    def out_of_memory(self) -> bool:
+        """Killed by the RSS watchdog, or an allocation refused under RLIMIT_AS / by CUDA."""
+        return self.killed_for_memory or mentions_memory(self.stderr_tail)
+
+
+def mentions_memory(text: str) -> bool:
+    return any(m in text for m in MEMORY_MARKERS)
+
+
+def child_env(workdir: Path, backend: str, gpu: int | None, threads: int) -> dict[str, str]:
+    """The child's whole environment: allowlisted names only, minus anything that looks secret."""
+    env = {k: v for k, v in os.environ.items() if k in PASS_THROUGH and not _looks_secret(k)}
+    env.setdefault("PATH", os.defpath)
+    env.update(
+        HOME=str(workdir), TMPDIR=str(workdir / "tmp"), XDG_CACHE_HOME=str(workdir / ".cache"),
+        PYTHONPATH=PACKAGE_PARENT, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONNOUSERSITE="1",
+        TRITON_CACHE_DIR=str(workdir / ".triton"), TORCHINDUCTOR_CACHE_DIR=str(workdir / ".inductor"),
+        MPLBACKEND="Agg", OMP_NUM_THREADS=str(threads),
+    )
+    if protocol.device_type(backend) == "cpu":
+        env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = pinned_gpu(gpu)
+    return env
+
+
+def _looks_secret(name: str) -> bool:
+    upper = name.upper()
+    return upper.startswith("AWS_") or any(m in upper for m in SECRET_MARKERS)
+
+
+def pinned_gpu(gpu: int | None) -> str:
+    """The one GPU a child sees: the runner's --gpu, else the first the runner itself may use."""
+    if gpu is not None:
+        return str(gpu)
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
+
+
+def run(cmd: list[str], workdir: Path, *, backend: str, gpu: int | None = None, limits: Limits = Limits(),
+        on_line: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> Outcome:
+    """Run cmd in workdir under the sandbox; on_line gets each stdout line as it comes.
+    Returns once the child and everything it started are gone."""
+    workdir = Path(workdir)
+    (workdir / "tmp").mkdir(parents=True, exist_ok=True)
+    use_rlimit_as = protocol.device_type(backend) == "cpu"
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=workdir, env=child_env(workdir, backend, gpu, limits.threads),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True, preexec_fn=_child_setup(limits, use_rlimit_as),
+    )
+    out, err = _Tail(), _Tail()
+    readers = [threading.Thread(target=_pump, args=(proc.stdout, out, on_line), daemon=True),
+               threading.Thread(target=_pump, args=(proc.stderr, err, None), daemon=True)]
+    for t in readers:
+        t.start()
+    timed_out = killed_for_memory = cancelled = False
+    peak = 0
+    try:
+        while proc.poll() is None:
+            rss = session_rss(proc.pid)
+            peak = max(peak, rss)
+            if time.monotonic() - start > limits.timeout_s:
+                timed_out = True
+                break
+            if rss > limits.memory_bytes:
+                killed_for_memory = True
+                break
+            if cancel is not None and cancel.is_set():
+                cancelled = True
+                break
+            time.sleep(0.1)
+    finally:
+        kill_session(proc.pid)
+        proc.wait()
+        for t in readers:
+            t.join(timeout=5)
+    return Outcome(proc.returncode, timed_out, killed_for_memory, cancelled,
+                   time.monotonic() - start, peak, out.text(), err.text())
+
+
+def _child_setup(limits: Limits, address_space: bool) -> Callable[[], None]:
+    """Runs in the child between fork and exec, where only plain system calls belong:
+    everything is computed here in the parent first."""
+    wanted = [(resource.RLIMIT_CPU, limits.cpu_s, limits.cpu_s + 5),
+              (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
+              (resource.RLIMIT_CORE, 0, 0),
+              (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files)]
+    if address_space:
+        wanted.append((resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes))
+    plan = [(res, *_clamp(res, soft, hard)) for res, soft, hard in wanted]
+
+    def apply() -> None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        for res, soft, hard in plan:
+            resource.setrlimit(res, (soft, hard))
+    return apply
+
+
+def _clamp(res: int, soft: int, hard: int) -> tuple[int, int]:
+    """An unprivileged process cannot raise its hard limit: stay within the runner's own."""
+    _, current_hard = resource.getrlimit(res)
+    if current_hard != resource.RLIM_INFINITY:
+        hard = min(hard, current_hard)
+    return min(soft, hard), hard
+
+
+def _session_members(sid: int) -> list[tuple[int, int]]:
+    """(pid, rss bytes) of every process whose session id is sid, read from /proc."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue   # the process exited while we looked
+        # fields[0] is field 3 of proc(5): state; session is field 6, rss (pages) field 24.
+        if int(fields[3]) == sid:
+            members.append((int(entry), int(fields[21]) * page))
+    return members
+
+
+def session_rss(sid: int) -> int:
+    return sum(rss for _, rss in _session_members(sid))
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL the process group, then any process that left the group but not the session."""
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for pid, _ in _session_members(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class _Tail:
+    """The last max_chars of a stream, kept as whole lines."""
+
+    def __init__(self, max_chars: int = 20000) -> None:
+        self.lines: deque[str] = deque()
+        self.size = 0
+        self.max_chars = max_chars
+        self.lock = threading.Lock()
+
+    def add(self, line: str) -> None:
+        with self.lock:
+            self.lines.append(line)
+            self.size += len(line)
+            while self.size > self.max_chars and len(self.lines) > 1:
+                self.size -= len(self.lines.popleft())
+
+    def text(self) -> str:
+        with self.lock:
+            return "".join(self.lines)[-self.max_chars:]
+
+
+def _pump(stream, tail: _Tail, on_line: Callable[[str], None] | None) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace")
+        tail.add(line)
+        if on_line is not None:
+            on_line(line.rstrip("\n"))
+    stream.close()
+
+
+def python_cmd(*args: str) -> list[str]:
+    """A command line for the runner's own interpreter (same torch, triton, pytest)."""
+    return [sys.executable, *args]

@@ -1,0 +1,429 @@
+"""The runner: takes jobs from its backend's queue, runs them in the sandbox, reports back.
+
+``execute_job`` turns one job into one result (docs/CONTRACTS.md): the trusted harness and the
+generated pytest file, each in a sandboxed child of its own directory, then a chart for a
+benchmark. ``serve`` is the long-running consumer with heartbeats and presence.
+Never imports bot, torch or triton: those run only in the sandboxed child.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+from runner import jobfiles, protocol, sandbox
+
+DEFAULT_TIMEOUT_S = 900.0
+MAX_TIMEOUT_S = 4 * 3600.0
+GENERATED_TEST = {"reference_test": "test_reference.py", "kernel_test": "test_kernel.py"}
+HARNESS_MODE = {"reference_test": "reference", "kernel_test": "correctness", "verify": "correctness",
+                "benchmark": "benchmark"}
+REQUIRED_FILES = {
+    "reference_test": ("spec.json", "reference.py", "test_reference.py"),
+    "kernel_test": ("spec.json", "reference.py", "kernel.py", "test_kernel.py"),
+    "benchmark": ("spec.json", "reference.py", "kernel.py", "bench_plan.json"),
+    "verify": ("spec.json", "reference.py", "kernel.py"),
+}
+HOST = socket.gethostname()
+
+
+class JobError(ValueError):
+    """The job cannot be run as sent; the message says why."""
+
+
+class Cancelled(Exception):
+    """The runner is stopping; the job is left for the bot to re-queue."""
+
+
+# --- the job --------------------------------------------------------------------------------
+
+def validate(job) -> dict:
+    """The job as a dict with every field the runner needs, or JobError naming what is wrong."""
+    if isinstance(job, (str, bytes)):
+        try:
+            job = json.loads(job)
+        except ValueError as e:
+            raise JobError(f"job is not valid JSON: {e}") from None
+    if not isinstance(job, dict):
+        raise JobError(f"a job must be a JSON object, got {type(job).__name__}")
+    if not isinstance(job.get("job_id"), str) or not job["job_id"]:
+        raise JobError("job has no job_id")
+    kind = job.get("kind")
+    if kind not in protocol.JOB_KINDS:
+        raise JobError(f"job kind {kind!r} is not one of {', '.join(protocol.JOB_KINDS)}")
+    files, kernels = job.get("files"), job.get("kernels") or {}
+    for what, table in (("files", files), ("kernels", kernels)):
+        if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+            raise JobError(f"job {what} must map names to file text")
+    missing = [n for n in REQUIRED_FILES[kind] if n not in files]
+    if missing:
+        raise JobError(f"a {kind} job needs {', '.join(missing)}")
+    timeout = job.get("timeout_s", DEFAULT_TIMEOUT_S)
+    if not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT_S:
+        raise JobError(f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}], got {timeout!r}")
+    try:
+        for name in files:
+            jobfiles.check_name(name)
+        for label in kernels:
+            jobfiles.check_label(label)
+        _check_spec(json.loads(files["spec.json"]))
+        if "bench_plan.json" in files:
+            json.loads(files["bench_plan.json"])
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise JobError(str(e) or type(e).__name__) from None
+    return {**job, "timeout_s": float(timeout), "kernels": kernels, "attempt": job.get("attempt", 1)}
+
+
+def _check_spec(spec: dict) -> None:
+    if not isinstance(spec.get("name"), str) or not spec["name"].isidentifier():
+        raise ValueError("spec.json needs a 'name' that is a Python identifier")
+    protocol.cases(spec)
+    protocol.dtype_variants(spec)
+
+
+def job_files(job: dict) -> dict[str, str]:
+    """The job's files plus each kernel revision as kernel_rN.py."""
+    revisions = {jobfiles.kernel_file(f"kernel@{label}"): text for label, text in job["kernels"].items()}
+    return {**job["files"], **revisions}
+
+
+def new_result(job, backend: str, gpu: int | None) -> dict:
+    job = job if isinstance(job, dict) else {}
+    return {"job_id": job.get("job_id"), "kind": job.get("kind"), "status": "error", "summary": "",
+            "host": HOST, "device": device_name(backend, gpu), "backend": backend, "attempt": job.get("attempt", 1),
+            "started_at": time.time(), "finished_at": None, "correctness": [], "pytest": None, "bench": [],
+            "report_rows": [], "copy_gbps": None, "timing_note": "", "warnings": [], "log_tail": ""}
+
+
+def device_name(backend: str, gpu: int | None) -> str:
+    """Asked of nvidia-smi, so the runner process itself never initialises CUDA."""
+    if protocol.device_type(backend) == "cpu":
+        return "cpu (Triton interpreter)"
+    index = sandbox.pinned_gpu(gpu)
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", index],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip() or f"cuda:{index}"
+    except (OSError, subprocess.TimeoutExpired):
+        return f"cuda:{index}"
+
+
+# --- running it -----------------------------------------------------------------------------
+
+def execute_job(job: dict, progress: Callable[[str], None], *, backend: str | None = None,
+                gpu: int | None = None, cancel: threading.Event | None = None) -> dict:
+    """Run one job and return its result dict; never raises for anything the job contains.
+    backend: where this runner runs (defaults to the job's own); raises Cancelled when cancel is set."""
+    backend = backend or (job.get("backend") if isinstance(job, dict) else None) or "cpu"
+    result = new_result(job, backend, gpu)
+    try:
+        job = validate(job)
+    except JobError as e:
+        return {**result, "summary": f"bad job: {e}", "finished_at": time.time()}
+    if job.get("backend", backend) != backend:
+        result["warnings"].append(f"the job asked for backend {job['backend']}; it ran on {backend}")
+    deadline = time.monotonic() + job["timeout_s"]
+    share = 2 / 3 if job["kind"] in GENERATED_TEST else 1.0    # leave the generated tests a third
+    with tempfile.TemporaryDirectory(prefix=f"kernelbot-{job['job_id'][:40]}-") as tmp:
+        progress("harness")
+        harness, outcome, last = run_harness(job, Path(tmp) / "harness", backend, gpu,
+                                             job["timeout_s"] * share, progress, cancel)
+        status, summary = harness_verdict(job, harness, outcome, last)
+        result.update(_harness_fields(harness, outcome, result["warnings"]))
+        if job["kind"] in GENERATED_TEST and outcome.timed_out:
+            result["warnings"].append("generated tests not run: the harness already timed out on this code")
+        elif job["kind"] in GENERATED_TEST:
+            progress("generated tests")
+            result["pytest"] = run_pytest(job, Path(tmp) / "pytest", backend, gpu,
+                                          max(deadline - time.monotonic(), 10.0), cancel)
+            status, summary = _combine(status, summary, *pytest_verdict(result["pytest"]))
+    if job["kind"] == "benchmark" and result["bench"]:
+        progress("chart")
+        _add_chart(result, job)
+    return {**result, "status": status, "summary": summary, "finished_at": time.time()}
+
+
+def _sandboxed(cmd: list[str], workdir: Path, job: dict, backend: str, gpu: int | None, timeout_s: float,
+               on_line: Callable[[str], None] | None, cancel: threading.Event | None) -> sandbox.Outcome:
+    jobfiles.write_files(workdir, job_files(job))
+    outcome = sandbox.run(cmd, workdir, backend=backend, gpu=gpu, limits=sandbox.Limits.from_env(timeout_s),
+                          on_line=on_line, cancel=cancel)
+    if outcome.cancelled:
+        raise Cancelled()
+    return outcome
+
+
+def run_harness(job: dict, workdir: Path, backend: str, gpu: int | None, timeout_s: float,
+                progress: Callable[[str], None], cancel: threading.Event | None):
+    """(harness result or None, sandbox outcome, the last progress line it printed)."""
+    workdir.mkdir(parents=True)
+    kernels = {"kernel": "kernel.py"} if "kernel.py" in job["files"] else {}
+    kernels.update({f"kernel@{label}": jobfiles.kernel_file(f"kernel@{label}") for label in job["kernels"]})
+    jobfiles.write_json(workdir / jobfiles.CONFIG,
+                        {"mode": HARNESS_MODE[job["kind"]], "backend": backend, "kernels": kernels})
+    last = [""]
+
+    def on_line(line: str) -> None:
+        if line.startswith("PROGRESS "):
+            last[0] = line.removeprefix("PROGRESS ")
+            progress(last[0])
+
+    outcome = _sandboxed(sandbox.python_cmd("-m", "runner.harness", str(workdir)), workdir, job, backend, gpu,
+                         timeout_s, on_line, cancel)
+    return jobfiles.read_json(workdir / jobfiles.RESULT), outcome, last[0]
+
+
+def run_pytest(job: dict, workdir: Path, backend: str, gpu: int | None, timeout_s: float,
+               cancel: threading.Event | None) -> dict:
+    name = GENERATED_TEST[job["kind"]]
+    cmd = sandbox.python_cmd("-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", name)
+    outcome = _sandboxed(cmd, workdir, job, backend, gpu, timeout_s, None, cancel)
+    return {**pytest_counts(outcome.stdout_tail), "exit_code": outcome.exit_code, "timed_out": outcome.timed_out,
+            "duration_s": round(outcome.duration_s, 1), "log_tail": _tail(outcome.stdout_tail + outcome.stderr_tail)}
+
+
+def pytest_counts(output: str) -> dict[str, int]:
+    """Counts from pytest's last summary line, e.g. '2 failed, 7 passed, 3 skipped in 1.2s'."""
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+    for line in reversed(output.splitlines()):
+        found = re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", line)
+        if found and re.search(r"\bin [\d.]+s", line):
+            for n, word in found:
+                counts["errors" if word.startswith("error") else word] = int(n)
+            break
+    return counts
+
+
+def _tail(text: str, limit: int = 4000) -> str:
+    return text[-limit:]
+
+
+# --- verdicts -------------------------------------------------------------------------------
+
+def harness_verdict(job: dict, res: dict | None, outcome: sandbox.Outcome, last: str) -> tuple[str, str]:
+    """(status, one-line summary) from what the harness wrote and how its process ended."""
+    during = f" during {last}" if last else ""
+    if res is None or not res.get("done"):
+        if outcome.timed_out:
+            return "fail", f"timed out after {outcome.duration_s:.0f} s{during} (generated code that never returns?)"
+        if outcome.out_of_memory:
+            return "fail", f"ran out of memory{during} (sandbox limit or allocation refused)"
+        if outcome.signal_name == "SIGXCPU":
+            return "fail", f"used up its CPU-time limit{during}"
+        if outcome.signal_name:
+            return "fail", f"the harness process died with {outcome.signal_name}{during} (a crash in generated code)"
+        if res is not None and res.get("harness_error"):
+            return "error", f"runner harness error{during}: {res['harness_error']}"
+        last_err = (outcome.stderr_tail.strip().splitlines() or [""])[-1][:300]
+        return "fail", f"the harness stopped early (exit code {outcome.exit_code}){during}: {last_err}"
+    if res["load_error"]:
+        return "fail", res["load_error"]
+    if job["kind"] == "benchmark":
+        return bench_verdict(res)
+    return correctness_verdict(res["correctness"])
+
+
+def correctness_verdict(rows: list[dict]) -> tuple[str, str]:
+    ran = [r for r in rows if not r["skipped"]]
+    failed = [r for r in ran if not r["ok"]]
+    if failed:
+        first = failed[0]
+        hint = "out of memory: " if sandbox.mentions_memory(first["reason"]) else ""
+        return "fail", (f"{hint}{len(failed)}/{len(ran)} cases fail; first: {first['case']} {first['dtype']}: "
+                        f"{first['reason']}")
+    skipped = [r for r in rows if r["skipped"]]
+    skip_note = f"; {len(skipped)} skipped ({skipped[0]['reason'].split(':')[0]})" if skipped else ""
+    if not ran:
+        return "pass", f"no case could run here{skip_note}"
+    worst = max(ran, key=lambda r: r["max_rel_err"])
+    return "pass", (f"{len(ran)}/{len(ran)} cases pass; worst rel err {worst['max_rel_err']:.1e} "
+                    f"({worst['case']} {worst['dtype']}){skip_note}")
+
+
+def bench_verdict(res: dict) -> tuple[str, str]:
+    wrong = [b for b in res["bench"] if b["version"] == "kernel" and not b["ok"]]
+    if wrong:
+        return "fail", f"kernel at {wrong[0]['case']} {wrong[0]['dtype']}: {wrong[0]['error']}"
+    ranked = [r for r in res["report_rows"] if r["speedup"]]
+    if not ranked:
+        return "pass", "nothing could be ranked: " + ("; ".join(res["warnings"]) or "no timings")
+    best = max(ranked, key=lambda r: r["speedup"])
+    text = (f"kernel vs torch eager: {statistics.median(r['speedup'] for r in ranked):.3g}x median over "
+            f"{len(ranked)} case x dtype (best {best['speedup']:.3g}x at {best['case']} {best['dtype']})")
+    vs_compile = [r["speedup_vs_compile"] for r in ranked if r["speedup_vs_compile"]]
+    if vs_compile:
+        text += f"; vs torch.compile {statistics.median(vs_compile):.3g}x median"
+    flagged = sum(1 for b in res["bench"] if b["implausible"])
+    if flagged:
+        text += f"; {flagged} timing(s) flagged implausible (faster than a plain copy)"
+    if protocol.device_type(res["backend"]) == "cpu":
+        text += " (Triton interpreter on CPU: timings say nothing about GPU speed)"
+    return "pass", text
+
+
+def pytest_verdict(report: dict) -> tuple[str, str]:
+    counts = ", ".join(f"{report[k]} {k}" for k in ("failed", "errors", "passed", "skipped") if report[k])
+    if report["timed_out"]:
+        return "fail", "generated tests timed out"
+    if report["exit_code"] == 0:
+        return "pass", f"generated tests: {counts}"
+    if report["exit_code"] == 5:
+        return "fail", "generated tests: none collected"
+    counts = counts or f"exit code {report['exit_code']}"
+    first = next((ln for ln in report["log_tail"].splitlines() if ln.startswith(("FAILED", "ERROR"))), "")
+    return "fail", f"generated tests: {counts}" + (f"; {first[:300]}" if first else "")
+
+
+def _combine(status: str, summary: str, status2: str, summary2: str) -> tuple[str, str]:
+    rank = {"pass": 0, "fail": 1, "error": 2}
+    return max(status, status2, key=rank.get), f"{summary}; {summary2}"
+
+
+def _harness_fields(res: dict | None, outcome: sandbox.Outcome, warnings: list[str]) -> dict:
+    """What the harness measured, as result fields; its warnings after the worker's own."""
+    fields = {"log_tail": _tail(outcome.stderr_tail.strip() or outcome.stdout_tail)}
+    if res is None:
+        return fields
+    keys = ("correctness", "bench", "report_rows", "copy_gbps", "timing_note", "device")
+    return {**fields, **{k: res[k] for k in keys}, "warnings": [*warnings, *res["warnings"]]}
+
+
+def _add_chart(result: dict, job: dict) -> None:
+    from runner import chart   # matplotlib only where a benchmark needs it
+    try:
+        png = chart.render(result["bench"], result["copy_gbps"], operator=json.loads(job["files"]["spec.json"])["name"],
+                           device=result["device"], backend=result["backend"])
+        result["chart_png_b64"] = base64.b64encode(png).decode()
+    except Exception as e:   # a chart is a convenience: the numbers are in the result anyway
+        result["warnings"].append(f"chart failed: {type(e).__name__}: {e}")
+
+
+# --- the long-running runner ------------------------------------------------------------------
+
+class Heartbeat:
+    """hb:JOB_ID, written at once and then every every_s seconds from a thread, with the latest
+    progress line as detail."""
+
+    def __init__(self, queue, job_id: str, every_s: float, info: dict) -> None:
+        self.queue, self.job_id, self.every_s, self.info = queue, job_id, every_s, info
+        self.detail = "picked up"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{job_id}", daemon=True)
+
+    def beat(self, state: str = "running") -> None:
+        self.queue.put_heartbeat(self.job_id, {"ts": time.time(), "state": state, "detail": self.detail, **self.info})
+
+    def start(self) -> None:
+        self.beat()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.beat()
+            except Exception as e:   # a queue hiccup must not end the job; the next beat retries
+                print(f"heartbeat for {self.job_id} failed: {e}", flush=True)
+
+
+class Runner:
+    """Runs jobs from one queue, one at a time, with heartbeats; prints one line per state change."""
+
+    def __init__(self, queue, gpu: int | None = None, heartbeat_s: float | None = None) -> None:
+        self.queue, self.backend, self.gpu = queue, queue.backend, gpu
+        self.heartbeat_s = heartbeat_s or float(os.environ.get("KERNELBOT_HEARTBEAT_S", 5))
+        self.device = device_name(self.backend, gpu)
+        self.stopping = threading.Event()
+        self.current: str | None = None
+
+    def say(self, text: str) -> None:
+        print(f"[runner {self.backend}] {text}", flush=True)
+
+    def presence(self) -> dict:
+        return {"ts": time.time(), "host": HOST, "pid": os.getpid(), "device": self.device,
+                "backend": self.backend, "busy": self.current}
+
+    def handle(self, job) -> None:
+        job_id = job.get("job_id") if isinstance(job, dict) else None
+        if not isinstance(job_id, str) or not job_id:
+            self.say(f"dropped a job without a job_id (no key to answer under): {str(job)[:200]}")
+            return
+        attempt = job.get("attempt", 1)
+        beat = Heartbeat(self.queue, job_id, self.heartbeat_s,
+                         {"host": HOST, "device": self.device, "pid": os.getpid(), "attempt": attempt})
+        beat.start()
+        self.current = job_id
+        self.say(f"job {job_id} ({job.get('kind')}, attempt {attempt}): picked up")
+
+        def progress(detail: str) -> None:
+            if detail != beat.detail:
+                beat.detail = detail
+                self.say(f"job {job_id}: {detail}")
+
+        try:
+            result = execute_job(job, progress, backend=self.backend, gpu=self.gpu, cancel=self.stopping)
+        except Cancelled:
+            self.say(f"job {job_id}: stopped with the runner; left for the bot to re-queue")
+            return
+        except Exception as e:   # the runner's own fault: answer anyway, so the bot is not left waiting
+            traceback.print_exc()
+            result = {**new_result(job, self.backend, self.gpu), "summary": f"runner error: {type(e).__name__}: {e}",
+                      "finished_at": time.time()}
+        finally:
+            beat.stop()
+            self.current = None
+        self.queue.put_result(job_id, result)
+        beat.detail = result["status"]
+        beat.beat("done")
+        self.say(f"job {job_id}: {result['status']}: {result['summary']}")
+
+
+def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: float | None = None) -> None:
+    """Consume the backend's queue until SIGTERM or SIGINT. A job running then is stopped
+    (its sandbox killed) and gets no result: the bot re-queues it when its heartbeat goes stale."""
+    from runner.queue import JobQueue   # huey only where a queue is served
+    queue = JobQueue(queue_url, backend)
+    runner = Runner(queue, gpu, heartbeat_s)
+    queue.handler = runner.handle
+    consumer = queue.consumer()
+    consumer.start()
+    for signum in (signal.SIGTERM, signal.SIGINT):   # after start(): ours replace Huey's handlers
+        signal.signal(signum, lambda *_: runner.stopping.set())
+    runner.say(f"serving queue {protocol.queue_name(backend)} at {queue_url} on {runner.device} (pid {os.getpid()})")
+    while True:
+        queue.put_runner_alive(runner.presence())
+        if runner.stopping.wait(min(runner.heartbeat_s, 5.0)):
+            break
+    runner.say("stopping")
+    consumer.stop(graceful=True)
+    runner.say("stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runner.worker", description="kernelbot GPU/CPU runner")
+    parser.add_argument("--backend", required=True, help="queue to serve, e.g. cpu or cuda-h200")
+    parser.add_argument("--queue", required=True, help="sqlite:///path/queue.db or redis://host:6379/0")
+    parser.add_argument("--gpu", type=int, default=None, help="GPU index this runner pins its jobs to")
+    parser.add_argument("--heartbeat-s", type=float, default=None, help="default: KERNELBOT_HEARTBEAT_S or 5")
+    args = parser.parse_args(argv)
+    serve(args.backend, args.queue, args.gpu, args.heartbeat_s)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

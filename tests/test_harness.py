@@ -1,0 +1,244 @@
+"""The trusted harness through runner.worker.execute_job: good and bad kernels, benchmarks,
+inputs, and the comparison itself. Runs on Triton's CPU interpreter; @gpu tests on a GPU."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from runner import harness, inputs, protocol, worker
+from runner.protocol import Case
+from runner.verify import format_result, verify
+
+FIXTURES = Path(__file__).parent / "fixtures" / "runner"
+ADD = FIXTURES / "add"
+BAD = FIXTURES / "bad"
+
+
+def add_files(*names: str) -> dict[str, str]:
+    return {n: (ADD / n).read_text() for n in ("spec.json", "reference.py", *names)}
+
+
+def run(kind: str, files: dict[str, str], backend: str = "cpu", timeout_s: float = 120, **extra) -> dict:
+    job = {"job_id": f"t-{kind}", "kind": kind, "backend": backend, "attempt": 1, "timeout_s": timeout_s,
+           "files": files, **extra}
+    return worker.execute_job(job, lambda line: None)
+
+
+# --- correctness ------------------------------------------------------------------------------
+
+def test_good_kernel_passes_and_bf16_is_skipped_with_the_reason():
+    result = run("kernel_test", add_files("kernel.py", "test_kernel.py"))
+    assert result["status"] == "pass", result["summary"]
+    assert result["summary"].startswith("6/6 cases pass; worst rel err")
+    rows = result["correctness"]
+    assert [r["case"] for r in rows[::3]] == ["3x5", "17x33", "37x97"]   # spec cases + the odd one
+    skipped = [r for r in rows if r["skipped"]]
+    assert [r["dtype"] for r in skipped] == ["bfloat16"] * 3
+    assert all("interpreter" in r["reason"] and "NaN" in r["reason"] for r in skipped)
+    assert all(r["ok"] and r["seeds"] == [0, 1, 2] for r in rows if not r["skipped"])
+    assert result["pytest"]["passed"] == 4 and result["pytest"]["skipped"] == 2 and result["pytest"]["exit_code"] == 0
+    assert result["device"] == "cpu (Triton interpreter)" and result["backend"] == "cpu"
+    assert result["finished_at"] >= result["started_at"]
+
+
+BAD_KERNELS = {
+    "wrong_math": "elements outside tolerance",
+    "half_written": "NaN where the reference is finite",
+    "returns_nan": "NaN where the reference is finite",
+    "mutates_input": "modified its input x",
+    "raises": "raised RuntimeError: launcher bug",
+    "raises_at_import": "kernel.py does not import: ModuleNotFoundError",
+    "syntax_error": "kernel.py does not import: SyntaxError",
+    "wrong_shape": "output shape [15] but the reference gives [3, 5]",
+    "hangs": "timed out after",
+    "segfaults": "died with SIGSEGV during correctness 1/9 3x5 float32",
+    "memory_hog": "out of memory",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_KERNELS))
+def test_bad_kernel_fails_with_a_summary_naming_the_problem(name, monkeypatch):
+    monkeypatch.setenv("KERNELBOT_SANDBOX_MEMORY_GB", "3")
+    files = {**add_files(), "kernel.py": (BAD / f"{name}.py").read_text()}
+    result = run("verify", files, timeout_s=15 if name == "hangs" else 120)
+    assert result["status"] == "fail"
+    assert BAD_KERNELS[name] in result["summary"], result["summary"]
+
+
+def test_a_failing_generated_test_fails_the_job_even_when_the_harness_passes():
+    files = add_files("kernel.py")
+    files["test_kernel.py"] = "def test_always_fails():\n    assert 1 == 2\n"
+    result = run("kernel_test", files)
+    assert result["status"] == "fail"
+    assert "generated tests: 1 failed" in result["summary"] and "FAILED test_kernel.py::test_always_fails" in result["summary"]
+    assert result["correctness"] and all(r["ok"] for r in result["correctness"])
+
+
+def test_reference_test_checks_the_reference_in_every_dtype():
+    result = run("reference_test", add_files("test_reference.py"))
+    assert result["status"] == "pass", result["summary"]
+    assert not any(r["skipped"] for r in result["correctness"])   # plain torch: bf16 runs on CPU
+    assert result["pytest"]["passed"] == 2
+
+
+@pytest.mark.parametrize("job, reason", [
+    ("not json", "job is not valid JSON"),
+    ({"kind": "verify"}, "job has no job_id"),
+    ({"job_id": "x", "kind": "compile", "files": {}}, "job kind 'compile'"),
+    ({"job_id": "x", "kind": "kernel_test", "files": {"spec.json": "{}"}}, "needs reference.py, kernel.py"),
+    ({"job_id": "x", "kind": "verify", "files": {"spec.json": "{", "reference.py": "", "kernel.py": ""}},
+     "Expecting property name"),
+    ({"job_id": "x", "kind": "verify", "files": {"../evil.py": "", "spec.json": "", "reference.py": "",
+                                                  "kernel.py": ""}}, "not allowed"),
+    ({"job_id": "x", "kind": "verify", "timeout_s": -1, "files": {"spec.json": "", "reference.py": "",
+                                                                  "kernel.py": ""}}, "timeout_s"),
+])
+def test_malformed_job_is_an_error_with_the_reason(job, reason):
+    result = worker.execute_job(job, lambda line: None, backend="cpu")
+    assert result["status"] == "error"
+    assert reason in result["summary"], result["summary"]
+
+
+def test_verify_and_its_terminal_table():
+    result = verify(ADD / "spec.json", ADD / "reference.py", ADD / "kernel.py", backend="cpu", timeout_s=120)
+    text = format_result(result)
+    assert text.startswith("PASS: 6/6 cases pass")
+    assert "max rel err" in text and "37x97  float16" in text
+
+
+# --- benchmark --------------------------------------------------------------------------------
+
+def test_benchmark_on_cpu_reports_rows_a_chart_and_the_interpreter_disclaimer():
+    files = add_files("kernel.py", "bench_plan.json")
+    kernels = {"r1": (ADD / "kernel.py").read_text(), "r2": (BAD / "wrong_math.py").read_text()}
+    plan = json.loads(files["bench_plan.json"])
+    plan["versions"].append("kernel@r2")
+    files["bench_plan.json"] = json.dumps(plan)
+    result = run("benchmark", files, kernels=kernels)
+    assert result["status"] == "pass", result["summary"]
+    assert "say nothing about GPU speed" in result["timing_note"] and "say nothing about GPU speed" in result["summary"]
+
+    rows = result["report_rows"]
+    assert [(r["case"], r["dtype"]) for r in rows] == [("3x5", "float32"), ("3x5", "float16"),
+                                                        ("17x33", "float32"), ("17x33", "float16")]
+    keys = {"case", "dtype", "torch_ms", "compile_ms", "kernel_ms", "speedup", "speedup_vs_compile", "gbps", "pct_of_copy"}
+    for r in rows:
+        assert keys <= set(r)
+        assert r["speedup"] == pytest.approx(r["torch_ms"] / r["kernel_ms"])
+        assert r["compile_ms"] is None and "say nothing about GPU speed" in r["note"]
+    assert any("torch.compile skipped" in w for w in result["warnings"])
+    assert any("bfloat16" in w for w in result["warnings"])
+
+    by_version = {(b["case"], b["dtype"], b["version"]): b for b in result["bench"]}
+    assert by_version[("17x33", "float32", "kernel@r1")]["ms"] > 0
+    wrong = by_version[("17x33", "float32", "kernel@r2")]
+    assert not wrong["ok"] and wrong["ms"] is None and "wrong result" in wrong["error"]
+    assert result["copy_gbps"] > 0
+
+    png = base64.b64decode(result["chart_png_b64"])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+    image = matplotlib.image.imread(io.BytesIO(png))
+    assert image.shape[0] > 400 and image.shape[1] > 800
+    assert len(set(map(tuple, image.reshape(-1, image.shape[2])[::97].round(2).tolist()))) > 8   # not blank
+
+
+# --- the pieces -------------------------------------------------------------------------------
+
+SPEC = json.loads((ADD / "spec.json").read_text())
+
+
+def test_odd_case_keeps_broadcast_relations():
+    first = Case(0, {"x": [64, 128], "b": [128], "s": [1, 128]})
+    assert inputs.odd_case(first, 1).shapes == {"x": [37, 97], "b": [97], "s": [1, 97]}
+
+
+def test_cpu_shrinks_big_cases_and_says_so():
+    spec = {"inputs": [{"name": "x", "dtypes": ["float16"], "shapes": [[4096, 4096]]},
+                       {"name": "b", "dtypes": ["float16"], "shapes": [[4096]]}]}
+    cases, notes = inputs.bench_cases(spec, "cpu")
+    assert cases[0].shapes == {"x": [256, 256], "b": [256]}
+    assert notes == ["cpu backend: case 4096x4096 (b:4096) shrunk to 256x256 (b:256) for the interpreter"]
+    assert inputs.bench_cases(spec, "cuda")[0][0].shapes == {"x": [4096, 4096], "b": [4096]}
+
+
+def test_inputs_follow_domain_dtype_and_seed():
+    spec = {"inputs": [{"name": "p", "dtypes": ["float16"], "shapes": [[64, 64]], "domain": "positive"},
+                       {"name": "z", "dtypes": ["float32"], "shapes": [[64, 64]], "domain": "nonzero"}]}
+    case, variant = protocol.cases(spec)[0], protocol.dtype_variants(spec)[0]
+    p, z = inputs.make_inputs(spec, case, variant, 0, "cpu")
+    assert p.dtype == torch.float16 and z.dtype == torch.float32
+    assert p.min() >= 0.5 and p.max() <= 2   # [0.5, 2), rounded to float16
+    assert z.abs().min() >= 0.5 and (z < 0).any() and (z > 0).any()
+    again = inputs.make_inputs(spec, case, variant, 0, "cpu")
+    other = inputs.make_inputs(spec, case, variant, 1, "cpu")
+    assert torch.equal(p, again[0]) and not torch.equal(p, other[0])
+
+
+def test_poisoned_memory_makes_fresh_tensors_nan_and_is_undone_after():
+    with harness.poisoned_memory(torch.Size([7, 9]), torch.float16, "cpu"):
+        assert torch.empty(7, 9, dtype=torch.float16).isnan().all()
+        assert torch.empty_like(torch.zeros(1000)).isnan().all()
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_compare_handles_nan_inf_and_reports_the_worst_element():
+    want = torch.tensor([[1.0, float("inf")], [float("nan"), 2.0]], dtype=torch.float64)
+    same = harness.compare(want.float(), want, torch.float32, 1)
+    assert not same.problem
+    got = torch.tensor([[1.0, float("inf")], [float("nan"), 2.5]])
+    check = harness.compare(got, want, torch.float32, 1)
+    assert check.tolerance_only and "1 of 4 elements outside tolerance" in check.problem
+    assert check.worst == "at (1, 1): got 2.5, want 2"
+    unwritten = torch.tensor([[1.0, float("nan")], [float("nan"), 2.0]])
+    assert "1 of 4 output elements are NaN" in harness.compare(unwritten, want, torch.float32, 1).problem
+
+
+def test_reduction_tolerance_uses_the_reduced_length():
+    args = [torch.zeros(8, 1000)]
+    assert harness.reduce_len(args, 8) == 1000
+    assert harness.reduce_len(args, 8000) == 1
+
+
+# --- on a GPU ---------------------------------------------------------------------------------
+
+def big_spec() -> str:
+    spec = json.loads((ADD / "spec.json").read_text())
+    for inp in spec["inputs"]:
+        inp["shapes"] = [[3, 5], [8192, 8192]]
+    spec.pop("outputs")
+    return json.dumps(spec)
+
+
+@pytest.mark.gpu
+def test_benchmark_on_cuda_measures_copy_bandwidth_and_do_bench_timings():
+    files = {**add_files("kernel.py", "bench_plan.json"), "spec.json": big_spec()}
+    plan = json.loads(files["bench_plan.json"])
+    plan["compile_mode"] = "default"    # max-autotune compiles take minutes; the mode is the plan's choice
+    files["bench_plan.json"] = json.dumps(plan)
+    result = run("benchmark", files, backend="cuda", timeout_s=600, kernels={"r1": files["kernel.py"]})
+    assert result["status"] == "pass", result["summary"]
+    assert result["copy_gbps"] > 1000 and "do_bench median" in result["timing_note"]
+    assert "H" in result["device"] or "NVIDIA" in result["device"]
+    big = [b for b in result["bench"] if b["case"] == "8192x8192"]
+    assert {b["dtype"] for b in big} == {"float32", "float16", "bfloat16"}
+    for b in big:
+        assert b["ok"] and b["ms"] > 0 and b["cudagraph_ms"] and b["cudagraph_ms"] > 0, b
+        assert not b["implausible"] and 0 < b["pct_of_copy"] <= 105
+    kernel = [b for b in big if b["version"] == "kernel"]
+    assert all(b["gbps"] > 0.3 * result["copy_gbps"] for b in kernel), kernel
+    assert all(r["speedup"] and r["compile_ms"] for r in result["report_rows"])
+
+
+@pytest.mark.gpu
+def test_cuda_correctness_runs_bf16_and_catches_unwritten_output():
+    good = run("kernel_test", add_files("kernel.py", "test_kernel.py"), backend="cuda")
+    assert good["status"] == "pass", good["summary"]
+    assert not any(r["skipped"] for r in good["correctness"])
+    bad = run("verify", {**add_files(), "kernel.py": (BAD / "half_written.py").read_text()}, backend="cuda")
+    assert bad["status"] == "fail" and "NaN where the reference is finite" in bad["summary"]

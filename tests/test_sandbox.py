@@ -1,0 +1,164 @@
+"""The sandbox: timeouts kill whole process groups, secrets stay out, limits hold, crashes are reported."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runner import sandbox
+from runner.sandbox import Limits
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_py(tmp_path: Path, code: str, backend: str = "cpu", **kwargs) -> sandbox.Outcome:
+    return sandbox.run([sys.executable, "-c", textwrap.dedent(code)], tmp_path, backend=backend, **kwargs)
+
+
+def alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie nobody has reaped yet."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_until(predicate, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_timeout_kills_a_child_that_sleeps_forever(tmp_path):
+    out = run_py(tmp_path, "import time; print('started', flush=True); time.sleep(1000)", limits=Limits(timeout_s=1.5))
+    assert out.timed_out and out.exit_code == -9 and out.signal_name == "SIGKILL"
+    assert 1.4 < out.duration_s < 10
+    assert "started" in out.stdout_tail
+
+
+def test_timeout_kills_the_grandchildren_too(tmp_path):
+    code = """
+        import subprocess, time
+        child = subprocess.Popen(["sleep", "1000"])
+        open("grandchild.pid", "w").write(str(child.pid))
+        time.sleep(1000)
+    """
+    out = run_py(tmp_path, code, limits=Limits(timeout_s=2))
+    assert out.timed_out
+    grandchild = int((tmp_path / "grandchild.pid").read_text())
+    assert wait_until(lambda: not alive(grandchild)), "the grandchild survived the timeout"
+
+
+def test_leftover_processes_are_killed_after_a_normal_exit(tmp_path):
+    code = """
+        import subprocess
+        child = subprocess.Popen(["sleep", "1000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        open("grandchild.pid", "w").write(str(child.pid))
+    """
+    out = run_py(tmp_path, code)
+    assert out.exit_code == 0 and not out.timed_out
+    assert wait_until(lambda: not alive(int((tmp_path / "grandchild.pid").read_text())))
+
+
+def test_child_dies_with_the_runner(tmp_path):
+    """A runner killed with SIGKILL mid-job must not leave generated code running."""
+    script = f"""
+        import sys; sys.path.insert(0, {str(REPO)!r})
+        from pathlib import Path
+        from runner import sandbox
+        sandbox.run([sys.executable, "-c", "import os, time; open('child.pid', 'w').write(str(os.getpid())); "
+                     "time.sleep(1000)"], Path({str(tmp_path)!r}), backend="cpu")
+    """
+    runner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)])
+    pid_file = tmp_path / "child.pid"
+    assert wait_until(lambda: pid_file.exists() and pid_file.read_text(), timeout_s=20)
+    child = int(pid_file.read_text())
+    assert alive(child)
+    runner.kill()
+    runner.wait()
+    assert wait_until(lambda: not alive(child)), "the sandboxed child outlived its runner"
+
+
+def test_environment_is_scrubbed_of_secrets(tmp_path, monkeypatch):
+    secrets = {"SLACK_BOT_TOKEN": "xoxb-1", "DISCORD_TOKEN": "d", "KERNELBOT_LLM_API_KEY": "sk-1",
+               "AWS_SECRET_ACCESS_KEY": "aws", "AWS_REGION": "eu-west-1", "MY_TOKEN": "t", "DB_PASSWORD": "p"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    out = run_py(tmp_path, "import json, os; print(json.dumps({'env': dict(os.environ), 'cwd': os.getcwd()}))")
+    seen = json.loads(out.stdout_tail)
+    assert not set(secrets) & set(seen["env"])
+    assert not any(v in secrets.values() for v in seen["env"].values())
+    env = seen["env"]
+    assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["HOME"] == str(tmp_path) == seen["cwd"]
+    assert env["PYTHONPATH"] == str(REPO)
+    assert env["TRITON_CACHE_DIR"].startswith(str(tmp_path)) and env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path))
+
+
+def test_cuda_backend_pins_one_gpu_and_uses_no_interpreter(tmp_path):
+    env = sandbox.child_env(tmp_path, "cuda-h200", 3, threads=2)
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert "TRITON_INTERPRET" not in env
+    assert env["OMP_NUM_THREADS"] == "2"
+
+
+def test_file_size_limit(tmp_path):
+    code = "open('big.bin', 'wb').write(b'x' * (4 << 20))"
+    out = run_py(tmp_path, code, limits=Limits(timeout_s=20, file_bytes=1 << 20))
+    assert out.exit_code != 0
+    assert "File too large" in out.stderr_tail
+    assert (tmp_path / "big.bin").stat().st_size <= 1 << 20
+
+
+def test_address_space_limit_on_cpu(tmp_path):
+    out = run_py(tmp_path, "x = bytearray(4 << 30)", limits=Limits(timeout_s=20, memory_bytes=512 << 20))
+    assert out.exit_code == 1 and out.out_of_memory
+    assert "MemoryError" in out.stderr_tail
+
+
+def test_rss_watchdog_on_cuda_kills_a_memory_hungry_child(tmp_path):
+    """CUDA needs a large address space, so on cuda the limit is the RSS of the whole session."""
+    code = """
+        import time
+        hoard = []
+        for _ in range(100):
+            hoard.append(b"x" * (32 << 20))   # touched, so resident
+            time.sleep(0.02)
+    """
+    out = run_py(tmp_path, code, backend="cuda", limits=Limits(timeout_s=30, memory_bytes=256 << 20))
+    assert out.killed_for_memory and out.out_of_memory and out.exit_code == -9
+    assert out.peak_rss_bytes > 256 << 20
+
+
+@pytest.mark.parametrize("code, signal_name", [
+    ("import ctypes; ctypes.string_at(0)", "SIGSEGV"),
+    ("import os; os.abort()", "SIGABRT"),
+])
+def test_a_crashing_child_is_reported(tmp_path, code, signal_name):
+    out = run_py(tmp_path, code)
+    assert out.signal_name == signal_name and not out.timed_out
+    assert not list(tmp_path.glob("core*")), "RLIMIT_CORE=0 means no core files"
+
+
+def test_stdout_lines_stream_while_the_child_runs(tmp_path):
+    lines: list[str] = []
+    out = run_py(tmp_path, "for i in range(3): print(f'PROGRESS step {i}/3')", on_line=lines.append)
+    assert lines == ["PROGRESS step 0/3", "PROGRESS step 1/3", "PROGRESS step 2/3"]
+    assert out.exit_code == 0
+
+
+def test_cancel_stops_the_child(tmp_path):
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    out = run_py(tmp_path, "import time; time.sleep(1000)", cancel=cancel, limits=Limits(timeout_s=30))
+    assert out.cancelled and not out.timed_out and out.duration_s < 10
