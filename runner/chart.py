@@ -13,6 +13,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 from runner import protocol  # noqa: E402
 
 CPU_FOOTNOTE = "Triton interpreter on CPU: timings say nothing about GPU speed"
+SIDE_BY_SIDE_MAX_GROUPS = 4     # more (case, dtype) groups than this: panels stacked, full width each
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.2g}"
 
 
 def _bar_label(row: dict | None) -> str:
@@ -25,6 +30,7 @@ def _bar_label(row: dict | None) -> str:
 def _grouped_bars(ax, groups: list[tuple[str, str]], versions: list[str], rows: dict, value, colors: dict) -> None:
     """One cluster per (case, dtype); a missing bar is marked with why, at the axis bottom."""
     width = 0.8 / max(1, len(versions))
+    crowded = len(groups) * len(versions) > 16     # then value labels stand upright to fit
     for j, version in enumerate(versions):
         xs, heights = [], []
         for i, group in enumerate(groups):
@@ -38,9 +44,10 @@ def _grouped_bars(ax, groups: list[tuple[str, str]], versions: list[str], rows: 
             xs.append(x)
             heights.append(value(row))
         bars = ax.bar(xs, heights, width * 0.95, label=version, color=colors[version])
-        ax.bar_label(bars, labels=[f"{h:.2g}" for h in heights], fontsize=7, padding=1)
+        ax.bar_label(bars, labels=[_number(h) for h in heights], fontsize=7, padding=2, rotation=90 if crowded else 0)
     ax.set_xticks(range(len(groups)), [f"{case}\n{dtype}" for case, dtype in groups], fontsize=8)
     ax.set_xlim(-0.6, len(groups) - 0.4)
+    ax.margins(y=0.15)     # room for the value labels above the tallest bar
     ax.grid(axis="y", alpha=0.3)
 
 
@@ -66,7 +73,10 @@ def render(bench: list[dict], copy_gbps: float | None, *, operator: str, device:
     colors = {v: palette[i % len(palette)] for i, v in enumerate(versions)}
     torch_ms = {g: (rows.get((*g, "torch")) or {}).get("ms") for g in groups}
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(max(11.0, 2.4 * len(groups) + 3), 6.2))
+    if len(groups) > SIDE_BY_SIDE_MAX_GROUPS:
+        fig, (left, right) = plt.subplots(2, 1, figsize=(min(18.0, 3 + 1.3 * len(groups)), 11))
+    else:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6.2))
     others = [v for v in versions if v != "torch"]
     speedup_rows = {k: r for k, r in rows.items() if torch_ms.get(k[:2])}
     _grouped_bars(left, groups, others, speedup_rows, lambda r: torch_ms[(r["case"], r["dtype"])] / r["ms"], colors)

@@ -28,6 +28,7 @@ from typing import Callable
 
 import torch
 import torch.utils.deterministic
+import triton.testing
 
 from runner import inputs, jobfiles, protocol
 from runner.protocol import Case
@@ -81,7 +82,7 @@ def progress(stage: str, i: int, n: int, case: str, dtype: str) -> None:
 
 def describe(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:400]
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:240]
 
 
 # --- loading generated code ---------------------------------------------------------------
@@ -232,7 +233,8 @@ def check_row(ctx: Context, fn: Callable, case: Case, variant: dict[str, str], i
     if INTERPRETER and not is_reference and "bfloat16" in variant.values():
         return {**row, "skipped": True, "reason": BF16_SKIP, "seeds": []}
     names = [i["name"] for i in ctx.spec["inputs"]]
-    for seed in SEEDS:
+    for k, seed in enumerate(SEEDS):
+        row["seeds"] = list(SEEDS[:k + 1])     # the seeds actually checked
         args = inputs.make_inputs(ctx.spec, case, variant, seed, ctx.device)
         try:
             expected = ctx.reference(*[a.double() for a in args])
@@ -265,22 +267,22 @@ def run_correctness(ctx: Context, fn: Callable, is_reference: bool) -> None:
     todo = list(itertools.product(cases, variants))
     for i, (case, variant) in enumerate(todo, 1):
         progress("correctness", i, len(todo), case.label, protocol.variant_label(variant))
+        lost = False
         try:
             row = check_row(ctx, fn, case, variant, is_reference)
         except DeviceLost as e:
-            row = {**new_row(case, protocol.variant_label(variant)), "ok": False, "reason": str(e)}
+            row, lost = {**new_row(case, protocol.variant_label(variant)), "ok": False, "reason": str(e)}, True
             ctx.warn("the CUDA context was lost after this error; the remaining cases were not run")
-            ctx.result["correctness"].append(row)
-            return
         ctx.result["correctness"].append(row)
         ctx.save()
+        if lost:
+            return
 
 
 # --- timing --------------------------------------------------------------------------------
 
 def time_cuda(fn: Callable, timing: dict) -> tuple[float, float | None]:
     """(do_bench median ms with L2 flushed, CUDA-graph median ms or None if capture fails)."""
-    import triton.testing
     ms = triton.testing.do_bench(fn, warmup=timing.get("warmup_ms", 25), rep=timing.get("rep_ms", 100),
                                  return_mode="median")
     if not timing.get("cudagraph", True):

@@ -5,17 +5,20 @@ What it enforces:
 - a new session (``start_new_session``), and a wall-clock timeout that SIGKILLs the whole
   process group and every other process left in the session (grandchildren included);
   the same sweep runs after every normal exit, so nothing generated outlives its run;
-- the child is SIGKILLed if the runner dies first (PR_SET_PDEATHSIG), so a runner killed
-  mid-job leaves no generated code running on its GPU;
+- the child is SIGKILLed if the runner thread that started it dies first (PR_SET_PDEATHSIG),
+  so a runner killed mid-job leaves no generated code running on its GPU;
 - resource limits set in the child before exec: CPU seconds, file size, open files, no core
-  files, and on the cpu backend address space (RLIMIT_AS). CUDA maps large virtual ranges, so
-  on cuda a watchdog sums the RSS of the session's processes from /proc and kills past the limit;
+  files, and on the cpu backend address space (RLIMIT_AS); plus a watchdog that sums the RSS of
+  the session's processes from /proc and kills past the same limit. CUDA maps large virtual
+  ranges, so on cuda the watchdog is the only memory limit;
 - an environment built from an allowlist, so chat tokens, LLM keys and cloud credentials of the
   runner never reach generated code; the runner's one GPU is pinned with CUDA_VISIBLE_DEVICES.
 
-What it does not: network access, the file system outside the working directory (the child runs
-as the runner's user), processes that start a session of their own (setsid), the GPU's memory
-(CUDA out-of-memory surfaces as an exception in the child) and the number of processes.
+What it does not limit: network access, reads and writes outside the working directory (the
+child runs as the runner's user), processes that start a session of their own (setsid), GPU
+memory (CUDA out-of-memory surfaces as an exception in the child) and the number of processes.
+Generated code also shares the harness's process, so a hostile kernel could tamper with it;
+the sandbox contains mistakes and runaway code, not a determined attacker.
 """
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", 
 @dataclass(frozen=True)
 class Limits:
     timeout_s: float = 600.0
-    memory_bytes: int = 16 * GiB     # RLIMIT_AS on cpu, summed RSS on cuda
+    memory_bytes: int = 16 * GiB     # summed RSS of the session; also RLIMIT_AS on cpu
     file_bytes: int = 1 * GiB        # largest file the child may write
     open_files: int = 4096
     threads: int = 4                 # OMP_NUM_THREADS; also scales the CPU-seconds limit
@@ -151,29 +154,32 @@ def run(cmd: list[str], workdir: Path, *, backend: str, gpu: int | None = None, 
                threading.Thread(target=_pump, args=(proc.stderr, err, None), daemon=True)]
     for t in readers:
         t.start()
-    timed_out = killed_for_memory = cancelled = False
-    peak = 0
     try:
-        while proc.poll() is None:
-            rss = session_rss(proc.pid)
-            peak = max(peak, rss)
-            if time.monotonic() - start > limits.timeout_s:
-                timed_out = True
-                break
-            if rss > limits.memory_bytes:
-                killed_for_memory = True
-                break
-            if cancel is not None and cancel.is_set():
-                cancelled = True
-                break
-            time.sleep(0.1)
+        stopped_for, peak = _watch(proc, start, limits, cancel)
     finally:
         kill_session(proc.pid)
         proc.wait()
         for t in readers:
             t.join(timeout=5)
-    return Outcome(proc.returncode, timed_out, killed_for_memory, cancelled,
+    return Outcome(proc.returncode, stopped_for == "timeout", stopped_for == "memory", stopped_for == "cancel",
                    time.monotonic() - start, peak, out.text(), err.text())
+
+
+def _watch(proc: subprocess.Popen, start: float, limits: Limits,
+           cancel: threading.Event | None) -> tuple[str, int]:
+    """Poll until the child exits ('') or must be stopped ('timeout', 'memory', 'cancel'); and the peak RSS."""
+    peak = 0
+    while proc.poll() is None:
+        rss = session_rss(proc.pid)
+        peak = max(peak, rss)
+        if time.monotonic() - start > limits.timeout_s:
+            return "timeout", peak
+        if rss > limits.memory_bytes:
+            return "memory", peak
+        if cancel is not None and cancel.is_set():
+            return "cancel", peak
+        time.sleep(0.1)
+    return "", peak
 
 
 def _child_setup(limits: Limits, address_space: bool) -> Callable[[], None]:

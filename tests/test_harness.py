@@ -75,7 +75,8 @@ def test_a_failing_generated_test_fails_the_job_even_when_the_harness_passes():
     files["test_kernel.py"] = "def test_always_fails():\n    assert 1 == 2\n"
     result = run("kernel_test", files)
     assert result["status"] == "fail"
-    assert "generated tests: 1 failed" in result["summary"] and "FAILED test_kernel.py::test_always_fails" in result["summary"]
+    assert "generated tests: 1 failed" in result["summary"]
+    assert "FAILED test_kernel.py::test_always_fails" in result["summary"]
     assert result["correctness"] and all(r["ok"] for r in result["correctness"])
 
 
@@ -126,7 +127,8 @@ def test_benchmark_on_cpu_reports_rows_a_chart_and_the_interpreter_disclaimer():
     rows = result["report_rows"]
     assert [(r["case"], r["dtype"]) for r in rows] == [("3x5", "float32"), ("3x5", "float16"),
                                                         ("17x33", "float32"), ("17x33", "float16")]
-    keys = {"case", "dtype", "torch_ms", "compile_ms", "kernel_ms", "speedup", "speedup_vs_compile", "gbps", "pct_of_copy"}
+    keys = {"case", "dtype", "torch_ms", "compile_ms", "kernel_ms", "speedup", "speedup_vs_compile", "gbps",
+            "pct_of_copy"}
     for r in rows:
         assert keys <= set(r)
         assert r["speedup"] == pytest.approx(r["torch_ms"] / r["kernel_ms"])

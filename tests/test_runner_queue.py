@@ -39,7 +39,7 @@ def runner(tmp_path):
     """(queue, process, log path) for a runner serving the cpu queue of a fresh SQLite file."""
     url = f"sqlite://{tmp_path}/queue.db"
     log = tmp_path / "runner.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "KERNELBOT_HEARTBEAT_S": "0.3", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KERNELBOT_HEARTBEAT_S": "0.1", "PYTHONUNBUFFERED": "1"}
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "runner.worker", "--backend", "cpu", "--queue", url],
                                 cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)

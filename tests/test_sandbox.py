@@ -102,7 +102,7 @@ def test_environment_is_scrubbed_of_secrets(tmp_path, monkeypatch):
     assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
     assert env["HOME"] == str(tmp_path) == seen["cwd"]
     assert env["PYTHONPATH"] == str(REPO)
-    assert env["TRITON_CACHE_DIR"].startswith(str(tmp_path)) and env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path))
+    assert all(env[k].startswith(str(tmp_path)) for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR"))
 
 
 def test_cuda_backend_pins_one_gpu_and_uses_no_interpreter(tmp_path):
