@@ -1,0 +1,318 @@
+"""Generated tests (stages 3 and 5) and the bench plan (stage 6).
+
+test_reference.py and test_kernel.py are pytest files the runner executes in a
+sandbox directory holding spec.json, reference.py and kernel.py. They import only
+torch, pytest, the standard library and those two modules, read the cases and dtype
+variants from spec.json (one test id per case x variant, e.g. "5333x497-float16"),
+and compare against the reference evaluated on float64 copies of the inputs.
+
+Tolerance, per output dtype: |got - want| <= atol + rtol * |want| (+ a rounding
+allowance, below), with rtol/atol from runner.protocol and atol growing with sqrt(N)
+for sum/mean/max/min over N elements. The rounding allowance: code that keeps
+intermediate values in limited precision (the reference rounds each step to its
+dtype, as eager PyTorch does; the kernel to float32) inherits an error the expression
+itself causes, e.g. x * y + z in float16 after cancellation. The tests measure it
+(the expression evaluated in float64 with those steps rounded, minus the exact value)
+and allow it on top; expressions with a single step get the plain tolerance.
+"""
+from __future__ import annotations
+
+from bot import ir
+from bot.lower_torch import doc_text, fold_constants, local_names, plain_text, torch_expression, torch_lines
+from bot.spec import parse_expression
+from runner import protocol
+
+# Ops whose result is exact on values already in the dtype: they add no rounding.
+_EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where"} | ir.COMPARE
+
+# Names the generated helpers use themselves; an input with one of these names is renamed there.
+_RESERVED = {"torch", "pytest", "math", "os", "sys", "json", "importlib", "r", "h", "inputs", "want", "dtype",
+             "rounded"}
+
+
+def bench_plan(spec: dict) -> dict:
+    """bench_plan.json: every case and dtype, eager torch vs torch.compile vs the kernel."""
+    return {"cases": "all", "dtypes": "all",
+            "versions": ["torch", "torch.compile", "kernel"],
+            "timing": {"method": "do_bench", "warmup_ms": 25, "rep_ms": 100, "cudagraph": True},
+            "compile_mode": "max-autotune-no-cudagraphs"}
+
+
+def reference_test_source(spec: dict) -> str:
+    """test_reference.py: on every case x dtype, the reference's output shape and dtype,
+    finite values, agreement with itself on float64 inputs, and the op's property if it has one."""
+    gen = _TestFile(spec)
+    prop = gen.property_check()
+    checks = [
+        "    inputs = make_inputs(case, variant)",
+        "    got = reference(*inputs)",
+        "    inputs64 = [t.double() for t in inputs]",
+        "    want = reference(*inputs64)",
+        *gen.shape_and_dtype_checks("reference"),
+        "    bad = int((~torch.isfinite(got)).sum())",
+        '    assert bad == 0, f"the reference gives {bad} non-finite values in {dtype}"',
+        f"    allowance = {gen.allowance('getattr(torch, dtype)')}",
+        '    check_close(got, want, dtype, reduced_length(inputs), allowance, f"reference in {dtype} vs float64")',
+    ]
+    if prop:
+        checks.append("    check_property(got, inputs, inputs64, dtype)")
+    test = ("\n\n@pytest.mark.parametrize(\"case, variant\", params(skip_bf16=False))\n"
+            "def test_reference(case, variant):\n" + "\n".join(checks) + "\n")
+    return gen.header("Reference test", "reference(inputs) in each dtype against reference(float64 inputs)",
+                      ("reference",)) \
+        + gen.helpers() + prop + test
+
+
+def kernel_test_source(spec: dict) -> str:
+    """test_kernel.py: on every case x dtype, kernel(inputs) against reference(float64 inputs),
+    output shape and dtype, NaN never passing, and the inputs left unchanged."""
+    gen = _TestFile(spec)
+    checks = [
+        "    inputs = make_inputs(case, variant)",
+        "    before = [t.clone() for t in inputs]",
+        "    inputs64 = [t.double() for t in inputs]",
+        "    want = reference(*inputs64)",
+        "    got = kernel(*inputs)",
+        *gen.shape_and_dtype_checks("kernel"),
+        f"    allowance = {gen.allowance('torch.float32')}  # the kernel computes in float32",
+        '    check_close(got, want, dtype, reduced_length(inputs), allowance, "kernel vs reference on float64 inputs")',
+        "    for spec_input, t, t0 in zip(SPEC[\"inputs\"], inputs, before):",
+        "        assert torch.equal(t, t0), f\"the kernel changed its input {spec_input['name']}\"",
+    ]
+    test = ("\n\n# bf16 is skipped only under Triton's interpreter, which gets it wrong; the GPU tests it.\n"
+            "@pytest.mark.parametrize(\"case, variant\", params(skip_bf16=INTERPRETED))\n"
+            "def test_kernel(case, variant):\n" + "\n".join(checks) + "\n")
+    return gen.header("Kernel test", "kernel(inputs) against reference(float64 inputs)",
+                      ("reference", "kernel")) + gen.helpers() + test
+
+
+class _TestFile:
+    """The parts both generated tests share, written from one place."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.node = parse_expression(spec)
+        self.order = [i["name"] for i in spec["inputs"]]
+        self.names = local_names(self.order, _RESERVED)
+        self.body = self.node.args[0] if self.node.op in ir.ROW_OPS else self.node
+
+    def header(self, title: str, what: str, modules: tuple[str, ...]) -> str:
+        name = self.spec["name"]
+        imports = "".join(f'{m} = getattr(importlib.import_module("{m}"), "{name}")\n' for m in modules)
+        return f'''"""{title} for {name} ({doc_text(self.spec["expression"])}): {what},
+on every case x dtype variant of spec.json.
+
+Generated by kernelbot; the runner runs it with pytest beside spec.json, reference.py and kernel.py.
+Tolerance per output dtype: |got - want| <= atol + rtol * |want| + rounding allowance, want computed
+in float64; NaN never passes. atol grows with sqrt(N) for a sum/mean/max/min over N elements.
+"""
+import importlib
+import json
+import math
+import os
+import sys
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+{imports}with open(os.path.join(HERE, "spec.json")) as f:
+    SPEC = json.load(f)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+BF16_SKIP = "Triton's interpreter computes bfloat16 wrongly; bf16 is tested on the GPU"
+SEED = 0
+# runner.protocol's tolerances (FlagGems' rtol per dtype).
+RTOL = {protocol.RTOL!r}
+ATOL = {protocol.ATOL!r}
+REDUCES = {self.node.op in ir.REDUCE}  # a sum/mean/max/min over the last dim: atol grows with sqrt(N)
+'''
+
+    def helpers(self) -> str:
+        return _COMMON + self._rounding_error() + self._body_function()
+
+    def shape_and_dtype_checks(self, who: str) -> list[str]:
+        return [
+            '    out = SPEC["outputs"][0]',
+            '    dtype = out["dtypes"][variant]',
+            '    assert list(got.shape) == out["shapes"][case], \\',
+            f'        f"{who} output shape {{list(got.shape)}}, spec says {{out[\'shapes\'][case]}}"',
+            f'    assert got.dtype == getattr(torch, dtype), f"{who} output dtype {{got.dtype}}, spec says {{dtype}}"',
+        ]
+
+    # ------------------------------------------------------------ rounding allowance
+
+    def has_steps(self) -> bool:
+        """Does the expression round intermediate values? A pointwise expression does from its
+        second rounding op on; a row op from its body's first (the body is rounded before the op)."""
+        body = fold_constants(self.body)
+        rounding = [n for n in body.walk() if n.args and n.op not in _EXACT]
+        return len(rounding) >= (1 if self.node.op in ir.ROW_OPS else 2)
+
+    def allowance(self, dtype: str) -> str:
+        return f"rounding_error(inputs64, want, {dtype})" if self.has_steps() else "0.0"
+
+    def _rounding_error(self) -> str:
+        if not self.has_steps():
+            return ""
+        lines, result = torch_lines(self.spec, self.node, self.names, round_with="r")
+        unpack = f"    {', '.join(self.names[n] for n in self.order)}{',' * (len(self.order) == 1)} = inputs\n"
+        body = "".join(f"    {line}\n" for line in lines)
+        return f'''
+
+def rounding_error(inputs, want, dtype):
+    """How far {doc_text(self.spec["expression"])} moves from its exact value `want` when its
+    intermediate steps are rounded to `dtype`: an error of the expression in that precision, which
+    code keeping its intermediates in `dtype` inherits, so it is allowed on top of the tolerance."""
+    def r(t):
+        return t.to(dtype).to(torch.float64)
+
+{unpack}{body}    rounded = {result}
+    return (rounded - want).abs()
+'''
+
+    # ------------------------------------------------------------ properties (reference test)
+
+    def _body_function(self) -> str:
+        if not self._property_needs_body():
+            return ""
+        anchor = self.names[self.order[0]]
+        lines, expr = torch_expression(self.body, self.names, anchor, _RESERVED)
+        body = "".join(f"    {line}\n" for line in lines)
+        return f'''
+
+def body({", ".join(self.names[n] for n in self.order)}):
+    """The values {self.node.op} works on: {doc_text(plain_text(self.body))}."""
+{body}    return {expr}
+'''
+
+    def _property_needs_body(self) -> bool:
+        op = self.node.op
+        return op in ("max", "min") or (op in ir.NORMS and not self.node.args[1:])
+
+    def property_check(self) -> str:
+        """check_property(got, inputs, inputs64, dtype) for ops that have a property, else ''."""
+        op, head = self.node.op, "\n\ndef check_property(got, inputs, inputs64, dtype):\n"
+        if op in ("max", "min"):
+            cmp = ">=" if op == "max" else "<="
+            return head + f'''    """{op}: the result is {"at least" if op == "max" else "at most"} every element of its row and equals one of them."""
+    values = body(*inputs)          # in the dtype, as the reference saw them
+    assert bool((got.unsqueeze(-1) {cmp} values).all()), "{op} is {"below" if op == "max" else "above"} an element of its row"
+    assert bool((got.unsqueeze(-1) == values).any(-1).all()), "{op} is none of its row's elements"
+'''
+        if op == "softmax":
+            return head + '''    """softmax: every row sums to 1 (each of its N terms may be off by rtol of itself)."""
+    sums = got.double().sum(-1)
+    check_close(sums, torch.ones_like(sums), dtype, got.shape[-1], 0.0, "softmax row sums vs 1")
+'''
+        if op == "log_softmax":
+            return head + '''    """log_softmax: logsumexp of every row is 0, to within the rounding of its largest term."""
+    out = got.double()
+    lse = torch.logsumexp(out, -1)
+    allowance = RTOL[dtype] * out.abs().amax(-1)
+    check_close(lse, torch.zeros_like(lse), dtype, got.shape[-1], allowance, "log_softmax row logsumexp vs 0")
+'''
+        if op in ir.NORMS and not self.node.args[1:]:
+            eps = repr(float(self.node.attr("eps")))
+            if op == "layernorm":
+                stat, spread, what = "out.var(-1, correction=0)", "h.var(-1, correction=0)", "variance"
+                lead = '''    check_close(out.mean(-1), torch.zeros(out.shape[:-1], dtype=out.dtype, device=out.device), dtype,
+                out.shape[-1], RTOL[dtype] * out.abs().mean(-1), "layernorm row means vs 0")
+'''
+                doc = ("layernorm without weight or bias: every row has mean 0 and variance v / (v + eps),\n"
+                       "    v the variance of the values normalised (so 1, less eps's share).")
+            else:
+                stat, spread, what, lead = "out.pow(2).mean(-1)", "h.pow(2).mean(-1)", "mean square", ""
+                doc = ("rmsnorm without weight: every row has mean square m / (m + eps), m the mean square\n"
+                       "    of the values normalised (so 1, less eps's share).")
+            return head + f'''    """{doc}"""
+    out = got.double()
+    h = body(*inputs64)
+{lead}    spread = {spread}
+    check_close({stat}, spread / (spread + {eps}), dtype, out.shape[-1],
+                2 * RTOL[dtype] * out.pow(2).mean(-1), "{op} row {what}s")
+'''
+        return ""
+
+
+_COMMON = '''
+
+def case_label(case):
+    # As runner.protocol.Case.label: the first input's shape, other inputs' where they differ.
+    shapes = {i["name"]: i["shapes"][case] for i in SPEC["inputs"]}
+    first = next(iter(shapes.values()))
+    others = [f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items() if s != first]
+    return ("x".join(map(str, first)) or "scalar") + (f" ({', '.join(others)})" if others else "")
+
+
+def variant_label(variant):
+    # As runner.protocol.variant_label: "float16", or "x:float16,y:float32" when inputs differ.
+    dtypes = {i["name"]: i["dtypes"][variant] for i in SPEC["inputs"]}
+    if len(set(dtypes.values())) == 1:
+        return next(iter(dtypes.values()))
+    return ",".join(f"{n}:{d}" for n, d in dtypes.items())
+
+
+def params(skip_bf16):
+    """One pytest param per case x dtype variant, with ids like "5333x497-float16"."""
+    out = []
+    for case in range(len(SPEC["inputs"][0]["shapes"])):
+        for variant in range(len(SPEC["inputs"][0]["dtypes"])):
+            bf16 = any(i["dtypes"][variant] == "bfloat16" for i in SPEC["inputs"])
+            marks = [pytest.mark.skip(reason=BF16_SKIP)] if skip_bf16 and bf16 else []
+            out.append(pytest.param(case, variant, id=f"{case_label(case)}-{variant_label(variant)}", marks=marks))
+    return out
+
+
+def make_inputs(case, variant):
+    """The case's inputs in the variant's dtypes, drawn from each input's domain with a fixed seed:
+    normal (standard normal), positive (uniform in [0.5, 2)), nonzero (random sign times that)."""
+    gen = torch.Generator(device=DEVICE).manual_seed(SEED)
+    inputs = []
+    for spec_input in SPEC["inputs"]:
+        shape, domain = spec_input["shapes"][case], spec_input.get("domain", "normal")
+        if domain == "normal":
+            values = torch.randn(shape, generator=gen, device=DEVICE)
+        else:
+            values = 0.5 + 1.5 * torch.rand(shape, generator=gen, device=DEVICE)
+            if domain == "nonzero":
+                values = torch.where(torch.rand(shape, generator=gen, device=DEVICE) < 0.5, -values, values)
+        inputs.append(values.to(getattr(torch, spec_input["dtypes"][variant])))
+    return inputs
+
+
+def reduced_length(inputs):
+    """N for a sum/mean/max/min over the last dim (its rounding error grows like sqrt(N)), else 1."""
+    return torch.broadcast_shapes(*(t.shape for t in inputs))[-1] if REDUCES else 1
+
+
+def position(flat, shape):
+    """The index in `shape` of the flat position `flat`."""
+    index = []
+    for size in reversed(shape):
+        index.append(flat % size)
+        flat //= size
+    return tuple(reversed(index))
+
+
+def check_close(got, want, dtype, reduce_len, allowance, what):
+    """Fail, naming the worst element, unless |got - want| <= atol + rtol * |want| + allowance
+    everywhere (NaN never passes)."""
+    rtol, atol = RTOL[dtype], ATOL[dtype] * math.sqrt(max(1, reduce_len))
+    err = (got.double() - want).abs()
+    allowed = atol + rtol * want.abs() + allowance
+    ok = err <= allowed
+    if bool(ok.all()):
+        return
+    excess = torch.where(ok, 0.0, (err / allowed).nan_to_num(float("inf"))).flatten()
+    i = int(excess.argmax())
+    pytest.fail(
+        f"{what}: {int((~ok).sum())} of {ok.numel()} values outside |got - want| <= {atol:.3g} + {rtol:.3g} * |want|"
+        f" (+ rounding allowance); worst at {position(i, got.shape)}: got {got.flatten()[i].item():.7g}, "
+        f"want {want.flatten()[i].item():.7g}, |err| {err.flatten()[i].item():.3g} > "
+        f"allowed {allowed.flatten()[i].item():.3g}",
+        pytrace=False,
+    )
+'''
