@@ -1,0 +1,391 @@
+"""`kernelbot slack`: the Bolt app. Slack payloads become service calls.
+
+Every listener acknowledges first (Slack wants an answer within 3 seconds), then
+dispatches; generation runs in the service's thread pool. Slack redelivers, so
+each event, button and modal submission carries a key the store records once.
+Socket Mode needs no public URL; `--http` serves /slack/events and checks
+request signatures.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import threading
+import time
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from slack_bolt import App, BoltRequest, BoltResponse
+from slack_bolt.adapter.wsgi import SlackRequestHandler
+from slack_bolt.adapter.wsgi.http_request import WsgiHttpRequest
+from slack_sdk.errors import SlackApiError
+
+from bot import cards, report, stages
+from bot import slack_blocks as sb
+from bot.config import Config
+from bot.engine import validate_artifact
+from bot.events import Approve, Cancel, Correct, Edit, Event, Regenerate
+from bot.model import Session
+from bot.repl import code_block
+from bot.service import Service
+from bot.slack_chat import PLATFORM, SlackChat, slack_error, web_client
+
+log = logging.getLogger("kernelbot.slack")
+
+COMMAND = "/kernel"
+POLL_S, RECOVER_S = 0.5, 30.0
+THUMBS_UP = frozenset({"+1", "thumbsup"})
+APPROVE_REPLIES = frozenset({"approve", "approved", "lgtm"})
+_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+_ANY_FENCE = re.compile(r"```(?:(?:python|py|json)[ \t]*\n)?(.*?)```", re.S)
+_SLACK_ESCAPES = (("&lt;", "<"), ("&gt;", ">"), ("&amp;", "&"))
+
+HELP = f"""*kernelbot* takes a kernel request to a reviewed, tested, benchmarked Triton kernel, one stage at a time.
+`{COMMAND} REQUEST` starts a session in a new thread, e.g. `{COMMAND} softmax over the last dim of a 1024x4096 fp32 \
+tensor`; mentioning me with a request does the same.
+`{COMMAND} list` open sessions in this channel · `{COMMAND} status ID` · `{COMMAND} cancel ID` · \
+`{COMMAND} export ID` (the files, report and chart, into the session's thread)
+In a session's thread: use the buttons, or react :+1: to approve a stage; a reply asks for changes; a reply \
+holding a fenced code block (three backticks) replaces the current code."""
+
+
+def is_thumbs_up(name: str) -> bool:
+    """'+1', 'thumbsup', with or without a skin tone ('+1::skin-tone-3') or colons."""
+    return name.strip(":").split("::")[0] in THUMBS_UP
+
+
+def slack_text(text: str, bot_user: str | None = None) -> str:
+    """What a person typed: the bot's mention removed, other mentions as bare user ids (cards
+    render ids as mentions again), Slack's escapes undone."""
+    text = _MENTION.sub(lambda m: "" if m.group(1) == bot_user else m.group(1), text)
+    for escaped, plain in _SLACK_ESCAPES:
+        text = text.replace(escaped, plain)
+    return text.strip()
+
+
+def reply_code(text: str) -> str | None:
+    """A fenced block in a reply; Slack's composer often puts code right after the fence."""
+    block = code_block(text)
+    if block is not None:
+        return block
+    m = _ANY_FENCE.search(text)
+    return m.group(1).strip("\n") + "\n" if m else None
+
+
+class SlackBot:
+    """The listeners. The only state is in the store; this object can be rebuilt at any time."""
+
+    def __init__(self, svc: Service, chat: SlackChat) -> None:
+        self.svc, self.chat = svc, chat
+
+    def register(self, app: App) -> None:
+        app.command(COMMAND)(self.on_command)
+        app.event("app_mention")(self.on_mention)
+        app.event("message")(self.on_message)
+        app.event("reaction_added")(self.on_reaction)
+        app.action(re.compile(f"^{sb.PREFIX}(approve|regenerate|cancel)$"))(self.on_button)
+        app.action(f"{sb.PREFIX}correct")(self.on_open_correct)
+        app.action(f"{sb.PREFIX}edit")(self.on_open_edit)
+        app.view(f"{sb.PREFIX}correct")(self.on_correct_submitted)
+        app.view(f"{sb.PREFIX}edit")(self.on_edit_submitted)
+
+    # ------------------------------------------------------------------ /kernel
+
+    def on_command(self, ack, command: dict, respond) -> None:
+        verb, _, arg = command.get("text", "").strip().partition(" ")
+        verb, arg = verb.lower(), arg.strip()
+        if verb in ("", "help"):
+            ack(HELP)
+        elif verb == "list" and not arg:
+            ack(self._list(command.get("channel_id", "")))
+        elif verb in ("status", "cancel", "export"):
+            s = self.svc.store.load(arg) if arg else None
+            if s is None:
+                ack(f"No session `{sb.escape(arg)}`. `{COMMAND} list` shows this channel's open sessions."
+                    if arg else f"Usage: `{COMMAND} {verb} ID`; `{COMMAND} list` shows the ids.")
+                return
+            {"status": self._status, "cancel": self._cancel, "export": self._export}[verb](ack, respond, command, s)
+        else:
+            ack()
+            self._start_from_command(command, respond)
+
+    def _list(self, channel: str) -> str:
+        ids = self.svc.store.session_ids(status="active", channel=channel, platform=PLATFORM)
+        lines = [f"`{s.id}` · {stages.label(s.stage)} · <@{s.requester}> · {sb.escape(sb.clip(s.request, 80))}"
+                 for s in self.svc.store.sessions(ids)]
+        return "\n".join(lines) or "No open sessions in this channel."
+
+    def _status(self, ack, respond, command: dict, s: Session) -> None:
+        card = cards.summary_card(s)
+        ack(text=sb.fallback_text(card), blocks=sb.card_blocks(card))
+
+    def _cancel(self, ack, respond, command: dict, s: Session) -> None:
+        ack()
+        self.svc.dispatch(s.id, Cancel(command["user_id"]), event_key=f"command:{command.get('trigger_id')}")
+
+    def _export(self, ack, respond, command: dict, s: Session) -> None:
+        ack(f"Exporting session `{s.id}` into its thread.")
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = report.export(s, Path(tmp))
+            chart = " and the chart" if any(p.name == "chart.png" for p in paths) else ""
+            try:
+                self.chat.upload(s, [{"file": str(p), "filename": p.name, "title": p.name} for p in paths],
+                                 comment=f"Session `{s.id}` ({s.status}): artifacts, report.json, REPORT.md{chart}")
+            except Exception as e:                      # ChannelUnavailable or a Slack API error
+                respond(f"The export of `{s.id}` could not be uploaded: {e}")
+
+    def _start_from_command(self, command: dict, respond) -> None:
+        if not self._first_time(f"command:{command.get('trigger_id')}"):
+            return
+        user, channel, request = command["user_id"], command["channel_id"], command.get("text", "").strip()
+        try:
+            root = self.chat.post_root(channel, f"<@{user}> asked for a kernel: {sb.escape(request)}\n"
+                                                "Each stage is posted in this thread for review.")
+        except SlackApiError as e:
+            respond(f"I could not post in this channel ({slack_error(e)}). Invite me with `/invite @kernelbot`, "
+                    "then run the command again.")
+            return
+        self._start(request, user, channel, root)
+
+    def _start(self, request: str, user: str, channel: str, root: str) -> None:
+        s = self.svc.start(request, user, channel=channel, thread=root)
+        self.chat.map_root(s.id, channel, root)
+
+    def _first_time(self, key: str) -> bool:
+        # A start has no session yet, so Service.dispatch's event_key cannot guard it.
+        return self.svc.store.first_time(PLATFORM, key)
+
+    # ------------------------------------------------------------------ events (acked by Bolt)
+
+    def on_mention(self, event: dict, body: dict, context: dict) -> None:
+        channel, thread = event.get("channel", ""), event.get("thread_ts")
+        if not channel or self.chat.session_in_thread(channel, thread):
+            return                                          # a reply in a session: on_message has it
+        request = slack_text(event.get("text", ""), context.get("bot_user_id"))
+        if request.lower() in ("", "help"):
+            self.chat.tell(channel, event.get("user", ""), HELP, thread)
+        elif self._first_time(body.get("event_id", "")):
+            self._start(request, event.get("user", ""), channel, thread or event.get("ts", ""))
+
+    def on_message(self, event: dict, body: dict, context: dict) -> None:
+        thread = event.get("thread_ts")
+        person = event.get("subtype") in (None, "thread_broadcast") and not event.get("bot_id")
+        if not person or thread in (None, event.get("ts")):
+            return                                          # edits, deletions, bots, top-level chatter
+        sid = self.chat.session_in_thread(event.get("channel", ""), thread)
+        s = self.svc.store.load(sid) if sid else None
+        if s is not None and s.active:                      # talk after the session ended is just talk
+            text = slack_text(event.get("text", ""), context.get("bot_user_id"))
+            self.svc.dispatch(s.id, self._reply_event(s, event.get("user", ""), text), event_key=body.get("event_id"))
+
+    @staticmethod
+    def _reply_event(s: Session, user: str, text: str) -> Event:
+        """A thread reply acts on the current stage: a code block edits, a thumbs-up approves, else corrects."""
+        latest = s.latest(s.stage)
+        ref = (s.stage, latest.rev if latest else 0)
+        code = reply_code(text)
+        if code is not None:
+            return Edit(*ref, user, code)
+        if text.lower() in APPROVE_REPLIES or is_thumbs_up(text):
+            return Approve(*ref, user)
+        return Correct(*ref, user, text)
+
+    def on_reaction(self, event: dict, body: dict) -> None:
+        item = event.get("item") or {}
+        if item.get("type") != "message" or not is_thumbs_up(event.get("reaction", "")):
+            return
+        card = self.chat.card_at(item.get("channel", ""), item.get("ts", ""))
+        if card and card["kind"] == "revision":
+            self.svc.dispatch(card["session_id"], Approve(card["stage"], card["rev"], event.get("user", "")),
+                              event_key=body.get("event_id"))
+
+    # ------------------------------------------------------------------ buttons and modals
+
+    def on_button(self, ack, body: dict, action: dict) -> None:
+        ack()
+        ref = self._button_ref(body, action)
+        if ref is None:
+            return
+        sid, stage, rev = ref
+        user = body["user"]["id"]
+        kind = action["action_id"].removeprefix(sb.PREFIX)
+        ev = Cancel(user) if kind == "cancel" else (Approve if kind == "approve" else Regenerate)(stage, rev, user)
+        key = ":".join(["action", action.get("action_ts", ""), body.get("container", {}).get("message_ts", ""),
+                        action["action_id"], user])
+        self._dispatch(sid, ev, key, body)
+
+    def on_open_correct(self, ack, body: dict, action: dict) -> None:
+        ack()
+        ref = self._button_ref(body, action)
+        if ref:
+            self.chat.open_modal(body["trigger_id"], sb.correction_modal(action["value"], ref[1]))
+
+    def on_open_edit(self, ack, body: dict, action: dict) -> None:
+        ack()
+        ref = self._button_ref(body, action)
+        s = self._session_or_tell(ref[0], body) if ref else None
+        rev = s.revision(ref[1], ref[2]) if s else None
+        if rev:
+            self.chat.open_modal(body["trigger_id"], sb.edit_modal(action["value"], rev.stage, rev.content))
+
+    def on_correct_submitted(self, ack, body: dict, view: dict) -> None:
+        ack()
+        ref = self._modal_ref(view)
+        if ref:
+            self._dispatch(ref[0], Correct(ref[1], ref[2], body["user"]["id"], sb.modal_input(view, "text")),
+                           f"view:{view.get('id')}", body)
+
+    def on_edit_submitted(self, ack, body: dict, view: dict) -> None:
+        ref = self._modal_ref(view)
+        typed = sb.modal_input(view, "code")
+        content = reply_code(typed) or typed
+        problem = validate_artifact(ref[1], content) if ref else None
+        if problem:                                         # shown in the modal, which stays open
+            ack(response_action="errors", errors={"code": sb.clip(problem, 150)})
+            return
+        ack()
+        if ref:
+            self._dispatch(ref[0], Edit(ref[1], ref[2], body["user"]["id"], content), f"view:{view.get('id')}", body)
+
+    def _button_ref(self, body: dict, action: dict) -> tuple[str, str, int] | None:
+        try:
+            return cards.parse_action_value(action.get("value", ""))
+        except ValueError:
+            self._tell(body, "That button does not belong to a kernelbot session (or its data is damaged); "
+                             "nothing was done.")
+            return None
+
+    @staticmethod
+    def _modal_ref(view: dict) -> tuple[str, str, int] | None:
+        try:
+            return cards.parse_action_value(view.get("private_metadata", ""))
+        except ValueError:
+            log.warning("modal %s carries no kernelbot card reference; ignored", view.get("id"))
+            return None
+
+    def _dispatch(self, sid: str, ev: Event, key: str, body: dict) -> None:
+        if self.svc.dispatch(sid, ev, event_key=key) is None:
+            self._unknown(sid, body)
+
+    def _session_or_tell(self, sid: str, body: dict) -> Session | None:
+        s = self.svc.store.load(sid)
+        if s is None:
+            self._unknown(sid, body)
+        return s
+
+    def _unknown(self, sid: str, body: dict) -> None:
+        self._tell(body, f"Session `{sid}` is not in this bot's store (another installation started it, or the "
+                         "store was reset); nothing was done.")
+
+    def _tell(self, body: dict, text: str) -> None:
+        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id")
+        user = (body.get("user") or {}).get("id")
+        if channel and user:
+            self.chat.tell(channel, user, text, (body.get("container") or {}).get("thread_ts"))
+        else:
+            log.warning("cannot answer %s (no channel or user in the payload): %s", body.get("type"), text)
+
+
+# ------------------------------------------------------------------ running it
+
+def build_app(svc: Service, chat: SlackChat, signing_secret: str = "") -> App:
+    """The Bolt app on the chat's WebClient (so KERNELBOT_SLACK_API_URL applies to Bolt's calls too)."""
+    app = App(client=chat.client, signing_secret=signing_secret, logger=log)
+    SlackBot(svc, chat).register(app)
+    return app
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _LoggingHandler(WSGIRequestHandler):
+    def log_message(self, fmt: str, *args) -> None:
+        log.debug("http: " + fmt, *args)
+
+
+class _SlackEndpoint(SlackRequestHandler):
+    """Bolt's WSGI handler, answering 400 to a body it cannot parse (Bolt parses before it verifies)."""
+
+    def dispatch(self, request: WsgiHttpRequest) -> BoltResponse:
+        try:
+            bolt_request = BoltRequest(body=request.get_body(), query=request.query_string,
+                                       headers=request.get_headers())
+        except ValueError as e:
+            log.warning("malformed request body ignored: %s", e)
+            return BoltResponse(status=400, body="malformed payload")
+        return self.app.dispatch(bolt_request)
+
+
+def http_server(app: App, port: int, host: str = "0.0.0.0") -> WSGIServer:
+    """Serves POST /slack/events; Bolt verifies each request's signature (401 when it is wrong)."""
+    return make_server(host, port, _SlackEndpoint(app, path="/slack/events"),
+                       server_class=_ThreadingWSGIServer, handler_class=_LoggingHandler)
+
+
+def keep_polling(svc: Service, stop: threading.Event) -> None:
+    """Runner results and heartbeats into the threads; now and then retry effects Slack refused."""
+    last_recover = time.monotonic()
+    while not stop.wait(POLL_S):
+        try:
+            svc.poll_jobs()
+            if time.monotonic() - last_recover > RECOVER_S:
+                svc.recover()
+                last_recover = time.monotonic()
+        except Exception:                               # keep polling; the store still holds everything
+            log.exception("polling the runner failed")
+
+
+def _env(name: str, why: str) -> str:
+    value = os.environ.get(name, "")
+    if not value:
+        raise SystemExit(f"kernelbot slack: set {name} ({why}); see 'Slack' in README.md")
+    return value
+
+
+def assemble(cfg: Config, http: bool) -> tuple[Service, App, str]:
+    """The service and Bolt app from the environment's Slack credentials, plus the app-level
+    token Socket Mode connects with (empty over HTTP)."""
+    from bot.app import make_service
+    from bot.store import Store
+    token = _env("SLACK_BOT_TOKEN", "the bot token, xoxb-...")
+    secret = _env("SLACK_SIGNING_SECRET", "the app's signing secret") if http else ""
+    app_token = "" if http else _env("SLACK_APP_TOKEN", "an app-level token with connections:write, xapp-...")
+    chat = SlackChat(web_client(token, os.environ.get("KERNELBOT_SLACK_API_URL")), Store(cfg.db_path))
+    svc = make_service(cfg, chat)
+    return svc, build_app(svc, chat, secret), app_token
+
+
+def main(cfg: Config, http: bool = False, port: int = 3000) -> int:
+    """Run the bot on Slack until interrupted: Socket Mode, or HTTP on `port` with `http`."""
+    from bot.app import LocalRunner
+    svc, app, app_token = assemble(cfg, http)
+    runner = LocalRunner(cfg, cfg.backend)
+    try:
+        runner.ensure(svc)
+    except SystemExit as e:                             # a bot-only host: jobs wait for a remote runner
+        log.warning("%s; jobs wait in the queue until a %s runner starts", e, cfg.backend)
+    svc.recover()
+    stop = threading.Event()
+    poller = threading.Thread(target=keep_polling, args=(svc, stop), daemon=True, name="poll")
+    poller.start()
+    try:
+        if http:
+            server = http_server(app, port)
+            print(f"kernelbot on Slack over HTTP: POST http://0.0.0.0:{port}/slack/events", flush=True)
+            server.serve_forever()
+        else:
+            from slack_bolt.adapter.socket_mode import SocketModeHandler
+            print("kernelbot on Slack in Socket Mode", flush=True)
+            SocketModeHandler(app, app_token).start()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        poller.join(10)                                 # let a poll in flight finish before the pool stops
+        svc.shutdown()
+        runner.stop()
+    return 0

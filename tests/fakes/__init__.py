@@ -1,0 +1,1 @@
+"""Loopback fakes of external services, speaking their wire protocols."""
