@@ -39,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--backend", choices=BACKENDS)
     verify.add_argument("--json", action="store_true", help="print the result as JSON")
 
+    slack = sub.add_parser("slack", help="the bot on Slack: Socket Mode, or an HTTP app with --http")
+    slack.add_argument("--http", action="store_true", help="serve POST /slack/events (needs SLACK_SIGNING_SECRET)")
+    slack.add_argument("--port", type=int, default=3000, help="HTTP port with --http (default 3000)")
+    slack.add_argument("--backend", choices=BACKENDS)
+
     status = sub.add_parser("status", help="sessions in the store, or one session in full")
     status.add_argument("session", nargs="?")
     return p
@@ -50,8 +55,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from bot.config import Config
     cfg = Config.from_env(backend=getattr(args, "backend", None))
-    return {"chat": _chat, "run": _run, "runner": _runner, "verify": _verify, "status": _status}[args.command](
-        args, cfg)
+    commands = {"chat": _chat, "run": _run, "runner": _runner, "verify": _verify, "status": _status,
+                "slack": _slack}
+    return commands[args.command](args, cfg)
 
 
 def _chat(args, cfg) -> int:
@@ -62,6 +68,11 @@ def _chat(args, cfg) -> int:
 def _run(args, cfg) -> int:
     from bot.autorun import run
     return run(args.request, args.out, cfg, yes=args.yes, timeout_s=args.timeout)
+
+
+def _slack(args, cfg) -> int:
+    from bot.slack_app import main as slack_main
+    return slack_main(cfg, http=args.http, port=args.port)
 
 
 def _runner(args, cfg) -> int:
