@@ -1,0 +1,140 @@
+"""End to end on the embedded defaults: real processes, the real Huey queue, the real
+runner with its sandbox (Triton's interpreter here), the offline generator."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bot.app import make_service
+from bot.autorun import awaiting_review
+from bot.config import Config
+from bot.console import ConsoleChat
+from bot.events import Approve, Edit
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "runner"
+pytestmark = pytest.mark.slow
+
+
+def kernelbot(args: list[str], home: Path, timeout: float = 600, **env) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "KERNELBOT_HOME": str(home), "KERNELBOT_BACKEND": "cpu",
+                "KERNELBOT_HEARTBEAT_S": "1", **env}
+    return subprocess.run([sys.executable, "-m", "bot.cli", *args], cwd=ROOT, env=full_env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(path.stem + "_e2e", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, name)
+
+
+def test_run_writes_every_artifact_and_passes(tmp_path):
+    out = tmp_path / "out"
+    proc = kernelbot(["run", "relu(x + y) for fp16 and fp32, shapes 64x48 and 33x17", "--yes", "--out", str(out)],
+                     tmp_path / "home")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in ("spec.json", "reference.py", "test_reference.py", "kernel.py", "test_kernel.py",
+                 "bench_plan.json", "report.json", "chart.png", "REPORT.md"):
+        assert (out / name).is_file(), name
+
+    spec = json.loads((out / "spec.json").read_text())
+    assert [i["name"] for i in spec["inputs"]] == ["x", "y"]
+    assert spec["inputs"][0]["dtypes"] == ["float16", "float32"]
+    assert spec["inputs"][0]["shapes"] == [[64, 48], [33, 17]]
+
+    import torch
+    reference, kernel = load(out / "reference.py", spec["name"]), load(out / "kernel.py", spec["name"])
+    x, y = torch.randn(33, 17), torch.randn(33, 17)
+    torch.testing.assert_close(kernel(x, y), reference(x.double(), y.double()).float())
+
+    report = json.loads((out / "report.json").read_text())
+    assert [s["stage"] for s in report["stages"]] == ["spec", "reference", "reference_test", "kernel",
+                                                     "kernel_test", "benchmark"]
+    assert {s["status"] for s in report["stages"]} <= {"approved", "passed"}
+    assert report["bench"] and {"case", "dtype", "torch_ms", "kernel_ms", "speedup"} <= set(report["bench"][0])
+    assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "interpreter" in (out / "REPORT.md").read_text()
+    assert "all six stages passed" in proc.stdout
+
+
+def test_run_outside_scope_explains_and_exits_nonzero(tmp_path):
+    proc = kernelbot(["run", "multiply two 64x64 matrices with matmul", "--yes", "--out", str(tmp_path / "o")],
+                     tmp_path / "home")
+    assert proc.returncode == 1
+    assert "supported" in proc.stdout.lower() and "could not be generated" in proc.stderr
+
+
+def test_verify_passes_good_kernel_and_fails_bad_one(tmp_path):
+    add = FIXTURES / "add"
+    good = kernelbot(["verify", "--spec", str(add / "spec.json"), "--reference", str(add / "reference.py"),
+                      "--kernel", str(add / "kernel.py")], tmp_path)
+    assert good.returncode == 0, good.stdout + good.stderr
+    bad = kernelbot(["verify", "--spec", str(add / "spec.json"), "--reference", str(add / "reference.py"),
+                     "--kernel", str(FIXTURES / "bad" / "wrong_math.py")], tmp_path)
+    assert bad.returncode == 1 and "FAIL" in bad.stdout.upper()
+    missing = kernelbot(["verify", "--spec", str(tmp_path / "nope.json"), "--reference", str(add / "reference.py"),
+                         "--kernel", str(add / "kernel.py")], tmp_path)
+    assert missing.returncode == 2 and "is not a file" in missing.stderr
+
+
+def start_runner(home: Path, queue_url: str) -> subprocess.Popen:
+    env = {**os.environ, "KERNELBOT_HOME": str(home), "KERNELBOT_HEARTBEAT_S": "0.5"}
+    return subprocess.Popen([sys.executable, "-m", "runner.worker", "--backend", "cpu", "--queue", queue_url],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def drive(svc, sid: str, until, timeout: float = 180.0, approve: bool = True):
+    """Poll the runner and approve each stage until `until(session)` holds."""
+    end = time.time() + timeout
+    while time.time() < end:
+        svc.poll_jobs()
+        s = svc.store.load(sid)
+        if until(s):
+            return s
+        if approve and awaiting_review(s):
+            svc.dispatch(sid, Approve(s.stage, s.latest(s.stage).rev, "bob"))
+        time.sleep(0.1)
+    raise AssertionError(f"session stuck at {s.stage}: {[(j.id, j.status, j.attempt) for j in s.jobs]}")
+
+
+def test_runner_killed_mid_job_is_requeued_and_finishes(tmp_path):
+    home = tmp_path / "home"
+    cfg = Config.from_env(backend="cpu")
+    cfg.home, cfg.db_path, cfg.queue_url = home, home / "kb.db", f"sqlite:///{home / 'queue.db'}"
+    cfg.stale_s, cfg.heartbeat_s = 4.0, 0.5
+    out = io.StringIO()
+    svc = make_service(cfg, ConsoleChat(out))
+    first = start_runner(home, cfg.queue_url)
+    second = None
+    try:
+        s = svc.start("add two fp32 matrices of shape 8x8", "alice")
+        s = drive(svc, s.id, lambda s: s.stage == "kernel" and s.latest("kernel"))
+        # A person's edit: the same kernel, but slow to import, so the job is caught mid-run.
+        slow = "import time\ntime.sleep(6)\n" + s.latest("kernel").content
+        svc.dispatch(s.id, Edit("kernel", s.latest("kernel").rev, "dave", slow))
+        s = drive(svc, s.id, lambda s: any(j.stage == "kernel_test" and j.status == "running" for j in s.jobs))
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(10)
+        second = start_runner(home, cfg.queue_url)
+        s = drive(svc, s.id, lambda s: s.stage == "benchmark", approve=False, timeout=240)
+        job = next(j for j in s.jobs if j.stage == "kernel_test")
+        assert (job.status, job.attempt) == ("pass", 2)
+        assert "re-queued kernel test job (attempt 2/3)" in out.getvalue()
+    finally:
+        svc.shutdown()
+        for proc in (first, second):
+            if proc and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(30)
