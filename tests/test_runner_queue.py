@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,7 +22,10 @@ BAD = Path(__file__).parent / "fixtures" / "runner" / "bad"
 def wait_for(get, timeout_s: float = 60.0, every_s: float = 0.1):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        value = get()
+        try:
+            value = get()
+        except OSError:                      # a server still starting
+            value = None
         if value:
             return value
         time.sleep(every_s)
@@ -34,10 +39,35 @@ def job(job_id: str, kind: str = "kernel_test", kernel: Path = ADD / "kernel.py"
             "timeout_s": 120, "files": {**files, "kernel.py": kernel.read_text()}}
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def queue_url(request, tmp_path):
+    """A fresh queue: a SQLite file, or a redis-server of our own on a free loopback port."""
+    if request.param == "sqlite":
+        yield f"sqlite://{tmp_path}/queue.db"
+        return
+    if not shutil.which("redis-server"):
+        pytest.skip("redis-server is not installed (.ci/run installs Debian's redis-server)")
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or True, timeout_s=10)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 @pytest.fixture
-def runner(tmp_path):
-    """(queue, process, log path) for a runner serving the cpu queue of a fresh SQLite file."""
-    url = f"sqlite://{tmp_path}/queue.db"
+def runner(tmp_path, queue_url):
+    """(queue, process, log path) for a runner serving the cpu queue at queue_url."""
+    url = queue_url
     log = tmp_path / "runner.log"
     env = {**os.environ, "PYTHONPATH": str(REPO), "KERNELBOT_HEARTBEAT_S": "0.1", "PYTHONUNBUFFERED": "1"}
     with open(log, "wb") as out:
