@@ -22,7 +22,7 @@ def _number(value: float) -> str:
 
 def _bar_label(row: dict | None) -> str:
     """Why a version has no bar in a group, or '' when it has one."""
-    if row is None or row.get("ms") is None:
+    if row is None or row.get("time_ms") is None:
         return "wrong" if row is not None and "wrong" in row.get("error", "") else "n/a"
     return "implausible" if row.get("implausible") else ""
 
@@ -71,7 +71,7 @@ def render(bench: list[dict], copy_gbps: float | None, *, operator: str, device:
     rows = {(r["case"], r["dtype"], r["version"]): r for r in bench}
     palette = plt.get_cmap("tab10").colors
     colors = {v: palette[i % len(palette)] for i, v in enumerate(versions)}
-    torch_ms = {g: (rows.get((*g, "torch")) or {}).get("ms") for g in groups}
+    torch_ms = {g: (rows.get((*g, "torch")) or {}).get("time_ms") for g in groups}
 
     if len(groups) > SIDE_BY_SIDE_MAX_GROUPS:
         fig, (left, right) = plt.subplots(2, 1, figsize=(min(18.0, 3 + 1.3 * len(groups)), 11))
@@ -79,10 +79,11 @@ def render(bench: list[dict], copy_gbps: float | None, *, operator: str, device:
         fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6.2))
     others = [v for v in versions if v != "torch"]
     speedup_rows = {k: r for k, r in rows.items() if torch_ms.get(k[:2])}
-    _grouped_bars(left, groups, others, speedup_rows, lambda r: torch_ms[(r["case"], r["dtype"])] / r["ms"], colors)
+    _grouped_bars(left, groups, others, speedup_rows, lambda r: torch_ms[(r["case"], r["dtype"])] / r["time_ms"], colors)
     left.axhline(1.0, color="black", linewidth=1.2, linestyle="--", label="torch eager = 1.0")
-    _log_if_wide(left, [1.0] + [torch_ms[k[:2]] / r["ms"] for k, r in speedup_rows.items() if r.get("ms")])
-    left.set_title("speedup over torch eager (higher is better)", fontsize=11)
+    _log_if_wide(left, [1.0] + [torch_ms[k[:2]] / r["time_ms"] for k, r in speedup_rows.items() if r.get("time_ms")])
+    basis = next((r["basis"] for r in bench if r.get("basis")), "")
+    left.set_title(f"speedup over torch eager, {basis} time (higher is better)", fontsize=11)
     left.set_ylabel("torch eager time / version time")
     _legend_below(left)
 
@@ -91,7 +92,7 @@ def render(bench: list[dict], copy_gbps: float | None, *, operator: str, device:
         right.axhline(copy_gbps, color="crimson", linewidth=1.5, linestyle="--",
                       label=f"copy bandwidth {copy_gbps:,.0f} GB/s (ceiling)")
     _log_if_wide(right, [copy_gbps] + [r.get("gbps") for r in bench])
-    right.set_title("achieved bandwidth (inputs + output bytes / time)", fontsize=11)
+    right.set_title(f"achieved bandwidth (inputs + output bytes / {basis} time)", fontsize=11)
     right.set_ylabel("GB/s")
     _legend_below(right)
 
