@@ -40,6 +40,8 @@ BF16_SKIP = ("bfloat16 under the Triton CPU interpreter: it computes bfloat16 wr
 CPU_NOTE = "Triton interpreter on CPU: timings say nothing about GPU speed"
 CPU_RUNS = 5
 IMPLAUSIBLE = 1.05      # achieved bandwidth above this multiple of a plain copy means skipped work
+FLUSH_BYTES = 2 * 2**30  # zeroing 2 GiB takes ~0.5 ms on an H200: longer than any launch path
+GPU_REPS = 100
 
 
 class LoadError(Exception):
@@ -281,19 +283,48 @@ def run_correctness(ctx: Context, fn: Callable, is_reference: bool) -> None:
 
 # --- timing --------------------------------------------------------------------------------
 
-def time_cuda(fn: Callable, timing: dict) -> tuple[float, float | None]:
-    """(do_bench median ms with L2 flushed, CUDA-graph median ms or None if capture fails)."""
-    ms = triton.testing.do_bench(fn, warmup=timing.get("warmup_ms", 25), rep=timing.get("rep_ms", 100),
-                                 return_mode="median")
-    if not timing.get("cudagraph", True):
-        return ms, None
-    try:
-        return ms, triton.testing.do_bench_cudagraph(fn, rep=timing.get("rep_ms", 100), return_mode="median")
-    except Exception:
-        return ms, None
+def time_cuda(fn: Callable, timing: dict) -> dict:
+    """Three views of one version on the GPU, in ms:
+    - ms: triton.testing.do_bench median per call (L2 flushed); it includes the host's launch
+      overhead whenever that outlasts do_bench's 256 MB flush, as Triton's Python launcher can;
+    - cudagraph_ms: CUDA-graph replay median, launch overhead gone but L2 kept warm between calls;
+    - gpu_ms: GPU time with L2 flushed and the host kept ahead (see gpu_time), the basis for
+      comparing versions."""
+    out = {"ms": triton.testing.do_bench(fn, warmup=timing.get("warmup_ms", 25), rep=timing.get("rep_ms", 100),
+                                         return_mode="median")}
+    out["gpu_ms"] = gpu_time(fn, timing.get("gpu_reps", GPU_REPS))
+    if timing.get("cudagraph", True):
+        try:
+            out["cudagraph_ms"] = triton.testing.do_bench_cudagraph(fn, rep=timing.get("rep_ms", 100),
+                                                                    return_mode="median")
+        except Exception:
+            out["cudagraph_ms"] = None      # a version that cannot be captured still has the others
+    return out
 
 
-def time_cpu(fn: Callable, timing: dict) -> tuple[float, None]:
+_flush_buffer: list[torch.Tensor] = []
+
+
+def gpu_time(fn: Callable, reps: int) -> float:
+    """Median device time of fn between two events, with L2 flushed before each call by zeroing
+    FLUSH_BYTES. The flush keeps the device busy far longer than any host launch path, so the
+    host is always ahead and the events bracket only fn's work on the GPU."""
+    if not _flush_buffer:
+        _flush_buffer.append(torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda"))
+    flush = _flush_buffer[0]
+    fn()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for start, end in events:
+        flush.zero_()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+def time_cpu(fn: Callable, timing: dict) -> dict:
     """Wall-clock median of a few runs after one warm-up run."""
     fn()
     samples = []
@@ -301,7 +332,7 @@ def time_cpu(fn: Callable, timing: dict) -> tuple[float, None]:
         start = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e3, None
+    return {"ms": statistics.median(samples) * 1e3}
 
 
 def copy_gbps(device: str, timer: Callable) -> float:
@@ -309,7 +340,7 @@ def copy_gbps(device: str, timer: Callable) -> float:
     nbytes = 2**30 if device == "cuda" else 2**26
     src = torch.ones(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    ms, _ = timer(lambda: dst.copy_(src), {"cudagraph": False})
+    ms = timer(lambda: dst.copy_(src), {"cudagraph": False})["ms"]
     return 2 * nbytes / (ms * 1e-3) / 1e9
 
 
@@ -343,28 +374,27 @@ def make_compiled(ctx: Context, plan: dict) -> Callable | None:
 
 def bench_row(case: Case, dtype: str, version: str) -> dict:
     return {"case": case.label, "dtype": dtype, "version": version, "ms": None, "cudagraph_ms": None,
-            "time_ms": None, "basis": None, "gbps": None, "pct_of_copy": None, "implausible": False,
+            "gpu_ms": None, "time_ms": None, "basis": None, "gbps": None, "pct_of_copy": None, "implausible": False,
             "ok": True, "error": ""}
 
 
 def time_version(row: dict, fn: Callable, timer: Callable, timing: dict) -> dict:
     try:
-        ms, graph_ms = timer(fn, timing)
+        return {**row, **timer(fn, timing)}
     except Exception as e:
         return {**row, "ok": False, "error": f"timing failed: {describe(e)}"}
-    return {**row, "ms": ms, "cudagraph_ms": graph_ms}
 
 
-def settle_basis(rows: list[dict], nbytes: int, ceiling: float, fallback: str) -> None:
-    """Compare a case's versions on GPU time: CUDA-graph replay, which leaves out the host's
-    launch overhead for every version alike, when each timed version has it; otherwise on the
-    per-call median. Bandwidth, its share of the copy ceiling and plausibility follow from it."""
+def settle_basis(rows: list[dict], nbytes: int, ceiling: float) -> None:
+    """Compare a case's versions on GPU time (L2 flushed, launch overhead hidden) when each timed
+    version has it, else on wall-clock time (the cpu backend). Bandwidth, its share of the copy
+    ceiling and plausibility follow from the basis."""
     timed = [r for r in rows if r.get("ms")]
-    graph = bool(timed) and all(r.get("cudagraph_ms") for r in timed)
+    gpu = bool(timed) and all(r.get("gpu_ms") for r in timed)
     for r in timed:
-        t = r["cudagraph_ms"] if graph else r["ms"]
+        t = r["gpu_ms"] if gpu else r["ms"]
         gbps = nbytes / (t * 1e-3) / 1e9
-        r.update(time_ms=t, basis="cuda graph" if graph else fallback, gbps=gbps,
+        r.update(time_ms=t, basis="GPU" if gpu else "wall-clock", gbps=gbps,
                  pct_of_copy=100 * gbps / ceiling, implausible=gbps > IMPLAUSIBLE * ceiling)
 
 
@@ -406,7 +436,7 @@ def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: di
                 continue
             fn = lambda kernel=kernel: kernel(*args)  # noqa: E731
         rows.append(time_version(row, fn, timer, timing))
-    settle_basis(rows, nbytes, ceiling, "wall clock" if ctx.device == "cpu" else "per call")
+    settle_basis(rows, nbytes, ceiling)
     return rows
 
 
@@ -448,10 +478,11 @@ def run_benchmark(ctx: Context, versions: dict) -> None:
     ctx.result["timing_note"] = (
         f"{CPU_NOTE}. Wall-clock median of {CPU_RUNS} interpreter runs; copy ceiling from a 64 MiB host copy"
         if on_cpu else
-        "GPU time: CUDA-graph replay median, which leaves host launch overhead out for every version; "
-        f"per call: do_bench median (warmup {timing.get('warmup_ms', 25)} ms, rep {timing.get('rep_ms', 100)} ms, "
-        "L2 flushed), which includes Python launch overhead where it outlasts the flush; "
-        "copy ceiling from a 1 GiB device-to-device copy")
+        f"GPU time: median of {timing.get('gpu_reps', GPU_REPS)} calls between CUDA events, L2 flushed "
+        "before each and the host kept ahead, so launch overhead is left out for every version alike; "
+        f"per call: do_bench median (warmup {timing.get('warmup_ms', 25)} ms, rep {timing.get('rep_ms', 100)} ms), "
+        "which includes Python launch overhead where it outlasts do_bench's flush; CUDA-graph replay "
+        "median (L2 warm) in the bench rows; copy ceiling from a 1 GiB device-to-device copy")
     todo = list(itertools.product(select_cases(ctx, plan.get("cases")), select_variants(ctx.spec, plan.get("dtypes"))))
     for i, (case, variant) in enumerate(todo, 1):
         dtype = protocol.variant_label(variant)
