@@ -7,7 +7,14 @@ import logging
 import sys
 from pathlib import Path
 
-from runner.protocol import BACKENDS
+from runner.protocol import check_backend
+
+
+def _backend(name: str) -> str:
+    try:
+        return check_backend(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -17,17 +24,17 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     chat = sub.add_parser("chat", help="the conversation in this terminal (embedded default)")
-    chat.add_argument("--backend", choices=BACKENDS, help="runner backend (default: cuda if a GPU is visible)")
+    chat.add_argument("--backend", type=_backend, help="runner backend: cpu, cuda or cuda-NAME (default: cuda if a GPU is visible)")
 
     run = sub.add_parser("run", help="one request through all six stages")
     run.add_argument("request", help='e.g. "relu(x + y) for fp16 4096x4096"')
     run.add_argument("--yes", action="store_true", help="approve every stage as it is posted")
     run.add_argument("--out", type=Path, required=True, help="directory for the artifacts and report")
-    run.add_argument("--backend", choices=BACKENDS)
+    run.add_argument("--backend", type=_backend)
     run.add_argument("--timeout", type=float, help="give up after this many seconds")
 
     runner = sub.add_parser("runner", help="a runner process: takes jobs of one backend from the queue")
-    runner.add_argument("--backend", choices=BACKENDS, required=True)
+    runner.add_argument("--backend", type=_backend, required=True)
     runner.add_argument("--queue", help="queue URL: sqlite:///PATH or redis://HOST:PORT/DB "
                                         "(default KERNELBOT_QUEUE_URL or the local SQLite queue)")
     runner.add_argument("--gpu", type=int, help="the one GPU this runner pins (CUDA_VISIBLE_DEVICES)")
@@ -36,13 +43,13 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--spec", type=Path, required=True)
     verify.add_argument("--reference", type=Path, required=True)
     verify.add_argument("--kernel", type=Path, required=True)
-    verify.add_argument("--backend", choices=BACKENDS)
+    verify.add_argument("--backend", type=_backend)
     verify.add_argument("--json", action="store_true", help="print the result as JSON")
 
     slack = sub.add_parser("slack", help="the bot on Slack: Socket Mode, or an HTTP app with --http")
     slack.add_argument("--http", action="store_true", help="serve POST /slack/events (needs SLACK_SIGNING_SECRET)")
     slack.add_argument("--port", type=int, default=3000, help="HTTP port with --http (default 3000)")
-    slack.add_argument("--backend", choices=BACKENDS)
+    slack.add_argument("--backend", type=_backend)
 
     status = sub.add_parser("status", help="sessions in the store, or one session in full")
     status.add_argument("session", nargs="?")

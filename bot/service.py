@@ -51,6 +51,10 @@ class Queue(Protocol):
 
     def pop_result(self, job_id: str) -> dict | None: ...
 
+    def clear_heartbeat(self, job_id: str) -> None: ...
+
+    def is_pending(self, job_id: str) -> bool: ...
+
 
 class Service:
     def __init__(self, cfg: Config, store: Store, generator: Generator, chat: Chat,
@@ -62,6 +66,7 @@ class Service:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="generate")
         self._generating: set[int] = set()        # outbox ids whose generation is in flight
         self._failures: dict[int, int] = defaultdict(int)
+        self._vanished: dict[str, float] = {}     # queued job id -> when it was first seen gone from the queue
         self.listeners: list[Callable[[Session], None]] = []   # told after every transition
 
     # ------------------------------------------------------------------ events
@@ -196,25 +201,35 @@ class Service:
     def poll_jobs(self) -> None:
         """Results and heartbeats from the queue into the engine; re-queue dead runners' jobs."""
         for sid, job_id in self.store.open_jobs():
-            s = self.store.load(sid)
-            job = s.job(job_id)
+            job = self.store.load(sid).job(job_id)
             queue = self.queue_for(job.backend)
             result = queue.peek_result(job_id)
             if result is not None:
                 self.dispatch(sid, JobFinished(job_id, result))
                 queue.pop_result(job_id)
+                queue.clear_heartbeat(job_id)
                 continue
             hb = queue.heartbeat(job_id)
             if hb and hb.get("attempt", job.attempt) == job.attempt:
                 self.dispatch(sid, JobProgress(job_id, hb.get("state", "running"), hb.get("detail", ""),
                                                hb.get("host", ""), hb.get("device", ""), hb.get("ts")))
-            self._check_stale(sid, job_id)
+            self._check_lost(sid, job_id, queue)
 
-    def _check_stale(self, sid: str, job_id: str) -> None:
+    def _check_lost(self, sid: str, job_id: str, queue: Queue) -> None:
+        """A running job whose heartbeat stopped, or a queued job that left the queue without its
+        runner ever reporting (killed right after taking it), is lost."""
         job = self.store.load(sid).job(job_id)
-        if job.status == "running" and job.hb_seen_at and self.clock() - job.hb_seen_at > self.cfg.stale_s:
+        now = self.clock()
+        if job.status == "running" and job.hb_seen_at and now - job.hb_seen_at > self.cfg.stale_s:
             self.dispatch(sid, JobLost(job_id, f"no heartbeat from {job.host or 'the runner'} "
-                                               f"for {self.clock() - job.hb_seen_at:.0f}s"))
+                                               f"for {now - job.hb_seen_at:.0f}s"))
+        elif job.status == "queued" and not queue.is_pending(job_id):
+            gone_since = self._vanished.setdefault(job_id, now)
+            if now - gone_since > self.cfg.stale_s:
+                self._vanished.pop(job_id)
+                self.dispatch(sid, JobLost(job_id, "a runner took the job but never reported"))
+        else:
+            self._vanished.pop(job_id, None)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -55,8 +55,11 @@ def validate(spec: dict) -> dict:
     out = dict(spec)
     out["inputs"] = [_validate_input(i, inp) for i, inp in enumerate(inputs)]
     _check_counts(out["inputs"])
-    if out.get("backend") not in (None, *protocol.BACKENDS):
-        raise SpecError(f"backend must be one of {', '.join(protocol.BACKENDS)}, got {out['backend']!r}")
+    if out.get("backend") is not None:
+        try:
+            protocol.check_backend(out["backend"])
+        except ValueError as e:
+            raise SpecError(str(e)) from None
     if out.get("expression"):
         out["outputs"] = _outputs(out)
     _check_sizes(out)

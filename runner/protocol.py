@@ -6,6 +6,7 @@ an optional PNG. Both sides import this module; nothing here runs generated code
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 DTYPE_ALIASES: dict[str, str] = {
@@ -19,7 +20,6 @@ ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
 DOMAINS: tuple[str, ...] = ("normal", "positive", "nonzero")
 
 JOB_KINDS: tuple[str, ...] = ("reference_test", "kernel_test", "benchmark", "verify")
-BACKENDS: tuple[str, ...] = ("cuda", "cpu")
 
 
 def canonical_dtype(name: str) -> str:
@@ -92,6 +92,14 @@ ATOL: dict[str, float] = {"float16": 1e-4, "bfloat16": 1e-3, "float32": 1e-6}
 def tolerance(dtype: str, reduce_len: int = 1) -> tuple[float, float]:
     """(rtol, atol) for comparing an output of this dtype against a float64 reference."""
     return RTOL[dtype], ATOL[dtype] * max(1, reduce_len) ** 0.5
+
+
+def check_backend(name: str) -> str:
+    """A backend is 'cpu' or 'cuda', optionally with a host class after a dash ('cuda-h200'):
+    runners subscribe to its queue, so a session's target picks the hosts that run it."""
+    if not re.fullmatch(r"(cpu|cuda)(-[a-z0-9_]+)?", name or ""):
+        raise ValueError(f"backend {name!r} is not 'cpu', 'cuda' or 'cuda-NAME' (e.g. cuda-h200)")
+    return name
 
 
 def device_type(backend: str) -> str:

@@ -63,6 +63,10 @@ class JobQueue:
     def pending_count(self) -> int:
         return self.huey.pending_count()
 
+    def is_pending(self, job_id: str) -> bool:
+        """Whether the job still waits in the queue, i.e. no runner has taken it yet."""
+        return any(t.args and t.args[0].get("job_id") == job_id for t in self.huey.pending())
+
     def heartbeat(self, job_id: str) -> dict | None:
         return self._read(protocol.heartbeat_key(job_id))
 

@@ -88,6 +88,63 @@ def test_verify_passes_good_kernel_and_fails_bad_one(tmp_path):
     assert missing.returncode == 2 and "is not a file" in missing.stderr
 
 
+class ChatProcess:
+    """`kernelbot chat` as a person uses it: lines typed on stdin, the terminal read back."""
+
+    def __init__(self, home: Path, log: Path) -> None:
+        self.log = log
+        env = {**os.environ, "KERNELBOT_HOME": str(home), "KERNELBOT_BACKEND": "cpu",
+               "KERNELBOT_HEARTBEAT_S": "0.5", "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "chat"], cwd=ROOT, env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+    def type(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def wait_for(self, text: str, timeout: float = 120.0) -> None:
+        end = time.time() + timeout
+        while time.time() < end:
+            if text in self.log.read_text():
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} never appeared:\n{self.log.read_text()[-3000:]}")
+
+
+def test_chat_killed_mid_session_resumes_after_restart(tmp_path):
+    from bot.store import Store
+    from runner.queue import JobQueue
+    home = tmp_path / "home"
+    first = ChatProcess(home, tmp_path / "first.log")
+    try:
+        first.type("relu(x) for fp32 64x48")
+        for card in ("Spec · r1", "PyTorch reference · r1", "Reference test · r1"):
+            first.wait_for(card)
+            first.type("a")
+        first.wait_for("queued for a cpu runner")
+        first.proc.kill()                                  # SIGKILL: no chance to clean up
+        first.proc.wait(10)
+
+        s = next(Store(home / "kernelbot.db").sessions(Store(home / "kernelbot.db").session_ids()))
+        assert [a.stage for a in s.approvals] == ["spec", "reference", "reference_test"]
+
+        second = ChatProcess(home, tmp_path / "second.log")
+        second.type(f"switch {s.id}")
+        second.wait_for("Reference test result · PASS")   # the job finished while the bot was down
+        second.wait_for("Triton kernel · r1")
+        second.type("quit")
+        assert second.proc.wait(30) == 0
+    finally:
+        presence = JobQueue(f"sqlite:///{home / 'queue.db'}", "cpu").runner_alive(60)
+        if presence:                                       # the runner the first chat started outlives it
+            os.kill(presence["pid"], signal.SIGTERM)
+        for chat in (first, locals().get("second")):
+            if chat and chat.proc.poll() is None:
+                chat.proc.kill()
+
+
 def start_runner(home: Path, queue_url: str) -> subprocess.Popen:
     env = {**os.environ, "KERNELBOT_HOME": str(home), "KERNELBOT_HEARTBEAT_S": "0.5"}
     return subprocess.Popen([sys.executable, "-m", "runner.worker", "--backend", "cpu", "--queue", queue_url],

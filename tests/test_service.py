@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+from fakes.queue import MemoryQueue
 
 from bot.config import Config
 from bot.console import ConsoleChat
@@ -33,27 +34,6 @@ class ScriptedGenerator:
         if self.fail_with:
             raise GenerationError(self.fail_with)
         return Artifact(SPEC if req.stage == "spec" else f"# {req.stage}\nx = {len(self.calls)}\n", {"n": "1"})
-
-
-class MemoryQueue:
-    """The queue protocol in memory; the real Huey queue is exercised in the end-to-end tests."""
-
-    def __init__(self) -> None:
-        self.jobs: list[dict] = []
-        self.results: dict[str, dict] = {}
-        self.beats: dict[str, dict] = {}
-
-    def enqueue(self, job: dict) -> None:
-        self.jobs.append(job)
-
-    def heartbeat(self, job_id: str) -> dict | None:
-        return self.beats.get(job_id)
-
-    def peek_result(self, job_id: str) -> dict | None:
-        return self.results.get(job_id)
-
-    def pop_result(self, job_id: str) -> dict | None:
-        return self.results.pop(job_id, None)
 
 
 class Clock:
@@ -218,3 +198,19 @@ def test_job_payload_for_benchmark_lists_every_kernel_revision(env):
     payload = job_payload(sess, Job("j", "benchmark", 1, "benchmark", "cpu", 1.0), 60)
     assert payload["files"]["kernel.py"] == "k3"
     assert payload["kernels"] == {"r1": "k1", "r2": "k2"}
+
+
+def test_job_taken_but_never_reported_is_requeued(env):
+    make, out, queue, gen, clock = env
+    svc = make()
+    s = svc.start("add", "alice")
+    _to_reference_test_job(svc, s.id)
+    job_id = queue.jobs[-1]["job_id"]
+    svc.poll_jobs()
+    assert len(queue.jobs) == 1                      # still pending: nothing to do
+    queue.take(job_id)                               # a runner takes it and dies before its first beat
+    svc.poll_jobs()
+    clock.t += 31
+    svc.poll_jobs()
+    assert queue.jobs[-1]["job_id"] == job_id and queue.jobs[-1]["attempt"] == 2
+    assert "never reported" in out.getvalue()

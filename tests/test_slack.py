@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fakes.queue import MemoryQueue
 from fakes.slack import BOT_USER, FakeSlack, File
 
 from bot import slack_app
@@ -30,32 +31,11 @@ REQUEST = "add two fp32 matrices of shape 4x8"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class RecordingQueue:
-    """The service's queue protocol: jobs are recorded; tests post heartbeats and results."""
-
-    def __init__(self) -> None:
-        self.jobs: list[dict] = []
-        self.beats: dict[str, dict] = {}
-        self.results: dict[str, dict] = {}
-
-    def enqueue(self, job: dict) -> None:
-        self.jobs.append(job)
-
-    def heartbeat(self, job_id: str) -> dict | None:
-        return self.beats.get(job_id)
-
-    def peek_result(self, job_id: str) -> dict | None:
-        return self.results.get(job_id)
-
-    def pop_result(self, job_id: str) -> dict | None:
-        return self.results.pop(job_id, None)
-
-
 class Bot:
     """The bot as `kernelbot slack` wires it, on a test store and queue, talking to the fake."""
 
-    def __init__(self, fake: FakeSlack, home: Path, mode: str, queue: RecordingQueue | None = None, **policy) -> None:
-        self.fake, self.queue = fake, queue or RecordingQueue()
+    def __init__(self, fake: FakeSlack, home: Path, mode: str, queue: MemoryQueue | None = None, **policy) -> None:
+        self.fake, self.queue = fake, queue or MemoryQueue()
         self.cfg = Config(home=home, db_path=home / "kb.db", queue_url="", backend="cpu", **policy)
         self.store = Store(self.cfg.db_path)
         self.chat = SlackChat(web_client("xoxb-test", fake.api_url), self.store)
