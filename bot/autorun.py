@@ -42,7 +42,7 @@ def failed(s: Session) -> str | None:
 
 
 def run(request: str, out_dir: Path, cfg: Config, yes: bool, timeout_s: float | None = None) -> int:
-    chat = ConsoleChat(image_dir=out_dir, full_code=not yes)
+    chat = ConsoleChat(image_dir=cfg.home / "charts", full_code=not yes)
     svc = make_service(cfg, chat)
     runner = LocalRunner(cfg, cfg.backend)
     user = getpass.getuser() or "you"

@@ -37,8 +37,20 @@ def loads(text: str) -> dict:
     return validate(data)
 
 
+_FLAT_LIST = re.compile(r"\[[^\[\]{}]*\]")
+_LIST_OF_LISTS = re.compile(r"\[\s*(\[[^\[\]{}]*\](?:,\s*\[[^\[\]{}]*\])*)\s*\]")
+
+
 def dumps(spec: dict) -> str:
-    return json.dumps(spec, indent=2) + "\n"
+    """Indented JSON with lists of scalars (and lists of shapes) kept on one line, so a person
+    reads and edits a spec card at a glance."""
+    def one_line(m: re.Match) -> str:
+        flat = json.dumps(json.loads(m.group(0)), ensure_ascii=False)
+        return flat if len(flat) <= 100 else m.group(0)
+
+    text = json.dumps(spec, indent=2, ensure_ascii=False)
+    text = _FLAT_LIST.sub(one_line, text)
+    return _LIST_OF_LISTS.sub(one_line, text) + "\n"
 
 
 def validate(spec: dict) -> dict:
