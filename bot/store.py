@@ -11,6 +11,7 @@ import json
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator
@@ -31,6 +32,20 @@ class Store:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.lock = threading.RLock()          # one connection, shared by the bot's threads
         self._create_tables()
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction. BEGIN IMMEDIATE takes the write lock up front, waiting for other
+        connections (the busy timeout) instead of failing at once, as a deferred transaction that
+        read first and then tries to write can; sqlite-utils nests its own writes as savepoints."""
+        with self.lock:
+            self.db.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self.db.conn.execute("ROLLBACK")
+                raise
+            self.db.conn.execute("COMMIT")
 
     def _create_tables(self) -> None:
         t = self.db.table
@@ -64,7 +79,7 @@ class Store:
 
     def save(self, s: Session, effects: list[Effect] = ()) -> list[int]:
         """Write the session and queue its effects, atomically. Returns outbox ids."""
-        with self.lock, self.db.atomic():
+        with self._write():
             row = {k: v for k, v in asdict(s).items() if k not in ("revisions", "approvals", "jobs")}
             for key in _SESSION_JSON:
                 row[key] = json.dumps(row[key])
@@ -126,14 +141,14 @@ class Store:
                     for r in self.db["outbox"].rows_where(where, args, order_by="id")]
 
     def effect_done(self, effect_id: int) -> None:
-        with self.lock, self.db.atomic():
+        with self._write():
             self.db.execute("delete from outbox where id = ?", [effect_id])
 
     # ------------------------------------------------------------------ platform bookkeeping
 
     def map_message(self, platform: str, message_id: str, session_id: str, kind: str,
                     stage: str | None = None, rev: int | None = None, job_id: str | None = None) -> None:
-        with self.lock, self.db.atomic():
+        with self._write():
             self.db["messages"].upsert({"platform": platform, "message_id": message_id, "session_id": session_id,
                                         "kind": kind, "stage": stage, "rev": rev, "job_id": job_id},
                                        pk=("platform", "message_id"))
@@ -157,7 +172,7 @@ class Store:
 
     def first_time(self, platform: str, event_id: str) -> bool:
         """Record a platform event id; False if it was handled before (platforms redeliver)."""
-        with self.lock, self.db.atomic():
+        with self._write():
             cur = self.db.execute("insert or ignore into handled_events (platform, event_id, at) values (?, ?, ?)",
                                   [platform, event_id, time.time()])
             return cur.rowcount == 1
