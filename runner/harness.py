@@ -120,8 +120,7 @@ def poisoned_memory(shape: torch.Size, dtype: torch.dtype, device: str):
        no operation is refused; restored after the call.
     """
     if dtype.is_floating_point:
-        block = torch.full(shape, float("nan"), dtype=dtype, device=device)
-        del block
+        torch.full(shape, float("nan"), dtype=dtype, device=device)   # allocated, then freed at once
     det = torch.utils.deterministic
     was_on, was_warn_only, was_filling = (torch.are_deterministic_algorithms_enabled(),
                                           torch.is_deterministic_algorithms_warn_only_enabled(),

@@ -13,6 +13,7 @@ from bot.config import Config
 from bot.console import ConsoleChat
 from bot.events import Approve, JobFinished
 from bot.generator import Artifact, GenerationError, GenRequest
+from bot.model import Approval, Job, Revision
 from bot.service import Service, job_payload
 from bot.store import Store
 
@@ -124,19 +125,21 @@ def test_generation_error_is_shown_and_session_stays(env):
     assert svc.store.load(s.id).active
 
 
-def _to_reference_test_job(svc, sid):
+def reference_test_job(make) -> tuple[Service, str, str]:
+    """A new session walked to its first job: (service, session id, job id)."""
+    svc = make()
+    sid = svc.start("add", "alice").id
     for stage in ("spec", "reference"):
         wait_for(lambda: latest_rev(svc, sid, stage) == 1)
         svc.dispatch(sid, Approve(stage, 1, "bob"))
     wait_for(lambda: latest_rev(svc, sid, "reference_test") == 1)
     svc.dispatch(sid, Approve("reference_test", 1, "bob"))
+    return svc, sid, f"{sid}-reference_test-1"
 
 
 def test_job_payload_carries_approved_files(env):
     make, out, queue, gen, clock = env
-    svc = make()
-    s = svc.start("add", "alice")
-    _to_reference_test_job(svc, s.id)
+    reference_test_job(make)
     job = queue.jobs[-1]
     assert job["kind"] == "reference_test" and job["attempt"] == 1
     assert set(job["files"]) == {"spec.json", "reference.py", "test_reference.py"}
@@ -145,52 +148,41 @@ def test_job_payload_carries_approved_files(env):
 
 def test_result_from_queue_advances_the_session(env):
     make, out, queue, gen, clock = env
-    svc = make()
-    s = svc.start("add", "alice")
-    _to_reference_test_job(svc, s.id)
-    job_id = queue.jobs[-1]["job_id"]
+    svc, sid, job_id = reference_test_job(make)
     queue.results[job_id] = {"status": "pass", "summary": "3/3 cases pass", "host": "h1", "device": "cpu"}
     svc.poll_jobs()
-    assert svc.store.load(s.id).stage == "kernel"
+    assert svc.store.load(sid).stage == "kernel"
     assert "Reference test result · PASS" in out.getvalue()
     assert job_id not in queue.results                    # consumed only after it was stored
 
 
 def test_stale_heartbeat_requeues_with_next_attempt(env):
     make, out, queue, gen, clock = env
-    svc = make()
-    s = svc.start("add", "alice")
-    _to_reference_test_job(svc, s.id)
-    job_id = queue.jobs[-1]["job_id"]
+    svc, sid, job_id = reference_test_job(make)
     queue.beats[job_id] = {"ts": 1.0, "state": "running", "detail": "pytest", "host": "h1", "attempt": 1}
     svc.poll_jobs()
-    assert svc.store.load(s.id).job(job_id).status == "running"
+    assert svc.store.load(sid).job(job_id).status == "running"
     clock.t += 31                                           # heartbeat value never changes again
     svc.poll_jobs()
     assert queue.jobs[-1]["job_id"] == job_id and queue.jobs[-1]["attempt"] == 2
     assert "re-queued" in out.getvalue()
     # the dead attempt's heartbeat is ignored for attempt 2
     svc.poll_jobs()
-    assert svc.store.load(s.id).job(job_id).status == "queued"
+    assert svc.store.load(sid).job(job_id).status == "queued"
 
 
 def test_late_duplicate_result_changes_nothing(env):
     make, out, queue, gen, clock = env
-    svc = make()
-    s = svc.start("add", "alice")
-    _to_reference_test_job(svc, s.id)
-    job_id = queue.jobs[-1]["job_id"]
-    svc.dispatch(s.id, JobFinished(job_id, {"status": "pass", "summary": "ok"}))
-    svc.dispatch(s.id, JobFinished(job_id, {"status": "fail", "summary": "late"}))
-    assert svc.store.load(s.id).job(job_id).status == "pass"
+    svc, sid, job_id = reference_test_job(make)
+    svc.dispatch(sid, JobFinished(job_id, {"status": "pass", "summary": "ok"}))
+    svc.dispatch(sid, JobFinished(job_id, {"status": "fail", "summary": "late"}))
+    assert svc.store.load(sid).job(job_id).status == "pass"
 
 
 def test_job_payload_for_benchmark_lists_every_kernel_revision(env):
     make, out, queue, gen, clock = env
     svc = make()
-    s = svc.start("add", "alice")
-    sess = svc.store.load(s.id)
-    from bot.model import Approval, Job, Revision
+    sess = svc.store.load(svc.start("add", "alice").id)
     for rev, content in ((1, "k1"), (2, "k2"), (3, "k3")):
         sess.revisions.append(Revision("kernel", rev, content, "gen", "generated", 1.0))
     sess.approvals.append(Approval("kernel", 3, sess.latest("kernel").sha, "bob", 2.0))
@@ -202,10 +194,7 @@ def test_job_payload_for_benchmark_lists_every_kernel_revision(env):
 
 def test_job_taken_but_never_reported_is_requeued(env):
     make, out, queue, gen, clock = env
-    svc = make()
-    s = svc.start("add", "alice")
-    _to_reference_test_job(svc, s.id)
-    job_id = queue.jobs[-1]["job_id"]
+    svc, sid, job_id = reference_test_job(make)
     svc.poll_jobs()
     assert len(queue.jobs) == 1                      # still pending: nothing to do
     queue.take(job_id)                               # a runner takes it and dies before its first beat
