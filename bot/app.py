@@ -2,19 +2,25 @@
 embedded default starts when none is alive."""
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from bot.config import Config
 from bot.generator import Generator
 from bot.service import Chat, Service
 from bot.store import Store
 
+log = logging.getLogger("kernelbot.app")
+
 RUNNER_ALIVE_S = 15.0
+POLL_S, RECOVER_S = 0.5, 30.0
 
 
 def make_generator(cfg: Config) -> Generator:
@@ -83,3 +89,38 @@ class LocalRunner:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def keep_polling(svc: Service, stop: threading.Event) -> None:
+    """Runner results and heartbeats into the chat; now and then retry effects the chat refused."""
+    last_recover = time.monotonic()
+    while not stop.wait(POLL_S):
+        try:
+            svc.poll_jobs()
+            if time.monotonic() - last_recover > RECOVER_S:
+                svc.recover()
+                last_recover = time.monotonic()
+        except Exception:                               # keep polling; the store still holds everything
+            log.exception("polling the runner failed")
+
+
+@contextmanager
+def serving(cfg: Config, svc: Service) -> Iterator[None]:
+    """Around a chat adapter's main loop: a local runner when none is alive and this host can run
+    one, the outbox finished, runner results polled into the chat; all stopped on the way out."""
+    runner = LocalRunner(cfg, cfg.backend)
+    try:
+        runner.ensure(svc)
+    except SystemExit as e:                             # a bot-only host: jobs wait for a remote runner
+        log.warning("%s; jobs wait in the queue until a %s runner starts", e, cfg.backend)
+    svc.recover()
+    stop = threading.Event()
+    poller = threading.Thread(target=keep_polling, args=(svc, stop), daemon=True, name="poll")
+    poller.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        poller.join(10)                                 # let a poll in flight finish before the pool stops
+        svc.shutdown()
+        runner.stop()

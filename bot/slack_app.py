@@ -12,8 +12,6 @@ import logging
 import os
 import re
 import tempfile
-import threading
-import time
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -25,36 +23,21 @@ from slack_sdk.errors import SlackApiError
 
 from bot import cards, report, stages
 from bot import slack_blocks as sb
+from bot.chat_commands import help_text, is_thumbs_up, parse_command, reply_code, reply_event
 from bot.config import Config
 from bot.engine import validate_artifact
 from bot.events import Approve, Cancel, Correct, Edit, Event, Regenerate
 from bot.model import Session
-from bot.repl import code_block
 from bot.service import Service
 from bot.slack_chat import PLATFORM, SlackChat, slack_error, web_client
 
 log = logging.getLogger("kernelbot.slack")
 
 COMMAND = "/kernel"
-POLL_S, RECOVER_S = 0.5, 30.0
-THUMBS_UP = frozenset({"+1", "thumbsup"})
-APPROVE_REPLIES = frozenset({"approve", "approved", "lgtm"})
 _MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
-_ANY_FENCE = re.compile(r"```(?:(?:python|py|json)[ \t]*\n)?(.*?)```", re.S)
 _SLACK_ESCAPES = (("&lt;", "<"), ("&gt;", ">"), ("&amp;", "&"))
 
-HELP = f"""*kernelbot* takes a kernel request to a reviewed, tested, benchmarked Triton kernel, one stage at a time.
-`{COMMAND} REQUEST` starts a session in a new thread, e.g. `{COMMAND} softmax over the last dim of a 1024x4096 fp32 \
-tensor`; mentioning me with a request does the same.
-`{COMMAND} list` open sessions in this channel · `{COMMAND} status ID` · `{COMMAND} cancel ID` · \
-`{COMMAND} export ID` (the files, report and chart, into the session's thread)
-In a session's thread: use the buttons, or react :+1: to approve a stage; a reply asks for changes; a reply \
-holding a fenced code block (three backticks) replaces the current code."""
-
-
-def is_thumbs_up(name: str) -> bool:
-    """'+1', 'thumbsup', with or without a skin tone ('+1::skin-tone-3') or colons."""
-    return name.strip(":").split("::")[0] in THUMBS_UP
+HELP = help_text("*", f"{COMMAND} ", "; mentioning me with a request does the same")
 
 
 def slack_text(text: str, bot_user: str | None = None) -> str:
@@ -64,15 +47,6 @@ def slack_text(text: str, bot_user: str | None = None) -> str:
     for escaped, plain in _SLACK_ESCAPES:
         text = text.replace(escaped, plain)
     return text.strip()
-
-
-def reply_code(text: str) -> str | None:
-    """A fenced block in a reply; Slack's composer often puts code right after the fence."""
-    block = code_block(text)
-    if block is not None:
-        return block
-    m = _ANY_FENCE.search(text)
-    return m.group(1).strip("\n") + "\n" if m else None
 
 
 class SlackBot:
@@ -95,13 +69,12 @@ class SlackBot:
     # ------------------------------------------------------------------ /kernel
 
     def on_command(self, ack, command: dict, respond) -> None:
-        verb, _, arg = command.get("text", "").strip().partition(" ")
-        verb, arg = verb.lower(), arg.strip()
-        if verb in ("", "help"):
+        verb, arg = parse_command(command.get("text", ""))
+        if verb == "help":
             ack(HELP)
-        elif verb == "list" and not arg:
+        elif verb == "list":
             ack(self._list(command.get("channel_id", "")))
-        elif verb in ("status", "cancel", "export"):
+        elif verb != "start":
             s = self.svc.store.load(arg) if arg else None
             if s is None:
                 ack(f"No session `{sb.escape(arg)}`. `{COMMAND} list` shows this channel's open sessions."
@@ -179,19 +152,7 @@ class SlackBot:
         s = self.svc.store.load(sid) if sid else None
         if s is not None and s.active:                      # talk after the session ended is just talk
             text = slack_text(event.get("text", ""), context.get("bot_user_id"))
-            self.svc.dispatch(s.id, self._reply_event(s, event.get("user", ""), text), event_key=body.get("event_id"))
-
-    @staticmethod
-    def _reply_event(s: Session, user: str, text: str) -> Event:
-        """A thread reply acts on the current stage: a code block edits, a thumbs-up approves, else corrects."""
-        latest = s.latest(s.stage)
-        ref = (s.stage, latest.rev if latest else 0)
-        code = reply_code(text)
-        if code is not None:
-            return Edit(*ref, user, code)
-        if text.lower() in APPROVE_REPLIES or is_thumbs_up(text):
-            return Approve(*ref, user)
-        return Correct(*ref, user, text)
+            self.svc.dispatch(s.id, reply_event(s, event.get("user", ""), text), event_key=body.get("event_id"))
 
     def on_reaction(self, event: dict, body: dict) -> None:
         item = event.get("item") or {}
@@ -326,19 +287,6 @@ def http_server(app: App, port: int, host: str = "0.0.0.0") -> WSGIServer:
                        server_class=_ThreadingWSGIServer, handler_class=_LoggingHandler)
 
 
-def keep_polling(svc: Service, stop: threading.Event) -> None:
-    """Runner results and heartbeats into the threads; now and then retry effects Slack refused."""
-    last_recover = time.monotonic()
-    while not stop.wait(POLL_S):
-        try:
-            svc.poll_jobs()
-            if time.monotonic() - last_recover > RECOVER_S:
-                svc.recover()
-                last_recover = time.monotonic()
-        except Exception:                               # keep polling; the store still holds everything
-            log.exception("polling the runner failed")
-
-
 def _env(name: str, why: str) -> str:
     value = os.environ.get(name, "")
     if not value:
@@ -361,31 +309,18 @@ def assemble(cfg: Config, http: bool) -> tuple[Service, App, str]:
 
 def main(cfg: Config, http: bool = False, port: int = 3000) -> int:
     """Run the bot on Slack until interrupted: Socket Mode, or HTTP on `port` with `http`."""
-    from bot.app import LocalRunner
+    from bot.app import serving
     svc, app, app_token = assemble(cfg, http)
-    runner = LocalRunner(cfg, cfg.backend)
     try:
-        runner.ensure(svc)
-    except SystemExit as e:                             # a bot-only host: jobs wait for a remote runner
-        log.warning("%s; jobs wait in the queue until a %s runner starts", e, cfg.backend)
-    svc.recover()
-    stop = threading.Event()
-    poller = threading.Thread(target=keep_polling, args=(svc, stop), daemon=True, name="poll")
-    poller.start()
-    try:
-        if http:
-            server = http_server(app, port)
-            print(f"kernelbot on Slack over HTTP: POST http://0.0.0.0:{port}/slack/events", flush=True)
-            server.serve_forever()
-        else:
-            from slack_bolt.adapter.socket_mode import SocketModeHandler
-            print("kernelbot on Slack in Socket Mode", flush=True)
-            SocketModeHandler(app, app_token).start()
+        with serving(cfg, svc):
+            if http:
+                server = http_server(app, port)
+                print(f"kernelbot on Slack over HTTP: POST http://0.0.0.0:{port}/slack/events", flush=True)
+                server.serve_forever()
+            else:
+                from slack_bolt.adapter.socket_mode import SocketModeHandler
+                print("kernelbot on Slack in Socket Mode", flush=True)
+                SocketModeHandler(app, app_token).start()
     except KeyboardInterrupt:
         pass
-    finally:
-        stop.set()
-        poller.join(10)                                 # let a poll in flight finish before the pool stops
-        svc.shutdown()
-        runner.stop()
     return 0

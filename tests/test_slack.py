@@ -15,13 +15,14 @@ import pytest
 from fakes.queue import MemoryQueue
 from fakes.slack import BOT_USER, FakeSlack, File
 
-from bot import slack_app
+from bot import app as wiring
 from bot import slack_blocks as sb
 from bot.cards import Card
+from bot.chat_commands import is_thumbs_up, reply_code
 from bot.config import Config
 from bot.offline import OfflineGenerator
 from bot.service import Service
-from bot.slack_app import assemble, build_app, http_server, is_thumbs_up, reply_code, slack_text
+from bot.slack_app import assemble, build_app, http_server, slack_text
 from bot.slack_chat import SlackChat, web_client
 from bot.store import Store
 
@@ -422,9 +423,9 @@ def test_rate_limit_is_waited_out_and_channel_errors_are_explained(make_bot, fak
         wait_until(lambda: "invite the bot to the channel (/invite @kernelbot)" in caplog.text)
     s = bot.session()
     assert s.feedback["spec"] == ["use shape 8x16 instead"] and bot.store.pending_effects()
-    monkeypatch.setattr(slack_app, "RECOVER_S", 0.0)
+    monkeypatch.setattr(wiring, "RECOVER_S", 0.0)
     stop = threading.Event()
-    threading.Thread(target=slack_app.keep_polling, args=(bot.svc, stop), daemon=True).start()
+    threading.Thread(target=wiring.keep_polling, args=(bot.svc, stop), daemon=True).start()
     try:
         card(bot, "1/6 Spec · r2")
         wait_until(lambda: not bot.store.pending_effects())
