@@ -3,8 +3,6 @@
 calls out. The runner is a recording queue the tests answer with realistic results."""
 from __future__ import annotations
 
-import base64
-import io
 import json
 import logging
 import threading
@@ -13,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fakes.queue import MemoryQueue
+from fakes.runner import BENCH, chart_png, run_job, wait_until
 from fakes.slack import BOT_USER, FakeSlack, File
 
 from bot import app as wiring
@@ -125,59 +124,6 @@ def ephemeral(fake: FakeSlack, user: str, words: str, count: int = 1):
                          count=count)
 
 
-def wait_until(pred, timeout: float = 10.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        if value := pred():
-            return value
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
-
-
-def chart_png() -> str:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(3, 2))
-    ax.bar(["torch", "torch.compile", "kernel"], [1.0, 1.02, 1.07])
-    ax.set_ylabel("speedup vs torch")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
-
-
-def result(job: dict, **extra) -> dict:
-    """A runner result as docs/CONTRACTS.md fixes it."""
-    return {"job_id": job["job_id"], "kind": job["kind"], "status": "pass", "host": "gpu-7", "device": "NVIDIA H200",
-            "backend": "cuda", "started_at": 1700000000.0, "finished_at": 1700000012.5,
-            "summary": "1/1 cases pass; worst rel err 1.2e-07 (8x16 float32)",
-            "correctness": [{"case": "8x16", "dtype": "float32", "ok": True, "skipped": False, "reason": "",
-                             "max_abs_err": 2.4e-07, "max_rel_err": 1.2e-07, "worst": "at (3, 5): got 1.5, want 1.5",
-                             "seeds": [0, 1, 2]}],
-            "pytest": {"passed": 1, "failed": 0, "skipped": 0, "errors": 0, "exit_code": 0, "log_tail": "1 passed"},
-            "warnings": [], "log_tail": "", **extra}
-
-
-BENCH = {"report_rows": [{"case": "8x16", "dtype": "float32", "torch_ms": 0.0065, "compile_ms": 0.0063,
-                          "kernel_ms": 0.0061, "speedup": 1.07, "speedup_vs_compile": 1.03, "gbps": 2580.0,
-                          "pct_of_copy": 61.2}],
-         "bench": [{"case": "8x16", "dtype": "float32", "version": "kernel", "ms": 0.0061, "cudagraph_ms": 0.0049,
-                    "gbps": 2580.0, "pct_of_copy": 61.2, "implausible": False}],
-         "copy_gbps": 4215.0, "timing_note": "do_bench median, L2 flushed; CUDA-graph median beside it"}
-
-
-def run_job(bot: Bot, kind: str, **extra) -> dict:
-    """The runner picks up the job of `kind`, reports progress, then its result."""
-    job = wait_until(lambda: next((j for j in bot.queue.jobs if j["kind"] == kind), None))
-    bot.queue.beats[job["job_id"]] = {"ts": time.time(), "state": "running", "detail": "correctness 1/1",
-                                      "host": "gpu-7", "device": "NVIDIA H200", "pid": 4242, "attempt": 1}
-    bot.svc.poll_jobs()
-    bot.queue.results[job["job_id"]] = result(job, **extra)
-    bot.svc.poll_jobs()
-    return job
-
-
 def start(bot: Bot, user: str = REQUESTER, request: str = REQUEST) -> dict:
     """/kernel REQUEST; returns the spec card (its thread_ts is the session's thread)."""
     assert bot.fake.deliver("command", bot.fake.command(request, user)).status == 200
@@ -217,7 +163,7 @@ def test_full_session_through_slack_payloads(make_bot, fake, mode):
 
     # Approved execution stage: queued, then running on the runner's host and GPU, updated in place.
     click(fake, TEAMMATE, rtest, "approve")
-    run_job(bot, "reference_test")
+    run_job(bot.queue, bot.svc.poll_jobs, "reference_test")
     for state in ("queued for a cpu runner", "running on gpu-7 (NVIDIA H200): correctness 1/1"):
         fake.wait_for("chat.update", lambda c: c.args["ts"] == rtest["ts"] and state in block_text(c.args))
     res = card(bot, "Reference test result · PASS")
@@ -255,10 +201,10 @@ def test_full_session_through_slack_payloads(make_bot, fake, mode):
     assert f"approved by*\\n<@{TEAMMATE}>" in block_text(fake.messages[(CHANNEL, k4["ts"])])
 
     click(fake, TEAMMATE, ktest, "approve")
-    run_job(bot, "kernel_test")
+    run_job(bot.queue, bot.svc.poll_jobs, "kernel_test")
     bench = card(bot, "6/6 Benchmark · r1")
     click(fake, TEAMMATE, bench, "approve")
-    job = run_job(bot, "benchmark", chart_png_b64=chart_png(), **BENCH)
+    job = run_job(bot.queue, bot.svc.poll_jobs, "benchmark", chart_png_b64=chart_png(), **BENCH)
     assert set(job["kernels"]) == {"r1", "r2", "r3"}
 
     # The bench table in the result card, the chart as a PNG file in the thread, then the summary.
