@@ -16,6 +16,7 @@ from bot.app import LocalRunner, make_service
 from bot.config import Config
 from bot.console import ConsoleChat
 from bot.events import Approve, Cancel
+from bot.generator import VERIFICATION, failed_verification
 from bot.model import DONE, Session
 from bot.repl import Repl
 from bot.service import Service
@@ -38,6 +39,10 @@ def failed(s: Session) -> str | None:
             return f"{stages.TITLES[job.stage]} {job.status}: {(job.result or {}).get('summary', '')}"
     if s.active and not s.generating and s.latest(s.stage) is None:
         return f"{stages.label(s.stage)} could not be generated"
+    latest = s.latest(s.stage)
+    if s.active and not s.generating and failed_verification(latest.summary):
+        return (f"{stages.label(s.stage)} r{latest.rev}: {latest.summary[VERIFICATION]}; correct or edit it in "
+                f"`kernelbot chat` (switch {s.id})")
     return None
 
 

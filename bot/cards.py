@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from bot import stages
+from bot.generator import failed_verification
 from bot.model import Job, Revision, Session
 
 ACTIONS = ("approve", "correct", "edit", "regenerate", "cancel")
@@ -85,6 +86,8 @@ def _revision_status(s: Session, r: Revision, current: bool) -> str:
         return f"approved{done}"
     if job and not job.open:
         return f"{job.status}: {job.result.get('summary', '') if job.result else ''}".strip()
+    if current and failed_verification(r.summary):
+        return "FAILED verification: correct or edit it"
     if current:
         return "waiting for review"
     latest = s.latest(r.stage)

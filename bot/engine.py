@@ -10,11 +10,12 @@ import ast
 import json
 from dataclasses import dataclass
 
+from bot import integrity, stages
 from bot import spec as specmod
-from bot import stages
 from bot.events import (Approve, Cancel, Correct, Edit, Effect, Event, Generated, GenerationFailed,
                         JobFinished, JobLost, JobProgress, Regenerate, Start, enqueue, generate, notice,
                         post_result, post_revision, post_summary, update_revision)
+from bot.generator import VERIFICATION, failed_verification
 from bot.model import ACTIVE, CANCELLED, DONE, Approval, Job, Revision, Session
 
 # Stages the requester may not approve on their own session under four-eyes review.
@@ -86,6 +87,9 @@ def _approval_refusal(s: Session, ev: Approve, policy: Policy) -> str | None:
                 "of their own session. Ask a teammate.")
     if s.approval(ev.stage, ev.rev):
         return f"{stages.label(ev.stage)} r{ev.rev} is already approved by {s.approval(ev.stage, ev.rev).approver}."
+    if failed_verification(s.latest(ev.stage).summary):
+        return (f"{stages.label(ev.stage)} r{ev.rev} failed verification before review, so it is not run as it "
+                "stands: correct it (say what to fix), edit it (paste the code), or regenerate it.")
     return None
 
 
@@ -101,7 +105,7 @@ def _correct(s: Session, ev: Correct, now: float, policy: Policy) -> list[Effect
 
 
 def _edit(s: Session, ev: Edit, now: float, policy: Policy) -> list[Effect]:
-    problem = validate_artifact(ev.stage, ev.content)
+    problem = validate_artifact(ev.stage, ev.content, _spec_name(s))
     if problem:
         latest = s.latest(ev.stage)
         return [notice(f"Edit not applied to {stages.label(ev.stage)}: {problem}. "
@@ -143,16 +147,24 @@ def _on_generated(s: Session, ev: Generated, now: float) -> list[Effect]:
     if not _current_generation(s, ev):
         return []
     s.generating = False
-    for key, value in ev.usage.items():
-        s.usage[key] = s.usage.get(key, 0) + value
+    _add_usage(s, ev.usage)
     answered = s.failure or (s.feedback.get(ev.stage) or [None])[-1]
+    for a in ev.attempts:                 # kept for inspection, not posted: the conversation had a line each
+        _append_revision(s, ev.stage, a["content"], ev.author, "attempt", now, {VERIFICATION: a["verdict"]},
+                         answered)
     return _add_revision(s, ev.stage, ev.content, ev.author, "generated", now, ev.summary, answered, ev.notes)
+
+
+def _add_usage(s: Session, usage: dict[str, int]) -> None:
+    for key, value in usage.items():
+        s.usage[key] = s.usage.get(key, 0) + value
 
 
 def _on_generation_failed(s: Session, ev: GenerationFailed) -> list[Effect]:
     if not _current_generation(s, ev):
         return []
     s.generating = False
+    _add_usage(s, ev.usage)
     latest = s.latest(ev.stage)
     keep = (f" Revision r{latest.rev} stays current." if latest
             else " Reply with a correction that fills in what is missing, or cancel.")
@@ -166,14 +178,22 @@ def _current_generation(s: Session, ev: Generated | GenerationFailed) -> bool:
 def _add_revision(s: Session, stage: str, content: str, author: str, origin: str, now: float,
                   summary: dict | None = None, feedback: str | None = None,
                   notes: list[str] | None = None) -> list[Effect]:
+    posted = [r for r in s.revisions_of(stage) if r.origin != "attempt"]
+    rev = _append_revision(s, stage, content, author, origin, now, summary, feedback, notes)
+    effects = [post_revision(stage, rev.rev)]
+    if posted:
+        effects.insert(0, update_revision(stage, posted[-1].rev))   # show it as superseded
+    return effects
+
+
+def _append_revision(s: Session, stage: str, content: str, author: str, origin: str, now: float,
+                     summary: dict | None = None, feedback: str | None = None,
+                     notes: list[str] | None = None) -> Revision:
     previous = s.latest(stage)
     rev = Revision(stage, (previous.rev + 1) if previous else 1, content, author, origin, now,
                    summary or {}, notes or [], feedback)
     s.revisions.append(rev)
-    effects = [post_revision(stage, rev.rev)]
-    if previous:
-        effects.insert(0, update_revision(stage, previous.rev))   # show it as superseded
-    return effects
+    return rev
 
 
 def _advance(s: Session, now: float) -> list[Effect]:
@@ -261,8 +281,12 @@ _JOB_HANDLERS = {JobProgress: _job_progress, JobFinished: _job_finished, JobLost
 
 def failure_text(job: Job) -> str:
     """What a failing test tells the next generation: summary, failing cases, pytest log."""
-    r = job.result or {}
-    lines = [f"{stages.TITLES[job.stage]} failed: {r.get('summary', job.status)}"]
+    return result_text(stages.TITLES[job.stage], {"summary": job.status, **(job.result or {})})
+
+
+def result_text(title: str, r: dict) -> str:
+    """A failing runner result as text for a generator: summary, failing cases, pytest log."""
+    lines = [f"{title} failed: {r.get('summary')}"]
     for c in r.get("correctness", []):
         if not c.get("ok") and not c.get("skipped"):
             lines.append(f"- {c.get('case')} {c.get('dtype')}: {c.get('reason') or ''} "
@@ -275,8 +299,9 @@ def failure_text(job: Job) -> str:
 
 # ------------------------------------------------------------------ edits
 
-def validate_artifact(stage: str, content: str) -> str | None:
-    """Why an edited artifact cannot be used, or None if it can."""
+def validate_artifact(stage: str, content: str, entry: str | None = None) -> str | None:
+    """Why an edited artifact cannot be used, or None if it can. entry: the spec's name, which
+    a kernel's launcher must have (None: the kernel's last plain function)."""
     if not content.strip():
         return "the edit is empty"
     if stage == "spec":
@@ -295,7 +320,17 @@ def validate_artifact(stage: str, content: str) -> str | None:
         ast.parse(content)
     except SyntaxError as e:
         return f"not valid Python: {e.msg} at line {e.lineno}"
+    if stage == "kernel" and (violations := integrity.check(content, entry)):
+        return integrity.report(violations)
     return None
+
+
+def _spec_name(s: Session) -> str | None:
+    rev = s.approved("spec")
+    try:
+        return json.loads(rev.content).get("name") if rev else None
+    except (ValueError, AttributeError):
+        return None
 
 
 def _edit_summary(stage: str, content: str) -> dict[str, str]:

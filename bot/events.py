@@ -59,6 +59,7 @@ class Generated:
     summary: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
+    attempts: list[dict[str, str]] = field(default_factory=list)   # {"content", "verdict"}, oldest first
 
 
 @dataclass
@@ -66,6 +67,7 @@ class GenerationFailed:
     stage: str
     token: int
     error: str
+    usage: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

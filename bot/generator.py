@@ -2,12 +2,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
+
+
+VERIFICATION = "verification"   # Artifact.summary field where a generator says how it verified the artifact
+
+
+def failed_verification(summary: dict[str, str]) -> bool:
+    """Whether the artifact was posted as failing its generator's own verification: it is there for
+    a person to correct or edit, and is not approved or run as it stands."""
+    return summary.get(VERIFICATION, "").startswith("FAIL")
 
 
 class GenerationError(Exception):
     """A request or correction the generator cannot act on. The message is shown
-    to people as is, so it must say what is wrong and what would work."""
+    to people as is, so it must say what is wrong and what would work. usage: LLM
+    tokens spent before it gave up, still counted for the session."""
+
+    def __init__(self, message: str, usage: dict[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage or {}
 
 
 @dataclass
@@ -20,6 +34,15 @@ class GenRequest:
     failure: str | None = None                   # failure log that sent the session back here
     attempt: int = 0                             # bumped by "regenerate"
     backend: str | None = None                   # the session's target backend
+    generator: str | None = None                 # the session's choice: offline | llm | hybrid
+    progress: Callable[[str], None] | None = None  # one line to the conversation while generating
+
+
+@dataclass
+class Attempt:
+    """A version the generator verified and discarded before settling on its answer."""
+    content: str
+    verdict: str                                 # one line: how its verification ended
 
 
 @dataclass
@@ -28,6 +51,8 @@ class Artifact:
     summary: dict[str, str] = field(default_factory=dict)   # key fields for the card
     notes: list[str] = field(default_factory=list)          # e.g. defaults that were assumed
     usage: dict[str, int] = field(default_factory=dict)     # LLM token counts, if any
+    attempts: list[Attempt] = field(default_factory=list)   # earlier versions, oldest first
+    generator: str = ""                          # which implementation made it, when one delegates
 
 
 class Generator(Protocol):

@@ -22,7 +22,7 @@ from bot import cards, engine, stages
 from bot.cards import Card
 from bot.config import Config
 from bot.events import (Effect, Event, Generated, GenerationFailed, JobFinished, JobLost, JobProgress, Start)
-from bot.generator import GenerationError, Generator, GenRequest
+from bot.generator import GenerationError, Generator, GenRequest, failed_verification
 from bot.model import Session
 from bot.store import Store
 
@@ -186,15 +186,25 @@ class Service:
     def _run_generator(self, s: Session, e: Effect) -> Generated | GenerationFailed:
         if not s.generating or s.gen_token != e.token:
             return GenerationFailed(e.stage, e.token, "stale generation request")   # the engine drops it
+        req = gen_request(s)
+        req.progress = lambda line: self._progress(s, line)
         try:
-            art = self.generator.generate(gen_request(s))
+            art = self.generator.generate(req)
         except GenerationError as err:
-            return GenerationFailed(e.stage, e.token, str(err))
+            return GenerationFailed(e.stage, e.token, str(err), err.usage)
         except Exception as err:                       # a generator bug must not kill the session
             log.error("generator crashed:\n%s", traceback.format_exc())
             return GenerationFailed(e.stage, e.token, f"the generator failed unexpectedly ({err!r})")
-        return Generated(e.stage, e.token, art.content, f"generator:{self.generator.name}",
-                         art.summary, art.notes, art.usage)
+        return Generated(e.stage, e.token, art.content, f"generator:{art.generator or self.generator.name}",
+                         art.summary, art.notes, art.usage,
+                         [{"content": a.content, "verdict": a.verdict} for a in art.attempts])
+
+    def _progress(self, s: Session, line: str) -> None:
+        """A line from a generation in flight; a chat fault loses the line, not the generation."""
+        try:
+            self.chat.notify(s, line, None)
+        except Exception as e:
+            log.warning("progress line for %s not shown: %s", s.id, e)
 
     # ------------------------------------------------------------------ runner
 
@@ -242,7 +252,7 @@ def gen_request(s: Session) -> GenRequest:
     latest = s.latest(s.stage)
     return GenRequest(stage=s.stage, request=s.request, approved=approved,
                       feedback=list(s.feedback.get(s.stage, [])), previous=latest.content if latest else None,
-                      failure=s.failure, attempt=s.attempt, backend=s.backend)
+                      failure=s.failure, attempt=s.attempt, backend=s.backend, generator=s.generator)
 
 
 def job_payload(s: Session, job, timeout_s: float) -> dict:
@@ -258,12 +268,13 @@ def job_payload(s: Session, job, timeout_s: float) -> dict:
 
 
 def kernel_versions(s: Session) -> dict[str, str]:
-    """Every distinct kernel revision other than the approved one, by label 'rN'."""
+    """Every distinct kernel revision other than the approved one, by label 'rN'; not the attempts
+    a generator discarded, nor a revision posted as failing its verification (neither is run)."""
     approved = s.approved("kernel")
     seen = {approved.sha} if approved else set()
     out = {}
     for rev in s.revisions_of("kernel"):
-        if rev.sha not in seen:
+        if rev.sha not in seen and rev.origin != "attempt" and not failed_verification(rev.summary):
             seen.add(rev.sha)
             out[f"r{rev.rev}"] = rev.content
     return out
