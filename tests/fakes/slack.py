@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from aiohttp import WSMsgType, web
+from fakes.loopback import LoopbackServer
 
 TEAM, APP_ID, BOT_USER, BOT_ID = "T0TEAM0001", "A0KBOT0001", "U0KBOT0001", "B0KBOT0001"
 _JSON_FIELDS = ("blocks", "view", "files", "attachments")
@@ -56,8 +57,9 @@ class Delivery:
     seconds: float
 
 
-class FakeSlack:
+class FakeSlack(LoopbackServer):
     def __init__(self, channels: tuple[str, ...] = ("C0KERNELS1",)) -> None:
+        super().__init__("fake-slack")
         self.channels = set(channels)
         self.calls: list[Call] = []
         self.messages: dict[tuple[str, str], dict] = {}        # (channel, ts) -> message
@@ -73,43 +75,16 @@ class FakeSlack:
         self.socket_open = threading.Event()
         self.app_url: str | None = None                         # set: deliver over HTTP, else the socket
         self.signing_secret = "fake-signing-secret"
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="fake-slack")
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def start(self) -> "FakeSlack":
-        self._thread.start()
-        self._runner, self.port = self._run(self._serve())
-        return self
-
-    def close(self) -> None:
-        self._run(self._runner.cleanup())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def api_url(self) -> str:
         return f"{self.url}/api/"
 
-    def _run(self, coro, timeout: float = 10.0):
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
-    async def _serve(self):
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/api/{method}", self._api)
         app.router.add_post("/upload/v1/{file_id}", self._upload)
         app.router.add_post("/response/{rid}", self._response_url)
         app.router.add_get("/link/", self._socket)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        return runner, site._server.sockets[0].getsockname()[1]
 
     # ------------------------------------------------------------------ what the app called
 
