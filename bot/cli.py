@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     slack.add_argument("--port", type=int, default=3000, help="HTTP port with --http (default 3000)")
     slack.add_argument("--backend", type=_backend)
 
+    discord = sub.add_parser("discord", help="the bot on Discord: /kernel in your servers, a thread per session")
+    discord.add_argument("--guild", type=int, action="append", default=[], metavar="ID",
+                         help="a server (guild) id to sync /kernel to, at once; repeat for several "
+                              "(default: globally, which Discord can take an hour to show)")
+    discord.add_argument("--backend", type=_backend)
+
     status = sub.add_parser("status", help="sessions in the store, or one session in full")
     status.add_argument("session", nargs="?")
     return p
@@ -63,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     from bot.config import Config
     cfg = Config.from_env(backend=getattr(args, "backend", None))
     commands = {"chat": _chat, "run": _run, "runner": _runner, "verify": _verify, "status": _status,
-                "slack": _slack}
+                "slack": _slack, "discord": _discord}
     return commands[args.command](args, cfg)
 
 
@@ -80,6 +86,11 @@ def _run(args, cfg) -> int:
 def _slack(args, cfg) -> int:
     from bot.slack_app import main as slack_main
     return slack_main(cfg, http=args.http, port=args.port)
+
+
+def _discord(args, cfg) -> int:
+    from bot.discord_app import main as discord_main
+    return discord_main(cfg, args.guild)
 
 
 def _runner(args, cfg) -> int:

@@ -1,0 +1,151 @@
+"""The service's Chat on Discord: cards and notices become messages in a session's thread.
+
+The service calls from its own threads while discord.py lives on one event loop: every
+call is scheduled on that loop and waited for (the service maps the message id it gets
+back to the stage). A notice for one person is private only as the follow-up of an
+interaction of theirs, so the adapter hands the chat each person's latest interaction per
+session; without one that is still valid, the notice is said in the thread with a mention.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable, TypeVar
+
+import discord
+
+from bot import discord_embeds as de
+from bot.cards import Card
+from bot.model import Session
+from bot.store import Store
+
+log = logging.getLogger("kernelbot.discord")
+
+PLATFORM = "discord"
+CALL_TIMEOUT_S = 120.0                # rate limits are waited out inside discord.py
+INTERACTION_TTL_S = 14 * 60.0         # interaction tokens are valid for 15 minutes
+T = TypeVar("T")
+ViewFactory = Callable[[list[de.Button]], "discord.ui.View | None"]
+
+
+class ChannelUnavailable(Exception):
+    """Discord refuses to post in the session's thread; the effect stays in the outbox and is retried."""
+
+
+def files(attachments: list[de.Attachment]) -> list[discord.File]:
+    return [discord.File(io.BytesIO(a.data), filename=a.filename) for a in attachments]
+
+
+def mention_only(user: str | None) -> discord.AllowedMentions:
+    """Notices name people by mention; only the person a notice is for gets pinged."""
+    if user and user.isdigit():
+        return discord.AllowedMentions(everyone=False, roles=False, users=[discord.Object(int(user))])
+    return discord.AllowedMentions.none()
+
+
+class DiscordChat:
+    platform = PLATFORM
+
+    def __init__(self, client: discord.Client, store: Store, view_for: ViewFactory) -> None:
+        self.client, self.store, self.view_for = client, store, view_for
+        self._interactions: dict[tuple[str, str], tuple[discord.Interaction, float]] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ Chat (from the service's threads)
+
+    def post(self, s: Session, card: Card) -> str:
+        return self._run(s, self._post, s, card)
+
+    def update(self, s: Session, message_id: str, card: Card) -> None:
+        self._run(s, self._update, s, message_id, card)
+
+    def notify(self, s: Session, text: str, user: str | None) -> None:
+        self._run(s, self.say, s, text, user)
+
+    # ------------------------------------------------------------------ on the event loop
+
+    async def say(self, s: Session, text: str, user: str | None = None) -> None:
+        """A notice in the session's thread; for `user` only, when an interaction of theirs allows it."""
+        interaction = self._interaction(s.id, user) if user else None
+        if interaction is not None:
+            try:
+                await interaction.followup.send(de.notice(text), ephemeral=True)
+                return
+            except discord.HTTPException as e:       # the token expired early or the interaction is gone
+                log.info("session %s: ephemeral to %s refused (%s); saying it in the thread", s.id, user, e)
+        content = f"<@{user}> {text}" if user else text
+        await self.thread(s).send(de.notice(content), allowed_mentions=mention_only(user))
+
+    async def upload(self, s: Session, paths: list[Path], comment: str) -> None:
+        """Files into the session's thread, in one message (export)."""
+        await self.thread(s).send(de.clip(comment, de.CONTENT_MAX), allowed_mentions=discord.AllowedMentions.none(),
+                                  files=[discord.File(p, filename=p.name) for p in paths])
+
+    async def _post(self, s: Session, card: Card) -> str:
+        r = de.render(card)
+        msg = await self.thread(s).send(embed=discord.Embed.from_dict(r.embed), files=files(r.files),
+                                        view=self.view_for(r.buttons))
+        return str(msg.id)
+
+    async def _update(self, s: Session, message_id: str, card: Card) -> None:
+        r = de.render(card)                            # attachments stay as posted; only embed and buttons change
+        try:
+            await self.thread(s).get_partial_message(int(message_id)).edit(
+                embed=discord.Embed.from_dict(r.embed), view=self.view_for(r.buttons))
+        except discord.NotFound:
+            log.info("session %s: card %s was deleted in Discord; not refreshing it", s.id, message_id)
+
+    # ------------------------------------------------------------------ sessions, threads, interactions
+
+    def thread(self, s: Session) -> discord.PartialMessageable:
+        return self.client.get_partial_messageable(int(s.thread), type=discord.ChannelType.public_thread)
+
+    def answering(self, session_id: str, user: str, interaction: discord.Interaction) -> None:
+        """Remember the interaction a person just made in a session, for private notices to them."""
+        with self._lock:
+            self._interactions[(session_id, user)] = (interaction, time.monotonic() + INTERACTION_TTL_S)
+
+    def _interaction(self, session_id: str, user: str) -> discord.Interaction | None:
+        now = time.monotonic()
+        with self._lock:
+            for key in [k for k, (_, until) in self._interactions.items() if until < now]:
+                del self._interactions[key]
+            found = self._interactions.get((session_id, user))
+        return found[0] if found else None
+
+    def map_root(self, session_id: str, thread_id: int) -> None:
+        self.store.map_message(PLATFORM, str(thread_id), session_id, "root")
+
+    def session_in_thread(self, channel_id: int) -> str | None:
+        row = self.store.message(PLATFORM, str(channel_id))
+        return row["session_id"] if row and row["kind"] == "root" else None
+
+    def card_at(self, message_id: int) -> dict | None:
+        """The store's record of the card posted as this message: session, kind, stage, rev."""
+        return self.store.message(PLATFORM, str(message_id))
+
+    # ------------------------------------------------------------------ the bridge
+
+    def _run(self, s: Session, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """fn(*args) on the client's loop, waited for from this (service) thread."""
+        loop = self.client.loop
+        if _running_loop() is loop:
+            raise RuntimeError("DiscordChat's blocking calls must run off the event loop (use an executor)")
+        try:
+            return asyncio.run_coroutine_threadsafe(fn(*args), loop).result(CALL_TIMEOUT_S)
+        except (discord.Forbidden, discord.NotFound) as e:
+            raise ChannelUnavailable(
+                f"Discord refuses to post in thread {s.thread} of session {s.id} ({e.status} {e.text}): give the bot "
+                "View Channel, Send Messages in Threads, Embed Links and Attach Files there, or unarchive the thread. "
+                "The session is kept; the message is retried on the next event or recovery pass.") from e
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
