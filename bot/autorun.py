@@ -55,7 +55,7 @@ def run(request: str, out_dir: Path, cfg: Config, yes: bool, timeout_s: float | 
         runner.ensure(svc)
         svc.recover()
         s = svc.start(request, user=user)
-        s = _drive(svc, s.id, None if yes else Repl(svc, user), timeout_s)
+        s = _drive(svc, runner, s.id, None if yes else Repl(svc, user), timeout_s)
     except KeyboardInterrupt:
         s = svc.dispatch(s.id, Cancel("you (Ctrl-C)")) if "s" in locals() else None
         print("\ninterrupted", file=sys.stderr)
@@ -74,12 +74,14 @@ def run(request: str, out_dir: Path, cfg: Config, yes: bool, timeout_s: float | 
     return 1
 
 
-def _drive(svc: Service, sid: str, repl: Repl | None, timeout_s: float | None) -> Session:
+def _drive(svc: Service, runner: LocalRunner, sid: str, repl: Repl | None, timeout_s: float | None) -> Session:
     """Poll until the session ends or fails; approve (repl None) or ask the person at each stage."""
     start = last_progress = time.time()
     while True:
         svc.poll_jobs()
         s = svc.store.load(sid)
+        if s.open_job(s.stage):
+            runner.ensure(svc)                     # the runner we relied on may have gone
         if not s.active or failed(s):
             return s
         if awaiting_review(s):

@@ -131,10 +131,12 @@ class Repl:
         print(render(cards.revision_card(s, rev)) if rev else "nothing to show yet")
 
 
-def _poll_forever(svc: Service, stop: threading.Event) -> None:
+def _poll_forever(svc: Service, runner: LocalRunner, stop: threading.Event) -> None:
     while not stop.is_set():
         try:
             svc.poll_jobs()
+            if svc.store.open_jobs():
+                runner.ensure(svc)                 # the runner we relied on may have gone
         except Exception as e:                      # keep the terminal usable; say what went wrong
             print(f"  ! polling the runner failed: {e}", file=sys.stderr)
         stop.wait(0.5)
@@ -146,7 +148,7 @@ def chat(cfg: Config) -> int:
     runner.ensure(svc)
     svc.recover()
     stop = threading.Event()
-    threading.Thread(target=_poll_forever, args=(svc, stop), daemon=True).start()
+    threading.Thread(target=_poll_forever, args=(svc, runner, stop), daemon=True).start()
     repl = Repl(svc, getpass.getuser() or "you")
     print(f"kernelbot chat · backend {cfg.backend} · store {cfg.db_path}\n{HELP}")
     try:

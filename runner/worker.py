@@ -410,6 +410,7 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
         if runner.stopping.wait(min(runner.heartbeat_s, 5.0)):
             break
     runner.say("stopping")
+    queue.put_runner_alive({**runner.presence(), "ts": 0.0, "stopped": True})   # gone now, not in 15 s
     consumer.stop(graceful=True)
     runner.say("stopped")
 

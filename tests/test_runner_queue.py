@@ -115,6 +115,7 @@ def test_runner_serves_jobs_with_heartbeats_and_stops_on_sigterm(runner):
 
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
+    assert queue.runner_alive(max_age_s=60) is None      # a stopped runner is gone at once
     text = log.read_text()
     assert "job j-good: pass" in text and "stopped" in text
 
