@@ -53,23 +53,17 @@ def garbage() -> Answer:
     return Answer(body="<html><body>502 Bad Gateway</body></html>")
 
 
-class FakeOpenAI:
+class FakeOpenAI(LoopbackServer):
     def __init__(self) -> None:
+        super().__init__("fake-openai")
         self.requests: list[dict] = []             # the JSON bodies received, in order
         self.headers: list[dict[str, str]] = []
         self._script: list[Answer | Callable[[dict], Answer]] = []
         self._lock = threading.Lock()
-        self._server = LoopbackServer("fake-openai")
         self._ids = itertools.count(1)
 
-    def start(self) -> "FakeOpenAI":
-        app = web.Application(client_max_size=16 * 1024 * 1024)
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._completions)
-        self.port = self._server.start(app)
-        return self
-
-    def close(self) -> None:
-        self._server.close()
 
     @property
     def url(self) -> str:
