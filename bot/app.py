@@ -10,12 +10,15 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from bot.config import Config
 from bot.generator import Generator
 from bot.service import Chat, Service
 from bot.store import Store
+
+if TYPE_CHECKING:
+    from runner.queue import JobQueue
 
 log = logging.getLogger("kernelbot.app")
 
@@ -23,11 +26,25 @@ RUNNER_ALIVE_S = 15.0
 POLL_S, RECOVER_S = 0.5, 30.0
 
 
-def make_generator(cfg: Config) -> Generator:
-    if cfg.generator != "offline":
-        raise SystemExit(f"KERNELBOT_GENERATOR={cfg.generator!r} is not available; use 'offline'")
+def make_generator(cfg: Config, queue_for: Callable[[str], JobQueue] | None = None) -> Generator:
+    """The offline generator, or with an LLM endpoint configured, offline and LLM behind the session's
+    choice (hybrid by default). queue_for: the runners' queues, for the LLM's verify-and-repair loop."""
+    from bot.hybrid import MODES, HybridGenerator
     from bot.offline import OfflineGenerator
-    return OfflineGenerator()
+    if cfg.generator not in MODES:
+        raise SystemExit(f"generator {cfg.generator!r} (KERNELBOT_GENERATOR or --generator) is not one of "
+                         f"{', '.join(MODES)}")
+    if cfg.llm is None:
+        if cfg.generator != "offline":
+            raise SystemExit(f"the {cfg.generator} generator needs an OpenAI-compatible endpoint: set "
+                             "KERNELBOT_LLM_BASE_URL and KERNELBOT_LLM_MODEL (see README, LLM generation)")
+        return OfflineGenerator()
+    from bot.llm import LLMClient
+    from bot.llm_generator import LLMGenerator
+    from bot.verifier import QueueVerifier
+    verify = QueueVerifier(queue_for, cfg.llm.verify_timeout_s, RUNNER_ALIVE_S) if queue_for else None
+    return HybridGenerator(OfflineGenerator(), LLMGenerator(LLMClient(cfg.llm), verify, cfg.llm.rounds),
+                           cfg.generator)
 
 
 def make_service(cfg: Config, chat: Chat) -> Service:
@@ -42,7 +59,7 @@ def make_service(cfg: Config, chat: Chat) -> Service:
             return queues[backend]
 
     store = Store(cfg.db_path)
-    return Service(cfg, store, make_generator(cfg), chat, queue_for)
+    return Service(cfg, store, make_generator(cfg, queue_for), chat, queue_for)
 
 
 class LocalRunner:
@@ -55,7 +72,7 @@ class LocalRunner:
 
     def ensure(self, svc: Service, out=sys.stdout) -> None:
         queue = svc.queue_for(self.backend)
-        if queue.runner_alive(RUNNER_ALIVE_S):
+        if queue.runner_alive(RUNNER_ALIVE_S) or (self.proc and self.proc.poll() is None):
             return
         self._check_runner_deps()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,11 @@ import logging
 import sys
 from pathlib import Path
 
+from bot.hybrid import MODES
 from runner.protocol import check_backend
+
+GENERATOR_HELP = ("offline: the built-in generator; llm: the LLM endpoint (KERNELBOT_LLM_BASE_URL) for every stage; "
+                  "hybrid: offline where it understands the request, else the LLM (default with an endpoint)")
 
 
 def _backend(name: str) -> str:
@@ -25,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
 
     chat = sub.add_parser("chat", help="the conversation in this terminal (embedded default)")
     chat.add_argument("--backend", type=_backend, help="runner backend: cpu, cuda or cuda-NAME (default: cuda if a GPU is visible)")
+    chat.add_argument("--generator", choices=MODES, help=GENERATOR_HELP)
 
     run = sub.add_parser("run", help="one request through all six stages")
     run.add_argument("request", help='e.g. "relu(x + y) for fp16 4096x4096"')
@@ -32,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, required=True, help="directory for the artifacts and report")
     run.add_argument("--backend", type=_backend)
     run.add_argument("--timeout", type=float, help="give up after this many seconds")
+    run.add_argument("--generator", choices=MODES, help=GENERATOR_HELP)
 
     runner = sub.add_parser("runner", help="a runner process: takes jobs of one backend from the queue")
     runner.add_argument("--backend", type=_backend, required=True)
@@ -59,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="sessions in the store, or one session in full")
     status.add_argument("session", nargs="?")
+    status.add_argument("--show", metavar="STAGE:REV", help="print one revision in full, e.g. kernel:2 "
+                                                            "(attempts of the LLM's repair loop included)")
     return p
 
 
@@ -67,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from bot.config import Config
-    cfg = Config.from_env(backend=getattr(args, "backend", None))
+    cfg = Config.from_env(backend=getattr(args, "backend", None), generator=getattr(args, "generator", None))
     commands = {"chat": _chat, "run": _run, "runner": _runner, "verify": _verify, "status": _status,
                 "slack": _slack, "discord": _discord}
     return commands[args.command](args, cfg)
@@ -112,7 +120,7 @@ def _verify(args, cfg) -> int:
 
 def _status(args, cfg) -> int:
     from bot import cards
-    from bot.console import render
+    from bot.console import format_table, render
     from bot.store import Store
     store = Store(cfg.db_path)
     if args.session:
@@ -120,10 +128,36 @@ def _status(args, cfg) -> int:
         if s is None:
             print(f"no session {args.session!r} in {cfg.db_path}", file=sys.stderr)
             return 1
+        if args.show:
+            return _show_revision(s, args.show)
         print(render(cards.summary_card(s)))
+        print("\n".join(format_table(_revision_rows(s))))
         return 0
     for s in store.sessions(store.session_ids()):
-        print(f"{s.id}  {s.status:<9} {s.stage:<15} {s.request[:70]}")
+        tokens = f"  {s.usage['total_tokens']} tokens" if s.usage.get("total_tokens") else ""
+        print(f"{s.id}  {s.status:<9} {s.stage:<15} {s.request[:70]}{tokens}")
+    return 0
+
+
+def _revision_rows(s) -> list[list[str]]:
+    from bot import stages
+    from bot.generator import VERIFICATION
+    rows = [["stage", "rev", "origin", "author", "verification"]]
+    for r in s.revisions:
+        rows.append([stages.label(r.stage), f"r{r.rev}", r.origin, r.author, r.summary.get(VERIFICATION, "")[:90]])
+    return rows
+
+
+def _show_revision(s, which: str) -> int:
+    from bot import cards
+    from bot.console import render
+    stage, _, rev = which.partition(":")
+    r = s.revision(stage, int(rev)) if rev.isdigit() else None
+    if r is None:
+        print(f"no revision {which!r} in session {s.id}; `kernelbot status {s.id}` lists them (e.g. kernel:2)",
+              file=sys.stderr)
+        return 1
+    print(render(cards.revision_card(s, r)))
     return 0
 
 
