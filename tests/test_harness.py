@@ -247,3 +247,20 @@ def test_cuda_correctness_runs_bf16_and_catches_unwritten_output():
     assert not any(r["skipped"] for r in good["correctness"])
     bad = run("verify", {**add_files(), "kernel.py": (BAD / "half_written.py").read_text()}, backend="cuda")
     assert bad["status"] == "fail" and "NaN where the reference is finite" in bad["summary"]
+
+
+def bf16_only_spec() -> str:
+    spec = json.loads((ADD / "spec.json").read_text())
+    for inp in spec["inputs"]:
+        inp["dtypes"] = ["bfloat16"]
+    spec.pop("outputs", None)
+    return json.dumps(spec)
+
+
+def test_bf16_only_spec_is_checked_as_float32_on_the_interpreter():
+    good = run("verify", {**add_files("kernel.py"), "spec.json": bf16_only_spec()})
+    assert good["status"] == "pass", good["summary"]
+    assert all(not r["skipped"] and "checked as float32" in r["reason"] for r in good["correctness"])
+    bad = run("verify", {**add_files(), "spec.json": bf16_only_spec(),
+                         "kernel.py": (BAD / "wrong_math.py").read_text()})
+    assert bad["status"] == "fail"
