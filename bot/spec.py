@@ -37,20 +37,23 @@ def loads(text: str) -> dict:
     return validate(data)
 
 
-_FLAT_LIST = re.compile(r"\[[^\[\]{}]*\]")
-_LIST_OF_LISTS = re.compile(r"\[\s*(\[[^\[\]{}]*\](?:,\s*\[[^\[\]{}]*\])*)\s*\]")
-
-
 def dumps(spec: dict) -> str:
-    """Indented JSON with lists of scalars (and lists of shapes) kept on one line, so a person
-    reads and edits a spec card at a glance."""
-    def one_line(m: re.Match) -> str:
-        flat = json.dumps(json.loads(m.group(0)), ensure_ascii=False)
-        return flat if len(flat) <= 100 else m.group(0)
+    """Indented JSON with short lists (shapes, dtypes) kept on one line, so a person reads and
+    edits a spec card at a glance."""
+    return _format(spec, 0) + "\n"
 
-    text = json.dumps(spec, indent=2, ensure_ascii=False)
-    text = _FLAT_LIST.sub(one_line, text)
-    return _LIST_OF_LISTS.sub(one_line, text) + "\n"
+
+def _format(value, depth: int) -> str:
+    pad, inner = "  " * depth, "  " * (depth + 1)
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {_format(v, depth + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, list) and value:
+        flat = json.dumps(value, ensure_ascii=False)
+        if len(flat) <= 100 and not any(isinstance(v, dict) for v in value):
+            return flat
+        return "[\n" + ",\n".join(inner + _format(v, depth + 1) for v in value) + f"\n{pad}]"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def validate(spec: dict) -> dict:

@@ -1,0 +1,44 @@
+"""Spec validation and its JSON form."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bot import spec
+
+
+def add_spec(**extra) -> dict:
+    return {"name": "add", "expression": "x + b",
+            "inputs": [{"name": "x", "dtypes": ["fp16", "float32"], "shapes": [[64, 128], [5, 7]]},
+                       {"name": "b", "dtypes": ["fp16", "float32"], "shapes": [[128], [7]]}], **extra}
+
+
+def test_dumps_round_trips_and_keeps_strings_untouched():
+    s = spec.validate(add_spec(defaults_used=["b: [N] broadcast", "odd [1,2] text"], params={}))
+    text = spec.dumps(s)
+    assert json.loads(text) == s
+    assert '"shapes": [[64, 128], [5, 7]]' in text and '"odd [1,2] text"' in text
+
+
+def test_validate_normalises_dtypes_and_computes_outputs():
+    s = spec.validate(add_spec())
+    assert s["inputs"][0]["dtypes"] == ["float16", "float32"]
+    assert s["outputs"][0]["shapes"] == [[64, 128], [5, 7]]
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda s: s["inputs"][0].update(dtypes=["int8", "fp32"]), "unsupported dtype 'int8'"),
+    (lambda s: s["inputs"][0].update(shapes=[[0, 4], [5, 7]]), "dimension below 1"),
+    (lambda s: s["inputs"][0].update(shapes=[[10**6, 10**6], [5, 7]]), "the limit is"),
+    (lambda s: s["inputs"][0].update(shapes=[[1, 2, 3, 4, 5], [5, 7]]), "supported ranks are 1 to 4"),
+    (lambda s: s["inputs"][1].update(shapes=[[128]]), "one shape per case"),
+    (lambda s: s.update(expression="x + y"), "make them match"),
+    (lambda s: s.update(name="1bad"), "Python identifier"),
+    (lambda s: s.update(backend="gpu"), "cuda-NAME"),
+])
+def test_bad_specs_name_the_problem(change, message):
+    s = add_spec()
+    change(s)
+    with pytest.raises(spec.SpecError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        spec.validate(s)
