@@ -42,9 +42,13 @@ def make_generator(cfg: Config, queue_for: Callable[[str], JobQueue] | None = No
     from bot.llm import LLMClient
     from bot.llm_generator import LLMGenerator
     from bot.verifier import QueueVerifier
+    try:
+        client = LLMClient(cfg.llm)
+    except ImportError:
+        raise SystemExit("KERNELBOT_LLM_BASE_URL is set but the openai package is not installed: "
+                         "pip install 'kernelbot[llm]'") from None
     verify = QueueVerifier(queue_for, cfg.llm.verify_timeout_s, RUNNER_ALIVE_S) if queue_for else None
-    return HybridGenerator(OfflineGenerator(), LLMGenerator(LLMClient(cfg.llm), verify, cfg.llm.rounds),
-                           cfg.generator)
+    return HybridGenerator(OfflineGenerator(), LLMGenerator(client, verify, cfg.llm.rounds), cfg.generator)
 
 
 def make_service(cfg: Config, chat: Chat) -> Service:

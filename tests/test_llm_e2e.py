@@ -10,14 +10,14 @@ import pytest
 from fakes.openai_server import code, fake_openai  # noqa: F401
 from test_e2e import kernelbot
 
-HS = Path(__file__).parent / "fixtures" / "llm" / "hardswish"
+HS = Path(__file__).parent / "fixtures" / "llm" / "hardswish"     # llm_test_*.py: the tests the model writes
 pytestmark = pytest.mark.slow
 
 
 def test_run_with_the_llm_for_an_operator_outside_the_catalog(fake_openai, tmp_path):
     fake_openai.script(*(code(lang, (HS / name).read_text()) for lang, name in [
-        ("json", "spec.json"), ("python", "reference.py"), ("python", "test_reference.py"),
-        ("python", "kernel.py"), ("python", "test_kernel.py"), ("json", "bench_plan.json")]))
+        ("json", "spec.json"), ("python", "reference.py"), ("python", "llm_test_reference.py"),
+        ("python", "kernel.py"), ("python", "llm_test_kernel.py"), ("json", "bench_plan.json")]))
     out = tmp_path / "out"
     proc = kernelbot(["run", "hardswish of x for fp32 64x48 and 33x17", "--yes", "--out", str(out)],
                      tmp_path / "home", KERNELBOT_LLM_BASE_URL=fake_openai.url, KERNELBOT_LLM_MODEL="fake-model",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from bot.offline import OfflineGenerator
 from bot.model import Session
 from bot.service import Service, kernel_versions
 from bot.store import Store
+from bot.verifier import QueueVerifier
 from runner.worker import execute_job
 
 HS = Path(__file__).parent / "fixtures" / "llm" / "hardswish"
@@ -122,6 +124,35 @@ def test_a_runner_that_cannot_check_ends_the_loop_unverified(fake_openai):
     assert len(fake_openai.requests) == 1
 
 
+class RunnerQueue(MemoryQueue):
+    """A queue whose runner answers every job at once with a pass, or that no runner serves."""
+
+    def __init__(self, alive: bool) -> None:
+        super().__init__()
+        self.alive = alive
+
+    def runner_alive(self, max_age_s: float) -> dict | None:
+        return {"ts": time.time()} if self.alive else None
+
+    def enqueue(self, job: dict) -> None:
+        super().enqueue(job)
+        self.beats[job["job_id"]] = {"state": "done"}
+        self.results[job["job_id"]] = {"status": "pass", "summary": "3/3 cases pass"}
+
+
+def test_queue_verifier_runs_a_verify_job_on_the_sessions_backend():
+    queue = RunnerQueue(alive=True)
+    backends: list[str] = []
+    result = QueueVerifier(lambda b: backends.append(b) or queue, timeout_s=5, poll_s=0.01)({"kernel.py": "k"},
+                                                                                             "cuda-h200")
+    assert result["summary"] == "3/3 cases pass" and backends == ["cuda-h200"]
+    job = queue.jobs[0]
+    assert job["kind"] == "verify" and job["job_id"].startswith("verify-") and job["files"] == {"kernel.py": "k"}
+    assert not queue.beats and not queue.results                       # consumed and cleaned up
+    idle = QueueVerifier(lambda b: RunnerQueue(alive=False), timeout_s=5)({}, "cpu")
+    assert idle["status"] == "error" and "no cpu runner is alive" in idle["summary"]
+
+
 # ------------------------------------------------------------------ prompts
 
 def test_kernel_prompt_carries_approved_stages_corrections_previous_and_catalog_examples(fake_openai):
@@ -190,7 +221,7 @@ def test_429_then_success(fake_openai):
 
 
 def test_tests_and_bench_plan_stages(fake_openai):
-    fake_openai.script(code("python", text("test_kernel.py")), code("json", text("bench_plan.json")))
+    fake_openai.script(code("python", text("llm_test_kernel.py")), code("json", text("bench_plan.json")))
     gen = llm(fake_openai)
     art = gen.generate(GenRequest("kernel_test", REQUEST, approved=approved("spec", "reference", "kernel")))
     assert art.summary == {"tests": "test_kernel_matches_reference"}
@@ -239,7 +270,7 @@ def test_session_keeps_attempts_posts_one_card_and_counts_tokens(fake_openai, tm
     gen = HybridGenerator(OfflineGenerator(), llm(fake_openai, ScriptedVerify("fail", "pass")), "hybrid")
     svc = Service(cfg, Store(cfg.db_path), gen, ConsoleChat(out), lambda backend: queue)
     fake_openai.script(*(code(lang, text(name)) for lang, name in [
-        ("json", "spec.json"), ("python", "reference.py"), ("python", "test_reference.py"),
+        ("json", "spec.json"), ("python", "reference.py"), ("python", "llm_test_reference.py"),
         ("python", "kernel_wrong.py"), ("python", "kernel.py")]))
     s = svc.start(REQUEST, "alice")
 
