@@ -38,6 +38,8 @@ log = logging.getLogger("kernelbot.discord")
 HELP = (help_text("**", "/kernel request:") +
         "\nThe `action:` and `session:` options do the same as `list`, `status ID`, `cancel ID` and `export ID`.")
 INPUT_MAX, MODAL_TITLE_MAX, THREAD_NAME_MAX = 4000, 45, 100
+CODE_FILE_MAX = 512 * 1024
+CODE_FILES = (".py", ".json", ".txt")
 MODAL_TIMEOUT_S = 30 * 60.0
 SEEN = "\N{EYES}"                       # the reaction that tells a person their reply was taken
 ALREADY_ANSWERED = 40060                # Discord's error code for a second answer to one interaction
@@ -263,7 +265,7 @@ class DiscordBot:
         elif len(revision.content) > INPUT_MAX:
             await _respond(interaction.response.send_message(
                 f"`{stages.FILENAMES[stage]}` is longer than a Discord text box holds ({len(revision.content)} of "
-                f"{INPUT_MAX} characters): reply in the thread with the new file in a ```python block.",
+                f"{INPUT_MAX} characters): reply in the thread with the new `{stages.FILENAMES[stage]}` attached.",
                 ephemeral=True))
         else:
             await _respond(interaction.response.send_modal(edit_modal(value, stage, revision.content)))
@@ -316,13 +318,23 @@ class DiscordBot:
         if s is None:
             return                                      # not a session's thread, or talk after the session ended
         user = str(message.author.id)
-        ev = reply_event(s, user, discord_text(message.content, self.chat.client.user.id))
+        ev = reply_event(s, user, await self._reply_text(message))
         if isinstance(ev, Approve) and not self.may_approve(message.author):
             await self.chat.say(s, self.role_refusal(), user)
             return
         await self._dispatch(s.id, ev, f"message:{message.id}")
         if not isinstance(ev, Approve):
             await _react(message, SEEN)
+
+    async def _reply_text(self, message: discord.Message) -> str:
+        """What a reply says; a code file attached to it becomes a fenced block (Discord caps what people
+        type at 2000 characters, so longer code comes as a file)."""
+        text = discord_text(message.content, self.chat.client.user.id)
+        attached = next((a for a in message.attachments if a.filename.endswith(CODE_FILES)), None)
+        if attached is None or attached.size > CODE_FILE_MAX or reply_code(text) is not None:
+            return text
+        code = (await attached.read()).decode("utf-8", "replace")
+        return f"{text}\n```\n{code.rstrip()}\n```"
 
     def _active_session_in(self, channel_id: int) -> Session | None:
         sid = self.chat.session_in_thread(channel_id)

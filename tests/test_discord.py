@@ -151,7 +151,13 @@ def test_full_session_through_discord_payloads(make_bot, fake):
     ephemeral(fake, mate, "no longer current")
 
     click(fake, mate, spec2, "approve")
-    ref = card(bot, "2/6 PyTorch reference · r1")
+    card(bot, "2/6 PyTorch reference · r1")
+
+    # A reply holding a ```python block replaces the code; a thumbs-up (any skin tone) approves it.
+    checked = bot.session().latest("reference").content + "# checked\n"
+    fake.say(dev, f"here:\n```python\n{checked}```", thread)
+    ref = card(bot, "2/6 PyTorch reference · r2")
+    assert bot.session().latest("reference").content == checked
     fake.react(mate, ref, THUMBS_UP + "\N{EMOJI MODIFIER FITZPATRICK TYPE-4}")
     rtest = card(bot, "3/6 Reference test · r1")
     assert rtest["channel_id"] == thread
@@ -184,7 +190,8 @@ def test_full_session_through_discord_payloads(make_bot, fake):
     k3 = card(bot, "4/6 Triton kernel · r3")
     assert f"<@{dev}> (edit)" in shown(k3)
 
-    fake.say(dev, f"```python\n{code}# tuned & reviewed\n```", thread)
+    # Longer code than a Discord message holds comes as an attached file.
+    fake.say(dev, "tuned", thread, files={"kernel.py": f"{code}# tuned & reviewed\n".encode()})
     k4 = card(bot, "4/6 Triton kernel · r4")
     assert bot.session().latest("kernel").content == code + "# tuned & reviewed\n"
 

@@ -105,6 +105,7 @@ class FakeDiscord(LoopbackServer):
 
     def routes(self, app: web.Application) -> None:
         app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/cdn/{aid}/{name}", self._cdn)
         app.router.add_route("*", API + "/{path:.*}", self._rest)
 
     # ------------------------------------------------------------------ people and places
@@ -187,10 +188,10 @@ class FakeDiscord(LoopbackServer):
         return self._interact(5, user, origin.channel_id, {"custom_id": modal["custom_id"], "components": components},
                               **extra)
 
-    def say(self, user: str, content: str, channel_id: str) -> dict:
-        """A person posts in a channel or thread: the MESSAGE_CREATE Discord sends."""
+    def say(self, user: str, content: str, channel_id: str, files: dict[str, bytes] | None = None) -> dict:
+        """A person posts in a channel or thread, with files attached: the MESSAGE_CREATE Discord sends."""
         with self._changed:
-            msg = self._message(channel_id, self.users[user], content)
+            msg = self._message(channel_id, self.users[user], content, files=files)
         self._dispatch("MESSAGE_CREATE", {**msg, "guild_id": GUILD, "member": self.member(user, with_user=False)})
         return msg
 
@@ -310,6 +311,10 @@ class FakeDiscord(LoopbackServer):
                 "afk_timeout": 300, "system_channel_flags": 0, "icon": None, "banner": None, "splash": None}
 
     # ------------------------------------------------------------------ REST
+
+    async def _cdn(self, request: web.Request) -> web.Response:
+        data = self.files.get(request.match_info["aid"])
+        return web.Response(body=data) if data is not None else web.Response(status=404)
 
     async def _rest(self, request: web.Request) -> web.Response:
         method, path = request.method, "/" + request.match_info["path"]
@@ -462,7 +467,7 @@ class FakeDiscord(LoopbackServer):
             for name, data in files.items():
                 aid = snowflake()
                 self.files[aid] = bytes(data)
-                url = f"https://cdn.invalid/{aid}/{name}"
+                url = f"{self.url}/cdn/{aid}/{name}"
                 kept.append({"id": aid, "filename": name, "size": len(data), "content_type": "application/octet-stream",
                              "url": url, "proxy_url": url})
             msg["attachments"] = kept
