@@ -40,7 +40,7 @@ HELP = (help_text("**", "/kernel request:") +
 INPUT_MAX, MODAL_TITLE_MAX, THREAD_NAME_MAX = 4000, 45, 100
 CODE_FILE_MAX = 512 * 1024
 CODE_FILES = (".py", ".json", ".txt")
-MODAL_TIMEOUT_S = 30 * 60.0
+MODAL_TIMEOUT_S = 30 * 60.0             # discord.py drops an abandoned modal object after this
 SEEN = "\N{EYES}"                       # the reaction that tells a person their reply was taken
 ALREADY_ANSWERED = 40060                # Discord's error code for a second answer to one interaction
 NOT_OURS = "That button or form does not belong to a kernelbot session (or its data is damaged); nothing was done."
@@ -116,23 +116,23 @@ def card_view(buttons: list[de.Button]) -> discord.ui.View | None:
     return view
 
 
-def _modal(kind: str, value: str, title: str, label: str, **box: Any) -> discord.ui.Modal:
-    """One text box; the custom id carries the card's action value. Submissions are read in
-    DiscordBot.on_modal by that id, not by this object (which a restart forgets)."""
-    modal = discord.ui.Modal(title=de.clip(title, MODAL_TITLE_MAX), custom_id=de.custom_id(kind, value),
-                             timeout=MODAL_TIMEOUT_S)
+def _modal(custom_id: str, box: str, title: str, label: str, **options: Any) -> discord.ui.Modal:
+    """One text box named `box`, under the custom id of the button that opened it (kb:correct:… or
+    kb:edit:…). Submissions are read in DiscordBot.on_modal by that id, not by this object (which a
+    restart forgets)."""
+    modal = discord.ui.Modal(title=de.clip(title, MODAL_TITLE_MAX), custom_id=custom_id, timeout=MODAL_TIMEOUT_S)
     modal.add_item(discord.ui.Label(text=de.clip(label, MODAL_TITLE_MAX), component=discord.ui.TextInput(
-        custom_id=kind, style=discord.TextStyle.paragraph, max_length=INPUT_MAX, **box)))
+        custom_id=box, style=discord.TextStyle.paragraph, max_length=INPUT_MAX, **options)))
     return modal
 
 
-def correction_modal(value: str, stage: str) -> discord.ui.Modal:
-    return _modal("correct", value, "Request changes", f"What should change in {stages.label(stage)}?",
+def correction_modal(custom_id: str, stage: str) -> discord.ui.Modal:
+    return _modal(custom_id, "correct", "Request changes", f"What should change in {stages.label(stage)}?",
                   placeholder="e.g. use shape 8x16 instead, or block size 2048")
 
 
-def edit_modal(value: str, stage: str, content: str) -> discord.ui.Modal:
-    return _modal("edit", value, f"Edit {stages.TITLES[stage]}", stages.FILENAMES[stage], default=content)
+def edit_modal(custom_id: str, stage: str, content: str) -> discord.ui.Modal:
+    return _modal(custom_id, "edit", f"Edit {stages.TITLES[stage]}", stages.FILENAMES[stage], default=content)
 
 
 def modal_value(components: list[dict], custom_id: str) -> str | None:
@@ -254,9 +254,8 @@ class DiscordBot:
     async def _open_modal(self, interaction: discord.Interaction, custom_id: str,
                           ref: tuple[str, str, str, int]) -> None:
         action, sid, stage, rev = ref
-        value = custom_id.split(":", 2)[2]
         if action == "correct":
-            await _respond(interaction.response.send_modal(correction_modal(value, stage)))
+            await _respond(interaction.response.send_modal(correction_modal(custom_id, stage)))
             return
         s = await self._call(self.svc.store.load, sid)
         revision = s.revision(stage, rev) if s else None
@@ -268,7 +267,7 @@ class DiscordBot:
                 f"{INPUT_MAX} characters): reply in the thread with the new `{stages.FILENAMES[stage]}` attached.",
                 ephemeral=True))
         else:
-            await _respond(interaction.response.send_modal(edit_modal(value, stage, revision.content)))
+            await _respond(interaction.response.send_modal(edit_modal(custom_id, stage, revision.content)))
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
         """Modal submissions, and buttons no DynamicItem claims (discord.py would leave them unanswered)."""

@@ -36,11 +36,11 @@ class ChannelUnavailable(Exception):
     """Discord refuses to post in the session's thread; the effect stays in the outbox and is retried."""
 
 
-def files(attachments: list[de.Attachment]) -> list[discord.File]:
+def _files(attachments: list[de.Attachment]) -> list[discord.File]:
     return [discord.File(io.BytesIO(a.data), filename=a.filename) for a in attachments]
 
 
-def mention_only(user: str | None) -> discord.AllowedMentions:
+def _mention_only(user: str | None) -> discord.AllowedMentions:
     """Notices name people by mention; only the person a notice is for gets pinged."""
     if user and user.isdigit():
         return discord.AllowedMentions(everyone=False, roles=False, users=[discord.Object(int(user))])
@@ -78,7 +78,7 @@ class DiscordChat:
             except discord.HTTPException as e:       # the token expired early or the interaction is gone
                 log.info("session %s: ephemeral to %s refused (%s); saying it in the thread", s.id, user, e)
         content = f"<@{user}> {text}" if user else text
-        await self.thread(s).send(de.notice(content), allowed_mentions=mention_only(user))
+        await self.thread(s).send(de.notice(content), allowed_mentions=_mention_only(user))
 
     async def upload(self, s: Session, paths: list[Path], comment: str) -> None:
         """Files into the session's thread, in one message (export)."""
@@ -87,7 +87,7 @@ class DiscordChat:
 
     async def _post(self, s: Session, card: Card) -> str:
         r = de.render(card)
-        msg = await self.thread(s).send(embed=discord.Embed.from_dict(r.embed), files=files(r.files),
+        msg = await self.thread(s).send(embed=discord.Embed.from_dict(r.embed), files=_files(r.files),
                                         view=self.view_for(r.buttons))
         return str(msg.id)
 
