@@ -19,6 +19,7 @@ from typing import Sequence
 from bot import ir
 from bot import spec as specmod
 from bot.generator import GenerationError
+from bot.lower_triton import RESERVED
 from runner import protocol
 
 DEFAULT_SHAPES: list[list[int]] = [[4096, 4096], [5333, 497]]   # square, and odd: no block size divides it
@@ -852,7 +853,10 @@ def _default_name(node: ir.Node) -> str:
         label = "scale" if sub.op == "mul" and any(a.op == "const" for a in sub.args) else sub.op
         if label not in parts:
             parts.append(label)
-    return "_".join(parts[:3])
+    name = "_".join(parts[:3])
+    if ir.kind(node) == "reduce":
+        name += "_last_dim"          # "sum" alone would shadow the builtin in the generated files
+    return name + "_op" if name in RESERVED else name
 
 
 def _describe(node: ir.Node) -> str:

@@ -491,3 +491,10 @@ def test_bad_backend_is_refused():
 ])
 def test_prose_is_not_read_as_an_expression(text, expected):
     assert expr(parse_request(text)[0]) == canon(expected)
+
+
+def test_reduction_names_do_not_clash_with_generated_code():
+    from bot.lower_triton import RESERVED
+    for request in ("mean of x over the last dim", "sum of x row-wise", "max over the last dim"):
+        spec, _ = parse_request(request)
+        assert spec["name"].endswith("_last_dim") and spec["name"] not in RESERVED
