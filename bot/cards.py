@@ -163,7 +163,7 @@ def bench_table(r: dict) -> list[list[str]]:
         table.append([str(row.get("case")), str(row.get("dtype")), _num(row.get("torch_ms")),
                       _num(row.get("compile_ms")), _num(row.get("kernel_ms")), _ratio(row.get("speedup")),
                       _ratio(row.get("speedup_vs_compile")), _ratio(row.get("speedup_per_call")),
-                      _num(row.get("gbps"), 0), _num(row.get("pct_of_copy"), 1)])
+                      _num(row.get("gbps"), 0), _pct(row.get("pct_of_copy"))])
     return table
 
 
@@ -189,6 +189,10 @@ def _num(v, digits: int = 4) -> str:
     if isinstance(v, (int, float)):
         return f"{v:.{digits}g}" if digits else f"{v:.0f}"
     return str(v)
+
+
+def _pct(v) -> str:
+    return f"{v:.1f}" if isinstance(v, (int, float)) else "-"
 
 
 def _ratio(v) -> str:
