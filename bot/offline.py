@@ -8,6 +8,7 @@ from bot import lower_torch, lower_triton, testgen
 from bot import spec as specmod
 from bot.generator import Artifact, GenerationError, GenRequest
 from bot.request_parse import parse_request
+from runner import protocol
 
 
 class OfflineGenerator:
@@ -72,7 +73,6 @@ class OfflineGenerator:
 
 
 def _matrix_summary(spec: dict) -> dict[str, str]:
-    from runner import protocol
     cases, variants = protocol.cases(spec), protocol.dtype_variants(spec)
     return {"cases": ", ".join(c.label for c in cases),
             "dtypes": ", ".join(protocol.variant_label(v) for v in variants),
