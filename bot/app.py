@@ -112,16 +112,19 @@ class LocalRunner:
                 self.proc.wait()
 
 
-def keep_polling(svc: Service, stop: threading.Event) -> None:
-    """Runner results and heartbeats into the chat; now and then retry effects the chat refused."""
+def keep_polling(svc: Service, stop: threading.Event, runner: LocalRunner | None = None) -> None:
+    """Runner results and heartbeats into the chat; now and then retry effects the chat refused.
+    With a local runner: start it again when a job waits and no runner is alive any more."""
     last_recover = time.monotonic()
     while not stop.wait(POLL_S):
         try:
             svc.poll_jobs()
+            if runner and svc.store.open_jobs():
+                runner.ensure(svc)
             if time.monotonic() - last_recover > RECOVER_S:
                 svc.recover()
                 last_recover = time.monotonic()
-        except Exception:                               # keep polling; the store still holds everything
+        except (Exception, SystemExit):                 # keep polling; the store still holds everything
             log.exception("polling the runner failed")
 
 
@@ -129,14 +132,15 @@ def keep_polling(svc: Service, stop: threading.Event) -> None:
 def serving(cfg: Config, svc: Service) -> Iterator[None]:
     """Around a chat adapter's main loop: a local runner when none is alive and this host can run
     one, the outbox finished, runner results polled into the chat; all stopped on the way out."""
-    runner = LocalRunner(cfg, cfg.backend)
+    runner: LocalRunner | None = LocalRunner(cfg, cfg.backend)
     try:
         runner.ensure(svc)
     except SystemExit as e:                             # a bot-only host: jobs wait for a remote runner
         log.warning("%s; jobs wait in the queue until a %s runner starts", e, cfg.backend)
+        runner = None
     svc.recover()
     stop = threading.Event()
-    poller = threading.Thread(target=keep_polling, args=(svc, stop), daemon=True, name="poll")
+    poller = threading.Thread(target=keep_polling, args=(svc, stop, runner), daemon=True, name="poll")
     poller.start()
     try:
         yield
@@ -144,4 +148,5 @@ def serving(cfg: Config, svc: Service) -> Iterator[None]:
         stop.set()
         poller.join(10)                                 # let a poll in flight finish before the pool stops
         svc.shutdown()
-        runner.stop()
+        if runner:
+            runner.stop()

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import getpass
 import re
-import sys
-import threading
 import time
 from typing import Callable
 
 from bot import cards, stages
-from bot.app import LocalRunner, make_service
+from bot.app import make_service, serving
 from bot.config import Config
 from bot.console import ConsoleChat, render
 from bot.events import Approve, Cancel, Correct, Edit, Regenerate
@@ -131,33 +129,14 @@ class Repl:
         print(render(cards.revision_card(s, rev)) if rev else "nothing to show yet")
 
 
-def _poll_forever(svc: Service, runner: LocalRunner, stop: threading.Event) -> None:
-    while not stop.is_set():
-        try:
-            svc.poll_jobs()
-            if svc.store.open_jobs():
-                runner.ensure(svc)                 # the runner we relied on may have gone
-        except Exception as e:                      # keep the terminal usable; say what went wrong
-            print(f"  ! polling the runner failed: {e}", file=sys.stderr)
-        stop.wait(0.5)
-
-
 def chat(cfg: Config) -> int:
     svc = make_service(cfg, ConsoleChat(image_dir=cfg.home / "charts"))
-    runner = LocalRunner(cfg, cfg.backend)
-    runner.ensure(svc)
-    svc.recover()
-    stop = threading.Event()
-    threading.Thread(target=_poll_forever, args=(svc, runner, stop), daemon=True).start()
-    repl = Repl(svc, getpass.getuser() or "you")
-    print(f"kernelbot chat · backend {cfg.backend} · store {cfg.db_path}\n{HELP}")
-    try:
-        while repl.handle(input("kernelbot> ")):
-            time.sleep(0.05)
-    except (EOFError, KeyboardInterrupt):
-        print()
-    finally:
-        stop.set()
-        svc.shutdown()
-        runner.stop()
+    with serving(cfg, svc):
+        repl = Repl(svc, getpass.getuser() or "you")
+        print(f"kernelbot chat · backend {cfg.backend} · store {cfg.db_path}\n{HELP}")
+        try:
+            while repl.handle(input("kernelbot> ")):
+                time.sleep(0.05)
+        except (EOFError, KeyboardInterrupt):
+            print()
     return 0
