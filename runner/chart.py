@@ -17,7 +17,9 @@ SIDE_BY_SIDE_MAX_GROUPS = 4     # more (case, dtype) groups than this: panels st
 
 
 def _number(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.2g}"
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"   # speedups keep two decimals
 
 
 def _bar_label(row: dict | None) -> str:

@@ -9,8 +9,10 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import discord
 import pytest
+
+discord = pytest.importorskip("discord", reason="the Discord adapter needs the discord extra")
+
 from discord.gateway import DiscordWebSocket
 from fakes.discord import (BOT_ID, CHANNEL, EPHEMERAL, GUILD, OTHER_CHANNEL, REVIEWER_ROLE, TOKEN, FakeDiscord)
 from fakes.queue import MemoryQueue

@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("slack_bolt", reason="the Slack adapter needs the slack extra")
+
 from fakes.queue import MemoryQueue
 from fakes.runner import BENCH, chart_png, run_job, wait_until
 from fakes.slack import BOT_USER, FakeSlack, File
