@@ -105,3 +105,22 @@ def check_backend(name: str) -> str:
 def device_type(backend: str) -> str:
     """Where a backend runs kernels: 'cpu' (Triton's interpreter) or 'cuda' (for 'cuda', 'cuda-h200', ...)."""
     return "cpu" if backend.split("-")[0] == "cpu" else "cuda"
+
+
+# Tuning (issue 6). A generated kernel.py may carry a config space and the winners per case:
+#   CONFIGS = [{"BLOCK_M": 128, ..., "num_warps": 8, "num_stages": 3}, ...]
+#   TUNED = {tuning_key(inputs): config, ...}      # filled in by the benchmark's export
+#   def NAME(*inputs, config=None)                 # config=None: TUNED, else the launcher's default
+# The generated file carries a verbatim copy of tuning_key, so both sides key cases alike.
+MAX_CONFIGS = 32
+
+
+def tuning_key(tensors):
+    # "4096x4096:float16|4096:float16": every input's shape and dtype, in order.
+    return "|".join("x".join(map(str, t.shape)) + ":" + str(t.dtype).removeprefix("torch.") for t in tensors)
+
+
+def config_label(config: dict) -> str:
+    """A config in a few characters for tables and charts: 'BLOCK_M=128 BLOCK_N=64 w8 s3'."""
+    short = {"num_warps": "w", "num_stages": "s"}
+    return " ".join(f"{short[k]}{v}" if k in short else f"{k}={v}" for k, v in config.items())
