@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from bot import ir
 from bot.lower_torch import (ExprWriter, OpWriter, call_writer, doc_text, fmt_const, fold_constants, local_names,
                              plain_text)
+from runner import protocol
 
 DEFAULT_MAX_BLOCK_N = 8192      # a row up to this long is one tile: read once, no loop
 NEG_INF, POS_INF = 'float("-inf")', 'float("inf")'
@@ -33,7 +34,7 @@ RESERVED = {  # plus dim1.. in broadcast kernels
     "row_sum", "new_max", "acc", "result", "mean", "m2", "count", "n_chunk", "chunk_mean", "dev", "delta",
     "total", "rstd", "max_block_n", "BLOCK_M", "BLOCK_N", "_body", "_tanh", "_gelu", "_gelu_tanh", "_silu", "_powi", "_broadcast_offsets",
     "_pointwise_config", "_row_config", "_broadcast_layout", "_expanded_strides", "_require_full",
-    "_row_strides",
+    "_row_strides", "CONFIGS", "TUNED", "tuning_key", "config",
 }
 
 
@@ -118,6 +119,18 @@ def _row_strides(name, shape, full):
     raise ValueError(f"input {name} has shape {list(shape)}; a row op over the last dim of {list(full)} reads each "
                      f"input as the full {list(full)}, a last-dim vector [{full[-1]}], one value per row "
                      f"{list(full[:-1]) + [1]} or a single value [1]")
+
+
+def tuning_source(configs: list[dict]) -> str:
+    """The tuning block of kernel.py (docs/CONTRACTS.md): the config space, the winners per case
+    (empty until the benchmark's export fills it in) and the key both are looked up by."""
+    if not 1 <= len(configs) <= protocol.MAX_CONFIGS:
+        raise ValueError(f"a kernel carries 1 to {protocol.MAX_CONFIGS} configs, got {len(configs)}")
+    lines = "".join(f"    {config!r},\n" for config in configs)
+    return ("# The configs the benchmark stage tries on each case (block sizes, warps, stages).\n"
+            f"CONFIGS = [\n{lines}]\n"
+            "# tuning_key(inputs) -> the config that won on the runner's GPU; the export fills it in.\n"
+            "TUNED = {}\n\n\n" + inspect.getsource(protocol.tuning_key))
 
 
 # ---------------------------------------------------------------- float32 math helpers (emitted when used)
