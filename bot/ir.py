@@ -17,10 +17,14 @@ UNARY = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu", "gelu", "silu", "s
 BINARY = {"add", "sub", "mul", "div", "maximum", "minimum"}
 COMPARE = {"gt", "ge", "lt", "le", "eq", "ne"}
 POINTWISE = UNARY | BINARY | COMPARE | {"where"}
-REDUCE = {"sum", "mean", "max", "min"}
+REDUCE = {"sum", "mean", "max", "min"}         # over any one dim (attr dim, default -1)
+ARG_REDUCE = {"argmax", "argmin"}              # over any one dim, of a plain input; int64 indices
 ROW_PRESERVING = {"softmax", "log_softmax"}
 NORMS = {"layernorm", "rmsnorm"}
+LOSSES = {"cross_entropy"}                     # (logits body, int64 target) over the last dim
 ROW_OPS = REDUCE | ROW_PRESERVING | NORMS
+ROOT_OPS = ROW_OPS | ARG_REDUCE | LOSSES       # ops that may only stand at the root
+MATMUL = "matmul"                              # one per expression; the rest is its epilogue
 
 # Inputs whose values reach these ops need a restricted domain.
 POSITIVE_DOMAIN_OPS = {"log", "sqrt", "rsqrt"}
@@ -32,7 +36,8 @@ _ALIASES = {
     "negative": "neg", "logsoftmax": "log_softmax", "layer_norm": "layernorm",
     "rms_norm": "rmsnorm", "swish": "silu", "clip": "clamp", "multiply": "mul",
     "divide": "div", "true_divide": "div", "subtract": "sub", "square": "square",
-    "gelu_tanh": "gelu_tanh", "reciprocal": "reciprocal",
+    "gelu_tanh": "gelu_tanh", "reciprocal": "reciprocal", "mm": "matmul", "bmm": "matmul",
+    "crossentropy": "cross_entropy",
 }
 _CONSTANTS = {"pi": math.pi, "e": math.e}
 DEFAULT_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6}
@@ -74,9 +79,11 @@ def call(op: str, *args: Node, **attrs: Any) -> Node:
 SUPPORTED_TEXT = (
     "pointwise: + - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, "
     "gelu (approximate='none' or 'tanh'), silu, sigmoid, tanh, maximum, minimum, "
-    "where(cond, a, b), clamp(x, min, max), comparisons, constants; over the last dim: "
-    "sum, mean, max, min, softmax, log_softmax; layernorm(x, weight, bias, eps=...), "
-    "rmsnorm(x, weight, eps=...)"
+    "where(cond, a, b), clamp(x, min, max), comparisons, constants; over any one dim: "
+    "sum, mean, max, min, argmax, argmin; over the last dim: softmax, log_softmax, "
+    "layernorm(x, weight, bias, eps=...), rmsnorm(x, weight, eps=...) (also of a sum, e.g. "
+    "rmsnorm(x + residual, weight)), cross_entropy(logits, target); matmul a @ b (2-D, or batched 3-D; "
+    "tf32=True for float32) with a pointwise epilogue, e.g. relu(a @ b + bias)"
 )
 
 
@@ -143,6 +150,8 @@ def _convert(n: ast.expr) -> Node:
             return _convert(n.operand)
         raise IRError(f"unsupported operator in {ast.unparse(n)!r}")
     if isinstance(n, ast.BinOp):
+        if isinstance(n.op, ast.MatMult):
+            return call(MATMUL, _convert(n.left), _convert(n.right), tf32=False)
         if isinstance(n.op, ast.Pow):
             return call("pow", _convert(n.left), exponent=_number(n.right))
         if type(n.op) not in _BINOPS:
@@ -166,7 +175,7 @@ def _convert_call(n: ast.Call) -> Node:
         args = [n.func.value] + args
     kw = {k.arg: k.value for k in n.keywords if k.arg}
     kw.pop("keepdim", None)
-    _check_dim(fname, args, kw)
+    dim = _dim(fname, args, kw)
     if fname in ("square",):
         return call("pow", _convert(args[0]), exponent=2.0)
     if fname == "reciprocal":
@@ -202,11 +211,16 @@ def _convert_call(n: ast.Call) -> Node:
     if fname in UNARY:
         _arity(fname, args, 1)
         return call(fname, _convert(args[0]))
-    if fname in REDUCE | ROW_PRESERVING:
+    if fname in REDUCE | ARG_REDUCE | ROW_PRESERVING:
         _arity(fname, args, 1)
-        return call(fname, _convert(args[0]), dim=-1)
+        return call(fname, _convert(args[0]), dim=dim)
     if fname in NORMS:
         return _convert_norm(fname, args, kw)
+    if fname == MATMUL:
+        _arity(fname, args, 2)
+        return call(MATMUL, _convert(args[0]), _convert(args[1]), tf32=_flag(kw.get("tf32")))
+    if fname == "cross_entropy":
+        return _convert_cross_entropy(args, kw)
     raise IRError(f"unsupported function {fname!r}. Supported: {SUPPORTED_TEXT}")
 
 
@@ -217,15 +231,44 @@ def _is_module_path(v: ast.expr) -> bool:
     return isinstance(v, ast.Attribute) and v.attr in names
 
 
-def _check_dim(fname: str, args: list, kw: dict) -> None:
-    # Row ops reduce over the last dim only; accept dim=-1 spelled either way.
-    if fname not in ROW_OPS:
-        return
-    dim = kw.pop("dim", None)
-    if dim is None and fname in REDUCE | ROW_PRESERVING and len(args) == 2 and _is_int_literal(args[1]):
+def _dim(fname: str, args: list, kw: dict) -> int:
+    """The dim a reduction or row op works over, from dim=d or a second positional int; -1 when
+    not given. Reductions take any one dim; softmax, norms and losses the last one only."""
+    if fname not in ROOT_OPS:
+        return -1
+    dim = kw.pop("dim", kw.pop("axis", None))
+    if dim is None and fname in REDUCE | ARG_REDUCE | ROW_PRESERVING and len(args) == 2 and _is_int_literal(args[1]):
         dim = args.pop()
-    if dim is not None and (not _is_int_literal(dim) or _number(dim) != -1):
+    if dim is None:
+        return -1
+    if not _is_int_literal(dim):
+        raise IRError(f"{fname} takes one dim as an integer, e.g. dim=0; got {ast.unparse(dim)!r}")
+    if fname not in REDUCE | ARG_REDUCE and _number(dim) != -1:
         raise IRError(f"{fname} is supported over the last dim (dim=-1) only")
+    return int(_number(dim))
+
+
+def _flag(n: ast.expr | None) -> bool:
+    if n is None:
+        return False
+    if isinstance(n, ast.Constant) and isinstance(n.value, bool):
+        return n.value
+    raise IRError(f"expected True or False, got {ast.unparse(n)!r}")
+
+
+def _convert_cross_entropy(args: list, kw: dict) -> Node:
+    # cross_entropy(logits, target, reduction='mean'|'none'); class weights, label smoothing and
+    # ignore_index are not supported.
+    extra = sorted(set(kw) - {"reduction", "input", "target"})
+    if extra:
+        raise IRError(f"cross_entropy supports reduction='mean' or 'none' only, not {', '.join(extra)}")
+    args = args + [kw[k] for k in ("input", "target") if k in kw]
+    _arity("cross_entropy", args, 2)
+    node = kw.get("reduction")
+    reduction = "mean" if node is None else node.value if isinstance(node, ast.Constant) else None
+    if reduction not in ("mean", "none"):
+        raise IRError(f"cross_entropy reduction must be 'mean' or 'none', got {ast.unparse(node)!r}")
+    return call("cross_entropy", _convert(args[0]), _convert(args[1]), reduction=reduction)
 
 
 def _arity(fname: str, args: list, n: int) -> None:
@@ -258,25 +301,43 @@ def _convert_norm(fname: str, args: list, kw: dict) -> Node:
 # ---------------------------------------------------------------- checks and queries
 
 def check(node: Node) -> None:
-    """Row ops may only stand at the root; norm weights and biases must be plain inputs."""
-    if node.op in ROW_OPS:
-        for sub in node.args[0].walk():
-            if sub.op in ROW_OPS:
-                raise IRError(f"{sub.op} inside {node.op} is not supported; one row op per kernel")
-        if node.op in NORMS:
-            for extra in node.args[1:]:
-                if extra.op != "input":
-                    raise IRError(f"{node.op} weight and bias must be inputs, got {to_text(extra)!r}")
-        body = node.args[0]
-    else:
-        body = node
+    """Root ops (reductions, row ops, losses) may only stand at the root, over a pointwise body;
+    their extra operands (norm weight and bias, cross-entropy target) and argmax's operand must be
+    plain inputs. A matmul has plain-input operands, and everything around it is its epilogue."""
+    body = node.args[0] if node.op in ROOT_OPS else node
+    extras = node.args[1:] if node.op in ROOT_OPS else ()
+    if node.op in ARG_REDUCE and body.op != "input":
+        raise IRError(f"{node.op} takes a tensor input, e.g. {node.op}(x, dim=-1); compute the expression in a separate kernel")
+    for extra in extras:
+        if extra.op != "input":
+            raise IRError(f"{node.op} {'target' if node.op in LOSSES else 'weight and bias'} must be inputs, "
+                          f"got {to_text(extra)!r}")
+    if node.op in LOSSES and extras[0].name in input_names(body):
+        raise IRError("cross_entropy's target (class indices) cannot also be part of the logits")
+    matmuls = [sub for sub in body.walk() if sub.op == MATMUL]
     for sub in body.walk():
-        if sub.op in ROW_OPS:
+        if sub.op in ROOT_OPS:
             raise IRError(f"{sub.op} must be the outermost operation (e.g. softmax(x * 2) is fine, softmax(x) * 2 is not)")
-        if sub.op not in POINTWISE | {"input", "const"}:
+        if sub.op not in POINTWISE | {"input", "const", MATMUL}:
             raise IRError(f"unsupported op {sub.op!r}. Supported: {SUPPORTED_TEXT}")
+    if matmuls:
+        _check_matmul(node, body, matmuls)
     if not input_names(node):
         raise IRError("the expression has no inputs; name at least one tensor, e.g. relu(x)")
+
+
+def _check_matmul(node: Node, body: Node, matmuls: list[Node]) -> None:
+    if node is not body:
+        raise IRError(f"a matmul inside {node.op} is not supported; a matmul takes a pointwise epilogue, "
+                      "e.g. relu(a @ b + bias)")
+    if len(matmuls) > 1:
+        raise IRError("one matmul per kernel; chain them as separate operators")
+    mm = matmuls[0]
+    if any(a.op != "input" for a in mm.args):
+        raise IRError("matmul operands must be inputs, e.g. a @ b; compute a prologue in a separate kernel")
+    used = [leaf.name for leaf in node.walk() if leaf.op == "input"]
+    if any(used.count(a.name) > 1 for a in mm.args):
+        raise IRError("matmul operands cannot also be used in the epilogue")
 
 
 def input_names(node: Node) -> list[str]:
@@ -289,20 +350,42 @@ def input_names(node: Node) -> list[str]:
 
 
 def kind(node: Node) -> str:
-    """'pointwise', 'reduce', 'softmax' (softmax/log_softmax) or 'norm'."""
-    if node.op in REDUCE:
-        return "reduce"
-    if node.op in ROW_PRESERVING:
-        return "softmax"
-    if node.op in NORMS:
-        return "norm"
-    return "pointwise"
+    """'pointwise', 'matmul' (with its epilogue), 'reduce', 'argreduce', 'softmax'
+    (softmax/log_softmax), 'norm' or 'loss'."""
+    kinds = {**dict.fromkeys(REDUCE, "reduce"), **dict.fromkeys(ARG_REDUCE, "argreduce"),
+             **dict.fromkeys(ROW_PRESERVING, "softmax"), **dict.fromkeys(NORMS, "norm"), **dict.fromkeys(LOSSES, "loss")}
+    if node.op in kinds:
+        return kinds[node.op]
+    return "matmul" if any(sub.op == MATMUL for sub in node.walk()) else "pointwise"
+
+
+def matmul_node(node: Node) -> Node | None:
+    return next((sub for sub in node.walk() if sub.op == MATMUL), None)
+
+
+def index_inputs(node: Node) -> dict[str, str]:
+    """Integer inputs: class-index input name -> the input whose last dim it indexes."""
+    if node.op not in LOSSES:
+        return {}
+    return {node.args[1].name: input_names(node.args[0])[0]}
+
+
+def reduced(node: Node) -> tuple[list[str], int] | None:
+    """(inputs, dim) whose broadcast length at dim the op accumulates over (its error grows with
+    the sqrt of it), or None for ops that accumulate nothing."""
+    if node.op in REDUCE | ARG_REDUCE:
+        return input_names(node.args[0]), node.attr("dim", -1)
+    if node.op in LOSSES:
+        return input_names(node.args[0]), -1
+    mm = matmul_node(node)
+    return ([mm.args[0].name], -1) if mm else None
 
 
 def domains(node: Node) -> dict[str, str]:
     """Input domain per input: 'positive' under log/sqrt/rsqrt/fractional pow,
     'nonzero' in a denominator or under a negative pow, else 'normal'."""
     out = {n: "normal" for n in input_names(node)}
+    out.update(dict.fromkeys(index_inputs(node), "index"))
 
     def mark(sub: Node, dom: str) -> None:
         for leaf in sub.walk():
@@ -346,10 +429,47 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
             if list(shapes[extra.name]) != [x[-1]]:
                 raise IRError(f"{node.op} {extra.name} must have shape [{x[-1]}] (the last dim), got {shapes[extra.name]}")
         return x
+    if node.op in LOSSES:
+        return _loss_shape(node, shapes)
+    mm = matmul_node(node)
+    if mm:
+        full = broadcast_shapes([_matmul_shape(shapes[mm.args[0].name], shapes[mm.args[1].name])]
+                                + [shapes[n] for n in input_names(node) if n not in {a.name for a in mm.args}])
+        if full != _matmul_shape(shapes[mm.args[0].name], shapes[mm.args[1].name]):
+            raise IRError(f"the epilogue's inputs broadcast the matmul's output to {full}; they must fit inside it")
+        return full
     full = broadcast_shapes([shapes[n] for n in input_names(node)])
-    if node.op in REDUCE:
-        return full[:-1]
+    if node.op in REDUCE | ARG_REDUCE:
+        dim = node.attr("dim", -1)
+        if not -len(full) <= dim < len(full):
+            raise IRError(f"{node.op} over dim {dim}, but the input has {len(full)} dims (shape {full})")
+        return full[:dim % len(full)] + full[dim % len(full) + 1:]
     return full
+
+
+def _matmul_shape(a: list[int], b: list[int]) -> list[int]:
+    if len(a) not in (2, 3) or len(b) not in (2, 3) or (len(a) == 2 and len(b) == 3):
+        raise IRError(f"matmul takes a [M, K] @ b [K, N], or batched a [B, M, K] @ b [B, K, N] or [K, N]; "
+                      f"got {a} @ {b}")
+    if a[-1] != b[-2]:
+        raise IRError(f"matmul: a {a} has K = {a[-1]} but b {b} has K = {b[-2]}; they must match")
+    if len(b) == 3 and b[0] != a[0]:
+        raise IRError(f"batched matmul: a {a} and b {b} have different batch sizes")
+    return a[:-1] + [b[-1]]
+
+
+def _loss_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    logits = broadcast_shapes([shapes[n] for n in input_names(node.args[0])])
+    target = list(shapes[node.args[1].name])
+    if target != logits[:-1]:
+        raise IRError(f"cross_entropy: target must have the logits' shape without the class dim, "
+                      f"{logits[:-1]}, got {target}")
+    return [] if node.attr("reduction") == "mean" else logits[:-1]
+
+
+def output_dtype(node: Node, float_dtype: str) -> str:
+    """The output's dtype: int64 indices for argmax/argmin, else the float inputs' dtype."""
+    return "int64" if node.op in ARG_REDUCE else float_dtype
 
 
 # ---------------------------------------------------------------- printing
@@ -375,6 +495,12 @@ def to_text(node: Node) -> str:
         return f"clamp({to_text(node.args[0])}, {node.attr('min')}, {node.attr('max')})"
     if node.op == "gelu" and node.attr("approximate") == "tanh":
         return f"gelu({to_text(node.args[0])}, approximate='tanh')"
+    if node.op in REDUCE | ARG_REDUCE | ROW_PRESERVING and (node.attr("dim", -1) != -1 or node.op in ARG_REDUCE):
+        return f"{node.op}({to_text(node.args[0])}, dim={node.attr('dim')})"
+    if node.op == MATMUL:
+        return f"matmul({to_text(node.args[0])}, {to_text(node.args[1])}{', tf32=True' * bool(node.attr('tf32'))})"
+    if node.op in LOSSES and node.attr("reduction") != "mean":
+        return f"cross_entropy({to_text(node.args[0])}, {to_text(node.args[1])}, reduction='none')"
     if node.op in NORMS:
         args = [to_text(a) for a in node.args]
         if node.attr("has_bias") and not node.attr("has_weight"):

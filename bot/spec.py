@@ -75,10 +75,54 @@ def validate(spec: dict) -> dict:
             protocol.check_backend(out["backend"])
         except ValueError as e:
             raise SpecError(str(e)) from None
-    if out.get("expression"):
-        out["outputs"] = _outputs(out)
+    node = parse_expression(out) if out.get("expression") else None
+    if node:
+        _check_dtypes(out["inputs"], node)
+    _check_index_of(out["inputs"])
+    if node:
+        out["outputs"] = _outputs(out, node)
+        out = _with_derived(out, node)
     _check_sizes(out)
     return out
+
+
+DERIVED = ("reduce", "matmul", "tf32")
+
+
+def _with_derived(spec: dict, node: ir.Node) -> dict:
+    """The fields the runner reads off the expression (docs/CONTRACTS.md): what the output
+    accumulates over, and whether it is a matmul (and may use TF32). Recomputed on every
+    validation, so an edit cannot loosen a tolerance."""
+    out = {k: v for k, v in spec.items() if k not in DERIVED}
+    reduced, mm = ir.reduced(node), ir.matmul_node(node)
+    if reduced:
+        out["reduce"] = {"inputs": reduced[0], "dim": reduced[1]}
+    if mm:
+        out["matmul"] = True
+        out["tf32"] = bool(mm.attr("tf32"))
+    return out
+
+
+def _check_index_of(inputs: list[dict]) -> None:
+    names = [i["name"] for i in inputs]
+    for inp in inputs:
+        if inp["domain"] == "index" and inp.get("index_of") not in set(names) - {inp["name"]}:
+            raise SpecError(f"input {inp['name']}: an index input needs 'index_of', the input whose last dim its "
+                            f"values index (one of {[n for n in names if n != inp['name']]})")
+
+
+def _check_dtypes(inputs: list[dict], node: ir.Node) -> None:
+    """Class indices are int64 and nothing else is: kernels compute in float."""
+    index = ir.index_inputs(node)
+    for inp in inputs:
+        name = inp["name"]
+        if name in index:
+            if set(inp["dtypes"]) != {protocol.INDEX_DTYPE}:
+                raise SpecError(f"input {name} holds class indices: its dtypes must all be int64, got {inp['dtypes']}")
+            inp.update(domain="index", index_of=index[name])
+        elif protocol.INDEX_DTYPE in inp["dtypes"] or inp["domain"] == "index":
+            raise SpecError(f"input {name}: int64 and the index domain are only for class indices (cross_entropy's "
+                            "target); use float16, bfloat16 or float32 and domain normal")
 
 
 def _validate_input(i: int, inp: dict) -> dict:
@@ -146,16 +190,16 @@ def parse_expression(spec: dict) -> ir.Node:
     return node
 
 
-def _outputs(spec: dict) -> list[dict]:
-    node = parse_expression(spec)
+def _outputs(spec: dict, node: ir.Node) -> list[dict]:
     shapes = []
     for case in protocol.cases(spec):
         try:
             shapes.append(ir.output_shape(node, case.shapes))
         except ir.IRError as e:
             raise SpecError(f"case {case.index + 1}: {e}") from None
-    first = spec["inputs"][0]
-    return [{"name": "out", "dtypes": list(first["dtypes"]), "shapes": shapes}]
+    floats = [i for i in spec["inputs"] if i["domain"] != "index"]
+    dtypes = [ir.output_dtype(node, d) for d in floats[0]["dtypes"]]
+    return [{"name": "out", "dtypes": dtypes, "shapes": shapes}]
 
 
 def _check_sizes(spec: dict) -> None:

@@ -168,10 +168,30 @@ def _device_usable() -> bool:
         return False
 
 
-def reduce_len(args: list[torch.Tensor], out_numel: int) -> int:
-    """Length of the reduced (last) dim when the output is smaller than the largest input."""
+def reduce_len(spec: dict, args: list[torch.Tensor], out_numel: int) -> int:
+    """How many elements each output accumulates over (the spec's "reduce": a dim of some inputs,
+    a matmul's K); without it, the last dim when the output is smaller than the largest input."""
+    if spec.get("reduce"):
+        by_name = {i["name"]: a for i, a in zip(spec["inputs"], args)}
+        reduce = spec["reduce"]
+        return torch.broadcast_shapes(*(by_name[n].shape for n in reduce["inputs"]))[reduce["dim"]]
     largest = max(args, key=lambda t: t.numel())
     return largest.shape[-1] if largest.dim() and out_numel < largest.numel() else 1
+
+
+def upcast(args: list[torch.Tensor]) -> list[torch.Tensor]:
+    """float64 copies of the float inputs for the ground truth; class indices stay int64."""
+    return [a.double() if a.is_floating_point() else a for a in args]
+
+
+def checked_call(ctx: Context, fn: Callable, args: list[torch.Tensor], expected: torch.Tensor,
+                 native: torch.Tensor) -> tuple[object, Check]:
+    """Call generated code (see call) and compare its output with the float64 reference."""
+    out, problem = call(fn, args, [i["name"] for i in ctx.spec["inputs"]], native, ctx.device)
+    if problem:
+        return out, Check(problem)
+    rlen = reduce_len(ctx.spec, args, expected.numel())
+    return out, compare(out, expected, native.dtype, rlen, bool(ctx.spec.get("tf32")))
 
 
 def _index(flat: int, shape: torch.Size) -> str:
@@ -182,7 +202,7 @@ def _index(flat: int, shape: torch.Size) -> str:
     return "(" + ", ".join(map(str, reversed(idx))) + ")"
 
 
-def compare(out, expected: torch.Tensor, want_dtype: torch.dtype, rlen: int) -> Check:
+def compare(out, expected: torch.Tensor, want_dtype: torch.dtype, rlen: int, tf32: bool = False) -> Check:
     """The output against the float64 reference: shape, dtype, then every element within
     atol + rtol * |ref| (NaN never passes unless the reference is NaN there too)."""
     if not isinstance(out, torch.Tensor):
@@ -194,7 +214,7 @@ def compare(out, expected: torch.Tensor, want_dtype: torch.dtype, rlen: int) -> 
     if out.device != expected.device:
         return Check(f"output on {out.device} but the inputs are on {expected.device}")
     name = inputs.dtype_name(out.dtype) or "float32"
-    rtol, atol = protocol.tolerance(name, rlen) if out.is_floating_point() else (0.0, 0.0)
+    rtol, atol = protocol.tolerance(name, rlen, tf32) if out.is_floating_point() else (0.0, 0.0)
     got, want = out.double(), expected.double()
     err, tol = (got - want).abs(), atol + rtol * want.abs()
     ok = (err <= tol) | (got == want) | (got.isnan() & want.isnan())
@@ -239,20 +259,17 @@ def check_row(ctx: Context, fn: Callable, case: Case, variant: dict[str, str], i
         # A bf16-only spec would check nothing here: run the same kernel on float32 instead.
         variant = {name: "float32" if d == "bfloat16" else d for name, d in variant.items()}
         row["reason"] = BF16_AS_FP32
-    names = [i["name"] for i in ctx.spec["inputs"]]
     for k, seed in enumerate(SEEDS):
         row["seeds"] = list(SEEDS[:k + 1])     # the seeds actually checked
         args = inputs.make_inputs(ctx.spec, case, variant, seed, ctx.device)
         try:
-            expected = ctx.reference(*[a.double() for a in args])
+            expected = ctx.reference(*upcast(args))
             native = ctx.reference(*args)
         except (Exception, SystemExit) as e:
             return {**row, "ok": False, "reason": f"the reference raised {describe(e)} (seed {seed})"}
         if not isinstance(native, torch.Tensor):
             return {**row, "ok": False, "reason": f"the reference returned {type(native).__name__}, not a tensor"}
-        out, problem = call(fn, args, names, native, ctx.device)
-        check = compare(out, expected, native.dtype, reduce_len(args, expected.numel())) if not problem \
-            else Check(problem)
+        _, check = checked_call(ctx, fn, args, expected, native)
         if check.max_rel_err >= row["max_rel_err"]:
             row["worst"] = check.worst
         row["max_abs_err"] = max(row["max_abs_err"], check.max_abs_err)
@@ -390,7 +407,7 @@ def time_version(row: dict, fn: Callable, timer: Callable, timing: dict) -> dict
         return {**row, "ok": False, "error": f"timing failed: {describe(e)}"}
 
 
-def settle_basis(rows: list[dict], nbytes: int, ceiling: float) -> None:
+def settle_basis(rows: list[dict], nbytes: int, ceiling: float, flops: int = 0) -> None:
     """Compare a case's versions on GPU time (L2 flushed, launch overhead hidden) when each timed
     version has it, else on wall-clock time (the cpu backend). Bandwidth, its share of the copy
     ceiling and plausibility follow from the basis."""
@@ -401,6 +418,8 @@ def settle_basis(rows: list[dict], nbytes: int, ceiling: float) -> None:
         gbps = nbytes / (t * 1e-3) / 1e9
         r.update(time_ms=t, basis="GPU" if gpu else "wall-clock", gbps=gbps,
                  pct_of_copy=100 * gbps / ceiling, implausible=gbps > IMPLAUSIBLE * ceiling)
+        if flops:
+            r["tflops"] = flops / (t * 1e-3) / 1e12
 
 
 def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: dict[str, str],
@@ -408,15 +427,15 @@ def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: di
     """Every version on the same inputs; kernel versions are checked once first (a wrong one
     is flagged and not timed)."""
     dtype = protocol.variant_label(variant)
-    names = [i["name"] for i in ctx.spec["inputs"]]
     args = inputs.make_inputs(ctx.spec, case, variant, 0, ctx.device)
     try:
-        expected = ctx.reference(*[a.double() for a in args])
+        expected = ctx.reference(*upcast(args))
         native = ctx.reference(*args)
     except (Exception, SystemExit) as e:
         ctx.warn(f"{case.label} {dtype} not timed: the reference raised {describe(e)}")
         return []
     nbytes = sum(a.numel() * a.element_size() for a in args) + native.numel() * native.element_size()
+    flops = 2 * native.numel() * reduce_len(ctx.spec, args, native.numel()) if ctx.spec.get("matmul") else 0
     timing = plan.get("timing", {})
     rows = []
     for version in plan.get("versions", ["torch", "torch.compile", "kernel"]):
@@ -433,15 +452,13 @@ def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: di
             if not callable(kernel):
                 rows.append({**row, "ok": False, "error": str(kernel or f"the job carries no {version}")})
                 continue
-            out, problem = call(kernel, args, names, native, ctx.device)
-            check = compare(out, expected, native.dtype, reduce_len(args, expected.numel())) if not problem \
-                else Check(problem)
+            _, check = checked_call(ctx, kernel, args, expected, native)
             if check.problem:
                 rows.append({**row, "ok": False, "error": f"wrong result, not timed: {check.problem}"})
                 continue
             fn = lambda kernel=kernel: kernel(*args)  # noqa: E731
         rows.append(time_version(row, fn, timer, timing))
-    settle_basis(rows, nbytes, ceiling)
+    settle_basis(rows, nbytes, ceiling, flops)
     return rows
 
 
@@ -466,6 +483,7 @@ def report_row(rows: list[dict], on_cpu: bool) -> dict:
             "speedup_per_call": _ratio(torch_row.get("ms"), kernel.get("ms") if ranked else None),
             "gbps": kernel.get("gbps") if ranked else None,
             "pct_of_copy": kernel.get("pct_of_copy") if ranked else None,
+            "tflops": kernel.get("tflops") if ranked else None, "torch_tflops": torch_row.get("tflops"),
             "note": "; ".join(notes)}
 
 
@@ -549,6 +567,9 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads((jobdir / "spec.json").read_text())
     device = protocol.device_type(config["backend"])
     ctx = Context(jobdir, spec, config["backend"], device)
+    # A TF32 spec is compared with eager and compiled baselines that may use TF32 too, and a plain
+    # float32 one with baselines that may not (torch's default, set here explicitly).
+    torch.backends.cuda.matmul.allow_tf32 = bool(spec.get("tf32"))
     ctx.result = {"done": False, "mode": config["mode"], "device": device_label(device),
                   "backend": config["backend"], "load_error": "", "harness_error": "", "correctness": [],
                   "bench": [], "report_rows": [], "copy_gbps": None, "timing_note": "", "warnings": []}

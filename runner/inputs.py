@@ -15,7 +15,7 @@ from runner import protocol
 from runner.protocol import Case
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
-    "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+    "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "int64": torch.int64,
 }
 # Odd, non-power-of-two sizes for the extra case, handed out from the largest spec size down.
 ODD_SIZES = (97, 37, 13, 11, 7, 5, 3)
@@ -38,13 +38,16 @@ def make_inputs(spec: dict, case: Case, variant: dict[str, str], seed: int, devi
     gen.manual_seed(seed_for(case, protocol.variant_label(variant), seed))
     tensors = []
     for inp in spec["inputs"]:
-        name = inp["name"]
-        values = _draw(inp.get("domain", "normal"), case.shapes[name], gen, device)
+        name, domain = inp["name"], inp.get("domain", "normal")
+        high = case.shapes[inp["index_of"]][-1] if domain == "index" else 0
+        values = _draw(domain, case.shapes[name], gen, device, high)
         tensors.append(values.to(TORCH_DTYPES[variant[name]]))
     return tensors
 
 
-def _draw(domain: str, shape: list[int], gen: torch.Generator, device: str) -> torch.Tensor:
+def _draw(domain: str, shape: list[int], gen: torch.Generator, device: str, high: int = 0) -> torch.Tensor:
+    if domain == "index":       # class indices into a last dim of `high`
+        return torch.randint(0, high, shape, generator=gen, device=device)
     if domain == "normal":
         return torch.randn(shape, generator=gen, device=device)
     magnitude = 0.5 + 1.5 * torch.rand(shape, generator=gen, device=device)     # uniform [0.5, 2)

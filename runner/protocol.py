@@ -13,11 +13,14 @@ DTYPE_ALIASES: dict[str, str] = {
     "float16": "float16", "fp16": "float16", "half": "float16", "f16": "float16",
     "bfloat16": "bfloat16", "bf16": "bfloat16",
     "float32": "float32", "fp32": "float32", "float": "float32", "f32": "float32", "single": "float32",
+    "int64": "int64", "long": "int64", "i64": "int64",
 }
-DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
-SHORT: dict[str, str] = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
-ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
-DOMAINS: tuple[str, ...] = ("normal", "positive", "nonzero")
+DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")     # what kernels compute in
+INDEX_DTYPE = "int64"                                             # class indices (cross-entropy target)
+SHORT: dict[str, str] = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int64": "i64"}
+ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "int64": 8}
+# index: int64 uniform in [0, size of the last dim of the input named by "index_of")
+DOMAINS: tuple[str, ...] = ("normal", "positive", "nonzero", "index")
 
 JOB_KINDS: tuple[str, ...] = ("reference_test", "kernel_test", "benchmark", "verify")
 
@@ -26,7 +29,8 @@ def canonical_dtype(name: str) -> str:
     """'fp16' -> 'float16'; raises ValueError naming what is supported."""
     key = str(name).strip().lower().removeprefix("torch.")
     if key not in DTYPE_ALIASES:
-        raise ValueError(f"unsupported dtype {name!r}; supported: float16 (fp16), bfloat16 (bf16), float32 (fp32)")
+        raise ValueError(f"unsupported dtype {name!r}; supported: float16 (fp16), bfloat16 (bf16), float32 (fp32), "
+                         "and int64 for class indices")
     return DTYPE_ALIASES[key]
 
 
@@ -58,11 +62,12 @@ def dtype_variants(spec: dict) -> list[dict[str, str]]:
 
 
 def variant_label(variant: dict[str, str]) -> str:
-    """'float16' when all inputs share it, else 'x:float16,y:float32'."""
-    values = set(variant.values())
+    """'float16' when all float inputs share it (int64 indices aside), else 'x:float16,y:float32'."""
+    floats = {k: v for k, v in variant.items() if v != INDEX_DTYPE} or variant
+    values = set(floats.values())
     if len(values) == 1:
         return values.pop()
-    return ",".join(f"{k}:{v}" for k, v in variant.items())
+    return ",".join(f"{k}:{v}" for k, v in floats.items())
 
 
 def queue_name(backend: str) -> str:
@@ -87,11 +92,15 @@ def runner_key(backend: str) -> str:
 # the rounding error of a sum grows like a random walk over its terms.
 RTOL: dict[str, float] = {"float16": 1e-3, "bfloat16": 1.6e-2, "float32": 1.3e-6}
 ATOL: dict[str, float] = {"float16": 1e-4, "bfloat16": 1e-3, "float32": 1e-6}
+# A float32 matmul that allows TF32 rounds its inputs to 10 mantissa bits: per product an error
+# of ~2**-11, which a K-long sum of unit-variance products turns into ~sqrt(K) * 2**-11 * 0.6.
+TF32_TOL: tuple[float, float] = (1e-3, 2e-3)
 
 
-def tolerance(dtype: str, reduce_len: int = 1) -> tuple[float, float]:
+def tolerance(dtype: str, reduce_len: int = 1, tf32: bool = False) -> tuple[float, float]:
     """(rtol, atol) for comparing an output of this dtype against a float64 reference."""
-    return RTOL[dtype], ATOL[dtype] * max(1, reduce_len) ** 0.5
+    rtol, atol = TF32_TOL if tf32 and dtype == "float32" else (RTOL[dtype], ATOL[dtype])
+    return rtol, atol * max(1, reduce_len) ** 0.5
 
 
 def check_backend(name: str) -> str:

@@ -204,8 +204,13 @@ def test_compare_handles_nan_inf_and_reports_the_worst_element():
 
 def test_reduction_tolerance_uses_the_reduced_length():
     args = [torch.zeros(8, 1000)]
-    assert harness.reduce_len(args, 8) == 1000
-    assert harness.reduce_len(args, 8000) == 1
+    assert harness.reduce_len({}, args, 8) == 1000
+    assert harness.reduce_len({}, args, 8000) == 1
+    # The spec's "reduce" names the inputs and dim: a sum over dim 0, a matmul's K.
+    spec = {"inputs": [{"name": "x"}], "reduce": {"inputs": ["x"], "dim": 0}}
+    assert harness.reduce_len(spec, args, 1000) == 8
+    mm = {"inputs": [{"name": "a"}, {"name": "b"}], "reduce": {"inputs": ["a"], "dim": -1}}
+    assert harness.reduce_len(mm, [torch.zeros(4, 96), torch.zeros(96, 7)], 28) == 96
 
 
 # --- on a GPU ---------------------------------------------------------------------------------
