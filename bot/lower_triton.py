@@ -14,6 +14,7 @@ This module imports neither torch nor triton: a bot-only host can run it.
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -23,17 +24,31 @@ from bot.lower_torch import (ExprWriter, OpWriter, call_writer, doc_text, fmt_co
                              plain_text)
 from runner import protocol
 
-DEFAULT_MAX_BLOCK_N = 8192      # a row up to this long is one tile: read once, no loop
 NEG_INF, POS_INF = 'float("-inf")', 'float("inf")'
 WARPS = (1, 2, 4, 8, 16, 32)
+
+# The config spaces the benchmark stage sweeps on each case (docs/CONTRACTS.md, tuning contract).
+# Pointwise: block size x warps; the default (_pointwise_config) is one of them.
+POINTWISE_CONFIGS = [{"BLOCK": block, "num_warps": warps} for block in (1024, 2048, 4096) for warps in (4, 8)]
+# Row ops, after the default's pick for each of the spec's cases: one row per program with 4, 8
+# or 16 warps; rows longer than 2048 read in 2048-wide chunks; short rows stacked into tiles of
+# up to 1K or 4K elements (see _row_tile for how a config fits a shape).
+ROW_CONFIGS = [
+    {"BLOCK_M": 1, "BLOCK_N": 8192, "num_warps": 4},
+    {"BLOCK_M": 1, "BLOCK_N": 8192, "num_warps": 8},
+    {"BLOCK_M": 1, "BLOCK_N": 8192, "num_warps": 16},
+    {"BLOCK_M": 1, "BLOCK_N": 2048, "num_warps": 4},
+    {"BLOCK_M": 16, "BLOCK_N": 1024, "num_warps": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 4096, "num_warps": 8},
+]
 
 # Names generated kernel.py uses itself; an input with one of these names is renamed there.
 RESERVED = {  # plus dim1.. in broadcast kernels
     "torch", "triton", "tl", "math", "block_start", "offs", "n_elements", "mask", "shape", "out", "out_ptr",
     "grid", "dims", "idx", "INT32_INDEX", "BLOCK", "num_warps", "kernel", "rows", "cols", "R", "N", "val", "res", "row_max",
     "row_sum", "new_max", "acc", "result", "mean", "m2", "count", "n_chunk", "chunk_mean", "dev", "delta",
-    "total", "rstd", "max_block_n", "BLOCK_M", "BLOCK_N", "_body", "_tanh", "_gelu", "_gelu_tanh", "_silu", "_powi", "_broadcast_offsets",
-    "_pointwise_config", "_row_config", "_broadcast_layout", "_expanded_strides", "_require_full",
+    "total", "rstd", "BLOCK_M", "BLOCK_N", "_body", "_tanh", "_gelu", "_gelu_tanh", "_silu", "_powi", "_broadcast_offsets",
+    "_pointwise_config", "_row_config", "_row_tile", "_broadcast_layout", "_expanded_strides", "_require_full",
     "_row_strides", "CONFIGS", "TUNED", "tuning_key", "config",
 }
 
@@ -41,25 +56,35 @@ RESERVED = {  # plus dim1.. in broadcast kernels
 # ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
 
 def _pointwise_config(n):
-    # (BLOCK, num_warps) for n outputs, as measured on an H200: 1024-element blocks; 8 warps
+    # The default config for n outputs, as measured on an H200: 1024-element blocks; 8 warps
     # while the grid is about one wave (more loads in flight per SM), 4 once there are many
     # blocks (as fast for plain reads, and faster where broadcast index math costs registers).
     # A 160x1024 output thus spreads over 160 programs.
-    return (1024, 4) if n >= 1 << 22 else (1024, 8)
+    return {"BLOCK": 1024, "num_warps": 4 if n >= 1 << 22 else 8}
 
 
-def _row_config(rows, n, max_block_n):
-    # (BLOCK_M, BLOCK_N, num_warps) for `rows` rows of n. A row up to max_block_n long is one
-    # tile (one read); a longer one goes through the looped kernel in max_block_n chunks.
-    # Short rows are stacked BLOCK_M to a tile of ~1K elements while at least ~256 programs
-    # remain (the 132 SMs of an H200 twice over): on an H200 that beat bigger tiles for
-    # e.g. 5333 rows of 497. Warps grow with the tile.
-    block_n = min(max(16, 1 << (n - 1).bit_length()), max_block_n)
+def _row_config(rows, n):
+    # The default config for `rows` rows of n: a row up to 8192 long is one tile (one read); a
+    # longer one goes through the looped kernel in 8192-wide chunks. Short rows are stacked
+    # BLOCK_M to a tile of ~1K elements while at least ~256 programs remain (the 132 SMs of an
+    # H200 twice over): on an H200 that beat bigger tiles for e.g. 5333 rows of 497. Warps grow
+    # with the tile.
+    block_n = min(max(16, 1 << (n - 1).bit_length()), 8192)
     block_m = 1
     while block_m * block_n < 1024 and rows >= 2 * block_m * 256:
         block_m *= 2
     tile = block_m * block_n
-    return block_m, block_n, 4 if tile <= 1024 else 8 if tile <= 4096 else 16
+    return {"BLOCK_M": block_m, "BLOCK_N": 8192, "num_warps": 4 if tile <= 1024 else 8 if tile <= 4096 else 16}
+
+
+def _row_tile(rows, n, config):
+    # (BLOCK_M, BLOCK_N, num_warps) of a config fitted to `rows` rows of n. The config's BLOCK_N is
+    # the widest tile in elements: a row up to that long is one tile, a longer one is read in
+    # BLOCK_N-wide chunks; up to BLOCK_M rows share a tile while it stays that small and there
+    # are rows to fill it. So every config runs correctly on every shape.
+    block_n = min(max(16, 1 << (n - 1).bit_length()), config["BLOCK_N"])
+    block_m = min(config["BLOCK_M"], config["BLOCK_N"] // block_n, 1 << max(0, rows - 1).bit_length())
+    return max(1, block_m), block_n, config["num_warps"]
 
 
 def _expanded_strides(shape_in, shape):
@@ -126,7 +151,7 @@ def tuning_source(configs: list[dict]) -> str:
     (empty until the benchmark's export fills it in) and the key both are looked up by."""
     if not 1 <= len(configs) <= protocol.MAX_CONFIGS:
         raise ValueError(f"a kernel carries 1 to {protocol.MAX_CONFIGS} configs, got {len(configs)}")
-    lines = "".join(f"    {config!r},\n" for config in configs)
+    lines = "".join(f"    {json.dumps(config)},\n" for config in configs)
     return ("# The configs the benchmark stage tries on each case (block sizes, warps, stages).\n"
             f"CONFIGS = [\n{lines}]\n"
             "# tuning_key(inputs) -> the config that won on the runner's GPU; the export fills it in.\n"
@@ -254,10 +279,11 @@ class _Input:
 
 
 def kernel_source(spec: dict, node: ir.Node, options: dict | None = None) -> str:
-    """kernel.py: @triton.jit kernel(s) + a launcher `def <spec name>(<inputs>)` with the
-    reference's signature that allocates the output (torch.empty) and launches. options
-    may carry {"block": int, "num_warps": int} from a reviewer's correction; otherwise the
-    launcher chooses from the sizes."""
+    """kernel.py: @triton.jit kernel(s), the tuning block (CONFIGS, TUNED, tuning_key) and a
+    launcher `def <spec name>(<inputs>, config=None)` with the reference's signature that
+    allocates the output (torch.empty) and launches with the given config, else the one tuned
+    for the inputs, else one chosen from the sizes. options may carry {"block": int,
+    "num_warps": int} from a reviewer's correction: the default and every config keep them."""
     options = dict(options or {})
     _check_options(options)
     if spec["name"] in RESERVED:
@@ -270,9 +296,10 @@ def kernel_source(spec: dict, node: ir.Node, options: dict | None = None) -> str
 
 
 class _KernelFile:
-    """What pointwise and row kernels share: the body helper, math helpers, file layout."""
+    """What pointwise and row kernels share: the body helper, math helpers, tuning, file layout."""
 
     description: str
+    block_key: str          # the config key a reviewer's 'block size N' sets
 
     def __init__(self, spec: dict, body: ir.Node, inputs: list[_Input], body_inputs: list[_Input], options: dict):
         self.spec, self.name, self.inputs, self.options = spec, spec["name"], inputs, options
@@ -302,22 +329,44 @@ class _KernelFile:
         used = [h for h in _HELPERS if re.search(rf"\b{h}\(", text)]
         return [_HELPERS[h][0] for h in _HELPERS if h in used or any(h in _HELPERS[u][1] for u in used)]
 
+    def pins(self) -> dict[str, int]:
+        """Config values a reviewer asked for: the default and every config in CONFIGS keep them."""
+        keys = {"block": self.block_key, "num_warps": "num_warps"}
+        return {keys[k]: v for k, v in self.options.items() if k in keys}
+
+    def _space(self, candidates: list[dict], fitted=lambda config: config) -> list[dict]:
+        """CONFIGS: the candidates with the reviewer's pins, dropping any that fit every case of
+        the spec as an earlier one does (`fitted`: what a config becomes on the cases)."""
+        seen, space = [], []
+        for config in ({**c, **self.pins()} for c in candidates):
+            if fitted(config) not in seen:
+                seen.append(fitted(config))
+                space.append(config)
+        return space[:protocol.MAX_CONFIGS]
+
+    def _config_line(self, default: str) -> str:
+        """The launcher's choice of config; `default` is the heuristic's call."""
+        pins = self.pins()
+        lines = "    # The caller's config, else the one tuned for these inputs, else the default.\n"
+        if pins:
+            asked = ", ".join(f'"{k}": {v}' for k, v in pins.items())
+            default = f"{{**{default}, {asked}}}"
+            lines += "    # Asked for in review: the default and every config in CONFIGS keep it.\n"
+        names = ", ".join(i.local for i in self.inputs) + ("," if len(self.inputs) == 1 else "")
+        return lines + f"    config = config or TUNED.get(tuning_key(({names}))) or {default}\n"
+
     def _file(self, kernels: list[str], py_helpers: list, launcher: str) -> str:
         head = (f'"""Triton kernel for {self.name}: {doc_text(self.spec.get("description") or self.spec["expression"])}.\n\n'
                 f"Generated by kernelbot from `{doc_text(self.spec['expression'])}`.\n{self.description}\n"
                 'Math in float32; the output has the first input\'s dtype."""\n'
                 "import math\n\nimport torch\nimport triton\nimport triton.language as tl\n")
-        blocks = [head, *self._math_helpers(), *self._body_helper(), *kernels,
+        blocks = [head, tuning_source(self.configs()), *self._math_helpers(), *self._body_helper(), *kernels,
                   *(inspect.getsource(f) for f in py_helpers), launcher]
         return "\n\n".join(block.strip("\n") + "\n" for block in blocks if block)
 
-    def _warps_override(self) -> str:
-        if "num_warps" not in self.options:
-            return ""
-        return f"    num_warps = {self.options['num_warps']}  # asked for in review\n"
-
     def _signature_and_prologue(self) -> str:
-        head = (f"def {self.name}({', '.join(i.local for i in self.inputs)}):\n"
+        # config is keyword-only: the positional parameters are the reference's, all tensors.
+        head = (f"def {self.name}({', '.join(i.local for i in self.inputs)}, *, config=None):\n"
                 "    # The kernels index contiguous memory; inputs may arrive as views.\n")
         return head + "".join(f"    {i.local} = {i.local}.contiguous()\n" for i in self.inputs)
 
@@ -325,6 +374,7 @@ class _KernelFile:
 class _PointwiseKernel(_KernelFile):
     description = ("One program per BLOCK outputs of the flattened output. Full blocks load and store without a\n"
                    "mask (vectorized whatever the size); only the last, partial block is masked.")
+    block_key = "BLOCK"
 
     def __init__(self, spec, node, inputs, options):
         super().__init__(spec, node, inputs, inputs, options)
@@ -334,6 +384,9 @@ class _PointwiseKernel(_KernelFile):
         self.broadcast = [i for i in inputs if any(math.prod(s) != math.prod(o) for s, o in zip(i.shapes, out_shapes))]
         self.rank = max([1] + [len(_broadcast_layout(o, [i.shapes[c] for i in self.broadcast])[0])
                                for c, o in enumerate(out_shapes)])
+
+    def configs(self) -> list[dict]:
+        return self._space(POINTWISE_CONFIGS)
 
     def source(self) -> str:
         helpers = [_pointwise_config, _require_full] + ([_expanded_strides, _broadcast_layout] if self.broadcast else [])
@@ -406,10 +459,8 @@ class _PointwiseKernel(_KernelFile):
             args.append("INT32_INDEX=n_elements < 2**31")
         text += f"    out = torch.empty(shape, dtype={first}.dtype, device={first}.device)\n"
         text += "    n_elements = out.numel()\n"
-        text += "    BLOCK, num_warps = _pointwise_config(n_elements)\n"
-        if "block" in self.options:
-            text += f"    BLOCK = {self.options['block']}  # asked for in review\n"
-        text += self._warps_override()
+        text += self._config_line("_pointwise_config(n_elements)")
+        text += '    BLOCK, num_warps = config["BLOCK"], config["num_warps"]\n'
         text += "    grid = (triton.cdiv(n_elements, BLOCK),)\n"
         text += _wrap(f"{self.name}_kernel[grid]", args + ["BLOCK=BLOCK", "num_warps=num_warps"], "    ") + "\n"
         return text + "    return out\n"
@@ -472,6 +523,7 @@ def _row_plan(node: ir.Node, weight: str | None, bias: str | None) -> _RowPlan:
 class _RowKernel(_KernelFile):
     description = ("BLOCK_M rows of N per program, each row one BLOCK_N tile when it fits (one read);\n"
                    "longer rows go through the looped kernel in BLOCK_N chunks.")
+    block_key = "BLOCK_N"
 
     def __init__(self, spec, node, inputs, options):
         by_name = {i.name: i for i in inputs}
@@ -485,6 +537,7 @@ class _RowKernel(_KernelFile):
         # Inputs that are full in every case are read at the row's own offsets; the others get a
         # row stride and a constexpr column stride, decided at launch. Every case is checked here.
         fulls = [ir.broadcast_shapes([i.shapes[c] for i in body_inputs]) for c in range(len(inputs[0].shapes))]
+        self.rows_of = [(math.prod(full[:-1]), full[-1] if full else 1) for full in fulls]    # (R, N) per case
         self.partial = []
         for i in body_inputs:
             for shape, full in zip(i.shapes, fulls):
@@ -492,9 +545,13 @@ class _RowKernel(_KernelFile):
             if any(math.prod(shape) != math.prod(full) for shape, full in zip(i.shapes, fulls)):
                 self.partial.append(i)
 
+    def configs(self) -> list[dict]:
+        defaults = [_row_config(rows, n) for rows, n in self.rows_of]
+        return self._space(defaults + ROW_CONFIGS, lambda config: [_row_tile(*case, config) for case in self.rows_of])
+
     def source(self) -> str:
         kernels = [self._kernel(looped=False), self._kernel(looped=True)]
-        return self._file(kernels, [_row_config, _row_strides, _require_full], self._launcher())
+        return self._file(kernels, [_row_config, _row_tile, _row_strides, _require_full], self._launcher())
 
     def _params(self) -> list[str]:
         params = [f"{i.local}_ptr" for i in self.inputs] + ["out_ptr", "R", "N"]
@@ -555,11 +612,8 @@ class _RowKernel(_KernelFile):
                 text += f'    _require_full("{e.name}", {e.local}.shape, shape[-1:])\n'
         out_shape = "shape[:-1]" if self.reduces else "shape"
         text += f"    out = torch.empty({out_shape}, dtype={first}.dtype, device={first}.device)\n"
-        if "block" in self.options:
-            text += f"    max_block_n = {self.options['block']}  # asked for in review: the widest tile\n"
-        else:
-            text += f"    max_block_n = {DEFAULT_MAX_BLOCK_N}  # rows up to this long are one tile, read once\n"
-        text += "    BLOCK_M, BLOCK_N, num_warps = _row_config(R, N, max_block_n)\n" + self._warps_override()
+        text += self._config_line("_row_config(R, N)")
+        text += "    BLOCK_M, BLOCK_N, num_warps = _row_tile(R, N, config)\n"
         text += f"    kernel = {self.name}_kernel if N <= BLOCK_N else {self.name}_looped_kernel\n"
         args = [i.local for i in self.inputs] + ["out", "R", "N"]
         args += [f"{i.local}_rs" for i in self.partial] + [f"{i.local}_cs={i.local}_cs" for i in self.partial]

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from bot import ir, lower_torch, lower_triton
+from bot import integrity, ir, lower_torch, lower_triton
 from bot.spec import parse_expression, validate
 from runner import protocol
 
@@ -240,7 +240,7 @@ def test_row_kernel_source(tmp_path):
     spec = make_spec("max(x)", {"x": SQUARE})
     source = lower_triton.kernel_source(spec, parse_expression(spec))
     assert 'float("-inf")' in source            # masked lanes never win a max
-    assert "def op_looped_kernel(" in source and "max_block_n = 8192" in source
+    assert "def op_looped_kernel(" in source and "or _row_config(R, N)" in source
     spec = make_spec("min(x)", {"x": SQUARE})
     assert 'float("inf")' in lower_triton.kernel_source(spec, parse_expression(spec))
 
@@ -278,12 +278,64 @@ def test_parse_options(words, options):
 def test_options_reach_the_launcher(tmp_path):
     spec = make_spec("relu(x)", {"x": SQUARE})
     source = lower_triton.kernel_source(spec, parse_expression(spec), {"block": 2048, "num_warps": 2})
-    assert "BLOCK = 2048  # asked for in review" in source and "num_warps = 2  # asked for in review" in source
+    assert 'or {**_pointwise_config(n_elements), "BLOCK": 2048, "num_warps": 2}' in source
+    assert "Asked for in review" in source
     check(tmp_path, spec, {"block": 2048, "num_warps": 2})
     with pytest.raises(ValueError, match="power of two"):
         lower_triton.kernel_source(spec, parse_expression(spec), {"block": 1000})
     with pytest.raises(ValueError, match="num_warps"):
         lower_triton.kernel_source(spec, parse_expression(spec), {"num_warps": 3})
+
+
+# ---------------------------------------------------------------- the tuning contract
+
+def configs_of(tmp_path, spec: dict, options: dict | None = None) -> list[dict]:
+    return load(tmp_path, "kernel.py", lower_triton.kernel_source(spec, parse_expression(spec), options)).CONFIGS
+
+
+def test_config_spaces_and_review_pins(tmp_path):
+    pointwise = make_spec("x + y", {"x": SQUARE, "y": SQUARE})
+    assert configs_of(tmp_path, pointwise) == lower_triton.POINTWISE_CONFIGS
+    assert configs_of(tmp_path, pointwise, {"block": 512}) == [{"BLOCK": 512, "num_warps": 4}, {"BLOCK": 512, "num_warps": 8}]
+    assert {c["num_warps"] for c in configs_of(tmp_path, pointwise, {"num_warps": 2})} == {2}
+    rows = make_spec("softmax(x)", {"x": [[5333, 497], [8, 32768]]})
+    space = configs_of(tmp_path, rows)
+    # the default's pick for each case comes first, then the variants that differ on some case
+    assert space[:2] == [lower_triton._row_config(5333, 497), lower_triton._row_config(8, 32768)]
+    assert 6 <= len(space) <= len(lower_triton.ROW_CONFIGS) + 2
+    fitted = [[lower_triton._row_tile(r, n, c) for r, n in ((5333, 497), (8, 32768))] for c in space]
+    assert len(set(map(str, fitted))) == len(space)
+    assert all(c["BLOCK_N"] == 1024 for c in configs_of(tmp_path, rows, {"block": 1024}))
+
+
+def test_row_tile_fits_any_config_to_any_shape():
+    tile = lower_triton._row_tile
+    assert tile(5333, 497, {"BLOCK_M": 16, "BLOCK_N": 1024, "num_warps": 4}) == (2, 512, 4)
+    assert tile(3, 5, {"BLOCK_M": 64, "BLOCK_N": 4096, "num_warps": 8}) == (4, 16, 8)
+    assert tile(8, 32768, {"BLOCK_M": 64, "BLOCK_N": 4096, "num_warps": 8}) == (1, 4096, 8)
+    assert tile(1, 1, {"BLOCK_M": 1, "BLOCK_N": 8192, "num_warps": 4}) == (1, 16, 4)
+
+
+@pytest.mark.parametrize("expression, shapes", [
+    ("x * y + 1.0", {"x": [[3, 5], [2, 2500]], "y": [[5], [2500]]}),
+    ("layernorm(x, w)", {"x": [[40, 70], [2, 3000]], "w": [[70], [3000]]}),
+])
+def test_every_config_is_correct_on_every_case(tmp_path, expression, shapes):
+    spec = make_spec(expression, shapes, dtypes=("float32",))
+    reference, kernel = generate(tmp_path, spec)
+    for case in protocol.cases(spec):
+        inputs = make_inputs(spec, case, {n: "float32" for n in shapes})
+        want = reference(*[t.double() for t in inputs])
+        reduce_len = case.shapes["x"][-1] if "norm" in expression else 1
+        for config in kernel.__globals__["CONFIGS"]:
+            assert_close(kernel(*inputs, config=config), want, "float32", reduce_len, f"{config} {case.label}")
+
+
+def test_generated_kernels_keep_the_integrity_rules():
+    for expression in ("relu(x + y)", "rmsnorm(x + y)"):
+        spec = make_spec(expression, {"x": SQUARE, "y": SQUARE})
+        source = lower_triton.kernel_source(spec, parse_expression(spec))
+        assert not integrity.check(source, "op"), integrity.report(integrity.check(source, "op"))
 
 
 # ---------------------------------------------------------------- the generators themselves
