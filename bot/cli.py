@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -63,6 +64,16 @@ def _parser() -> argparse.ArgumentParser:
                               "(default: globally, which Discord can take an hour to show)")
     discord.add_argument("--backend", type=_backend)
 
+    bench = sub.add_parser("bench", help="the whole pipeline for every catalog operator on a GPU runner, "
+                                         "one table and the performance targets")
+    bench.add_argument("--out", type=Path, required=True, help="directory for each entry's run and the table")
+    bench.add_argument("--only", help="comma-separated catalog entries (default: all): "
+                                      "add,softmax,matmul,... (see bot/catalog.py)")
+    bench.add_argument("--backend", type=_backend, default="cuda")
+    bench.add_argument("--gpus", default=None, help="GPU indices to run entries on in parallel, one entry per GPU "
+                                                    "at a time (default: CUDA_VISIBLE_DEVICES, else 0)")
+    bench.add_argument("--timeout", type=float, default=1800, help="seconds per entry (default 1800)")
+
     status = sub.add_parser("status", help="sessions in the store, or one session in full")
     status.add_argument("session", nargs="?")
     status.add_argument("--show", metavar="STAGE:REV", help="print one revision in full, e.g. kernel:2 "
@@ -77,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from bot.config import Config
     cfg = Config.from_env(backend=getattr(args, "backend", None), generator=getattr(args, "generator", None))
     commands = {"chat": _chat, "run": _run, "runner": _runner, "verify": _verify, "status": _status,
-                "slack": _slack, "discord": _discord}
+                "slack": _slack, "discord": _discord, "bench": _bench}
     return commands[args.command](args, cfg)
 
 
@@ -89,6 +100,17 @@ def _chat(args, cfg) -> int:
 def _run(args, cfg) -> int:
     from bot.autorun import run
     return run(args.request, args.out, cfg, yes=args.yes, timeout_s=args.timeout)
+
+
+def _bench(args, cfg) -> int:
+    from bot import catalog, catalog_bench
+    try:
+        entries = catalog.by_name(args.only.split(",") if args.only else None)
+    except ValueError as e:
+        print(f"kernelbot bench: {e}", file=sys.stderr)
+        return 2
+    gpus = (args.gpus or os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")
+    return catalog_bench.main(entries, args.out, args.backend, [g.strip() for g in gpus if g.strip()], args.timeout)
 
 
 def _slack(args, cfg) -> int:

@@ -1,0 +1,154 @@
+"""`kernelbot bench`: the whole pipeline (`kernelbot run REQUEST --yes`) for every catalog entry
+on a GPU runner, then one table of what the runs measured side by side, and the issue 6 targets.
+
+Entries run one per GPU at a time (each in its own KERNELBOT_HOME with its own local runner,
+pinned through CUDA_VISIBLE_DEVICES), so timings on one GPU never overlap.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from bot.catalog import Entry
+from bot.console import format_table
+
+COPY_TARGET = 90.0          # % of the measured copy bandwidth, memory-bound ops at 8192x8192
+COMPILE_GEOMEAN_TARGET = 1.0
+EAGER_FLOOR = 0.95
+SOFTMAX_VS_COMPILE = 1.5
+CUBLAS_TARGET = 0.90        # matmul at 4096^3 in fp16 and bf16
+PLAIN_MATMUL = {"matmul", "bmm", "matmul_tf32"}     # torch eager is cuBLAS alone: its speedup is % of cuBLAS
+
+
+def run_all(entries: list[Entry], out: Path, backend: str, gpus: list[str], timeout_s: float) -> dict[str, dict]:
+    """Run every entry, one per GPU at a time; returns entry name -> report.json (or an error)."""
+    todo: queue.Queue[Entry] = queue.Queue()
+    for e in entries:
+        todo.put(e)
+    reports: dict[str, dict] = {}
+
+    def worker(gpu: str) -> None:
+        while True:
+            try:
+                entry = todo.get_nowait()
+            except queue.Empty:
+                return
+            reports[entry.name] = run_one(entry, out, backend, gpu, timeout_s)
+
+    threads = [threading.Thread(target=worker, args=(gpu,)) for gpu in gpus]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return reports
+
+
+def run_one(entry: Entry, out: Path, backend: str, gpu: str, timeout_s: float) -> dict:
+    """`kernelbot run` for one entry in a subprocess; its log goes to OUT/NAME.log."""
+    env = {**os.environ, "KERNELBOT_HOME": str(out / f".home-gpu{gpu}"), "CUDA_VISIBLE_DEVICES": gpu}
+    cmd = [sys.executable, "-m", "bot.cli", "run", entry.request(), "--yes", "--out", str(out / entry.name),
+           "--backend", backend, "--timeout", str(timeout_s)]
+    start = time.time()
+    print(f"[gpu {gpu}] {entry.name}: {entry.request()}", flush=True)
+    with open(out / f"{entry.name}.log", "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    print(f"[gpu {gpu}] {entry.name}: exit {rc} after {time.time() - start:.0f} s", flush=True)
+    path = out / entry.name / "report.json"
+    report = json.loads(path.read_text()) if path.exists() else {}
+    return {**report, "exit_code": rc}
+
+
+def rows(entries: list[Entry], reports: dict[str, dict]) -> list[dict]:
+    """One row per entry x case x dtype from the reports' bench tables."""
+    out = []
+    for entry in entries:
+        report = reports.get(entry.name, {})
+        if not report.get("bench"):
+            failed = [s["stage"] for s in report.get("stages", []) if s["status"] == "failed"]
+            out.append({"op": entry.name, "kind": entry.kind, "case": "-", "dtype": "-",
+                        "error": f"exit {report.get('exit_code')}; failed: {', '.join(failed) or 'no report'}"})
+            continue
+        for r in report["bench"]:
+            out.append({"op": entry.name, "kind": entry.kind, **r})
+    return out
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(rows_: list[dict]) -> str:
+    head = ["op", "case", "dtype", "kernel us", "eager us", "compile us", "vs eager", "vs compile",
+            "% copy / TFLOP/s", "config"]
+    body = []
+    for r in rows_:
+        if r.get("error"):
+            body.append([r["op"], "-", "-", "-", "-", "-", "-", "-", r["error"], ""])
+            continue
+        us = lambda v: _fmt(v and v * 1e3, ".1f")  # noqa: E731
+        share = (f"{_fmt(r.get('tflops'), '.0f')} ({_fmt(r.get('speedup'), '.0%')} of cuBLAS)" if r["op"] in PLAIN_MATMUL
+                 else _fmt(r.get("tflops"), ".0f") if r["kind"] == "matmul"
+                 else _fmt(r.get("pct_of_copy"), ".1f"))
+        body.append([r["op"], r["case"], r["dtype"], us(r.get("kernel_ms")), us(r.get("torch_ms")),
+                     us(r.get("compile_ms")), _fmt(r.get("speedup"), ".2f"), _fmt(r.get("speedup_vs_compile"), ".2f"),
+                     share, r.get("config") or ""])
+    return "\n".join(format_table([head, *body]))
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def targets(rows_: list[dict]) -> list[tuple[str, bool, str]]:
+    """(target, met, what was measured) for each of issue 6's targets."""
+    ok = [r for r in rows_ if not r.get("error")]
+    missing = [r["op"] for r in rows_ if r.get("error")]
+    big_memory = [r for r in ok if r["kind"] == "memory" and r["case"].startswith("8192x8192")]
+    low_copy = [f"{r['op']} {r['dtype']} {r.get('pct_of_copy') or 0:.0f}%" for r in big_memory
+                if (r.get("pct_of_copy") or 0) < COPY_TARGET]
+    g = geomean([r.get("speedup_vs_compile") for r in ok])
+    slow = [f"{r['op']} {r['case']} {r['dtype']} {r.get('speedup') or 0:.2f}" for r in ok
+            if (r.get("speedup") or 0) < EAGER_FLOOR]
+    soft = [r for r in ok if r["op"] == "softmax"]
+    soft_low = [f"{r['case']} {r['dtype']} {r.get('speedup_vs_compile') or 0:.2f}" for r in soft
+                if (r.get("speedup_vs_compile") or 0) < SOFTMAX_VS_COMPILE]
+    mm = [r for r in ok if r["op"] == "matmul" and r["case"].startswith("4096x4096") and r["dtype"] != "float32"]
+    mm_low = [f"{r['dtype']} {r.get('speedup') or 0:.0%}" for r in mm if (r.get("speedup") or 0) < CUBLAS_TARGET]
+    return [
+        ("every catalog entry ran", not missing, ", ".join(missing) or f"{len({r['op'] for r in ok})} entries"),
+        (f"memory-bound at 8192x8192 >= {COPY_TARGET:.0f}% of copy bandwidth", bool(big_memory) and not low_copy,
+         "below: " + ", ".join(low_copy) if low_copy else f"{len(big_memory)} rows"),
+        (f"geomean vs torch.compile >= {COMPILE_GEOMEAN_TARGET}", (g or 0) >= COMPILE_GEOMEAN_TARGET,
+         _fmt(g, ".3f")),
+        (f"no case under {EAGER_FLOOR} vs torch eager", not slow, "; ".join(slow) or "none"),
+        (f"softmax >= {SOFTMAX_VS_COMPILE}x torch.compile", bool(soft) and not soft_low,
+         "below: " + "; ".join(soft_low) if soft_low else f"{len(soft)} rows"),
+        (f"matmul 4096^3 fp16/bf16 >= {CUBLAS_TARGET:.0%} of cuBLAS", bool(mm) and not mm_low,
+         "below: " + "; ".join(mm_low) if mm_low else ", ".join(f"{r['dtype']} {r['speedup']:.0%}" for r in mm)),
+    ]
+
+
+def summary(rows_: list[dict], device: str) -> str:
+    lines = [f"device: {device}", table(rows_), "", "targets:"]
+    lines += [f"  [{'met' if met else 'MISSED'}] {name}: {what}" for name, met, what in targets(rows_)]
+    return "\n".join(lines)
+
+
+def main(entries: list[Entry], out: Path, backend: str, gpus: list[str], timeout_s: float) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    reports = run_all(entries, out, backend, gpus, timeout_s)
+    all_rows = rows(entries, reports)
+    device = next((r.get("device") for r in reports.values() if r.get("device")), "unknown")
+    text = summary(all_rows, device)
+    (out / "catalog.json").write_text(json.dumps({"device": device, "rows": all_rows}, indent=1))
+    (out / "catalog.txt").write_text(text + "\n")
+    print(text)
+    return 0 if all(met for _, met, _ in targets(all_rows)) else 1
