@@ -1,0 +1,280 @@
+"""Lowering of a matmul with a pointwise epilogue to Triton: the kernel (stage 4).
+
+`relu(a @ b + bias) * 0.5 + residual` becomes one tiled tl.dot kernel: each program computes a
+BLOCK_M x BLOCK_N tile of a [M, K] @ b [K, N] into a float32 accumulator, applies everything
+around the matmul (the epilogue) to that tile, and stores it once in the output dtype. A batch
+(a [B, M, K] @ b [B, K, N], or one b [K, N] shared by the batch) runs along program_id(1).
+
+Like bot.lower_triton, whose file layout and epilogue writer this reuses, the launcher's
+Python helpers are real functions here, used to check the spec's cases and copied into
+kernel.py with inspect.getsource. This module imports neither torch nor triton.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from bot import ir
+from bot.lower_torch import local_names
+from bot.lower_triton import RESERVED, _check_options, _expanded_strides, _Input, _KernelFile, _wrap
+
+MAX_BLOCK = 256             # a wider tile's operands no longer fit in shared memory
+
+# The space the benchmark sweeps, biggest tile first (the order _default_config walks). Hopper
+# matmul tiles from Triton's tutorial and Inductor's mm configs: 128x256 and 256x128 with 8 warps
+# (two warpgroups) and 3 stages are the fastest at large sizes; 128x128 trades reuse for more
+# programs; the small tiles keep small matrices spread over the SMs. BLOCK_K 64 is 128 bytes of
+# fp16 per row, one full shared-memory swizzle line; GROUP_M 8 as in the tutorial.
+CONFIGS = [
+    {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s}
+    for bm, bn, bk, w, s in [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4),
+                             (128, 128, 32, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 3),
+                             (64, 64, 32, 4, 4), (32, 32, 64, 2, 3)]
+]
+
+# Names the matmul kernel and its launcher use themselves, on top of lower_triton's.
+MATMUL_RESERVED = RESERVED | {
+    "pid", "tiles_n", "group_size", "first_m", "group_m", "pid_m", "pid_n", "batch", "offs_m", "offs_n", "offs_k",
+    "k", "M", "K", "BLOCK_K", "GROUP_M", "EVEN_K", "INPUT_PRECISION", "precision", "num_stages", "_matmul_dims",
+    "_epilogue_strides", "_default_config", "_fit_config",
+}
+
+
+# ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
+
+def _matmul_dims(a_name, a_shape, b_name, b_shape):
+    # (batch, M, N, K) of a [M, K] @ b [K, N], a [B, M, K] @ b [B, K, N] or a [B, M, K] @ b [K, N].
+    ok = len(a_shape) in (2, 3) and len(b_shape) in (2, len(a_shape)) and a_shape[-1] == b_shape[-2]
+    if not ok or (len(b_shape) == 3 and b_shape[0] != a_shape[0]):
+        raise ValueError(f"cannot multiply {a_name} {list(a_shape)} by {b_name} {list(b_shape)}: this kernel "
+                         "multiplies [M, K] @ [K, N], [B, M, K] @ [B, K, N] or [B, M, K] @ [K, N]")
+    batch = a_shape[0] if len(a_shape) == 3 else 1
+    if batch > 65535:
+        raise ValueError(f"{a_name} has a batch of {batch}; the batch runs on grid dim 1, at most 65535")
+    return batch, a_shape[-2], b_shape[-1], a_shape[-1]
+
+
+def _epilogue_strides(name, shape, out_shape, along=(True, True)):
+    # The element strides the kernel reads an epilogue input with (0 where it broadcasts): over the
+    # batch, then over the output's rows and columns where the kernel was generated to read it
+    # along them (`along`); a bias [N] is read as one row, a per-row [M, 1] as one column.
+    m, n = out_shape[-2:]
+    if len(shape) > len(out_shape) or any(d not in (1, o) for d, o in zip(reversed(shape), reversed(out_shape))):
+        raise ValueError(f"input {name} has shape {list(shape)}, which does not broadcast to the matmul's output "
+                         f"{list(out_shape)}; the epilogue reads a vector [{n}], one value per row [{m}, 1], the full "
+                         f"{list(out_shape)}" + (f" or [{m}, {n}]" if len(out_shape) == 3 else "")
+                         + " or a single value [1]")
+    sb, sm, sn = _expanded_strides(shape, [1] * (3 - len(out_shape)) + list(out_shape))
+    if (sm and not along[0]) or (sn and not along[1]):
+        kind = {(False, True): f"a vector [{n}]", (True, False): f"one value per row [{m}, 1]"}.get(
+            tuple(along), "a single value [1]")
+        raise ValueError(f"input {name} has shape {list(shape)}, but this kernel was generated for {kind} there; "
+                         "regenerate it for these shapes")
+    return [sb] + [stride for stride, read in zip((sm, sn), along) if read]
+
+
+def _default_config(batch, M, N):
+    # The biggest tile of CONFIGS (listed biggest first) that still gives every one of an H200's
+    # 132 SMs a program: a bigger tile reuses each operand tile it loads more, a smaller one keeps
+    # a small problem spread over the GPU.
+    for config in CONFIGS:
+        if batch * -(-M // config["BLOCK_M"]) * -(-N // config["BLOCK_N"]) >= 132:
+            return config
+    return CONFIGS[-1]
+
+
+def _fit_config(config, M, N, K, itemsize):
+    # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages) of config for this problem, so any config runs any
+    # case: no tile side wider than its matrix needs (a power of two, at least 16, tl.dot's least),
+    # and BLOCK_K halved until num_stages buffered operand tiles fit in 160 KB of shared memory
+    # (float32 tiles take twice fp16's; an H200 has 227 KB per block, an A100 163 KB).
+    bm, bn, bk = (min(config[key], max(16, 1 << (n - 1).bit_length()))
+                  for key, n in (("BLOCK_M", M), ("BLOCK_N", N), ("BLOCK_K", K)))
+    while (bm + bn) * bk * itemsize * config["num_stages"] > 160 * 1024 and bk > 16:
+        bk //= 2
+    return bm, bn, bk, config["num_stages"]
+
+
+# ---------------------------------------------------------------- kernel.py
+
+def kernel_source(spec: dict, node: ir.Node, options: dict | None = None) -> str:
+    """kernel.py for a tree holding one matmul of two inputs inside a pointwise epilogue: the
+    tuning block, the @triton.jit kernel and a launcher `def <spec name>(<inputs>, *, config=None)`
+    with the reference's signature. options may carry {"block": int, "num_warps": int} from a
+    reviewer's correction ('block size 64': 64 x 64 output tiles), kept by every config."""
+    options = dict(options or {})
+    _check_options(options)
+    if options.get("block", 0) > MAX_BLOCK:
+        raise ValueError(f"a matmul tile side is at most {MAX_BLOCK} (the operand tiles live in shared memory), "
+                         f"got {options['block']}")
+    if spec["name"] in MATMUL_RESERVED:
+        raise ValueError(f"operator name {spec['name']!r} clashes with a name kernel.py uses; rename the operator")
+    locals_ = local_names([i["name"] for i in spec["inputs"]], MATMUL_RESERVED)
+    inputs = [_Input(i["name"], locals_[i["name"]], i["shapes"]) for i in spec["inputs"]]
+    return _MatmulKernel(spec, node, inputs, options).source()
+
+
+def _the_matmul(node: ir.Node) -> ir.Node:
+    """The one matmul node of the tree, after checking the tree is a pointwise epilogue around it."""
+    matmuls = {sub for sub in node.walk() if sub.op == "matmul"}
+    if len(matmuls) != 1:
+        raise ValueError(f"a matmul kernel computes one matmul, this expression has {len(matmuls)}")
+    matmul = matmuls.pop()
+    if len(matmul.args) != 2 or any(a.op != "input" for a in matmul.args):
+        raise ValueError(f"matmul operands must be inputs, got {ir.to_text(matmul)}; "
+                         "give the matmul's operands as tensors and apply pointwise ops to its result")
+    for sub in node.walk():
+        if sub.op not in ir.POINTWISE | {"input", "const", "matmul"}:
+            raise ValueError(f"{sub.op} around a matmul is not supported; the epilogue of a matmul is pointwise")
+    return matmul
+
+
+def _substitute(node: ir.Node, old: ir.Node, new: ir.Node) -> ir.Node:
+    if node == old:
+        return new
+    return dataclasses.replace(node, args=tuple(_substitute(a, old, new) for a in node.args))
+
+
+class _MatmulKernel(_KernelFile):
+    block_key = "BLOCK_M"
+    description = ("One program per BLOCK_M x BLOCK_N tile of the output (per matrix of the batch): a K loop of\n"
+                   "tl.dot into a float32 accumulator, then the epilogue on the tile and one store. Programs\n"
+                   "walk the tiles in groups of GROUP_M rows, so tiles loaded together are reused from L2.")
+
+    def __init__(self, spec, node, inputs, options):
+        matmul = _the_matmul(node)
+        by_name = {i.name: i for i in inputs}
+        self.a, self.b = (by_name[arg.name] for arg in matmul.args)
+        self.tf32 = bool(matmul.attr("tf32"))
+        # The epilogue is the tree with the matmul replaced by `acc`, its float32 tile. The
+        # placeholder's name cannot clash with an input's: it is no identifier.
+        placeholder = f"({self.a.name} @ {self.b.name})"
+        epilogue = _substitute(node, matmul, ir.inp(placeholder))
+        names = ir.input_names(epilogue)
+        self.epilogue_inputs = [i for i in inputs if i.name in names]
+        acc = _Input(placeholder, "acc", [])
+        super().__init__(spec, epilogue, inputs, [acc] + self.epilogue_inputs, options)
+        self.cases = []     # (M, N, K) per case; unsupported shapes are refused now, not at launch
+        strides = {e.name: [] for e in self.epilogue_inputs}
+        for case in range(len(self.a.shapes)):
+            _, m, n, k = _matmul_dims(self.a.name, self.a.shapes[case], self.b.name, self.b.shapes[case])
+            self.cases.append((m, n, k))
+            for e in self.epilogue_inputs:
+                strides[e.name].append(_epilogue_strides(e.name, e.shapes[case], self.a.shapes[case][:-1] + [n]))
+        # Whether the kernel reads each epilogue input along the rows and along the columns: only
+        # where some case varies there. A bias [N] is then one row of loads, not a whole tile.
+        self.along = {name: (any(s[1] for s in cases), any(s[2] for s in cases)) for name, cases in strides.items()}
+
+    def source(self) -> str:
+        helpers = [_matmul_dims, _default_config, _fit_config]
+        if self.epilogue_inputs:
+            helpers += [_expanded_strides, _epilogue_strides]
+        return self._file([self._kernel()], helpers, self._launcher())
+
+    def pins(self) -> dict[str, int]:
+        """A reviewer's 'block size N' is a square N x N output tile."""
+        pins = super().pins()
+        if "BLOCK_M" in pins:
+            pins["BLOCK_N"] = pins["BLOCK_M"]
+        return pins
+
+    def configs(self) -> list[dict]:
+        # Configs that every case shrinks to the same tiles as an earlier one are dropped: sweeping
+        # them would time one kernel twice. (Tiles equal at fp16's 2 bytes are equal at any width.)
+        return self._space(CONFIGS, lambda config: [
+            (_fit_config(config, m, n, k, 2), config["GROUP_M"], config["num_warps"]) for m, n, k in self.cases])
+
+    def _kernel(self) -> str:
+        a, b = self.a.local, self.b.local
+        params = [f"{i.local}_ptr" for i in self.inputs] + ["out_ptr", "M", "N", "K", f"{b}_batch_stride"]
+        params += [param for e in self.epilogue_inputs for param, _ in self._strides(e)]
+        constexprs = ("INPUT_PRECISION", "EVEN_K", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
+        params += [f"{c}: tl.constexpr" for c in constexprs]
+        lines = [
+            "# Programs run down GROUP_M row tiles before moving one column tile right, so the programs",
+            f"# running at once share their tiles of {a} and {b} in L2 instead of each streaming all of {b}.",
+            "pid = tl.program_id(0)",
+            "tiles_n = tl.cdiv(N, BLOCK_N)",
+            "group_size = GROUP_M * tiles_n",
+            "first_m = (pid // group_size) * GROUP_M",
+            "group_m = min(tl.cdiv(M, BLOCK_M) - first_m, GROUP_M)",
+            "pid_m = first_m + (pid % group_size) % group_m",
+            "pid_n = (pid % group_size) // group_m",
+            "# program_id(1) is the matrix of the batch; int64, so offsets past 2**31 elements are safe.",
+            "batch = tl.program_id(1).to(tl.int64)",
+            "offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+            "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+            "offs_k = tl.arange(0, BLOCK_K)",
+            f"# {a} is [M, K] and {b} [K, N], contiguous. Rows and columns past the edge wrap around (% M, % N):",
+            "# the operand loads need no mask, and what the wrapped lanes compute is never stored.",
+            f"{a}_ptrs = {a}_ptr + batch * M * K + (offs_m % M).to(tl.int64)[:, None] * K + offs_k[None, :]",
+            f"{b}_ptrs = {b}_ptr + batch * {b}_batch_stride + offs_k[:, None] * N + (offs_n % N)[None, :]",
+            "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+            "for k in range(0, tl.cdiv(K, BLOCK_K)):",
+            "    if EVEN_K:",
+            "        # K is a multiple of BLOCK_K: the hot loop loads without masks.",
+            f"        {a}_tile = tl.load({a}_ptrs)",
+            f"        {b}_tile = tl.load({b}_ptrs)",
+            "    else:",
+            f"        # Past K, columns of {a} and rows of {b} load as 0 and add nothing.",
+            f"        {a}_tile = tl.load({a}_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)",
+            f"        {b}_tile = tl.load({b}_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)",
+            f"    acc = tl.dot({a}_tile, {b}_tile, acc, input_precision=INPUT_PRECISION)",
+            f"    {a}_ptrs += BLOCK_K",
+            f"    {b}_ptrs += BLOCK_K * N",
+            "# The epilogue on the float32 tile, then one store in the output's dtype.",
+            "rows = offs_m.to(tl.int64)[:, None]",
+            "cols = offs_n[None, :]",
+            "mask = (rows < M) & (cols < N)",
+        ]
+        for e in self.epilogue_inputs:
+            lines += self._epilogue_load(e)
+        if not self.is_bare_input:
+            lines.append(f"acc = {self.body_call()}")
+        lines += ["out_ptr += batch * M * N",
+                  "tl.store(out_ptr + rows * N + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)"]
+        return (f"@triton.jit\n{_wrap(f'def {self.name}_kernel', params, '')}:\n"
+                + "".join(f"    {line}\n" for line in lines))
+
+    def _strides(self, e: _Input) -> list[tuple[str, str]]:
+        """(kernel parameter, offset term) of each stride the kernel reads epilogue input e with."""
+        reads = zip(("sb", "sm", "sn"), ("batch", "rows", "cols"), (True, *self.along[e.name]))
+        return [(f"{e.local}_{s}", f"{index} * {e.local}_{s}") for s, index, read in reads if read]
+
+    def _epilogue_load(self, e: _Input) -> list[str]:
+        """Load an epilogue input over the tile: the whole tile, one row or one column of it
+        (broadcast by the arithmetic), or one value per matrix."""
+        mask = {(True, True): ", mask=mask, other=0.0", (True, False): ", mask=rows < M, other=0.0",
+                (False, True): ", mask=cols < N, other=0.0", (False, False): ""}[self.along[e.name]]
+        return [f"{e.local}_offs = {' + '.join(term for _, term in self._strides(e))}",
+                f"{e.local} = tl.load({e.local}_ptr + {e.local}_offs{mask}).to(tl.float32)"]
+
+    def _launcher(self) -> str:
+        a, b, first = self.a, self.b, self.inputs[0].local
+        text = self._signature_and_prologue()
+        text += (f'    batch, M, N, K = _matmul_dims("{a.name}", {a.local}.shape, "{b.name}", {b.local}.shape)\n'
+                 f"    shape = (*{a.local}.shape[:-1], N)\n")
+        if self.epilogue_inputs:
+            text += ("    # The epilogue reads each input with its batch stride, and its row and column strides\n"
+                     "    # where the kernel reads it along rows and columns; 0 where it broadcasts.\n")
+            text += "".join(f'    {e.local}_strides = _epilogue_strides("{e.name}", {e.local}.shape, shape, '
+                            f'{self.along[e.name]})\n' for e in self.epilogue_inputs)
+        text += f"    out = torch.empty(shape, dtype={first}.dtype, device={first}.device)\n"
+        text += self._config_line("_default_config(batch, M, N)")
+        text += ("    # The config's tiles, shrunk to this problem and to shared memory.\n"
+                 f"    BLOCK_M, BLOCK_N, BLOCK_K, num_stages = _fit_config(config, M, N, K, {a.local}.element_size())\n"
+                 "    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), batch)\n")
+        if self.tf32:
+            text += ("    # float32 inputs round to TF32 on the tensor cores (the spec allows it); float16 and\n"
+                     '    # bfloat16 take tl.dot\'s default, the tensor cores too.\n'
+                     f'    precision = "tf32" if {a.local}.dtype == torch.float32 else None\n')
+        else:
+            text += ("    # float32 inputs multiply in exact IEEE float32 (the spec does not allow TF32): right but\n"
+                     "    # slow. float16 and bfloat16 take tl.dot's default, the tensor cores.\n"
+                     f'    precision = "ieee" if {a.local}.dtype == torch.float32 else None\n')
+        args = [i.local for i in self.inputs] + ["out", "M", "N", "K", f"K * N if {b.local}.dim() == 3 else 0"]
+        args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
+        args += ["INPUT_PRECISION=precision", "EVEN_K=K % BLOCK_K == 0", "BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N",
+                 "BLOCK_K=BLOCK_K", 'GROUP_M=config["GROUP_M"]', 'num_warps=config["num_warps"]',
+                 "num_stages=num_stages"]
+        text += _wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
+        return text + "    return out\n"
