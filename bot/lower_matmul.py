@@ -113,21 +113,6 @@ def kernel_source(spec: dict, node: ir.Node, options: dict | None = None) -> str
     return _MatmulKernel(spec, node, inputs, options).source()
 
 
-def _the_matmul(node: ir.Node) -> ir.Node:
-    """The one matmul node of the tree, after checking the tree is a pointwise epilogue around it."""
-    matmuls = {sub for sub in node.walk() if sub.op == "matmul"}
-    if len(matmuls) != 1:
-        raise ValueError(f"a matmul kernel computes one matmul, this expression has {len(matmuls)}")
-    matmul = matmuls.pop()
-    if len(matmul.args) != 2 or any(a.op != "input" for a in matmul.args):
-        raise ValueError(f"matmul operands must be inputs, got {ir.to_text(matmul)}; "
-                         "give the matmul's operands as tensors and apply pointwise ops to its result")
-    for sub in node.walk():
-        if sub.op not in ir.POINTWISE | {"input", "const", "matmul"}:
-            raise ValueError(f"{sub.op} around a matmul is not supported; the epilogue of a matmul is pointwise")
-    return matmul
-
-
 def _substitute(node: ir.Node, old: ir.Node, new: ir.Node) -> ir.Node:
     if node == old:
         return new
@@ -141,7 +126,10 @@ class _MatmulKernel(_KernelFile):
                    "walk the tiles in groups of GROUP_M rows, so tiles loaded together are reused from L2.")
 
     def __init__(self, spec, node, inputs, options):
-        matmul = _the_matmul(node)
+        ir.check(node)      # one matmul of two inputs, inside a pointwise epilogue
+        matmul = ir.matmul_node(node)
+        if matmul is None:
+            raise ValueError(f"{ir.to_text(node)} has no matmul; lower it with bot.lower_triton")
         by_name = {i.name: i for i in inputs}
         self.a, self.b = (by_name[arg.name] for arg in matmul.args)
         self.tf32 = bool(matmul.attr("tf32"))

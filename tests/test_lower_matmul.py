@@ -1,9 +1,8 @@
 """The matmul lowering (bot.lower_matmul): generated kernel.py files, imported and run.
 
 Kernels run under Triton's interpreter here (tests/conftest.py), in float32 and float16 (the
-interpreter gets bfloat16 wrong), on small odd shapes, and are compared with torch on float64
-inputs within runner.protocol's tolerance. Expressions are written with `mm` standing for the
-matmul of the operands (a @ b unless named otherwise); the rest is its epilogue.
+interpreter gets bfloat16 wrong), on small odd shapes, and are compared with the generated
+reference evaluated on float64 inputs within runner.protocol's tolerance.
 """
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 from bot import ir, lower_matmul, lower_torch
+from bot.spec import parse_expression, validate
 from runner import protocol
 
 ODD = {"a": [[33, 70]], "b": [[70, 45]]}                     # K % BLOCK_K != 0, M and N not tiles
@@ -21,52 +21,48 @@ SHARED_B = {"a": [[2, 33, 70]], "b": [[70, 45]]}
 MULTI_TILE = {"a": [[2, 150, 70]], "b": [[2, 70, 300]]}       # several tiles even for the big configs
 
 
-def tree(expression: str, a: str = "a", b: str = "b", tf32: bool = False) -> ir.Node:
-    epilogue = ir.parse(expression)
-    return lower_matmul._substitute(epilogue, ir.inp("mm"), ir.call("matmul", ir.inp(a), ir.inp(b), tf32=tf32))
-
-
-def make_spec(expression: str, shapes: dict, dtypes=("float32", "float16"), name: str = "mm_op",
-              operands=("a", "b")) -> dict:
-    return {"name": name, "expression": expression.replace("mm", f"({operands[0]} @ {operands[1]})"),
+def raw_spec(expression: str, shapes: dict, dtypes=("float32", "float16")) -> dict:
+    return {"name": "mm_op", "expression": expression,
             "inputs": [{"name": n, "dtypes": list(dtypes), "shapes": s} for n, s in shapes.items()]}
 
 
-def load_kernel(tmp_path, spec: dict, node: ir.Node, options: dict | None = None):
-    path = tmp_path / "kernel.py"
-    path.write_text(lower_matmul.kernel_source(spec, node, options))
-    module_spec = importlib.util.spec_from_file_location(f"{tmp_path.name}_kernel", path)
+def source(expression: str, shapes: dict, options: dict | None = None) -> str:
+    return lower_matmul.kernel_source(raw_spec(expression, shapes), ir.parse(expression), options)
+
+
+def load(tmp_path, filename: str, text: str):
+    path = tmp_path / filename
+    path.write_text(text)
+    module_spec = importlib.util.spec_from_file_location(f"{tmp_path.name}_{path.stem}", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    return getattr(module, spec["name"])
+    return module
 
 
-def reference(expression: str, tensors: dict[str, torch.Tensor], operands=("a", "b")) -> torch.Tensor:
-    """The expression in float64 torch, `mm` being the operands' matmul."""
-    env = {"torch": torch, **{n: t.double() for n, t in tensors.items()}}
-    env["mm"] = env[operands[0]] @ env[operands[1]]
-    node = ir.parse(expression)
-    lines, expr = lower_torch.torch_expression(node, {n: n for n in ir.input_names(node)}, "mm", set(env))
-    for line in lines:
-        exec(line, env)
-    return eval(expr, env)
+def generate(tmp_path, spec: dict, options: dict | None = None):
+    """(reference, kernel) functions generated for the spec."""
+    node = parse_expression(spec)
+    reference = load(tmp_path, "reference.py", lower_torch.reference_source(spec, node))
+    kernel = load(tmp_path, "kernel.py", lower_matmul.kernel_source(spec, node, options))
+    return getattr(reference, spec["name"]), getattr(kernel, spec["name"])
 
 
 def check(tmp_path, expression: str, shapes: dict, dtypes=("float32", "float16"), configs=(None,),
-          operands=("a", "b"), tf32: bool = False, options: dict | None = None) -> None:
-    """The kernel against torch on every case x dtype, with the launcher's config and each given one."""
-    spec = make_spec(expression, shapes, dtypes, operands=operands)
-    kernel = load_kernel(tmp_path, spec, tree(expression, *operands, tf32=tf32), options)
-    for case in range(len(shapes[operands[0]])):
+          options: dict | None = None, device: str = "cpu") -> None:
+    """The kernel against the reference on float64 inputs, on every case x dtype, with the
+    launcher's own config and with each given one."""
+    spec = validate(raw_spec(expression, shapes, dtypes))
+    reference, kernel = generate(tmp_path, spec, options)
+    operand = ir.matmul_node(parse_expression(spec)).args[0].name
+    for case in range(len(shapes[operand])):
         gen = torch.Generator().manual_seed(case)
         tensors = {n: torch.randn(s[case], generator=gen) for n, s in shapes.items()}
-        k = shapes[operands[0]][case][-1]
         for dtype in dtypes:
-            inputs = {n: t.to(getattr(torch, dtype)) for n, t in tensors.items()}
-            want = reference(expression, inputs, operands)
-            rtol, atol = protocol.tolerance(dtype, k, tf32)
+            inputs = [t.to(device, getattr(torch, dtype)) for t in tensors.values()]
+            want = reference(*[t.double() for t in inputs])
+            rtol, atol = protocol.tolerance(dtype, shapes[operand][case][-1], spec["tf32"])
             for config in configs:
-                got = kernel(*inputs.values(), config=config)
+                got = kernel(*inputs, config=config)
                 label = f"{expression} {shapes} {dtype} {config}"
                 assert got.shape == want.shape and got.dtype == getattr(torch, dtype), label
                 err = (got.double() - want).abs()
@@ -79,17 +75,17 @@ def check(tmp_path, expression: str, shapes: dict, dtypes=("float32", "float16")
 @pytest.mark.parametrize("shapes", [ODD, BATCHED, SHARED_B, {"a": [[1, 16], [5, 64]], "b": [[16, 1], [64, 130]]}],
                          ids=["2-D odd", "bmm", "bmm, b shared", "tiny, and K a multiple of BLOCK_K"])
 def test_plain_matmul(tmp_path, shapes):
-    check(tmp_path, "mm", shapes)
+    check(tmp_path, "a @ b", shapes)
 
 
 EPILOGUES = {
-    "bias [N]": ("mm + bias", {"bias": [[45]]}),
-    "per row [M, 1]": ("mm * scale", {"scale": [[33, 1]]}),
-    "residual [M, N]": ("mm + residual", {"residual": [[33, 45]]}),
-    "scalar [1]": ("mm - s", {"s": [[1]]}),
-    "constants only": ("gelu(mm) * 0.5", {}),
-    "composed": ("relu(mm + bias) * 0.5 + residual", {"bias": [[45]], "residual": [[33, 45]]}),
-    "where, sigmoid, repeated subtree": ("where(mm > bias, sigmoid(mm + bias), mm + bias)", {"bias": [[1, 45]]}),
+    "bias [N]": ("a @ b + bias", {"bias": [[45]]}),
+    "per row [M, 1]": ("(a @ b) * scale", {"scale": [[33, 1]]}),
+    "residual [M, N]": ("a @ b + residual", {"residual": [[33, 45]]}),
+    "scalar [1]": ("a @ b - s", {"s": [[1]]}),
+    "constants only": ("gelu(a @ b) * 0.5", {}),
+    "composed": ("relu(a @ b + bias) * 0.5 + residual", {"bias": [[45]], "residual": [[33, 45]]}),
+    "where, sigmoid, tanh": ("where(bias > 0.0, tanh(sigmoid(a @ b + bias)), bias)", {"bias": [[1, 45]]}),
 }
 
 
@@ -100,12 +96,13 @@ def test_epilogue(tmp_path, epilogue):
 
 
 BATCHED_EPILOGUES = {
-    "bmm: bias, residual [B, M, N]": ("silu(mm + bias) + residual", BATCHED,
+    "bmm: bias, residual [B, M, N]": ("silu(a @ b + bias) + residual", BATCHED,
                                       {"bias": [[45]], "residual": [[2, 33, 45]]}),
-    "bmm: residual shared by the batch [M, N]": ("mm + residual", BATCHED, {"residual": [[33, 45]]}),
-    "bmm: per batch and row [B, M, 1]": ("mm * s", BATCHED, {"s": [[2, 33, 1]]}),
-    "bmm: per batch [B, 1, 1], per column [B, 1, N]": ("mm * s + t", BATCHED, {"s": [[2, 1, 1]], "t": [[2, 1, 45]]}),
-    "shared b: bias, per row, residual": ("(mm + bias) * r + res", SHARED_B,
+    "bmm: residual shared by the batch [M, N]": ("a @ b + residual", BATCHED, {"residual": [[33, 45]]}),
+    "bmm: per batch and row [B, M, 1]": ("(a @ b) * s", BATCHED, {"s": [[2, 33, 1]]}),
+    "bmm: per batch [B, 1, 1], per column [B, 1, N]": ("(a @ b) * s + t", BATCHED,
+                                                       {"s": [[2, 1, 1]], "t": [[2, 1, 45]]}),
+    "shared b: bias, per row, residual": ("(a @ b + bias) * r + res", SHARED_B,
                                          {"bias": [[45]], "r": [[33, 1]], "res": [[2, 33, 45]]}),
 }
 
@@ -117,61 +114,59 @@ def test_batched_epilogue(tmp_path, epilogue):
 
 
 def test_every_config_is_right_on_odd_cases(tmp_path):
-    shapes = {"a": [[2, 33, 70], [2, 150, 70]], "b": [[70, 45], [2, 70, 300]], "bias": [[45], [300]]}
-    check(tmp_path, "relu(mm + bias)", shapes, configs=(None, *lower_matmul.CONFIGS))
+    shapes = {"a": [[2, 33, 70], [1, 150, 40]], "b": [[70, 45], [1, 40, 270]], "bias": [[45], [270]]}
+    check(tmp_path, "relu(a @ b + bias)", shapes, configs=(None, *lower_matmul.CONFIGS))
 
 
 def test_small_tiles_many_groups_and_even_k(tmp_path):
     # 7 x 6 tiles of 16 in groups of 2 rows (the last group short), K = 2 whole BLOCK_K tiles.
     config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 1, "num_stages": 2}
-    check(tmp_path, "mm + bias", {"a": [[100, 32]], "b": [[32, 90]], "bias": [[90]]}, configs=(config,))
-    spec = make_spec("mm", {"a": [[100, 32]], "b": [[32, 90]]})
-    assert "if EVEN_K:" in lower_matmul.kernel_source(spec, tree("mm"))
+    check(tmp_path, "a @ b + bias", {"a": [[100, 32]], "b": [[32, 90]], "bias": [[90]]}, configs=(config,))
+    assert "if EVEN_K:" in source("a @ b", {"a": [[100, 32]], "b": [[32, 90]]})
 
 
 def test_tf32_only_where_the_spec_allows_it(tmp_path):
-    spec = make_spec("mm", ODD)
-    assert 'precision = "ieee" if a.dtype == torch.float32 else None' in lower_matmul.kernel_source(spec, tree("mm"))
-    assert 'precision = "tf32" if a.dtype == torch.float32 else None' in lower_matmul.kernel_source(
-        spec, tree("mm", tf32=True))
-    check(tmp_path, "mm + 1.0", ODD, dtypes=("float32",), tf32=True)
+    assert 'precision = "ieee" if a.dtype == torch.float32 else None' in source("a @ b", ODD)
+    assert 'precision = "tf32" if a.dtype == torch.float32 else None' in source("matmul(a, b, tf32=True)", ODD)
+    check(tmp_path, "matmul(a, b, tf32=True) + 1.0", ODD, dtypes=("float32",))
 
 
 def test_inputs_named_like_generated_locals(tmp_path):
     shapes = {"acc": [[33, 70]], "K": [[70, 45]], "mask": [[45]], "offs_m": [[33, 1]]}
-    check(tmp_path, "mm * mask + offs_m", shapes, operands=("acc", "K"))
+    check(tmp_path, "(acc @ K) * mask + offs_m", shapes)
 
 
 def test_non_contiguous_inputs(tmp_path):
-    spec = make_spec("mm + bias", {**ODD, "bias": [[45]]}, dtypes=("float32",))
-    kernel = load_kernel(tmp_path, spec, tree("mm + bias"))
+    spec = validate(raw_spec("a @ b + bias", {**ODD, "bias": [[45]]}, dtypes=("float32",)))
+    reference, kernel = generate(tmp_path, spec)
     a, b, bias = torch.randn(70, 33).t(), torch.randn(45, 70).t(), torch.randn(90)[::2]
     assert not a.is_contiguous() and not b.is_contiguous() and not bias.is_contiguous()
-    torch.testing.assert_close(kernel(a, b, bias), a @ b + bias)
+    torch.testing.assert_close(kernel(a, b, bias), reference(a, b, bias))
 
 
 def test_review_options_pin_every_config(tmp_path):
-    spec = make_spec("mm + bias", {**MULTI_TILE, "bias": [[300]]})
-    source = lower_matmul.kernel_source(spec, tree("mm + bias"), {"block": 32, "num_warps": 2})
-    assert '{**_default_config(batch, M, N), "BLOCK_M": 32, "num_warps": 2, "BLOCK_N": 32}' in source
-    check(tmp_path, "mm + bias", {**MULTI_TILE, "bias": [[300]]}, options={"block": 32, "num_warps": 2})
+    shapes = {**MULTI_TILE, "bias": [[300]]}
+    text = source("a @ b + bias", shapes, {"block": 32, "num_warps": 2})
+    assert '{**_default_config(batch, M, N), "BLOCK_M": 32, "num_warps": 2, "BLOCK_N": 32}' in text
+    check(tmp_path, "a @ b + bias", shapes, options={"block": 32, "num_warps": 2})
     with pytest.raises(ValueError, match="at most 256"):
-        lower_matmul.kernel_source(spec, tree("mm + bias"), {"block": 512})
+        source("a @ b + bias", shapes, {"block": 512})
 
 
 def test_broadcast_inputs_load_one_row_one_column_or_one_value():
     shapes = {**BATCHED, "bias": [[45]], "r": [[33, 1]], "s": [[2, 1, 1]], "x": [[2, 33, 45]]}
-    source = lower_matmul.kernel_source(make_spec("mm * r + bias + s + x", shapes), tree("mm * r + bias + s + x"))
+    text = source("(a @ b) * r + bias + s + x", shapes)
     for line in ("bias_offs = batch * bias_sb + cols * bias_sn",
                  "bias = tl.load(bias_ptr + bias_offs, mask=cols < N, other=0.0)",
                  "r_offs = batch * r_sb + rows * r_sm", "r = tl.load(r_ptr + r_offs, mask=rows < M, other=0.0)",
                  "s_offs = batch * s_sb\n", "s = tl.load(s_ptr + s_offs).to(tl.float32)",
                  "x_offs = batch * x_sb + rows * x_sm + cols * x_sn", "x = tl.load(x_ptr + x_offs, mask=mask"):
-        assert line in source
+        assert line in text
 
 
 def test_an_input_read_whole_in_one_case_is_read_whole_in_all(tmp_path):
-    check(tmp_path, "mm + bias", {"a": [[33, 70], [2, 20, 16]], "b": [[70, 45], [16, 30]], "bias": [[45], [2, 20, 30]]})
+    check(tmp_path, "a @ b + bias", {"a": [[33, 70], [2, 20, 16]], "b": [[70, 45], [16, 30]],
+                                     "bias": [[45], [2, 20, 30]]})
 
 
 # ---------------------------------------------------------------- config choice
@@ -191,8 +186,8 @@ def test_default_config_and_fitting():
 
 
 def test_configs_that_fit_every_case_alike_are_swept_once():
-    big = lower_matmul.kernel_source(make_spec("mm", {"a": [[4096, 4096]], "b": [[4096, 4096]]}), tree("mm"))
-    small = lower_matmul.kernel_source(make_spec("mm", {"a": [[20, 30]], "b": [[30, 40]]}), tree("mm"))
+    big = source("a @ b", {"a": [[4096, 4096]], "b": [[4096, 4096]]})
+    small = source("a @ b", {"a": [[20, 30]], "b": [[30, 40]]})
     assert big.count('"GROUP_M": ') == len(lower_matmul.CONFIGS)
     assert 1 < small.count('"GROUP_M": ') < len(lower_matmul.CONFIGS)
 
@@ -200,17 +195,14 @@ def test_configs_that_fit_every_case_alike_are_swept_once():
 # ---------------------------------------------------------------- refusals
 
 def test_unsupported_epilogue_shapes_are_refused_with_what_works():
-    for extra, shown in (({"bias": [[33]]}, r"\[33\]"), ({"bias": [[3, 33, 45]]}, r"\[3, 33, 45\]"),
-                         ({"bias": [[33, 2]]}, r"\[33, 2\]")):
-        spec = make_spec("mm + bias", {**ODD, **extra})
+    for bias, shown in (([33], r"\[33\]"), ([3, 33, 45], r"\[3, 33, 45\]"), ([33, 2], r"\[33, 2\]")):
         what_works = r"vector \[45\], one value per row \[33, 1\]"
         with pytest.raises(ValueError, match=rf"input bias has shape {shown}.*{what_works}"):
-            lower_matmul.kernel_source(spec, tree("mm + bias"))
+            source("a @ b + bias", {**ODD, "bias": [bias]})
 
 
 def test_launcher_refuses_shapes_it_was_not_generated_for(tmp_path):
-    spec = make_spec("mm + bias", {**ODD, "bias": [[45]]}, dtypes=("float32",))
-    kernel = load_kernel(tmp_path, spec, tree("mm + bias"))
+    _, kernel = generate(tmp_path, validate(raw_spec("a @ b + bias", {**ODD, "bias": [[45]]}, dtypes=("float32",))))
     with pytest.raises(ValueError, match=r"input bias has shape \[44\]"):
         kernel(torch.randn(33, 70), torch.randn(70, 45), torch.randn(44))
     with pytest.raises(ValueError, match=r"input bias has shape \[33, 45\], but this kernel was generated for a "
@@ -224,15 +216,16 @@ def test_launcher_refuses_shapes_it_was_not_generated_for(tmp_path):
                                     {"a": [[2, 33, 70]], "b": [[3, 70, 45]]}, {"a": [[70]], "b": [[70, 45]]}])
 def test_operand_shapes_are_refused(shapes):
     with pytest.raises(ValueError, match="cannot multiply a"):
-        lower_matmul.kernel_source(make_spec("mm", shapes), tree("mm"))
+        source("a @ b", shapes)
 
 
 def test_trees_that_are_not_one_matmul_with_a_pointwise_epilogue():
     mm = ir.call("matmul", ir.inp("a"), ir.inp("b"), tf32=False)
-    spec = make_spec("mm", {**ODD, "c": [[45, 45]]})
-    for node, message in ((ir.call("matmul", mm, ir.inp("c"), tf32=False), "one matmul"),
-                          (ir.call("matmul", ir.call("relu", ir.inp("a")), ir.inp("b"), tf32=False), "must be inputs"),
-                          (ir.call("sum", mm, dim=-1), "sum around a matmul")):
+    spec = raw_spec("a @ b", {**ODD, "c": [[45, 45]]})
+    for node, message in ((ir.call("matmul", ir.call("relu", ir.inp("a")), ir.inp("b"), tf32=False), "must be inputs"),
+                          (ir.call("add", mm, ir.call("matmul", ir.inp("c"), ir.inp("c"), tf32=False)), "one matmul"),
+                          (ir.call("sum", mm, dim=-1), "matmul inside sum"),
+                          (ir.call("add", ir.inp("a"), ir.inp("b")), "has no matmul")):
         with pytest.raises(ValueError, match=message):
             lower_matmul.kernel_source(spec, node)
 
@@ -240,15 +233,9 @@ def test_trees_that_are_not_one_matmul_with_a_pointwise_epilogue():
 # ---------------------------------------------------------------- on a GPU
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-def test_every_config_compiles_and_is_right_on_a_gpu(tmp_path, dtype):
+@pytest.mark.parametrize("dtype, tf32", [("float16", False), ("bfloat16", False), ("float32", False),
+                                         ("float32", True)])
+def test_every_config_compiles_and_is_right_on_a_gpu(tmp_path, dtype, tf32):
     shapes = {"a": [[2, 1000, 520]], "b": [[520, 1030]], "bias": [[1030]], "residual": [[2, 1000, 1030]]}
-    spec = make_spec("relu(mm + bias) + residual", shapes, dtypes=(dtype,))
-    for tf32 in (False, True) if dtype == "float32" else (False,):
-        kernel = load_kernel(tmp_path, spec, tree("relu(mm + bias) + residual", tf32=tf32))
-        inputs = [torch.randn(s[0], device="cuda", dtype=getattr(torch, dtype)) for s in shapes.values()]
-        want = torch.relu(inputs[0].double() @ inputs[1].double() + inputs[2].double()) + inputs[3].double()
-        rtol, atol = protocol.tolerance(dtype, 520, tf32)
-        for config in (None, *lower_matmul.CONFIGS):
-            err = (kernel(*inputs, config=config).double() - want).abs()
-            assert bool((err <= atol + rtol * want.abs()).all()), f"{dtype} tf32={tf32} {config}: {err.max()}"
+    check(tmp_path, f"relu(matmul(a, b, tf32={tf32}) + bias) + residual", shapes, dtypes=(dtype,),
+          configs=(None, *lower_matmul.CONFIGS), device="cuda")
