@@ -156,14 +156,17 @@ def correctness_table(r: dict) -> list[list[str]] | None:
 
 def bench_table(r: dict) -> list[list[str]]:
     """Times and speedups on each row's basis (GPU time where CUDA graphs were captured), with the
-    per-call speedup (Python launch overhead included) beside them."""
+    per-call speedup (Python launch overhead included) beside them; a tuned kernel's best config."""
+    rows = r.get("report_rows", [])
+    tuned = any(row.get("config") for row in rows)
     table = [["case", "dtype", "torch ms", "compile ms", "kernel ms", "speedup", "vs compile", "per call",
-              "GB/s", "% copy"]]
-    for row in r.get("report_rows", []):
+              "GB/s", "% copy"] + (["best config"] if tuned else [])]
+    for row in rows:
         table.append([str(row.get("case")), str(row.get("dtype")), _num(row.get("torch_ms")),
                       _num(row.get("compile_ms")), _num(row.get("kernel_ms")), _ratio(row.get("speedup")),
                       _ratio(row.get("speedup_vs_compile")), _ratio(row.get("speedup_per_call")),
-                      _num(row.get("gbps"), 0), _pct(row.get("pct_of_copy"))])
+                      _num(row.get("gbps"), 0), _pct(row.get("pct_of_copy"))]
+                     + ([row.get("config") or "-"] if tuned else []))
     return table
 
 

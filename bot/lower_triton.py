@@ -4,7 +4,8 @@ A pointwise expression becomes one flat kernel over the output's elements. A row
 (sum/mean/max/min, softmax/log_softmax, layernorm/rmsnorm over the last dim, each of
 a pointwise prologue) becomes a kernel over tiles of whole rows, plus a looped twin
 for rows longer than one tile. Everything is computed in float32 and cast to the
-output dtype (the first input's) on store; the launcher has the reference's signature.
+output dtype (the first input's) on store; the launcher has the reference's signature
+plus a keyword-only config, one of the small space (CONFIGS) the benchmark stage sweeps.
 
 The launchers' small Python helpers (block choice, broadcast layout, input checks)
 are defined here as real functions, used here to check the spec's cases, and copied

@@ -1,4 +1,6 @@
-"""Export a session: the approved artifacts, report.json, chart.png and REPORT.md."""
+"""Export a session: the approved artifacts, report.json, chart.png and REPORT.md. The kernel
+carries the configs its benchmark tuned (bot.export.tuned_kernel) once that benchmark passed on
+a GPU (interpreter timings say nothing about which config is fastest there)."""
 from __future__ import annotations
 
 import base64
@@ -9,7 +11,9 @@ from pathlib import Path
 from bot import stages
 from bot.cards import bench_table, correctness_table
 from bot.console import format_table
+from bot.export import tuned_kernel
 from bot.model import Session
+from runner import protocol
 
 
 def stage_status(s: Session, stage: str) -> str:
@@ -61,7 +65,8 @@ def export(s: Session, out_dir: Path) -> list[Path]:
     for stage in stages.STAGES:
         rev = s.approved(stage) or s.latest(stage)
         if rev:
-            written.append(_write(out_dir / stages.FILENAMES[stage], rev.content))
+            content = _with_tuning(s, rev.content) if stage == "kernel" and rev is s.approved(stage) else rev.content
+            written.append(_write(out_dir / stages.FILENAMES[stage], content))
     rep = report(s)
     written.append(_write(out_dir / "report.json", json.dumps(rep, indent=2) + "\n"))
     bench = _bench_result(s)
@@ -71,6 +76,20 @@ def export(s: Session, out_dir: Path) -> list[Path]:
         written.append(path)
     written.append(_write(out_dir / "REPORT.md", markdown(s, rep, chart=(out_dir / "chart.png").exists())))
     return written
+
+
+def _tuning(s: Session) -> list[dict]:
+    """The config sweep of a benchmark that passed on a GPU ([] otherwise): what the exported kernel carries."""
+    job = s.last_job("benchmark")
+    if not (job and job.status == "pass" and job.result) or protocol.device_type(job.backend) == "cpu":
+        return []
+    return job.result.get("tuning") or []
+
+
+def _with_tuning(s: Session, kernel: str) -> str:
+    """The approved kernel with TUNED filled from its passed benchmark."""
+    tuning = _tuning(s)
+    return tuned_kernel(kernel, tuning, s.last_job("benchmark").result.get("device") or "") if tuning else kernel
 
 
 def _write(path: Path, text: str) -> Path:
@@ -98,6 +117,13 @@ def markdown(s: Session, rep: dict, chart: bool) -> str:
             lines.append(f"- {w}")
     if rep.get("timing_note"):
         lines += ["", f"Timing: {rep['timing_note']} on {rep.get('device')}"]
+    bench = s.last_job("benchmark")
+    if any(t.get("best") for t in _tuning(s)):
+        lines += ["", f"kernel.py carries the best config per case above (`TUNED`, tuned on {rep.get('device')}): "
+                      "called on those shapes and dtypes it launches with it; `config=` overrides it."]
+    elif bench and (bench.result or {}).get("tuning") and protocol.device_type(bench.backend) == "cpu":
+        lines += ["", "kernel.py keeps `TUNED` empty: its configs were timed on the Triton interpreter, "
+                      "which says nothing about which is fastest on a GPU."]
     if chart:
         lines += ["", "![chart](chart.png)"]
     return "\n".join(lines) + "\n"

@@ -1,5 +1,10 @@
 """The benchmark chart: speedup over torch eager (left) and achieved bandwidth against the
-measured copy ceiling (right), per case and dtype, one bar per version. PNG bytes."""
+measured copy ceiling (right), per case and dtype, one bar per version; below them, for a tuned
+kernel, each config's time against the best config's, per case and dtype. PNG bytes.
+
+The tuning panel is a grid (configs down, cases across) rather than bars: 6-12 configs over
+6-12 cases are 36-144 values, which as bars would need a label per bar; as a grid each config
+is named once and each cell holds its ratio."""
 from __future__ import annotations
 
 import io
@@ -9,11 +14,14 @@ import matplotlib
 
 matplotlib.use("Agg")   # no display on a runner host
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
 
 from runner import protocol  # noqa: E402
 
 CPU_FOOTNOTE = "Triton interpreter on CPU: timings say nothing about GPU speed"
 SIDE_BY_SIDE_MAX_GROUPS = 4     # more (case, dtype) groups than this: panels stacked, full width each
+SLOW = 2.0                      # a config this many times slower than the best is full red
 
 
 def _number(value: float) -> str:
@@ -65,9 +73,35 @@ def _legend_below(ax) -> None:
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
 
 
+def _tuning_panel(ax, tuning: list[dict]) -> None:
+    """Configs (rows, by label) x case and dtype (columns): each correct config's time over the
+    fastest one's there, green at 1.00 (the best, boxed) to red at SLOW x; wrong ones marked."""
+    labels = list(dict.fromkeys(e["label"] for t in tuning for e in t["configs"]))
+    ratios = np.full((len(labels), len(tuning)), np.nan)
+    for j, t in enumerate(tuning):
+        fastest = min((e["time_ms"] for e in t["configs"] if e["ok"]), default=None)
+        for e in t["configs"]:
+            i = labels.index(e["label"])
+            if e["ok"]:
+                ratios[i, j] = e["time_ms"] / fastest
+            text = f"{ratios[i, j]:.2f}" if e["ok"] else "wrong" if e["error"].startswith("wrong") else "failed"
+            best = e["config"] == t["best"]
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, fontweight="bold" if best else "normal",
+                    color="black" if e["ok"] else "crimson")
+            if best:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=2.5))
+    cmap = plt.get_cmap("RdYlGn_r").with_extremes(bad="0.88")      # grey: no time, wrong or failed
+    ax.imshow(np.ma.masked_invalid(ratios), cmap=cmap, vmin=1.0, vmax=SLOW, aspect="auto", alpha=0.75)
+    ax.set_xticks(range(len(tuning)), [f"{t['case']}\n{t['dtype']}" for t in tuning], fontsize=8)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.tick_params(length=0)
+    ax.set_title(f"tuning: config time / best config time per case (best = 1.00, boxed; full red = {SLOW:g}x "
+                 "or slower; lower is better)", fontsize=11)
+
+
 def render(bench: list[dict], copy_gbps: float | None, *, operator: str, device: str, backend: str,
-           when: datetime | None = None) -> bytes:
-    """PNG bytes of the two-panel chart for a benchmark result's bench rows."""
+           when: datetime | None = None, tuning: list[dict] | None = None) -> bytes:
+    """PNG bytes of the chart for a benchmark result's bench rows, and its tuning list if any."""
     groups = list(dict.fromkeys((r["case"], r["dtype"]) for r in bench))
     versions = list(dict.fromkeys(r["version"] for r in bench))
     rows = {(r["case"], r["dtype"], r["version"]): r for r in bench}
@@ -75,10 +109,15 @@ def render(bench: list[dict], copy_gbps: float | None, *, operator: str, device:
     colors = {v: palette[i % len(palette)] for i, v in enumerate(versions)}
     torch_ms = {g: (rows.get((*g, "torch")) or {}).get("time_ms") for g in groups}
 
-    if len(groups) > SIDE_BY_SIDE_MAX_GROUPS:
-        fig, (left, right) = plt.subplots(2, 1, figsize=(min(18.0, 3 + 1.3 * len(groups)), 11))
-    else:
-        fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6.2))
+    stacked = len(groups) > SIDE_BY_SIDE_MAX_GROUPS
+    heights = [5.5, 5.5] if stacked else [6.2]
+    if tuning:
+        heights.append(1.6 + 0.3 * len({e["label"] for t in tuning for e in t["configs"]}))
+    fig = plt.figure(figsize=(min(18.0, 3 + 1.3 * len(groups)) if stacked else 14, sum(heights)))
+    grid = fig.add_gridspec(len(heights), 1 if stacked else 2, height_ratios=heights)
+    left, right = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, 0] if stacked else grid[0, 1])
+    if tuning:
+        _tuning_panel(fig.add_subplot(grid[-1, :]), tuning)
     others = [v for v in versions if v != "torch"]
     speedup_rows = {k: r for k, r in rows.items() if torch_ms.get(k[:2])}
     _grouped_bars(left, groups, others, speedup_rows, lambda r: torch_ms[(r["case"], r["dtype"])] / r["time_ms"], colors)
@@ -102,7 +141,7 @@ def render(bench: list[dict], copy_gbps: float | None, *, operator: str, device:
     fig.suptitle(f"{operator} — {device} — {stamp}", fontsize=13, fontweight="bold")
     if protocol.device_type(backend) == "cpu":
         fig.text(0.5, 0.01, CPU_FOOTNOTE, ha="center", va="bottom", fontsize=11, color="crimson", fontweight="bold")
-    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.4 / sum(heights), 1, 1 - 0.5 / sum(heights)))    # footnote, title: inches
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)

@@ -8,11 +8,15 @@ separate modules and only ever called with the inputs of one check.
 
 Modes: ``correctness`` (the kernel against the float64 reference), ``reference`` (the reference
 itself: it runs, keeps its inputs, gives finite values; its own low-precision rounding is only
-reported) and ``benchmark`` (timing of torch, torch.compile and every kernel version).
+reported) and ``benchmark`` (timing of torch, torch.compile and every kernel version). A kernel
+with a config space (CONFIGS, docs/CONTRACTS.md) is tuned in the benchmark first: every config
+checked and timed on each case, the kernel rows timed with the fastest correct one.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
+import inspect
 import itertools
 import json
 import os
@@ -44,6 +48,8 @@ CPU_RUNS = 5
 IMPLAUSIBLE = 1.05      # achieved bandwidth above this multiple of a plain copy means skipped work
 FLUSH_BYTES = 2 * 2**30  # zeroing 2 GiB takes ~0.5 ms on an H200: longer than any launch path
 GPU_REPS = 100
+TUNE_REPS = 30          # GPU-time calls per config in the sweep: enough to rank, cheap to repeat
+TUNE_CPU_RUNS = 2
 
 
 class LoadError(Exception):
@@ -71,6 +77,7 @@ class Context:
     device: str                     # torch device: "cuda" or "cpu"
     reference: Callable | None = None
     result: dict = field(default_factory=dict)
+    configs: list[dict] = field(default_factory=list)     # the kernel's CONFIGS, when it is tuned
 
     def save(self) -> None:
         jobfiles.write_json(self.jobdir / jobfiles.RESULT, self.result)
@@ -350,7 +357,7 @@ def time_cpu(fn: Callable, timing: dict) -> dict:
     """Wall-clock median of a few runs after one warm-up run."""
     fn()
     samples = []
-    for _ in range(CPU_RUNS):
+    for _ in range(timing.get("cpu_runs", CPU_RUNS)):
         start = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - start)
@@ -397,7 +404,7 @@ def make_compiled(ctx: Context, plan: dict) -> Callable | None:
 def bench_row(case: Case, dtype: str, version: str) -> dict:
     return {"case": case.label, "dtype": dtype, "version": version, "ms": None, "cudagraph_ms": None,
             "gpu_ms": None, "time_ms": None, "basis": None, "gbps": None, "pct_of_copy": None, "implausible": False,
-            "ok": True, "error": ""}
+            "ok": True, "error": "", "config": None}
 
 
 def time_version(row: dict, fn: Callable, timer: Callable, timing: dict) -> dict:
@@ -423,9 +430,10 @@ def settle_basis(rows: list[dict], nbytes: int, ceiling: float, flops: int = 0) 
 
 
 def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: dict[str, str],
-               timer: Callable, ceiling: float) -> list[dict]:
+               timer: Callable, ceiling: float, position: tuple[int, int]) -> list[dict]:
     """Every version on the same inputs; kernel versions are checked once first (a wrong one
-    is flagged and not timed)."""
+    is flagged and not timed). The current kernel is tuned first when it has configs (position:
+    the case's place among all cases, for progress)."""
     dtype = protocol.variant_label(variant)
     args = inputs.make_inputs(ctx.spec, case, variant, 0, ctx.device)
     try:
@@ -452,6 +460,12 @@ def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: di
             if not callable(kernel):
                 rows.append({**row, "ok": False, "error": str(kernel or f"the job carries no {version}")})
                 continue
+            if version == "kernel" and ctx.configs:
+                tuning = tune(ctx, kernel, args, expected, native, (case.label, dtype), position, timing)
+                ctx.result["tuning"].append(tuning)
+                if tuning["best"]:
+                    kernel = functools.partial(kernel, config=tuning["best"])
+                    row["config"] = protocol.config_label(tuning["best"])
             _, check = checked_call(ctx, kernel, args, expected, native)
             if check.problem:
                 rows.append({**row, "ok": False, "error": f"wrong result, not timed: {check.problem}"})
@@ -460,6 +474,75 @@ def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: di
         rows.append(time_version(row, fn, timer, timing))
     settle_basis(rows, nbytes, ceiling, flops)
     return rows
+
+
+def tune(ctx: Context, kernel: Callable, args: list[torch.Tensor], expected: torch.Tensor, native: torch.Tensor,
+         where: tuple[str, str], position: tuple[int, int], timing: dict) -> dict:
+    """Every config of the kernel on one case x dtype: checked against the float64 reference (a
+    wrong one is flagged and never wins), then timed briefly; the fastest correct one is best."""
+    entries = []
+    for k, config in enumerate(ctx.configs, 1):
+        entry = {"config": config, "label": protocol.config_label(config), "time_ms": None, "ok": False, "error": ""}
+        progress("tuning", (position[0] - 1) * len(ctx.configs) + k, position[1] * len(ctx.configs), where[0],
+                 f"{where[1]} {entry['label']}")
+        fn = functools.partial(kernel, config=config)
+        _, check = checked_call(ctx, fn, args, expected, native)
+        if check.problem:
+            entry["error"] = f"wrong result: {check.problem}"
+        else:
+            try:
+                entry.update(ok=True, time_ms=sweep_time(ctx.device, lambda: fn(*args), timing))
+            except Exception as e:
+                entry.update(ok=False, error=f"timing failed: {describe(e)}")
+        entries.append(entry)
+    best = min((e for e in entries if e["ok"]), key=lambda e: e["time_ms"], default=None)
+    return {"case": where[0], "dtype": where[1], "key": protocol.tuning_key(args), "configs": entries,
+            "best": best["config"] if best else None}
+
+
+def sweep_time(device: str, fn: Callable, timing: dict) -> float:
+    """One config's time in the sweep, in ms: GPU time over a few calls, or wall clock on cpu."""
+    if device == "cuda":
+        return gpu_time(fn, timing.get("tune_reps", TUNE_REPS))
+    return time_cpu(fn, {"cpu_runs": TUNE_CPU_RUNS})["ms"]
+
+
+def kernel_configs(ctx: Context, kernel: Callable) -> list[dict]:
+    """The kernel's CONFIGS when it is to be tuned; [] without them, or with a warning when they
+    break the contract (the kernel is then timed on its default path)."""
+    configs = getattr(kernel, "__globals__", {}).get("CONFIGS")
+    if configs is None:
+        return []
+    problem = config_problem(configs)
+    if not problem and "config" not in inspect.signature(kernel).parameters:
+        problem = f"{ctx.spec['name']}() takes no config argument"
+    if problem:
+        ctx.warn(f"the kernel is not tuned: {problem}")
+        return []
+    return configs
+
+
+def config_problem(configs) -> str:
+    """Why CONFIGS breaks the tuning contract, or ''."""
+    if not isinstance(configs, list) or not 1 <= len(configs) <= protocol.MAX_CONFIGS:
+        return f"CONFIGS must be a list of 1 to {protocol.MAX_CONFIGS} configs"
+    for config in configs:
+        if not (isinstance(config, dict) and config
+                and all(isinstance(k, str) and type(v) is int for k, v in config.items())):
+            return f"CONFIGS holds {str(config)[:80]}, not a flat dict of ints"
+    return ""
+
+
+def warn_failed_configs(ctx: Context) -> None:
+    """One warning per config that was wrong (or failed) somewhere: the sweep never picks it there."""
+    failed: dict[str, list[tuple[str, str]]] = {}
+    for tuning in ctx.result["tuning"]:
+        for entry in tuning["configs"]:
+            if not entry["ok"]:
+                failed.setdefault(entry["label"], []).append((f"{tuning['case']} {tuning['dtype']}", entry["error"]))
+    for label, where in failed.items():
+        more = f" and {len(where) - 1} more case(s)" if len(where) > 1 else ""
+        ctx.warn(f"config {label} never chosen: at {where[0][0]}{more}: {where[0][1]}")
 
 
 def report_row(rows: list[dict], on_cpu: bool) -> dict:
@@ -482,7 +565,7 @@ def report_row(rows: list[dict], on_cpu: bool) -> dict:
             "torch_call_ms": torch_row.get("ms"), "kernel_call_ms": kernel.get("ms") if ranked else None,
             "speedup_per_call": _ratio(torch_row.get("ms"), kernel.get("ms") if ranked else None),
             "gbps": kernel.get("gbps") if ranked else None,
-            "pct_of_copy": kernel.get("pct_of_copy") if ranked else None,
+            "pct_of_copy": kernel.get("pct_of_copy") if ranked else None, "config": kernel.get("config"),
             "tflops": kernel.get("tflops") if ranked else None, "torch_tflops": torch_row.get("tflops"),
             "note": "; ".join(notes)}
 
@@ -506,6 +589,12 @@ def run_benchmark(ctx: Context, versions: dict) -> None:
         f"per call: do_bench median (warmup {timing.get('warmup_ms', 25)} ms, rep {timing.get('rep_ms', 100)} ms), "
         "which includes Python launch overhead where it outlasts do_bench's flush; CUDA-graph replay "
         "median (L2 warm) in the bench rows; copy ceiling from a 1 GiB device-to-device copy")
+    if ctx.configs:
+        ctx.result["timing_note"] += (
+            f". Tuned: each of the kernel's {len(ctx.configs)} configs checked against the float64 reference, "
+            "then timed by " + (f"wall clock ({TUNE_CPU_RUNS} runs)" if on_cpu else
+                                f"GPU time (median of {timing.get('tune_reps', TUNE_REPS)} calls)")
+            + " per case; the kernel rows use the fastest correct one")
     todo = list(itertools.product(select_cases(ctx, plan.get("cases")), select_variants(ctx.spec, plan.get("dtypes"))))
     for i, (case, variant) in enumerate(todo, 1):
         dtype = protocol.variant_label(variant)
@@ -514,7 +603,7 @@ def run_benchmark(ctx: Context, versions: dict) -> None:
             ctx.warn(f"{dtype} not timed: {BF16_SKIP}")
             continue
         try:
-            rows = bench_case(ctx, plan, versions, case, variant, timer, ceiling)
+            rows = bench_case(ctx, plan, versions, case, variant, timer, ceiling, (i, len(todo)))
         except DeviceLost as e:
             ctx.warn(f"timing stopped at {case.label} {dtype}: a kernel {e} and the CUDA context was lost")
             return
@@ -558,7 +647,9 @@ def run(ctx: Context, config: dict) -> None:
     if mode == "correctness":
         run_correctness(ctx, versions["kernel"], is_reference=False)
     else:
+        ctx.configs = kernel_configs(ctx, versions["kernel"])
         run_benchmark(ctx, versions)
+        warn_failed_configs(ctx)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -572,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = bool(spec.get("tf32"))
     ctx.result = {"done": False, "mode": config["mode"], "device": device_label(device),
                   "backend": config["backend"], "load_error": "", "harness_error": "", "correctness": [],
-                  "bench": [], "report_rows": [], "copy_gbps": None, "timing_note": "", "warnings": []}
+                  "bench": [], "report_rows": [], "tuning": [], "copy_gbps": None, "timing_note": "", "warnings": []}
     ctx.save()
     try:
         run(ctx, config)

@@ -104,7 +104,7 @@ def new_result(job, backend: str, gpu: int | None) -> dict:
     return {"job_id": job.get("job_id"), "kind": job.get("kind"), "status": "error", "summary": "",
             "host": HOST, "device": device_name(backend, gpu), "backend": backend, "attempt": job.get("attempt", 1),
             "started_at": time.time(), "finished_at": None, "correctness": [], "pytest": None, "bench": [],
-            "report_rows": [], "copy_gbps": None, "timing_note": "", "warnings": [], "log_tail": ""}
+            "report_rows": [], "tuning": [], "copy_gbps": None, "timing_note": "", "warnings": [], "log_tail": ""}
 
 
 def device_name(backend: str, gpu: int | None) -> str:
@@ -296,7 +296,7 @@ def _harness_fields(res: dict | None, outcome: sandbox.Outcome, warnings: list[s
     fields = {"log_tail": _tail(outcome.stderr_tail.strip() or outcome.stdout_tail)}
     if res is None:
         return fields
-    keys = ("correctness", "bench", "report_rows", "copy_gbps", "timing_note", "device")
+    keys = ("correctness", "bench", "report_rows", "tuning", "copy_gbps", "timing_note", "device")
     return {**fields, **{k: res[k] for k in keys}, "warnings": [*warnings, *res["warnings"]]}
 
 
@@ -304,7 +304,7 @@ def _add_chart(result: dict, job: dict) -> None:
     from runner import chart   # matplotlib only where a benchmark needs it
     try:
         png = chart.render(result["bench"], result["copy_gbps"], operator=json.loads(job["files"]["spec.json"])["name"],
-                           device=result["device"], backend=result["backend"])
+                           device=result["device"], backend=result["backend"], tuning=result["tuning"])
         result["chart_png_b64"] = base64.b64encode(png).decode()
     except Exception as e:   # a chart is a convenience: the numbers are in the result anyway
         result["warnings"].append(f"chart failed: {type(e).__name__}: {e}")

@@ -136,6 +136,8 @@ def test_benchmark_on_cpu_reports_rows_a_chart_and_the_interpreter_disclaimer():
         assert r["basis"] == "wall-clock" and r["speedup_per_call"] == pytest.approx(r["speedup"])
     assert any("torch.compile skipped" in w for w in result["warnings"])
     assert any("bfloat16" in w for w in result["warnings"])
+    assert result["tuning"] == [] and "Tuned" not in result["timing_note"]      # no CONFIGS: not tuned
+    assert all(r["config"] is None for r in rows)
 
     by_version = {(b["case"], b["dtype"], b["version"]): b for b in result["bench"]}
     assert by_version[("17x33", "float32", "kernel@r1")]["ms"] > 0
@@ -149,6 +151,86 @@ def test_benchmark_on_cpu_reports_rows_a_chart_and_the_interpreter_disclaimer():
     image = matplotlib.image.imread(io.BytesIO(png))
     assert image.shape[0] > 400 and image.shape[1] > 800
     assert len(set(map(tuple, image.reshape(-1, image.shape[2])[::97].round(2).tolist()))) > 8   # not blank
+
+
+# --- tuning -----------------------------------------------------------------------------------
+
+# The add kernel with a config space; the config with SUB=1 subtracts: wrong, so never chosen.
+TUNED_ADD = (ADD / "kernel.py").read_text().replace("""def add(x, y):
+    x, y = x.contiguous(), y.contiguous()
+    out = torch.empty_like(x)
+    n = out.numel()
+    _add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+    return out""", """CONFIGS = [{"BLOCK": 16, "num_warps": 1}, {"BLOCK": 64, "num_warps": 2}, {"BLOCK": 32, "SUB": 1}]
+TUNED = {}
+
+
+def add(x, y, *, config=None):
+    config = config or {"BLOCK": 1024}
+    x, y = x.contiguous(), y.contiguous()
+    out = torch.empty_like(x)
+    n = out.numel()
+    y_or_minus_y = y.neg() if config.get("SUB") else y
+    _add_kernel[(triton.cdiv(n, config["BLOCK"]),)](x, y_or_minus_y, out, n, BLOCK=config["BLOCK"])
+    return out""")
+
+
+def bench_files(kernel: str, **plan) -> dict[str, str]:
+    files = add_files("bench_plan.json")
+    files["bench_plan.json"] = json.dumps({**json.loads(files["bench_plan.json"]), **plan})
+    return {**files, "kernel.py": kernel}
+
+
+def test_benchmark_tunes_a_kernel_with_configs_and_never_picks_a_wrong_one():
+    files = bench_files(TUNED_ADD, versions=["torch", "kernel", "kernel@r1"])
+    lines = []
+    job = {"job_id": "t-tune", "kind": "benchmark", "backend": "cpu", "attempt": 1, "timeout_s": 120,
+           "files": files, "kernels": {"r1": TUNED_ADD}}
+    result = worker.execute_job(job, lines.append)
+    assert result["status"] == "pass", result["summary"]
+    # numbered over every case x dtype of the plan (bfloat16's are skipped on the interpreter)
+    assert "tuning 1/18 3x5 float32 BLOCK=16 w1" in lines and "tuning 15/18 17x33 float16 BLOCK=32 SUB=1" in lines
+
+    tuning = result["tuning"]
+    assert [(t["case"], t["dtype"]) for t in tuning] == [(r["case"], r["dtype"]) for r in result["report_rows"]]
+    for t in tuning:
+        shape = t["case"].replace(" ", "")
+        assert t["key"] == f"{shape}:{t['dtype']}|{shape}:{t['dtype']}"
+        assert [e["label"] for e in t["configs"]] == ["BLOCK=16 w1", "BLOCK=64 w2", "BLOCK=32 SUB=1"]
+        good, wrong = t["configs"][:2], t["configs"][2]
+        assert all(e["ok"] and e["time_ms"] > 0 and not e["error"] for e in good)
+        assert not wrong["ok"] and wrong["time_ms"] is None and wrong["error"].startswith("wrong result")
+        assert t["best"] == min(good, key=lambda e: e["time_ms"])["config"]
+    for row, t in zip(result["report_rows"], tuning):
+        assert row["config"] == protocol.config_label(t["best"])
+    by_version = {(b["case"], b["dtype"], b["version"]): b for b in result["bench"]}
+    assert by_version[("3x5", "float32", "kernel")]["config"] == result["report_rows"][0]["config"]
+    assert by_version[("3x5", "float32", "kernel@r1")]["config"] is None      # older revisions: default path
+    assert any(w.startswith("config BLOCK=32 SUB=1 never chosen: at 3x5 float32 and 3 more case(s): wrong result")
+               for w in result["warnings"]), result["warnings"]
+    assert "Tuned: each of the kernel's 3 configs" in result["timing_note"]
+    assert base64.b64decode(result["chart_png_b64"])[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_configs_are_a_warning_and_the_kernel_is_timed_untuned():
+    kernel = TUNED_ADD.replace('CONFIGS = [{"BLOCK": 16', 'CONFIGS = [{"BLOCK": 1.5}, {"BLOCK": 16')
+    result = run("benchmark", bench_files(kernel, versions=["kernel"], cases=[0], dtypes=["float32"]))
+    assert result["status"] == "pass", result["summary"]
+    assert result["tuning"] == [] and result["report_rows"][0]["kernel_ms"] > 0
+    assert "the kernel is not tuned: CONFIGS holds {'BLOCK': 1.5}, not a flat dict of ints" in result["warnings"]
+
+
+@pytest.mark.parametrize("configs, problem", [
+    ({"BLOCK": 16}, "must be a list of 1 to 32"),
+    ([], "must be a list of 1 to 32"),
+    ([{"BLOCK": 16}] * 33, "must be a list of 1 to 32"),
+    ([{}], "not a flat dict of ints"),
+    ([{"BLOCK": True}], "not a flat dict of ints"),
+    ([{"BLOCK": [16]}], "not a flat dict of ints"),
+    ([{"BLOCK": 16, "num_warps": 4}], ""),
+])
+def test_config_problem(configs, problem):
+    assert problem in harness.config_problem(configs) and bool(problem) == bool(harness.config_problem(configs))
 
 
 # --- the pieces -------------------------------------------------------------------------------

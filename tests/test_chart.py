@@ -1,0 +1,44 @@
+"""The benchmark chart renders, with the tuning panel when the kernel was tuned."""
+from __future__ import annotations
+
+import io
+
+import matplotlib.image
+
+from runner import chart, protocol
+
+CASES = ["4096x4096", "8192x8192", "5333x497", "16x1048576", "1x65536", "3x5"]
+CONFIGS = [{"BLOCK_M": m, "BLOCK_N": n, "num_warps": w}
+           for m, n, w in [(1, 8192, 4), (1, 8192, 8), (1, 8192, 16), (1, 2048, 4), (16, 1024, 4), (64, 4096, 8),
+                           (2, 8192, 4), (4, 8192, 4)]]
+
+
+def bench() -> list[dict]:
+    return [{"case": c, "dtype": "float16", "version": v, "time_ms": t, "gbps": 100 / t, "implausible": False,
+             "basis": "GPU", "error": ""} for c in CASES for v, t in (("torch", 1.0), ("kernel", 0.8))]
+
+
+def tuning() -> list[dict]:
+    out = []
+    for i, case in enumerate(CASES):
+        entries = [{"config": c, "label": protocol.config_label(c), "time_ms": 1.0 + ((i + k) % 5) / 4, "ok": True,
+                    "error": ""} for k, c in enumerate(CONFIGS)]
+        entries[3].update(ok=False, time_ms=None, error="wrong result: 3 of 15 elements outside tolerance")
+        if case == "3x5":         # nothing correct: no best
+            for e in entries:
+                e.update(ok=False, time_ms=None, error="timing failed: RuntimeError: x")
+        best = min((e for e in entries if e["ok"]), key=lambda e: e["time_ms"], default=None)
+        out.append({"case": case, "dtype": "float16", "key": "", "configs": entries, "best": best and best["config"]})
+    return out
+
+
+def image(png: bytes):
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return matplotlib.image.imread(io.BytesIO(png))
+
+
+def test_chart_with_a_tuning_panel_grows_below_the_bars():
+    plain = image(chart.render(bench(), 200.0, operator="softmax", device="NVIDIA H200", backend="cuda"))
+    tuned = image(chart.render(bench(), 200.0, operator="softmax", device="NVIDIA H200", backend="cuda",
+                               tuning=tuning()))
+    assert tuned.shape[1] == plain.shape[1] and tuned.shape[0] > plain.shape[0] + 300
