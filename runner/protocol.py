@@ -119,7 +119,7 @@ def device_type(backend: str) -> str:
 # Tuning (issue 6). A generated kernel.py may carry a config space and the winners per case:
 #   CONFIGS = [{"BLOCK_M": 128, ..., "num_warps": 8, "num_stages": 3}, ...]
 #   TUNED = {tuning_key(inputs): config, ...}      # filled in by the benchmark's export
-#   def NAME(*inputs, config=None)                 # config=None: TUNED, else the launcher's default
+#   def NAME(*inputs, *, config=None)              # None: TUNED, else the launcher's default
 # The generated file carries a verbatim copy of tuning_key, so both sides key cases alike.
 MAX_CONFIGS = 32
 

@@ -184,7 +184,10 @@ def test_full_session_through_slack_payloads(make_bot, fake, mode):
     click(fake, REQUESTER, k2, "edit")
     edit_view = fake.wait_for("views.open", count=2).args["view"]
     code = bot.session().latest("kernel").content
-    assert edit_view["blocks"][-1]["element"]["initial_value"] == code
+    if len(code) <= sb.INPUT_MAX:
+        assert edit_view["blocks"][-1]["element"]["initial_value"] == code
+    else:   # a kernel with its tuning block outgrows Slack's text box: the modal says how to edit it
+        assert "longer than a Slack text box holds" in json.dumps(edit_view["blocks"][0])
     view_id = max(fake.views)
     refused = fake.deliver("interactive", fake.view_submission(REQUESTER, view_id, {"code": "def broken(:\n"}))
     assert refused.body["response_action"] == "errors" and "not valid Python" in refused.body["errors"]["code"]
