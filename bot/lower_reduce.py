@@ -1,0 +1,474 @@
+"""Lowering of reductions over any dim, argmax/argmin and cross entropy to Triton (stage 4).
+
+sum/mean/max/min(body, dim=d) and argmax/argmin(x, dim=d) view the body as [A, D, B], D the
+reduced dim, and pick a layout per case at launch. B > 1, the cols kernel: tiles [BLOCK_D, BLOCK_B]
+whose BLOCK_B outputs lie side by side in memory, so each tile row is one coalesced load. B == 1
+(the last dim), the rows kernel: tiles [BLOCK_R, BLOCK_D] of BLOCK_R rows. Both loop over D in
+BLOCK_D chunks and may split D over SPLIT_D programs, which write float32 partials that a small
+kernel combines in a fixed order: deterministic, no atomics.
+
+cross_entropy(logits body, target) is a row kernel over the last dim: an online logsumexp over
+BLOCK_V chunks that picks the target's logit on the way; 'mean' sums the per-row losses in one
+program, again in a fixed order.
+
+Bodies are written by bot.lower_triton's machinery (float32 math) and the files follow its
+layout and tuning contract. The launchers' helpers are real functions here, copied into kernel.py
+with inspect.getsource. This module imports neither torch nor triton.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bot import ir
+from bot.lower_torch import local_names
+from bot.lower_triton import (NEG_INF, POS_INF, RESERVED as TRITON_RESERVED, _check_options, _Input, _KernelFile,
+                              _require_full, _row_config, _row_tile, _wrap)
+
+MAX_CONFIGS = 12            # a small, deliberate space: the benchmark times each config on each case
+NO_INDEX = 2**31 - 1        # the index masked lanes carry: it loses every tie to a real element
+
+# Config spaces, after the default's pick for each of the spec's cases (_reduce_config).
+# cols layout: one pass over D (many outputs: enough programs without a split), then D split 8 to
+# 64 ways for few outputs (dim 0 of a matrix has A = 1: all parallelism comes from B and the split),
+# each with and without pipelined loads (num_stages > 1 stages loads through shared memory).
+COLS_CONFIGS = [
+    {"BLOCK_B": 64, "BLOCK_D": 64, "SPLIT_D": 1, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 1, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 8, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 16, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 16, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_B": 256, "BLOCK_D": 32, "SPLIT_D": 16, "num_warps": 8, "num_stages": 1},
+    {"BLOCK_B": 64, "BLOCK_D": 64, "SPLIT_D": 64, "num_warps": 4, "num_stages": 2},
+]
+# rows layout: one row per program in 1K to 8K chunks, short rows stacked, long rows split.
+ROWS_CONFIGS = [
+    {"BLOCK_R": 1, "BLOCK_D": 1024, "SPLIT_D": 1, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_D": 4096, "SPLIT_D": 1, "num_warps": 8, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_D": 2048, "SPLIT_D": 1, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_R": 16, "BLOCK_D": 128, "SPLIT_D": 1, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_D": 4096, "SPLIT_D": 16, "num_warps": 8, "num_stages": 1},
+]
+# cross entropy: one row per program in 1K to 8K chunks (vocabularies of 32K-128K loop), with and
+# without pipelined loads; short rows stacked.
+CROSS_ENTROPY_CONFIGS = [
+    {"BLOCK_R": 1, "BLOCK_V": 1024, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_V": 2048, "num_warps": 8, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_V": 4096, "num_warps": 8, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_V": 4096, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 16, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_V": 2048, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_R": 16, "BLOCK_V": 256, "num_warps": 4, "num_stages": 1},
+]
+
+# Names the generated kernel.py uses besides lower_triton's; an input with one is renamed there.
+RESERVED = TRITON_RESERVED | {
+    "a", "s", "d", "d_lo", "d_hi", "start", "n_cols", "acc_idx", "index", "nan", "has_nan", "wins", "out_offs",
+    "dst", "dst_idx", "dst_ptr", "idx_ptr", "ws_ptr", "ws_idx_ptr", "losses", "losses_ptr", "dim", "A", "D", "B",
+    "M", "V", "chunk", "block", "picked", "loss", "num_stages", "SPLIT", "SPLIT_P2", "BLOCK_B", "BLOCK_D",
+    "BLOCK_R", "BLOCK_V", "NUM_STAGES", "FINAL", "_fit", "_fit_stages", "_reduce_config", "_reduce_tiles",
+    "_combine_block", "_cross_entropy_config", "_cross_entropy_tiles", "_argmax_combine", "_argmin_combine",
+}
+
+
+# ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
+
+def _fit(block, n):
+    # A tile extent no wider than n needs (configs' blocks are powers of two, and so is this).
+    return min(block, 1 << (n - 1).bit_length())
+
+
+def _fit_stages(num_stages, stage_bytes):
+    # Pipelined loads keep num_stages tiles in shared memory: at most 96 KiB of the 228 KiB of an
+    # H200 SM, so any config compiles on any case, whatever the tile and the inputs' dtypes.
+    return max(1, min(num_stages, 96 * 1024 // stage_bytes))
+
+
+def _reduce_config(A, D, B):
+    # The default config for a body viewed as [A, D, B], D reduced. B > 1: tiles of 4K elements
+    # (32 values a thread at 4 warps) up to 128 outputs wide. B == 1: whole-row tiles as the row
+    # kernels choose them. Then D is split in two while fewer than ~1024 programs run (8 per SM
+    # of an H200: loads enough in flight without pipelining) and each keeps 8+ BLOCK_D chunks.
+    # An 8192x8192 sum over dim 0 thus gets 64 column blocks x 16 splits of 512 rows.
+    if B > 1:
+        key, block, warps = "BLOCK_B", min(128, 1 << (B - 1).bit_length()), 4
+        block_d = max(16, 4096 // block)
+        programs = A * -(-B // block)
+    else:
+        key = "BLOCK_R"
+        block, block_d, warps = _row_tile(A, D, _row_config(A, D))
+        programs = -(-A // block)
+    split = 1
+    while programs * split < 1024 and D >= split * 16 * block_d:
+        split *= 2
+    return {key: block, "BLOCK_D": block_d, "SPLIT_D": split, "num_warps": warps, "num_stages": 1}
+
+
+def _reduce_tiles(config, A, D, B, elem_bytes):
+    # The config fitted to this case, so any config runs on any case: (BLOCK_B or BLOCK_R, BLOCK_D,
+    # SPLIT, chunk, num_warps, num_stages); split s reduces d in [s * chunk, (s + 1) * chunk).
+    # Keys a config lacks (one made for the other layout) come from the default.
+    config = {**_reduce_config(A, D, B), **config}
+    block = _fit(config["BLOCK_B"], B) if B > 1 else _fit(config["BLOCK_R"], A)
+    block_d = _fit(config["BLOCK_D"], D)
+    split = min(config["SPLIT_D"], -(-D // block_d))
+    chunk = -(-D // (split * block_d)) * block_d
+    stages = _fit_stages(config["num_stages"], block * block_d * elem_bytes)
+    return block, block_d, -(-D // chunk), chunk, config["num_warps"], stages
+
+
+def _combine_block(M, split):
+    # (BLOCK, SPLIT_P2) of the combine kernel: tiles [SPLIT_P2, BLOCK] of up to 4K partials.
+    split_p2 = 1 << (split - 1).bit_length()
+    return _fit(max(1, 4096 // split_p2), M), split_p2
+
+
+def _cross_entropy_config(R, V):
+    # The default config for R rows of V classes: row tiles as the row kernels choose them
+    # (a vocabulary longer than 8192 is read in 8192-wide chunks).
+    block_r, block_v, warps = _row_tile(R, V, _row_config(R, V))
+    return {"BLOCK_R": block_r, "BLOCK_V": block_v, "num_warps": warps, "num_stages": 1}
+
+
+def _cross_entropy_tiles(config, R, V, elem_bytes):
+    # The config fitted to this case: (BLOCK_R, BLOCK_V, num_warps, num_stages).
+    block_r, block_v = _fit(config["BLOCK_R"], R), _fit(config["BLOCK_V"], V)
+    return block_r, block_v, config["num_warps"], _fit_stages(config["num_stages"], block_r * block_v * elem_bytes)
+
+
+# ---------------------------------------------------------------- kernel.py
+
+def kernel_source(spec: dict, node: ir.Node, options: dict | None = None) -> str:
+    """kernel.py for sum/mean/max/min or argmax/argmin over any dim, or cross_entropy: kernels,
+    the tuning block and a launcher `def <spec name>(<inputs>, *, config=None)` with the
+    reference's signature, as bot.lower_triton.kernel_source writes them. options may carry
+    {"block": int, "num_warps": int} from review: BLOCK_D (BLOCK_V) and num_warps are pinned."""
+    options = dict(options or {})
+    _check_options(options)
+    if node.op not in ir.REDUCE | ir.ARG_REDUCE | ir.LOSSES:
+        raise ValueError(f"lower_reduce lowers sum/mean/max/min, argmax/argmin and cross_entropy, not {node.op}")
+    if spec["name"] in RESERVED:
+        raise ValueError(f"operator name {spec['name']!r} clashes with a name kernel.py uses; rename the operator")
+    locals_ = local_names([i["name"] for i in spec["inputs"]], RESERVED)
+    inputs = [_Input(i["name"], locals_[i["name"]], i["shapes"]) for i in spec["inputs"]]
+    kernel = _CrossEntropyKernel if node.op in ir.LOSSES else _ReduceKernel
+    return kernel(spec, node, inputs, options).source()
+
+
+def _full_shapes(op: str, body_inputs: list[_Input]) -> list[list[int]]:
+    """The body's shape per case. Every body input must have it: the kernels read them all at
+    the same offsets (broadcasting inputs would need per-dim index math)."""
+    fulls = []
+    for case in range(len(body_inputs[0].shapes)):
+        full = ir.broadcast_shapes([i.shapes[case] for i in body_inputs])
+        for i in body_inputs:
+            if math.prod(i.shapes[case]) != math.prod(full):
+                raise ValueError(f"input {i.name} has shape {i.shapes[case]} in case {case + 1}, but {op} reads every "
+                                 f"input of its body at the full shape {full}; broadcasting inputs are not "
+                                 f"supported here (expand them to {full})")
+        fulls.append(full)
+    return fulls
+
+
+class _ReduceFile(_KernelFile):
+    """What the reduce and cross-entropy files add to lower_triton's: the launcher's head, pinned
+    review options, and a tuning space of at most MAX_CONFIGS."""
+
+    def __init__(self, spec, node, inputs, options):
+        body_names = ir.input_names(node.args[0])
+        body_inputs = [i for i in inputs if i.name in body_names]
+        super().__init__(spec, node.args[0], inputs, body_inputs, options)
+        self.fulls = _full_shapes(node.op, body_inputs)
+        # Worst-case bytes one tile element loads (float32 inputs): what pipelining may keep in flight.
+        self.max_elem_bytes = 4 * len(body_inputs)
+
+    def _head(self) -> str:
+        """Signature, contiguous inputs, and the body's `shape`, which every body input must have."""
+        text = self._signature_and_prologue()
+        text += f"    shape = torch.broadcast_shapes({', '.join(f'{i.local}.shape' for i in self.body_inputs)})\n"
+        return text + "".join(f'    _require_full("{i.name}", {i.local}.shape, shape)\n' for i in self.body_inputs)
+
+    def _elem_bytes(self) -> str:
+        return " + ".join(f"{i.local}.element_size()" for i in self.body_inputs)
+
+    @staticmethod
+    def _launch(kernel: str, grid: str, args: list[str], indent: str = "    ") -> str:
+        return f"{indent}grid = {grid}\n" + _wrap(f"{kernel}[grid]", args, indent) + "\n"
+
+
+# ---------------------------------------------------------------- sum/mean/max/min, argmax/argmin
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where a reduce kernel's tile lies in the body's [A, D, B] view."""
+    name: str               # kernel suffix
+    block: str              # the tile's extent over the outputs: BLOCK_B or BLOCK_R
+    comment: str
+    locate: tuple[str, ...]  # the program's outputs
+    tile: str
+    d: str                  # the tile's reduced-dim indices
+    mask: str
+    offs: str
+    axis: int               # the tile's D axis
+    out_offs: str           # the outputs' offsets in the output, or in split s's partials
+    keep: str               # which outputs exist
+    expand: str             # a reduced vector back to the tile's rank
+
+
+_COLS = _Layout(
+    "cols", "BLOCK_B",
+    "# BLOCK_B neighbouring outputs of one a, reduced over split s's part of D in [BLOCK_D, BLOCK_B]\n"
+    "# tiles: the outputs are contiguous in memory, so each tile row is one coalesced load.",
+    ("n_cols = tl.cdiv(B, BLOCK_B)", "a = (tl.program_id(0) // n_cols).to(tl.int64)",
+     "cols = (tl.program_id(0) % n_cols) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]"),
+    "[BLOCK_D, BLOCK_B]", "start + tl.arange(0, BLOCK_D)[:, None]", "(d < d_hi) & (cols < B)",
+    "(a * D + d) * B + cols", 0, "s.to(tl.int64) * A * B + a * B + cols", "cols < B", "[None, :]")
+_ROWS = _Layout(
+    "rows", "BLOCK_R",
+    "# BLOCK_R rows (the reduced dim is the last), each reduced over split s's part of it in\n"
+    "# [BLOCK_R, BLOCK_D] tiles.",
+    ("rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",),
+    "[BLOCK_R, BLOCK_D]", "start + tl.arange(0, BLOCK_D)[None, :]", "(rows < A) & (d < d_hi)",
+    "rows * D + d", 1, "s.to(tl.int64) * A + rows", "rows < A", "[:, None]")
+
+_FILL = {"sum": "0.0", "mean": "0.0", "max": NEG_INF, "min": POS_INF, "argmax": NEG_INF, "argmin": POS_INF}
+_FOLD = {"sum": "acc += val", "mean": "acc += val", "max": "acc = tl.maximum(acc, val)",
+         "min": "acc = tl.minimum(acc, val)"}
+_TL_REDUCE = {"sum": "tl.sum", "mean": "tl.sum", "max": "tl.max", "min": "tl.min"}
+
+
+def _arg_combine(op: str) -> str:
+    """How argmax/argmin fold a tile into the per-lane (value, index) accumulators: torch's order."""
+    better, word = (">", "larger") if op == "argmax" else ("<", "smaller")
+    return (f"@triton.jit\ndef _{op}_combine(v1, i1, v2, i2):\n"
+            f"    # torch's order: NaN first, then the {word} value, then the smaller index (the first).\n"
+            "    nan1 = v1 != v1\n"
+            "    nan2 = v2 != v2\n"
+            f"    first = (v1 {better} v2) | (nan1 & ~nan2) | (((v1 == v2) | (nan1 & nan2)) & (i1 < i2))\n"
+            "    return tl.where(first, v1, v2), tl.where(first, i1, i2)\n")
+
+
+class _ReduceKernel(_ReduceFile):
+    description = ("The body viewed as [A, D, B], D reduced: tiles [BLOCK_D, BLOCK_B] of neighbouring outputs when\n"
+                   "B > 1 (cols kernel), [BLOCK_R, BLOCK_D] of whole rows when B == 1 (rows kernel). D is read in\n"
+                   "BLOCK_D chunks, split over SPLIT_D programs whose float32 partials the combine kernel\n"
+                   "reduces in a fixed order (deterministic).")
+    block_key = "BLOCK_D"
+
+    def __init__(self, spec, node, inputs, options):
+        super().__init__(spec, node, inputs, options)
+        self.op, self.dim, self.arg = node.op, node.attr("dim", -1), node.op in ir.ARG_REDUCE
+        if not isinstance(self.dim, int):
+            raise ValueError(f"{self.op} takes one integer dim, got {self.dim!r}")
+        self.views = []         # (A, D, B) per case
+        for case, full in enumerate(self.fulls):
+            if not -len(full) <= self.dim < len(full):
+                raise ValueError(f"{self.op} over dim {self.dim}, but case {case + 1} has shape {full}")
+            d = self.dim % len(full)
+            self.views.append((math.prod(full[:d]), full[d], math.prod(full[d + 1:])))
+
+    def configs(self) -> list[dict]:
+        defaults = [_reduce_config(*view) for view in self.views]
+        layouts = {b > 1 for _, _, b in self.views}
+        candidates = (COLS_CONFIGS if True in layouts else []) + (ROWS_CONFIGS if False in layouts else [])
+        return self._space(defaults + candidates, lambda config: [_reduce_tiles(config, *view, self.max_elem_bytes)
+                                                                  for view in self.views])[:MAX_CONFIGS]
+
+    def source(self) -> str:
+        kernels = ([_arg_combine(self.op)] if self.arg else []) + [self._kernel(_COLS), self._kernel(_ROWS),
+                                                                   self._combine_kernel()]
+        helpers = [_row_config, _row_tile, _fit, _fit_stages, _reduce_config, _reduce_tiles, _combine_block,
+                   _require_full]
+        text = self._file(kernels, helpers, self._launcher())
+        # lower_triton's file head speaks of float outputs; argmax/argmin return indices.
+        return text.replace("the output has the first input's dtype", "the output holds int64 indices") \
+            if self.arg else text
+
+    def _ptrs(self) -> list[str]:
+        return ["dst_ptr"] + (["idx_ptr"] if self.arg else [])
+
+    def _dsts(self) -> list[str]:
+        """What the launcher passes for _ptrs: the output, or the partials of a split."""
+        return ["dst"] + (["dst_idx"] if self.arg else [])
+
+    def _init(self, tile: str) -> list[str]:
+        lines = [f"acc = tl.full({tile}, {_FILL[self.op]}, tl.float32)"]
+        return lines + ([f"acc_idx = tl.full({tile}, {NO_INDEX}, tl.int32)"] if self.arg else [])
+
+    def _fold(self) -> list[str]:
+        if not self.arg:
+            return [_FOLD[self.op]]
+        return [f"idx = tl.where(mask, d, {NO_INDEX})", f"acc, acc_idx = _{self.op}_combine(acc, acc_idx, val, idx)"]
+
+    def _final(self, axis: int, expand: str) -> list[str]:
+        """result (and index) of the accumulators along axis; expand brings a result back to their rank."""
+        if not self.arg:
+            return [f"result = {_TL_REDUCE[self.op]}(acc, axis={axis})"]
+        return ["# The extreme, then the first index holding it; NaN is the extreme wherever one occurs.",
+                "nan = acc != acc",
+                f"has_nan = tl.max(nan.to(tl.int32), axis={axis}) > 0",
+                f"result = {_TL_REDUCE[self.op[3:]]}(acc, axis={axis})",
+                f"wins = tl.where(has_nan{expand}, nan, acc == result{expand})",
+                f"index = tl.min(tl.where(wins, acc_idx, {NO_INDEX}), axis={axis})",
+                'result = tl.where(has_nan, float("nan"), result)']
+
+    def _store(self, final: bool, expand: str, keep: str) -> list[str]:
+        """Store the outputs (cast to the output's dtype), or split s's float32 partials."""
+        if final:
+            value = "index" if self.arg else "(result / D)" if self.op == "mean" else "result"
+            return [f"tl.store(dst_ptr + out_offs, {value}{expand}.to(dst_ptr.dtype.element_ty), mask={keep})"]
+        lines = [f"tl.store(dst_ptr + out_offs, result{expand}, mask={keep})"]
+        return lines + ([f"tl.store(idx_ptr + out_offs, index{expand}, mask={keep})"] if self.arg else [])
+
+    def _kernel(self, layout: _Layout) -> str:
+        params = [f"{i.local}_ptr" for i in self.body_inputs] + self._ptrs() + ["A", "D", "B", "chunk"]
+        params += [f"{layout.block}: tl.constexpr", "BLOCK_D: tl.constexpr", "FINAL: tl.constexpr",
+                   "NUM_STAGES: tl.constexpr"]
+        loads = [f"{i.local} = tl.load({i.local}_ptr + offs, mask=mask, other=0.0).to(tl.float32)"
+                 for i in self.body_inputs]
+        loop = [f"d = {layout.d}", f"mask = {layout.mask}", f"offs = {layout.offs}", *loads,
+                f"val = tl.where(mask, {self.body_call()}, {_FILL[self.op]})", *self._fold()]
+        lines = [*layout.locate, "s = tl.program_id(1)", "d_lo = s * chunk", "d_hi = tl.minimum(d_lo + chunk, D)",
+                 *self._init(layout.tile),
+                 "# NUM_STAGES > 1 pipelines the loads through shared memory (cp.async).",
+                 "for start in tl.range(d_lo, d_hi, BLOCK_D, num_stages=NUM_STAGES):",
+                 *("    " + line for line in loop),
+                 *self._final(layout.axis, layout.expand), f"out_offs = {layout.out_offs}",
+                 "if FINAL:", *("    " + line for line in self._store(True, layout.expand, layout.keep)),
+                 "else:", *("    " + line for line in self._store(False, layout.expand, layout.keep))]
+        comment = "".join(f"    {line}\n" for line in layout.comment.split("\n"))
+        return (f"@triton.jit\n{_wrap(f'def {self.name}_{layout.name}_kernel', params, '')}:\n{comment}"
+                + "".join(f"    {line}\n" for line in lines))
+
+    def _combine_kernel(self) -> str:
+        params = ["ws_ptr"] + (["ws_idx_ptr"] if self.arg else []) + ["dst_ptr", "M", "SPLIT", "D",
+                                                                      "BLOCK: tl.constexpr", "SPLIT_P2: tl.constexpr"]
+        loads = [f"acc = tl.load(ws_ptr + s * M + out_offs, mask=mask, other={_FILL[self.op]})"]
+        if self.arg:
+            loads.append(f"acc_idx = tl.load(ws_idx_ptr + s * M + out_offs, mask=mask, other={NO_INDEX})")
+        lines = ["s = tl.arange(0, SPLIT_P2)[:, None]",
+                 "out_offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)[None, :]",
+                 "mask = (s < SPLIT) & (out_offs < M)", *loads, *self._final(0, "[None, :]"),
+                 *self._store(True, "[None, :]", "out_offs < M")]
+        return (f"@triton.jit\n{_wrap(f'def {self.name}_combine_kernel', params, '')}:\n"
+                "    # The SPLIT partials of BLOCK outputs, reduced in a fixed order (deterministic) and cast.\n"
+                + "".join(f"    {line}\n" for line in lines))
+
+    def _launcher(self) -> str:
+        first = self.body_inputs[0].local
+        dtype = "torch.int64" if self.arg else f"{first}.dtype"
+        text = self._head()
+        text += ("    # The body as [A, D, B]: D the reduced dim (as written, for this rank), B what follows it.\n"
+                 f"    dim = {self.dim} % len(shape)\n"
+                 "    A, D, B = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])\n"
+                 f"    out = torch.empty(shape[:dim] + shape[dim + 1:], dtype={dtype}, device={first}.device)\n")
+        text += self._config_line("_reduce_config(A, D, B)")
+        text += _wrap("block, BLOCK_D, SPLIT, chunk, num_warps, num_stages = _reduce_tiles",
+                      ["config", "A", "D", "B", self._elem_bytes()], "    ") + "\n"
+        text += "    # One split writes the output; more write float32 partials for the combine kernel.\n"
+        for dst, kind in zip(self._dsts(), ("float32", "int32")):
+            text += (f"    {dst} = out if SPLIT == 1 else "
+                     f"torch.empty((SPLIT, A * B), dtype=torch.{kind}, device=out.device)\n")
+        args = [i.local for i in self.body_inputs] + self._dsts() + ["A", "D", "B", "chunk"]
+        consts = ["BLOCK_D=BLOCK_D", "FINAL=SPLIT == 1", "NUM_STAGES=num_stages", "num_warps=num_warps"]
+        text += "    if B > 1:\n"
+        text += self._launch(f"{self.name}_cols_kernel", "(A * triton.cdiv(B, block), SPLIT)",
+                             args + ["BLOCK_B=block"] + consts, "        ")
+        text += "    else:\n"
+        text += self._launch(f"{self.name}_rows_kernel", "(triton.cdiv(A, block), SPLIT)",
+                             args + ["BLOCK_R=block"] + consts, "        ")
+        text += "    if SPLIT > 1:\n        BLOCK, SPLIT_P2 = _combine_block(A * B, SPLIT)\n"
+        combine = self._dsts() + ["out", "A * B", "SPLIT", "D", "BLOCK=BLOCK", "SPLIT_P2=SPLIT_P2", "num_warps=4"]
+        text += _wrap(f"{self.name}_combine_kernel[(triton.cdiv(A * B, BLOCK),)]", combine, "        ") + "\n"
+        return text + "    return out\n"
+
+
+# ---------------------------------------------------------------- cross entropy
+
+class _CrossEntropyKernel(_ReduceFile):
+    description = ("BLOCK_R rows of V class logits per program, read in BLOCK_V chunks: an online logsumexp and\n"
+                   "the target's logit give loss = logsumexp(row) - row[target]. 'mean' writes float32 per-row\n"
+                   "losses that one program sums in a fixed order (deterministic). Targets must lie in [0, V):\n"
+                   "torch's ignore_index (-100) is not supported, and an out-of-range target picks nothing.")
+    block_key = "BLOCK_V"
+
+    def __init__(self, spec, node, inputs, options):
+        super().__init__(spec, node, inputs, options)
+        self.mean = node.attr("reduction", "mean") == "mean"
+        self.target = next(i for i in inputs if i.name == node.args[1].name)
+        if self.target in self.body_inputs:
+            raise ValueError("cross_entropy's target (class indices) cannot also be part of the logits")
+        self.rows_of = [(math.prod(full[:-1]), full[-1]) for full in self.fulls]     # (R, V) per case
+        for case, (full, (rows, _)) in enumerate(zip(self.fulls, self.rows_of)):
+            if math.prod(self.target.shapes[case]) != rows:
+                raise ValueError(f"cross_entropy's target {self.target.name} has shape {self.target.shapes[case]} in "
+                                 f"case {case + 1}; it needs one class index per row of the logits: {full[:-1]}")
+
+    def configs(self) -> list[dict]:
+        defaults = [_cross_entropy_config(*rows) for rows in self.rows_of]
+        return self._space(defaults + CROSS_ENTROPY_CONFIGS, lambda config: [
+            _cross_entropy_tiles(config, *rows, self.max_elem_bytes) for rows in self.rows_of])[:MAX_CONFIGS]
+
+    def source(self) -> str:
+        kernels = [self._kernel()] + ([self._mean_kernel()] if self.mean else [])
+        helpers = [_row_config, _row_tile, _fit, _fit_stages, _cross_entropy_config, _cross_entropy_tiles,
+                   _require_full]
+        return self._file(kernels, helpers, self._launcher())
+
+    def _kernel(self) -> str:
+        t = self.target.local
+        params = [f"{i.local}_ptr" for i in self.body_inputs] + [f"{t}_ptr", "dst_ptr", "R", "V",
+                                                                 "BLOCK_R: tl.constexpr", "BLOCK_V: tl.constexpr",
+                                                                 "NUM_STAGES: tl.constexpr"]
+        loads = [f"{i.local} = tl.load({i.local}_ptr + rows * V + cols, mask=mask, other=0.0).to(tl.float32)"
+                 for i in self.body_inputs]
+        loop = ["cols = start + tl.arange(0, BLOCK_V)[None, :]", "mask = (rows < R) & (cols < V)", *loads,
+                f"val = tl.where(mask, {self.body_call()}, {NEG_INF})",
+                "new_max = tl.maximum(row_max, tl.max(val, axis=1))",
+                "row_sum = row_sum * tl.exp(row_max - new_max) + tl.sum(tl.exp(val - new_max[:, None]), axis=1)",
+                "row_max = new_max",
+                f"picked += tl.sum(tl.where(cols == {t}, val, 0.0), axis=1)"]
+        lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",
+                 f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other=0)",
+                 f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
+                 "row_sum = tl.zeros([BLOCK_R], tl.float32)",
+                 "picked = tl.zeros([BLOCK_R], tl.float32)",
+                 "# Online logsumexp: the running sum is rescaled to each new running max. NUM_STAGES > 1",
+                 "# pipelines the loads through shared memory (cp.async).",
+                 "for start in tl.range(0, V, BLOCK_V, num_stages=NUM_STAGES):",
+                 *("    " + line for line in loop),
+                 "loss = row_max + tl.log(row_sum) - picked",
+                 "tl.store(dst_ptr + rows, loss[:, None].to(dst_ptr.dtype.element_ty), mask=rows < R)"]
+        return (f"@triton.jit\n{_wrap(f'def {self.name}_kernel', params, '')}:\n"
+                "    # BLOCK_R rows per program in BLOCK_V-wide chunks; the target's logit is picked on the way.\n"
+                + "".join(f"    {line}\n" for line in lines))
+
+    def _mean_kernel(self) -> str:
+        return (f"@triton.jit\ndef {self.name}_mean_kernel(losses_ptr, dst_ptr, R, BLOCK: tl.constexpr):\n"
+                "    # One program sums the per-row losses in a fixed order: deterministic, no atomics.\n"
+                "    acc = tl.zeros([BLOCK], tl.float32)\n"
+                "    for start in range(0, R, BLOCK):\n"
+                "        offs = start + tl.arange(0, BLOCK)\n"
+                "        acc += tl.load(losses_ptr + offs, mask=offs < R, other=0.0)\n"
+                "    tl.store(dst_ptr, (tl.sum(acc, axis=0) / R).to(dst_ptr.dtype.element_ty))\n")
+
+    def _launcher(self) -> str:
+        first, t = self.body_inputs[0].local, self.target
+        text = self._head()
+        text += ("    # R rows of V classes, one class index per row.\n"
+                 "    V = shape[-1]\n    R = shape[:-1].numel()\n"
+                 f'    _require_full("{t.name}", {t.local}.shape, shape[:-1])\n'
+                 f"    out = torch.empty({'()' if self.mean else 'shape[:-1]'}, dtype={first}.dtype, "
+                 f"device={first}.device)\n")
+        text += self._config_line("_cross_entropy_config(R, V)")
+        text += _wrap("BLOCK_R, BLOCK_V, num_warps, num_stages = _cross_entropy_tiles",
+                      ["config", "R", "V", self._elem_bytes()], "    ") + "\n"
+        if self.mean:
+            text += f"    losses = torch.empty(R, dtype=torch.float32, device={first}.device)  # summed below\n"
+        args = [i.local for i in self.body_inputs] + [t.local, "losses" if self.mean else "out", "R", "V",
+                                                        "BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "NUM_STAGES=num_stages",
+                                                        "num_warps=num_warps"]
+        text += self._launch(f"{self.name}_kernel", "(triton.cdiv(R, BLOCK_R),)", args)
+        if self.mean:
+            text += f"    {self.name}_mean_kernel[(1,)](losses, out, R, BLOCK=1024, num_warps=4)\n"
+        return text + "    return out\n"

@@ -1,0 +1,264 @@
+"""The reduction lowering (bot.lower_reduce): generated kernel.py files, imported and run.
+
+sum/mean/max/min and argmax/argmin over every dim, and cross_entropy, run under Triton's
+interpreter here (tests/conftest.py) in float32 and float16 (the interpreter gets bfloat16
+wrong), on small odd shapes, against the generated reference on float64 inputs: within
+runner.protocol's tolerance for the reduced length, exactly for indices.
+"""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bot import ir, lower_reduce, lower_torch
+from bot.spec import parse_expression, validate
+from runner import protocol
+from runner.inputs import make_inputs
+
+# Masked lanes compute on placeholders (rows past the end reach -inf - -inf in cross entropy).
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+MATRIX, CUBE, VECTOR = [37, 97], [5, 7, 11], [97]
+COLS_CASE, ROWS_CASE = [301, 45], [45, 301]     # dim 0 / dim 1 of these: D = 301, long enough to split
+SPLIT = {"BLOCK_B": 16, "BLOCK_R": 2, "BLOCK_D": 16, "SPLIT_D": 5, "num_warps": 4, "num_stages": 2}
+
+
+def make_spec(expression: str, shapes: dict[str, list[list[int]]], dtypes=("float32", "float16"),
+              name: str = "op") -> dict:
+    """A validated spec; class-index inputs are int64 (validate names what they index)."""
+    domains = ir.domains(ir.parse(expression))
+    inputs = [{"name": n, "dtypes": ["int64"] * len(dtypes) if domains[n] == "index" else list(dtypes),
+               "shapes": s, "domain": domains[n]} for n, s in shapes.items()]
+    return validate({"name": name, "expression": expression, "inputs": inputs})
+
+
+def load(tmp_path, filename: str, source: str):
+    path = tmp_path / filename
+    path.write_text(source)
+    module_spec = importlib.util.spec_from_file_location(f"{tmp_path.name}_{path.stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def generate(tmp_path, spec: dict, options: dict | None = None):
+    """(reference function, kernel.py module)."""
+    node = parse_expression(spec)
+    reference = load(tmp_path, "reference.py", lower_torch.reference_source(spec, node))
+    kernel = load(tmp_path, "kernel.py", lower_reduce.kernel_source(spec, node, options))
+    return getattr(reference, spec["name"]), kernel
+
+
+def ties(spec: dict, case: protocol.Case, variant: dict[str, str]) -> list[torch.Tensor]:
+    """Small integers: every row and column holds its max and min several times."""
+    gen = torch.Generator().manual_seed(case.index)
+    return [torch.randint(-2, 3, case.shapes[i["name"]], generator=gen).to(getattr(torch, variant[i["name"]]))
+            for i in spec["inputs"]]
+
+
+def check(tmp_path, spec: dict, options: dict | None = None, configs=(None,), draw=None) -> None:
+    """Kernel vs reference(float64 inputs) on every case x dtype variant x config: shape, dtype,
+    values within tolerance (indices exactly)."""
+    reference, module = generate(tmp_path, spec, options)
+    kernel = getattr(module, spec["name"])
+    out = spec["outputs"][0]
+    for case in protocol.cases(spec):
+        for v, variant in enumerate(protocol.dtype_variants(spec)):
+            inputs = draw(spec, case, variant) if draw else make_inputs(spec, case, variant, 0, "cpu")
+            want = reference(*[t.double() if t.is_floating_point() else t for t in inputs])
+            reduced = spec["reduce"]
+            length = ir.broadcast_shapes([case.shapes[n] for n in reduced["inputs"]])[reduced["dim"]]
+            for config in configs:
+                got = kernel(*inputs, config=config)
+                label = f"{spec['expression']} {case.label} {protocol.variant_label(variant)} config={config}"
+                assert list(got.shape) == out["shapes"][case.index], label
+                assert got.dtype == getattr(torch, out["dtypes"][v]), label
+                if got.dtype == torch.int64:
+                    assert torch.equal(got, want), f"{label}: {got} != {want}"
+                    continue
+                rtol, atol = protocol.tolerance(out["dtypes"][v], length)
+                err = (got.double() - want).abs()
+                assert bool((err <= atol + rtol * want.abs()).all()), f"{label}: max err {err.max().item():.3g}"
+
+
+# ---------------------------------------------------------------- every op over every dim
+
+DIMS = {0: [MATRIX, CUBE, VECTOR], 1: [MATRIX, CUBE], 2: [CUBE], -1: [MATRIX, CUBE, VECTOR], -2: [MATRIX, CUBE]}
+
+
+@pytest.mark.parametrize("dim", DIMS)
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+def test_reduce_over_every_dim(tmp_path, op, dim):
+    check(tmp_path, make_spec(f"{op}(x, dim={dim})", {"x": DIMS[dim]}))
+
+
+@pytest.mark.parametrize("expression", ["sum(exp(x) * y, dim=0)", "max(relu(x - y), dim=1)",
+                                        "mean(x / y + 1.0, dim=-2)", "min(where(x > y, x, -y), dim=0)"])
+def test_reduce_of_a_body(tmp_path, expression):
+    names = ir.input_names(ir.parse(expression))
+    check(tmp_path, make_spec(expression, {n: [MATRIX, CUBE] for n in names}))
+
+
+@pytest.mark.parametrize("dim", DIMS)
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_arg_reduce_first_index_on_ties(tmp_path, op, dim):
+    check(tmp_path, make_spec(f"{op}(x, dim={dim})", {"x": DIMS[dim]}), configs=(None, SPLIT), draw=ties)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_arg_reduce_treats_nan_as_torch_does(tmp_path, op):
+    # NaN wins, the first one on ties, wherever the split boundaries fall.
+    x = torch.randn(ROWS_CASE)
+    x[3, 7] = x[3, 250] = x[4, 250] = float("nan")
+    for dim, data in ((1, x), (0, x.t().contiguous())):     # the rows kernel, then the cols kernel
+        _, module = generate(tmp_path, make_spec(f"{op}(x, dim={dim})", {"x": [list(data.shape)]}))
+        for config in (None, SPLIT):
+            assert torch.equal(module.op(data, config=config), getattr(torch, op)(data, dim=dim))
+
+
+# ---------------------------------------------------------------- configs, splits, layouts
+
+@pytest.mark.parametrize("expression, shape", [("sum(x, dim=0)", COLS_CASE), ("argmin(x, dim=0)", COLS_CASE),
+                                               ("mean(x, dim=1)", ROWS_CASE), ("argmax(x, dim=1)", ROWS_CASE)])
+def test_every_config_runs(tmp_path, expression, shape):
+    # The spec's own space, then every candidate of either layout (a config made for the other
+    # layout takes the keys it lacks from the default).
+    spec = make_spec(expression, {"x": [shape]}, dtypes=("float32",))
+    _, module = generate(tmp_path, spec)
+    assert 1 <= len(module.CONFIGS) <= lower_reduce.MAX_CONFIGS
+    check(tmp_path, spec, configs=module.CONFIGS + lower_reduce.COLS_CONFIGS + lower_reduce.ROWS_CONFIGS)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min", "argmax", "argmin"])
+def test_split_partials_are_combined(tmp_path, op):
+    # Odd sizes in both layouts, each split into 5 parts of D (the combine kernel's path).
+    for shape, dim, view in ((COLS_CASE, 0, (1, 301, 45)), (ROWS_CASE, 1, (45, 301, 1)), ([3, 301, 5], 1, (3, 301, 5))):
+        assert lower_reduce._reduce_tiles(SPLIT, *view, 4)[2] == 5
+        spec = make_spec(f"{op}(x, dim={dim})", {"x": [shape]})
+        check(tmp_path, spec, configs=(SPLIT,), draw=ties if op.startswith("arg") else None)
+
+
+def test_cases_of_both_layouts_share_one_space(tmp_path):
+    # dim 1 is the last dim of a matrix (rows kernel) but not of a 3-D tensor (cols kernel).
+    spec = make_spec("sum(x, dim=1)", {"x": [MATRIX, CUBE]})
+    _, module = generate(tmp_path, spec)
+    assert {"BLOCK_B", "BLOCK_R"} <= {key for config in module.CONFIGS for key in config}
+    check(tmp_path, spec, configs=(None, *module.CONFIGS))
+
+
+def test_default_configs():
+    # dim 0 of 8192x8192: A = 1, so 64 column blocks x 16 splits of 512 rows (1024 programs).
+    assert lower_reduce._reduce_config(1, 8192, 8192) == {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 16,
+                                                          "num_warps": 4, "num_stages": 1}
+    # the last dim of 8192x8192: one row per program, one tile per row, no split.
+    assert lower_reduce._reduce_config(8192, 8192, 1) == {"BLOCK_R": 1, "BLOCK_D": 8192, "SPLIT_D": 1,
+                                                          "num_warps": 16, "num_stages": 1}
+    # a few very long rows are split
+    assert lower_reduce._reduce_config(4, 1 << 20, 1)["SPLIT_D"] == 16    # 8 chunks of 8192 each
+    assert lower_reduce._cross_entropy_config(4096, 128256) == {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 16,
+                                                                "num_stages": 1}
+
+
+@pytest.mark.parametrize("view", [(1, 8192, 8192), (8192, 8192, 1), (1, 1, 1), (5, 1, 11), (3, 301, 5), (1, 97, 1)])
+def test_any_config_fits_any_case(view):
+    A, D, B = view
+    for config in [lower_reduce._reduce_config(*view), *lower_reduce.COLS_CONFIGS, *lower_reduce.ROWS_CONFIGS]:
+        for elem_bytes in (2, 8):
+            block, block_d, split, chunk, _, stages = lower_reduce._reduce_tiles(config, A, D, B, elem_bytes)
+            assert block <= max(1, 2 * (B if B > 1 else A)) and block_d < 2 * D and chunk % block_d == 0
+            assert (split - 1) * chunk < D <= split * chunk, (config, view)
+            assert stages == 1 or stages * block * block_d * elem_bytes <= 96 * 1024
+
+
+# ---------------------------------------------------------------- cross entropy
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("logits", ["x", "x * 0.5 + y"])
+def test_cross_entropy(tmp_path, logits, reduction):
+    names = ir.input_names(ir.parse(logits))
+    shapes = {n: [MATRIX, [2, 3, 50]] for n in names} | {"t": [[37], [2, 3]]}
+    check(tmp_path, make_spec(f"cross_entropy({logits}, t, reduction='{reduction}')", shapes))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cross_entropy_long_rows_in_chunks(tmp_path, reduction):
+    # Logits up to ~100: without the running max's rescaling exp() would overflow float32.
+    spec = make_spec(f"cross_entropy(x * 30.0, t, reduction='{reduction}')",
+                     {"x": [[5, 1000], MATRIX], "t": [[5], [37]]})
+    _, module = generate(tmp_path, spec)
+    chunked = [{"BLOCK_R": 2, "BLOCK_V": 64, "num_warps": 4, "num_stages": 2}]
+    check(tmp_path, spec, configs=(None, *chunked, *module.CONFIGS, *lower_reduce.CROSS_ENTROPY_CONFIGS))
+
+
+# ---------------------------------------------------------------- launcher, names, options, errors
+
+def test_tuned_config_reaches_the_launcher(tmp_path):
+    spec = make_spec("sum(x, dim=0)", {"x": [COLS_CASE]}, dtypes=("float32",))
+    _, module = generate(tmp_path, spec)
+    seen = []
+    fit = module._reduce_tiles
+    module._reduce_tiles = lambda config, *case: seen.append(config) or fit(config, *case)
+    x = torch.randn(COLS_CASE)
+    module.TUNED[module.tuning_key((x,))] = SPLIT
+    torch.testing.assert_close(module.op(x), x.sum(0))
+    assert seen == [SPLIT]
+
+
+def test_non_contiguous_inputs_and_generated_names(tmp_path):
+    # Inputs named like kernel.py's own locals are renamed there; views are made contiguous.
+    spec = make_spec("sum(acc * dim - chunk, dim=0)", {n: [MATRIX] for n in ("acc", "dim", "chunk")}, ("float32",))
+    reference, module = generate(tmp_path, spec)
+    inputs = [torch.randn(97, 37).t() for _ in range(3)]
+    torch.testing.assert_close(module.op(*inputs), reference(*inputs))
+
+
+def test_options_pin_the_default_and_every_config(tmp_path):
+    spec = make_spec("max(x, dim=0)", {"x": [COLS_CASE]})
+    _, module = generate(tmp_path, spec, {"block": 64, "num_warps": 2})
+    assert all(c["BLOCK_D"] == 64 and c["num_warps"] == 2 for c in module.CONFIGS)
+    check(tmp_path, spec, {"block": 64, "num_warps": 2})
+    spec = make_spec("cross_entropy(x, t)", {"x": [MATRIX], "t": [[37]]})
+    _, module = generate(tmp_path, spec, {"block": 32})
+    assert all(c["BLOCK_V"] == 32 for c in module.CONFIGS)
+    check(tmp_path, spec, {"block": 32})
+
+
+def test_source_follows_the_tuning_contract(tmp_path):
+    for spec in (make_spec("argmax(x, dim=0)", {"x": [MATRIX, CUBE]}),
+                 make_spec("cross_entropy(x, t)", {"x": [MATRIX], "t": [[37]]})):
+        source = lower_reduce.kernel_source(spec, parse_expression(spec))
+        assert "def op(x" in source and "*, config=None):" in source and "TUNED = {}" in source
+        module = load(tmp_path, "kernel.py", source)
+        assert all(set(c) >= {"num_warps", "num_stages"} and all(isinstance(v, int) for v in c.values())
+                   for c in module.CONFIGS)
+    assert "the output holds int64 indices" in lower_reduce.kernel_source(
+        make_spec("argmin(x, dim=1)", {"x": [MATRIX]}), ir.parse("argmin(x, dim=1)"))
+
+
+def test_refusals_are_clear(tmp_path):
+    spec = make_spec("sum(x + b, dim=0)", {"x": [MATRIX], "b": [[97]]})
+    with pytest.raises(ValueError, match=r"input b has shape \[97\] in case 1.*full shape \[37, 97\]"):
+        lower_reduce.kernel_source(spec, parse_expression(spec))
+    spec = make_spec("cross_entropy(x + b, t)", {"x": [MATRIX], "b": [[1, 97]], "t": [[37]]})
+    with pytest.raises(ValueError, match="broadcasting inputs are not supported"):
+        lower_reduce.kernel_source(spec, parse_expression(spec))
+    spec = make_spec("sum(x, dim=0)", {"x": [MATRIX]})
+    with pytest.raises(ValueError, match=r"over dim 2, but case 1 has shape \[37, 97\]"):
+        lower_reduce.kernel_source(spec, ir.call("sum", ir.inp("x"), dim=2))
+    with pytest.raises(ValueError, match="not softmax"):
+        lower_reduce.kernel_source(spec, ir.call("softmax", ir.inp("x"), dim=-1))
+    with pytest.raises(ValueError, match="clashes"):
+        lower_reduce.kernel_source({**spec, "name": "chunk"}, parse_expression(spec))
+    # at launch, for shapes the kernel was not generated for
+    _, module = generate(tmp_path, make_spec("sum(x * y, dim=0)", {"x": [MATRIX], "y": [MATRIX]}))
+    with pytest.raises(ValueError, match=r"input y has shape \[97\].*regenerate"):
+        module.op(torch.randn(MATRIX), torch.randn(97))
+
+
+def test_lower_reduce_needs_neither_torch_nor_triton():
+    code = "import sys, bot.lower_reduce; assert not {'torch', 'triton'} & set(sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True)
