@@ -17,19 +17,18 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from bot import ir
+from bot import request_ops as ops
 from bot import spec as specmod
 from bot.generator import GenerationError
 from bot.lower_triton import RESERVED
+from bot.request_ops import DIM as _DIM, END as _END, FLAGS as _F, NUM as _NUM, blank as _blank, size as _dim
 from runner import protocol
 
 DEFAULT_SHAPES: list[list[int]] = [[4096, 4096], [5333, 497]]   # square, and odd: no block size divides it
 ASK_OP = "Which operation do you want? e.g. 'relu(x + y) for fp16 4096x4096'"
-SUPPORTED = f"The offline generator supports {ir.SUPPORTED_TEXT}."
-
-_F = re.I | re.A        # ASCII \b and \w, so a Chinese character next to "relu" still ends the word
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?"
-_END = r"(?![\w.]|\s*[x×*]\s*\d|\s+by\s+\d)"     # a number that is not the start of a shape
-_DIM = r"-?\d+k?"
+SUPPORTED = (f"The offline generator supports {ir.SUPPORTED_TEXT}. In words: matmul or bmm (with bias, "
+             "an activation, a scale, a residual), sum/mean/max/min/argmax/argmin over a dim, softmax, "
+             "layernorm, rmsnorm (also fused with an add), cross entropy, and pointwise operations.")
 
 # ---------------------------------------------------------------- vocabulary
 
@@ -43,8 +42,8 @@ _BAD_DTYPE = re.compile(r"\b(?:u?int(?:4|8|16|32|64)|fp8\w*|float8\w*|fp64|float
                         r"nvfp4|mxfp\d+|complex\d*)\b|双精度", _F)
 
 _OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, what in [
-    (r"\bmat[\s_-]?mul\b|\bmatrix[\s-]+(?:multipl\w*|product)|\bgemm\b|\bb?mm\b|\baddmm\b|\beinsum\b|"
-     r"\bdot[\s-]product\b|\blinear\s+layer\b|矩阵乘|\w\s*@\s*\w", "matrix multiplication"),
+    (r"\baddmm\b|\beinsum\b|\bdot[\s-]product\b|\blinear\s+layer\b",
+     "this form of matrix multiplication (say 'matmul a @ b with bias' instead)"),
     (r"\bconv(?:olution\w*|olve|[123]d)?\b|卷积", "convolution"),
     (r"\battention\b|\bsdpa\b|注意力", "attention"),
     (r"\b(?:arg)?sort\w*|排序", "sorting"),
@@ -54,20 +53,28 @@ _OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, 
     (r"\btranspose\b|\bpermute\b|\bconcat\w*|\breshape\b", "a layout change (transpose, concat, reshape)"),
     (r"\bdropout\b", "dropout"),
     (r"\b(?:batch|group|instance)[\s_-]?norm\w*", "batch, group or instance norm"),
-    (r"\bcross[\s_-]?entropy\b|\bnll\b", "a loss"),
+    (r"\bbinary[\s_-]+cross[\s_-]?entropy\b|\bbce\w*|\bnll\w*|\bkl[\s_-]?div\w*|\bmse\b|\bhuber\b|\bl1[\s_-]?loss\b",
+     "a loss other than cross entropy"),
     (r"\bleaky[\s_-]?relu\b|\bprelu\b|\brelu6\b|\b[sc]?elu\b|\bsoftplus\b|\bmish\b|"
      r"\bhard[\s_-]?(?:swish|sigmoid|tanh)\b|\blogsumexp\b|\bsin\b|\bcos\b|(?<!gelu)(?<!gelu.)(?<!gelu..)\berf\b|"
      r"\bfloor\b|\bceil\b|\bround\b|\bsign\b|"
-     r"\barg(?:max|min)\b|\bprod\b|\bvar(?:iance)?\b|\bstd\b|\bl2[\s_-]?norm\b|\bnormali[sz]e\b", ""),
+     r"\bprod\b|\bvar(?:iance)?\b|\bstd\b|\bl2[\s_-]?norm\b|\bnormali[sz]e\b", ""),
 ]]
 
-# Dimension phrases: row ops run over the last dim only.
-_DIM_N = re.compile(r"\b(?:dim|axis|dimension)\s*[=:]?\s*(-?\d)\b|第\s*(-?\d)\s*维", _F)   # "dim 4096" is a size
-_NOT_LAST = re.compile(r"\b(?:first|0th|leading|batch)\s+(?:dim|axis|dimension)\w*|\bcolumn[\s-]?wise\b|"
-                       r"\b(?:per|each|every)\s+column\b|\b(?:along|over|across|down)\s+(?:the\s+)?columns\b|"
-                       r"\b(?:all|every)\s+elements\b|\b(?:whole|entire|full)\s+tensor\b|\bglobal(?:ly)?\b|"
-                       r"按列|第一维|全部元素|所有元素|整个张量", _F)
-_LAST = re.compile(r"\blast\s+(?:dim|axis|dimension)\b|\brow[\s-]?wise\b|最后一维|按行", _F)
+# Dimension phrases. Reductions run over any one dim, other row ops over the last one only.
+_DIM_N = re.compile(r"\b(?:dim|axis|dimension)\s*[=:]?\s*(-?\d)\b|第\s*(-?\d)\s*维|维度\s*(-?\d)(?!\d)", _F)  # "dim 4096" is a size
+_D = r"\s+(?:dim|axis|dimension)\w*"
+_DIM_WORDS: list[tuple[re.Pattern, int]] = [(re.compile(p, _F), d) for p, d in [
+    # earlier entries win: "second to last dim" before "last dim"
+    (rf"\b(?:second[\s-]+(?:to[\s-]+)?last|penultimate){_D}|\bcolumn[\s-]?wise\b|\b(?:per|each|every)\s+column\b|"
+     r"\b(?:along|over|across|down)\s+(?:the\s+)?columns\b|按列|倒数第二维", -2),
+    (rf"\b(?:first|0th|leading|batch){_D}|第一维", 0),
+    (rf"\bsecond{_D}|第二维", 1),
+    (rf"\bthird{_D}|第三维", 2),
+    (rf"\blast{_D}|\brow[\s-]?wise\b|最后一维|按行", -1),
+]]
+_WHOLE = re.compile(r"\b(?:all|every)\s+elements\b|\b(?:whole|entire|full)\s+tensor\b|\bglobal(?:ly)?\b|"
+                    r"全部元素|所有元素|整个张量", _F)
 
 _EPS = re.compile(rf"(?:\beps(?:ilon)?\b|ε)\s*(?:=|:|of|is|为|是|设为)?\s*({_NUM}){_END}", _F)
 _CLAMP_WORD = re.compile(r"\bclamp\w*|\bclip\w*|限幅|截断", _F)
@@ -92,6 +99,8 @@ _OPS: list[tuple[re.Pattern, str, str]] = [(re.compile(p, _F), kind, op) for p, 
     (r"\blayer[\s_-]?norm(?:ali[sz]ation)?\b|层归一化", "row", "layernorm"),
     (r"\brms[\s_-]?norm(?:ali[sz]ation)?\b|\broot[\s-]mean[\s-]square[\s-]norm\w*|\brms\s*归一化|均方根归一化",
      "row", "rmsnorm"),
+    (r"\barg[\s_-]?max\b|\bindex\s+of\s+(?:the\s+)?max\w*|最大值?(?:的)?(?:索引|下标|位置)", "row", "argmax"),
+    (r"\barg[\s_-]?min\b|\bindex\s+of\s+(?:the\s+)?min\w*|最小值?(?:的)?(?:索引|下标|位置)", "row", "argmin"),
     (r"\bmean\b|\baverage\b|平均值?|均值", "row", "mean"),
     (r"\bgelu[\s_-]*\(?\s*tanh\b|\btanh[\s-]+approx\w*|\bapprox\w*\s*[=:]?\s*['\"]?tanh\b", "step", "gelu_tanh"),
     (r"\b(?:exact\s+)?gelu(?:[\s_-]*\(?\s*erf)?\b", "step", "gelu"),
@@ -106,8 +115,9 @@ _OPS: list[tuple[re.Pattern, str, str]] = [(re.compile(p, _F), kind, op) for p, 
     (r"\blog(?:arithm)?\b|\bln\b|对数", "step", "log"),
     (r"\babs(?:olute(?:\s+value)?)?\b|绝对值", "step", "abs"),
     (r"\bneg(?:ate|ation)?\b|取负|相反数", "step", "neg"),
-    (rf"\bscal(?:e|ed|es|ing)\b(?:\s+[a-z]\w?)?\s+by\s+({_NUM}){_END}|"
-     rf"\bscale(?:\s+factor)?\s*(?:=|:|of)?\s*({_NUM}){_END}", "step", "scale"),
+    (rf"\bscal(?:e|ed|es|ing)\b(?:\s+[a-z]\w?)?\s+by\s+(?:alpha\s*=?\s*)?({_NUM}){_END}|"
+     rf"\b(?:scale(?:\s+factor)?|alpha)\s*(?:=|:|of|is)?\s*({_NUM}){_END}|"
+     rf"缩放\s*(?:系数|因子)?\s*(?:为|是|=|:)?\s*({_NUM}){_END}\s*倍?|乘以\s*({_NUM}){_END}", "step", "scale"),
     (rf"\b(?:multipl(?:y|ied)|times)\s+(?:[a-z]\w?\s+)?(?:by\s+)?({_NUM}){_END}", "step", "scale"),
     (rf"\bdivid(?:e|ed)\s+(?:[a-z]\w?\s+)?by\s+({_NUM}){_END}", "step", "divide"),
     (rf"\b(?:pow(?:er)?|to\s+the\s+power(?:\s+of)?|exponent)\s*(?:of|=|:)?\s*({_NUM}){_END}", "step", "pow"),
@@ -164,27 +174,32 @@ class _Reading:
     shapes: list[tuple[str | None, list[int]]] = field(default_factory=list)   # (label, shape)
     append: bool = False
     dims: list[int] = field(default_factory=list)
-    non_last: str | None = None
-    last: bool = False
+    whole: str | None = None                 # "over all elements": no one dim
+    tf32: bool | None = None
+    batched: bool = False
     rest: str = ""                           # prose left over, for phrases about named inputs
 
 
-def _blank(m: re.Match) -> str:
-    # Same length keeps later match positions meaningful; ';' ends any expression around it.
-    return ";" + " " * (len(m.group(0)) - 1)
-
-
-def _read(text: str, feedback: bool) -> _Reading:
+def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
+    """context: the state a correction applies to (its matmul reads shapes as M, N, K)."""
     rd = _Reading()
     code, prose = _split_code(text)
-    prose = _take_dtypes(prose, rd)
+    matmul = bool(ops.MATMUL_WORD.search(text)) or bool(context and context.node and ir.matmul_node(context.node))
+    rd.batched = bool(ops.BATCHED_WORD.search(text)) or bool(context and context.batched)
+    if matmul:
+        prose, rd.tf32 = ops.take_tf32(prose)
+    prose = _take_dtypes(ops.take_index_dtype(prose), rd)
     _refuse_out_of_scope(prose)
     expr = None if code is not None else _find_expression(prose)
     if expr is not None:
         prose = _blank_range(prose, expr[2], expr[3])
     prose = _take_dims(prose, rd)
     prose = _take_scalars(prose, rd)
+    if matmul:
+        prose, batch = ops.take_sizes(prose, rd.batched)
     prose = _take_shapes(prose, rd)
+    if matmul:           # cases are problem sizes [B,] M, N, K: no shape belongs to one input
+        rd.shapes = [(None, p) for p in ops.problems([s for _, s in rd.shapes], rd.batched, batch, rd.op_notes)]
     if feedback and (rd.shapes or rd.dtypes) and _APPEND.search(prose):
         rd.append = True
         prose = _APPEND.sub(_blank, prose)
@@ -192,6 +207,8 @@ def _read(text: str, feedback: bool) -> _Reading:
         _read_code(code, rd)
     else:
         rd.node = _operator(prose, expr, rd)
+    if rd.tf32 is None and rd.node is not None and (mm := ir.matmul_node(rd.node)) and mm.attr("tf32"):
+        rd.tf32 = True
     rd.rest = prose
     return rd
 
@@ -222,12 +239,15 @@ def _refuse_out_of_scope(text: str) -> None:
 
 
 def _take_dims(text: str, rd: _Reading) -> str:
-    for m in _DIM_N.finditer(text):
-        rd.dims.append(int(m.group(1) or m.group(2)))
-    if m := _NOT_LAST.search(text):
-        rd.non_last = m.group(0)
-    rd.last = bool(_LAST.search(text))
-    return _NOT_LAST.sub(_blank, _DIM_N.sub(_blank, text))
+    found = [(m.start(), int(next(g for g in m.groups() if g))) for m in _DIM_N.finditer(text)]
+    text = _DIM_N.sub(_blank, text)
+    for pattern, d in _DIM_WORDS:
+        found += [(m.start(), d) for m in pattern.finditer(text)]
+        text = pattern.sub(_blank, text)
+    rd.dims = [d for _, d in sorted(found)]
+    if m := _WHOLE.search(text):
+        rd.whole = m.group(0)
+    return _WHOLE.sub(_blank, text)
 
 
 def _take_scalars(text: str, rd: _Reading) -> str:
@@ -253,10 +273,6 @@ def _blank_range(text: str, start: int, end: int) -> str:
     return text[:start] + ";" + " " * (end - start - 1) + text[end:]
 
 
-def _dim(word: str) -> int:
-    return int(word[:-1]) * 1024 if word[-1] in "kK" else int(word)
-
-
 def _take_shapes(text: str, rd: _Reading) -> str:
     for m in _SHAPE.finditer(text):
         if m.group("multi"):
@@ -280,7 +296,7 @@ _TOKEN = re.compile(r"""
   | (?P<prose>[A-Za-z_]\w+(?:-[A-Za-z]\w+)+)        # row-wise, log-softmax: words, not subtractions
   | (?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)
   | (?P<str>'(?:tanh|none)'|"(?:tanh|none)")
-  | (?P<op>\*\*|[<>=!]=|[-+*/<>=,])
+  | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@])
   | (?P<lpar>\()
   | (?P<rpar>\))
   | (?P<other>\S)
@@ -374,6 +390,10 @@ def _longest_parse(text: str, span: list[tuple[str, int, int]], i: int) -> tuple
 
 def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
     """Compose the operator from an expression typed in the request and/or operator words."""
+    if (expr is None or expr[0].op == ir.MATMUL) and (expr or ops.MATMUL_WORD.search(prose)):
+        return _matmul_words(prose, expr, rd)
+    if expr is None and ops.CROSS_ENTROPY.search(prose):
+        return _cross_entropy_words(prose, rd)
     found = _find_op_words(prose)
     pair = bool(_PAIRWISE.search(prose))
     rows, binaries, steps, where = [], [], [], False
@@ -415,10 +435,35 @@ def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
                               f"Or write it as an expression, e.g. 'softmax(x * 0.5)'.")
     if rows:
         body = _wrap_row(rows[0], body, prose, rd)
+    return _parse(body)
+
+
+def _parse(body: str) -> ir.Node:
     try:
         return ir.parse(body)
     except ir.IRError as e:
         raise GenerationError(f"{e}. {SUPPORTED}") from None
+
+
+def _matmul_words(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node:
+    """A matmul named in words, or typed bare ('a @ b'), with its epilogue in words."""
+    mm = expr[0] if expr else None
+    operands = (mm.args[0].name, mm.args[1].name) if mm else ("a", "b")
+    prose, epilogue = ops.take_epilogue(prose)
+    words = [(kind, op, value) for _, kind, op, value in _find_op_words(prose)]
+    body = ops.matmul_expression(epilogue, words, operands, tf32=bool(mm and mm.attr("tf32")))
+    if scales := [v for _, op, v in words if op == "scale"]:
+        rd.scalars["scale"] = scales[0]
+    return _parse(body)
+
+
+def _cross_entropy_words(prose: str, rd: _Reading) -> ir.Node:
+    body, prose, notes = ops.cross_entropy_words(prose)
+    if words := _find_op_words(prose):
+        raise GenerationError(f"I read cross entropy but you also named {', '.join(w[2] for w in words)}; write "
+                              "the whole operation as an expression, e.g. 'cross_entropy(logits * 0.5, target)'.")
+    rd.op_notes += notes
+    return _parse(body)
 
 
 def _find_op_words(prose: str) -> list[tuple[int, str, str, float | None]]:
@@ -440,9 +485,10 @@ def _base(prose: str, rows: list[str], binaries: list[str], where: bool, rd: _Re
     if binaries:
         op = binaries[0]
         if op == "mul" and _MATRIX.search(prose):
-            rd.op_notes.append("read 'multiply' as elementwise x * y; matrix multiplication is not supported")
-        # "add a bias": x + bias, a vector; a norm's "bias" is the norm's own
-        other = "bias" if op == "add" and _BIAS_WORD.search(prose) and not set(rows) & ir.NORMS else "y"
+            rd.op_notes.append("read 'multiply' as elementwise x * y; for a matrix product say 'matmul'")
+        # "add then rmsnorm": the fused residual add; "add a bias": x + bias, a vector
+        other = ("residual" if op == "add" and set(rows) & ir.NORMS else
+                 "bias" if op == "add" and _BIAS_WORD.search(prose) else "y")
         return f"x {_BINARY_SYMBOL[op]} {other}" if op in _BINARY_SYMBOL else f"{op}(x, {other})"
     if where and not rows:
         raise GenerationError("where needs a condition: which one? e.g. 'where(x > 0, x, y)'")
@@ -664,20 +710,30 @@ class _State:
     input_shapes: dict[str, list[list[int] | None]] = field(default_factory=dict)   # other inputs' given shapes
     vectors: set[str] = field(default_factory=set)   # inputs said to be vectors
     dims: list[int] = field(default_factory=list)
-    non_last: str | None = None
+    whole: str | None = None
+    tf32: bool | None = None
+    batched: bool = False
+
+    @property
+    def matmul(self) -> bool:
+        return self.node is not None and ir.matmul_node(self.node) is not None
 
 
 def _apply(st: _State, rd: _Reading, feedback: bool) -> None:
     if rd.node is not None:          # a new operator brings its own inputs, scalars and eps
+        if st.node is not None and st.matmul != bool(ir.matmul_node(rd.node)):
+            st.shapes, st.input_shapes = None, {}        # a matmul's cases are M, N, K: not comparable
         st.node, st.name, st.inputs, st.scalars, st.op_notes = rd.node, rd.name, rd.inputs, rd.scalars, rd.op_notes
-        st.eps = rd.eps
-    elif rd.eps is not None:
-        st.eps = rd.eps
-    if rd.node is not None or rd.dims or rd.non_last or rd.last:
-        st.dims, st.non_last = rd.dims, rd.non_last
+        st.eps, st.tf32, st.batched = rd.eps, rd.tf32, rd.batched
+    else:
+        st.op_notes = st.op_notes + rd.op_notes          # how a correction's shapes were read
+        st.eps = rd.eps if rd.eps is not None else st.eps
+        st.tf32 = rd.tf32 if rd.tf32 is not None else st.tf32
+    if rd.node is not None or rd.dims or rd.whole:
+        st.dims, st.whole = rd.dims, rd.whole
     append = feedback and rd.append
     if rd.dtypes:
-        st.dtypes = list(dict.fromkeys((st.dtypes or list(protocol.DTYPES)) + rd.dtypes)) if append else rd.dtypes
+        st.dtypes = list(dict.fromkeys((st.dtypes or _default_dtypes(st)) + rd.dtypes)) if append else rd.dtypes
     names = _input_names(st)
     st.vectors |= {n for n in names if _said_vector(n, rd.rest)}
     _apply_shapes(st, rd, names, append, feedback)
@@ -695,7 +751,7 @@ def _apply_shapes(st: _State, rd: _Reading, names: list[str], append: bool, feed
             named_new[n] = [shape]
     if main_new:
         if append:
-            old = st.shapes or DEFAULT_SHAPES
+            old = st.shapes or _default_shapes(st)
             st.input_shapes = {n: _per_case(s, len(old), n) + [None] * len(main_new)
                                for n, s in st.input_shapes.items()}
             st.shapes = old + main_new
@@ -731,8 +787,10 @@ def _is_vector(st: _State, n: str, names: list[str]) -> bool:
 
 
 def _main_input(st: _State, names: list[str]) -> str:
-    """The input whose shape is a case's shape: the first one that is not a broadcast vector."""
-    return next((n for n in names if not _is_vector(st, n, names)), names[0])
+    """The input whose shape is a case's shape: the first one that is neither a broadcast vector
+    nor class indices."""
+    index = ir.index_inputs(st.node)
+    return next((n for n in names if not _is_vector(st, n, names) and n not in index), names[0])
 
 
 def _per_case(shapes: list, count: int, name: str) -> list:
@@ -757,13 +815,19 @@ def parse_request(text: str, feedback: Sequence[str] = (), backend: str | None =
     st = _State()
     _apply(st, rd, feedback=False)
     for fb in feedback:
-        rd = _read(fb, feedback=True)
-        if rd.node is None and rd.eps is None and not rd.dtypes and not rd.shapes and not _names_mentioned(st, rd):
+        rd = _read(fb, feedback=True, context=st)
+        if not _says_something(st, rd):
             raise GenerationError(
                 f"I could not apply the correction {fb.strip()[:80]!r}. Name dtypes ('bf16 only'), shapes "
-                "('shape 2048x2048', 'also 1x32'), eps ('eps 1e-5') or an operation ('make it gelu(x + y)').")
+                "('shape 2048x2048', 'also 1x32'), eps ('eps 1e-5'), a dim ('over dim 0') or an operation "
+                "('make it gelu(x + y)').")
         _apply(st, rd, feedback=True)
     return _build(st, text, backend)
+
+
+def _says_something(st: _State, rd: _Reading) -> bool:
+    said = rd.node, rd.eps, rd.tf32, rd.whole
+    return any(v is not None for v in said) or bool(rd.dtypes or rd.shapes or rd.dims) or _names_mentioned(st, rd)
 
 
 def _names_mentioned(st: _State, rd: _Reading) -> bool:
@@ -773,35 +837,27 @@ def _names_mentioned(st: _State, rd: _Reading) -> bool:
 
 def _build(st: _State, request: str, backend: str | None) -> tuple[dict, list[str]]:
     notes = list(st.op_notes)
-    node = st.node
-    if node.op in ir.NORMS:
-        eps = st.eps if st.eps is not None else ir.DEFAULT_EPS[node.op]
-        if st.eps is None:
-            notes.append(f"no eps named: using {eps!r}, the usual {node.op} default")
-        node = ir.call(node.op, *node.args, **{**dict(node.attrs), "eps": eps})
+    node = _with_eps(st, st.node, notes)
     names = _input_names(st)
-    main = _main_input(st, names)
-    cases = _cases(st, names, main, notes)
-    _check_dims(st, node, cases)
-    shapes = {main: cases}
-    for n in names:
-        if n == main:
-            continue
-        given = _per_case(st.input_shapes[n], len(cases), n) if n in st.input_shapes else [None] * len(cases)
-        vector = _is_vector(st, n, names)
-        shapes[n] = [g or ([c[-1]] if vector else list(c)) for g, c in zip(given, cases)]
-        if vector and None in given and node.op not in ir.NORMS:
-            notes.append(f"no shape named for {n}: using [N], the last dim of {main}, broadcast over the rows")
+    shapes = _matmul_shapes(st, node, names, notes) if st.matmul else _input_shapes(st, node, names, notes)
     dtypes = st.dtypes
     if not dtypes:
-        dtypes = list(protocol.DTYPES)
-        notes.append("no dtype named: testing float16, bfloat16 and float32")
-    domains = ir.domains(node)
+        dtypes = _default_dtypes(st)
+        listed = ", ".join(dtypes[:-1]) + " and " * (len(dtypes) > 1) + dtypes[-1]
+        more = " (float32 when asked for: fp32, or tf32 to allow TF32)" if "float32" not in dtypes else ""
+        notes.append(f"no dtype named: testing {listed}{more}")
+    if st.matmul:
+        node = ops.with_tf32(node, bool(st.tf32) and "float32" in dtypes)
+    else:
+        node = _with_dim(st, node, shapes[_main_input(st, names)])
+    domains, index = ir.domains(node), ir.index_inputs(node)
     spec = {
-        "name": st.name or _default_name(node),
+        "name": st.name or _default_name(node, shapes),
         "expression": _text(node),
-        "description": _describe(node),
-        "inputs": [{"name": n, "dtypes": list(dtypes), "shapes": shapes[n], "domain": domains[n]} for n in names],
+        "description": _describe(node, shapes),
+        "inputs": [{"name": n, "dtypes": [protocol.INDEX_DTYPE] * len(dtypes) if n in index else list(dtypes),
+                    "shapes": shapes[n], "domain": domains[n], **({"index_of": index[n]} if n in index else {})}
+                   for n in names],
         "outputs": [],                        # filled in by spec.validate from the expression
         "params": _params(node, st.scalars),
         "backend": backend,
@@ -812,6 +868,60 @@ def _build(st: _State, request: str, backend: str | None) -> tuple[dict, list[st
         return specmod.validate(spec), notes
     except specmod.SpecError as e:
         raise GenerationError(str(e)) from None
+
+
+def _with_eps(st: _State, node: ir.Node, notes: list[str]) -> ir.Node:
+    if node.op not in ir.NORMS:
+        return node
+    eps = st.eps if st.eps is not None else ir.DEFAULT_EPS[node.op]
+    if st.eps is None:
+        notes.append(f"no eps named: using {eps!r}, the usual {node.op} default")
+    return ir.call(node.op, *node.args, **{**dict(node.attrs), "eps": eps})
+
+
+def _default_dtypes(st: _State) -> list[str]:
+    if st.matmul:
+        return ["float32"] if st.tf32 else list(ops.MATMUL_DTYPES)
+    return list(protocol.DTYPES)
+
+
+def _default_shapes(st: _State) -> list[list[int]]:
+    if st.matmul:
+        return ops.BMM_DEFAULTS if st.batched else ops.MATMUL_DEFAULTS
+    return DEFAULT_SHAPES
+
+
+def _input_shapes(st: _State, node: ir.Node, names: list[str], notes: list[str]) -> dict[str, list[list[int]]]:
+    """One shape per case for each input: the main input's cases; broadcast vectors get the last
+    dim, class indices the cases without it, the rest the main input's shape."""
+    main = _main_input(st, names)
+    cases = _cases(st, names, main, notes)
+    index = ir.index_inputs(node)
+    shapes = {main: cases}
+    for n in names:
+        if n == main:
+            continue
+        given = _per_case(st.input_shapes[n], len(cases), n) if n in st.input_shapes else [None] * len(cases)
+        vector = _is_vector(st, n, names)
+        shapes[n] = [g or (c[:-1] if n in index else [c[-1]] if vector else list(c)) for g, c in zip(given, cases)]
+        if vector and None in given and node.op not in ir.NORMS:
+            notes.append(f"no shape named for {n}: using [N], the last dim of {main}, broadcast over the rows")
+    return shapes
+
+
+def _matmul_shapes(st: _State, node: ir.Node, names: list[str], notes: list[str]) -> dict[str, list[list[int]]]:
+    """Each input's shapes from the cases' problem sizes [B,] M, N, K."""
+    problems = st.shapes
+    if not problems:
+        problems = _default_shapes(st)
+        notes.append(f"no shape named: using {ops.sizes_text(problems[0])} and an odd {ops.sizes_text(problems[1])} "
+                     "(no block size divides it)")
+    a, b = (x.name for x in ir.matmul_node(node).args)
+    epilogue = {n: _is_vector(st, n, names) for n in names if n not in (a, b)}
+    notes += [f"no shape named for {n}: using [N], the output's last dim, broadcast over its rows"
+              for n, vector in epilogue.items() if vector]
+    cases = [ops.matmul_shapes(p, a, b, epilogue) for p in problems]
+    return {n: [c[n] for c in cases] for n in names}
 
 
 def _cases(st: _State, names: list[str], main: str, notes: list[str]) -> list[list[int]]:
@@ -828,16 +938,26 @@ def _cases(st: _State, names: list[str], main: str, notes: list[str]) -> list[li
     return [list(s) for s in DEFAULT_SHAPES]
 
 
-def _check_dims(st: _State, node: ir.Node, cases: list[list[int]]) -> None:
-    if ir.kind(node) == "pointwise":
-        return
-    if st.non_last:
-        raise GenerationError(f"{node.op} {st.non_last!r} is not supported: {node.op} runs over the last dim only "
-                              f"(row-wise). {SUPPORTED}")
-    for d in st.dims:
-        if d != -1 and any(d != len(c) - 1 for c in cases):
-            raise GenerationError(f"{node.op} over dim {d} is not supported: {node.op} runs over the last dim "
-                                  f"(dim=-1) only. {SUPPORTED}")
+def _with_dim(st: _State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
+    """The dim named in words: any one for a reduction (written -1 when it is the last dim of
+    every case), the last one only for softmax, norms and cross entropy."""
+    k = ir.kind(node)
+    if k == "pointwise":
+        return node
+    reduces = k in ("reduce", "argreduce")
+    if st.whole:
+        raise GenerationError(f"{node.op} over {st.whole!r} is not supported: {node.op} runs over one dim"
+                              f"{' at a time, e.g. dim 0 or the last dim' if reduces else ', the last'}. {SUPPORTED}")
+    dims = list(dict.fromkeys(st.dims)) or [node.attr("dim", -1)]
+    if len(dims) > 1:
+        raise GenerationError(f"I found dims {', '.join(map(str, dims))}: {node.op} runs over one dim; which one?")
+    last = all(dims[0] in (-1, len(c) - 1) for c in cases)
+    if reduces:
+        return ir.call(node.op, *node.args, **{**dict(node.attrs), "dim": -1 if last else dims[0]})
+    if not last:
+        raise GenerationError(f"{node.op} over dim {dims[0]} is not supported: {node.op} runs over the last dim "
+                              f"(dim=-1) only. {SUPPORTED}")
+    return node
 
 
 def _text(node: ir.Node) -> str:
@@ -845,7 +965,10 @@ def _text(node: ir.Node) -> str:
     return ast.unparse(ast.parse(ir.to_text(node), mode="eval"))
 
 
-def _default_name(node: ir.Node) -> str:
+def _default_name(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
+    k = ir.kind(node)
+    if k == "matmul":
+        return ops.matmul_name(node, batched=_batched(node, shapes))
     parts: list[str] = []
     for sub in node.walk():
         if sub.op in ("input", "const"):
@@ -854,21 +977,36 @@ def _default_name(node: ir.Node) -> str:
         if label not in parts:
             parts.append(label)
     name = "_".join(parts[:3])
-    if ir.kind(node) == "reduce":
-        name += "_last_dim"          # "sum" alone would shadow the builtin in the generated files
+    if k in ("reduce", "argreduce"):       # "sum" alone would shadow the builtin in the generated files
+        d = node.attr("dim")
+        name += "_last_dim" if d == -1 else f"_dim{d}" if d >= 0 else f"_dim_neg{-d}"
+    elif k == "loss" and node.attr("reduction") == "none":
+        name += "_per_row"
     return name + "_op" if name in RESERVED else name
 
 
-def _describe(node: ir.Node) -> str:
+def _batched(node: ir.Node, shapes: dict[str, list[list[int]]]) -> bool:
+    return any(len(s) == 3 for s in shapes[ir.matmul_node(node).args[0].name])
+
+
+def _describe(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
     k = ir.kind(node)
     if k == "pointwise":
         return f"elementwise {_text(node)}"
+    if k == "matmul":
+        a, b = (x.name for x in ir.matmul_node(node).args)
+        title = f"{'batched ' * _batched(node, shapes)}matrix multiplication {a} @ {b}"
+        return title if node.op == ir.MATMUL else f"{title} with epilogue {_text(node)}"
     inner = _text(node.args[0])
     if k == "norm":
         title = {"layernorm": "layer norm", "rmsnorm": "RMS norm"}[node.op]
         extras = " and ".join(a.name for a in node.args[1:])
         return f"{title} of {inner} over the last dim{f' with {extras}' if extras else ''}, eps={node.attr('eps')!r}"
-    return f"{node.op} of {inner} over the last dim"
+    if k == "loss":
+        return (f"cross entropy of logits {inner} against class indices {node.args[1].name} over the last dim, "
+                f"reduction {node.attr('reduction')}")
+    d = node.attr("dim", -1)
+    return f"{node.op} of {inner} over {'the last dim' if d == -1 else f'dim {d}'}"
 
 
 def _params(node: ir.Node, scalars: dict[str, float]) -> dict:
@@ -882,4 +1020,10 @@ def _params(node: ir.Node, scalars: dict[str, float]) -> dict:
             params["exponent"] = sub.attr("exponent")
         elif sub.op == "gelu" and sub.attr("approximate") == "tanh":
             params["approximate"] = "tanh"
+        elif sub.op in ir.LOSSES:
+            params["reduction"] = sub.attr("reduction")
+        elif sub.op == ir.MATMUL and sub.attr("tf32"):
+            params["tf32"] = True
+    if ir.kind(node) in ("reduce", "argreduce") and node.attr("dim") != -1:
+        params["dim"] = node.attr("dim")
     return params

@@ -1,0 +1,400 @@
+"""bot.request_parse for the issue 6 catalog operators (bot.request_ops): matmul with its epilogue,
+batched matmul, reductions over any dim, argmax/argmin, fused add + rmsnorm and cross entropy, in
+English and Chinese, typed as expressions and pasted as PyTorch."""
+from __future__ import annotations
+
+import pytest
+
+from bot import ir
+from bot.generator import GenerationError
+from bot.request_parse import SUPPORTED, parse_request
+
+SQUARE = {"a": [[4096, 4096]], "b": [[4096, 4096]]}
+DEFAULT_MM = {"a": [[4096, 4096], [1000, 700]], "b": [[4096, 4096], [700, 1500]]}
+
+
+def canon(expression: str) -> str:
+    return ir.to_text(ir.parse(expression))
+
+
+def expr(spec: dict) -> str:
+    return canon(spec["expression"])
+
+
+def shapes(spec: dict) -> dict[str, list[list[int]]]:
+    return {i["name"]: i["shapes"] for i in spec["inputs"]}
+
+
+def dtypes(spec: dict) -> dict[str, list[str]]:
+    return {i["name"]: i["dtypes"] for i in spec["inputs"]}
+
+
+def error(text: str, feedback=()) -> str:
+    with pytest.raises(GenerationError) as e:
+        parse_request(text, feedback)
+    return str(e.value)
+
+
+# ---------------------------------------------------------------- matmul
+
+@pytest.mark.parametrize("text", [
+    "matmul 4096x4096 by 4096x4096", "matrix multiply M=4096 N=4096 K=4096", "GEMM 4096^3", "gemm 4096³",
+    "matrix multiplication of shape 4096x4096x4096", "a @ b for 4096x4096 by 4096x4096", "mm m=4096, n=4096, k=4096",
+    "matmul of two 4096x4096 matrices", "matmul 4096x4096 @ 4096x4096", "矩阵乘 4096x4096 乘 4096x4096",
+    "矩阵乘法 4096^3", "矩阵乘 形状 4096x4096x4096",
+])
+def test_matmul_phrasings_and_size_spellings(text):
+    spec, _ = parse_request(text + " fp16")
+    assert expr(spec) == canon("a @ b")
+    assert shapes(spec) == SQUARE
+    assert spec["name"] == "matmul" and spec["matmul"] is True and spec["tf32"] is False
+    assert spec["outputs"][0]["shapes"] == [[4096, 4096]]
+
+
+@pytest.mark.parametrize("text, a, b", [
+    ("matmul 1024x4096 by 4096x2048", [1024, 4096], [4096, 2048]),
+    ("matmul M=1024 N=2048 K=4096", [1024, 4096], [4096, 2048]),
+    ("matmul 1024x2048x4096", [1024, 4096], [4096, 2048]),
+    ("matmul a: [1024, 4096], b: [4096, 2048]", [1024, 4096], [4096, 2048]),
+    ("matmul a 1024x4096 and b 4096x2048", [1024, 4096], [4096, 2048]),
+])
+def test_matmul_sizes_are_m_n_k_or_both_operands(text, a, b):
+    spec, notes = parse_request(text)
+    assert shapes(spec) == {"a": [a], "b": [b]}
+    assert spec["outputs"][0]["shapes"] == [[a[0], b[1]]]
+
+
+def test_a_three_dim_matmul_shape_is_read_as_m_n_k_and_noted():
+    assert "read 1024x2048x4096 as M x N x K" in parse_request("matmul 1024x2048x4096")[1]
+
+
+def test_matmul_cases_keep_their_written_order():
+    spec, _ = parse_request("matmul 1000x1500x700 and 4096^3, also M=64 N=32 K=16")
+    assert shapes(spec)["a"] == [[1000, 700], [4096, 4096], [64, 16]]
+
+
+def test_matmul_defaults_are_two_sizes_in_fp16_and_bf16_and_noted():
+    spec, notes = parse_request("matmul")
+    assert shapes(spec) == DEFAULT_MM
+    assert dtypes(spec)["a"] == ["float16", "bfloat16"]
+    assert notes == ["no shape named: using M=4096 N=4096 K=4096 and an odd M=1000 N=1500 K=700 "
+                     "(no block size divides it)",
+                     "no dtype named: testing float16 and bfloat16 (float32 when asked for: fp32, or tf32 to allow TF32)"]
+
+
+@pytest.mark.parametrize("text, expected_dtypes, tf32", [
+    ("matmul fp32", ["float32"], False),
+    ("matmul with tf32", ["float32"], True),
+    ("matmul, allow TF32", ["float32"], True),
+    ("matmul fp16 and tf32", ["float16", "float32"], True),
+    ("matmul fp32 without tf32", ["float32"], False),
+    ("matmul(a, b, tf32=True)", ["float32"], True),
+    ("矩阵乘 允许 tf32", ["float32"], True),
+])
+def test_tf32_is_float32_allowing_tf32(text, expected_dtypes, tf32):
+    spec, _ = parse_request(text)
+    assert dtypes(spec)["a"] == expected_dtypes
+    assert expr(spec) == canon(f"matmul(a, b, tf32={tf32})")
+    assert spec["tf32"] is tf32 and spec["params"] == ({"tf32": True} if tf32 else {})
+
+
+def test_tf32_outside_a_matmul_is_an_unsupported_dtype():
+    assert "tf32" in error("relu in tf32")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("matmul with bias", "a @ b + bias"),
+    ("matmul + bias + relu", "relu(a @ b + bias)"),
+    ("gemm with bias and gelu", "gelu(a @ b + bias)"),
+    ("matmul then gelu tanh approximation", "gelu(a @ b, approximate='tanh')"),
+    ("matmul with silu", "silu(a @ b)"),
+    ("matmul, sigmoid activation", "sigmoid(a @ b)"),
+    ("matmul with tanh", "tanh(a @ b)"),
+    ("matmul plus residual", "a @ b + residual"),
+    ("matmul with residual", "a @ b + residual"),
+    ("matmul scaled by 0.5", "(a @ b) * 0.5"),
+    ("matmul scaled by alpha 0.5", "(a @ b) * 0.5"),
+    ("matmul times 0.5", "(a @ b) * 0.5"),
+    ("matmul with bias, relu, scale by 0.5 and a residual", "relu(a @ b + bias) * 0.5 + residual"),
+    ("matmul plus residual, scaled by 0.5, with relu and bias", "relu(a @ b + bias) * 0.5 + residual"),
+    ("matmul without bias, relu", "relu(a @ b)"),
+    ("矩阵乘 + 偏置 + ReLU 激活", "relu(a @ b + bias)"),
+    ("矩阵乘 偏置 gelu 激活 缩放 0.5 残差", "gelu(a @ b + bias) * 0.5 + residual"),
+    ("矩阵乘法 加 残差", "a @ b + residual"),
+    ("矩阵乘 乘以 0.5", "(a @ b) * 0.5"),
+])
+def test_matmul_epilogue_words(text, expected):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon(expected)
+
+
+def test_epilogue_inputs_get_n_and_m_n_shapes_and_the_name_lists_the_epilogue():
+    spec, notes = parse_request("matmul with bias, relu, scaled by 0.5, plus residual, 1024x4096 by 4096x2048")
+    assert shapes(spec) == {"a": [[1024, 4096]], "b": [[4096, 2048]], "bias": [[2048]], "residual": [[1024, 2048]]}
+    assert spec["name"] == "matmul_bias_relu_scale_residual"
+    assert spec["params"] == {"scale": 0.5}
+    assert spec["description"].startswith("matrix multiplication a @ b with epilogue")
+    assert any("bias" in n and "[N]" in n for n in notes)
+
+
+@pytest.mark.parametrize("text", [
+    "relu(a @ b + bias) * 0.5 + residual for fp16 1024x4096 by 4096x2048",
+    "relu(matmul(a, b) + bias) * 0.5 + residual, fp16, M=1024 N=2048 K=4096",
+])
+def test_typed_matmul_expression(text):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon("relu(a @ b + bias) * 0.5 + residual")
+    assert shapes(spec)["residual"] == [[1024, 2048]] and shapes(spec)["bias"] == [[2048]]
+
+
+def test_typed_bare_matmul_takes_its_epilogue_and_names_from_words():
+    spec, _ = parse_request("x @ w with bias and relu for 1024x4096 by 4096x4096")
+    assert expr(spec) == canon("relu(x @ w + bias)")
+    assert shapes(spec) == {"x": [[1024, 4096]], "w": [[4096, 4096]], "bias": [[4096]]}
+
+
+@pytest.mark.parametrize("text, words", [
+    ("matmul 1024x4096", ["1024x4096", "M, N and K", "4096x4096x4096"]),
+    ("matmul 1024x4096 by 2048x4096", ["do not multiply", "4096", "2048"]),
+    ("matmul M=4096 N=4096", ["M, N and K"]),
+    ("matmul then softmax", ["epilogue", "softmax", "relu(a @ b + bias) * 0.5 + residual"]),
+    ("matmul with an activation", ["which activation", "relu"]),
+    ("matmul with relu and gelu", ["relu and gelu", "which one"]),
+    ("bmm 4096^3", ["batch count", "batch 32 of 512x512x512"]),
+])
+def test_matmul_requests_that_need_an_answer(text, words):
+    message = error(text)
+    assert all(w in message for w in words), message
+
+
+# ---------------------------------------------------------------- batched matmul
+
+@pytest.mark.parametrize("text", [
+    "batched matmul 32x512x512 by 32x512x512", "bmm, batch 32 of 512x512x512", "batched gemm batch size 32, 512^3",
+    "bmm B=32 M=512 N=512 K=512", "matmul 32x512x512x512", "32 batches of 512x512x512 matmul",
+    "批量矩阵乘 32x512x512 乘 32x512x512", "批量矩阵乘 批量 32 形状 512x512x512",
+])
+def test_batched_matmul_phrasings(text):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon("a @ b")
+    assert shapes(spec) == {"a": [[32, 512, 512]], "b": [[32, 512, 512]]}
+    assert spec["name"] == "bmm" and spec["outputs"][0]["shapes"] == [[32, 512, 512]]
+
+
+def test_batched_matmul_defaults_and_epilogue():
+    spec, notes = parse_request("bmm with bias and residual")
+    assert expr(spec) == canon("a @ b + bias + residual")
+    assert shapes(spec) == {"a": [[32, 512, 512], [3, 1000, 700]], "b": [[32, 512, 512], [3, 700, 1500]],
+                            "bias": [[512], [1500]], "residual": [[32, 512, 512], [3, 1000, 1500]]}
+    assert any("B=32 M=512 N=512 K=512" in n for n in notes)
+
+
+# ---------------------------------------------------------------- matmul corrections
+
+def test_matmul_corrections_read_sizes_as_m_n_k():
+    spec, _ = parse_request("matmul with bias", ["shape 2048x1024x512", "also 64^3"])
+    assert shapes(spec) == {"a": [[2048, 512], [64, 64]], "b": [[512, 1024], [64, 64]], "bias": [[1024], [64]]}
+
+
+@pytest.mark.parametrize("correction, expected_dtypes, tf32", [
+    ("bf16 only", ["bfloat16"], False), ("also fp32", ["float16", "bfloat16", "float32"], False),
+    ("allow tf32", ["float32"], True),
+])
+def test_matmul_dtype_corrections(correction, expected_dtypes, tf32):
+    spec, _ = parse_request("matmul 4096^3", [correction])
+    assert dtypes(spec)["a"] == expected_dtypes and spec["tf32"] is tf32
+
+
+def test_no_tf32_correction():
+    spec, _ = parse_request("matmul with tf32", ["no tf32"])
+    assert spec["tf32"] is False and dtypes(spec)["a"] == ["float32"]
+
+
+def test_switching_between_matmul_and_other_operators_drops_the_other_kind_of_cases():
+    spec, _ = parse_request("relu for 1024x4096", ["make it a @ b"])
+    assert shapes(spec) == DEFAULT_MM
+    spec, _ = parse_request("matmul 4096^3", ["make it relu(x + y)"])
+    assert shapes(spec)["x"] == [[4096, 4096], [5333, 497]]
+
+
+# ---------------------------------------------------------------- reductions over a dim
+
+@pytest.mark.parametrize("text, expected, name", [
+    ("sum over dim 0 of a 8192x8192 tensor", "sum(x, dim=0)", "sum_dim0"),
+    ("mean along axis 1 of 8x128x64", "mean(x, dim=1)", "mean_dim1"),
+    ("max over the first dim", "max(x, dim=0)", "max_dim0"),
+    ("min over dim -2", "min(x, dim=-2)", "min_dim_neg2"),
+    ("sum over the second to last dim", "sum(x, dim=-2)", "sum_dim_neg2"),
+    ("column-wise sum", "sum(x, dim=-2)", "sum_dim_neg2"),
+    ("mean(x, dim=0)", "mean(x, dim=0)", "mean_dim0"),
+    ("沿第0维求和", "sum(x, dim=0)", "sum_dim0"),
+    ("按维度1求平均 8x128x64", "mean(x, dim=1)", "mean_dim1"),
+    ("第一维 最大值", "max(x, dim=0)", "max_dim0"),
+    ("沿第二维求最小值 8x128x64", "min(x, dim=1)", "min_dim1"),
+])
+def test_reductions_over_a_named_dim(text, expected, name):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon(expected)
+    assert spec["name"] == name and spec["params"]["dim"] == ir.parse(expected).attr("dim")
+    assert spec["reduce"]["dim"] == ir.parse(expected).attr("dim")
+
+
+@pytest.mark.parametrize("text", ["sum over dim 1 of a 1024x4096 tensor", "sum along axis -1", "沿最后一维求和",
+                                  "sum(x, dim=1) for 1024x4096", "row-wise sum"])
+def test_a_dim_that_is_the_last_one_keeps_the_last_dim_form_and_name(text):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon("sum(x)") and spec["name"] == "sum_last_dim" and "dim" not in spec["params"]
+
+
+def test_dim_correction_applies_to_a_reduction():
+    spec, _ = parse_request("sum over dim 0 of 8x64x32", ["over dim 1"])
+    assert expr(spec) == canon("sum(x, dim=1)")
+
+
+@pytest.mark.parametrize("text, words", [
+    ("sum over dim 0 and dim 1", ["0, 1", "one dim"]),
+    ("sum over dim 2 of a 1024x4096 tensor", ["dim 2", "2 dims"]),
+    ("softmax over the first dim", ["dim 0", "last dim"]),
+])
+def test_reduction_dims_that_cannot_be_used(text, words):
+    message = error(text)
+    assert all(w in message for w in words), message
+
+
+# ---------------------------------------------------------------- argmax / argmin
+
+@pytest.mark.parametrize("text, expected", [
+    ("argmax over the last dim of 4096x4096 fp16", "argmax(x, dim=-1)"),
+    ("argmax", "argmax(x, dim=-1)"),
+    ("arg max row-wise", "argmax(x, dim=-1)"),
+    ("index of the maximum over dim 0", "argmax(x, dim=0)"),
+    ("argmin over dim 0", "argmin(x, dim=0)"),
+    ("torch.argmax(x, dim=0)", "argmax(x, dim=0)"),
+    ("最大值索引", "argmax(x, dim=-1)"),
+    ("沿第0维求最小值索引", "argmin(x, dim=0)"),
+    ("最大值的下标 按行", "argmax(x, dim=-1)"),
+])
+def test_argmax_argmin_phrasings(text, expected):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon(expected)
+
+
+def test_argmax_returns_int64_indices_and_is_named_by_its_dim():
+    spec, _ = parse_request("argmax over the last dim of 4096x4096 fp16")
+    assert spec["name"] == "argmax_last_dim"
+    assert spec["outputs"][0] == {"name": "out", "dtypes": ["int64"], "shapes": [[4096]]}
+    assert parse_request("argmin over dim 0")[0]["name"] == "argmin_dim0"
+
+
+def test_argmax_of_an_expression_is_refused():
+    assert "argmax takes a tensor input" in error("argmax of x + y")
+
+
+# ---------------------------------------------------------------- fused add + rmsnorm
+
+@pytest.mark.parametrize("text", [
+    "fused add rmsnorm", "add + rmsnorm with weight", "residual add then rmsnorm", "fused add + RMSNorm",
+    "加法+RMSNorm 融合", "残差相加 + RMS归一化",
+])
+def test_fused_add_rmsnorm_phrasings(text):
+    spec, _ = parse_request(text + " for 1024x4096")
+    assert expr(spec) == canon("rmsnorm(x + residual, weight, eps=1e-6)")
+    assert shapes(spec) == {"x": [[1024, 4096]], "residual": [[1024, 4096]], "weight": [[4096]]}
+
+
+def test_fused_add_rmsnorm_defaults_are_noted():
+    spec, notes = parse_request("fused add rmsnorm")
+    assert any("eps" in n for n in notes) and any("weight" in n for n in notes) and any("5333x497" in n for n in notes)
+    assert spec["name"] == "rmsnorm_add"
+
+
+# ---------------------------------------------------------------- cross entropy
+
+@pytest.mark.parametrize("text, logits", [
+    ("cross entropy over 4096x32000 logits", [4096, 32000]),
+    ("cross-entropy loss for logits of shape 8192x50257", [8192, 50257]),
+    ("CrossEntropy over the last dim of 1024x32000", [1024, 32000]),
+    ("softmax cross entropy, 1024x32000, reduction mean", [1024, 32000]),
+    ("cross_entropy(logits, target) for 1024x32000", [1024, 32000]),
+    ("交叉熵 形状 4096x32000", [4096, 32000]),
+    ("交叉熵损失 4096x32000 取平均", [4096, 32000]),
+])
+def test_cross_entropy_phrasings(text, logits):
+    spec, _ = parse_request(text + " fp16")
+    assert expr(spec) == canon("cross_entropy(logits, target)")
+    assert spec["inputs"] == [
+        {"name": "logits", "dtypes": ["float16"], "shapes": [logits], "domain": "normal"},
+        {"name": "target", "dtypes": ["int64"], "shapes": [logits[:1]], "domain": "index", "index_of": "logits"},
+    ]
+    assert spec["outputs"][0]["shapes"] == [[]] and spec["name"] == "cross_entropy"
+
+
+@pytest.mark.parametrize("text", [
+    "cross entropy per row", "cross entropy, reduction none", "cross entropy with no reduction",
+    "per-sample cross-entropy loss", "cross_entropy(logits, target, reduction='none')", "交叉熵 逐行", "交叉熵 不归约",
+])
+def test_cross_entropy_without_reduction(text):
+    spec, notes = parse_request(text)
+    assert expr(spec) == canon("cross_entropy(logits, target, reduction='none')")
+    assert spec["name"] == "cross_entropy_per_row" and spec["params"] == {"reduction": "none"}
+    assert not any("reduction" in n for n in notes)
+
+
+def test_cross_entropy_defaults_one_int64_target_dtype_per_variant_and_notes():
+    spec, notes = parse_request("cross entropy with int64 targets")
+    assert dtypes(spec) == {"logits": ["float16", "bfloat16", "float32"], "target": ["int64"] * 3}
+    assert shapes(spec)["target"] == [[4096], [5333]]
+    assert any("reduction='mean'" in n for n in notes)
+    assert any("float16, bfloat16 and float32" in n for n in notes)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("cross entropy with label smoothing 0.1", ["label smoothing", "mean", "none"]),
+    ("cross entropy with class weights", ["weights"]),
+    ("cross entropy, reduction sum", ["reduction sum", "mean"]),
+    ("cross entropy then relu", ["relu", "cross_entropy(logits * 0.5, target)"]),
+    ("cross entropy over dim 0", ["dim 0", "last dim"]),
+])
+def test_cross_entropy_requests_that_are_refused(text, words):
+    message = error(text)
+    assert all(w in message for w in words), message
+
+
+# ---------------------------------------------------------------- pasted PyTorch
+
+@pytest.mark.parametrize("code, expected", [
+    ("def mm(a, b):\n    return torch.matmul(a, b)", "a @ b"),
+    ("def mm(a, b):\n    return a @ b", "a @ b"),
+    ("def mm(x, w, bias):\n    y = x @ w + bias\n    return F.gelu(y)", "gelu(x @ w + bias)"),
+    ("def colsum(x):\n    return x.sum(dim=0)", "sum(x, dim=0)"),
+    ("def am(x):\n    return torch.argmax(x, dim=0)", "argmax(x, dim=0)"),
+    ("def loss(logits, target):\n    return F.cross_entropy(logits, target)", "cross_entropy(logits, target)"),
+    ("def loss(logits, labels):\n    return F.cross_entropy(logits.float(), labels, reduction='none')",
+     "cross_entropy(logits, labels, reduction='none')"),
+])
+def test_pasted_functions(code, expected):
+    spec, _ = parse_request(code)
+    assert expr(spec) == canon(expected)
+
+
+def test_pasted_bmm_with_sizes_in_the_words():
+    spec, _ = parse_request("make this fast for fp16, batch 8 of 128^3\n```python\ndef f(a, b):\n"
+                            "    return torch.bmm(a, b)\n```")
+    assert shapes(spec) == {"a": [[8, 128, 128]], "b": [[8, 128, 128]]}
+    assert dtypes(spec)["a"] == ["float16"]
+
+
+def test_pasted_cross_entropy_target_first_still_takes_cases_from_the_logits():
+    spec, _ = parse_request("for 1024x32000\ndef loss(target, logits):\n    return F.cross_entropy(logits, target)")
+    assert shapes(spec) == {"target": [[1024]], "logits": [[1024, 32000]]}
+    assert dtypes(spec)["target"] == ["int64"] * 3
+
+
+# ---------------------------------------------------------------- the supported list
+
+@pytest.mark.parametrize("text", ["conv2d 3x3", "einsum ij,jk->ik", "hello", "sort each row"])
+def test_unsupported_requests_list_what_is_supported(text):
+    message = error(text)
+    assert SUPPORTED in message
+    assert all(w in message for w in ("matmul", "bmm", "argmax", "cross entropy", "rmsnorm (also fused with an add)",
+                                      ir.SUPPORTED_TEXT))
