@@ -27,8 +27,15 @@ CUBLAS_TARGET = 0.90        # matmul at 4096^3 in fp16 and bf16
 PLAIN_MATMUL = {"matmul", "bmm", "matmul_tf32"}     # torch eager is cuBLAS alone: its speedup is % of cuBLAS
 
 
-def run_all(entries: list[Entry], out: Path, backend: str, gpus: list[str], timeout_s: float) -> dict[str, dict]:
-    """Run every entry, one per GPU at a time; returns entry name -> report.json (or an error)."""
+MIN_ENTRY_S = 60            # with less of the budget left, an entry is not started
+
+
+def run_all(entries: list[Entry], out: Path, backend: str, gpus: list[str], timeout_s: float,
+            budget_s: float | None = None) -> dict[str, dict]:
+    """Run every entry, one per GPU at a time; returns entry name -> report.json (or an error).
+    With budget_s, no entry starts once less than MIN_ENTRY_S of it is left, and each entry's
+    own timeout ends with the budget (kernelbot run then cancels and exports what it has)."""
+    deadline = time.time() + budget_s if budget_s else float("inf")
     todo: queue.Queue[Entry] = queue.Queue()
     for e in entries:
         todo.put(e)
@@ -36,11 +43,15 @@ def run_all(entries: list[Entry], out: Path, backend: str, gpus: list[str], time
 
     def worker(gpu: str) -> None:
         while True:
+            left = deadline - time.time()
             try:
                 entry = todo.get_nowait()
             except queue.Empty:
                 return
-            reports[entry.name] = run_one(entry, out, backend, gpu, timeout_s)
+            if left < MIN_ENTRY_S:
+                print(f"[gpu {gpu}] {entry.name}: not started, the budget is spent", flush=True)
+                continue
+            reports[entry.name] = run_one(entry, out, backend, gpu, min(timeout_s, left))
 
     threads = [threading.Thread(target=worker, args=(gpu,)) for gpu in gpus]
     for t in threads:
@@ -60,9 +71,12 @@ def run_one(entry: Entry, out: Path, backend: str, gpu: str, timeout_s: float) -
     with open(out / f"{entry.name}.log", "w") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     print(f"[gpu {gpu}] {entry.name}: exit {rc} after {time.time() - start:.0f} s", flush=True)
+    return {**read_report(out, entry), "exit_code": rc}
+
+
+def read_report(out: Path, entry: Entry) -> dict:
     path = out / entry.name / "report.json"
-    report = json.loads(path.read_text()) if path.exists() else {}
-    return {**report, "exit_code": rc}
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def rows(entries: list[Entry], reports: dict[str, dict]) -> list[dict]:
@@ -71,9 +85,9 @@ def rows(entries: list[Entry], reports: dict[str, dict]) -> list[dict]:
     for entry in entries:
         report = reports.get(entry.name, {})
         if not report.get("bench"):
-            failed = [s["stage"] for s in report.get("stages", []) if s["status"] == "failed"]
-            out.append({"op": entry.name, "kind": entry.kind, "case": "-", "dtype": "-",
-                        "error": f"exit {report.get('exit_code')}; failed: {', '.join(failed) or 'no report'}"})
+            failed = [s["stage"] for s in report.get("stages", []) if s["status"] in ("failed", "cancelled")]
+            why = f"failed: {', '.join(failed)}" if failed else "no benchmark" if report else "not run"
+            out.append({"op": entry.name, "kind": entry.kind, "case": "-", "dtype": "-", "error": why})
             continue
         for r in report["bench"]:
             out.append({"op": entry.name, "kind": entry.kind, **r})
@@ -142,9 +156,15 @@ def summary(rows_: list[dict], device: str) -> str:
     return "\n".join(lines)
 
 
-def main(entries: list[Entry], out: Path, backend: str, gpus: list[str], timeout_s: float) -> int:
+def main(entries: list[Entry], out: Path, backend: str, gpus: list[str], timeout_s: float,
+         table_only: bool = False, budget_s: float | None = None) -> int:
+    """Run the entries (or, table_only, read the reports an earlier run left in OUT) and print
+    the table and the targets; exit 0 only if every target is met."""
     out.mkdir(parents=True, exist_ok=True)
-    reports = run_all(entries, out, backend, gpus, timeout_s)
+    if table_only:
+        reports = {e.name: read_report(out, e) for e in entries}
+    else:
+        reports = run_all(entries, out, backend, gpus, timeout_s, budget_s)
     all_rows = rows(entries, reports)
     device = next((r.get("device") for r in reports.values() if r.get("device")), "unknown")
     text = summary(all_rows, device)

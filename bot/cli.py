@@ -73,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--gpus", default=None, help="GPU indices to run entries on in parallel, one entry per GPU "
                                                     "at a time (default: CUDA_VISIBLE_DEVICES, else 0)")
     bench.add_argument("--timeout", type=float, default=1800, help="seconds per entry (default 1800)")
+    bench.add_argument("--budget", type=float, help="seconds for the whole run: entries that would start later "
+                                                    "are skipped, running ones are cancelled at the end")
+    bench.add_argument("--table-only", action="store_true", help="run nothing: the table and targets from the "
+                                                                 "reports an earlier run left in --out")
 
     status = sub.add_parser("status", help="sessions in the store, or one session in full")
     status.add_argument("session", nargs="?")
@@ -110,7 +114,8 @@ def _bench(args, cfg) -> int:
         print(f"kernelbot bench: {e}", file=sys.stderr)
         return 2
     gpus = (args.gpus or os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")
-    return catalog_bench.main(entries, args.out, args.backend, [g.strip() for g in gpus if g.strip()], args.timeout)
+    return catalog_bench.main(entries, args.out, args.backend, [g.strip() for g in gpus if g.strip()], args.timeout,
+                              args.table_only, args.budget)
 
 
 def _slack(args, cfg) -> int:

@@ -40,6 +40,9 @@ COLS_CONFIGS = [
     {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 16, "num_warps": 4, "num_stages": 3},
     {"BLOCK_B": 256, "BLOCK_D": 32, "SPLIT_D": 16, "num_warps": 8, "num_stages": 1},
     {"BLOCK_B": 64, "BLOCK_D": 64, "SPLIT_D": 64, "num_warps": 4, "num_stages": 2},
+    # More bytes in flight per program: deeper tiles with 8 warps (not yet measured on a GPU).
+    {"BLOCK_B": 128, "BLOCK_D": 64, "SPLIT_D": 16, "num_warps": 8, "num_stages": 1},
+    {"BLOCK_B": 256, "BLOCK_D": 64, "SPLIT_D": 32, "num_warps": 8, "num_stages": 1},
 ]
 # rows layout: one row per program in 1K to 8K chunks, short rows stacked, long rows split.
 ROWS_CONFIGS = [
@@ -48,6 +51,8 @@ ROWS_CONFIGS = [
     {"BLOCK_R": 1, "BLOCK_D": 2048, "SPLIT_D": 1, "num_warps": 8, "num_stages": 3},
     {"BLOCK_R": 16, "BLOCK_D": 128, "SPLIT_D": 1, "num_warps": 4, "num_stages": 1},
     {"BLOCK_R": 1, "BLOCK_D": 4096, "SPLIT_D": 16, "num_warps": 8, "num_stages": 1},
+    # A whole 8K row per program, read once, as the last-dim max kernel does.
+    {"BLOCK_R": 1, "BLOCK_D": 8192, "SPLIT_D": 1, "num_warps": 16, "num_stages": 1},
 ]
 # cross entropy: one row per program in 1K to 8K chunks (vocabularies of 32K-128K loop), with and
 # without pipelined loads; short rows stacked.

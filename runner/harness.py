@@ -198,7 +198,7 @@ def checked_call(ctx: Context, fn: Callable, args: list[torch.Tensor], expected:
     if problem:
         return out, Check(problem)
     rlen = reduce_len(ctx.spec, args, expected.numel())
-    return out, compare(out, expected, native.dtype, rlen, bool(ctx.spec.get("tf32")))
+    return out, compare(out, expected, native.dtype, rlen, bool(ctx.spec.get("tf32")), bool(ctx.spec.get("matmul")))
 
 
 def _index(flat: int, shape: torch.Size) -> str:
@@ -209,7 +209,8 @@ def _index(flat: int, shape: torch.Size) -> str:
     return "(" + ", ".join(map(str, reversed(idx))) + ")"
 
 
-def compare(out, expected: torch.Tensor, want_dtype: torch.dtype, rlen: int, tf32: bool = False) -> Check:
+def compare(out, expected: torch.Tensor, want_dtype: torch.dtype, rlen: int, tf32: bool = False,
+            matmul: bool = False) -> Check:
     """The output against the float64 reference: shape, dtype, then every element within
     atol + rtol * |ref| (NaN never passes unless the reference is NaN there too)."""
     if not isinstance(out, torch.Tensor):
@@ -221,7 +222,7 @@ def compare(out, expected: torch.Tensor, want_dtype: torch.dtype, rlen: int, tf3
     if out.device != expected.device:
         return Check(f"output on {out.device} but the inputs are on {expected.device}")
     name = inputs.dtype_name(out.dtype) or "float32"
-    rtol, atol = protocol.tolerance(name, rlen, tf32) if out.is_floating_point() else (0.0, 0.0)
+    rtol, atol = protocol.tolerance(name, rlen, tf32, matmul) if out.is_floating_point() else (0.0, 0.0)
     got, want = out.double(), expected.double()
     err, tol = (got - want).abs(), atol + rtol * want.abs()
     ok = (err <= tol) | (got == want) | (got.isnan() & want.isnan())
