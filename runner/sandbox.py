@@ -116,6 +116,9 @@ def child_env(workdir: Path, backend: str, gpu: int | None, threads: int) -> dic
         PYTHONPATH=PACKAGE_PARENT, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONNOUSERSITE="1",
         TRITON_CACHE_DIR=str(workdir / ".triton"), TORCHINDUCTOR_CACHE_DIR=str(workdir / ".inductor"),
         MPLBACKEND="Agg", OMP_NUM_THREADS=str(threads),
+        # torch.compile's worker pool is one process per core by default, each with torch loaded:
+        # on a many-core GPU host their summed RSS outgrows the memory watchdog.
+        TORCHINDUCTOR_COMPILE_THREADS=str(threads),
     )
     if protocol.device_type(backend) == "cpu":
         env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
