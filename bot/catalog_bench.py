@@ -84,13 +84,13 @@ def rows(entries: list[Entry], reports: dict[str, dict]) -> list[dict]:
     out = []
     for entry in entries:
         report = reports.get(entry.name, {})
-        if not report.get("bench"):
-            failed = [s["stage"] for s in report.get("stages", []) if s["status"] in ("failed", "cancelled")]
-            why = f"failed: {', '.join(failed)}" if failed else "no benchmark" if report else "not run"
-            out.append({"op": entry.name, "kind": entry.kind, "case": "-", "dtype": "-", "error": why})
-            continue
-        for r in report["bench"]:
+        for r in report.get("bench", []):
             out.append({"op": entry.name, "kind": entry.kind, **r})
+        stopped = [s for s in report.get("stages", []) if s["status"] in ("failed", "cancelled")]
+        if stopped or not report.get("bench"):
+            why = "; ".join(f"{s['stage']} {s['status']}: {s.get('job', {}).get('summary', '')}"[:90] for s in stopped)
+            out.append({"op": entry.name, "kind": entry.kind, "case": "-", "dtype": "-",
+                        "error": why or ("no benchmark" if report else "not run")})
     return out
 
 
