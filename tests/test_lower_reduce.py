@@ -7,15 +7,16 @@ runner.protocol's tolerance for the reduced length, exactly for indices.
 """
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
 import pytest
 import torch
 
+from generated import load, make_spec
+
 from bot import ir, lower_reduce, lower_torch
-from bot.spec import parse_expression, validate
+from bot.spec import parse_expression
 from runner import protocol
 from runner.inputs import make_inputs
 
@@ -25,24 +26,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 MATRIX, CUBE, VECTOR = [37, 97], [5, 7, 11], [97]
 COLS_CASE, ROWS_CASE = [301, 45], [45, 301]     # dim 0 / dim 1 of these: D = 301, long enough to split
 SPLIT = {"BLOCK_B": 16, "BLOCK_R": 2, "BLOCK_D": 16, "SPLIT_D": 5, "num_warps": 4, "num_stages": 2}
-
-
-def make_spec(expression: str, shapes: dict[str, list[list[int]]], dtypes=("float32", "float16"),
-              name: str = "op") -> dict:
-    """A validated spec; class-index inputs are int64 (validate names what they index)."""
-    domains = ir.domains(ir.parse(expression))
-    inputs = [{"name": n, "dtypes": ["int64"] * len(dtypes) if domains[n] == "index" else list(dtypes),
-               "shapes": s, "domain": domains[n]} for n, s in shapes.items()]
-    return validate({"name": name, "expression": expression, "inputs": inputs})
-
-
-def load(tmp_path, filename: str, source: str):
-    path = tmp_path / filename
-    path.write_text(source)
-    module_spec = importlib.util.spec_from_file_location(f"{tmp_path.name}_{path.stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
 
 
 def generate(tmp_path, spec: dict, options: dict | None = None):

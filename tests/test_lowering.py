@@ -6,13 +6,14 @@ float64 inputs within runner.protocol's tolerance.
 """
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import subprocess
 import sys
 
 import pytest
 import torch
+
+from generated import load, make_spec
 
 from bot import integrity, ir, lower_torch, lower_triton
 from bot.spec import parse_expression, validate
@@ -22,22 +23,6 @@ SQUARE = [[3, 5], [17, 33]]
 
 # The masked lanes of a tail block compute on placeholder values (log(0) and the like).
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-
-
-def make_spec(expression: str, shapes: dict[str, list[list[int]]], dtypes=("float32", "float16"),
-              name: str = "op") -> dict:
-    domains = ir.domains(ir.parse(expression))
-    inputs = [{"name": n, "dtypes": list(dtypes), "shapes": s, "domain": domains[n]} for n, s in shapes.items()]
-    return validate({"name": name, "expression": expression, "inputs": inputs})
-
-
-def load(tmp_path, filename: str, source: str):
-    path = tmp_path / filename
-    path.write_text(source)
-    module_spec = importlib.util.spec_from_file_location(f"{tmp_path.name}_{path.stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
 
 
 def generate(tmp_path, spec: dict, options: dict | None = None):
