@@ -11,7 +11,7 @@ import importlib.util
 import pytest
 import torch
 
-from bot import ir, lower_matmul, lower_torch
+from bot import integrity, ir, lower_matmul, lower_torch
 from bot.spec import parse_expression, validate
 from runner import protocol
 
@@ -169,6 +169,101 @@ def test_an_input_read_whole_in_one_case_is_read_whole_in_all(tmp_path):
                                      "bias": [[45], [2, 20, 30]]})
 
 
+# ---------------------------------------------------------------- operands padded to aligned rows
+
+# Shapes whose rows of a (K long) or b (N long) do not start on 16-byte boundaries, so the
+# launcher pads them, with a tiny one and one padded in fp16 only (36 * 2 bytes; 36 * 4 is aligned).
+PADDED = {
+    "2-D, odd K and N": {"a": [[33, 70]], "b": [[70, 45]]},
+    "bmm, odd K and N": {"a": [[5, 37, 29]], "b": [[5, 29, 13]]},
+    "bmm, b shared, odd N": {"a": [[3, 20, 32]], "b": [[32, 45]]},
+    "bmm, b shared, odd K and N": SHARED_B,
+    "odd K, aligned N": {"a": [[33, 70]], "b": [[70, 64]]},
+    "K aligned in fp32 only": {"a": [[2, 33, 36]], "b": [[2, 36, 48]]},
+    "tiny": {"a": [[3, 5]], "b": [[5, 3]]},
+}
+
+
+def epilogue_shapes(shapes: dict) -> dict:
+    """A bias [N], a value per row [M, 1], a residual the output's shape and a scalar for shapes."""
+    *batch_m, k = shapes["a"][0]
+    n = shapes["b"][0][-1]
+    return {"bias": [[n]], "r": [[batch_m[-1], 1]], "res": [[*batch_m, n]], "s": [[1]]}
+
+
+@pytest.mark.parametrize("shapes", PADDED.values(), ids=PADDED)
+def test_padded_operands_are_right_with_every_config(tmp_path, shapes):
+    check(tmp_path, "relu(a @ b + bias) * r + res - s", {**shapes, **epilogue_shapes(shapes)},
+          configs=(None, *lower_matmul.CONFIGS))
+
+
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+def test_every_epilogue_on_padded_operands_with_every_config(tmp_path, epilogue):
+    expression, extra = EPILOGUES[epilogue]
+    check(tmp_path, expression, {**ODD, **extra}, configs=(None, *lower_matmul.CONFIGS))
+
+
+def pad_calls(monkeypatch, kernel) -> list:
+    """Each _pad call of the kernel.py `kernel` comes from: (the operand's shape, R_pad, C_pad)."""
+    calls, pad = [], kernel.__globals__["_pad"]
+
+    def spy(x, r_pad, c_pad):
+        calls.append((list(x.shape), r_pad, c_pad))
+        return pad(x, r_pad, c_pad)
+    monkeypatch.setitem(kernel.__globals__, "_pad", spy)
+    return calls
+
+
+@pytest.mark.parametrize("a, b, dtype, padded", [
+    ([32, 64], [64, 48], torch.float16, []),                                  # aligned: no copy
+    ([2, 16, 8], [8, 24], torch.float16, []),                                 # 16 bytes exactly
+    ([33, 36], [36, 48], torch.float32, []),
+    ([33, 36], [36, 48], torch.float16, [([33, 36], 33, 64), ([36, 48], 64, 48)]),
+    ([3, 20, 32], [32, 45], torch.float16, [([32, 45], 32, 64)]),             # N only: a as it is
+    ([5, 37, 29], [5, 29, 13], torch.float32, [([5, 37, 29], 37, 32), ([5, 29, 13], 32, 16)]),
+    ([33, 70], [70, 130], torch.float16, [([33, 70], 33, 128), ([70, 130], 128, 192)]),
+])
+def test_only_unaligned_operands_are_padded(tmp_path, monkeypatch, a, b, dtype, padded):
+    _, kernel = generate(tmp_path, validate(raw_spec("a @ b", {"a": [a], "b": [b]})))
+    calls = pad_calls(monkeypatch, kernel)
+    x, y = torch.randn(a, dtype=dtype), torch.randn(b, dtype=dtype)
+    torch.testing.assert_close(kernel(x, y).float(), (x.double() @ y.double()).float(), rtol=1e-2, atol=1e-2)
+    assert calls == padded
+
+
+def test_pad_copies_and_zero_fills(tmp_path, monkeypatch):
+    _, kernel = generate(tmp_path, validate(raw_spec("a @ b", ODD)))
+    x = torch.randn(3, 37, 29, dtype=torch.float16)
+    empty = torch.empty         # fresh buffers hold NaNs, so only what _pad writes is zero
+    monkeypatch.setattr(torch, "empty", lambda *args, **kwargs: empty(*args, **kwargs).fill_(float("nan")))
+    padded = kernel.__globals__["_pad"](x, 40, 300)
+    assert padded.shape == (3, 40, 300) and padded.is_contiguous()
+    assert torch.equal(padded, torch.nn.functional.pad(x, (0, 300 - 29, 0, 40 - 37)))
+
+
+def test_padded_lengths_keep_the_tiles_and_make_k_whole_tiles():
+    for itemsize in (2, 4):
+        for n in range(1, 600):
+            padded = lower_matmul._padded_length(n, itemsize)
+            assert padded * itemsize % 16 == 0 and padded >= n
+            if n * itemsize % 16 == 0:
+                assert padded == n
+            for config in lower_matmul.CONFIGS:     # configs() dedups configs on the unpadded K
+                fitted = lower_matmul._fit_config(config, 100, 100, padded, itemsize)
+                assert fitted == lower_matmul._fit_config(config, 100, 100, n, itemsize)
+                assert padded == n or padded % fitted[2] == 0        # EVEN_K wherever K was padded
+    assert [lower_matmul._padded_length(n, 2) for n in (5, 13, 29, 37, 70, 2999, 3007)] == [16, 16, 32, 64, 128,
+                                                                                            3008, 3008]
+
+
+@pytest.mark.parametrize("expression, shapes", [("a @ b", ODD), ("(a @ b + bias) * r + res - s",
+                                                                 {**BATCHED, **epilogue_shapes(BATCHED)})])
+def test_kernels_pass_the_integrity_check(expression, shapes):
+    text = source(expression, shapes)
+    assert "_pad_kernel[grid](" in text and "tl.multiple_of(" in text
+    assert not integrity.check(text, "mm_op"), integrity.report(integrity.check(text, "mm_op"))
+
+
 # ---------------------------------------------------------------- config choice
 
 def test_default_config_and_fitting():
@@ -237,5 +332,15 @@ def test_trees_that_are_not_one_matmul_with_a_pointwise_epilogue():
                                          ("float32", True)])
 def test_every_config_compiles_and_is_right_on_a_gpu(tmp_path, dtype, tf32):
     shapes = {"a": [[2, 1000, 520]], "b": [[520, 1030]], "bias": [[1030]], "residual": [[2, 1000, 1030]]}
+    check(tmp_path, f"relu(matmul(a, b, tf32={tf32}) + bias) + residual", shapes, dtypes=(dtype,),
+          configs=(None, *lower_matmul.CONFIGS), device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, tf32", [("float16", False), ("bfloat16", False), ("float32", False),
+                                         ("float32", True)])
+def test_padded_operands_are_right_on_a_gpu(tmp_path, dtype, tf32):
+    # K and N odd: both operands go through _pad and the aligned, EVEN_K kernel.
+    shapes = {"a": [[2, 1001, 999]], "b": [[999, 1007]], "bias": [[1007]], "residual": [[2, 1001, 1007]]}
     check(tmp_path, f"relu(matmul(a, b, tf32={tf32}) + bias) + residual", shapes, dtypes=(dtype,),
           configs=(None, *lower_matmul.CONFIGS), device="cuda")
