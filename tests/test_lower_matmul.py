@@ -6,10 +6,9 @@ reference evaluated on float64 inputs within runner.protocol's tolerance.
 """
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
+from generated import load
 
 from bot import integrity, ir, lower_matmul, lower_torch
 from bot.spec import parse_expression, validate
@@ -28,15 +27,6 @@ def raw_spec(expression: str, shapes: dict, dtypes=("float32", "float16")) -> di
 
 def source(expression: str, shapes: dict, options: dict | None = None) -> str:
     return lower_matmul.kernel_source(raw_spec(expression, shapes), ir.parse(expression), options)
-
-
-def load(tmp_path, filename: str, text: str):
-    path = tmp_path / filename
-    path.write_text(text)
-    module_spec = importlib.util.spec_from_file_location(f"{tmp_path.name}_{path.stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
 
 
 def generate(tmp_path, spec: dict, options: dict | None = None):
