@@ -8,7 +8,8 @@ separate modules and only ever called with the inputs of one check.
 
 Modes: ``correctness`` (the kernel against the float64 reference), ``reference`` (the reference
 itself: it runs, keeps its inputs, gives finite values; its own low-precision rounding is only
-reported) and ``benchmark`` (timing of torch, torch.compile and every kernel version). A kernel
+reported) and ``benchmark`` (timing of torch, torch.compile and every kernel version, with the
+clocks of runner.timers). A kernel
 with a config space (CONFIGS, docs/CONTRACTS.md) is tuned in the benchmark first: every config
 checked and timed on each case, the kernel rows timed with the fastest correct one.
 """
@@ -20,9 +21,7 @@ import inspect
 import itertools
 import json
 import os
-import statistics
 import sys
-import time
 import traceback
 import warnings
 from contextlib import contextmanager
@@ -32,9 +31,8 @@ from typing import Callable
 
 import torch
 import torch.utils.deterministic
-import triton.testing
 
-from runner import inputs, jobfiles, protocol
+from runner import inputs, jobfiles, protocol, timers
 from runner.protocol import Case
 
 SEEDS = (0, 1, 2)
@@ -44,10 +42,7 @@ BF16_SKIP = ("bfloat16 under the Triton CPU interpreter: it computes bfloat16 wr
 BF16_AS_FP32 = ("checked as float32: Triton's CPU interpreter computes bfloat16 wrongly; "
                 "a GPU runner checks bfloat16 itself")
 CPU_NOTE = "Triton interpreter on CPU: timings say nothing about GPU speed"
-CPU_RUNS = 5
 IMPLAUSIBLE = 1.05      # achieved bandwidth above this multiple of a plain copy means skipped work
-FLUSH_BYTES = 2 * 2**30  # zeroing 2 GiB takes ~0.5 ms on an H200: longer than any launch path
-GPU_REPS = 100
 TUNE_REPS = 30          # GPU-time calls per config in the sweep: enough to rank, cheap to repeat
 TUNE_CPU_RUNS = 2
 
@@ -313,67 +308,6 @@ def run_correctness(ctx: Context, fn: Callable, is_reference: bool) -> None:
 
 # --- timing --------------------------------------------------------------------------------
 
-def time_cuda(fn: Callable, timing: dict) -> dict:
-    """Three views of one version on the GPU, in ms:
-    - ms: triton.testing.do_bench median per call (L2 flushed); it includes the host's launch
-      overhead whenever that outlasts do_bench's 256 MB flush, as Triton's Python launcher can;
-    - cudagraph_ms: CUDA-graph replay median, launch overhead gone but L2 kept warm between calls;
-    - gpu_ms: GPU time with L2 flushed and the host kept ahead (see gpu_time), the basis for
-      comparing versions."""
-    out = {"ms": triton.testing.do_bench(fn, warmup=timing.get("warmup_ms", 25), rep=timing.get("rep_ms", 100),
-                                         return_mode="median")}
-    out["gpu_ms"] = gpu_time(fn, timing.get("gpu_reps", GPU_REPS))
-    if timing.get("cudagraph", True):
-        try:
-            out["cudagraph_ms"] = triton.testing.do_bench_cudagraph(fn, rep=timing.get("rep_ms", 100),
-                                                                    return_mode="median")
-        except Exception:
-            out["cudagraph_ms"] = None      # a version that cannot be captured still has the others
-    return out
-
-
-_flush_buffer: list[torch.Tensor] = []
-
-
-def gpu_time(fn: Callable, reps: int) -> float:
-    """Median device time of fn between two events, with L2 flushed before each call by zeroing
-    FLUSH_BYTES. The flush keeps the device busy far longer than any host launch path, so the
-    host is always ahead and the events bracket only fn's work on the GPU."""
-    if not _flush_buffer:
-        _flush_buffer.append(torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda"))
-    flush = _flush_buffer[0]
-    fn()
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for start, end in events:
-        flush.zero_()
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
-
-
-def time_cpu(fn: Callable, timing: dict) -> dict:
-    """Wall-clock median of a few runs after one warm-up run."""
-    fn()
-    samples = []
-    for _ in range(timing.get("cpu_runs", CPU_RUNS)):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return {"ms": statistics.median(samples) * 1e3}
-
-
-def copy_gbps(device: str, timer: Callable) -> float:
-    """Device copy bandwidth, bytes read + written: the ceiling for memory-bound kernels."""
-    nbytes = 2**30 if device == "cuda" else 2**26
-    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    ms = timer(lambda: dst.copy_(src), {"cudagraph": False})["ms"]
-    return 2 * nbytes / (ms * 1e-3) / 1e9
-
-
 def select_cases(ctx: Context, wanted) -> list[Case]:
     cases, notes = inputs.bench_cases(ctx.spec, ctx.backend)
     for note in notes:
@@ -504,8 +438,8 @@ def tune(ctx: Context, kernel: Callable, args: list[torch.Tensor], expected: tor
 def sweep_time(device: str, fn: Callable, timing: dict) -> float:
     """One config's time in the sweep, in ms: GPU time over a few calls, or wall clock on cpu."""
     if device == "cuda":
-        return gpu_time(fn, timing.get("tune_reps", TUNE_REPS))
-    return time_cpu(fn, {"cpu_runs": TUNE_CPU_RUNS})["ms"]
+        return timers.gpu_time(fn, timing.get("tune_reps", TUNE_REPS))
+    return timers.time_cpu(fn, {"cpu_runs": TUNE_CPU_RUNS})["ms"]
 
 
 def kernel_configs(ctx: Context, kernel: Callable) -> list[dict]:
@@ -579,13 +513,13 @@ def run_benchmark(ctx: Context, versions: dict) -> None:
     plan = json.loads((ctx.jobdir / "bench_plan.json").read_text())
     timing = plan.get("timing", {})
     on_cpu = ctx.device == "cpu"
-    timer = time_cpu if on_cpu else time_cuda
-    ceiling = copy_gbps(ctx.device, timer)
+    timer = timers.time_cpu if on_cpu else timers.time_cuda
+    ceiling = timers.copy_gbps(ctx.device, timer)
     ctx.result["copy_gbps"] = ceiling
     ctx.result["timing_note"] = (
-        f"{CPU_NOTE}. Wall-clock median of {CPU_RUNS} interpreter runs; copy ceiling from a 64 MiB host copy"
+        f"{CPU_NOTE}. Wall-clock median of {timers.CPU_RUNS} interpreter runs; copy ceiling from a 64 MiB host copy"
         if on_cpu else
-        f"GPU time: median of {timing.get('gpu_reps', GPU_REPS)} calls between CUDA events, L2 flushed "
+        f"GPU time: median of {timing.get('gpu_reps', timers.GPU_REPS)} calls between CUDA events, L2 flushed "
         "before each and the host kept ahead, so launch overhead is left out for every version alike; "
         f"per call: do_bench median (warmup {timing.get('warmup_ms', 25)} ms, rep {timing.get('rep_ms', 100)} ms), "
         "which includes Python launch overhead where it outlasts do_bench's flush; CUDA-graph replay "
