@@ -227,7 +227,7 @@ def test_full_session_through_slack_payloads(make_bot, fake, mode):
     exported = {f.filename: f for f in fake.files if f.comment and s.id in f.comment}
     assert exported["kernel.py"].data.decode() == code + "# tuned & reviewed\n"
     assert exported["chart.png"].thread_ts == thread
-    assert not bot.store.pending_effects()
+    wait_until(lambda: not bot.store.pending_effects())   # marked done just after the post
 
 
 # ------------------------------------------------------------------ commands, mentions, team review
@@ -348,7 +348,9 @@ def test_deleted_thread_moves_the_session_to_a_new_thread(make_bot, fake):
     edited = bot.session().latest("reference").content + "# checked\n"
     fake.deliver("event", fake.message(REQUESTER, f"```python\n{edited}```", thread_ts=ref["thread_ts"]))
     assert card(bot, "2/6 PyTorch reference · r2")["thread_ts"] == ref["thread_ts"]
-    assert bot.session().latest("reference").content == edited and not bot.store.pending_effects()
+    assert bot.session().latest("reference").content == edited
+    # The card is on Slack a moment before its outbox entry is marked done.
+    wait_until(lambda: not bot.store.pending_effects())
 
 
 def test_rate_limit_is_waited_out_and_channel_errors_are_explained(make_bot, fake, caplog, monkeypatch):
