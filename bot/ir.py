@@ -349,13 +349,16 @@ def input_names(node: Node) -> list[str]:
     return seen
 
 
+_ROOT_KINDS = {**dict.fromkeys(REDUCE, "reduce"), **dict.fromkeys(ARG_REDUCE, "argreduce"),
+               **dict.fromkeys(ROW_PRESERVING, "softmax"), **dict.fromkeys(NORMS, "norm"),
+               **dict.fromkeys(LOSSES, "loss")}
+
+
 def kind(node: Node) -> str:
     """'pointwise', 'matmul' (with its epilogue), 'reduce', 'argreduce', 'softmax'
     (softmax/log_softmax), 'norm' or 'loss'."""
-    kinds = {**dict.fromkeys(REDUCE, "reduce"), **dict.fromkeys(ARG_REDUCE, "argreduce"),
-             **dict.fromkeys(ROW_PRESERVING, "softmax"), **dict.fromkeys(NORMS, "norm"), **dict.fromkeys(LOSSES, "loss")}
-    if node.op in kinds:
-        return kinds[node.op]
+    if node.op in _ROOT_KINDS:
+        return _ROOT_KINDS[node.op]
     return "matmul" if any(sub.op == MATMUL for sub in node.walk()) else "pointwise"
 
 

@@ -22,8 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 from bot import ir
-from bot.lower_torch import local_names
-from bot.lower_triton import RESERVED, _check_options, _expanded_strides, _Input, _KernelFile, _wrap
+from bot.lower_triton import RESERVED, _expanded_strides, _Input, _KernelFile, _wrap, kernel_inputs
 
 MAX_BLOCK = 256             # a wider tile's operands no longer fit in shared memory
 
@@ -149,15 +148,10 @@ def kernel_source(spec: dict, node: ir.Node, options: dict | None = None) -> str
     tuning block, the @triton.jit kernel and a launcher `def <spec name>(<inputs>, *, config=None)`
     with the reference's signature. options may carry {"block": int, "num_warps": int} from a
     reviewer's correction ('block size 64': 64 x 64 output tiles), kept by every config."""
-    options = dict(options or {})
-    _check_options(options)
+    options, inputs = kernel_inputs(spec, options, MATMUL_RESERVED)
     if options.get("block", 0) > MAX_BLOCK:
         raise ValueError(f"a matmul tile side is at most {MAX_BLOCK} (the operand tiles live in shared memory), "
                          f"got {options['block']}")
-    if spec["name"] in MATMUL_RESERVED:
-        raise ValueError(f"operator name {spec['name']!r} clashes with a name kernel.py uses; rename the operator")
-    locals_ = local_names([i["name"] for i in spec["inputs"]], MATMUL_RESERVED)
-    inputs = [_Input(i["name"], locals_[i["name"]], i["shapes"]) for i in spec["inputs"]]
     return _MatmulKernel(spec, node, inputs, options).source()
 
 

@@ -21,9 +21,8 @@ import math
 from dataclasses import dataclass
 
 from bot import ir
-from bot.lower_torch import local_names
-from bot.lower_triton import (NEG_INF, POS_INF, RESERVED as TRITON_RESERVED, _check_options, _Input, _KernelFile,
-                              _require_full, _row_config, _row_tile, _wrap)
+from bot.lower_triton import (NEG_INF, POS_INF, RESERVED as TRITON_RESERVED, _Input, _KernelFile, _require_full,
+                              _row_config, _row_tile, _wrap, kernel_inputs)
 
 MAX_CONFIGS = 12            # a small, deliberate space: the benchmark times each config on each case
 NO_INDEX = 2**31 - 1        # the index masked lanes carry: it loses every tie to a real element
@@ -148,14 +147,9 @@ def kernel_source(spec: dict, node: ir.Node, options: dict | None = None) -> str
     the tuning block and a launcher `def <spec name>(<inputs>, *, config=None)` with the
     reference's signature, as bot.lower_triton.kernel_source writes them. options may carry
     {"block": int, "num_warps": int} from review: BLOCK_D (BLOCK_V) and num_warps are pinned."""
-    options = dict(options or {})
-    _check_options(options)
     if node.op not in ir.REDUCE | ir.ARG_REDUCE | ir.LOSSES:
         raise ValueError(f"lower_reduce lowers sum/mean/max/min, argmax/argmin and cross_entropy, not {node.op}")
-    if spec["name"] in RESERVED:
-        raise ValueError(f"operator name {spec['name']!r} clashes with a name kernel.py uses; rename the operator")
-    locals_ = local_names([i["name"] for i in spec["inputs"]], RESERVED)
-    inputs = [_Input(i["name"], locals_[i["name"]], i["shapes"]) for i in spec["inputs"]]
+    options, inputs = kernel_inputs(spec, options, RESERVED)
     kernel = _CrossEntropyKernel if node.op in ir.LOSSES else _ReduceKernel
     return kernel(spec, node, inputs, options).source()
 

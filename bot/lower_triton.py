@@ -281,19 +281,25 @@ class _Input:
 
 def kernel_source(spec: dict, node: ir.Node, options: dict | None = None) -> str:
     """kernel.py: @triton.jit kernel(s), the tuning block (CONFIGS, TUNED, tuning_key) and a
-    launcher `def <spec name>(<inputs>, config=None)` with the reference's signature that
+    launcher `def <spec name>(<inputs>, *, config=None)` with the reference's signature that
     allocates the output (torch.empty) and launches with the given config, else the one tuned
     for the inputs, else one chosen from the sizes. options may carry {"block": int,
     "num_warps": int} from a reviewer's correction: the default and every config keep them."""
-    options = dict(options or {})
-    _check_options(options)
-    if spec["name"] in RESERVED:
-        raise ValueError(f"operator name {spec['name']!r} clashes with a name kernel.py uses; rename the operator")
-    locals_ = local_names([i["name"] for i in spec["inputs"]], RESERVED)
-    inputs = [_Input(i["name"], locals_[i["name"]], i["shapes"]) for i in spec["inputs"]]
+    options, inputs = kernel_inputs(spec, options, RESERVED)
     if node.op in ir.ROW_OPS:
         return _RowKernel(spec, node, inputs, options).source()
     return _PointwiseKernel(spec, node, inputs, options).source()
+
+
+def kernel_inputs(spec: dict, options: dict | None, reserved: set[str]) -> tuple[dict, list[_Input]]:
+    """What every lowering starts from: the reviewer's options checked, and the spec's inputs
+    with the local names kernel.py gives them (renamed where they clash with `reserved`)."""
+    options = dict(options or {})
+    _check_options(options)
+    if spec["name"] in reserved:
+        raise ValueError(f"operator name {spec['name']!r} clashes with a name kernel.py uses; rename the operator")
+    locals_ = local_names([i["name"] for i in spec["inputs"]], reserved)
+    return options, [_Input(i["name"], locals_[i["name"]], i["shapes"]) for i in spec["inputs"]]
 
 
 class _KernelFile:
