@@ -1,12 +1,37 @@
-"""Specs and generated files in tests: a validated spec from an expression and shapes, and
-generated files imported the way the runner's harness does, each a module of its own named
-after the test's temp dir so modules of different tests never collide."""
+"""Specs and generated files in tests: a validated spec from an expression and shapes, what a
+parsed request's spec holds, and generated files imported the way the runner's harness does,
+each a module of its own named after the test's temp dir so modules of different tests never
+collide."""
 from __future__ import annotations
 
 import importlib.util
 
+import pytest
+
 from bot import ir
+from bot.generator import GenerationError
+from bot.request_parse import parse_request
 from bot.spec import validate
+
+
+def canon(expression: str) -> str:
+    """An expression in ir's canonical spelling, so equal expressions compare equal."""
+    return ir.to_text(ir.parse(expression))
+
+
+def expr(spec: dict) -> str:
+    return canon(spec["expression"])
+
+
+def shapes(spec: dict) -> dict[str, list[list[int]]]:
+    return {i["name"]: i["shapes"] for i in spec["inputs"]}
+
+
+def error(text: str, feedback=()) -> str:
+    """The message parse_request refuses the request with."""
+    with pytest.raises(GenerationError) as e:
+        parse_request(text, feedback)
+    return str(e.value)
 
 
 def make_spec(expression: str, shapes: dict[str, list[list[int]]], dtypes=("float32", "float16"),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from generated import canon, error, expr, shapes
 
 from bot import ir
 from bot import spec as specmod
@@ -13,28 +14,10 @@ ALL = ["float16", "bfloat16", "float32"]
 DEFAULT_SHAPES = [[4096, 4096], [5333, 497]]
 
 
-def canon(expression: str) -> str:
-    return ir.to_text(ir.parse(expression))
-
-
-def expr(spec: dict) -> str:
-    return canon(spec["expression"])
-
-
-def shapes(spec: dict) -> dict[str, list[list[int]]]:
-    return {i["name"]: i["shapes"] for i in spec["inputs"]}
-
-
 def dtypes(spec: dict) -> list[str]:
     first = spec["inputs"][0]["dtypes"]
     assert all(i["dtypes"] == first for i in spec["inputs"])
     return first
-
-
-def error(text: str, feedback=()) -> str:
-    with pytest.raises(GenerationError) as e:
-        parse_request(text, feedback)
-    return str(e.value)
 
 
 # ---------------------------------------------------------------- the requests of the brief

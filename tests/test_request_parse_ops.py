@@ -4,35 +4,17 @@ English and Chinese, typed as expressions and pasted as PyTorch."""
 from __future__ import annotations
 
 import pytest
+from generated import canon, error, expr, shapes
 
 from bot import ir
-from bot.generator import GenerationError
 from bot.request_parse import SUPPORTED, parse_request
 
 SQUARE = {"a": [[4096, 4096]], "b": [[4096, 4096]]}
 DEFAULT_MM = {"a": [[4096, 4096], [1000, 700]], "b": [[4096, 4096], [700, 1500]]}
 
 
-def canon(expression: str) -> str:
-    return ir.to_text(ir.parse(expression))
-
-
-def expr(spec: dict) -> str:
-    return canon(spec["expression"])
-
-
-def shapes(spec: dict) -> dict[str, list[list[int]]]:
-    return {i["name"]: i["shapes"] for i in spec["inputs"]}
-
-
 def dtypes(spec: dict) -> dict[str, list[str]]:
     return {i["name"]: i["dtypes"] for i in spec["inputs"]}
-
-
-def error(text: str, feedback=()) -> str:
-    with pytest.raises(GenerationError) as e:
-        parse_request(text, feedback)
-    return str(e.value)
 
 
 # ---------------------------------------------------------------- matmul
