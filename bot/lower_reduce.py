@@ -8,7 +8,7 @@ BLOCK_D chunks and may split D over SPLIT_D programs, which write float32 partia
 kernel combines in a fixed order: deterministic, no atomics.
 
 cross_entropy(logits body, target) is a row kernel over the last dim: an online logsumexp over
-BLOCK_V chunks that picks the target's logit on the way; 'mean' sums the per-row losses in one
+BLOCK_V chunks, less the target's logit, read directly; 'mean' sums the per-row losses in one
 program, again in a fixed order.
 
 Bodies are written by bot.lower_triton's machinery (float32 math) and the files follow its
@@ -26,50 +26,53 @@ from bot.lower_triton import (NEG_INF, POS_INF, RESERVED as TRITON_RESERVED, _In
 
 MAX_CONFIGS = 12            # a small, deliberate space: the benchmark times each config on each case
 NO_INDEX = 2**31 - 1        # the index masked lanes carry: it loses every tie to a real element
+NAN_KEY = 2**30             # argmax/argmin key NaN lanes below every index (dims up to 2**30 long)
 
-# Config spaces, after the default's pick for each of the spec's cases (_reduce_config).
-# cols layout: one pass over D (many outputs: enough programs without a split), then D split 8 to
-# 64 ways for few outputs (dim 0 of a matrix has A = 1: all parallelism comes from B and the split),
-# each with and without pipelined loads (num_stages > 1 stages loads through shared memory).
+# Config spaces, after the default's pick for each of the spec's cases (_reduce_config), from
+# sweeps on an H200 (docs/BENCHMARKS.md).
+# cols layout: wide tiles first. BLOCK_B of 512-2048 neighbouring outputs puts every thread on its
+# own columns, so a tile reduces over D inside each thread and few rows (BLOCK_D 4-8) keep 16-32 KB
+# in flight; D is split 64-128 ways (dim 0 of a matrix has A = 1: all parallelism comes from B
+# and the split). Narrow, deep tiles last: they win where rows are not 16-byte aligned (7919x6007).
 COLS_CONFIGS = [
-    {"BLOCK_B": 64, "BLOCK_D": 64, "SPLIT_D": 1, "num_warps": 4, "num_stages": 3},
-    {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 1, "num_warps": 4, "num_stages": 1},
-    {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 8, "num_warps": 4, "num_stages": 1},
-    {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 16, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_B": 1024, "BLOCK_D": 8, "SPLIT_D": 128, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_B": 1024, "BLOCK_D": 8, "SPLIT_D": 64, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_B": 1024, "BLOCK_D": 4, "SPLIT_D": 128, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_B": 2048, "BLOCK_D": 4, "SPLIT_D": 128, "num_warps": 8, "num_stages": 1},
+    {"BLOCK_B": 512, "BLOCK_D": 8, "SPLIT_D": 128, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_B": 256, "BLOCK_D": 16, "SPLIT_D": 128, "num_warps": 2, "num_stages": 1},
+    {"BLOCK_B": 256, "BLOCK_D": 32, "SPLIT_D": 64, "num_warps": 4, "num_stages": 1},
     {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 16, "num_warps": 4, "num_stages": 3},
-    {"BLOCK_B": 256, "BLOCK_D": 32, "SPLIT_D": 16, "num_warps": 8, "num_stages": 1},
-    {"BLOCK_B": 64, "BLOCK_D": 64, "SPLIT_D": 64, "num_warps": 4, "num_stages": 2},
-    # More bytes in flight per program: deeper tiles with 8 warps (not yet measured on a GPU).
-    {"BLOCK_B": 128, "BLOCK_D": 64, "SPLIT_D": 16, "num_warps": 8, "num_stages": 1},
-    {"BLOCK_B": 256, "BLOCK_D": 64, "SPLIT_D": 32, "num_warps": 8, "num_stages": 1},
+    {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 8, "num_warps": 4, "num_stages": 1},
 ]
-# rows layout: one row per program in 1K to 8K chunks, short rows stacked, long rows split.
+# rows layout: one or a few rows per program in 1K to 8K chunks, pipelined or not; long rows split.
 ROWS_CONFIGS = [
+    {"BLOCK_R": 1, "BLOCK_D": 2048, "SPLIT_D": 1, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_R": 1, "BLOCK_D": 2048, "SPLIT_D": 1, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_R": 2, "BLOCK_D": 4096, "SPLIT_D": 1, "num_warps": 8, "num_stages": 1},
+    {"BLOCK_R": 4, "BLOCK_D": 2048, "SPLIT_D": 1, "num_warps": 8, "num_stages": 1},
     {"BLOCK_R": 1, "BLOCK_D": 1024, "SPLIT_D": 1, "num_warps": 4, "num_stages": 1},
-    {"BLOCK_R": 1, "BLOCK_D": 4096, "SPLIT_D": 1, "num_warps": 8, "num_stages": 1},
-    {"BLOCK_R": 1, "BLOCK_D": 2048, "SPLIT_D": 1, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_R": 1, "BLOCK_D": 8192, "SPLIT_D": 1, "num_warps": 8, "num_stages": 1},
     {"BLOCK_R": 16, "BLOCK_D": 128, "SPLIT_D": 1, "num_warps": 4, "num_stages": 1},
     {"BLOCK_R": 1, "BLOCK_D": 4096, "SPLIT_D": 16, "num_warps": 8, "num_stages": 1},
-    # A whole 8K row per program, read once, as the last-dim max kernel does.
-    {"BLOCK_R": 1, "BLOCK_D": 8192, "SPLIT_D": 1, "num_warps": 16, "num_stages": 1},
 ]
 # cross entropy: one row per program in 1K to 8K chunks (vocabularies of 32K-128K loop), with and
 # without pipelined loads; short rows stacked.
 CROSS_ENTROPY_CONFIGS = [
-    {"BLOCK_R": 1, "BLOCK_V": 1024, "num_warps": 4, "num_stages": 1},
-    {"BLOCK_R": 1, "BLOCK_V": 2048, "num_warps": 8, "num_stages": 1},
-    {"BLOCK_R": 1, "BLOCK_V": 4096, "num_warps": 8, "num_stages": 1},
-    {"BLOCK_R": 1, "BLOCK_V": 4096, "num_warps": 8, "num_stages": 3},
-    {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 16, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 8, "num_stages": 1},
     {"BLOCK_R": 1, "BLOCK_V": 2048, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_R": 1, "BLOCK_V": 4096, "num_warps": 8, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_V": 1024, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_V": 4096, "num_warps": 8, "num_stages": 3},
     {"BLOCK_R": 16, "BLOCK_V": 256, "num_warps": 4, "num_stages": 1},
 ]
 
 # Names the generated kernel.py uses besides lower_triton's; an input with one is renamed there.
 RESERVED = TRITON_RESERVED | {
-    "a", "s", "d", "d_lo", "d_hi", "start", "n_cols", "acc_idx", "index", "nan", "has_nan", "wins", "out_offs",
+    "a", "s", "d", "best", "d_lo", "d_hi", "start", "n_cols", "acc_idx", "index", "nan", "has_nan", "wins", "key", "out_offs",
     "dst", "dst_idx", "dst_ptr", "idx_ptr", "ws_ptr", "ws_idx_ptr", "losses", "losses_ptr", "dim", "A", "D", "B",
-    "M", "V", "chunk", "block", "picked", "loss", "num_stages", "SPLIT", "SPLIT_P2", "BLOCK_B", "BLOCK_D",
+    "M", "V", "chunk", "block", "picked", "pick", "loss", "num_stages", "SPLIT", "SPLIT_P2", "BLOCK_B", "BLOCK_D",
     "BLOCK_R", "BLOCK_V", "NUM_STAGES", "FINAL", "_fit", "_fit_stages", "_reduce_config", "_reduce_tiles",
     "_combine_block", "_cross_entropy_config", "_cross_entropy_tiles", "_argmax_combine", "_argmin_combine",
 }
@@ -89,21 +92,22 @@ def _fit_stages(num_stages, stage_bytes):
 
 
 def _reduce_config(A, D, B):
-    # The default config for a body viewed as [A, D, B], D reduced. B > 1: tiles of 4K elements
-    # (32 values a thread at 4 warps) up to 128 outputs wide. B == 1: whole-row tiles as the row
-    # kernels choose them. Then D is split in two while fewer than ~1024 programs run (8 per SM
-    # of an H200: loads enough in flight without pipelining) and each keeps 8+ BLOCK_D chunks.
-    # An 8192x8192 sum over dim 0 thus gets 64 column blocks x 16 splits of 512 rows.
+    # The default config for a body viewed as [A, D, B], D reduced. B > 1: tiles up to 1024
+    # outputs wide and 8K elements deep, each thread on its own columns (the tile reduces inside
+    # threads). B == 1: whole-row tiles as the row kernels choose them. Then D is split in two
+    # while fewer than ~1024 programs run (8 per SM of an H200: loads enough in flight without
+    # pipelining) and each keeps 8+ BLOCK_D chunks. An 8192x8192 sum over dim 0 thus gets 8
+    # column blocks x 128 splits of 64 rows.
     if B > 1:
-        key, block, warps = "BLOCK_B", min(128, 1 << (B - 1).bit_length()), 4
-        block_d = max(16, 4096 // block)
+        key, block, warps = "BLOCK_B", min(1024, 1 << (B - 1).bit_length()), 4
+        block_d = max(8, 8192 // block)
         programs = A * -(-B // block)
     else:
         key = "BLOCK_R"
         block, block_d, warps = _row_tile(A, D, _row_config(A, D))
         programs = -(-A // block)
     split = 1
-    while programs * split < 1024 and D >= split * 16 * block_d:
+    while programs * split < 1024 and D >= split * 8 * block_d:
         split *= 2
     return {key: block, "BLOCK_D": block_d, "SPLIT_D": split, "num_warps": warps, "num_stages": 1}
 
@@ -204,7 +208,7 @@ class _Layout:
     block: str              # the tile's extent over the outputs: BLOCK_B or BLOCK_R
     comment: str
     locate: tuple[str, ...]  # the program's outputs
-    tile: str
+    acc: str                # the accumulators' shape: the tile reduced over D, kept 2-d
     d: str                  # the tile's reduced-dim indices
     mask: str
     offs: str
@@ -220,14 +224,14 @@ _COLS = _Layout(
     "# tiles: the outputs are contiguous in memory, so each tile row is one coalesced load.",
     ("n_cols = tl.cdiv(B, BLOCK_B)", "a = (tl.program_id(0) // n_cols).to(tl.int64)",
      "cols = (tl.program_id(0) % n_cols) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]"),
-    "[BLOCK_D, BLOCK_B]", "start + tl.arange(0, BLOCK_D)[:, None]", "(d < d_hi) & (cols < B)",
+    "[1, BLOCK_B]", "start + tl.arange(0, BLOCK_D)[:, None]", "(d < d_hi) & (cols < B)",
     "(a * D + d) * B + cols", 0, "s.to(tl.int64) * A * B + a * B + cols", "cols < B", "[None, :]")
 _ROWS = _Layout(
     "rows", "BLOCK_R",
     "# BLOCK_R rows (the reduced dim is the last), each reduced over split s's part of it in\n"
     "# [BLOCK_R, BLOCK_D] tiles.",
     ("rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",),
-    "[BLOCK_R, BLOCK_D]", "start + tl.arange(0, BLOCK_D)[None, :]", "(rows < A) & (d < d_hi)",
+    "[BLOCK_R, 1]", "start + tl.arange(0, BLOCK_D)[None, :]", "(rows < A) & (d < d_hi)",
     "rows * D + d", 1, "s.to(tl.int64) * A + rows", "rows < A", "[:, None]")
 
 _FILL = {"sum": "0.0", "mean": "0.0", "max": NEG_INF, "min": POS_INF, "argmax": NEG_INF, "argmin": POS_INF}
@@ -265,6 +269,9 @@ class _ReduceKernel(_ReduceFile):
                 raise ValueError(f"{self.op} over dim {self.dim}, but case {case + 1} has shape {full}")
             d = self.dim % len(full)
             self.views.append((math.prod(full[:d]), full[d], math.prod(full[d + 1:])))
+            if self.arg and full[d] >= NAN_KEY:
+                raise ValueError(f"{self.op} over a dim of {full[d]} (case {case + 1}); this kernel indexes dims "
+                                 f"shorter than {NAN_KEY}")
 
     def configs(self) -> list[dict]:
         defaults = [_reduce_config(*view) for view in self.views]
@@ -290,14 +297,25 @@ class _ReduceKernel(_ReduceFile):
         """What the launcher passes for _ptrs: the output, or the partials of a split."""
         return ["dst"] + (["dst_idx"] if self.arg else [])
 
-    def _init(self, tile: str) -> list[str]:
-        lines = [f"acc = tl.full({tile}, {_FILL[self.op]}, tl.float32)"]
-        return lines + ([f"acc_idx = tl.full({tile}, {NO_INDEX}, tl.int32)"] if self.arg else [])
+    def _init(self, acc: str) -> list[str]:
+        lines = [f"acc = tl.full({acc}, {_FILL[self.op]}, tl.float32)"]
+        return lines + ([f"acc_idx = tl.full({acc}, {NO_INDEX}, tl.int32)"] if self.arg else [])
 
-    def _fold(self) -> list[str]:
+    def _fold(self, axis: int) -> list[str]:
+        """Reduce the tile over D (kept as a size-1 axis) and fold it into the accumulators: they
+        stay one row or column wide, so a wide tile costs few registers beyond its loads."""
         if not self.arg:
-            return [_FOLD[self.op]]
-        return [f"idx = tl.where(mask, d, {NO_INDEX})", f"acc, acc_idx = _{self.op}_combine(acc, acc_idx, val, idx)"]
+            reduced = f"{_TL_REDUCE[self.op]}(val, axis={axis}, keep_dims=True)"
+            return [_FOLD[self.op].replace("val", reduced)]
+        extreme = _TL_REDUCE[self.op[3:]]
+        return ["# The tile's first winner in one min over keys: a NaN lane keys d - 2**30 (NaN wins, first",
+                "# one first, as in torch), a lane holding the tile's extreme keys d, any other NO_INDEX.",
+                f"best = {extreme}(val, axis={axis}, keep_dims=True)",
+                f"key = tl.where(val != val, d - {NAN_KEY}, tl.where(mask & (val == best), d, {NO_INDEX}))",
+                f"key = tl.min(key, axis={axis}, keep_dims=True)",
+                f"index = tl.where(key < 0, key + {NAN_KEY}, key).to(tl.int32)",
+                'best = tl.where(key < 0, float("nan"), best)',
+                f"acc, acc_idx = _{self.op}_combine(acc, acc_idx, best, index)"]
 
     def _final(self, axis: int, expand: str) -> list[str]:
         """result (and index) of the accumulators along axis; expand brings a result back to their rank."""
@@ -326,9 +344,9 @@ class _ReduceKernel(_ReduceFile):
         loads = [f"{i.local} = tl.load({i.local}_ptr + offs, mask=mask, other=0.0).to(tl.float32)"
                  for i in self.body_inputs]
         loop = [f"d = {layout.d}", f"mask = {layout.mask}", f"offs = {layout.offs}", *loads,
-                f"val = tl.where(mask, {self.body_call()}, {_FILL[self.op]})", *self._fold()]
+                f"val = tl.where(mask, {self.body_call()}, {_FILL[self.op]})", *self._fold(layout.axis)]
         lines = [*layout.locate, "s = tl.program_id(1)", "d_lo = s * chunk", "d_hi = tl.minimum(d_lo + chunk, D)",
-                 *self._init(layout.tile),
+                 *self._init(layout.acc),
                  "# NUM_STAGES > 1 pipelines the loads through shared memory (cp.async).",
                  "for start in tl.range(d_lo, d_hi, BLOCK_D, num_stages=NUM_STAGES):",
                  *("    " + line for line in loop),
@@ -385,10 +403,10 @@ class _ReduceKernel(_ReduceFile):
 # ---------------------------------------------------------------- cross entropy
 
 class _CrossEntropyKernel(_ReduceFile):
-    description = ("BLOCK_R rows of V class logits per program, read in BLOCK_V chunks: an online logsumexp and\n"
-                   "the target's logit give loss = logsumexp(row) - row[target]. 'mean' writes float32 per-row\n"
-                   "losses that one program sums in a fixed order (deterministic). Targets must lie in [0, V):\n"
-                   "torch's ignore_index (-100) is not supported, and an out-of-range target picks nothing.")
+    description = ("BLOCK_R rows of V class logits per program, read in BLOCK_V chunks: an online logsumexp less\n"
+                   "the target's logit (read directly) gives loss = logsumexp(row) - row[target]. 'mean' writes\n"
+                   "float32 per-row losses that one program sums in a fixed order (deterministic). Targets must\n"
+                   "lie in [0, V): torch's ignore_index (-100) is not supported; an out-of-range target picks 0.")
     block_key = "BLOCK_V"
 
     def __init__(self, spec, node, inputs, options):
@@ -425,21 +443,26 @@ class _CrossEntropyKernel(_ReduceFile):
                 f"val = tl.where(mask, {self.body_call()}, {NEG_INF})",
                 "new_max = tl.maximum(row_max, tl.max(val, axis=1))",
                 "row_sum = row_sum * tl.exp(row_max - new_max) + tl.sum(tl.exp(val - new_max[:, None]), axis=1)",
-                "row_max = new_max",
-                f"picked += tl.sum(tl.where(cols == {t}, val, 0.0), axis=1)"]
+                "row_max = new_max"]
+        target_loads = [f"{i.local} = tl.load({i.local}_ptr + rows * V + {t}, mask=pick, other=0.0).to(tl.float32)"
+                        for i in self.body_inputs]
         lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",
                  f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other=0)",
                  f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
                  "row_sum = tl.zeros([BLOCK_R], tl.float32)",
-                 "picked = tl.zeros([BLOCK_R], tl.float32)",
                  "# Online logsumexp: the running sum is rescaled to each new running max. NUM_STAGES > 1",
                  "# pipelines the loads through shared memory (cp.async).",
                  "for start in tl.range(0, V, BLOCK_V, num_stages=NUM_STAGES):",
                  *("    " + line for line in loop),
+                 "# The target's logit, read directly (a target outside [0, V) picks 0, and reads nothing);",
+                 "# after the loop, whose loads have another shape.",
+                 f"pick = (rows < R) & ({t} >= 0) & ({t} < V)",
+                 *target_loads,
+                 f"picked = tl.sum(tl.where(pick, {self.body_call()}, 0.0), axis=1)",
                  "loss = row_max + tl.log(row_sum) - picked",
                  "tl.store(dst_ptr + rows, loss[:, None].to(dst_ptr.dtype.element_ty), mask=rows < R)"]
         return (f"@triton.jit\n{_wrap(f'def {self.name}_kernel', params, '')}:\n"
-                "    # BLOCK_R rows per program in BLOCK_V-wide chunks; the target's logit is picked on the way.\n"
+                "    # BLOCK_R rows per program in BLOCK_V-wide chunks.\n"
                 + "".join(f"    {line}\n" for line in lines))
 
     def _mean_kernel(self) -> str:

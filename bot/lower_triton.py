@@ -32,12 +32,17 @@ WARPS = (1, 2, 4, 8, 16, 32)
 # Pointwise: block size x warps; the default (_pointwise_config) is one of them.
 POINTWISE_CONFIGS = [{"BLOCK": block, "num_warps": warps} for block in (1024, 2048, 4096) for warps in (4, 8)]
 # Row ops, after the default's pick for each of the spec's cases: one row per program with 4, 8
-# or 16 warps; rows longer than 2048 read in 2048-wide chunks; short rows stacked into tiles of
+# or 16 warps, or two rows of 8K (BLOCK_N is the tile's width in elements: 16384 holds two);
+# rows longer than 4096, 2048 or 1024 read in chunks (1K chunks won on rows of 6007 elements,
+# which are not 16-byte aligned in fp16); short rows stacked into tiles of
 # up to 1K or 4K elements (see _row_tile for how a config fits a shape).
 ROW_CONFIGS = [
     {"BLOCK_M": 1, "BLOCK_N": 8192, "num_warps": 4},
     {"BLOCK_M": 1, "BLOCK_N": 8192, "num_warps": 8},
     {"BLOCK_M": 1, "BLOCK_N": 8192, "num_warps": 16},
+    {"BLOCK_M": 2, "BLOCK_N": 16384, "num_warps": 8},
+    {"BLOCK_M": 1, "BLOCK_N": 4096, "num_warps": 8},
+    {"BLOCK_M": 1, "BLOCK_N": 1024, "num_warps": 4},
     {"BLOCK_M": 1, "BLOCK_N": 2048, "num_warps": 4},
     {"BLOCK_M": 16, "BLOCK_N": 1024, "num_warps": 4},
     {"BLOCK_M": 64, "BLOCK_N": 4096, "num_warps": 8},

@@ -520,10 +520,10 @@ def run_benchmark(ctx: Context, versions: dict) -> None:
         f"{CPU_NOTE}. Wall-clock median of {timers.CPU_RUNS} interpreter runs; copy ceiling from a 64 MiB host copy"
         if on_cpu else
         f"GPU time: median of {timing.get('gpu_reps', timers.GPU_REPS)} calls between CUDA events, L2 flushed "
-        "before each and the host kept ahead, so launch overhead is left out for every version alike; "
+        "before each by a 2 GiB read (clean lines: no write-back inside the timed call) and the host kept ahead, so launch overhead is left out for every version alike; "
         f"per call: do_bench median (warmup {timing.get('warmup_ms', 25)} ms, rep {timing.get('rep_ms', 100)} ms), "
         "which includes Python launch overhead where it outlasts do_bench's flush; CUDA-graph replay "
-        "median (L2 warm) in the bench rows; copy ceiling from a 1 GiB device-to-device copy")
+        "median (L2 warm) in the bench rows; copy ceiling from a 1 GiB device-to-device copy, on GPU time")
     if ctx.configs:
         ctx.result["timing_note"] += (
             f". Tuned: each of the kernel's {len(ctx.configs)} configs checked against the float64 reference, "
