@@ -30,6 +30,12 @@ def _number(value: float) -> str:
     return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"   # speedups keep two decimals
 
 
+def _case_label(case: str, dtype: str) -> str:
+    """Tick label: the other inputs' shapes on a line of their own ('3001x2999 (b:2999x3007)' side
+    by side ran into its neighbour)."""
+    return f"{case.replace(' (', chr(10) + '(')}\n{dtype}"
+
+
 def _bar_label(row: dict | None) -> str:
     """Why a version has no bar in a group, or '' when it has one."""
     if row is None or row.get("time_ms") is None:
@@ -55,7 +61,7 @@ def _grouped_bars(ax, groups: list[tuple[str, str]], versions: list[str], rows: 
             heights.append(value(row))
         bars = ax.bar(xs, heights, width * 0.95, label=version, color=colors[version])
         ax.bar_label(bars, labels=[_number(h) for h in heights], fontsize=7, padding=2, rotation=90 if crowded else 0)
-    ax.set_xticks(range(len(groups)), [f"{case}\n{dtype}" for case, dtype in groups], fontsize=8)
+    ax.set_xticks(range(len(groups)), [_case_label(case, dtype) for case, dtype in groups], fontsize=8)
     ax.set_xlim(-0.6, len(groups) - 0.4)
     ax.margins(y=0.15)     # room for the value labels above the tallest bar
     ax.grid(axis="y", alpha=0.3)
@@ -92,12 +98,30 @@ def _tuning_panel(ax, tuning: list[dict]) -> None:
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=2.5))
     cmap = plt.get_cmap("RdYlGn_r").with_extremes(bad="0.88")      # grey: no time, wrong or failed
     ax.imshow(np.ma.masked_invalid(ratios), cmap=cmap, vmin=1.0, vmax=SLOW, aspect="auto", alpha=0.75)
-    ax.set_xticks(range(len(tuning)), [f"{t['case']}\n{t['dtype']}" for t in tuning], fontsize=8)
+    ax.set_xticks(range(len(tuning)), [_case_label(t["case"], t["dtype"]) for t in tuning], fontsize=8)
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.tick_params(length=0)
     # Two lines: with long config labels on the left, one line ran past the figure's edge.
     ax.set_title(f"tuning: config time / best config time per case, lower is better\n"
                  f"(best = 1.00, boxed; full red = {SLOW:g}x or slower)", fontsize=11)
+
+
+def _throughput_panel(ax, groups, versions, rows, colors, copy_gbps: float | None, basis: str) -> None:
+    """Matmul rows carry TFLOP/s, what a compute-bound kernel is judged on; the others GB/s
+    against the copy bandwidth."""
+    if any(r.get("tflops") for r in rows.values()):
+        _grouped_bars(ax, groups, versions, rows, lambda r: r.get("tflops") or 0.0, colors)
+        ax.set_title(f"achieved throughput (2*M*N*K flops / {basis} time)", fontsize=11)
+        ax.set_ylabel("TFLOP/s")
+    else:
+        _grouped_bars(ax, groups, versions, rows, lambda r: r["gbps"], colors)
+        if copy_gbps:
+            ax.axhline(copy_gbps, color="crimson", linewidth=1.5, linestyle="--",
+                       label=f"copy bandwidth {copy_gbps:,.0f} GB/s (ceiling)")
+        _log_if_wide(ax, [copy_gbps] + [r.get("gbps") for r in rows.values()])
+        ax.set_title(f"achieved bandwidth (inputs + output bytes / {basis} time)", fontsize=11)
+        ax.set_ylabel("GB/s")
+    _legend_below(ax)
 
 
 def render(bench: list[dict], copy_gbps: float | None, *, operator: str, device: str, backend: str,
@@ -129,14 +153,7 @@ def render(bench: list[dict], copy_gbps: float | None, *, operator: str, device:
     left.set_ylabel("torch eager time / version time")
     _legend_below(left)
 
-    _grouped_bars(right, groups, versions, rows, lambda r: r["gbps"], colors)
-    if copy_gbps:
-        right.axhline(copy_gbps, color="crimson", linewidth=1.5, linestyle="--",
-                      label=f"copy bandwidth {copy_gbps:,.0f} GB/s (ceiling)")
-    _log_if_wide(right, [copy_gbps] + [r.get("gbps") for r in bench])
-    right.set_title(f"achieved bandwidth (inputs + output bytes / {basis} time)", fontsize=11)
-    right.set_ylabel("GB/s")
-    _legend_below(right)
+    _throughput_panel(right, groups, versions, rows, colors, copy_gbps, basis)
 
     stamp = (when or datetime.now()).strftime("%Y-%m-%d %H:%M")
     fig.suptitle(f"{operator} — {device} — {stamp}", fontsize=13, fontweight="bold")

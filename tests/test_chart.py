@@ -42,3 +42,12 @@ def test_chart_with_a_tuning_panel_grows_below_the_bars():
     tuned = image(chart.render(bench(), 200.0, operator="softmax", device="NVIDIA H200", backend="cuda",
                                tuning=tuning()))
     assert tuned.shape[1] == plain.shape[1] and tuned.shape[0] > plain.shape[0] + 300
+
+
+def test_matmul_rows_chart_throughput_and_long_case_labels():
+    # Rows with TFLOP/s (matmul) plot throughput instead of bandwidth; a version without it (a
+    # failed row) draws no bar rather than breaking the chart.
+    rows = [{**r, "case": "3001x2999 (b:2999x3007)", "tflops": 600.0 if r["version"] == "torch" else None}
+            for r in bench()[:2]]
+    png = chart.render(rows, 200.0, operator="matmul", device="NVIDIA H200", backend="cuda")
+    assert image(png).shape[1] > 1000
