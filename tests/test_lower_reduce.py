@@ -177,6 +177,20 @@ def test_cross_entropy_long_rows_in_chunks(tmp_path, reduction):
     check(tmp_path, spec, configs=(None, *chunked, *module.CONFIGS, *lower_reduce.CROSS_ENTROPY_CONFIGS))
 
 
+def test_cross_entropy_target_out_of_range_picks_zero(tmp_path):
+    # The target's logit is one direct load per row: a target outside [0, V) must read nothing
+    # (no out-of-bounds access) and count as a logit of 0, as documented in kernel.py.
+    spec = make_spec("cross_entropy(x, t, reduction='none')", {"x": [MATRIX], "t": [[37]]}, ("float32",))
+    reference, module = generate(tmp_path, spec)
+    x, t = torch.randn(MATRIX), torch.randint(0, 97, (37,))
+    t[3], t[10] = 97, -1
+    got, want = module.op(x, t), reference(x, t.clamp(0, 96))
+    inside = torch.ones(37, dtype=torch.bool)
+    inside[[3, 10]] = False
+    torch.testing.assert_close(got[inside], want[inside])
+    torch.testing.assert_close(got[~inside], torch.logsumexp(x[[3, 10]], dim=-1))
+
+
 # ---------------------------------------------------------------- launcher, names, options, errors
 
 def test_tuned_config_reaches_the_launcher(tmp_path):
@@ -232,6 +246,9 @@ def test_refusals_are_clear(tmp_path):
     spec = make_spec("sum(x, dim=0)", {"x": [MATRIX]})
     with pytest.raises(ValueError, match=r"over dim 2, but case 1 has shape \[37, 97\]"):
         lower_reduce.kernel_source(spec, ir.call("sum", ir.inp("x"), dim=2))
+    spec = make_spec("argmax(x, dim=1)", {"x": [[1, 2**30]]})
+    with pytest.raises(ValueError, match=r"argmax over a dim of 1073741824 .*shorter than 1073741824"):
+        lower_reduce.kernel_source(spec, parse_expression(spec))
     with pytest.raises(ValueError, match="not softmax"):
         lower_reduce.kernel_source(spec, ir.call("softmax", ir.inp("x"), dim=-1))
     with pytest.raises(ValueError, match="clashes"):
