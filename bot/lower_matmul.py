@@ -34,9 +34,9 @@ MAX_BLOCK = 256             # a wider tile's operands no longer fit in shared me
 # fp16 per row, one full shared-memory swizzle line; GROUP_M 8 as in the tutorial.
 CONFIGS = [
     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s}
-    for bm, bn, bk, w, s in [(128, 256, 32, 8, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4),
-                             (128, 128, 32, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 3),
-                             (64, 64, 32, 4, 4), (32, 32, 64, 2, 3)]
+    for bm, bn, bk, w, s in [(128, 256, 32, 8, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 8, 4),
+                             (128, 128, 64, 4, 4), (128, 128, 32, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
+                             (64, 64, 64, 4, 3), (64, 64, 32, 4, 4), (32, 32, 64, 2, 3)]
 ]
 
 # Names the matmul kernel and its launcher use themselves, on top of lower_triton's.

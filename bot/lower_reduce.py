@@ -4,8 +4,9 @@ sum/mean/max/min(body, dim=d) and argmax/argmin(x, dim=d) view the body as [A, D
 reduced dim, and pick a layout per case at launch. B > 1, the cols kernel: tiles [BLOCK_D, BLOCK_B]
 whose BLOCK_B outputs lie side by side in memory, so each tile row is one coalesced load. B == 1
 (the last dim), the rows kernel: tiles [BLOCK_R, BLOCK_D] of BLOCK_R rows. Both loop over D in
-BLOCK_D chunks and may split D over SPLIT_D programs, which write float32 partials that a small
-kernel combines in a fixed order: deterministic, no atomics.
+BLOCK_D chunks, reducing each chunk as it arrives into accumulators one row or column wide, and
+may split D over SPLIT_D programs, which write float32 partials that a small kernel combines in a
+fixed order: deterministic, no atomics.
 
 cross_entropy(logits body, target) is a row kernel over the last dim: an online logsumexp over
 BLOCK_V chunks, less the target's logit, read directly; 'mean' sums the per-row losses in one
@@ -70,7 +71,8 @@ CROSS_ENTROPY_CONFIGS = [
 
 # Names the generated kernel.py uses besides lower_triton's; an input with one is renamed there.
 RESERVED = TRITON_RESERVED | {
-    "a", "s", "d", "best", "d_lo", "d_hi", "start", "n_cols", "acc_idx", "index", "nan", "has_nan", "wins", "key", "out_offs",
+    "a", "s", "d", "best", "key", "d_lo", "d_hi", "start", "n_cols", "acc_idx", "index", "nan", "has_nan", "wins",
+    "out_offs",
     "dst", "dst_idx", "dst_ptr", "idx_ptr", "ws_ptr", "ws_idx_ptr", "losses", "losses_ptr", "dim", "A", "D", "B",
     "M", "V", "chunk", "block", "picked", "pick", "loss", "num_stages", "SPLIT", "SPLIT_P2", "BLOCK_B", "BLOCK_D",
     "BLOCK_R", "BLOCK_V", "NUM_STAGES", "FINAL", "_fit", "_fit_stages", "_reduce_config", "_reduce_tiles",
