@@ -266,8 +266,10 @@ def test_default_config_and_fitting():
             config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["num_stages"])
         bm, bn, bk, stages = lower_matmul._fit_config(config, 4096, 4096, 4096, 4)
         assert (bm + bn) * bk * 4 * stages <= 160 * 1024
-    assert lower_matmul._fit_config(lower_matmul.CONFIGS[0], 33, 45, 20, 2) == (64, 64, 32, 3)
-    assert lower_matmul._fit_config(lower_matmul.CONFIGS[0], 4096, 4096, 4096, 4) == (128, 256, 32, 3)
+    wide = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
+    assert wide in lower_matmul.CONFIGS
+    assert lower_matmul._fit_config(wide, 33, 45, 20, 2) == (64, 64, 32, 3)
+    assert lower_matmul._fit_config(wide, 4096, 4096, 4096, 4) == (128, 256, 32, 3)     # fp32: half BLOCK_K
 
 
 def test_configs_that_fit_every_case_alike_are_swept_once():

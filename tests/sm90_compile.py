@@ -1,0 +1,90 @@
+"""Compile every catalog kernel for an H100/H200 (sm_90) without a GPU: `python tests/sm90_compile.py`.
+
+The CPU interpreter runs kernels as NumPy and never compiles them, so it misses what only Triton's
+compiler rejects (a loop-carried value that changes shape, an op the GPU path lacks) and what only
+the GPU would run out of (shared memory). Here each generated launcher runs on CPU tensors for
+every case x dtype x config of its catalog entry (small sizes), but every `kernel[grid](...)` is
+compiled with Triton's real pipeline for sm_90, down to a cubin by the bundled ptxas, instead of
+launched. Prints one JSON line per entry: kernels compiled, the most shared memory any needs, and
+the first error. Must run without TRITON_INTERPRET (tests/test_sm90_compile.py starts it so).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+from bot import catalog, offline  # noqa: E402
+from bot.request_parse import parse_request  # noqa: E402
+from bot.spec import parse_expression  # noqa: E402
+from runner import inputs, protocol  # noqa: E402
+
+TARGET = GPUTarget("cuda", 90, 32)
+POINTERS = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int64: "*i64",
+            torch.int32: "*i32"}
+compiled: list[int] = []        # shared-memory bytes of each kernel compiled
+
+
+def _arg_type(name: str, value) -> str:
+    if isinstance(value, torch.Tensor):
+        return POINTERS[value.dtype]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -2**31 <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"argument {name}: cannot type {type(value).__name__}")
+
+
+def compile_instead(self: JITFunction, *args, grid, warmup, **kwargs):
+    """Stands in for JITFunction.run: the launch's arguments typed as the launcher passed them."""
+    values = dict(zip(self.arg_names, args)) | {k: v for k, v in kwargs.items() if k in self.arg_names}
+    options = {k: v for k, v in kwargs.items() if k not in self.arg_names}
+    signature = {p.name: "constexpr" if p.is_constexpr else _arg_type(p.name, values[p.name]) for p in self.params}
+    constants = {p.name: values[p.name] for p in self.params if p.is_constexpr}
+    kernel = triton.compile(ASTSource(self, signature, constants), target=TARGET, options=options)
+    compiled.append(kernel.metadata.shared)
+
+
+def check_entry(entry: catalog.Entry, workdir: Path) -> dict:
+    dtypes = "fp32" if entry.dtypes == "fp32" else catalog.ALL_DTYPES
+    spec, _ = parse_request(entry.request("small", dtypes=dtypes))
+    path = workdir / f"kernel_{entry.name}.py"
+    path.write_text(offline.kernel_source(spec, parse_expression(spec), {}))
+    module_spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[path.stem] = module
+    module_spec.loader.exec_module(module)
+    launch, start, error = getattr(module, spec["name"]), len(compiled), ""
+    try:
+        for case in protocol.cases(spec):
+            for variant in protocol.dtype_variants(spec):
+                args = inputs.make_inputs(spec, case, variant, 0, "cpu")
+                for config in module.CONFIGS:
+                    launch(*args, config=config)
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"[:2000]
+    return {"entry": entry.name, "kernels": len(compiled) - start, "max_shared": max(compiled[start:], default=0),
+            "error": error}
+
+
+def main(names: list[str]) -> None:
+    JITFunction.run = compile_instead
+    with tempfile.TemporaryDirectory() as tmp:
+        for entry in catalog.by_name(names or None):
+            print(json.dumps(check_entry(entry, Path(tmp))), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
