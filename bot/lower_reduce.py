@@ -109,7 +109,7 @@ def _reduce_config(A, D, B):
         block, block_d, warps = _row_tile(A, D, _row_config(A, D))
         programs = -(-A // block)
     split = 1
-    while programs * split < 1024 and D >= split * 8 * block_d:
+    while programs * split < 1024 and D >= split * 16 * block_d:
         split *= 2
     return {key: block, "BLOCK_D": block_d, "SPLIT_D": split, "num_warps": warps, "num_stages": 1}
 

@@ -134,8 +134,8 @@ def test_cases_of_both_layouts_share_one_space(tmp_path):
 
 
 def test_default_configs():
-    # dim 0 of 8192x8192: A = 1, so 64 column blocks x 16 splits of 512 rows (1024 programs).
-    assert lower_reduce._reduce_config(1, 8192, 8192) == {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 16,
+    # dim 0 of 8192x8192: A = 1, so 8 column blocks of 1024 x 128 splits of 64 rows (1024 programs).
+    assert lower_reduce._reduce_config(1, 8192, 8192) == {"BLOCK_B": 1024, "BLOCK_D": 8, "SPLIT_D": 128,
                                                           "num_warps": 4, "num_stages": 1}
     # the last dim of 8192x8192: one row per program, one tile per row, no split.
     assert lower_reduce._reduce_config(8192, 8192, 1) == {"BLOCK_R": 1, "BLOCK_D": 8192, "SPLIT_D": 1,
