@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from bot import ir
 from bot.lower_triton import (NEG_INF, POS_INF, RESERVED as TRITON_RESERVED, _Input, _KernelFile, _require_full,
-                              _row_config, _row_tile, _wrap, kernel_inputs)
+                              _row_config, _row_tile, _wrap, fold_line, kernel_inputs, reduce_call)
 
 MAX_CONFIGS = 12            # a small, deliberate space: the benchmark times each config on each case
 NO_INDEX = 2**31 - 1        # the index masked lanes carry: it loses every tie to a real element
@@ -237,9 +237,7 @@ _ROWS = _Layout(
     "rows * D + d", 1, "s.to(tl.int64) * A + rows", "rows < A", "[:, None]")
 
 _FILL = {"sum": "0.0", "mean": "0.0", "max": NEG_INF, "min": POS_INF, "argmax": NEG_INF, "argmin": POS_INF}
-_FOLD = {"sum": "acc += val", "mean": "acc += val", "max": "acc = tl.maximum(acc, val)",
-         "min": "acc = tl.minimum(acc, val)"}
-_TL_REDUCE = {"sum": "tl.sum", "mean": "tl.sum", "max": "tl.max", "min": "tl.min"}
+_TL_EXTREME = {"argmax": "tl.max", "argmin": "tl.min"}     # NaN is handled apart for these
 
 
 def _arg_combine(op: str) -> str:
@@ -307,9 +305,8 @@ class _ReduceKernel(_ReduceFile):
         """Reduce the tile over D (kept as a size-1 axis) and fold it into the accumulators: they
         stay one row or column wide, so a wide tile costs few registers beyond its loads."""
         if not self.arg:
-            reduced = f"{_TL_REDUCE[self.op]}(val, axis={axis}, keep_dims=True)"
-            return [_FOLD[self.op].replace("val", reduced)]
-        extreme = _TL_REDUCE[self.op[3:]]
+            return [fold_line(self.op, reduce_call(self.op, "val", axis, keep_dims=True))]
+        extreme = _TL_EXTREME[self.op]
         return ["# The tile's first winner in one min over keys: a NaN lane keys d - 2**30 (NaN wins, first",
                 "# one first, as in torch), a lane holding the tile's extreme keys d, any other NO_INDEX.",
                 f"best = {extreme}(val, axis={axis}, keep_dims=True)",
@@ -322,11 +319,11 @@ class _ReduceKernel(_ReduceFile):
     def _final(self, axis: int, expand: str) -> list[str]:
         """result (and index) of the accumulators along axis; expand brings a result back to their rank."""
         if not self.arg:
-            return [f"result = {_TL_REDUCE[self.op]}(acc, axis={axis})"]
+            return [f"result = {reduce_call(self.op, 'acc', axis)}"]
         return ["# The extreme, then the first index holding it; NaN is the extreme wherever one occurs.",
                 "nan = acc != acc",
                 f"has_nan = tl.max(nan.to(tl.int32), axis={axis}) > 0",
-                f"result = {_TL_REDUCE[self.op[3:]]}(acc, axis={axis})",
+                f"result = {_TL_EXTREME[self.op]}(acc, axis={axis})",
                 f"wins = tl.where(has_nan{expand}, nan, acc == result{expand})",
                 f"index = tl.min(tl.where(wins, acc_idx, {NO_INDEX}), axis={axis})",
                 'result = tl.where(has_nan, float("nan"), result)']

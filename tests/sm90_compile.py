@@ -5,8 +5,8 @@ compiler rejects (a loop-carried value that changes shape, an op the GPU path la
 the GPU would run out of (shared memory). Here each generated launcher runs on CPU tensors for
 every case x dtype x config of its catalog entry (small sizes), but every `kernel[grid](...)` is
 compiled with Triton's real pipeline for sm_90, down to a cubin by the bundled ptxas, instead of
-launched. Prints one JSON line per entry: kernels compiled, the most shared memory any needs, and
-the first error. Must run without TRITON_INTERPRET (tests/test_sm90_compile.py starts it so).
+launched. Prints one JSON line per entry: kernels compiled, the most shared memory any needs,
+whether the PTX has NaN-keeping min/max (torch's semantics), and the first error. Must run without TRITON_INTERPRET (tests/test_sm90_compile.py starts it so).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from runner import inputs, protocol  # noqa: E402
 TARGET = GPUTarget("cuda", 90, 32)
 POINTERS = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int64: "*i64",
             torch.int32: "*i32"}
-compiled: list[int] = []        # shared-memory bytes of each kernel compiled
+compiled: list[tuple[int, str]] = []        # (shared-memory bytes, PTX) of each kernel compiled
 
 
 def _arg_type(name: str, value) -> str:
@@ -54,7 +54,7 @@ def compile_instead(self: JITFunction, *args, grid, warmup, **kwargs):
     signature = {p.name: "constexpr" if p.is_constexpr else _arg_type(p.name, values[p.name]) for p in self.params}
     constants = {p.name: values[p.name] for p in self.params if p.is_constexpr}
     kernel = triton.compile(ASTSource(self, signature, constants), target=TARGET, options=options)
-    compiled.append(kernel.metadata.shared)
+    compiled.append((kernel.metadata.shared, kernel.asm["ptx"]))
 
 
 def check_entry(entry: catalog.Entry, workdir: Path) -> dict:
@@ -75,8 +75,9 @@ def check_entry(entry: catalog.Entry, workdir: Path) -> dict:
                     launch(*args, config=config)
     except Exception as e:
         error = f"{type(e).__name__}: {e}"[:2000]
-    return {"entry": entry.name, "kernels": len(compiled) - start, "max_shared": max(compiled[start:], default=0),
-            "error": error}
+    done = compiled[start:]
+    return {"entry": entry.name, "kernels": len(done), "max_shared": max((k[0] for k in done), default=0),
+            "nan_min_max": any(op in k[1] for k in done for op in ("max.NaN", "min.NaN")), "error": error}
 
 
 def main(names: list[str]) -> None:

@@ -262,3 +262,18 @@ def test_refusals_are_clear(tmp_path):
 def test_lower_reduce_needs_neither_torch_nor_triton():
     code = "import sys, bot.lower_reduce; assert not {'torch', 'triton'} & set(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_max_min_keep_nan_as_torch_does(tmp_path, op, dim):
+    # NaN anywhere in a reduced slice makes its result NaN (torch.amax/amin), across splits too.
+    spec = make_spec(f"{op}(x, dim={dim})", {"x": [COLS_CASE]}, dtypes=("float32",))
+    reference, module = generate(tmp_path, spec)
+    x = torch.randn(COLS_CASE)
+    x[3, 7] = x[250, 40] = float("nan")
+    want = reference(x)
+    for config in (None, SPLIT):
+        got = module.op(x, config=config)
+        assert torch.equal(got.isnan(), want.isnan()), (config, got, want)
+        torch.testing.assert_close(got[~want.isnan()], want[~want.isnan()])

@@ -342,3 +342,25 @@ def test_lower_triton_needs_neither_torch_nor_triton():
     # A bot-only host generates kernels without the runner's dependencies.
     code = "import sys, bot.lower_triton, bot.testgen; assert not {'torch', 'triton'} & set(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("expression, over_rows", [
+    ("relu(x)", False), ("clamp(x, min=-0.5, max=0.5)", False), ("maximum(x, y)", False), ("minimum(x, y)", False),
+    ("max(x)", True), ("min(x * 2.0)", True)])
+def test_nan_propagates_as_in_torch(tmp_path, expression, over_rows):
+    # torch's relu, clamp, maximum, minimum and max/min keep NaN; tl.maximum/minimum drop it
+    # unless asked. Row ops: one row with NaN in its first chunk, one row all NaN, long rows
+    # going through the looped kernel as well as the one-tile one.
+    names = sorted(ir.input_names(ir.parse(expression)))
+    shape = [4, 300] if over_rows else [4, 37]
+    spec = make_spec(expression, {n: [shape] for n in names}, dtypes=("float32",))
+    reference, kernel = generate(tmp_path, spec)
+    inputs = [torch.randn(shape) for _ in names]
+    inputs[0][1, 3] = inputs[0][3, 299 if over_rows else 36] = float("nan")
+    inputs[0][2] = float("nan")
+    want = reference(*inputs)
+    configs = [None] + ([{"BLOCK_M": 1, "BLOCK_N": 64, "num_warps": 4}] if over_rows else [])
+    for config in configs:
+        got = kernel(*inputs, config=config)
+        assert torch.equal(got.isnan(), want.isnan()), (config, got, want)
+        torch.testing.assert_close(got[~want.isnan()], want[~want.isnan()])

@@ -45,3 +45,5 @@ def test_catalog_kernel_compiles_for_sm90(compiled, entry):
     assert not result["error"], result["error"]
     assert result["kernels"] > 0
     assert result["max_shared"] <= H200_SHARED, f"{entry} needs {result['max_shared']} bytes of shared memory"
+    if entry in ("max", "min_dim0"):     # the GPU keeps NaN as torch.amax/amin do: max.NaN / min.NaN
+        assert result["nan_min_max"], f"{entry}: no max.NaN/min.NaN in the PTX"
