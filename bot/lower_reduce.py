@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from bot import ir
 from bot.lower_triton import (NEG_INF, POS_INF, RESERVED as TRITON_RESERVED, _Input, _KernelFile, _require_full,
-                              _row_config, _row_tile, _wrap, fold_line, kernel_inputs, reduce_call)
+                              REDUCE_FILL, _row_config, _row_tile, _wrap, fold_line, kernel_inputs, reduce_call)
 
 MAX_CONFIGS = 12            # a small, deliberate space: the benchmark times each config on each case
 NO_INDEX = 2**31 - 1        # the index masked lanes carry: it loses every tie to a real element
@@ -101,7 +101,7 @@ def _reduce_config(A, D, B):
     # pipelining) and each keeps 8+ BLOCK_D chunks. An 8192x8192 sum over dim 0 thus gets 8
     # column blocks x 128 splits of 64 rows.
     if B > 1:
-        key, block, warps = "BLOCK_B", min(1024, 1 << (B - 1).bit_length()), 4
+        key, block, warps = "BLOCK_B", _fit(1024, B), 4
         block_d = max(8, 8192 // block)
         programs = A * -(-B // block)
     else:
@@ -236,7 +236,7 @@ _ROWS = _Layout(
     "[BLOCK_R, 1]", "start + tl.arange(0, BLOCK_D)[None, :]", "(rows < A) & (d < d_hi)",
     "rows * D + d", 1, "s.to(tl.int64) * A + rows", "rows < A", "[:, None]")
 
-_FILL = {"sum": "0.0", "mean": "0.0", "max": NEG_INF, "min": POS_INF, "argmax": NEG_INF, "argmin": POS_INF}
+_FILL = {**REDUCE_FILL, "argmax": NEG_INF, "argmin": POS_INF}
 _TL_EXTREME = {"argmax": "tl.max", "argmin": "tl.min"}     # NaN is handled apart for these
 
 

@@ -256,6 +256,10 @@ def _triton_clamp(node: ir.Node, a: list[str]) -> str:
     return text
 
 
+# What sum/mean/max/min start from, and masked lanes hold: they change no result.
+REDUCE_FILL = {"sum": "0.0", "mean": "0.0", "max": NEG_INF, "min": POS_INF}
+
+
 def reduce_call(op: str, x: str, axis: int, keep_dims: bool = False) -> str:
     """Triton for sum/mean/max/min of x over axis (mean is left to divide); max/min keep NaN."""
     keep = ", keep_dims=True" if keep_dims else ""
@@ -526,7 +530,7 @@ class _RowPlan:
 def _row_plan(node: ir.Node, weight: str | None, bias: str | None) -> _RowPlan:
     op = node.op
     if op in ir.REDUCE:
-        fill = {"sum": "0.0", "mean": "0.0", "max": NEG_INF, "min": POS_INF}[op]
+        fill = REDUCE_FILL[op]
         scale = " / N" if op == "mean" else ""
         return _RowPlan(fill, [f"result = {reduce_call(op, 'val', 1)}{scale}"],
                         [f"acc = tl.full([BLOCK_M, BLOCK_N], {fill}, tl.float32)"], [fold_line(op, "val")],
