@@ -18,11 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
+from triton.runtime.jit import JITFunction, mangle_type  # noqa: E402
 
 from bot import catalog, offline  # noqa: E402
 from bot.request_parse import parse_request  # noqa: E402
@@ -30,28 +29,14 @@ from bot.spec import parse_expression  # noqa: E402
 from runner import inputs, protocol  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
-POINTERS = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int64: "*i64",
-            torch.int32: "*i32"}
 compiled: list[tuple[int, str]] = []        # (shared-memory bytes, PTX) of each kernel compiled
-
-
-def _arg_type(name: str, value) -> str:
-    if isinstance(value, torch.Tensor):
-        return POINTERS[value.dtype]
-    if isinstance(value, bool):
-        return "i1"
-    if isinstance(value, int):
-        return "i32" if -2**31 <= value < 2**31 else "i64"
-    if isinstance(value, float):
-        return "fp32"
-    raise TypeError(f"argument {name}: cannot type {type(value).__name__}")
 
 
 def compile_instead(self: JITFunction, *args, grid, warmup, **kwargs):
     """Stands in for JITFunction.run: the launch's arguments typed as the launcher passed them."""
     values = dict(zip(self.arg_names, args)) | {k: v for k, v in kwargs.items() if k in self.arg_names}
     options = {k: v for k, v in kwargs.items() if k not in self.arg_names}
-    signature = {p.name: "constexpr" if p.is_constexpr else _arg_type(p.name, values[p.name]) for p in self.params}
+    signature = {p.name: "constexpr" if p.is_constexpr else mangle_type(values[p.name]) for p in self.params}
     constants = {p.name: values[p.name] for p in self.params if p.is_constexpr}
     kernel = triton.compile(ASTSource(self, signature, constants), target=TARGET, options=options)
     compiled.append((kernel.metadata.shared, kernel.asm["ptx"]))
