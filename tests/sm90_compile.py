@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
-from triton.runtime.jit import JITFunction, mangle_type  # noqa: E402
+from triton.compiler import ASTSource, make_backend  # noqa: E402
+from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
 
 from bot import catalog, offline  # noqa: E402
 from bot.request_parse import parse_request  # noqa: E402
@@ -33,12 +33,14 @@ compiled: list[tuple[int, str]] = []        # (shared-memory bytes, PTX) of each
 
 
 def compile_instead(self: JITFunction, *args, grid, warmup, **kwargs):
-    """Stands in for JITFunction.run: the launch's arguments typed as the launcher passed them."""
-    values = dict(zip(self.arg_names, args)) | {k: v for k, v in kwargs.items() if k in self.arg_names}
-    options = {k: v for k, v in kwargs.items() if k not in self.arg_names}
-    signature = {p.name: "constexpr" if p.is_constexpr else mangle_type(values[p.name]) for p in self.params}
-    constants = {p.name: values[p.name] for p in self.params if p.is_constexpr}
-    kernel = triton.compile(ASTSource(self, signature, constants), target=TARGET, options=options)
+    """Stands in for JITFunction.run: binds and specializes the launch's arguments as a launch on
+    the GPU would (integers divisible by 16, 16-byte aligned pointers: what lets loads vectorize),
+    then compiles for TARGET instead of launching."""
+    backend = make_backend(TARGET)
+    binder = create_function_from_signature(self.signature, self.params, backend)
+    bound, specialization, options = binder(*args, **kwargs)
+    options, signature, constants, attrs = self._pack_args(backend, kwargs, bound, specialization, options)
+    kernel = triton.compile(ASTSource(self, signature, constants, attrs), target=TARGET, options=options.__dict__)
     compiled.append((kernel.metadata.shared, kernel.asm["ptx"]))
 
 
