@@ -26,8 +26,8 @@ from bot.lower_triton import (NEG_INF, POS_INF, RESERVED as TRITON_RESERVED, _In
                               REDUCE_FILL, _row_config, _row_tile, _wrap, fold_line, kernel_inputs, reduce_call)
 
 MAX_CONFIGS = 12            # a small, deliberate space: the benchmark times each config on each case
-NO_INDEX = 2**31 - 1        # the index masked lanes carry: it loses every tie to a real element
-NAN_KEY = 2**30             # argmax/argmin key NaN lanes below every index (dims up to 2**30 long)
+NO_INDEX = 2**31 - 1        # an index no element has: it loses every tie to a real one (int32 indices)
+MAX_ARG_DIM = 2**30         # argmax/argmin dims shorter than this keep start + lane far from int32 overflow
 
 # Config spaces, after the default's pick for each of the spec's cases (_reduce_config), from
 # sweeps on an H200 (docs/BENCHMARKS.md).
@@ -45,6 +45,28 @@ COLS_CONFIGS = [
     {"BLOCK_B": 256, "BLOCK_D": 32, "SPLIT_D": 64, "num_warps": 4, "num_stages": 1},
     {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 16, "num_warps": 4, "num_stages": 3},
     {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 8, "num_warps": 4, "num_stages": 1},
+]
+# argmax/argmin keep one accumulator per lane of the tile (16-32 per thread here): small tiles,
+# few warps, many programs in flight (8192x8192 fp16 argmax on an H200: 512 x w1 38 us, 2048 x w4
+# 43 us, 8192 x w8 82 us).
+ARG_COLS_CONFIGS = [
+    {"BLOCK_B": 512, "BLOCK_D": 4, "SPLIT_D": 64, "num_warps": 2, "num_stages": 3},
+    {"BLOCK_B": 1024, "BLOCK_D": 4, "SPLIT_D": 64, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_B": 2048, "BLOCK_D": 2, "SPLIT_D": 64, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_B": 1024, "BLOCK_D": 2, "SPLIT_D": 128, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_B": 256, "BLOCK_D": 8, "SPLIT_D": 128, "num_warps": 2, "num_stages": 1},
+    {"BLOCK_B": 128, "BLOCK_D": 16, "SPLIT_D": 16, "num_warps": 2, "num_stages": 3},
+    {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 8, "num_warps": 4, "num_stages": 1},
+]
+ARG_ROWS_CONFIGS = [
+    {"BLOCK_R": 1, "BLOCK_D": 512, "SPLIT_D": 1, "num_warps": 1, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_D": 1024, "SPLIT_D": 1, "num_warps": 2, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_D": 512, "SPLIT_D": 1, "num_warps": 2, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_D": 2048, "SPLIT_D": 1, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_R": 2, "BLOCK_D": 1024, "SPLIT_D": 1, "num_warps": 2, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_D": 1024, "SPLIT_D": 1, "num_warps": 2, "num_stages": 2},
+    {"BLOCK_R": 8, "BLOCK_D": 128, "SPLIT_D": 1, "num_warps": 2, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_D": 2048, "SPLIT_D": 16, "num_warps": 4, "num_stages": 1},
 ]
 # rows layout: one or a few rows per program in 1K to 8K chunks, pipelined or not; long rows split.
 ROWS_CONFIGS = [
@@ -71,12 +93,12 @@ CROSS_ENTROPY_CONFIGS = [
 
 # Names the generated kernel.py uses besides lower_triton's; an input with one is renamed there.
 RESERVED = TRITON_RESERVED | {
-    "a", "s", "d", "best", "key", "d_lo", "d_hi", "start", "n_cols", "acc_idx", "index", "nan", "has_nan", "wins",
-    "out_offs",
+    "a", "s", "d", "d_lo", "d_hi", "start", "n_cols", "acc_idx", "index", "nan", "has_nan", "wins", "out_offs",
     "dst", "dst_idx", "dst_ptr", "idx_ptr", "ws_ptr", "ws_idx_ptr", "losses", "losses_ptr", "dim", "A", "D", "B",
-    "M", "V", "chunk", "block", "picked", "pick", "loss", "num_stages", "SPLIT", "SPLIT_P2", "BLOCK_B", "BLOCK_D",
-    "BLOCK_R", "BLOCK_V", "NUM_STAGES", "FINAL", "_fit", "_fit_stages", "_reduce_config", "_reduce_tiles",
-    "_combine_block", "_cross_entropy_config", "_cross_entropy_tiles", "_argmax_combine", "_argmin_combine",
+    "M", "V", "chunk", "block", "picked", "pick", "loss", "num_stages", "LOG2E", "scaled_max", "new_max", "SPLIT",
+    "SPLIT_P2", "BLOCK_B", "BLOCK_D", "BLOCK_R", "BLOCK_V", "NUM_STAGES", "FINAL", "_fit", "_fit_stages",
+    "_reduce_config", "_reduce_tiles", "_combine_block", "_cross_entropy_config", "_cross_entropy_tiles",
+    "acc_start", "take", "lane",
 }
 
 
@@ -211,7 +233,8 @@ class _Layout:
     comment: str
     locate: tuple[str, ...]  # the program's outputs
     acc: str                # the accumulators' shape: the tile reduced over D, kept 2-d
-    d: str                  # the tile's reduced-dim indices
+    tile: str               # the tile's shape (argmax/argmin keep one accumulator per lane)
+    lane: str               # each lane's position along D in the tile
     mask: str
     offs: str
     axis: int               # the tile's D axis
@@ -226,29 +249,19 @@ _COLS = _Layout(
     "# tiles: the outputs are contiguous in memory, so each tile row is one coalesced load.",
     ("n_cols = tl.cdiv(B, BLOCK_B)", "a = (tl.program_id(0) // n_cols).to(tl.int64)",
      "cols = (tl.program_id(0) % n_cols) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]"),
-    "[1, BLOCK_B]", "start + tl.arange(0, BLOCK_D)[:, None]", "(d < d_hi) & (cols < B)",
+    "[1, BLOCK_B]", "[BLOCK_D, BLOCK_B]", "tl.arange(0, BLOCK_D)[:, None]", "(d < d_hi) & (cols < B)",
     "(a * D + d) * B + cols", 0, "s.to(tl.int64) * A * B + a * B + cols", "cols < B", "[None, :]")
 _ROWS = _Layout(
     "rows", "BLOCK_R",
     "# BLOCK_R rows (the reduced dim is the last), each reduced over split s's part of it in\n"
     "# [BLOCK_R, BLOCK_D] tiles.",
     ("rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",),
-    "[BLOCK_R, 1]", "start + tl.arange(0, BLOCK_D)[None, :]", "(rows < A) & (d < d_hi)",
+    "[BLOCK_R, 1]", "[BLOCK_R, BLOCK_D]", "tl.arange(0, BLOCK_D)[None, :]", "(rows < A) & (d < d_hi)",
     "rows * D + d", 1, "s.to(tl.int64) * A + rows", "rows < A", "[:, None]")
 
 _FILL = {**REDUCE_FILL, "argmax": NEG_INF, "argmin": POS_INF}
 _TL_EXTREME = {"argmax": "tl.max", "argmin": "tl.min"}     # NaN is handled apart for these
-
-
-def _arg_combine(op: str) -> str:
-    """How argmax/argmin fold a tile into the per-lane (value, index) accumulators: torch's order."""
-    better, word = (">", "larger") if op == "argmax" else ("<", "smaller")
-    return (f"@triton.jit\ndef _{op}_combine(v1, i1, v2, i2):\n"
-            f"    # torch's order: NaN first, then the {word} value, then the smaller index (the first).\n"
-            "    nan1 = v1 != v1\n"
-            "    nan2 = v2 != v2\n"
-            f"    first = (v1 {better} v2) | (nan1 & ~nan2) | (((v1 == v2) | (nan1 & nan2)) & (i1 < i2))\n"
-            "    return tl.where(first, v1, v2), tl.where(first, i1, i2)\n")
+_BEATEN = {"argmax": "<=", "argmin": ">="}                  # a lane's value stays unless val beats it
 
 
 class _ReduceKernel(_ReduceFile):
@@ -269,20 +282,20 @@ class _ReduceKernel(_ReduceFile):
                 raise ValueError(f"{self.op} over dim {self.dim}, but case {case + 1} has shape {full}")
             d = self.dim % len(full)
             self.views.append((math.prod(full[:d]), full[d], math.prod(full[d + 1:])))
-            if self.arg and full[d] >= NAN_KEY:
+            if self.arg and full[d] >= MAX_ARG_DIM:
                 raise ValueError(f"{self.op} over a dim of {full[d]} (case {case + 1}); this kernel indexes dims "
-                                 f"shorter than {NAN_KEY}")
+                                 f"shorter than {MAX_ARG_DIM}")
 
     def configs(self) -> list[dict]:
         defaults = [_reduce_config(*view) for view in self.views]
         layouts = {b > 1 for _, _, b in self.views}
-        candidates = (COLS_CONFIGS if True in layouts else []) + (ROWS_CONFIGS if False in layouts else [])
+        cols, rows = (ARG_COLS_CONFIGS, ARG_ROWS_CONFIGS) if self.arg else (COLS_CONFIGS, ROWS_CONFIGS)
+        candidates = (cols if True in layouts else []) + (rows if False in layouts else [])
         return self._space(defaults + candidates, lambda config: [_reduce_tiles(config, *view, self.max_elem_bytes)
                                                                   for view in self.views])[:MAX_CONFIGS]
 
     def source(self) -> str:
-        kernels = ([_arg_combine(self.op)] if self.arg else []) + [self._kernel(_COLS), self._kernel(_ROWS),
-                                                                   self._combine_kernel()]
+        kernels = [self._kernel(_COLS), self._kernel(_ROWS), self._combine_kernel()]
         helpers = [_row_config, _row_tile, _fit, _fit_stages, _reduce_config, _reduce_tiles, _combine_block,
                    _require_full]
         text = self._file(kernels, helpers, self._launcher())
@@ -297,24 +310,24 @@ class _ReduceKernel(_ReduceFile):
         """What the launcher passes for _ptrs: the output, or the partials of a split."""
         return ["dst"] + (["dst_idx"] if self.arg else [])
 
-    def _init(self, acc: str) -> list[str]:
-        lines = [f"acc = tl.full({acc}, {_FILL[self.op]}, tl.float32)"]
-        return lines + ([f"acc_idx = tl.full({acc}, {NO_INDEX}, tl.int32)"] if self.arg else [])
+    def _init(self, layout: _Layout) -> list[str]:
+        if not self.arg:
+            return [f"acc = tl.full({layout.acc}, {_FILL[self.op]}, tl.float32)"]
+        return [f"acc = tl.full({layout.tile}, {_FILL[self.op]}, tl.float32)",
+                f"acc_start = tl.full({layout.tile}, 0, tl.int32) + d_lo"]
 
     def _fold(self, axis: int) -> list[str]:
-        """Reduce the tile over D (kept as a size-1 axis) and fold it into the accumulators: they
-        stay one row or column wide, so a wide tile costs few registers beyond its loads."""
+        """Fold the tile into the accumulators. sum/mean/max/min reduce it over D first (kept as a
+        size-1 axis): they stay one row or column wide, so a wide tile costs few registers beyond
+        its loads. argmax/argmin keep one (value, tile start) per lane instead and reduce across
+        lanes once, after the loop: per element a compare and two selects, no block reduction."""
         if not self.arg:
             return [fold_line(self.op, reduce_call(self.op, "val", axis, keep_dims=True))]
-        extreme = _TL_EXTREME[self.op]
-        return ["# The tile's first winner in one min over keys: a NaN lane keys d - 2**30 (NaN wins, first",
-                "# one first, as in torch), a lane holding the tile's extreme keys d, any other NO_INDEX.",
-                f"best = {extreme}(val, axis={axis}, keep_dims=True)",
-                f"key = tl.where(val != val, d - {NAN_KEY}, tl.where(mask & (val == best), d, {NO_INDEX}))",
-                f"key = tl.min(key, axis={axis}, keep_dims=True)",
-                f"index = tl.where(key < 0, key + {NAN_KEY}, key).to(tl.int32)",
-                'best = tl.where(key < 0, float("nan"), best)',
-                f"acc, acc_idx = _{self.op}_combine(acc, acc_idx, best, index)"]
+        return ["# A lane takes a value that beats its own, or a first NaN (a NaN lane keeps its NaN), so",
+                "# equal values keep the earlier index, as in torch. Masked lanes hold the fill: never taken.",
+                f"take = ~(val {_BEATEN[self.op]} acc) & (acc == acc)",
+                "acc = tl.where(take, val, acc)",
+                "acc_start = tl.where(take, start, acc_start)"]
 
     def _final(self, axis: int, expand: str) -> list[str]:
         """result (and index) of the accumulators along axis; expand brings a result back to their rank."""
@@ -340,15 +353,20 @@ class _ReduceKernel(_ReduceFile):
         params = [f"{i.local}_ptr" for i in self.body_inputs] + self._ptrs() + ["A", "D", "B", "chunk"]
         params += [f"{layout.block}: tl.constexpr", "BLOCK_D: tl.constexpr", "FINAL: tl.constexpr",
                    "NUM_STAGES: tl.constexpr"]
-        loads = [f"{i.local} = tl.load({i.local}_ptr + offs, mask=mask, other=0.0).to(tl.float32)"
-                 for i in self.body_inputs]
-        loop = [f"d = {layout.d}", f"mask = {layout.mask}", f"offs = {layout.offs}", *loads,
-                f"val = tl.where(mask, {self.body_call()}, {_FILL[self.op]})", *self._fold(layout.axis)]
+        fill = _FILL[self.op]
+        if self.is_bare_input:      # masked lanes load as the fill: no select
+            loads = [f"val = tl.load({self.body_inputs[0].local}_ptr + offs, mask=mask, other={fill}).to(tl.float32)"]
+        else:
+            loads = [f"{i.local} = tl.load({i.local}_ptr + offs, mask=mask, other=0.0).to(tl.float32)"
+                     for i in self.body_inputs] + [f"val = tl.where(mask, {self.body_call()}, {fill})"]
+        loop = [f"d = start + {layout.lane}", f"mask = {layout.mask}", f"offs = {layout.offs}", *loads,
+                *self._fold(layout.axis)]
         lines = [*layout.locate, "s = tl.program_id(1)", "d_lo = s * chunk", "d_hi = tl.minimum(d_lo + chunk, D)",
-                 *self._init(layout.acc),
+                 *self._init(layout),
                  "# NUM_STAGES > 1 pipelines the loads through shared memory (cp.async).",
                  "for start in tl.range(d_lo, d_hi, BLOCK_D, num_stages=NUM_STAGES):",
                  *("    " + line for line in loop),
+                 *([f"acc_idx = acc_start + {layout.lane}"] if self.arg else []),
                  *self._final(layout.axis, layout.expand), f"out_offs = {layout.out_offs}",
                  "if FINAL:", *("    " + line for line in self._store(True, layout.expand, layout.keep)),
                  "else:", *("    " + line for line in self._store(False, layout.expand, layout.keep))]
@@ -436,16 +454,23 @@ class _CrossEntropyKernel(_ReduceFile):
         params = [f"{i.local}_ptr" for i in self.body_inputs] + [f"{t}_ptr", "dst_ptr", "R", "V",
                                                                  "BLOCK_R: tl.constexpr", "BLOCK_V: tl.constexpr",
                                                                  "NUM_STAGES: tl.constexpr"]
-        loads = [f"{i.local} = tl.load({i.local}_ptr + rows * V + cols, mask=mask, other=0.0).to(tl.float32)"
-                 for i in self.body_inputs]
+        if self.is_bare_input:      # masked lanes load as -inf: no select
+            loads = [f"val = tl.load({self.body_inputs[0].local}_ptr + rows * V + cols, mask=mask, "
+                     f"other={NEG_INF}).to(tl.float32)"]
+        else:
+            loads = [f"{i.local} = tl.load({i.local}_ptr + rows * V + cols, mask=mask, other=0.0).to(tl.float32)"
+                     for i in self.body_inputs] + [f"val = tl.where(mask, {self.body_call()}, {NEG_INF})"]
         loop = ["cols = start + tl.arange(0, BLOCK_V)[None, :]", "mask = (rows < R) & (cols < V)", *loads,
-                f"val = tl.where(mask, {self.body_call()}, {NEG_INF})",
                 "new_max = tl.maximum(row_max, tl.max(val, axis=1))",
-                "row_sum = row_sum * tl.exp(row_max - new_max) + tl.sum(tl.exp(val - new_max[:, None]), axis=1)",
+                "# exp(v - m) as exp2(v * log2(e) - m * log2(e)): one fused multiply-add before each exp2.",
+                "scaled_max = new_max * LOG2E",
+                "row_sum = (row_sum * tl.exp2(row_max * LOG2E - scaled_max)",
+                "           + tl.sum(tl.exp2(val * LOG2E - scaled_max[:, None]), axis=1))",
                 "row_max = new_max"]
         target_loads = [f"{i.local} = tl.load({i.local}_ptr + rows * V + {t}, mask=pick, other=0.0).to(tl.float32)"
                         for i in self.body_inputs]
         lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",
+                 f"LOG2E: tl.constexpr = {math.log2(math.e)!r}",
                  f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other=0)",
                  f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
                  "row_sum = tl.zeros([BLOCK_R], tl.float32)",
