@@ -9,6 +9,7 @@ from dataclasses import dataclass
 ALL_DTYPES = "fp16, bf16, fp32"
 BIG = "8192x8192, 7919x6007"          # memory-bound: square power of two, and odd (both primes)
 SMALL = "37x97, 5x7x11"
+SMALL_LONG_ODD = "37x97, 3x1031, 5x7x11"    # row reductions: odd rows of 1024+ take the aligned kernel
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,9 @@ MATMUL_SMALL = "33x70 by 70x45, 16x32 by 32x16"
 ENTRIES: tuple[Entry, ...] = (
     Entry("add", "add two matrices on {shapes}, each in {dtypes}", "x + y"),
     Entry("swiglu", "silu(x) * y on {shapes}, each in {dtypes}", "silu(x) * y"),
-    Entry("sum", "sum over the last dim on {shapes}, each in {dtypes}", "sum(x)"),
+    Entry("sum", "sum over the last dim on {shapes}, each in {dtypes}", "sum(x)", small=SMALL_LONG_ODD),
     Entry("mean_dim0", "mean over dim 0 on {shapes}, each in {dtypes}", "mean(x, dim=0)"),
-    Entry("max", "max over the last dim on {shapes}, each in {dtypes}", "max(x)"),
+    Entry("max", "max over the last dim on {shapes}, each in {dtypes}", "max(x)", small=SMALL_LONG_ODD),
     Entry("min_dim0", "min over dim 0 on {shapes}, each in {dtypes}", "min(x, dim=0)"),
     Entry("argmax", "argmax over the last dim on {shapes}, each in {dtypes}", "argmax(x, dim=-1)"),
     Entry("argmin_dim0", "argmin over dim 0 on {shapes}, each in {dtypes}", "argmin(x, dim=0)"),

@@ -221,6 +221,37 @@ def test_a_row_of_5000_through_the_looped_kernel(tmp_path):
         check(tmp_path, make_spec(expression, {"x": [[2, 5000]]}), {"block": 1024}, looped=True)
 
 
+@pytest.mark.parametrize("expression", ["sum(x)", "mean(x * y)", "max(x)", "min(x - y)"])
+def test_odd_rows_are_read_aligned(tmp_path, expression):
+    # Rows of 1031 and 2053 elements (no whole number of 16-byte vectors) go through the aligned
+    # kernel alone (the others are removed): head, vector body and tail, in fp32 (4 per 16 bytes)
+    # and fp16 (8), with tiles narrower and wider than the row.
+    names = sorted(ir.input_names(ir.parse(expression)))
+    spec = make_spec(expression, {n: [[3, 1031], [2, 2053]] for n in names})
+    for config in ({"BLOCK_M": 1, "BLOCK_N": 256, "num_warps": 2}, {"BLOCK_M": 1, "BLOCK_N": 4096, "num_warps": 8}):
+        reference, kernel = generate(tmp_path, spec, None)
+        kernel.__globals__["op_kernel"] = kernel.__globals__["op_looped_kernel"] = None
+        for case, variant in itertools.product(protocol.cases(spec), protocol.dtype_variants(spec)):
+            inputs = make_inputs(spec, case, variant)
+            dtype = variant[names[0]]
+            got = kernel(*inputs, config=config)
+            assert_close(got, reference(*[t.double() for t in inputs]), dtype, inputs[0].shape[-1], case.label)
+
+
+def test_aligned_kernel_keeps_nan_and_skips_aligned_rows(tmp_path):
+    # NaN in a row's head, body or tail wins its max. Rows of 1032 fp32 are 16-byte aligned: they
+    # keep the tile kernels (with the aligned kernel removed, they still run).
+    spec = make_spec("max(x)", {"x": [[4, 1031], [2, 1032]]}, dtypes=("float32",))
+    reference, kernel = generate(tmp_path, spec)
+    x = torch.randn(4, 1031)
+    x[0, 1] = x[1, 500] = x[2, 1030] = float("nan")
+    assert torch.equal(kernel(x).isnan(), torch.tensor([True, True, True, False]))
+    assert kernel(x)[3] == x[3].max()
+    kernel.__globals__["op_aligned_kernel"] = None
+    x = torch.randn(2, 1032)
+    assert torch.equal(kernel(x), reference(x))
+
+
 def test_row_kernel_source(tmp_path):
     spec = make_spec("max(x)", {"x": SQUARE})
     source = lower_triton.kernel_source(spec, parse_expression(spec))
