@@ -121,6 +121,16 @@ def test_tf32_only_where_the_spec_allows_it(tmp_path):
     check(tmp_path, "matmul(a, b, tf32=True) + 1.0", ODD, dtypes=("float32",))
 
 
+@pytest.mark.parametrize("shapes", [ODD, BATCHED, SHARED_B, {"a": [[40, 96]], "b": [[96, 80]]}],
+                         ids=["2-D odd", "bmm", "bmm, b shared", "K aligned, not a multiple of BLOCK_K"])
+def test_tf32_reads_b_k_major(tmp_path, shapes):
+    # float32 B goes to TF32 tensor cores transposed (K-major); padded, batched, shared by the
+    # batch, and with K a multiple of 16 bytes but not of BLOCK_K (the masked K loop).
+    assert "b = b.transpose(-1, -2).contiguous()" in source("matmul(a, b, tf32=True)", shapes)
+    config = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 2, "num_warps": 2, "num_stages": 2}
+    check(tmp_path, "matmul(a, b, tf32=True)", shapes, dtypes=("float32", "float16"), configs=(None, config))
+
+
 def test_inputs_named_like_generated_locals(tmp_path):
     shapes = {"acc": [[33, 70]], "K": [[70, 45]], "mask": [[45]], "offs_m": [[33, 1]]}
     check(tmp_path, "(acc @ K) * mask + offs_m", shapes)
