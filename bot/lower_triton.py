@@ -57,6 +57,7 @@ RESERVED = {  # plus dim1.. in broadcast kernels
     "_min_nan", "_broadcast_offsets",
     "_pointwise_config", "_row_config", "_row_tile", "_broadcast_layout", "_expanded_strides", "_require_full",
     "_row_strides", "CONFIGS", "TUNED", "tuning_key", "config",
+    "row", "base", "end", "lo", "hi", "i", "lane", "edge", "ALIGN",     # the aligned row kernel
 }
 
 
@@ -580,7 +581,7 @@ class _RowKernel(_KernelFile):
         self.weight = next(extras) if node.attr("has_weight") else None
         self.bias = next(extras) if node.attr("has_bias") else None
         super().__init__(spec, node.args[0], inputs, body_inputs, options)
-        self.reduces = node.op in ir.REDUCE
+        self.op, self.reduces = node.op, node.op in ir.REDUCE
         self.plan = _row_plan(node, self.weight and self.weight.local, self.bias and self.bias.local)
         # Inputs that are full in every case are read at the row's own offsets; the others get a
         # row stride and a constexpr column stride, decided at launch. Every case is checked here.
@@ -623,8 +624,12 @@ class _RowKernel(_KernelFile):
         return lines
 
     def _flat_tile(self, offs: str, mask: str) -> list[str]:
-        """_tile at element offsets `offs` shared by every input (the aligned kernel's)."""
+        """_tile at element offsets `offs` shared by every input (the aligned kernel's). A bare
+        input loads its masked lanes as the fill: no select."""
         lines = [f"offs = {offs}", f"mask = {mask}"]
+        if self.is_bare_input:
+            return lines + [f"val = tl.load({self.body_inputs[0].local}_ptr + offs, mask=mask, "
+                            f"other={self.plan.fill}).to(tl.float32)"]
         lines += [f"{i.local} = tl.load({i.local}_ptr + offs, mask=mask, other=0.0).to(tl.float32)"
                   for i in self.body_inputs]
         return lines + [f"val = tl.where(mask, {self.body_call()}, {self.plan.fill})"]
@@ -670,11 +675,14 @@ class _RowKernel(_KernelFile):
                  "for i in range(0, tl.cdiv(hi - lo, BLOCK_N)):",
                  *("    " + line for line in self._flat_tile("lo + i * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]",
                                                              "offs < hi") + self.plan.chunk),
-                 "# The head [base, lo) in the first ALIGN lanes, the tail [hi, end) in the next ALIGN.",
-                 "lane = tl.arange(0, BLOCK_N)[None, :]",
+                 "# The head [base, lo) in the first ALIGN lanes of a small tile, the tail [hi, end) in the",
+                 "# next ALIGN; reduced, then folded into the accumulators' first lane.",
+                 "lane = tl.arange(0, 2 * ALIGN)[None, :]",
                  *self._flat_tile("tl.where(lane < ALIGN, base + lane, hi + lane - ALIGN)",
-                                  "tl.where(lane < ALIGN, offs < lo, (lane < 2 * ALIGN) & (offs < end))"),
-                 *self.plan.chunk, *self.plan.final, *self._write()]
+                                  "tl.where(lane < ALIGN, offs < lo, offs < end)"),
+                 f"edge = {reduce_call(self.op, 'val', 1, keep_dims=True)}",
+                 fold_line(self.op, f"tl.where(tl.arange(0, BLOCK_N)[None, :] == 0, edge, {self.plan.fill})"),
+                 *self.plan.final, *self._write()]
         comment = ("    # One row per program, for rows of no whole number of 16-byte vectors (odd N), which start\n"
                    "    # unaligned: the tiles of the kernels above then load element by element. Here the row's\n"
                    "    # body, from its first to its last 16-byte boundary, loads in vectors whatever N is; the\n"
