@@ -368,6 +368,15 @@ class _KernelFile:
             return self.body_expr
         return f"_body({', '.join(i.local for i in self.body_inputs)})"
 
+    def body_values(self, offs: str, fill: str) -> list[str]:
+        """Load every body input at offs (lanes where `mask`) and compute val, the body's values,
+        fill in masked lanes. A bare input loads its masked lanes as the fill: no select."""
+        if self.is_bare_input:
+            return [f"val = tl.load({self.body_inputs[0].local}_ptr + {offs}, mask=mask, other={fill}).to(tl.float32)"]
+        loads = [f"{i.local} = tl.load({i.local}_ptr + {offs}, mask=mask, other=0.0).to(tl.float32)"
+                 for i in self.body_inputs]
+        return loads + [f"val = tl.where(mask, {self.body_call()}, {fill})"]
+
     def _body_helper(self) -> list[str]:
         if self.is_bare_input:
             return []
@@ -624,15 +633,8 @@ class _RowKernel(_KernelFile):
         return lines
 
     def _flat_tile(self, offs: str, mask: str) -> list[str]:
-        """_tile at element offsets `offs` shared by every input (the aligned kernel's). A bare
-        input loads its masked lanes as the fill: no select."""
-        lines = [f"offs = {offs}", f"mask = {mask}"]
-        if self.is_bare_input:
-            return lines + [f"val = tl.load({self.body_inputs[0].local}_ptr + offs, mask=mask, "
-                            f"other={self.plan.fill}).to(tl.float32)"]
-        lines += [f"{i.local} = tl.load({i.local}_ptr + offs, mask=mask, other=0.0).to(tl.float32)"
-                  for i in self.body_inputs]
-        return lines + [f"val = tl.where(mask, {self.body_call()}, {self.plan.fill})"]
+        """_tile at element offsets `offs` shared by every input (the aligned kernel's)."""
+        return [f"offs = {offs}", f"mask = {mask}", *self.body_values("offs", self.plan.fill)]
 
     def _write(self) -> list[str]:
         """Store the output: one value per row, or the tile's output elements."""
