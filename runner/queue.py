@@ -6,8 +6,8 @@ heartbeats and runner presence live in Huey's key-value store as JSON text (neve
 a runner host that ran generated code cannot hand the bot an object to unpickle).
 
 Lifecycle of a job's keys: the runner writes hb:JOB_ID as soon as it picks the job up and every
-few seconds while it runs; it writes result:JOB_ID, then one last heartbeat with state "done".
-The bot pops the result and clears the heartbeat.
+few seconds while it runs; once its heartbeats have stopped it writes result:JOB_ID. The bot pops
+the result and clears the heartbeat, which nothing writes again.
 
 Imports only huey and the standard library: a bot host has no torch.
 """

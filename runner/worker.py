@@ -387,9 +387,9 @@ class Runner:
         finally:
             beat.stop()
             self.current = None
+        # The result comes after the last heartbeat, never before one: the bot pops the result and
+        # clears the heartbeat, and a beat landing later would stay in the store for good.
         self.queue.put_result(job_id, result)
-        beat.detail = result["status"]
-        beat.beat("done")
         self.say(f"job {job_id}: {result['status']}: {result['summary']}")
 
 
