@@ -257,8 +257,8 @@ def _flag(n: ast.expr | None) -> bool:
 
 
 def _convert_cross_entropy(args: list, kw: dict) -> Node:
-    # cross_entropy(logits, target, reduction='mean'|'none'); class weights, label smoothing and
-    # ignore_index are not supported.
+    # cross_entropy(logits, target, reduction='mean'|'none'), with torch's default ignore_index
+    # (-100); class weights, label smoothing and other ignore_index values are not supported.
     extra = sorted(set(kw) - {"reduction", "input", "target"})
     if extra:
         raise IRError(f"cross_entropy supports reduction='mean' or 'none' only, not {', '.join(extra)}")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from bot import ir
 from bot.lower_triton import (NEG_INF, POS_INF, RESERVED as TRITON_RESERVED, _Input, _KernelFile, _require_full,
                               REDUCE_FILL, _row_config, _row_tile, _wrap, fold_line, kernel_inputs, reduce_call)
+from runner.protocol import IGNORE_INDEX
 
 MAX_CONFIGS = 12            # a small, deliberate space: the benchmark times each config on each case
 NO_INDEX = 2**31 - 1        # an index no element has: it loses every tie to a real one (int32 indices)
@@ -98,7 +99,7 @@ RESERVED = TRITON_RESERVED | {
     "M", "V", "chunk", "block", "picked", "pick", "loss", "num_stages", "LOG2E", "scaled_max", "new_max", "SPLIT",
     "SPLIT_P2", "BLOCK_B", "BLOCK_D", "BLOCK_R", "BLOCK_V", "NUM_STAGES", "FINAL", "_fit", "_fit_stages",
     "_reduce_config", "_reduce_tiles", "_combine_block", "_cross_entropy_config", "_cross_entropy_tiles",
-    "acc_start", "take", "lane", "per_lane",
+    "acc_start", "take", "lane", "per_lane", "kept",
 }
 
 
@@ -426,9 +427,10 @@ class _ReduceKernel(_ReduceFile):
 
 class _CrossEntropyKernel(_ReduceFile):
     description = ("BLOCK_R rows of V class logits per program, read in BLOCK_V chunks: an online logsumexp less\n"
-                   "the target's logit (read directly) gives loss = logsumexp(row) - row[target]. 'mean' writes\n"
-                   "float32 per-row losses that one program sums in a fixed order (deterministic). Targets must\n"
-                   "lie in [0, V): torch's ignore_index (-100) is not supported; an out-of-range target picks 0.")
+                   "the target's logit (read directly) gives loss = logsumexp(row) - row[target]. A target of\n"
+                   f"{IGNORE_INDEX} (torch's default ignore_index, padding) adds no loss and no count to 'mean';\n"
+                   "any other target outside [0, V) picks 0 (torch would raise). 'mean' writes float32 per-row\n"
+                   "losses that one program sums in a fixed order (deterministic), over the rows not ignored.")
     block_key = "BLOCK_V"
 
     def __init__(self, spec, node, inputs, options):
@@ -483,20 +485,25 @@ class _CrossEntropyKernel(_ReduceFile):
                  f"pick = (rows < R) & ({t} >= 0) & ({t} < V)",
                  *target_loads,
                  f"picked = tl.sum(tl.where(pick, {self.body_call()}, 0.0), axis=1)",
-                 "loss = row_max + tl.log(row_sum) - picked",
-                 "tl.store(dst_ptr + rows, loss[:, None].to(dst_ptr.dtype.element_ty), mask=rows < R)"]
+                 f"loss = tl.where({t} == {IGNORE_INDEX}, 0.0, (row_max + tl.log(row_sum) - picked)[:, None])",
+                 "tl.store(dst_ptr + rows, loss.to(dst_ptr.dtype.element_ty), mask=rows < R)"]
         return (f"@triton.jit\n{_wrap(f'def {self.name}_kernel', params, '')}:\n"
                 "    # BLOCK_R rows per program in BLOCK_V-wide chunks.\n"
                 + "".join(f"    {line}\n" for line in lines))
 
     def _mean_kernel(self) -> str:
-        return (f"@triton.jit\ndef {self.name}_mean_kernel(losses_ptr, dst_ptr, R, BLOCK: tl.constexpr):\n"
-                "    # One program sums the per-row losses in a fixed order: deterministic, no atomics.\n"
+        t = self.target.local
+        return (f"@triton.jit\ndef {self.name}_mean_kernel(losses_ptr, {t}_ptr, dst_ptr, R, BLOCK: tl.constexpr):\n"
+                "    # One program sums the per-row losses in a fixed order (deterministic, no atomics) and\n"
+                "    # divides by the rows not ignored (none: 0 / 0, NaN, as in torch).\n"
                 "    acc = tl.zeros([BLOCK], tl.float32)\n"
+                "    count = tl.zeros([BLOCK], tl.float32)\n"
                 "    for start in range(0, R, BLOCK):\n"
                 "        offs = start + tl.arange(0, BLOCK)\n"
                 "        acc += tl.load(losses_ptr + offs, mask=offs < R, other=0.0)\n"
-                "    tl.store(dst_ptr, (tl.sum(acc, axis=0) / R).to(dst_ptr.dtype.element_ty))\n")
+                f"        kept = tl.load({t}_ptr + offs, mask=offs < R, other={IGNORE_INDEX}) != {IGNORE_INDEX}\n"
+                "        count += kept.to(tl.float32)\n"
+                "    tl.store(dst_ptr, (tl.sum(acc, axis=0) / tl.sum(count, axis=0)).to(dst_ptr.dtype.element_ty))\n")
 
     def _launcher(self) -> str:
         first, t = self.body_inputs[0].local, self.target
@@ -516,5 +523,5 @@ class _CrossEntropyKernel(_ReduceFile):
                                                         "num_warps=num_warps"]
         text += self._launch(f"{self.name}_kernel", "(triton.cdiv(R, BLOCK_R),)", args)
         if self.mean:
-            text += f"    {self.name}_mean_kernel[(1,)](losses, out, R, BLOCK=1024, num_warps=4)\n"
+            text += f"    {self.name}_mean_kernel[(1,)](losses, {t.local}, out, R, BLOCK=1024, num_warps=4)\n"
         return text + "    return out\n"

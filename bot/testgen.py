@@ -291,7 +291,8 @@ def params(skip_bf16):
 def make_inputs(case, variant):
     """The case's inputs in the variant's dtypes, drawn from each input's domain with a fixed seed:
     normal (standard normal), positive (uniform in [0.5, 2)), nonzero (random sign times that),
-    index (class indices into the last dim of the input named by index_of)."""
+    index (class indices into the last dim of the input named by index_of; about one in eight is
+    -100, torch's default ignore_index, as padding is in a language model's batch)."""
     gen = torch.Generator(device=DEVICE).manual_seed(SEED)
     shapes = {i["name"]: i["shapes"][case] for i in SPEC["inputs"]}
     inputs = []
@@ -299,6 +300,9 @@ def make_inputs(case, variant):
         shape, domain = spec_input["shapes"][case], spec_input.get("domain", "normal")
         if domain == "index":
             values = torch.randint(0, shapes[spec_input["index_of"]][-1], shape, generator=gen, device=DEVICE)
+            padding = torch.rand(shape, generator=gen, device=DEVICE) < 0.125
+            padding.view(-1)[:1] = False        # never all padding
+            values = torch.where(padding, -100, values)
         elif domain == "normal":
             values = torch.randn(shape, generator=gen, device=DEVICE)
         else:

@@ -47,7 +47,12 @@ def make_inputs(spec: dict, case: Case, variant: dict[str, str], seed: int, devi
 
 def _draw(domain: str, shape: list[int], gen: torch.Generator, device: str, high: int = 0) -> torch.Tensor:
     if domain == "index":       # class indices into a last dim of `high`
-        return torch.randint(0, high, shape, generator=gen, device=device)
+        indices = torch.randint(0, high, shape, generator=gen, device=device)
+        # About one in eight is padding (IGNORE_INDEX), as in a language model's batch; never the
+        # first, so no case is all padding.
+        padding = torch.rand(shape, generator=gen, device=device) < 0.125
+        padding.view(-1)[:1] = False
+        return torch.where(padding, protocol.IGNORE_INDEX, indices)
     if domain == "normal":
         return torch.randn(shape, generator=gen, device=device)
     magnitude = 0.5 + 1.5 * torch.rand(shape, generator=gen, device=device)     # uniform [0.5, 2)

@@ -19,8 +19,10 @@ DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")     # what kernels 
 INDEX_DTYPE = "int64"                                             # class indices (cross-entropy target)
 SHORT: dict[str, str] = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int64": "i64"}
 ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "int64": 8}
-# index: int64 uniform in [0, size of the last dim of the input named by "index_of")
+# index: int64 uniform in [0, size of the last dim of the input named by "index_of"), about one
+# in eight IGNORE_INDEX (padding)
 DOMAINS: tuple[str, ...] = ("normal", "positive", "nonzero", "index")
+IGNORE_INDEX = -100        # torch's cross_entropy default: a row with this target adds no loss
 
 JOB_KINDS: tuple[str, ...] = ("reference_test", "kernel_test", "benchmark", "verify")
 

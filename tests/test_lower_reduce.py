@@ -200,6 +200,19 @@ def test_cross_entropy_target_out_of_range_picks_zero(tmp_path):
     torch.testing.assert_close(got[~inside], torch.logsumexp(x[[3, 10]], dim=-1))
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cross_entropy_ignores_padding_as_torch_does(tmp_path, reduction):
+    # Target -100 (torch's default ignore_index): no loss, and 'mean' averages over the other rows;
+    # all of them padding makes 'mean' 0 / 0, NaN, in torch and here.
+    spec = make_spec(f"cross_entropy(x, t, reduction='{reduction}')", {"x": [[6, 97]], "t": [[6]]}, ("float32",))
+    reference, module = generate(tmp_path, spec)
+    x, t = torch.randn(6, 97), torch.randint(0, 97, (6,))
+    t[[1, 4]] = protocol.IGNORE_INDEX
+    torch.testing.assert_close(module.op(x, t), reference(x, t))
+    padding = torch.full_like(t, protocol.IGNORE_INDEX)
+    torch.testing.assert_close(module.op(x, padding), reference(x, padding), equal_nan=True)
+
+
 # ---------------------------------------------------------------- launcher, names, options, errors
 
 def test_tuned_config_reaches_the_launcher(tmp_path):
