@@ -80,9 +80,12 @@ ROWS_CONFIGS = [
     {"BLOCK_R": 16, "BLOCK_D": 128, "SPLIT_D": 1, "num_warps": 4, "num_stages": 1},
     {"BLOCK_R": 1, "BLOCK_D": 4096, "SPLIT_D": 16, "num_warps": 8, "num_stages": 1},
 ]
-# cross entropy: one row per program in 1K to 8K chunks (vocabularies of 32K-128K loop), with and
-# without pipelined loads; short rows stacked.
+# cross entropy: persistent programs (PER_SM per SM) for rows that fit one tile, then one row per
+# program in 1K to 8K chunks (vocabularies of 32K-128K loop), with and without pipelined loads;
+# short rows stacked.
 CROSS_ENTROPY_CONFIGS = [
+    {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 4, "num_stages": 1, "PER_SM": 4},
+    {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 4, "num_stages": 1, "PER_SM": 3},
     {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 8, "num_stages": 1},
     {"BLOCK_R": 1, "BLOCK_V": 2048, "num_warps": 4, "num_stages": 3},
     {"BLOCK_R": 1, "BLOCK_V": 4096, "num_warps": 8, "num_stages": 1},
@@ -99,7 +102,7 @@ RESERVED = TRITON_RESERVED | {
     "M", "V", "chunk", "block", "picked", "pick", "loss", "num_stages", "LOG2E", "scaled_max", "new_max", "SPLIT",
     "SPLIT_P2", "BLOCK_B", "BLOCK_D", "BLOCK_R", "BLOCK_V", "NUM_STAGES", "FINAL", "_fit", "_fit_stages",
     "_reduce_config", "_reduce_tiles", "_combine_block", "_cross_entropy_config", "_cross_entropy_tiles",
-    "acc_start", "take", "lane", "per_lane", "kept",
+    "acc_start", "take", "lane", "per_lane", "kept", "first", "step", "next_rows", "r0", "PER_SM", "sms",
 }
 
 
@@ -448,19 +451,37 @@ class _CrossEntropyKernel(_ReduceFile):
     def configs(self) -> list[dict]:
         defaults = [_cross_entropy_config(*rows) for rows in self.rows_of]
         return self._space(defaults + CROSS_ENTROPY_CONFIGS, lambda config: [
-            _cross_entropy_tiles(config, *rows, self.max_elem_bytes) for rows in self.rows_of])[:MAX_CONFIGS]
+            (*_cross_entropy_tiles(config, *rows, self.max_elem_bytes), config.get("PER_SM", 0))
+            for rows in self.rows_of])[:MAX_CONFIGS]
 
     def source(self) -> str:
-        kernels = [self._kernel()] + ([self._mean_kernel()] if self.mean else [])
+        kernels = [self._kernel(), self._persistent_kernel()] + ([self._mean_kernel()] if self.mean else [])
         helpers = [_row_config, _row_tile, _fit, _fit_stages, _cross_entropy_config, _cross_entropy_tiles,
                    _require_full]
         return self._file(kernels, helpers, self._launcher())
 
-    def _kernel(self) -> str:
+    def _params(self) -> list[str]:
+        return [f"{i.local}_ptr" for i in self.body_inputs] + [f"{self.target.local}_ptr", "dst_ptr", "R", "V",
+                                                               "BLOCK_R: tl.constexpr", "BLOCK_V: tl.constexpr"]
+
+    def _loss(self) -> list[str]:
+        """From row_max and row_sum of `rows`: the target's logit, read directly (a target outside
+        [0, V) picks 0 and reads nothing), the loss (0 for an ignored row), and its store."""
         t = self.target.local
-        params = [f"{i.local}_ptr" for i in self.body_inputs] + [f"{t}_ptr", "dst_ptr", "R", "V",
-                                                                 "BLOCK_R: tl.constexpr", "BLOCK_V: tl.constexpr",
-                                                                 "NUM_STAGES: tl.constexpr"]
+        return [f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other=0)",
+                f"pick = (rows < R) & ({t} >= 0) & ({t} < V)",
+                *(f"{i.local} = tl.load({i.local}_ptr + rows * V + {t}, mask=pick, other=0.0).to(tl.float32)"
+                  for i in self.body_inputs),
+                f"picked = tl.sum(tl.where(pick, {self.body_call()}, 0.0), axis=1)",
+                f"loss = tl.where({t} == {IGNORE_INDEX}, 0.0, (row_max + tl.log(row_sum) - picked)[:, None])",
+                "tl.store(dst_ptr + rows, loss.to(dst_ptr.dtype.element_ty), mask=rows < R)"]
+
+    @staticmethod
+    def _jit(name: str, params: list[str], comment: str, lines: list[str]) -> str:
+        return (f"@triton.jit\n{_wrap(f'def {name}', params, '')}:\n{comment}"
+                + "".join(f"    {line}\n" for line in lines))
+
+    def _kernel(self) -> str:
         loop = ["cols = start + tl.arange(0, BLOCK_V)[None, :]", "mask = (rows < R) & (cols < V)",
                 *self.body_values("rows * V + cols", NEG_INF),
                 "new_max = tl.maximum(row_max, tl.max(val, axis=1))",
@@ -469,27 +490,44 @@ class _CrossEntropyKernel(_ReduceFile):
                 "row_sum = (row_sum * tl.exp2(row_max * LOG2E - scaled_max)",
                 "           + tl.sum(tl.exp2(val * LOG2E - scaled_max[:, None]), axis=1))",
                 "row_max = new_max"]
-        target_loads = [f"{i.local} = tl.load({i.local}_ptr + rows * V + {t}, mask=pick, other=0.0).to(tl.float32)"
-                        for i in self.body_inputs]
         lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",
                  f"LOG2E: tl.constexpr = {math.log2(math.e)!r}",
-                 f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other=0)",
                  f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
                  "row_sum = tl.zeros([BLOCK_R], tl.float32)",
                  "# Online logsumexp: the running sum is rescaled to each new running max. NUM_STAGES > 1",
                  "# pipelines the loads through shared memory (cp.async).",
                  "for start in tl.range(0, V, BLOCK_V, num_stages=NUM_STAGES):",
                  *("    " + line for line in loop),
-                 "# The target's logit, read directly (a target outside [0, V) picks 0, and reads nothing);",
-                 "# after the loop, whose loads have another shape.",
-                 f"pick = (rows < R) & ({t} >= 0) & ({t} < V)",
-                 *target_loads,
-                 f"picked = tl.sum(tl.where(pick, {self.body_call()}, 0.0), axis=1)",
-                 f"loss = tl.where({t} == {IGNORE_INDEX}, 0.0, (row_max + tl.log(row_sum) - picked)[:, None])",
-                 "tl.store(dst_ptr + rows, loss.to(dst_ptr.dtype.element_ty), mask=rows < R)"]
-        return (f"@triton.jit\n{_wrap(f'def {self.name}_kernel', params, '')}:\n"
-                "    # BLOCK_R rows per program in BLOCK_V-wide chunks.\n"
-                + "".join(f"    {line}\n" for line in lines))
+                 *self._loss()]
+        return self._jit(f"{self.name}_kernel", self._params() + ["NUM_STAGES: tl.constexpr"],
+                         "    # BLOCK_R rows per program in BLOCK_V-wide chunks.\n", lines)
+
+    def _persistent_kernel(self) -> str:
+        fill = {i.local: NEG_INF if self.is_bare_input else "0.0" for i in self.body_inputs}
+        prefetch = [f"{i.local}_next = tl.load({i.local}_ptr + next_rows * V + cols, mask=(next_rows < R) & "
+                    f"(cols < V), other={fill[i.local]})" for i in self.body_inputs]
+        values = [f"{i.local} = {i.local}_next.to(tl.float32)" for i in self.body_inputs]
+        values.append(f"val = {self.body_call()}" if self.is_bare_input
+                      else f"val = tl.where((rows < R) & (cols < V), {self.body_call()}, {NEG_INF})")
+        lines = [f"LOG2E: tl.constexpr = {math.log2(math.e)!r}",
+                 "cols = tl.arange(0, BLOCK_V)[None, :]",
+                 "first = tl.program_id(0) * BLOCK_R",
+                 "step = tl.num_programs(0) * BLOCK_R",
+                 "next_rows = first + tl.arange(0, BLOCK_R)[:, None].to(tl.int64)",
+                 *prefetch,
+                 "for r0 in range(first, R, step):",
+                 "    rows = next_rows",
+                 *("    " + line for line in values),
+                 "    # The next rows' loads go out before these rows are reduced: they stay in flight",
+                 "    # through the reductions (a register double buffer).",
+                 "    next_rows = rows + step",
+                 *("    " + line for line in prefetch),
+                 "    row_max = tl.max(val, axis=1)",
+                 "    row_sum = tl.sum(tl.exp2(val * LOG2E - (row_max * LOG2E)[:, None]), axis=1)",
+                 *("    " + line for line in self._loss())]
+        comment = ("    # Persistent: this program takes rows pid, pid + G, ... (G programs), each in one\n"
+                   "    # BLOCK_V-wide tile (BLOCK_V >= V).\n")
+        return self._jit(f"{self.name}_persistent_kernel", self._params(), comment, lines)
 
     def _mean_kernel(self) -> str:
         t = self.target.local
@@ -519,9 +557,17 @@ class _CrossEntropyKernel(_ReduceFile):
         if self.mean:
             text += f"    losses = torch.empty(R, dtype=torch.float32, device={first}.device)  # summed below\n"
         args = [i.local for i in self.body_inputs] + [t.local, "losses" if self.mean else "out", "R", "V",
-                                                        "BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "NUM_STAGES=num_stages",
-                                                        "num_warps=num_warps"]
-        text += self._launch(f"{self.name}_kernel", "(triton.cdiv(R, BLOCK_R),)", args)
+                                                        "BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "num_warps=num_warps"]
+        text += ("    # PER_SM > 0: that many persistent programs per SM (4 on the CPU interpreter), if a row\n"
+                 "    # fits one tile (H200, 8192 fp16 classes: 41 us, 44 us one program per row); else one\n"
+                 "    # program per BLOCK_R rows.\n"
+                 '    if config.get("PER_SM", 0) and BLOCK_V >= V:\n'
+                 "        sms = torch.cuda.get_device_properties(out.device).multi_processor_count if out.is_cuda else 4\n")
+        text += self._launch(f"{self.name}_persistent_kernel", '(min(triton.cdiv(R, BLOCK_R), config["PER_SM"] * sms),)',
+                             args, "        ")
+        text += "    else:\n"
+        text += self._launch(f"{self.name}_kernel", "(triton.cdiv(R, BLOCK_R),)", args + ["NUM_STAGES=num_stages"],
+                             "        ")
         if self.mean:
             text += f"    {self.name}_mean_kernel[(1,)](losses, {t.local}, out, R, BLOCK=1024, num_warps=4)\n"
         return text + "    return out\n"

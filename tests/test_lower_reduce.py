@@ -200,6 +200,22 @@ def test_cross_entropy_target_out_of_range_picks_zero(tmp_path):
     torch.testing.assert_close(got[~inside], torch.logsumexp(x[[3, 10]], dim=-1))
 
 
+@pytest.mark.parametrize("logits", ["x", "x * 0.5 + y"])
+def test_cross_entropy_persistent_kernel(tmp_path, logits):
+    # PER_SM programs per SM (4 SMs on CPU) loop over rows that fit one tile, one or two at a time,
+    # the last step partly past R; the one-program-per-row kernel is removed to be sure.
+    names = ir.input_names(ir.parse(logits))
+    spec = make_spec(f"cross_entropy({logits}, t, reduction='none')", {n: [MATRIX] for n in names} | {"t": [[37]]},
+                     ("float32",))
+    reference, module = generate(tmp_path, spec)
+    module.op_kernel = None
+    inputs = make_inputs(spec, protocol.cases(spec)[0], protocol.dtype_variants(spec)[0], 0, "cpu")
+    want = reference(*[i.double() if i.is_floating_point() else i for i in inputs])
+    for block_r in (1, 2):
+        config = {"BLOCK_R": block_r, "BLOCK_V": 128, "num_warps": 1, "num_stages": 1, "PER_SM": 1}
+        torch.testing.assert_close(module.op(*inputs, config=config), want.float())
+
+
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_cross_entropy_ignores_padding_as_torch_does(tmp_path, reduction):
     # Target -100 (torch's default ignore_index): no loss, and 'mean' averages over the other rows;
