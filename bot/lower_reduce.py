@@ -464,12 +464,15 @@ class _CrossEntropyKernel(_ReduceFile):
         return [f"{i.local}_ptr" for i in self.body_inputs] + [f"{self.target.local}_ptr", "dst_ptr", "R", "V",
                                                                "BLOCK_R: tl.constexpr", "BLOCK_V: tl.constexpr"]
 
+    def _target(self) -> str:
+        return f"{self.target.local} = tl.load({self.target.local}_ptr + rows, mask=rows < R, other=0)"
+
     def _loss(self) -> list[str]:
-        """From row_max and row_sum of `rows`: the target's logit, read directly (a target outside
-        [0, V) picks 0 and reads nothing), the loss (0 for an ignored row), and its store."""
+        """From row_max and row_sum of `rows` and their targets: the target's logit, read directly
+        (a target outside [0, V) picks 0 and reads nothing), the loss (0 for an ignored row), and
+        its store."""
         t = self.target.local
-        return [f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other=0)",
-                f"pick = (rows < R) & ({t} >= 0) & ({t} < V)",
+        return [f"pick = (rows < R) & ({t} >= 0) & ({t} < V)",
                 *(f"{i.local} = tl.load({i.local}_ptr + rows * V + {t}, mask=pick, other=0.0).to(tl.float32)"
                   for i in self.body_inputs),
                 f"picked = tl.sum(tl.where(pick, {self.body_call()}, 0.0), axis=1)",
@@ -492,6 +495,8 @@ class _CrossEntropyKernel(_ReduceFile):
                 "row_max = new_max"]
         lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",
                  f"LOG2E: tl.constexpr = {math.log2(math.e)!r}",
+                 "# The targets first: their load is under way while the logits stream.",
+                 self._target(),
                  f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
                  "row_sum = tl.zeros([BLOCK_R], tl.float32)",
                  "# Online logsumexp: the running sum is rescaled to each new running max. NUM_STAGES > 1",
@@ -524,6 +529,7 @@ class _CrossEntropyKernel(_ReduceFile):
                  *("    " + line for line in prefetch),
                  "    row_max = tl.max(val, axis=1)",
                  "    row_sum = tl.sum(tl.exp2(val * LOG2E - (row_max * LOG2E)[:, None]), axis=1)",
+                 "    " + self._target(),
                  *("    " + line for line in self._loss())]
         comment = ("    # Persistent: this program takes rows pid, pid + G, ... (G programs), each in one\n"
                    "    # BLOCK_V-wide tile (BLOCK_V >= V).\n")
@@ -569,5 +575,7 @@ class _CrossEntropyKernel(_ReduceFile):
         text += self._launch(f"{self.name}_kernel", "(triton.cdiv(R, BLOCK_R),)", args + ["NUM_STAGES=num_stages"],
                              "        ")
         if self.mean:
-            text += f"    {self.name}_mean_kernel[(1,)](losses, {t.local}, out, R, BLOCK=1024, num_warps=4)\n"
+            text += ("    # One program, 8192 rows a step: each step waits out a load's latency, and one step\n"
+                     "    # covers the usual batch of rows.\n"
+                     f"    {self.name}_mean_kernel[(1,)](losses, {t.local}, out, R, BLOCK=8192, num_warps=16)\n")
         return text + "    return out\n"
