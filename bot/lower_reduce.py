@@ -508,10 +508,14 @@ class _CrossEntropyKernel(_ReduceFile):
                          "    # BLOCK_R rows per program in BLOCK_V-wide chunks.\n", lines)
 
     def _persistent_kernel(self) -> str:
-        fill = {i.local: NEG_INF if self.is_bare_input else "0.0" for i in self.body_inputs}
-        prefetch = [f"{i.local}_next = tl.load({i.local}_ptr + next_rows * V + cols, mask=(next_rows < R) & "
-                    f"(cols < V), other={fill[i.local]})" for i in self.body_inputs]
-        values = [f"{i.local} = {i.local}_next.to(tl.float32)" for i in self.body_inputs]
+        # The prefetched raw tiles are named <input>_next, unless an input already has such a name.
+        suffix, names = "_next", {i.local for i in self.inputs}
+        while any(f"{i.local}{suffix}" in names for i in self.body_inputs):
+            suffix += "_"
+        fill = NEG_INF if self.is_bare_input else "0.0"
+        prefetch = [f"{i.local}{suffix} = tl.load({i.local}_ptr + next_rows * V + cols, mask=(next_rows < R) & "
+                    f"(cols < V), other={fill})" for i in self.body_inputs]
+        values = [f"{i.local} = {i.local}{suffix}.to(tl.float32)" for i in self.body_inputs]
         values.append(f"val = {self.body_call()}" if self.is_bare_input
                       else f"val = tl.where((rows < R) & (cols < V), {self.body_call()}, {NEG_INF})")
         lines = [f"LOG2E: tl.constexpr = {math.log2(math.e)!r}",

@@ -200,7 +200,7 @@ def test_cross_entropy_target_out_of_range_picks_zero(tmp_path):
     torch.testing.assert_close(got[~inside], torch.logsumexp(x[[3, 10]], dim=-1))
 
 
-@pytest.mark.parametrize("logits", ["x", "x * 0.5 + y"])
+@pytest.mark.parametrize("logits", ["x", "x * 0.5 + y", "x - x_next"])
 def test_cross_entropy_persistent_kernel(tmp_path, logits):
     # PER_SM programs per SM (4 SMs on CPU) loop over rows that fit one tile, one or two at a time,
     # the last step partly past R; the one-program-per-row kernel is removed to be sure.
