@@ -60,7 +60,10 @@ def _grouped_bars(ax, groups: list[tuple[str, str]], versions: list[str], rows: 
             xs.append(x)
             heights.append(value(row))
         bars = ax.bar(xs, heights, width * 0.95, label=version, color=colors[version])
-        ax.bar_label(bars, labels=[_number(h) for h in heights], fontsize=7, padding=2, rotation=90 if crowded else 0)
+        # A white box under each label: a reference line (torch = 1.0, the copy ceiling) running
+        # through a bar's top would otherwise strike its number out.
+        ax.bar_label(bars, labels=[_number(h) for h in heights], fontsize=7, padding=2, rotation=90 if crowded else 0,
+                     bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.85})
     ax.set_xticks(range(len(groups)), [_case_label(case, dtype) for case, dtype in groups], fontsize=8)
     ax.set_xlim(-0.6, len(groups) - 0.4)
     ax.margins(y=0.15)     # room for the value labels above the tallest bar
