@@ -23,6 +23,7 @@ import dataclasses
 
 from bot import ir
 from bot.lower_triton import RESERVED, _expanded_strides, _Input, _KernelFile, _wrap, kernel_inputs
+from runner import protocol
 
 MAX_BLOCK = 256             # a wider tile's operands no longer fit in shared memory
 
@@ -214,7 +215,12 @@ class _MatmulKernel(_KernelFile):
     def configs(self) -> list[dict]:
         # Configs that every case shrinks to the same tiles as an earlier one are dropped: sweeping
         # them would time one kernel twice. (Tiles equal at fp16's 2 bytes are equal at any width.)
-        return self._space(CONFIGS, lambda config: [
+        # A float32-only spec lists each config with the BLOCK_K the launcher gives it in shared
+        # memory (128x256x64 in 3 stages runs with BLOCK_K 32), so tables and TUNED name it right.
+        widths = {protocol.ITEMSIZE[d] for i in self.spec["inputs"] if i["name"] == self.a.name for d in i["dtypes"]}
+        candidates = CONFIGS if widths != {4} else [
+            {**c, "BLOCK_K": _fit_config(c, 1 << 30, 1 << 30, 1 << 30, 4)[2]} for c in CONFIGS]
+        return self._space(candidates, lambda config: [
             (_fit_config(config, m, n, k, 2), config["GROUP_M"], config["num_warps"]) for m, n, k in self.cases])
 
     def _kernel(self) -> str:
