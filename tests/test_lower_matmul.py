@@ -121,6 +121,17 @@ def test_tf32_only_where_the_spec_allows_it(tmp_path):
     check(tmp_path, "matmul(a, b, tf32=True) + 1.0", ODD, dtypes=("float32",))
 
 
+def test_float32_configs_are_listed_as_they_run(tmp_path):
+    # The launcher halves BLOCK_K until the stages fit 160 KB; a float32 spec lists configs already
+    # fitted, so the bench table and TUNED name the tiles that run. fp16 lists them as written.
+    spec = validate(raw_spec("matmul(a, b, tf32=True)", {"a": [[4096, 4096]], "b": [[4096, 4096]]}, ("float32",)))
+    configs = generate(tmp_path, spec)[1].__globals__["CONFIGS"]
+    assert all(lower_matmul._fit_config(c, 1 << 30, 1 << 30, 1 << 30, 4)[2] == c["BLOCK_K"] for c in configs)
+    assert {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32}.items() <= configs[1].items()
+    spec = validate(raw_spec("a @ b", {"a": [[4096, 4096]], "b": [[4096, 4096]]}, ("float16",)))
+    assert generate(tmp_path, spec)[1].__globals__["CONFIGS"][:3] == lower_matmul.CONFIGS[:3]
+
+
 @pytest.mark.parametrize("shapes", [ODD, BATCHED, SHARED_B, {"a": [[40, 96]], "b": [[96, 80]]}],
                          ids=["2-D odd", "bmm", "bmm, b shared", "K aligned, not a multiple of BLOCK_K"])
 def test_tf32_reads_b_k_major(tmp_path, shapes):
