@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 from bot import ir
-from bot.lower_triton import RESERVED, _expanded_strides, _Input, _KernelFile, _wrap, kernel_inputs
+from bot.lower_triton import RESERVED, _expanded_strides, _Input, _KernelFile, _wrap, jit_source, kernel_inputs
 from runner import protocol
 
 MAX_BLOCK = 256             # a wider tile's operands no longer fit in shared memory
@@ -294,8 +294,7 @@ class _MatmulKernel(_KernelFile):
             lines.append(f"acc = {self.body_call()}")
         lines += ["out_ptr += batch * M * N",
                   "tl.store(out_ptr + rows * N + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)"]
-        return (f"@triton.jit\n{_wrap(f'def {self.name}_kernel', params, '')}:\n"
-                + "".join(f"    {line}\n" for line in lines))
+        return jit_source(f"{self.name}_kernel", params, lines)
 
     def _strides(self, e: _Input) -> list[tuple[str, str]]:
         """(kernel parameter, offset term) of each stride the kernel reads epilogue input e with."""

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from bot import ir
 from bot.lower_triton import (NEG_INF, POS_INF, RESERVED as TRITON_RESERVED, _Input, _KernelFile, _require_full,
-                              REDUCE_FILL, _row_config, _row_tile, _wrap, fold_line, kernel_inputs, reduce_call)
+                              REDUCE_FILL, _row_config, _row_tile, _wrap, fold_line, jit_source, kernel_inputs,
+                              reduce_call)
 from runner.protocol import IGNORE_INDEX
 
 MAX_CONFIGS = 12            # a small, deliberate space: the benchmark times each config on each case
@@ -378,8 +379,7 @@ class _ReduceKernel(_ReduceFile):
                  "if FINAL:", *("    " + line for line in self._store(True, layout.expand, layout.keep)),
                  "else:", *("    " + line for line in self._store(False, layout.expand, layout.keep))]
         comment = "".join(f"    {line}\n" for line in layout.comment.split("\n"))
-        return (f"@triton.jit\n{_wrap(f'def {self.name}_{layout.name}_kernel', params, '')}:\n{comment}"
-                + "".join(f"    {line}\n" for line in lines))
+        return jit_source(f"{self.name}_{layout.name}_kernel", params, lines, comment)
 
     def _combine_kernel(self) -> str:
         params = ["ws_ptr"] + (["ws_idx_ptr"] if self.arg else []) + ["dst_ptr", "M", "SPLIT", "D",
@@ -391,9 +391,8 @@ class _ReduceKernel(_ReduceFile):
                  "out_offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)[None, :]",
                  "mask = (s < SPLIT) & (out_offs < M)", *loads, *self._final(0, "[None, :]"),
                  *self._store(True, "[None, :]", "out_offs < M")]
-        return (f"@triton.jit\n{_wrap(f'def {self.name}_combine_kernel', params, '')}:\n"
-                "    # The SPLIT partials of BLOCK outputs, reduced in a fixed order (deterministic) and cast.\n"
-                + "".join(f"    {line}\n" for line in lines))
+        comment = "    # The SPLIT partials of BLOCK outputs, reduced in a fixed order (deterministic) and cast.\n"
+        return jit_source(f"{self.name}_combine_kernel", params, lines, comment)
 
     def _launcher(self) -> str:
         first = self.body_inputs[0].local
@@ -479,11 +478,6 @@ class _CrossEntropyKernel(_ReduceFile):
                 f"loss = tl.where({t} == {IGNORE_INDEX}, 0.0, (row_max + tl.log(row_sum) - picked)[:, None])",
                 "tl.store(dst_ptr + rows, loss.to(dst_ptr.dtype.element_ty), mask=rows < R)"]
 
-    @staticmethod
-    def _jit(name: str, params: list[str], comment: str, lines: list[str]) -> str:
-        return (f"@triton.jit\n{_wrap(f'def {name}', params, '')}:\n{comment}"
-                + "".join(f"    {line}\n" for line in lines))
-
     def _kernel(self) -> str:
         loop = ["cols = start + tl.arange(0, BLOCK_V)[None, :]", "mask = (rows < R) & (cols < V)",
                 *self.body_values("rows * V + cols", NEG_INF),
@@ -504,8 +498,8 @@ class _CrossEntropyKernel(_ReduceFile):
                  "for start in tl.range(0, V, BLOCK_V, num_stages=NUM_STAGES):",
                  *("    " + line for line in loop),
                  *self._loss()]
-        return self._jit(f"{self.name}_kernel", self._params() + ["NUM_STAGES: tl.constexpr"],
-                         "    # BLOCK_R rows per program in BLOCK_V-wide chunks.\n", lines)
+        return jit_source(f"{self.name}_kernel", self._params() + ["NUM_STAGES: tl.constexpr"], lines,
+                          "    # BLOCK_R rows per program in BLOCK_V-wide chunks.\n")
 
     def _persistent_kernel(self) -> str:
         # The prefetched raw tiles are named <input>_next, unless an input already has such a name.
@@ -537,7 +531,7 @@ class _CrossEntropyKernel(_ReduceFile):
                  *("    " + line for line in self._loss())]
         comment = ("    # Persistent: this program takes rows pid, pid + G, ... (G programs), each in one\n"
                    "    # BLOCK_V-wide tile (BLOCK_V >= V).\n")
-        return self._jit(f"{self.name}_persistent_kernel", self._params(), comment, lines)
+        return jit_source(f"{self.name}_persistent_kernel", self._params(), lines, comment)
 
     def _mean_kernel(self) -> str:
         t = self.target.local

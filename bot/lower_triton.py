@@ -230,6 +230,12 @@ def _wrap(head: str, args: list[str], indent: str) -> str:
     return "\n".join([f"{indent}{head}(", *lines, current.rstrip(), f"{indent})"])
 
 
+def jit_source(name: str, params: list[str], lines: list[str], comment: str = "") -> str:
+    """A @triton.jit function: its signature, a comment block (lines ending in newlines), the body."""
+    return (f"@triton.jit\n{_wrap(f'def {name}', params, '')}:\n{comment}"
+            + "".join(f"    {line}\n" for line in lines))
+
+
 def _triton_pow(node: ir.Node, a: list[str]) -> str:
     e = node.attr("exponent")
     if e == 0:
@@ -490,8 +496,7 @@ class _PointwiseKernel(_KernelFile):
         lines += ["    " + line for line in self._load_compute_store(masked=False)]
         lines += ["else:", "    # The one partial block at the end.", "    mask = offs < n_elements"]
         lines += ["    " + line for line in self._load_compute_store(masked=True)]
-        return (f"@triton.jit\n{_wrap(f'def {self.name}_kernel', params, '')}:\n"
-                + "".join(f"    {line}\n" for line in lines))
+        return jit_source(f"{self.name}_kernel", params, lines)
 
     def _load_compute_store(self, masked: bool) -> list[str]:
         mask = ", mask=mask" if masked else ""
@@ -662,8 +667,7 @@ class _RowKernel(_KernelFile):
             else:
                 lines += [chunk_loop] + ["    " + x for x in tile + self._write()]
         suffix = "_looped_kernel" if looped else "_kernel"
-        return (f"@triton.jit\n{_wrap(f'def {self.name}{suffix}', self._params(), '')}:\n{comment}"
-                + "".join(f"    {line}\n" for line in lines))
+        return jit_source(f"{self.name}{suffix}", self._params(), lines, comment)
 
     def _aligned_kernel(self) -> str:
         lines = ["row = tl.program_id(0).to(tl.int64)",
@@ -689,9 +693,7 @@ class _RowKernel(_KernelFile):
                    "    # unaligned: the tiles of the kernels above then load element by element. Here the row's\n"
                    "    # body, from its first to its last 16-byte boundary, loads in vectors whatever N is; the\n"
                    "    # head and tail (each under ALIGN elements; N >= 2 * ALIGN) take one more masked tile.\n")
-        params = self._params() + ["ALIGN: tl.constexpr"]
-        return (f"@triton.jit\n{_wrap(f'def {self.name}_aligned_kernel', params, '')}:\n{comment}"
-                + "".join(f"    {line}\n" for line in lines))
+        return jit_source(f"{self.name}_aligned_kernel", self._params() + ["ALIGN: tl.constexpr"], lines, comment)
 
     def _aligned_launch(self) -> str:
         """The launcher's branch to the aligned kernel: odd rows long enough (1024+ elements) that
