@@ -129,12 +129,9 @@ def _reduce_config(A, D, B, per_lane=False):
     # column blocks x 128 splits of 64 rows. per_lane (argmax/argmin, an accumulator per tile
     # element): small tiles instead, 512 x 4 pipelined or 512 of one row on one warp (on an H200
     # 1.4x and 2x faster than the others at 8192x8192).
-    if B > 1 and per_lane:
-        key, block, block_d, warps, stages = "BLOCK_B", _fit(512, B), 4, 2, 3
-        programs = A * -(-B // block)
-    elif B > 1:
-        key, block, warps, stages = "BLOCK_B", _fit(1024, B), 4, 1
-        block_d = max(8, 8192 // block)
+    if B > 1:
+        key, block = "BLOCK_B", _fit(512 if per_lane else 1024, B)
+        block_d, warps, stages = (4, 2, 3) if per_lane else (max(8, 8192 // block), 4, 1)
         programs = A * -(-B // block)
     elif per_lane:
         key, block, block_d, warps, stages = "BLOCK_R", 1, _fit(512, D), 1, 1
