@@ -1,17 +1,17 @@
 """Lowering of a matmul with a pointwise epilogue to Triton: the kernel (stage 4).
 
-`relu(a @ b + bias) * 0.5 + residual` becomes one tiled tl.dot kernel: each program computes a
+`relu(a @ b + bias) * 0.5 + residual` becomes one tiled tl.dot kernel: a program computes a
 BLOCK_M x BLOCK_N tile of a [M, K] @ b [K, N] into a float32 accumulator, applies everything
 around the matmul (the epilogue) to that tile, and stores it once in the output dtype. A batch
-(a [B, M, K] @ b [B, K, N], or one b [K, N] shared by the batch) runs along program_id(1).
+(a [B, M, K] @ b [B, K, N], or one b [K, N] shared by the batch) is tiled the same way.
 
-Triton's fast operand loads (vectorized, and asynchronous cp.async copies in the pipelined K loop)
-need every row of a and b to start on a 16-byte boundary. An odd K or N breaks that and the loop
-falls back to scalar loads: unpadded, 3001x2999 @ 2999x3007 fp16 ran at 61 TFLOP/s on an H200
-(889 us; cuBLAS 500 us, torch.compile 105 us), 4096^3 at 660. As Inductor does (pad_mm), the
-launcher then first copies the offending operands into zero-padded buffers with aligned rows.
-Compiled for sm_90 without a GPU, the padded case's loads become the same 16-byte cp.async
-copies as 4096's; its time on a GPU is not yet measured.
+The kernel is persistent (one program per SM walks the tiles of the whole batch) and loads its
+operand tiles with TMA (host-made tensor descriptors): on an H200, 4096^3 fp16 took 185 us against
+191 us for one program per tile with pointer loads (cuBLAS 180), and 32 x 1024^3 117 against 123
+(cuBLAS 104). TMA needs the operands' rows to start on 16-byte boundaries; an odd K or N breaks
+that (and made the pointer loads scalar: 3001x2999 @ 2999x3007 fp16 at 61 TFLOP/s, 889 us). As
+Inductor does (pad_mm), the launcher then first copies the offending operands into zero-padded
+buffers with aligned rows.
 
 Like bot.lower_triton, whose file layout and epilogue writer this reuses, the launcher's
 Python helpers are real functions here, used to check the spec's cases and copied into
@@ -22,7 +22,8 @@ from __future__ import annotations
 import dataclasses
 
 from bot import ir
-from bot.lower_triton import RESERVED, _expanded_strides, _Input, _KernelFile, _wrap, jit_source, kernel_inputs
+from bot.lower_triton import (RESERVED, _expanded_strides, _Input, _KernelFile, _wrap, jit_source, kernel_inputs,
+                              sm_count_line)
 from runner import protocol
 
 MAX_BLOCK = 256             # a wider tile's operands no longer fit in shared memory
@@ -42,10 +43,10 @@ CONFIGS = [
 
 # Names the matmul kernel and its launcher use themselves, on top of lower_triton's.
 MATMUL_RESERVED = RESERVED | {
-    "pid", "tiles_n", "group_size", "first_m", "group_m", "pid_m", "pid_n", "batch", "offs_m", "offs_n", "offs_k",
-    "k", "M", "K", "BLOCK_K", "GROUP_M", "EVEN_K", "INPUT_PRECISION", "precision", "num_stages", "_matmul_dims",
-    "B_KMAJOR", "b_kmajor",
-    "_epilogue_strides", "_default_config", "_fit_config", "ROW_ALIGN", "K_pad", "N_pad", "_padded_length",
+    "pid", "tiles_m", "tiles_n", "tiles", "tile", "matrix", "group_size", "first_m", "group_m", "pid_m", "pid_n",
+    "batch", "batches", "k", "M", "K", "BLOCK_K", "GROUP_M", "INPUT_PRECISION", "precision", "num_stages",
+    "_matmul_dims", "B_KMAJOR", "b_kmajor", "a_desc", "b_desc", "a_tile", "b_tile", "b_batched", "sms",
+    "TensorDescriptor", "_epilogue_strides", "_default_config", "_fit_config", "K_pad", "N_pad", "_padded_length",
     "_pad", "_pad_kernel",
 }
 
@@ -108,7 +109,7 @@ def _fit_config(config, M, N, K, itemsize):
 def _padded_length(n, itemsize):
     # The length to store rows of n elements with: n where such rows start on 16-byte boundaries,
     # else n rounded up to a multiple of 64 (to a power of two from 16 when shorter), so a padded K
-    # is a multiple of every BLOCK_K in CONFIGS and the K loop runs without masks (EVEN_K).
+    # is a multiple of every BLOCK_K in CONFIGS: its K loop reads no tile past the padding.
     # _fit_config picks the same tiles for the padded length as for n.
     if n * itemsize % 16 == 0:
         return n
@@ -166,11 +167,13 @@ def _substitute(node: ir.Node, old: ir.Node, new: ir.Node) -> ir.Node:
 
 class _MatmulKernel(_KernelFile):
     block_key = "BLOCK_M"
-    description = ("One program per BLOCK_M x BLOCK_N tile of the output (per matrix of the batch): a K loop of\n"
-                   "tl.dot into a float32 accumulator, then the epilogue on the tile and one store. Programs\n"
-                   "walk the tiles in groups of GROUP_M rows, so tiles loaded together are reused from L2.\n"
+    imports = "from triton.tools.tensor_descriptor import TensorDescriptor\n"
+    description = ("Persistent programs, one per SM, each computing BLOCK_M x BLOCK_N tiles of the output (of any\n"
+                   "matrix of the batch) in turn: a K loop of tl.dot on operand tiles that TMA copies into\n"
+                   "shared memory, into a float32 accumulator, then the epilogue on the tile and one store.\n"
+                   "Tiles are walked in groups of GROUP_M rows, so tiles loaded together are reused from L2.\n"
                    "Operands whose rows do not start on 16-byte boundaries (odd K or N) are first copied\n"
-                   "into zero-padded buffers (_pad), so the K loop's loads stay vectorized and pipelined.")
+                   "into zero-padded buffers (_pad), as TMA requires.")
 
     def __init__(self, spec, node, inputs, options):
         ir.check(node)      # one matmul of two inputs, inside a pointwise epilogue
@@ -224,76 +227,53 @@ class _MatmulKernel(_KernelFile):
             (_fit_config(config, m, n, k, 2), config["GROUP_M"], config["num_warps"]) for m, n, k in self.cases])
 
     def _kernel(self) -> str:
-        a, b = self.a.local, self.b.local
-        params = [f"{i.local}_ptr" for i in self.inputs] + ["out_ptr", "M", "N", "K", f"{b}_row_stride",
-                                                            f"{b}_batch_stride"]
+        params = ["a_desc", "b_desc"] + [f"{e.local}_ptr" for e in self.epilogue_inputs]
+        params += ["out_ptr", "M", "N", "K", "batches", "b_batched"]
         params += [param for e in self.epilogue_inputs for param, _ in self._strides(e)]
-        constexprs = ("INPUT_PRECISION", "B_KMAJOR", "EVEN_K", "ROW_ALIGN", "BLOCK_M", "BLOCK_N", "BLOCK_K",
-                      "GROUP_M")
+        constexprs = ("INPUT_PRECISION", "B_KMAJOR", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
         params += [f"{c}: tl.constexpr" for c in constexprs]
         lines = [
-            "# Programs run down GROUP_M row tiles before moving one column tile right, so the programs",
-            f"# running at once share their tiles of {a} and {b} in L2 instead of each streaming all of {b}.",
-            "pid = tl.program_id(0)",
+            "# Persistent: program p computes output tiles p, p + P, p + 2P, ... of all the batch's",
+            "# (P programs, one per SM), so no last wave of tiles leaves SMs idle.",
+            "tiles_m = tl.cdiv(M, BLOCK_M)",
             "tiles_n = tl.cdiv(N, BLOCK_N)",
+            "tiles = tiles_m * tiles_n",
             "group_size = GROUP_M * tiles_n",
-            "first_m = (pid // group_size) * GROUP_M",
-            "group_m = min(tl.cdiv(M, BLOCK_M) - first_m, GROUP_M)",
-            "pid_m = first_m + (pid % group_size) % group_m",
-            "pid_n = (pid % group_size) // group_m",
-            "# program_id(1) is the matrix of the batch; int64, so offsets past 2**31 elements are safe.",
-            "batch = tl.program_id(1).to(tl.int64)",
-            "offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-            "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-            "offs_k = tl.arange(0, BLOCK_K)",
-            f"# {a} is [M, K] and {b} [K, N] with rows {b}_row_stride long, contiguous. Where the launcher",
-            f"# padded them, K and {b}_row_stride are padded lengths and the added columns of {a}, rows and",
-            f"# columns of {b} are zeros. Every row starts on a 16-byte boundary (ROW_ALIGN elements):",
-            "# multiple_of and max_contiguous tell Triton, so its loads vectorize and pipeline even where",
-            "# K or the stride is no multiple of 16 (Triton's own specialization sees only those).",
-            f"# Rows and columns past the edge wrap around (% M, % {b}_row_stride): the operand loads need",
-            "# no mask, and what the wrapped lanes compute is never stored. Wrapping at the stride, a",
-            "# multiple of ROW_ALIGN, keeps each aligned run of ROW_ALIGN columns whole.",
-            f"{a}_rows = tl.multiple_of((batch * M + offs_m % M) * K, ROW_ALIGN)",
-            f"{b}_rows = tl.multiple_of(batch * {b}_batch_stride + offs_k * {b}_row_stride, ROW_ALIGN)",
-            f"{b}_cols = tl.max_contiguous(tl.multiple_of(offs_n % {b}_row_stride, ROW_ALIGN), ROW_ALIGN)",
-            f"{a}_ptrs = {a}_ptr + {a}_rows[:, None] + offs_k[None, :]",
-            "if B_KMAJOR:",
-            f"    # {b} was copied K-major, as [N, K] with rows {b}_row_stride (K) long: the layout TF32",
-            "    # tensor cores (wgmma) read float32 tiles of B in. Its tiles load as [BLOCK_N, BLOCK_K].",
-            f"    {b}_rows = tl.multiple_of(batch * {b}_batch_stride + (offs_n % N) * {b}_row_stride, ROW_ALIGN)",
-            f"    {b}_ptrs = {b}_ptr + {b}_rows[:, None] + offs_k[None, :]",
-            "else:",
-            f"    {b}_ptrs = {b}_ptr + {b}_rows[:, None] + {b}_cols[None, :]",
-            "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-            "for k in range(0, tl.cdiv(K, BLOCK_K)):",
-            "    if EVEN_K:",
-            "        # K is a multiple of BLOCK_K: the hot loop loads without masks.",
-            f"        {a}_tile = tl.load({a}_ptrs)",
-            f"        {b}_tile = tl.load({b}_ptrs)",
-            "    else:",
-            f"        # Past K, columns of {a} and rows of {b} load as 0 and add nothing.",
-            f"        {a}_tile = tl.load({a}_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)",
-            f"        {b}_tile = tl.load({b}_ptrs, mask=(offs_k[None, :] if B_KMAJOR else offs_k[:, None]) < K - k * BLOCK_K,",
-            "                         other=0.0)",
-            "    if B_KMAJOR:",
-            f"        acc = tl.dot({a}_tile, tl.trans({b}_tile), acc, input_precision=INPUT_PRECISION)",
-            f"        {b}_ptrs += BLOCK_K",
-            "    else:",
-            f"        acc = tl.dot({a}_tile, {b}_tile, acc, input_precision=INPUT_PRECISION)",
-            f"        {b}_ptrs += BLOCK_K * {b}_row_stride",
-            f"    {a}_ptrs += BLOCK_K",
-            "# The epilogue on the float32 tile, then one store in the output's dtype.",
-            "rows = offs_m.to(tl.int64)[:, None]",
-            "cols = offs_n[None, :]",
-            "mask = (rows < M) & (cols < N)",
+            "for tile in tl.range(tl.program_id(0), batches * tiles, tl.num_programs(0)):",
+            "    # Tiles run down GROUP_M row tiles before moving one column tile right, so the programs",
+            "    # running at once share their tiles of a and b in L2 instead of each streaming all of b.",
+            "    matrix = tile // tiles",
+            "    pid = tile % tiles",
+            "    first_m = (pid // group_size) * GROUP_M",
+            "    group_m = min(tiles_m - first_m, GROUP_M)",
+            "    pid_m = first_m + (pid % group_size) % group_m",
+            "    pid_n = (pid % group_size) // group_m",
+            "    # a is [batches, M, K] and b [1 or batches, K, N] (K-major: [.., N, K]), read by TMA: each",
+            "    # tile is one asynchronous copy into shared memory, pipelined over the K loop, and what lies",
+            "    # past an edge reads as zeros, so partial tiles need no masks. Where the launcher padded",
+            "    # them, K is the padded length and the added columns of a and rows of b are zeros too.",
+            "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+            "    for k in range(0, tl.cdiv(K, BLOCK_K)):",
+            "        a_tile = a_desc.load([matrix, pid_m * BLOCK_M, k * BLOCK_K]).reshape(BLOCK_M, BLOCK_K)",
+            "        if B_KMAJOR:",
+            "            # b was copied K-major, the layout TF32 tensor cores (wgmma) read float32 B in.",
+            "            b_tile = b_desc.load([matrix * b_batched, pid_n * BLOCK_N, k * BLOCK_K]).reshape(BLOCK_N, BLOCK_K)",
+            "            acc = tl.dot(a_tile, tl.trans(b_tile), acc, input_precision=INPUT_PRECISION)",
+            "        else:",
+            "            b_tile = b_desc.load([matrix * b_batched, k * BLOCK_K, pid_n * BLOCK_N]).reshape(BLOCK_K, BLOCK_N)",
+            "            acc = tl.dot(a_tile, b_tile, acc, input_precision=INPUT_PRECISION)",
+            "    # The epilogue on the float32 tile, then one store in the output's dtype; int64 offsets,",
+            "    # so outputs past 2**31 elements are safe.",
+            "    batch = matrix.to(tl.int64)",
+            "    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None]",
+            "    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]",
+            "    mask = (rows < M) & (cols < N)",
         ]
         for e in self.epilogue_inputs:
-            lines += self._epilogue_load(e)
+            lines += ["    " + line for line in self._epilogue_load(e)]
         if not self.is_bare_input:
-            lines.append(f"acc = {self.body_call()}")
-        lines += ["out_ptr += batch * M * N",
-                  "tl.store(out_ptr + rows * N + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)"]
+            lines.append(f"    acc = {self.body_call()}")
+        lines.append("    tl.store(out_ptr + batch * M * N + rows * N + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)")
         return jit_source(f"{self.name}_kernel", params, lines)
 
     def _strides(self, e: _Input) -> list[tuple[str, str]]:
@@ -324,8 +304,7 @@ class _MatmulKernel(_KernelFile):
         text += self._padding()
         text += ("    # The config's tiles, shrunk to this problem and to shared memory.\n"
                  f"    BLOCK_M, BLOCK_N, BLOCK_K, num_stages = _fit_config(config, M, N, K_pad, "
-                 f"{a.local}.element_size())\n"
-                 "    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), batch)\n")
+                 f"{a.local}.element_size())\n")
         if self.tf32:
             text += ("    # float32 inputs round to TF32 on the tensor cores (the spec allows it); float16 and\n"
                      '    # bfloat16 take tl.dot\'s default, the tensor cores too.\n'
@@ -339,31 +318,36 @@ class _MatmulKernel(_KernelFile):
             text += ("    # float32 inputs multiply in exact IEEE float32 (the spec does not allow TF32): right but\n"
                      "    # slow. float16 and bfloat16 take tl.dot's default, the tensor cores.\n"
                      f'    precision = "ieee" if {a.local}.dtype == torch.float32 else None\n')
-        b_row = "K_pad if b_kmajor else N_pad" if self.tf32 else "N_pad"
-        args = [i.local for i in self.inputs] + ["out", "M", "N", "K_pad", b_row,
-                                                  f"K_pad * N_pad if {b.local}.dim() == 3 else 0"]
+        b_block = "[1, BLOCK_N, BLOCK_K] if b_kmajor else [1, BLOCK_K, BLOCK_N]" if self.tf32 else "[1, BLOCK_K, BLOCK_N]"
+        text += ("    # TMA descriptors of the operands as [matrices, rows, columns] (one matrix when 2-d), in\n"
+                 "    # tiles of the config; tiles past an edge read as zeros.\n"
+                 f"    a_desc = TensorDescriptor.from_tensor({a.local}.reshape(-1, *{a.local}.shape[-2:]), "
+                 "[1, BLOCK_M, BLOCK_K])\n"
+                 f"    b_desc = TensorDescriptor.from_tensor({b.local}.reshape(-1, *{b.local}.shape[-2:]), {b_block})\n"
+                 "    # One persistent program per SM, or per tile where there are fewer tiles.\n"
+                 + sm_count_line("sms", "out")
+                 + "    grid = (min(batch * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), sms),)\n")
+        args = ["a_desc", "b_desc"] + [e.local for e in self.epilogue_inputs]
+        args += ["out", "M", "N", "K_pad", "batch", f"1 if {b.local}.dim() == 3 else 0"]
         args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
         args += ["INPUT_PRECISION=precision", f"B_KMAJOR={'b_kmajor' if self.tf32 else 'False'}",
-                 "EVEN_K=K_pad % BLOCK_K == 0",
-                 f"ROW_ALIGN=16 // {a.local}.element_size()", "BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N",
-                 "BLOCK_K=BLOCK_K", 'GROUP_M=config["GROUP_M"]', 'num_warps=config["num_warps"]',
-                 "num_stages=num_stages"]
+                 "BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", 'GROUP_M=config["GROUP_M"]',
+                 'num_warps=config["num_warps"]', "num_stages=num_stages"]
         text += _wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
         return text + "    return out\n"
 
     def _padding(self) -> str:
         """The launcher's copy of operands whose rows are not 16-byte aligned into padded buffers."""
         a, b = self.a.local, self.b.local
-        return ("    # Triton's fast loads (vectorized, cp.async in the pipelined K loop) need every row of the\n"
-                "    # operands to start on a 16-byte boundary; with an odd K or N they fall back to scalar\n"
-                "    # loads (3001x2999 @ 2999x3007 fp16 on an H200: 889 us, cuBLAS 500 us). Such operands\n"
-                "    # are copied into zero-padded buffers with aligned rows first: zero columns of "
-                f"{a} times zero\n"
-                f"    # rows of {b} add nothing (so {b} takes K_pad rows whenever K is padded), and the output\n"
-                "    # stays [M, N]. Aligned operands are used as they are (4096 x 4096: no copy). The copies'\n"
-                "    # share of the time: not yet measured.\n"
+        return ("    # TMA reads an operand only if its start and its rows start on 16-byte boundaries (an\n"
+                "    # odd K or N breaks that; the pointer loads this kernel had before fell back to scalar\n"
+                "    # loads there: 3001x2999 @ 2999x3007 fp16 on an H200, 889 us, cuBLAS 500 us). Such\n"
+                "    # operands are copied into zero-padded buffers with aligned rows first: zero columns of "
+                f"{a}\n"
+                f"    # times zero rows of {b} add nothing (so {b} takes K_pad rows whenever K is padded), and the\n"
+                "    # output stays [M, N]. Aligned operands are used as they are (4096 x 4096: no copy).\n"
                 f"    K_pad, N_pad = _padded_length(K, {a}.element_size()), _padded_length(N, {b}.element_size())\n"
-                "    if K_pad != K:\n"
+                f"    if K_pad != K or {a}.data_ptr() % 16:\n"
                 f"        {a} = _pad({a}, M, K_pad)\n"
-                "    if (K_pad, N_pad) != (K, N):\n"
+                f"    if (K_pad, N_pad) != (K, N) or {b}.data_ptr() % 16:\n"
                 f"        {b} = _pad({b}, K_pad, N_pad)\n")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from bot import ir
 from bot.lower_triton import (NEG_INF, POS_INF, RESERVED as TRITON_RESERVED, _Input, _KernelFile, _require_full,
                               REDUCE_FILL, _row_config, _row_tile, _wrap, fold_line, jit_source, kernel_inputs,
-                              reduce_call)
+                              reduce_call, sm_count_line)
 from runner.protocol import IGNORE_INDEX
 
 MAX_CONFIGS = 12            # a small, deliberate space: the benchmark times each config on each case
@@ -573,8 +573,7 @@ class _CrossEntropyKernel(_ReduceFile):
         text += ("    # PER_SM > 0: that many persistent programs per SM (4 on the CPU interpreter), if a row\n"
                  "    # fits one tile (H200, 8192 fp16 classes: 41 us, 44 us one program per row); else one\n"
                  "    # program per BLOCK_R rows.\n"
-                 '    if config.get("PER_SM", 0) and BLOCK_V >= V:\n'
-                 "        sms = torch.cuda.get_device_properties(out.device).multi_processor_count if out.is_cuda else 4\n")
+                 '    if config.get("PER_SM", 0) and BLOCK_V >= V:\n' + sm_count_line("sms", "out", "        "))
         text += self._launch(f"{self.name}_persistent_kernel", '(min(triton.cdiv(R, BLOCK_R), config["PER_SM"] * sms),)',
                              args, "        ")
         text += "    else:\n"

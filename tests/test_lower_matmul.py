@@ -108,11 +108,16 @@ def test_every_config_is_right_on_odd_cases(tmp_path):
     check(tmp_path, "relu(a @ b + bias)", shapes, configs=(None, *lower_matmul.CONFIGS))
 
 
-def test_small_tiles_many_groups_and_even_k(tmp_path):
-    # 7 x 6 tiles of 16 in groups of 2 rows (the last group short), K = 2 whole BLOCK_K tiles.
+def test_persistent_programs_walk_many_tiles_and_a_partial_k_tile(tmp_path):
+    # 7 x 6 tiles of 16 per matrix in groups of 2 rows (the last group short), for 3 matrices: 126
+    # tiles over the interpreter's 4 persistent programs. K = 40 is 2.5 BLOCK_K tiles: TMA reads
+    # the half tile past K as zeros.
     config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 1, "num_stages": 2}
-    check(tmp_path, "a @ b + bias", {"a": [[100, 32]], "b": [[32, 90]], "bias": [[90]]}, configs=(config,))
-    assert "if EVEN_K:" in source("a @ b", {"a": [[100, 32]], "b": [[32, 90]]})
+    shapes = {"a": [[3, 100, 40]], "b": [[3, 40, 90]], "bias": [[90]]}
+    check(tmp_path, "a @ b + bias", shapes, configs=(config,))
+    text = source("a @ b", shapes)
+    assert "tl.range(tl.program_id(0), batches * tiles, tl.num_programs(0))" in text
+    assert "grid = (min(batch * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), sms),)" in text
 
 
 def test_tf32_only_where_the_spec_allows_it(tmp_path):
@@ -262,7 +267,7 @@ def test_padded_lengths_keep_the_tiles_and_make_k_whole_tiles():
             for config in lower_matmul.CONFIGS:     # configs() dedups configs on the unpadded K
                 fitted = lower_matmul._fit_config(config, 100, 100, padded, itemsize)
                 assert fitted == lower_matmul._fit_config(config, 100, 100, n, itemsize)
-                assert padded == n or padded % fitted[2] == 0        # EVEN_K wherever K was padded
+                assert padded == n or padded % fitted[2] == 0        # whole BLOCK_K tiles
     assert [lower_matmul._padded_length(n, 2) for n in (5, 13, 29, 37, 70, 2999, 3007)] == [16, 16, 32, 64, 128,
                                                                                             3008, 3008]
 
@@ -271,7 +276,7 @@ def test_padded_lengths_keep_the_tiles_and_make_k_whole_tiles():
                                                                  {**BATCHED, **epilogue_shapes(BATCHED)})])
 def test_kernels_pass_the_integrity_check(expression, shapes):
     text = source(expression, shapes)
-    assert "_pad_kernel[grid](" in text and "tl.multiple_of(" in text
+    assert "_pad_kernel[grid](" in text and "TensorDescriptor.from_tensor(" in text
     assert not integrity.check(text, "mm_op"), integrity.report(integrity.check(text, "mm_op"))
 
 
@@ -353,7 +358,7 @@ def test_every_config_compiles_and_is_right_on_a_gpu(tmp_path, dtype, tf32):
 @pytest.mark.parametrize("dtype, tf32", [("float16", False), ("bfloat16", False), ("float32", False),
                                          ("float32", True)])
 def test_padded_operands_are_right_on_a_gpu(tmp_path, dtype, tf32):
-    # K and N odd: both operands go through _pad and the aligned, EVEN_K kernel.
+    # K and N odd: both operands go through _pad before the TMA kernel reads them.
     shapes = {"a": [[2, 1001, 999]], "b": [[999, 1007]], "bias": [[1007]], "residual": [[2, 1001, 1007]]}
     check(tmp_path, f"relu(matmul(a, b, tf32={tf32}) + bias) + residual", shapes, dtypes=(dtype,),
           configs=(None, *lower_matmul.CONFIGS), device="cuda")
