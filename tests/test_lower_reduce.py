@@ -116,6 +116,17 @@ def test_every_config_runs(tmp_path, expression, shape):
     check(tmp_path, spec, configs=module.CONFIGS + lower_reduce.COLS_CONFIGS + lower_reduce.ROWS_CONFIGS)
 
 
+def test_cols_kernel_keeps_an_accumulator_per_lane():
+    # Over columns, the tile is folded into one accumulator per lane and reduced once after the loop
+    # (no block reduction per step, which cost narrow tiles 50 vs 35.5 us on an H200); over rows,
+    # sum/mean/max/min reduce each tile as it arrives.
+    spec = make_spec("sum(x, dim=0)", {"x": [COLS_CASE]})
+    text = lower_reduce.kernel_source(spec, parse_expression(spec))
+    cols, rows = text.split("def op_cols_kernel(")[1].split("def op_rows_kernel(")
+    assert "acc = tl.full([BLOCK_D, BLOCK_B], 0.0, tl.float32)" in cols and "acc += val\n" in cols
+    assert "acc += tl.sum(val, axis=1, keep_dims=True)" in rows
+
+
 @pytest.mark.parametrize("op", ["sum", "mean", "max", "min", "argmax", "argmin"])
 def test_split_partials_are_combined(tmp_path, op):
     # Odd sizes in both layouts, each split into 5 parts of D (the combine kernel's path).
@@ -311,7 +322,7 @@ def test_max_min_keep_nan_as_torch_does(tmp_path, op, dim):
     x = torch.randn(COLS_CASE)
     x[3, 7] = x[250, 40] = float("nan")
     want = reference(x)
-    for config in (None, SPLIT):
+    for config in (None, SPLIT, lower_reduce.COLS_CONFIGS[0]):
         got = module.op(x, config=config)
         assert torch.equal(got.isnan(), want.isnan()), (config, got, want)
         torch.testing.assert_close(got[~want.isnan()], want[~want.isnan()])
