@@ -109,15 +109,17 @@ def test_every_config_is_right_on_odd_cases(tmp_path):
 
 
 def test_persistent_programs_walk_many_tiles_and_a_partial_k_tile(tmp_path):
-    # 7 x 6 tiles of 16 per matrix in groups of 2 rows (the last group short), for 3 matrices: 126
-    # tiles over the interpreter's 4 persistent programs. K = 40 is 2.5 BLOCK_K tiles: TMA reads
-    # the half tile past K as zeros.
-    config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 1, "num_stages": 2}
+    # 4 x 3 tiles of 32 per matrix in groups of 2 rows, for 3 matrices: 36 tiles over 8 (float32) or
+    # 16 (float16) persistent programs, the interpreter's 4 SMs times what shared memory holds of
+    # 7 stages. K = 40 fits a BLOCK_K of 64: TMA reads the part of the tile past K as zeros.
+    config = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 2, "num_warps": 1, "num_stages": 7}
+    assert [lower_matmul._per_sm(32, 32, 64, 7, size) for size in (4, 2)] == [2, 4]
+    assert lower_matmul._per_sm(128, 256, 64, 3, 2) == 1 and lower_matmul._per_sm(64, 64, 64, 3, 2) == 4
     shapes = {"a": [[3, 100, 40]], "b": [[3, 40, 90]], "bias": [[90]]}
     check(tmp_path, "a @ b + bias", shapes, configs=(config,))
     text = source("a @ b", shapes)
     assert "tl.range(tl.program_id(0), batches * tiles, tl.num_programs(0))" in text
-    assert "grid = (min(batch * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), sms),)" in text
+    assert "grid = (min(batch * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), sms * per_sm),)" in text
 
 
 def test_tf32_only_where_the_spec_allows_it(tmp_path):
