@@ -4,8 +4,10 @@ sum/mean/max/min(body, dim=d) and argmax/argmin(x, dim=d) view the body as [A, D
 reduced dim, and pick a layout per case at launch. B > 1, the cols kernel: tiles [BLOCK_D, BLOCK_B]
 whose BLOCK_B outputs lie side by side in memory, so each tile row is one coalesced load. B == 1
 (the last dim), the rows kernel: tiles [BLOCK_R, BLOCK_D] of BLOCK_R rows. Both loop over D in
-BLOCK_D chunks, reducing each chunk as it arrives into accumulators one row or column wide, and
-may split D over SPLIT_D programs, which write float32 partials that a small kernel combines in a
+BLOCK_D chunks. The cols kernel folds each chunk into one accumulator per lane of the tile, reduced
+once after the loop; the rows kernel of sum/mean/max/min reduces each chunk as it arrives into
+accumulators one column wide (argmax/argmin keep one per lane there too). Both may split D over
+SPLIT_D programs, which write float32 partials that a small kernel combines in a
 fixed order: deterministic, no atomics.
 
 cross_entropy(logits body, target) is a row kernel over the last dim: an online logsumexp over
@@ -249,7 +251,7 @@ class _Layout:
     block: str              # the tile's extent over the outputs: BLOCK_B or BLOCK_R
     comment: str
     locate: tuple[str, ...]  # the program's outputs
-    acc: str                # the accumulators' shape: the tile reduced over D, kept 2-d
+    acc: str                # sum/mean/max/min's accumulators: the tile, or the tile reduced over D (kept 2-d)
     tile: str               # the tile's shape (argmax/argmin keep one accumulator per lane)
     lane: str               # each lane's position along D in the tile
     mask: str
@@ -258,7 +260,7 @@ class _Layout:
     out_offs: str           # the outputs' offsets in the output, or in split s's partials
     keep: str               # which outputs exist
     expand: str             # a reduced vector back to the tile's rank
-    per_lane: bool          # sum/mean/max/min keep one accumulator per lane too (argmax/argmin always do)
+    per_lane: bool          # acc is the tile: sum/mean/max/min keep one accumulator per lane (argmax/argmin always do)
 
 
 _COLS = _Layout(
@@ -267,7 +269,7 @@ _COLS = _Layout(
     "# tiles: the outputs are contiguous in memory, so each tile row is one coalesced load.",
     ("n_cols = tl.cdiv(B, BLOCK_B)", "a = (tl.program_id(0) // n_cols).to(tl.int64)",
      "cols = (tl.program_id(0) % n_cols) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]"),
-    "[1, BLOCK_B]", "[BLOCK_D, BLOCK_B]", "tl.arange(0, BLOCK_D)[:, None]", "(d < d_hi) & (cols < B)",
+    "[BLOCK_D, BLOCK_B]", "[BLOCK_D, BLOCK_B]", "tl.arange(0, BLOCK_D)[:, None]", "(d < d_hi) & (cols < B)",
     "(a * D + d) * B + cols", 0, "s.to(tl.int64) * A * B + a * B + cols", "cols < B", "[None, :]", True)
 _ROWS = _Layout(
     "rows", "BLOCK_R",
@@ -330,7 +332,7 @@ class _ReduceKernel(_ReduceFile):
 
     def _init(self, layout: _Layout) -> list[str]:
         if not self.arg:
-            return [f"acc = tl.full({layout.tile if layout.per_lane else layout.acc}, {_FILL[self.op]}, tl.float32)"]
+            return [f"acc = tl.full({layout.acc}, {_FILL[self.op]}, tl.float32)"]
         return [f"acc = tl.full({layout.tile}, {_FILL[self.op]}, tl.float32)",
                 f"acc_start = tl.full({layout.tile}, 0, tl.int32) + d_lo"]
 
