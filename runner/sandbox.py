@@ -12,17 +12,22 @@ What it enforces:
   the session's processes from /proc and kills past the same limit. CUDA maps large virtual
   ranges, so on cuda the watchdog is the only memory limit;
 - an environment built from an allowlist, so chat tokens, LLM keys and cloud credentials of the
-  runner never reach generated code; the runner's one GPU is pinned with CUDA_VISIBLE_DEVICES.
+  runner never reach generated code; the runner's one GPU is pinned with CUDA_VISIBLE_DEVICES;
+- no network: the child gets network and user namespaces of its own (unshare, before exec), so
+  it has no interface but a loopback that is down, and reaches neither other hosts nor the
+  runner's. Where the kernel refuses unprivileged namespaces (network_isolation() says so), the
+  child runs with the runner's network; KERNELBOT_SANDBOX_NETWORK=host asks for that anyway.
 
-What it does not limit: network access, reads and writes outside the working directory (the
-child runs as the runner's user), processes that start a session of their own (setsid), GPU
-memory (CUDA out-of-memory surfaces as an exception in the child) and the number of processes.
+What it does not limit: reads and writes outside the working directory (the child runs as the
+runner's user), processes that start a session of their own (setsid), GPU memory (CUDA
+out-of-memory surfaces as an exception in the child) and the number of processes.
 Generated code also shares the harness's process, so a hostile kernel could tamper with it;
 the sandbox contains mistakes and runaway code, not a determined attacker.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import resource
 import signal
@@ -52,6 +57,7 @@ PASS_THROUGH = (
 # How running out of memory reads in an error message: RLIMIT_AS, torch's CPU and CUDA allocators.
 MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "OutOfMemoryError", "out of memory", "can't allocate memory")
 _PR_SET_PDEATHSIG = 1
+_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 _LIBC = ctypes.CDLL(None, use_errno=True)
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 
@@ -150,7 +156,7 @@ def run(cmd: list[str], workdir: Path, *, backend: str, gpu: int | None = None, 
     proc = subprocess.Popen(
         cmd, cwd=workdir, env=child_env(workdir, backend, gpu, limits.threads),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, preexec_fn=_child_setup(limits, use_rlimit_as),
+        start_new_session=True, preexec_fn=_child_setup(limits, use_rlimit_as, network_isolation()),
     )
     out, err = _Tail(), _Tail()
     readers = [threading.Thread(target=_pump, args=(proc.stdout, out, on_line), daemon=True),
@@ -185,7 +191,7 @@ def _watch(proc: subprocess.Popen, start: float, limits: Limits,
     return "", peak
 
 
-def _child_setup(limits: Limits, address_space: bool) -> Callable[[], None]:
+def _child_setup(limits: Limits, address_space: bool, no_network: bool) -> Callable[[], None]:
     """Runs in the child between fork and exec, where only plain system calls belong:
     everything is computed here in the parent first."""
     wanted = [(resource.RLIMIT_CPU, limits.cpu_s, limits.cpu_s + 5),
@@ -195,12 +201,52 @@ def _child_setup(limits: Limits, address_space: bool) -> Callable[[], None]:
     if address_space:
         wanted.append((resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes))
     plan = [(res, *_clamp(res, soft, hard)) for res, soft, hard in wanted]
+    ids = _identity_maps() if no_network else []
 
     def apply() -> None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         for res, soft, hard in plan:
             resource.setrlimit(res, (soft, hard))
+        if no_network:
+            _unshare_network(ids)
     return apply
+
+
+def _identity_maps() -> list[tuple[str, bytes]]:
+    """What a new user namespace needs written so the child keeps its own uid and gid in it
+    (setgroups must be denied before an unprivileged process may map its gid)."""
+    uid, gid = os.getuid(), os.getgid()
+    return [("/proc/self/setgroups", b"deny"), ("/proc/self/uid_map", f"{uid} {uid} 1".encode()),
+            ("/proc/self/gid_map", f"{gid} {gid} 1".encode())]
+
+
+def _unshare_network(ids: list[tuple[str, bytes]]) -> None:
+    """New user and network namespaces for the calling process (a user namespace is what lets an
+    unprivileged process own a network namespace); its uid and gid mapped to themselves."""
+    if _LIBC.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare (network isolation): {os.strerror(err)}")
+    for path, text in ids:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, text)
+        finally:
+            os.close(fd)
+
+
+@functools.cache
+def network_isolation() -> bool:
+    """Whether children get no network: KERNELBOT_SANDBOX_NETWORK is not 'host' and this kernel
+    lets an unprivileged process unshare user and network namespaces (tried once, on a child that
+    does nothing else)."""
+    if os.environ.get("KERNELBOT_SANDBOX_NETWORK", "none") == "host":
+        return False
+    ids = _identity_maps()
+    try:
+        return subprocess.run([sys.executable, "-c", ""], preexec_fn=lambda: _unshare_network(ids),
+                              timeout=60).returncode == 0
+    except (subprocess.SubprocessError, OSError):
+        return False
 
 
 def _clamp(res: int, soft: int, hard: int) -> tuple[int, int]:

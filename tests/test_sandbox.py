@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -162,3 +164,40 @@ def test_cancel_stops_the_child(tmp_path):
     threading.Timer(0.5, cancel.set).start()
     out = run_py(tmp_path, "import time; time.sleep(1000)", cancel=cancel, limits=Limits(timeout_s=30))
     assert out.cancelled and not out.timed_out and out.duration_s < 10
+
+
+NETWORK_PROBE = """
+    import os, socket, sys
+    print("uid", os.getuid(), "interfaces", sorted(line.split(":")[0].strip()
+                                                    for line in open("/proc/net/dev").readlines()[2:]))
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5).close()
+        print("connected")
+    except OSError as e:
+        print("refused", e.errno)
+"""
+
+
+def run_probe(tmp_path: Path, port: int) -> str:
+    cmd = [sys.executable, "-c", textwrap.dedent(NETWORK_PROBE), str(port)]
+    outcome = sandbox.run(cmd, tmp_path, backend="cpu")
+    assert outcome.exit_code == 0, outcome.stderr_tail
+    return outcome.stdout_tail
+
+
+@pytest.mark.skipif(not sandbox.network_isolation(), reason="this kernel refuses unprivileged user and network "
+                    "namespaces, so the sandbox cannot take the child's network away here")
+def test_child_has_no_network_but_keeps_its_uid(tmp_path, monkeypatch):
+    # A server the runner can reach on loopback: the sandboxed child cannot, and sees no interface
+    # but lo. With KERNELBOT_SANDBOX_NETWORK=host the same child connects (the probe can tell).
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        out = run_probe(tmp_path, port)
+        assert f"uid {os.getuid()} interfaces ['lo']" in out and "refused" in out and "connected" not in out
+        monkeypatch.setenv("KERNELBOT_SANDBOX_NETWORK", "host")
+        sandbox.network_isolation.cache_clear()
+        try:
+            assert "connected" in run_probe(tmp_path, port)
+        finally:
+            monkeypatch.undo()
+            sandbox.network_isolation.cache_clear()
