@@ -8,6 +8,7 @@ string.Template placeholders ($name), so the braces of code and JSON need no esc
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 from pathlib import Path
 from string import Template
@@ -15,7 +16,12 @@ from string import Template
 from bot import examples, stages
 from bot.generator import GenRequest
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+# The top-level prompts package: the repository's prompts/, or the copy an installed kernelbot carries.
+_PROMPTS = importlib.util.find_spec("prompts")
+if _PROMPTS is None or _PROMPTS.origin is None:
+    raise ImportError("kernelbot's prompts package is not importable: install kernelbot (pip install -e .) or run "
+                      "from the repository root")
+PROMPTS_DIR = Path(_PROMPTS.origin).parent
 EXAMPLES_PER_STAGE = {"reference": 1, "reference_test": 1, "kernel": 2, "kernel_test": 1, "benchmark": 1}
 
 
