@@ -28,7 +28,7 @@ from bot import cards, report, stages
 from bot import discord_embeds as de
 from bot.chat_commands import help_text, is_thumbs_up, parse_command, reply_code, reply_event
 from bot.config import Config
-from bot.discord_chat import PLATFORM, DiscordChat
+from bot.discord_chat import PLATFORM, THREAD_NAME_MAX, DiscordChat
 from bot.events import Approve, Cancel, Correct, Edit, Event, Regenerate
 from bot.model import Session
 from bot.service import Service
@@ -37,7 +37,7 @@ log = logging.getLogger("kernelbot.discord")
 
 HELP = (help_text("**", "/kernel request:") +
         "\nThe `action:` and `session:` options do the same as `list`, `status ID`, `cancel ID` and `export ID`.")
-INPUT_MAX, MODAL_TITLE_MAX, THREAD_NAME_MAX = 4000, 45, 100
+INPUT_MAX, MODAL_TITLE_MAX = 4000, 45
 CODE_FILE_MAX = 512 * 1024
 CODE_FILES = (".py", ".json", ".txt")
 MODAL_TIMEOUT_S = 30 * 60.0             # discord.py drops an abandoned modal object after this
@@ -180,18 +180,20 @@ class DiscordBot:
 
     def _list(self, channel_id: int) -> str:
         ids = self.svc.store.session_ids(status="active", channel=str(channel_id), platform=PLATFORM)
-        lines = [f"`{s.id}` · {stages.label(s.stage)} · <@{s.requester}> · <#{s.thread}> · "
+        lines = [f"`{s.id}` · {stages.label(s.stage)} · <@{s.requester}> · <#{self.chat.thread_id(s)}> · "
                  f"{de.text(de.clip(s.request, 80))}" for s in self.svc.store.sessions(ids)]
         return de.clip("\n".join(lines), de.CONTENT_MAX) or "No open sessions in this channel."
 
     async def _status(self, interaction: discord.Interaction, s: Session) -> None:
         embed = de.render(cards.summary_card(s)).embed
-        await interaction.edit_original_response(content=f"<#{s.thread}>", embed=discord.Embed.from_dict(embed))
+        await interaction.edit_original_response(content=f"<#{self.chat.thread_id(s)}>",
+                                                 embed=discord.Embed.from_dict(embed))
 
     async def _cancel(self, interaction: discord.Interaction, s: Session) -> None:
         self.chat.answering(s.id, str(interaction.user.id), interaction)
         s = await self._dispatch_interaction(interaction, s.id, Cancel(str(interaction.user.id)))
-        await interaction.edit_original_response(content=f"Session `{s.id}` is {s.status}; its thread: <#{s.thread}>")
+        await interaction.edit_original_response(
+            content=f"Session `{s.id}` is {s.status}; its thread: <#{self.chat.thread_id(s)}>")
 
     async def _export(self, interaction: discord.Interaction, s: Session) -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -204,7 +206,8 @@ class DiscordBot:
                 await interaction.edit_original_response(content=f"The export of `{s.id}` could not be uploaded: "
                                                                  f"{e.status} {e.text}")
                 return
-        await interaction.edit_original_response(content=f"Exported session `{s.id}` into <#{s.thread}>.")
+        await interaction.edit_original_response(
+            content=f"Exported session `{s.id}` into <#{self.chat.thread_id(s)}>.")
 
     async def _start(self, interaction: discord.Interaction, request: str) -> None:
         if not isinstance(interaction.channel, discord.TextChannel):

@@ -5,6 +5,10 @@ call is scheduled on that loop and waited for (the service maps the message id i
 back to the stage). A notice for one person is private only as the follow-up of an
 interaction of theirs, so the adapter hands the chat each person's latest interaction per
 session; without one that is still valid, the notice is said in the thread with a mention.
+
+If a session's thread is deleted, the next post opens a new thread in its channel and the
+session carries on there; the move is recorded in the store (a "root" message), so it survives
+a restart and replies in the new thread reach the session.
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ log = logging.getLogger("kernelbot.discord")
 PLATFORM = "discord"
 CALL_TIMEOUT_S = 120.0                # rate limits are waited out inside discord.py
 INTERACTION_TTL_S = 14 * 60.0         # interaction tokens are valid for 15 minutes
+THREAD_NAME_MAX = 100
+UNKNOWN_CHANNEL = 10003               # Discord's error code for a channel (or thread) that is gone
 T = TypeVar("T")
 ViewFactory = Callable[[list[de.Button]], "discord.ui.View | None"]
 
@@ -78,18 +84,35 @@ class DiscordChat:
             except discord.HTTPException as e:       # the token expired early or the interaction is gone
                 log.info("session %s: ephemeral to %s refused (%s); saying it in the thread", s.id, user, e)
         content = f"<@{user}> {text}" if user else text
-        await self.thread(s).send(de.notice(content), allowed_mentions=_mention_only(user))
+        await self._in_thread(s, lambda t: t.send(de.notice(content), allowed_mentions=_mention_only(user)))
 
     async def upload(self, s: Session, paths: list[Path], comment: str) -> None:
         """Files into the session's thread, in one message (export)."""
-        await self.thread(s).send(de.clip(comment, de.CONTENT_MAX), allowed_mentions=discord.AllowedMentions.none(),
-                                  files=[discord.File(p, filename=p.name) for p in paths])
+        await self._in_thread(s, lambda t: t.send(de.clip(comment, de.CONTENT_MAX),
+                                                  allowed_mentions=discord.AllowedMentions.none(),
+                                                  files=[discord.File(p, filename=p.name) for p in paths]))
 
     async def _post(self, s: Session, card: Card) -> str:
         r = de.render(card)
-        msg = await self.thread(s).send(embed=discord.Embed.from_dict(r.embed), files=_files(r.files),
-                                        view=self.view_for(r.buttons))
+        msg = await self._in_thread(s, lambda t: t.send(embed=discord.Embed.from_dict(r.embed), files=_files(r.files),
+                                                        view=self.view_for(r.buttons)))
         return str(msg.id)
+
+    async def _in_thread(self, s: Session, send: Callable[[discord.abc.Messageable], Awaitable[T]]) -> T:
+        """send(the session's thread); if Discord says the thread is gone, open a new one and send there."""
+        try:
+            return await send(self.thread(s))
+        except discord.NotFound as e:
+            if e.code != UNKNOWN_CHANNEL:
+                raise
+        log.warning("session %s: its thread %s is gone; continuing in a new thread", s.id, self.thread_id(s))
+        channel = self.client.get_channel(int(s.channel)) or await self.client.fetch_channel(int(s.channel))
+        root = await channel.send(de.notice(f"The thread of kernelbot session `{s.id}` was deleted; it continues in "
+                                            f"the thread below. Request: {s.request}"),
+                                  allowed_mentions=discord.AllowedMentions.none())
+        thread = await root.create_thread(name=de.clip(s.request, THREAD_NAME_MAX), auto_archive_duration=10080)
+        self.map_root(s.id, thread.id)
+        return await send(thread)
 
     async def _update(self, s: Session, message_id: str, card: Card) -> None:
         r = de.render(card)                            # attachments stay as posted; only embed and buttons change
@@ -101,8 +124,12 @@ class DiscordChat:
 
     # ------------------------------------------------------------------ sessions, threads, interactions
 
+    def thread_id(self, s: Session) -> str:
+        """The thread a session lives in now: the latest root mapped for it."""
+        return self.store.message_id(PLATFORM, s.id, "root") or s.thread
+
     def thread(self, s: Session) -> discord.PartialMessageable:
-        return self.client.get_partial_messageable(int(s.thread), type=discord.ChannelType.public_thread)
+        return self.client.get_partial_messageable(int(self.thread_id(s)), type=discord.ChannelType.public_thread)
 
     def answering(self, session_id: str, user: str, interaction: discord.Interaction) -> None:
         """Remember the interaction a person just made in a session, for private notices to them."""

@@ -281,6 +281,27 @@ def test_buttons_and_forms_from_before_a_restart_still_work(make_bot, fake):
     card(restarted, "3/6 Reference test · r1")
 
 
+def test_deleted_thread_moves_the_session_to_a_new_thread(make_bot, fake):
+    bot = make_bot()
+    dev, mate = fake.user("dev"), fake.user("mate")
+    spec = start(bot, dev)
+    fake.delete_thread(spec["channel_id"])
+    click(fake, mate, spec, "approve")                  # a click that was on its way: the card is gone
+    ref = card(bot, "2/6 PyTorch reference · r1")
+    moved = fake.messages[ref["channel_id"]]            # a thread started from a message takes its id
+    assert ref["channel_id"] != spec["channel_id"] and moved["channel_id"] == CHANNEL
+    assert "was deleted; it continues in the thread below" in moved["content"]
+
+    bot.close()
+    bot = make_bot()                                    # the move survives a restart
+    edited = bot.session().latest("reference").content + "# checked\n"
+    fake.say(dev, f"```python\n{edited}```", ref["channel_id"])
+    assert card(bot, "2/6 PyTorch reference · r2")["channel_id"] == ref["channel_id"]
+    assert bot.session().latest("reference").content == edited
+    fake.slash(dev, action="list")                      # commands point at the new thread
+    ephemeral(fake, dev, f"<#{ref['channel_id']}>")
+
+
 # ------------------------------------------------------------------ commands and team review
 
 def test_kernel_command_answers_privately_and_manages_sessions(make_bot, fake):

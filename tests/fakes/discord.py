@@ -78,6 +78,7 @@ class FakeDiscord(LoopbackServer):
         self.roles = [_role(GUILD, "@everyone", 0), _role(REVIEWER_ROLE, "kernel-reviewers", 1)]
         self.channels: dict[str, dict] = {c["id"]: c for c in (_text_channel(CHANNEL, "kernels"),
                                                                _text_channel(OTHER_CHANNEL, "random"))}
+        self.deleted: dict[str, dict] = {}                       # threads deleted, by id
         self.messages: dict[str, dict] = {}
         self.files: dict[str, bytes] = {}                        # attachment id -> the bytes uploaded
         self.reactions: list[tuple[str, str, str]] = []          # (message id, user id, emoji)
@@ -164,6 +165,16 @@ class FakeDiscord(LoopbackServer):
             headers = {"Retry-After": str(retry_after), "Via": "1.1 google", "X-RateLimit-Scope": "user"}
         self._faults += [(method, re.compile(path), status, body or {"message": "error", "code": 0}, headers)] * times
 
+    def delete_thread(self, thread_id: str) -> None:
+        """Someone deletes a thread: it and its messages are gone, and Discord says THREAD_DELETE."""
+        with self._changed:
+            thread = self.channels.pop(thread_id)
+            self.deleted[thread_id] = thread            # an interaction already on its way still names it
+            for mid in [mid for mid, m in self.messages.items() if m["channel_id"] == thread_id]:
+                del self.messages[mid]
+        self._dispatch("THREAD_DELETE", {"id": thread_id, "guild_id": GUILD, "parent_id": thread["parent_id"],
+                                         "type": thread["type"]})
+
     # ------------------------------------------------------------------ Discord -> bot
 
     def slash(self, user: str, channel_id: str = CHANNEL, **options: str) -> str:
@@ -222,7 +233,7 @@ class FakeDiscord(LoopbackServer):
         iid = snowflake()
         token = f"itok-{iid}"
         payload = {"id": iid, "application_id": APP_ID, "type": itype, "data": data, "guild_id": GUILD,
-                   "channel_id": channel_id, "channel": self.channels[channel_id],
+                   "channel_id": channel_id, "channel": self.channels.get(channel_id) or self.deleted[channel_id],
                    "member": {**self.member(user), "permissions": "2248473465835073"}, "token": token, "version": 1,
                    "app_permissions": "2248473465835073", "locale": "en-US", "guild_locale": "en-US",
                    "entitlements": [], "authorizing_integration_owners": {"0": GUILD}, "context": 0,
