@@ -119,8 +119,9 @@ def _padded_length(n, itemsize):
     # The length to store rows of n elements with: n where such rows start on 16-byte boundaries,
     # else n rounded up to a multiple of 64 (to a power of two from 16 when shorter), so a padded K
     # is a multiple of every BLOCK_K in CONFIGS: its K loop reads no tile past the padding.
-    # _fit_config picks the same tiles for the padded length as for n.
-    if n * itemsize % 16 == 0:
+    # _fit_config picks the same tiles for the padded length as for n. An empty K becomes 16 zeros:
+    # TMA needs every dim positive, and the product is then zeros, as torch's is.
+    if n and n * itemsize % 16 == 0:
         return n
     return -(-n // 64) * 64 if n > 64 else max(16, 1 << (n - 1).bit_length())
 
@@ -308,7 +309,8 @@ class _MatmulKernel(_KernelFile):
                      "    # where the kernel reads it along rows and columns; 0 where it broadcasts.\n")
             text += "".join(f'    {e.local}_strides = _epilogue_strides("{e.name}", {e.local}.shape, shape, '
                             f'{self.along[e.name]})\n' for e in self.epilogue_inputs)
-        text += f"    out = torch.empty(shape, dtype={first}.dtype, device={first}.device)\n"
+        text += (f"    out = torch.empty(shape, dtype={first}.dtype, device={first}.device)\n"
+                 "    if out.numel() == 0:\n        return out      # no rows, columns or matrices: nothing to compute\n")
         text += self._config_line("_default_config(batch, M, N)")
         text += self._padding()
         text += ("    # The config's tiles, shrunk to this problem and to shared memory.\n"

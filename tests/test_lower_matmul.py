@@ -122,6 +122,17 @@ def test_persistent_programs_walk_many_tiles_and_a_partial_k_tile(tmp_path):
     assert "grid = (min(batch * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), sms * per_sm),)" in text
 
 
+def test_empty_dims_give_what_torch_gives(tmp_path):
+    # Specs have positive dims, but an exported kernel may meet empty ones: K = 0 is the epilogue
+    # of a zero product, M = 0 or a batch of 0 an empty output.
+    spec = validate(raw_spec("relu(a @ b + bias)", {"a": [[2, 4, 8]], "b": [[2, 8, 6]], "bias": [[6]]}, ("float32",)))
+    reference, kernel = generate(tmp_path, spec)
+    bias = torch.randn(6)
+    for m, k, batch in ((4, 0, 2), (0, 8, 2), (4, 8, 0)):
+        a, b = torch.randn(batch, m, k), torch.randn(batch, k, 6)
+        torch.testing.assert_close(kernel(a, b, bias), reference(a, b, bias))
+
+
 def test_tf32_only_where_the_spec_allows_it(tmp_path):
     assert 'precision = "ieee" if a.dtype == torch.float32 else None' in source("a @ b", ODD)
     assert 'precision = "tf32" if a.dtype == torch.float32 else None' in source("matmul(a, b, tf32=True)", ODD)
