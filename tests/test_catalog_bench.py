@@ -56,6 +56,18 @@ def test_each_missed_target_is_named_with_what_was_measured(tmp_path):
     assert "[MISSED] softmax >= 1.5x torch.compile: below: 8192x8192 float32 0.99" in text
 
 
+def test_an_only_run_leaves_the_targets_it_has_no_rows_for_unmeasured(tmp_path):
+    good_catalog(tmp_path)
+    code = cli.main(["bench", "--out", str(tmp_path), "--only", "add,sum", "--table-only"])
+    text = (tmp_path / "catalog.txt").read_text()
+    assert code == 0, text
+    assert "[not measured] softmax >= 1.5x torch.compile: no row of this run bears on it" in text
+    assert "[not measured] matmul 4096^3 fp16/bf16 >= 90% of cuBLAS" in text
+    assert "[met] memory-bound at 8192x8192 >= 90% of copy bandwidth: 2 rows" in text
+    write_report(tmp_path, "sum", [bench_row("8192x8192", "float16", 42, 59, 38, 75.4)])
+    assert cli.main(["bench", "--out", str(tmp_path), "--only", "add,sum", "--table-only"]) == 1
+
+
 def test_entries_that_stopped_keep_their_rows_and_say_why(tmp_path):
     good_catalog(tmp_path)
     (tmp_path / "bmm" / "report.json").write_text(json.dumps({
