@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from bot import ir
 from bot.lower_triton import (NEG_INF, POS_INF, RESERVED as TRITON_RESERVED, _Input, _KernelFile, _require_full,
                               REDUCE_FILL, _row_config, _row_tile, _wrap, fold_line, jit_source, kernel_inputs,
-                              reduce_call, sm_count_line)
+                              reduce_call, refuse_empty_dim, sm_count_line)
 from runner.protocol import IGNORE_INDEX
 
 MAX_CONFIGS = 12            # a small, deliberate space: the benchmark times each config on each case
@@ -404,6 +404,15 @@ class _ReduceKernel(_ReduceFile):
         comment = "    # The SPLIT partials of BLOCK outputs, reduced in a fixed order (deterministic) and cast.\n"
         return jit_source(f"{self.name}_combine_kernel", params, lines, comment)
 
+    def _empty_dims(self) -> str:
+        """Launcher lines for empty inputs, which no kernel launch handles: torch's answers (a sum over
+        nothing is 0, a mean NaN; max, min, argmax and argmin refuse), or an empty output as it is."""
+        if self.op in ("sum", "mean"):
+            fill = "0.0" if self.op == "sum" else 'float("nan")'
+            return ("    if out.numel() == 0 or D == 0:\n"
+                    f"        return out.fill_({fill})   # an empty output, or a {self.op} over nothing\n")
+        return refuse_empty_dim(self.op, "D", "dim") + "    if out.numel() == 0:\n        return out\n"
+
     def _launcher(self) -> str:
         first = self.body_inputs[0].local
         dtype = "torch.int64" if self.arg else f"{first}.dtype"
@@ -412,6 +421,7 @@ class _ReduceKernel(_ReduceFile):
                  f"    dim = {self.dim} % len(shape)\n"
                  "    A, D, B = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])\n"
                  f"    out = torch.empty(shape[:dim] + shape[dim + 1:], dtype={dtype}, device={first}.device)\n")
+        text += self._empty_dims()
         per_lane = ", per_lane=True" if self.arg else ""
         text += self._config_line(f"_reduce_config(A, D, B{per_lane})")
         text += _wrap("block, BLOCK_D, SPLIT, chunk, num_warps, num_stages = _reduce_tiles",

@@ -236,6 +236,14 @@ def jit_source(name: str, params: list[str], lines: list[str], comment: str = ""
             + "".join(f"    {line}\n" for line in lines))
 
 
+def refuse_empty_dim(op: str, size: str, dim: str) -> str:
+    """Launcher lines: max/min/argmax/argmin over a dim of `size` 0 raise as torch does, where a
+    launch would answer -inf or a made-up index. dim: the launcher's expression for the dim."""
+    return (f"    if {size} == 0:\n"
+            f'        raise IndexError(f"{op} over dim {{{dim}}} of shape {{tuple(shape)}}, which is empty: torch '
+            'refuses that too")\n')
+
+
 def sm_count_line(target: str, like: str, indent: str = "    ") -> str:
     """A launcher line setting target to the SM count of the GPU tensor `like` is on (4 on the CPU
     interpreter): what persistent kernels size their grids by."""
@@ -733,6 +741,7 @@ class _RowKernel(_KernelFile):
                 text += f'    _require_full("{e.name}", {e.local}.shape, shape[-1:])\n'
         out_shape = "shape[:-1]" if self.reduces else "shape"
         text += f"    out = torch.empty({out_shape}, dtype={first}.dtype, device={first}.device)\n"
+        text += refuse_empty_dim(self.op, "N", "-1") if self.op in ("max", "min") else ""
         text += self._config_line("_row_config(R, N)")
         text += "    BLOCK_M, BLOCK_N, num_warps = _row_tile(R, N, config)\n"
         text += self._aligned_launch() if self._aligns() else ""

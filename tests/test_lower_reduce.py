@@ -116,6 +116,23 @@ def test_every_config_runs(tmp_path, expression, shape):
     check(tmp_path, spec, configs=module.CONFIGS + lower_reduce.COLS_CONFIGS + lower_reduce.ROWS_CONFIGS)
 
 
+@pytest.mark.parametrize("expression", ["sum(x, dim=0)", "mean(x, dim=0)", "min(x, dim=0)", "argmax(x, dim=0)",
+                                        "argmin(x, dim=1)"])
+def test_empty_inputs_answer_as_torch_does(tmp_path, expression):
+    # Specs have positive dims, but an exported kernel may meet empty ones: a sum over nothing is 0,
+    # a mean NaN; min/argmax/argmin over nothing raise, as torch does; an empty output stays empty.
+    reference, module = generate(tmp_path, make_spec(expression, {"x": [COLS_CASE]}, dtypes=("float32",)))
+    for shape in ((0, 5), (5, 0)):
+        x = torch.randn(shape)
+        try:
+            want = reference(x)
+        except IndexError:                                  # torch's error for these
+            with pytest.raises(IndexError, match="which is empty: torch refuses that too"):
+                module.op(x)
+            continue
+        torch.testing.assert_close(module.op(x), want, equal_nan=True)
+
+
 def test_cols_kernel_keeps_an_accumulator_per_lane():
     # Over columns, the tile is folded into one accumulator per lane and reduced once after the loop
     # (no block reduction per step, which cost narrow tiles 50 vs 35.5 us on an H200); over rows,

@@ -395,3 +395,10 @@ def test_nan_propagates_as_in_torch(tmp_path, expression, over_rows):
         got = kernel(*inputs, config=config)
         assert torch.equal(got.isnan(), want.isnan()), (config, got, want)
         torch.testing.assert_close(got[~want.isnan()], want[~want.isnan()])
+
+
+def test_max_over_an_empty_last_dim_raises_as_torch_does(tmp_path):
+    _, kernel = generate(tmp_path, make_spec("max(x)", {"x": [[4, 33]]}, dtypes=("float32",)))
+    with pytest.raises(IndexError, match=r"max over dim -1 of shape \(5, 0\), which is empty"):
+        kernel(torch.randn(5, 0))
+    assert kernel(torch.randn(0, 5)).shape == (0,)
