@@ -61,8 +61,6 @@ def _matmul_dims(a_name, a_shape, b_name, b_shape):
         raise ValueError(f"cannot multiply {a_name} {list(a_shape)} by {b_name} {list(b_shape)}: this kernel "
                          "multiplies [M, K] @ [K, N], [B, M, K] @ [B, K, N] or [B, M, K] @ [K, N]")
     batch = a_shape[0] if len(a_shape) == 3 else 1
-    if batch > 65535:
-        raise ValueError(f"{a_name} has a batch of {batch}; the batch runs on grid dim 1, at most 65535")
     return batch, a_shape[-2], b_shape[-1], a_shape[-1]
 
 
