@@ -239,7 +239,11 @@ def network_isolation() -> bool:
     """Whether children get no network: KERNELBOT_SANDBOX_NETWORK is not 'host' and this kernel
     lets an unprivileged process unshare user and network namespaces (tried once, on a child that
     does nothing else)."""
-    if os.environ.get("KERNELBOT_SANDBOX_NETWORK", "none") == "host":
+    mode = os.environ.get("KERNELBOT_SANDBOX_NETWORK", "none")
+    if mode not in ("none", "host"):
+        raise ValueError(f"KERNELBOT_SANDBOX_NETWORK is {mode!r}; use 'none' (the default: jobs get no network) "
+                         "or 'host' (jobs share the runner's network)")
+    if mode == "host":
         return False
     ids = _identity_maps()
     try:

@@ -201,3 +201,14 @@ def test_child_has_no_network_but_keeps_its_uid(tmp_path, monkeypatch):
         finally:
             monkeypatch.undo()
             sandbox.network_isolation.cache_clear()
+
+
+def test_an_unknown_network_mode_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv("KERNELBOT_SANDBOX_NETWORK", "hots")
+    sandbox.network_isolation.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="KERNELBOT_SANDBOX_NETWORK is 'hots'; use 'none'"):
+            sandbox.network_isolation()
+    finally:
+        monkeypatch.undo()
+        sandbox.network_isolation.cache_clear()
