@@ -555,17 +555,18 @@ class _CrossEntropyKernel(_ReduceFile):
 
     def _mean_kernel(self) -> str:
         t = self.target.local
-        return (f"@triton.jit\ndef {self.name}_mean_kernel(losses_ptr, {t}_ptr, dst_ptr, R, BLOCK: tl.constexpr):\n"
-                "    # One program sums the per-row losses in a fixed order (deterministic, no atomics) and\n"
-                "    # divides by the rows not ignored (none: 0 / 0, NaN, as in torch).\n"
-                "    acc = tl.zeros([BLOCK], tl.float32)\n"
-                "    count = tl.zeros([BLOCK], tl.float32)\n"
-                "    for start in range(0, R, BLOCK):\n"
-                "        offs = start + tl.arange(0, BLOCK)\n"
-                "        acc += tl.load(losses_ptr + offs, mask=offs < R, other=0.0)\n"
-                f"        kept = tl.load({t}_ptr + offs, mask=offs < R, other={IGNORE_INDEX}) != {IGNORE_INDEX}\n"
-                "        count += kept.to(tl.float32)\n"
-                "    tl.store(dst_ptr, (tl.sum(acc, axis=0) / tl.sum(count, axis=0)).to(dst_ptr.dtype.element_ty))\n")
+        lines = ["acc = tl.zeros([BLOCK], tl.float32)",
+                 "count = tl.zeros([BLOCK], tl.float32)",
+                 "for start in range(0, R, BLOCK):",
+                 "    offs = start + tl.arange(0, BLOCK)",
+                 "    acc += tl.load(losses_ptr + offs, mask=offs < R, other=0.0)",
+                 f"    kept = tl.load({t}_ptr + offs, mask=offs < R, other={IGNORE_INDEX}) != {IGNORE_INDEX}",
+                 "    count += kept.to(tl.float32)",
+                 "tl.store(dst_ptr, (tl.sum(acc, axis=0) / tl.sum(count, axis=0)).to(dst_ptr.dtype.element_ty))"]
+        comment = ("    # One program sums the per-row losses in a fixed order (deterministic, no atomics) and\n"
+                   "    # divides by the rows not ignored (none: 0 / 0, NaN, as in torch).\n")
+        return jit_source(f"{self.name}_mean_kernel", ["losses_ptr", f"{t}_ptr", "dst_ptr", "R", "BLOCK: tl.constexpr"],
+                          lines, comment)
 
     def _launcher(self) -> str:
         first, t = self.body_inputs[0].local, self.target

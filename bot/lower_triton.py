@@ -402,9 +402,8 @@ class _KernelFile:
     def _body_helper(self) -> list[str]:
         if self.is_bare_input:
             return []
-        lines = "".join(f"    {line}\n" for line in self.body_lines)
-        return [f"@triton.jit\ndef _body({', '.join(i.local for i in self.body_inputs)}):\n"
-                f"    # {self.body_text} in float32\n{lines}    return {self.body_expr}\n"]
+        return [jit_source("_body", [i.local for i in self.body_inputs], [*self.body_lines, f"return {self.body_expr}"],
+                           f"    # {self.body_text} in float32\n")]
 
     def _math_helpers(self, kernels: list[str]) -> list[str]:
         text = " ".join(self.body_lines + [self.body_expr] + kernels)
@@ -480,14 +479,12 @@ class _PointwiseKernel(_KernelFile):
         r = self.rank
         lines = []
         for k in range(r - 1, 0, -1):
-            lines += [f"    off {'=' if k == r - 1 else '+='} (i % dim{k}) * s{k}", f"    i = i // dim{k}"]
-        lines.append("    return off + i * s0" if r > 1 else "    return i * s0")
-        params = ", ".join(["i"] + [f"dim{k}" for k in range(1, r)] + [f"s{k}" for k in range(r)])
-        return ("@triton.jit\n"
-                f"def _broadcast_offsets({params}):\n"
-                "    # Offset into a broadcast input of output element i: split i into one index per output\n"
-                "    # dim and weight each by the input's stride there (0 where it is broadcast).\n"
-                + "".join(line + "\n" for line in lines))
+            lines += [f"off {'=' if k == r - 1 else '+='} (i % dim{k}) * s{k}", f"i = i // dim{k}"]
+        lines.append("return off + i * s0" if r > 1 else "return i * s0")
+        params = ["i"] + [f"dim{k}" for k in range(1, r)] + [f"s{k}" for k in range(r)]
+        comment = ("    # Offset into a broadcast input of output element i: split i into one index per output\n"
+                   "    # dim and weight each by the input's stride there (0 where it is broadcast).\n")
+        return jit_source("_broadcast_offsets", params, lines, comment)
 
     def _kernel(self) -> str:
         r = self.rank
