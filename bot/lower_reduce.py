@@ -111,7 +111,7 @@ RESERVED = TRITON_RESERVED | {
     "M", "V", "chunk", "block", "picked", "pick", "loss", "num_stages", "LOG2E", "scaled_max", "new_max", "SPLIT",
     "SPLIT_P2", "BLOCK_B", "BLOCK_D", "BLOCK_R", "BLOCK_V", "NUM_STAGES", "FINAL", "_fit", "_fit_stages",
     "_reduce_config", "_reduce_tiles", "_combine_block", "_cross_entropy_config", "_cross_entropy_tiles",
-    "acc_start", "take", "lane", "per_lane", "kept", "first", "step", "next_rows", "r0", "PER_SM", "sms",
+    "acc_start", "take", "lane", "arg_reduce", "kept", "first", "step", "next_rows", "r0", "PER_SM", "sms",
 }
 
 
@@ -128,20 +128,20 @@ def _fit_stages(num_stages, stage_bytes):
     return max(1, min(num_stages, 96 * 1024 // stage_bytes))
 
 
-def _reduce_config(A, D, B, per_lane=False):
+def _reduce_config(A, D, B, arg_reduce=False):
     # The default config for a body viewed as [A, D, B], D reduced. B > 1: tiles up to 1024
     # outputs wide and 8K elements deep, each thread on its own columns (the tile reduces inside
     # threads). B == 1: whole-row tiles as the row kernels choose them. Then D is split in two
     # while fewer than ~1024 programs run (8 per SM of an H200: loads enough in flight without
     # pipelining) and each keeps 8+ BLOCK_D chunks. An 8192x8192 sum over dim 0 thus gets 8
-    # column blocks x 128 splits of 64 rows. per_lane (argmax/argmin, an accumulator per tile
+    # column blocks x 128 splits of 64 rows. arg_reduce (argmax/argmin, two accumulators per tile
     # element): small tiles instead, 512 x 4 pipelined or 512 of one row on one warp (on an H200
     # 1.4x and 2x faster than the others at 8192x8192).
     if B > 1:
-        key, block = "BLOCK_B", _fit(512 if per_lane else 1024, B)
-        block_d, warps, stages = (4, 2, 3) if per_lane else (max(8, 8192 // block), 4, 1)
+        key, block = "BLOCK_B", _fit(512 if arg_reduce else 1024, B)
+        block_d, warps, stages = (4, 2, 3) if arg_reduce else (max(8, 8192 // block), 4, 1)
         programs = A * -(-B // block)
-    elif per_lane:
+    elif arg_reduce:
         key, block, block_d, warps, stages = "BLOCK_R", 1, _fit(512, D), 1, 1
         programs = A
     else:
@@ -154,11 +154,11 @@ def _reduce_config(A, D, B, per_lane=False):
     return {key: block, "BLOCK_D": block_d, "SPLIT_D": split, "num_warps": warps, "num_stages": stages}
 
 
-def _reduce_tiles(config, A, D, B, elem_bytes, per_lane=False):
+def _reduce_tiles(config, A, D, B, elem_bytes, arg_reduce=False):
     # The config fitted to this case, so any config runs on any case: (BLOCK_B or BLOCK_R, BLOCK_D,
     # SPLIT, chunk, num_warps, num_stages); split s reduces d in [s * chunk, (s + 1) * chunk).
     # Keys a config lacks (one made for the other layout) come from the default.
-    config = {**_reduce_config(A, D, B, per_lane), **config}
+    config = {**_reduce_config(A, D, B, arg_reduce), **config}
     block = _fit(config["BLOCK_B"], B) if B > 1 else _fit(config["BLOCK_R"], A)
     block_d = _fit(config["BLOCK_D"], D)
     split = min(config["SPLIT_D"], -(-D // block_d))
@@ -260,7 +260,11 @@ class _Layout:
     out_offs: str           # the outputs' offsets in the output, or in split s's partials
     keep: str               # which outputs exist
     expand: str             # a reduced vector back to the tile's rank
-    per_lane: bool          # acc is the tile: sum/mean/max/min keep one accumulator per lane (argmax/argmin always do)
+
+    @property
+    def per_lane(self) -> bool:
+        """Whether sum/mean/max/min keep one accumulator per lane (argmax/argmin always do)."""
+        return self.acc == self.tile
 
 
 _COLS = _Layout(
@@ -270,14 +274,14 @@ _COLS = _Layout(
     ("n_cols = tl.cdiv(B, BLOCK_B)", "a = (tl.program_id(0) // n_cols).to(tl.int64)",
      "cols = (tl.program_id(0) % n_cols) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]"),
     "[BLOCK_D, BLOCK_B]", "[BLOCK_D, BLOCK_B]", "tl.arange(0, BLOCK_D)[:, None]", "(d < d_hi) & (cols < B)",
-    "(a * D + d) * B + cols", 0, "s.to(tl.int64) * A * B + a * B + cols", "cols < B", "[None, :]", True)
+    "(a * D + d) * B + cols", 0, "s.to(tl.int64) * A * B + a * B + cols", "cols < B", "[None, :]")
 _ROWS = _Layout(
     "rows", "BLOCK_R",
     "# BLOCK_R rows (the reduced dim is the last), each reduced over split s's part of it in\n"
     "# [BLOCK_R, BLOCK_D] tiles.",
     ("rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",),
     "[BLOCK_R, 1]", "[BLOCK_R, BLOCK_D]", "tl.arange(0, BLOCK_D)[None, :]", "(rows < A) & (d < d_hi)",
-    "rows * D + d", 1, "s.to(tl.int64) * A + rows", "rows < A", "[:, None]", False)
+    "rows * D + d", 1, "s.to(tl.int64) * A + rows", "rows < A", "[:, None]")
 
 _FILL = {**REDUCE_FILL, "argmax": NEG_INF, "argmin": POS_INF}
 _TL_EXTREME = {"argmax": "tl.max", "argmin": "tl.min"}     # NaN is handled apart for these
@@ -422,11 +426,10 @@ class _ReduceKernel(_ReduceFile):
                  "    A, D, B = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])\n"
                  f"    out = torch.empty(shape[:dim] + shape[dim + 1:], dtype={dtype}, device={first}.device)\n")
         text += self._empty_dims()
-        per_lane = ", per_lane=True" if self.arg else ""
-        text += self._config_line(f"_reduce_config(A, D, B{per_lane})")
+        arg_reduce = ["arg_reduce=True"] if self.arg else []
+        text += self._config_line(f"_reduce_config({', '.join(['A', 'D', 'B', *arg_reduce])})")
         text += _wrap("block, BLOCK_D, SPLIT, chunk, num_warps, num_stages = _reduce_tiles",
-                      ["config", "A", "D", "B", self._elem_bytes()] + (["per_lane=True"] if self.arg else []),
-                      "    ") + "\n"
+                      ["config", "A", "D", "B", self._elem_bytes(), *arg_reduce], "    ") + "\n"
         text += "    # One split writes the output; more write float32 partials for the combine kernel.\n"
         for dst, kind in zip(self._dsts(), ("float32", "int32")):
             text += (f"    {dst} = out if SPLIT == 1 else "

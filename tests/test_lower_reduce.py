@@ -172,9 +172,9 @@ def test_default_configs():
     assert lower_reduce._reduce_config(4, 1 << 20, 1)["SPLIT_D"] == 16    # 8 chunks of 8192 each
     # argmax/argmin (an accumulator per lane): 512 x 4 tiles over dim 0 (64 splits), one 512-wide
     # tile on one warp per row over the last dim.
-    assert lower_reduce._reduce_config(1, 8192, 8192, per_lane=True) == {
+    assert lower_reduce._reduce_config(1, 8192, 8192, arg_reduce=True) == {
         "BLOCK_B": 512, "BLOCK_D": 4, "SPLIT_D": 64, "num_warps": 2, "num_stages": 3}
-    assert lower_reduce._reduce_config(8192, 8192, 1, per_lane=True) == {
+    assert lower_reduce._reduce_config(8192, 8192, 1, arg_reduce=True) == {
         "BLOCK_R": 1, "BLOCK_D": 512, "SPLIT_D": 1, "num_warps": 1, "num_stages": 1}
     assert lower_reduce._cross_entropy_config(4096, 128256) == {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 4,
                                                                 "num_stages": 1}
@@ -186,9 +186,10 @@ def test_any_config_fits_any_case(view):
     spaces = [(False, [lower_reduce._reduce_config(*view), *lower_reduce.COLS_CONFIGS, *lower_reduce.ROWS_CONFIGS]),
               (True, [lower_reduce._reduce_config(*view, True), *lower_reduce.ARG_COLS_CONFIGS,
                       *lower_reduce.ARG_ROWS_CONFIGS])]
-    for per_lane, config in [(per_lane, c) for per_lane, configs in spaces for c in configs]:
+    for arg_reduce, config in [(arg_reduce, c) for arg_reduce, configs in spaces for c in configs]:
         for elem_bytes in (2, 8):
-            block, block_d, split, chunk, _, stages = lower_reduce._reduce_tiles(config, A, D, B, elem_bytes, per_lane)
+            block, block_d, split, chunk, _, stages = lower_reduce._reduce_tiles(config, A, D, B, elem_bytes,
+                                                                                arg_reduce)
             assert block <= max(1, 2 * (B if B > 1 else A)) and block_d < 2 * D and chunk % block_d == 0
             assert (split - 1) * chunk < D <= split * chunk, (config, view)
             assert stages == 1 or stages * block * block_d * elem_bytes <= 96 * 1024
