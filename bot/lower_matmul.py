@@ -8,7 +8,9 @@ around the matmul (the epilogue) to that tile, and stores it once in the output 
 The kernel is persistent (a few programs per SM walk the tiles of the whole batch) and loads its
 operand tiles with TMA (host-made tensor descriptors): on an H200, 4096^3 fp16 took 185 us against
 191 us for one program per tile with pointer loads (cuBLAS 180), and 32 x 1024^3 117 against 123
-(cuBLAS 104). TMA needs the operands' rows to start on 16-byte boundaries; an odd K or N breaks
+(cuBLAS 104). The tile loop and the K loop are flattened into one pipelined loop and the output
+tile is stored by TMA, in two halves: 32 x 1024^3 fp16 then took 109.7 us against 118.8 (cuBLAS
+107.9). TMA needs the operands' rows to start on 16-byte boundaries; an odd K or N breaks
 that (and made the pointer loads scalar: 3001x2999 @ 2999x3007 fp16 at 61 TFLOP/s, 889 us). As
 Inductor does (pad_mm), the launcher then first copies the offending operands into zero-padded
 buffers with aligned rows.
@@ -46,7 +48,7 @@ MATMUL_RESERVED = RESERVED | {
     "pid", "tiles_m", "tiles_n", "tiles", "tile", "matrix", "group_size", "first_m", "group_m", "pid_m", "pid_n",
     "batch", "batches", "k", "M", "K", "BLOCK_K", "GROUP_M", "INPUT_PRECISION", "precision", "num_stages",
     "_matmul_dims", "B_KMAJOR", "b_kmajor", "a_desc", "b_desc", "a_tile", "b_tile", "b_batched", "sms",
-    "per_sm", "_per_sm",
+    "per_sm", "_per_sm", "_shared_bytes", "out_desc", "TMA_STORE", "tma_store", "halves", "left", "right",
     "TensorDescriptor", "_epilogue_strides", "_default_config", "_fit_config", "K_pad", "N_pad", "_padded_length",
     "_pad", "_pad_kernel",
 }
@@ -93,24 +95,30 @@ def _default_config(batch, M, N):
     return CONFIGS[-1]
 
 
+def _shared_bytes(bm, bn, bk, num_stages, itemsize):
+    # Shared memory a program of these tiles takes: num_stages buffered operand tiles, and half an
+    # output tile for the epilogue's store (float32 tiles take twice fp16's).
+    return ((bm + bn) * bk * num_stages + bm * bn // 2) * itemsize
+
+
 def _fit_config(config, M, N, K, itemsize):
     # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages) of config for this problem, so any config runs any
     # case: no tile side wider than its matrix needs (a power of two, at least 16, tl.dot's least),
-    # and BLOCK_K halved until num_stages buffered operand tiles fit in 160 KB of shared memory
-    # (float32 tiles take twice fp16's; an H200 has 227 KB per block, an A100 163 KB).
+    # and BLOCK_K halved until the program fits in 208 KB of shared memory (an H200 has 227 KB per
+    # block, an A100 163 KB).
     bm, bn, bk = (min(config[key], max(16, 1 << (n - 1).bit_length()))
                   for key, n in (("BLOCK_M", M), ("BLOCK_N", N), ("BLOCK_K", K)))
-    while (bm + bn) * bk * itemsize * config["num_stages"] > 160 * 1024 and bk > 16:
+    while _shared_bytes(bm, bn, bk, config["num_stages"], itemsize) > 208 * 1024 and bk > 16:
         bk //= 2
     return bm, bn, bk, config["num_stages"]
 
 
 def _per_sm(bm, bn, bk, num_stages, itemsize):
-    # How many programs of these tiles one SM holds at once, by the shared memory their pipelined
-    # operand tiles take (an H200 SM has 228 KB): the persistent grid starts that many per SM, so
-    # small tiles keep several programs' loads in flight (H200, 32 x 1024^3 fp16, 64 x 64 x 64 tiles
-    # in 3 stages: 2.9x the time of 128 x 256 tiles with one program per SM, 1.4x with 4).
-    return max(1, 224 * 1024 // ((bm + bn) * bk * itemsize * num_stages))
+    # How many programs of these tiles one SM holds at once, by the shared memory they take (an
+    # H200 SM has 228 KB): the persistent grid starts that many per SM, so small tiles keep several
+    # programs' loads in flight (H200, 32 x 1024^3 fp16, 64 x 64 x 64 tiles in 3 stages: 2.9x the
+    # time of 128 x 256 tiles with one program per SM, 1.4x with 4).
+    return max(1, 224 * 1024 // _shared_bytes(bm, bn, bk, num_stages, itemsize))
 
 
 def _padded_length(n, itemsize):
@@ -129,26 +137,36 @@ def _padded_length(n, itemsize):
 # zeros too, so the buffer is allocated with torch.empty and written once.
 _PAD_SOURCE = '''
 @triton.jit
-def _pad_kernel(src_ptr, dst_ptr, R, C, R_pad, C_pad, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    # One BLOCK_R x BLOCK_C tile of dst [R_pad, C_pad] (of the matrix program_id(1) of a batch):
-    # src [R, C] where src has elements, zeros past its last row and column.
+def _pad_kernel(src_ptr, dst_ptr, R, C, R_pad, C_pad, TRANSPOSE: tl.constexpr, BLOCK_R: tl.constexpr,
+                BLOCK_C: tl.constexpr):
+    # One BLOCK_R x BLOCK_C tile of src [R, C] padded to [R_pad, C_pad] (of the matrix
+    # program_id(1) of a batch): src where it has elements, zeros past its last row and column.
+    # Stored into dst [R_pad, C_pad], or transposed into dst [C_pad, R_pad].
     pid = tl.program_id(0)
     tiles_c = tl.cdiv(C_pad, BLOCK_C)
     batch = tl.program_id(1).to(tl.int64)
     rows = ((pid // tiles_c) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)[:, None]
     cols = (pid % tiles_c) * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]
     x = tl.load(src_ptr + batch * R * C + rows * C + cols, mask=(rows < R) & (cols < C), other=0.0)
-    tl.store(dst_ptr + batch * R_pad * C_pad + rows * C_pad + cols, x, mask=(rows < R_pad) & (cols < C_pad))
+    inside = (rows < R_pad) & (cols < C_pad)
+    if TRANSPOSE:
+        tl.store(dst_ptr + batch * R_pad * C_pad + tl.trans(cols) * R_pad + tl.trans(rows), tl.trans(x),
+                 mask=tl.trans(inside))
+    else:
+        tl.store(dst_ptr + batch * R_pad * C_pad + rows * C_pad + cols, x, mask=inside)
 
 
-def _pad(x, R_pad, C_pad):
-    # x [..., R, C] (contiguous) copied into a new [..., R_pad, C_pad], zeros in the rows and
-    # columns added. Tiles of 16 x 256, 4096 elements a program (tile and warps not yet measured).
-    padded = torch.empty((*x.shape[:-2], R_pad, C_pad), dtype=x.dtype, device=x.device)
-    BLOCK_R, BLOCK_C = 16, 256
+def _pad(x, R_pad, C_pad, transpose=False):
+    # x [..., R, C] (contiguous) copied into a new [..., R_pad, C_pad] (transposed: [..., C_pad,
+    # R_pad]), zeros in the rows and columns added. Tiles of 16 x 256, 4096 elements a program
+    # (tile and warps not yet measured); square 64 x 64 tiles to transpose (4096 x 4096 float32 on
+    # an H200: 34.7 us, where torch's x.t().contiguous() takes 125.4 us).
+    shape = (C_pad, R_pad) if transpose else (R_pad, C_pad)
+    padded = torch.empty((*x.shape[:-2], *shape), dtype=x.dtype, device=x.device)
+    BLOCK_R, BLOCK_C = (64, 64) if transpose else (16, 256)
     grid = (triton.cdiv(R_pad, BLOCK_R) * triton.cdiv(C_pad, BLOCK_C), x.shape[0] if x.dim() == 3 else 1)
-    _pad_kernel[grid](x, padded, x.shape[-2], x.shape[-1], R_pad, C_pad, BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C,
-                      num_warps=4)
+    _pad_kernel[grid](x, padded, x.shape[-2], x.shape[-1], R_pad, C_pad, TRANSPOSE=transpose, BLOCK_R=BLOCK_R,
+                      BLOCK_C=BLOCK_C, num_warps=4)
     return padded
 '''
 
@@ -178,8 +196,9 @@ class _MatmulKernel(_KernelFile):
     imports = "from triton.tools.tensor_descriptor import TensorDescriptor\n"
     description = ("Persistent programs, as many per SM as fit, each computing BLOCK_M x BLOCK_N tiles of the\n"
                    "output (of any matrix of the batch) in turn: a K loop of tl.dot on operand tiles that TMA\n"
-                   "copies into shared memory, into a float32 accumulator, then the epilogue on the tile and one\n"
-                   "store.\n"
+                   "copies into shared memory, into a float32 accumulator, then the epilogue on the tile and its\n"
+                   "store (by TMA where the output's rows are 16-byte aligned). The tile loop and the K loop are\n"
+                   "pipelined as one, so the next tile's loads overlap this tile's epilogue.\n"
                    "Tiles are walked in groups of GROUP_M rows, so tiles loaded together are reused from L2.\n"
                    "Operands whose rows do not start on 16-byte boundaries (odd K or N) are first copied\n"
                    "into zero-padded buffers (_pad), as TMA requires.")
@@ -212,7 +231,7 @@ class _MatmulKernel(_KernelFile):
         self.along = {name: (any(s[1] for s in cases), any(s[2] for s in cases)) for name, cases in strides.items()}
 
     def source(self) -> str:
-        helpers = [_matmul_dims, _default_config, _fit_config, _per_sm, _padded_length]
+        helpers = [_matmul_dims, _default_config, _shared_bytes, _fit_config, _per_sm, _padded_length]
         if self.epilogue_inputs:
             helpers += [_expanded_strides, _epilogue_strides]
         return self._file([self._kernel(), _PAD_SOURCE], helpers, self._launcher())
@@ -237,18 +256,21 @@ class _MatmulKernel(_KernelFile):
 
     def _kernel(self) -> str:
         params = ["a_desc", "b_desc"] + [f"{e.local}_ptr" for e in self.epilogue_inputs]
-        params += ["out_ptr", "M", "N", "K", "batches", "b_batched"]
+        params += ["out_ptr", "out_desc", "M", "N", "K", "batches", "b_batched"]
         params += [param for e in self.epilogue_inputs for param, _ in self._strides(e)]
-        constexprs = ("INPUT_PRECISION", "B_KMAJOR", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
+        constexprs = ("INPUT_PRECISION", "B_KMAJOR", "TMA_STORE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
         params += [f"{c}: tl.constexpr" for c in constexprs]
         lines = [
             "# Persistent: program p computes output tiles p, p + P, p + 2P, ... of all the batch's (P",
             "# programs: per SM, as many as its shared memory holds), so no last wave leaves SMs idle.",
+            "# flatten=True merges this loop and the K loop into one pipelined loop: the next tile's",
+            "# operand loads are in flight during this tile's epilogue (H200, 32 x 1024^3 fp16: 118.8 us",
+            "# nested, 111.6 us flattened; cuBLAS 107.9).",
             "tiles_m = tl.cdiv(M, BLOCK_M)",
             "tiles_n = tl.cdiv(N, BLOCK_N)",
             "tiles = tiles_m * tiles_n",
             "group_size = GROUP_M * tiles_n",
-            "for tile in tl.range(tl.program_id(0), batches * tiles, tl.num_programs(0)):",
+            "for tile in tl.range(tl.program_id(0), batches * tiles, tl.num_programs(0), flatten=True):",
             "    # Tiles run down GROUP_M row tiles before moving one column tile right, so the programs",
             "    # running at once share their tiles of a and b in L2 instead of each streaming all of b.",
             "    matrix = tile // tiles",
@@ -282,7 +304,19 @@ class _MatmulKernel(_KernelFile):
             lines += ["    " + line for line in self._epilogue_load(e)]
         if not self.is_bare_input:
             lines.append(f"    acc = {self.body_call()}")
-        lines.append("    tl.store(out_ptr + batch * M * N + rows * N + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)")
+        lines += [
+            "    if TMA_STORE:",
+            "        # Two TMA stores of half a tile each (what lies past an edge is not written): half the",
+            "        # staging buffer in shared memory of a whole tile, which leaves room for the operand",
+            "        # stages (32 x 1024^3 fp16: 111.6 us through pointers, 109.7 us so).",
+            "        halves = tl.permute(acc.to(out_ptr.dtype.element_ty).reshape(BLOCK_M, 2, BLOCK_N // 2), (0, 2, 1))",
+            "        left, right = tl.split(halves)",
+            "        out_desc.store([matrix, pid_m * BLOCK_M, pid_n * BLOCK_N], left.reshape(1, BLOCK_M, BLOCK_N // 2))",
+            "        out_desc.store([matrix, pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2],",
+            "                       right.reshape(1, BLOCK_M, BLOCK_N // 2))",
+            "    else:",
+            "        tl.store(out_ptr + batch * M * N + rows * N + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)",
+        ]
         return jit_source(f"{self.name}_kernel", params, lines)
 
     def _strides(self, e: _Input) -> list[tuple[str, str]]:
@@ -311,37 +345,39 @@ class _MatmulKernel(_KernelFile):
         text += (f"    out = torch.empty(shape, dtype={first}.dtype, device={first}.device)\n"
                  "    if out.numel() == 0:\n        return out      # no rows, columns or matrices: nothing to compute\n")
         text += self._config_line("_default_config(batch, M, N)")
-        text += self._padding()
-        text += ("    # The config's tiles, shrunk to this problem and to shared memory.\n"
-                 f"    BLOCK_M, BLOCK_N, BLOCK_K, num_stages = _fit_config(config, M, N, K_pad, "
-                 f"{a.local}.element_size())\n")
         if self.tf32:
             text += ("    # float32 inputs round to TF32 on the tensor cores (the spec allows it); float16 and\n"
                      '    # bfloat16 take tl.dot\'s default, the tensor cores too.\n'
                      f'    precision = "tf32" if {a.local}.dtype == torch.float32 else None\n'
                      "    # TF32 tensor cores read float32 tiles of B only K-major: a row-major B would load\n"
-                     "    # element by element (4096^3 on an H200: 985 us; 518 us with this copy, which it includes).\n"
-                     f"    b_kmajor = precision == \"tf32\"\n"
-                     "    if b_kmajor:\n"
-                     f"        {b.local} = {b.local}.transpose(-1, -2).contiguous()\n")
+                     "    # element by element (4096^3 on an H200: 985 us). B is copied transposed (below).\n"
+                     f"    b_kmajor = precision == \"tf32\"\n")
         else:
             text += ("    # float32 inputs multiply in exact IEEE float32 (the spec does not allow TF32): right but\n"
                      "    # slow. float16 and bfloat16 take tl.dot's default, the tensor cores.\n"
                      f'    precision = "ieee" if {a.local}.dtype == torch.float32 else None\n')
+        text += self._padding()
+        text += ("    # The config's tiles, shrunk to this problem and to shared memory.\n"
+                 f"    BLOCK_M, BLOCK_N, BLOCK_K, num_stages = _fit_config(config, M, N, K_pad, "
+                 f"{a.local}.element_size())\n")
         b_block = "[1, BLOCK_N, BLOCK_K] if b_kmajor else [1, BLOCK_K, BLOCK_N]" if self.tf32 else "[1, BLOCK_K, BLOCK_N]"
         text += ("    # TMA descriptors of the operands as [matrices, rows, columns] (one matrix when 2-d), in\n"
                  "    # tiles of the config; tiles past an edge read as zeros.\n"
                  f"    a_desc = TensorDescriptor.from_tensor({a.local}.reshape(-1, *{a.local}.shape[-2:]), "
                  "[1, BLOCK_M, BLOCK_K])\n"
                  f"    b_desc = TensorDescriptor.from_tensor({b.local}.reshape(-1, *{b.local}.shape[-2:]), {b_block})\n"
+                 "    # The output is stored by TMA too where its rows start on 16-byte boundaries, else through\n"
+                 "    # pointers (an odd N).\n"
+                 "    tma_store = N * out.element_size() % 16 == 0\n"
+                 "    out_desc = TensorDescriptor.from_tensor(out.reshape(-1, M, N), [1, BLOCK_M, BLOCK_N // 2]) if tma_store else None\n"
                  "    # Persistent programs: as many as the SMs hold at once, or one per tile where there are fewer.\n"
                  + sm_count_line("sms", "out")
                  + f"    per_sm = _per_sm(BLOCK_M, BLOCK_N, BLOCK_K, num_stages, {a.local}.element_size())\n"
                  + "    grid = (min(batch * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), sms * per_sm),)\n")
         args = ["a_desc", "b_desc"] + [e.local for e in self.epilogue_inputs]
-        args += ["out", "M", "N", "K_pad", "batch", f"1 if {b.local}.dim() == 3 else 0"]
+        args += ["out", "out_desc", "M", "N", "K_pad", "batch", f"1 if {b.local}.dim() == 3 else 0"]
         args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
-        args += ["INPUT_PRECISION=precision", f"B_KMAJOR={'b_kmajor' if self.tf32 else 'False'}",
+        args += ["INPUT_PRECISION=precision", f"B_KMAJOR={'b_kmajor' if self.tf32 else 'False'}", "TMA_STORE=tma_store",
                  "BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", 'GROUP_M=config["GROUP_M"]',
                  'num_warps=config["num_warps"]', "num_stages=num_stages"]
         text += _wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
@@ -360,5 +396,8 @@ class _MatmulKernel(_KernelFile):
                 f"    K_pad, N_pad = _padded_length(K, {a}.element_size()), _padded_length(N, {b}.element_size())\n"
                 f"    if K_pad != K or {a}.data_ptr() % 16:\n"
                 f"        {a} = _pad({a}, M, K_pad)\n"
-                f"    if (K_pad, N_pad) != (K, N) or {b}.data_ptr() % 16:\n"
-                f"        {b} = _pad({b}, K_pad, N_pad)\n")
+                + (f"    if b_kmajor:     # [.., N, K_pad]: padded and transposed in one copy\n"
+                   f"        {b} = _pad({b}, K_pad, N, transpose=True)\n"
+                   f"    elif (K_pad, N_pad) != (K, N) or {b}.data_ptr() % 16:\n" if self.tf32 else
+                   f"    if (K_pad, N_pad) != (K, N) or {b}.data_ptr() % 16:\n")
+                + f"        {b} = _pad({b}, K_pad, N_pad)\n")
