@@ -263,14 +263,16 @@ class _MatmulKernel(_KernelFile):
         lines = [
             "# Persistent: program p computes output tiles p, p + P, p + 2P, ... of all the batch's (P",
             "# programs: per SM, as many as its shared memory holds), so no last wave leaves SMs idle.",
-            "# flatten=True merges this loop and the K loop into one pipelined loop: the next tile's",
-            "# operand loads are in flight during this tile's epilogue (H200, 32 x 1024^3 fp16: 118.8 us",
-            "# nested, 111.6 us flattened; cuBLAS 107.9).",
+            "# With a TMA store, flatten merges this loop and the K loop into one pipelined loop: the",
+            "# next tile's operand loads are in flight during this tile's epilogue (H200, 32 x 1024^3",
+            "# fp16: 118.8 us nested, 109.7 us flattened; cuBLAS 107.9). A pointer store stays nested:",
+            "# flattened, its layout change could not reuse the operand buffers, and a float32 128 x 256",
+            "# tile with an epilogue then needed 272 KB of shared memory.",
             "tiles_m = tl.cdiv(M, BLOCK_M)",
             "tiles_n = tl.cdiv(N, BLOCK_N)",
             "tiles = tiles_m * tiles_n",
             "group_size = GROUP_M * tiles_n",
-            "for tile in tl.range(tl.program_id(0), batches * tiles, tl.num_programs(0), flatten=True):",
+            "for tile in tl.range(tl.program_id(0), batches * tiles, tl.num_programs(0), flatten=TMA_STORE):",
             "    # Tiles run down GROUP_M row tiles before moving one column tile right, so the programs",
             "    # running at once share their tiles of a and b in L2 instead of each streaming all of b.",
             "    matrix = tile // tiles",
@@ -366,9 +368,12 @@ class _MatmulKernel(_KernelFile):
                  f"    a_desc = TensorDescriptor.from_tensor({a.local}.reshape(-1, *{a.local}.shape[-2:]), "
                  "[1, BLOCK_M, BLOCK_K])\n"
                  f"    b_desc = TensorDescriptor.from_tensor({b.local}.reshape(-1, *{b.local}.shape[-2:]), {b_block})\n"
-                 "    # The output is stored by TMA too where its rows start on 16-byte boundaries, else through\n"
-                 "    # pointers (an odd N).\n"
-                 "    tma_store = N * out.element_size() % 16 == 0\n"
+                 "    # A float16 or bfloat16 output is stored by TMA too where its rows start on 16-byte\n"
+                 "    # boundaries, else (an odd N, or float32) through pointers. A float32 tile's epilogue with\n"
+                 "    # inputs took up to 336 KB of shared memory with the TMA store (128 x 256 compiled for\n"
+                 "    # sm_90), more than an SM has; through pointers, TF32 4096^3 ran as fast (351.2 against\n"
+                 "    # 349.4 us on an H200).\n"
+                 "    tma_store = out.element_size() == 2 and N * 2 % 16 == 0\n"
                  "    out_desc = TensorDescriptor.from_tensor(out.reshape(-1, M, N), [1, BLOCK_M, BLOCK_N // 2]) if tma_store else None\n"
                  "    # Persistent programs: as many as the SMs hold at once, or one per tile where there are fewer.\n"
                  + sm_count_line("sms", "out")

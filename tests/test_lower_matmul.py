@@ -116,10 +116,12 @@ def test_persistent_programs_walk_many_tiles_and_a_partial_k_tile(tmp_path):
     config = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 2, "num_warps": 1, "num_stages": 6}
     assert [lower_matmul._per_sm(32, 32, 64, 6, size) for size in (4, 2)] == [2, 4]
     assert lower_matmul._per_sm(128, 256, 64, 3, 2) == 1 and lower_matmul._per_sm(64, 64, 64, 3, 2) == 4
-    shapes = {"a": [[3, 100, 40]], "b": [[3, 40, 90]], "bias": [[90]]}
+    # N = 96: float16 rows are 16-byte aligned, so its tiles go out by TMA store (the last row tile
+    # partly past M); float32 stores through pointers.
+    shapes = {"a": [[3, 100, 40]], "b": [[3, 40, 96]], "bias": [[96]]}
     check(tmp_path, "a @ b + bias", shapes, configs=(config,))
     text = source("a @ b", shapes)
-    assert "tl.range(tl.program_id(0), batches * tiles, tl.num_programs(0), flatten=True)" in text
+    assert "tl.range(tl.program_id(0), batches * tiles, tl.num_programs(0), flatten=TMA_STORE)" in text
     assert "grid = (min(batch * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), sms * per_sm),)" in text
 
 
@@ -364,6 +366,15 @@ def test_trees_that_are_not_one_matmul_with_a_pointwise_epilogue():
                                          ("float32", True)])
 def test_every_config_compiles_and_is_right_on_a_gpu(tmp_path, dtype, tf32):
     shapes = {"a": [[2, 1000, 520]], "b": [[520, 1030]], "bias": [[1030]], "residual": [[2, 1000, 1030]]}
+    check(tmp_path, f"relu(matmul(a, b, tf32={tf32}) + bias) + residual", shapes, dtypes=(dtype,),
+          configs=(None, *lower_matmul.CONFIGS), device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, tf32", [("float16", False), ("float32", True)])
+def test_tma_store_with_an_epilogue_is_right_on_a_gpu(tmp_path, dtype, tf32):
+    # N aligned: the flattened loop and the TMA store, after an epilogue that reads inputs.
+    shapes = {"a": [[2, 1000, 512]], "b": [[512, 1024]], "bias": [[1024]], "residual": [[2, 1000, 1024]]}
     check(tmp_path, f"relu(matmul(a, b, tf32={tf32}) + bias) + residual", shapes, dtypes=(dtype,),
           configs=(None, *lower_matmul.CONFIGS), device="cuda")
 
