@@ -39,7 +39,8 @@ def _case_label(case: str, dtype: str) -> str:
 def _bar_label(row: dict | None) -> str:
     """Why a version has no bar in a group, or '' when it has one."""
     if row is None or row.get("time_ms") is None:
-        return "wrong" if row is not None and "wrong" in row.get("error", "") else "n/a"
+        error = "" if row is None else row.get("error", "")
+        return next((word for word in ("wrong", "failed") if error.startswith(word)), "n/a")
     return "implausible" if row.get("implausible") else ""
 
 

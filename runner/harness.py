@@ -403,12 +403,18 @@ def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: di
                     row["config"] = protocol.config_label(tuning["best"])
             _, check = checked_call(ctx, kernel, args, expected, native)
             if check.problem:
-                rows.append({**row, "ok": False, "error": f"wrong result, not timed: {check.problem}"})
+                rows.append({**row, "ok": False, "error": f"{verdict(check.problem)}, not timed: {check.problem}"})
                 continue
             fn = lambda kernel=kernel: kernel(*args)  # noqa: E731
         rows.append(time_version(row, fn, timer, timing))
     settle_basis(rows, nbytes, ceiling, flops)
     return rows
+
+
+def verdict(problem: str) -> str:
+    """What a check's problem makes of a version: 'failed' where the call raised (out of shared
+    memory, a compile error), 'wrong result' where it returned something wrong."""
+    return "failed" if problem.startswith("raised ") else "wrong result"
 
 
 def tune(ctx: Context, kernel: Callable, args: list[torch.Tensor], expected: torch.Tensor, native: torch.Tensor,
@@ -423,7 +429,7 @@ def tune(ctx: Context, kernel: Callable, args: list[torch.Tensor], expected: tor
         fn = functools.partial(kernel, config=config)
         _, check = checked_call(ctx, fn, args, expected, native)
         if check.problem:
-            entry["error"] = f"wrong result: {check.problem}"
+            entry["error"] = f"{verdict(check.problem)}: {check.problem}"
         else:
             try:
                 entry.update(ok=True, time_ms=sweep_time(ctx.device, lambda: fn(*args), timing))

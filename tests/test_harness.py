@@ -212,6 +212,20 @@ def test_benchmark_tunes_a_kernel_with_configs_and_never_picks_a_wrong_one():
     assert base64.b64decode(result["chart_png_b64"])[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_config_that_raises_failed_and_is_not_called_wrong():
+    # BLOCK=48 is no power of two: tl.arange raises, as a config out of shared memory does on a GPU.
+    kernel = TUNED_ADD.replace('{"BLOCK": 32, "SUB": 1}]', '{"BLOCK": 32, "SUB": 1}, {"BLOCK": 48}]')
+    job = {"job_id": "t-raise", "kind": "benchmark", "backend": "cpu", "attempt": 1, "timeout_s": 120,
+           "files": bench_files(kernel, versions=["torch", "kernel"])}
+    result = worker.execute_job(job, lambda line: None)
+    assert result["status"] == "pass", result["summary"]
+    for t in result["tuning"]:
+        wrong, raised = t["configs"][2:]
+        assert wrong["error"].startswith("wrong result: ") and "outside tolerance" in wrong["error"]
+        assert raised["error"].startswith("failed: raised ") and not raised["ok"], raised["error"]
+    assert any(w.startswith("config BLOCK=48 never chosen") and ": failed: raised " in w for w in result["warnings"])
+
+
 def test_bad_configs_are_a_warning_and_the_kernel_is_timed_untuned():
     kernel = TUNED_ADD.replace('CONFIGS = [{"BLOCK": 16', 'CONFIGS = [{"BLOCK": 1.5}, {"BLOCK": 16')
     result = run("benchmark", bench_files(kernel, versions=["kernel"], cases=[0], dtypes=["float32"]))
