@@ -16,10 +16,15 @@ What it enforces:
 - no network: the child gets network and user namespaces of its own (unshare, before exec), so
   it has no interface but a loopback that is down, and reaches neither other hosts nor the
   runner's. Where the kernel refuses unprivileged namespaces (network_isolation() says so), the
-  child runs with the runner's network; KERNELBOT_SANDBOX_NETWORK=host asks for that anyway.
+  child runs with the runner's network; KERNELBOT_SANDBOX_NETWORK=host asks for that anyway;
+- writes only in its working directory and under /dev (the GPU's device files, /dev/shm): a
+  Landlock ruleset (Linux 5.13+) denies creating, changing, renaming or removing files anywhere
+  else, so generated code cannot touch the repository, the runner's database or the user's
+  files. write_isolation() tries it once per device type (on cuda with a CUDA call), and where
+  it fails the child may write anywhere the runner may; KERNELBOT_SANDBOX_WRITES=any asks for that.
 
-What it does not limit: reads and writes outside the working directory (the child runs as the
-runner's user), processes that start a session of their own (setsid), GPU memory (CUDA
+What it does not limit: reads outside the working directory (the child runs as the runner's
+user), processes that start a session of their own (setsid), GPU memory (CUDA
 out-of-memory surfaces as an exception in the child) and the number of processes.
 Generated code also shares the harness's process, so a hostile kernel could tamper with it;
 the sandbox contains mistakes and runaway code, not a determined attacker.
@@ -33,6 +38,7 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -58,6 +64,14 @@ PASS_THROUGH = (
 MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "OutOfMemoryError", "out of memory", "can't allocate memory")
 _PR_SET_PDEATHSIG = 1
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
+_PR_SET_NO_NEW_PRIVS = 38
+# Landlock system calls (the same numbers on x86-64 and arm64) and its filesystem rights that
+# write: WRITE_FILE and REMOVE_DIR .. MAKE_SYM (ABI 1), REFER (ABI 2), TRUNCATE (ABI 3). Reads,
+# directory listing, execution and device ioctls (CUDA's) stay unrestricted.
+_LANDLOCK_CREATE_RULESET, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT_SELF = 444, 445, 446
+_LANDLOCK_RULE_PATH_BENEATH = 1
+_LANDLOCK_WRITES = {1: 1 << 1 | sum(1 << bit for bit in range(4, 13)), 2: 1 << 13, 3: 1 << 14}
+WRITABLE_SYSTEM_DIRS = ("/dev",)
 _LIBC = ctypes.CDLL(None, use_errno=True)
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 
@@ -156,7 +170,8 @@ def run(cmd: list[str], workdir: Path, *, backend: str, gpu: int | None = None, 
     proc = subprocess.Popen(
         cmd, cwd=workdir, env=child_env(workdir, backend, gpu, limits.threads),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, preexec_fn=_child_setup(limits, use_rlimit_as, network_isolation()),
+        start_new_session=True,
+        preexec_fn=_child_setup(limits, use_rlimit_as, network_isolation(), _writable(workdir, backend)),
     )
     out, err = _Tail(), _Tail()
     readers = [threading.Thread(target=_pump, args=(proc.stdout, out, on_line), daemon=True),
@@ -191,9 +206,11 @@ def _watch(proc: subprocess.Popen, start: float, limits: Limits,
     return "", peak
 
 
-def _child_setup(limits: Limits, address_space: bool, no_network: bool) -> Callable[[], None]:
+def _child_setup(limits: Limits, address_space: bool, no_network: bool,
+                 writable: list[str] | None) -> Callable[[], None]:
     """Runs in the child between fork and exec, where only plain system calls belong:
-    everything is computed here in the parent first."""
+    everything is computed here in the parent first. writable: the only directories the child
+    may write beneath, or None for no such limit."""
     wanted = [(resource.RLIMIT_CPU, limits.cpu_s, limits.cpu_s + 5),
               (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
               (resource.RLIMIT_CORE, 0, 0),
@@ -202,6 +219,7 @@ def _child_setup(limits: Limits, address_space: bool, no_network: bool) -> Calla
         wanted.append((resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes))
     plan = [(res, *_clamp(res, soft, hard)) for res, soft, hard in wanted]
     ids = _identity_maps() if no_network else []
+    rights = _landlock_writes() if writable is not None else 0
 
     def apply() -> None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -209,7 +227,71 @@ def _child_setup(limits: Limits, address_space: bool, no_network: bool) -> Calla
             resource.setrlimit(res, (soft, hard))
         if no_network:
             _unshare_network(ids)
+        if writable is not None:
+            _restrict_writes(rights, writable)
     return apply
+
+
+def _landlock_writes() -> int:
+    """The write rights this kernel's Landlock knows (0 where it has none)."""
+    abi = _LIBC.syscall(_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return sum(bits for version, bits in _LANDLOCK_WRITES.items() if abi >= version)
+
+
+def _restrict_writes(rights: int, writable: list[str]) -> None:
+    """Deny the calling process (and what it starts) every write right outside `writable`."""
+    if not rights:
+        raise OSError("Landlock is not available in this kernel (write isolation)")
+    handled = ctypes.c_uint64(rights)
+    ruleset = _LIBC.syscall(_LANDLOCK_CREATE_RULESET, ctypes.byref(handled), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset (write isolation)")
+    for path in writable:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        # struct landlock_path_beneath_attr is packed: a u64 of rights, then the s32 fd.
+        rule = ctypes.create_string_buffer(rights.to_bytes(8, sys.byteorder) + fd.to_bytes(4, sys.byteorder, signed=True))
+        added = _LIBC.syscall(_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, rule, ctypes.c_uint32(0))
+        os.close(fd)
+        if added != 0:
+            raise OSError(ctypes.get_errno(), f"landlock_add_rule {path} (write isolation)")
+    # An unprivileged process may restrict itself only once it can gain no privileges by exec.
+    if _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or _LIBC.syscall(_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self (write isolation)")
+    os.close(ruleset)
+
+
+def _writable(workdir: Path, backend: str) -> list[str] | None:
+    """The directories a job's child may write beneath, or None where writes are not isolated."""
+    return [str(workdir.resolve()), *WRITABLE_SYSTEM_DIRS] if write_isolation(backend) else None
+
+
+# What the write-isolation probe runs: on cuda, a CUDA call, so that a driver needing to write
+# somewhere else turns the isolation off instead of failing every job.
+_WRITE_PROBES = {"cpu": "", "cuda": "import torch; torch.ones(1, device='cuda').add_(1).item()"}
+
+
+def write_isolation(backend: str) -> bool:
+    """Whether children on this backend may write only in their directory and /dev:
+    KERNELBOT_SANDBOX_WRITES is not 'any' and a probe child runs so restricted."""
+    mode = os.environ.get("KERNELBOT_SANDBOX_WRITES", "workdir")
+    if mode not in ("workdir", "any"):
+        raise ValueError(f"KERNELBOT_SANDBOX_WRITES is {mode!r}; use 'workdir' (the default: jobs write only in "
+                         "their own directory and /dev) or 'any' (jobs write wherever the runner may)")
+    return mode == "workdir" and _write_probe(protocol.device_type(backend))
+
+
+@functools.cache
+def _write_probe(device_type: str) -> bool:
+    rights = _landlock_writes()
+    with tempfile.TemporaryDirectory(prefix="kernelbot-probe-") as tmp:
+        (Path(tmp) / "tmp").mkdir()
+        writable = [tmp, *WRITABLE_SYSTEM_DIRS]
+        try:
+            return subprocess.run([sys.executable, "-c", _WRITE_PROBES[device_type]], cwd=tmp,
+                                  env=child_env(Path(tmp), device_type, None, 1), capture_output=True, timeout=120,
+                                  preexec_fn=lambda: _restrict_writes(rights, writable)).returncode == 0
+        except (subprocess.SubprocessError, OSError):
+            return False
 
 
 def _identity_maps() -> list[tuple[str, bytes]]:

@@ -212,3 +212,42 @@ def test_an_unknown_network_mode_is_refused_by_name(monkeypatch):
     finally:
         monkeypatch.undo()
         sandbox.network_isolation.cache_clear()
+
+
+WRITE_PROBE = """
+import os, sys
+for path in sys.argv[1:]:
+    try:
+        if path.startswith("rm:"):
+            os.remove(path[3:])
+        else:
+            with open(path, "w") as f:
+                f.write("x")
+        print("done", path)
+    except PermissionError:
+        print("denied", path)
+"""
+
+
+@pytest.mark.skipif(not sandbox.write_isolation("cpu"), reason="this kernel has no Landlock, so the sandbox cannot "
+                    "limit where the child writes here")
+def test_child_writes_only_in_its_directory_and_dev(tmp_path, monkeypatch):
+    # The child may write in its directory (TMPDIR is inside it) and to devices, but may neither
+    # create nor delete a file anywhere else. With KERNELBOT_SANDBOX_WRITES=any it may.
+    job, outside, kept = tmp_path / "job", tmp_path / "outside.txt", tmp_path / "kept.txt"
+    kept.write_text("the runner's")
+    cmd = [sys.executable, "-c", textwrap.dedent(WRITE_PROBE), "inside.txt", "tmp/scratch", "/dev/null", str(outside),
+           f"rm:{kept}"]
+    out = sandbox.run(cmd, job, backend="cpu").stdout_tail
+    assert "done inside.txt" in out and "done tmp/scratch" in out and "done /dev/null" in out, out
+    assert f"denied {outside}" in out and f"denied rm:{kept}" in out, out
+    assert not outside.exists() and kept.read_text() == "the runner's"
+    monkeypatch.setenv("KERNELBOT_SANDBOX_WRITES", "any")
+    out = sandbox.run(cmd, job, backend="cpu").stdout_tail
+    assert f"done {outside}" in out and f"done rm:{kept}" in out and not kept.exists(), out
+
+
+def test_an_unknown_write_mode_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv("KERNELBOT_SANDBOX_WRITES", "anywhere")
+    with pytest.raises(ValueError, match="KERNELBOT_SANDBOX_WRITES is 'anywhere'; use 'workdir'"):
+        sandbox.write_isolation("cpu")
