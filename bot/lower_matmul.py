@@ -8,9 +8,9 @@ around the matmul (the epilogue) to that tile, and stores it once in the output 
 The kernel is persistent (a few programs per SM walk the tiles of the whole batch) and loads its
 operand tiles with TMA (host-made tensor descriptors): on an H200, 4096^3 fp16 took 185 us against
 191 us for one program per tile with pointer loads (cuBLAS 180), and 32 x 1024^3 117 against 123
-(cuBLAS 104). The tile loop and the K loop are flattened into one pipelined loop and the output
-tile is stored by TMA, in two halves: 32 x 1024^3 fp16 then took 109.7 us against 118.8 (cuBLAS
-107.9). TMA needs the operands' rows to start on 16-byte boundaries; an odd K or N breaks
+(cuBLAS 104). A float16/bfloat16 output with aligned rows is stored by TMA, in two halves, and
+its tile loop and K loop are flattened into one pipelined loop: 32 x 1024^3 fp16 then took 109.7
+us against 118.8 (cuBLAS 107.9). TMA needs the operands' rows to start on 16-byte boundaries; an odd K or N breaks
 that (and made the pointer loads scalar: 3001x2999 @ 2999x3007 fp16 at 61 TFLOP/s, 889 us). As
 Inductor does (pad_mm), the launcher then first copies the offending operands into zero-padded
 buffers with aligned rows.
@@ -97,7 +97,7 @@ def _default_config(batch, M, N):
 
 def _shared_bytes(bm, bn, bk, num_stages, itemsize):
     # Shared memory a program of these tiles takes: num_stages buffered operand tiles, and half an
-    # output tile for the epilogue's store (float32 tiles take twice fp16's).
+    # output tile that a TMA store stages (float32 tiles take twice fp16's).
     return ((bm + bn) * bk * num_stages + bm * bn // 2) * itemsize
 
 
@@ -197,8 +197,8 @@ class _MatmulKernel(_KernelFile):
     description = ("Persistent programs, as many per SM as fit, each computing BLOCK_M x BLOCK_N tiles of the\n"
                    "output (of any matrix of the batch) in turn: a K loop of tl.dot on operand tiles that TMA\n"
                    "copies into shared memory, into a float32 accumulator, then the epilogue on the tile and its\n"
-                   "store (by TMA where the output's rows are 16-byte aligned). The tile loop and the K loop are\n"
-                   "pipelined as one, so the next tile's loads overlap this tile's epilogue.\n"
+                   "store. A float16/bfloat16 output whose rows are 16-byte aligned is stored by TMA, and its tile\n"
+                   "loop and K loop are pipelined as one, so the next tile's loads overlap this tile's epilogue.\n"
                    "Tiles are walked in groups of GROUP_M rows, so tiles loaded together are reused from L2.\n"
                    "Operands whose rows do not start on 16-byte boundaries (odd K or N) are first copied\n"
                    "into zero-padded buffers (_pad), as TMA requires.")

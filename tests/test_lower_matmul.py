@@ -143,8 +143,9 @@ def test_tf32_only_where_the_spec_allows_it(tmp_path):
 
 
 def test_float32_configs_are_listed_as_they_run(tmp_path):
-    # The launcher halves BLOCK_K until a program fits 208 KB of shared memory; a float32 spec lists configs already
-    # fitted, so the bench table and TUNED name the tiles that run. fp16 lists them as written.
+    # The launcher halves BLOCK_K until a program fits 208 KB of shared memory; a float32 spec lists
+    # configs already fitted, so the bench table and TUNED name the tiles that run. fp16 lists them
+    # as written.
     spec = validate(raw_spec("matmul(a, b, tf32=True)", {"a": [[4096, 4096]], "b": [[4096, 4096]]}, ("float32",)))
     configs = generate(tmp_path, spec)[1].__globals__["CONFIGS"]
     assert all(lower_matmul._fit_config(c, 1 << 30, 1 << 30, 1 << 30, 4)[2] == c["BLOCK_K"] for c in configs)
@@ -373,7 +374,8 @@ def test_every_config_compiles_and_is_right_on_a_gpu(tmp_path, dtype, tf32):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype, tf32", [("float16", False), ("float32", True)])
 def test_tma_store_with_an_epilogue_is_right_on_a_gpu(tmp_path, dtype, tf32):
-    # N aligned: the flattened loop and the TMA store, after an epilogue that reads inputs.
+    # N aligned, full-size tiles, an epilogue that reads inputs: float16 takes the flattened loop and
+    # the TMA store, float32 (TF32) the nested loop and the pointer store.
     shapes = {"a": [[2, 1000, 512]], "b": [[512, 1024]], "bias": [[1024]], "residual": [[2, 1000, 1024]]}
     check(tmp_path, f"relu(matmul(a, b, tf32={tf32}) + bias) + residual", shapes, dtypes=(dtype,),
           configs=(None, *lower_matmul.CONFIGS), device="cuda")
