@@ -126,6 +126,8 @@ def _regenerate(s: Session, ev: Regenerate, now: float, policy: Policy) -> list[
 def _cancel(s: Session, ev: Cancel, now: float) -> list[Effect]:
     for job in s.jobs:
         if job.open:
+            # Who stopped it and where it was, for the report (a cancelled job has no result).
+            job.detail = f"by {ev.user}" + (f" during {job.detail}" if job.detail else "")
             job.status, job.updated_at = "cancelled", now
     s.status = CANCELLED
     s.generating = False

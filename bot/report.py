@@ -43,6 +43,8 @@ def report(s: Session) -> dict:
         job = s.last_job(stage)
         if job and job.result:
             entry["job"] = {k: v for k, v in job.result.items() if k != "chart_png_b64"}
+        elif job and job.status == "cancelled":
+            entry["job"] = {"status": "cancelled", "summary": job.detail}
         out["stages"].append(entry)
     bench = _bench_result(s)
     if bench:

@@ -74,10 +74,14 @@ def test_entries_that_stopped_keep_their_rows_and_say_why(tmp_path):
         "bench": [bench_row("32x1024x1024", "float16", 128, 108, 109, 5, 534)],
         "stages": [{"stage": "benchmark", "status": "failed", "job": {"summary": "ran out of memory during timing 3/4"}}]}))
     (tmp_path / "argmax" / "report.json").unlink()
+    (tmp_path / "matmul" / "report.json").write_text(json.dumps({"bench": [], "stages": [
+        {"stage": "benchmark", "status": "cancelled", "job": {"status": "cancelled",
+                                                              "summary": "by you (timeout) during tuning 14/44"}}]}))
     code, text = run_table(tmp_path)
     assert code == 1
     assert "534 (84% of cuBLAS)" in text and "benchmark failed: ran out of memory" in text
-    assert "[MISSED] every catalog entry ran: argmax, bmm" in text
+    assert "benchmark cancelled: by you (timeout) during tuning 14/44" in text
+    assert "[MISSED] every catalog entry ran: argmax, matmul, bmm" in text
     assert "argmax" in text and "not run" in text
 
 

@@ -216,8 +216,10 @@ def test_cancel_stops_everything():
     s = new_session()
     walk_to(s, "kernel_test")
     approve(s)
+    s.jobs[-1].detail = "pytest 3/9"
     effects = engine.handle(s, Cancel("alice"), 5.0)
     assert s.status == "cancelled" and s.jobs[-1].status == "cancelled"
+    assert s.jobs[-1].detail == "by alice during pytest 3/9"      # what report.json says of it
     assert types(effects) == ["notice", "post_summary"]
     later = engine.handle(s, Approve("kernel_test", 1, "bob"), 6.0)
     assert "cancelled" in later[0].text

@@ -8,7 +8,8 @@ import importlib.util
 import pytest
 import torch
 
-from bot import integrity, lower_triton, report
+from bot import engine, integrity, lower_triton, report
+from bot.events import Cancel
 from bot.export import tuned_kernel
 from bot.model import Approval, Job, Revision, Session, sha256
 from bot.spec import parse_expression, validate
@@ -107,3 +108,18 @@ def test_a_failed_or_interpreter_benchmark_exports_the_kernel_as_approved(tmp_pa
     text = (tmp_path / "REPORT.md").read_text()
     assert "carries the best config" not in text
     assert ("keeps `TUNED` empty: its configs were timed on the Triton interpreter" in text) == (backend == "cpu")
+
+
+def test_a_cancelled_benchmark_says_who_stopped_it_and_where(tmp_path):
+    # A job cancelled mid-run has no result: report.json still says why (kernelbot bench's table
+    # shows it), and the kernel is exported as approved.
+    s = session("pass")
+    s.status = "active"
+    job = s.jobs[-1]
+    job.status, job.result, job.detail = "running", None, "tuning 14/44 17x33 float16"
+    engine.handle(s, Cancel("you (timeout)"), 2.0)
+    stage = next(st for st in report.report(s)["stages"] if st["stage"] == "benchmark")
+    assert stage["status"] == "cancelled"
+    assert stage["job"] == {"status": "cancelled", "summary": "by you (timeout) during tuning 14/44 17x33 float16"}
+    report.export(s, tmp_path)
+    assert (tmp_path / "kernel.py").read_text() == SOURCE
