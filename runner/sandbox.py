@@ -20,8 +20,9 @@ What it enforces:
 - writes only in its working directory and under /dev (the GPU's device files, /dev/shm): a
   Landlock ruleset (Linux 5.13+) denies creating, changing, renaming or removing files anywhere
   else, so generated code cannot touch the repository, the runner's database or the user's
-  files. write_isolation() tries it once per device type (on cuda with a CUDA call), and where
-  it fails the child may write anywhere the runner may; KERNELBOT_SANDBOX_WRITES=any asks for that.
+  files. write_isolation() tries it once per device type (a Triton kernel on a torch tensor),
+  and where that fails the child may write anywhere the runner may; KERNELBOT_SANDBOX_WRITES=any
+  asks for that.
 
 What it does not limit: reads outside the working directory (the child runs as the runner's
 user), processes that start a session of their own (setsid), GPU memory (CUDA
@@ -166,12 +167,13 @@ def run(cmd: list[str], workdir: Path, *, backend: str, gpu: int | None = None, 
     workdir = Path(workdir)
     (workdir / "tmp").mkdir(parents=True, exist_ok=True)
     use_rlimit_as = protocol.device_type(backend) == "cpu"
+    # Before the clock starts: the first job of a runner also waits for the isolation probes.
+    setup = _child_setup(limits, use_rlimit_as, network_isolation(), _writable(workdir, backend))
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=workdir, env=child_env(workdir, backend, gpu, limits.threads),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=_child_setup(limits, use_rlimit_as, network_isolation(), _writable(workdir, backend)),
+        start_new_session=True, preexec_fn=setup,
     )
     out, err = _Tail(), _Tail()
     readers = [threading.Thread(target=_pump, args=(proc.stdout, out, on_line), daemon=True),
@@ -265,14 +267,29 @@ def _writable(workdir: Path, backend: str) -> list[str] | None:
     return [str(workdir.resolve()), *WRITABLE_SYSTEM_DIRS] if write_isolation(backend) else None
 
 
-# What the write-isolation probe runs: on cuda, a CUDA call, so that a driver needing to write
-# somewhere else turns the isolation off instead of failing every job.
-_WRITE_PROBES = {"cpu": "", "cuda": "import torch; torch.ones(1, device='cuda').add_(1).item()"}
+# What the write-isolation probe runs (argv[1]: cpu or cuda): what every job does, a Triton kernel
+# compiled (on cpu: interpreted) and launched on a torch tensor, so that a driver or compiler that
+# must write elsewhere turns the isolation off instead of failing every job.
+_WRITE_PROBE = """import sys
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _probe(x_ptr):
+    tl.store(x_ptr, tl.load(x_ptr) + 1)
+
+
+x = torch.zeros(1, device=sys.argv[1])
+_probe[(1,)](x)
+assert x.item() == 1
+"""
 
 
 def write_isolation(backend: str) -> bool:
     """Whether children on this backend may write only in their directory and /dev:
-    KERNELBOT_SANDBOX_WRITES is not 'any' and a probe child runs so restricted."""
+    KERNELBOT_SANDBOX_WRITES is not 'any' and a probe job runs so restricted."""
     mode = os.environ.get("KERNELBOT_SANDBOX_WRITES", "workdir")
     if mode not in ("workdir", "any"):
         raise ValueError(f"KERNELBOT_SANDBOX_WRITES is {mode!r}; use 'workdir' (the default: jobs write only in "
@@ -285,10 +302,11 @@ def _write_probe(device_type: str) -> bool:
     rights = _landlock_writes()
     with tempfile.TemporaryDirectory(prefix="kernelbot-probe-") as tmp:
         (Path(tmp) / "tmp").mkdir()
+        (Path(tmp) / "probe.py").write_text(_WRITE_PROBE)      # a file: Triton reads a kernel's source
         writable = [tmp, *WRITABLE_SYSTEM_DIRS]
         try:
-            return subprocess.run([sys.executable, "-c", _WRITE_PROBES[device_type]], cwd=tmp,
-                                  env=child_env(Path(tmp), device_type, None, 1), capture_output=True, timeout=120,
+            return subprocess.run([sys.executable, "probe.py", device_type], cwd=tmp,
+                                  env=child_env(Path(tmp), device_type, None, 1), capture_output=True, timeout=300,
                                   preexec_fn=lambda: _restrict_writes(rights, writable)).returncode == 0
         except (subprocess.SubprocessError, OSError):
             return False

@@ -405,6 +405,7 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
     for signum in (signal.SIGTERM, signal.SIGINT):   # after start(): ours replace Huey's handlers
         signal.signal(signum, lambda *_: runner.stopping.set())
     runner.say(f"serving queue {protocol.queue_name(backend)} at {queue_url} on {runner.device} (pid {os.getpid()})")
+    queue.put_runner_alive(runner.presence())      # now: the sandbox probes below take seconds
     runner.say("sandboxed jobs get no network" if sandbox.network_isolation() else
                "sandboxed jobs share this host's network: unprivileged user namespaces are refused here, or "
                "KERNELBOT_SANDBOX_NETWORK=host")
