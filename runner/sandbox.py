@@ -290,10 +290,8 @@ assert x.item() == 1
 def write_isolation(backend: str) -> bool:
     """Whether children on this backend may write only in their directory and /dev:
     KERNELBOT_SANDBOX_WRITES is not 'any' and a probe job runs so restricted."""
-    mode = os.environ.get("KERNELBOT_SANDBOX_WRITES", "workdir")
-    if mode not in ("workdir", "any"):
-        raise ValueError(f"KERNELBOT_SANDBOX_WRITES is {mode!r}; use 'workdir' (the default: jobs write only in "
-                         "their own directory and /dev) or 'any' (jobs write wherever the runner may)")
+    mode = _mode("KERNELBOT_SANDBOX_WRITES", {"workdir": "the default: jobs write only in their own directory and /dev",
+                                              "any": "jobs write wherever the runner may"})
     return mode == "workdir" and _write_probe(protocol.device_type(backend))
 
 
@@ -304,12 +302,8 @@ def _write_probe(device_type: str) -> bool:
         (Path(tmp) / "tmp").mkdir()
         (Path(tmp) / "probe.py").write_text(_WRITE_PROBE)      # a file: Triton reads a kernel's source
         writable = [tmp, *WRITABLE_SYSTEM_DIRS]
-        try:
-            return subprocess.run([sys.executable, "probe.py", device_type], cwd=tmp,
-                                  env=child_env(Path(tmp), device_type, None, 1), capture_output=True, timeout=300,
-                                  preexec_fn=lambda: _restrict_writes(rights, writable)).returncode == 0
-        except (subprocess.SubprocessError, OSError):
-            return False
+        return _runs([sys.executable, "probe.py", device_type], lambda: _restrict_writes(rights, writable), cwd=tmp,
+                     env=child_env(Path(tmp), device_type, None, 1), capture_output=True, timeout=300)
 
 
 def _identity_maps() -> list[tuple[str, bytes]]:
@@ -339,16 +333,28 @@ def network_isolation() -> bool:
     """Whether children get no network: KERNELBOT_SANDBOX_NETWORK is not 'host' and this kernel
     lets an unprivileged process unshare user and network namespaces (tried once, on a child that
     does nothing else)."""
-    mode = os.environ.get("KERNELBOT_SANDBOX_NETWORK", "none")
-    if mode not in ("none", "host"):
-        raise ValueError(f"KERNELBOT_SANDBOX_NETWORK is {mode!r}; use 'none' (the default: jobs get no network) "
-                         "or 'host' (jobs share the runner's network)")
+    mode = _mode("KERNELBOT_SANDBOX_NETWORK", {"none": "the default: jobs get no network",
+                                               "host": "jobs share the runner's network"})
     if mode == "host":
         return False
     ids = _identity_maps()
+    return _runs([sys.executable, "-c", ""], lambda: _unshare_network(ids), timeout=60)
+
+
+def _mode(variable: str, choices: dict[str, str]) -> str:
+    """The value of a sandbox setting: one of choices (value -> what it means; the first is the
+    default). Any other value is refused by name, with the choices."""
+    mode = os.environ.get(variable, next(iter(choices)))
+    if mode not in choices:
+        options = " or ".join(f"{value!r} ({meaning})" for value, meaning in choices.items())
+        raise ValueError(f"{variable} is {mode!r}; use {options}")
+    return mode
+
+
+def _runs(cmd: list[str], setup: Callable[[], None], **kwargs) -> bool:
+    """Whether a probe child exits 0 with setup applied before exec (a setup the kernel refuses is a no)."""
     try:
-        return subprocess.run([sys.executable, "-c", ""], preexec_fn=lambda: _unshare_network(ids),
-                              timeout=60).returncode == 0
+        return subprocess.run(cmd, preexec_fn=setup, **kwargs).returncode == 0
     except (subprocess.SubprocessError, OSError):
         return False
 
