@@ -401,8 +401,14 @@ class _MatmulKernel(_KernelFile):
                 f"    K_pad, N_pad = _padded_length(K, {a}.element_size()), _padded_length(N, {b}.element_size())\n"
                 f"    if K_pad != K or {a}.data_ptr() % 16:\n"
                 f"        {a} = _pad({a}, M, K_pad)\n"
-                + (f"    if b_kmajor:     # [.., N, K_pad]: padded and transposed in one copy\n"
-                   f"        {b} = _pad({b}, K_pad, N, transpose=True)\n"
-                   f"    elif (K_pad, N_pad) != (K, N) or {b}.data_ptr() % 16:\n" if self.tf32 else
-                   f"    if (K_pad, N_pad) != (K, N) or {b}.data_ptr() % 16:\n")
-                + f"        {b} = _pad({b}, K_pad, N_pad)\n")
+                + self._pad_b())
+
+    def _pad_b(self) -> str:
+        """The launcher's copy of b where it needs one; a TF32 kernel always copies b, transposed."""
+        b = self.b.local
+        pad = f"(K_pad, N_pad) != (K, N) or {b}.data_ptr() % 16:\n        {b} = _pad({b}, K_pad, N_pad)\n"
+        if not self.tf32:
+            return f"    if {pad}"
+        return (f"    if b_kmajor:     # [.., N, K_pad]: padded and transposed in one copy\n"
+                f"        {b} = _pad({b}, K_pad, N, transpose=True)\n"
+                f"    elif {pad}")
