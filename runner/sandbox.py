@@ -17,7 +17,9 @@ What it enforces:
   it has no interface but a loopback that is down, and reaches neither other hosts nor the
   runner's. Where the kernel refuses unprivileged namespaces (network_isolation() says so), the
   child runs with the runner's network; KERNELBOT_SANDBOX_NETWORK=host asks for that anyway;
-- writes only in its working directory and under /dev (the GPU's device files, /dev/shm): a
+- writes only in its working directory, under /dev (the GPU's device files, /dev/shm) and under
+  /proc (CUDA's driver writes there as it starts: on an H200 it fails with error 304 without;
+  a process may write there only its own entries and what its user could set anyway): a
   Landlock ruleset (Linux 5.13+) denies creating, changing, renaming or removing files anywhere
   else, so generated code cannot touch the repository, the runner's database or the user's
   files. write_isolation() tries it once per device type (a Triton kernel on a torch tensor),
@@ -72,7 +74,7 @@ _PR_SET_NO_NEW_PRIVS = 38
 _LANDLOCK_CREATE_RULESET, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT_SELF = 444, 445, 446
 _LANDLOCK_RULE_PATH_BENEATH = 1
 _LANDLOCK_WRITES = {1: 1 << 1 | sum(1 << bit for bit in range(4, 13)), 2: 1 << 13, 3: 1 << 14}
-WRITABLE_SYSTEM_DIRS = ("/dev",)
+WRITABLE_SYSTEM_DIRS = ("/dev", "/proc")
 _LIBC = ctypes.CDLL(None, use_errno=True)
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 
@@ -288,10 +290,11 @@ assert x.item() == 1
 
 
 def write_isolation(backend: str) -> bool:
-    """Whether children on this backend may write only in their directory and /dev:
+    """Whether children on this backend may write only in their directory, /dev and /proc:
     KERNELBOT_SANDBOX_WRITES is not 'any' and a probe job runs so restricted."""
-    mode = _mode("KERNELBOT_SANDBOX_WRITES", {"workdir": "the default: jobs write only in their own directory and /dev",
-                                              "any": "jobs write wherever the runner may"})
+    mode = _mode("KERNELBOT_SANDBOX_WRITES",
+                 {"workdir": "the default: jobs write only in their own directory, /dev and /proc",
+                  "any": "jobs write wherever the runner may"})
     return mode == "workdir" and _write_probe(protocol.device_type(backend))
 
 

@@ -409,7 +409,8 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
     runner.say("sandboxed jobs get no network" if sandbox.network_isolation() else
                "sandboxed jobs share this host's network: unprivileged user namespaces are refused here, or "
                "KERNELBOT_SANDBOX_NETWORK=host")
-    runner.say("sandboxed jobs write only in their own directory and /dev" if sandbox.write_isolation(backend) else
+    runner.say("sandboxed jobs write only in their own directory, /dev and /proc"
+               if sandbox.write_isolation(backend) else
                "sandboxed jobs may write wherever this runner may: Landlock is missing here or did not let a probe "
                "job run, or KERNELBOT_SANDBOX_WRITES=any")
     while True:

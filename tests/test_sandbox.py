@@ -231,21 +231,23 @@ for path in sys.argv[1:]:
 
 @pytest.mark.skipif(not sandbox._landlock_writes(), reason="this kernel has no Landlock, so the sandbox cannot "
                     "limit where the child writes here")
-def test_child_writes_only_in_its_directory_and_dev(tmp_path, monkeypatch):
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_child_writes_only_in_its_directory_and_dev(backend, tmp_path, monkeypatch):
     # The child may write in its directory (TMPDIR is inside it) and to devices, but may neither
     # create nor delete a file anywhere else. With KERNELBOT_SANDBOX_WRITES=any it may. The probe
-    # (a Triton kernel on the interpreter, so restricted) must pass wherever Landlock is there.
-    assert sandbox.write_isolation("cpu")
+    # (a Triton kernel, interpreted on cpu, so restricted) must pass wherever Landlock is there:
+    # on a GPU, CUDA's start must fit the rules too (it writes under /proc).
+    assert sandbox.write_isolation(backend)
     job, outside, kept = tmp_path / "job", tmp_path / "outside.txt", tmp_path / "kept.txt"
     kept.write_text("the runner's")
     cmd = [sys.executable, "-c", textwrap.dedent(WRITE_PROBE), "inside.txt", "tmp/scratch", "/dev/null", str(outside),
            f"rm:{kept}"]
-    out = sandbox.run(cmd, job, backend="cpu").stdout_tail
+    out = sandbox.run(cmd, job, backend=backend).stdout_tail
     assert "done inside.txt" in out and "done tmp/scratch" in out and "done /dev/null" in out, out
     assert f"denied {outside}" in out and f"denied rm:{kept}" in out, out
     assert not outside.exists() and kept.read_text() == "the runner's"
     monkeypatch.setenv("KERNELBOT_SANDBOX_WRITES", "any")
-    out = sandbox.run(cmd, job, backend="cpu").stdout_tail
+    out = sandbox.run(cmd, job, backend=backend).stdout_tail
     assert f"done {outside}" in out and f"done rm:{kept}" in out and not kept.exists(), out
 
 
