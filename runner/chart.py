@@ -31,9 +31,9 @@ def _number(value: float) -> str:
 
 
 def _case_label(case: str, dtype: str) -> str:
-    """Tick label: the other inputs' shapes on a line of their own ('3001x2999 (b:2999x3007)' side
-    by side ran into its neighbour)."""
-    return f"{case.replace(' (', chr(10) + '(')}\n{dtype}"
+    """Tick label: each other input's shape on a line of its own ('3001x2999 (b:2999x3007)' side by
+    side ran into its neighbour, and a matmul epilogue's three shapes on one line into two)."""
+    return f"{case.replace(' (', chr(10) + '(').replace(', ', ',' + chr(10))}\n{dtype}"
 
 
 def _bar_label(row: dict | None) -> str:
@@ -79,8 +79,9 @@ def _log_if_wide(ax, values: list[float]) -> None:
 
 
 def _legend_below(ax) -> None:
-    """Under the axes, where it never hides a bar or the reference line."""
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
+    """Under the axes and their tick labels, where it never hides a bar or the reference line."""
+    lines = max((label.get_text().count("\n") + 1 for label in ax.get_xticklabels()), default=3)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.02 - 0.04 * lines), ncol=3, frameon=False)
 
 
 def _tuning_panel(ax, tuning: list[dict]) -> None:

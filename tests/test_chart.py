@@ -51,3 +51,8 @@ def test_matmul_rows_chart_throughput_and_long_case_labels():
             for r in bench()[:2]]
     png = chart.render(rows, 200.0, operator="matmul", device="NVIDIA H200", backend="cuda")
     assert image(png).shape[1] > 1000
+
+
+def test_case_labels_put_each_shape_on_a_line_of_its_own():
+    label = chart._case_label("3001x2999 (b:2999x3007, bias:3007, residual:3001x3007)", "float16")
+    assert label.splitlines() == ["3001x2999", "(b:2999x3007,", "bias:3007,", "residual:3001x3007)", "float16"]
