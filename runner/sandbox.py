@@ -24,10 +24,14 @@ What it enforces:
   else, so generated code cannot touch the repository, the runner's database or the user's
   files. write_isolation() tries it once per device type (a Triton kernel on a torch tensor),
   and where that fails the child may write anywhere the runner may; KERNELBOT_SANDBOX_WRITES=any
-  asks for that.
+  asks for that;
+- reads only its working directory, the system's directories (READABLE_SYSTEM_DIRS) and the
+  runner's Python and packages, by the same Landlock ruleset: generated code cannot read the
+  user's files, the bot's database or the repository and print them into its output, which is
+  posted to the chat. read_isolation() probes it the same way; KERNELBOT_SANDBOX_READS=any
+  lifts it.
 
-What it does not limit: reads outside the working directory (the child runs as the runner's
-user), processes that start a session of their own (setsid), GPU memory (CUDA
+What it does not limit: processes that start a session of their own (setsid), GPU memory (CUDA
 out-of-memory surfaces as an exception in the child) and the number of processes.
 Generated code also shares the harness's process, so a hostile kernel could tamper with it;
 the sandbox contains mistakes and runaway code, not a determined attacker.
@@ -74,7 +78,13 @@ _PR_SET_NO_NEW_PRIVS = 38
 _LANDLOCK_CREATE_RULESET, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT_SELF = 444, 445, 446
 _LANDLOCK_RULE_PATH_BENEATH = 1
 _LANDLOCK_WRITES = {1: 1 << 1 | sum(1 << bit for bit in range(4, 13)), 2: 1 << 13, 3: 1 << 14}
+_LANDLOCK_EXECUTE, _LANDLOCK_READ_FILE, _LANDLOCK_READ_DIR = 1 << 0, 1 << 2, 1 << 3
+_LANDLOCK_READS = _LANDLOCK_EXECUTE | _LANDLOCK_READ_FILE | _LANDLOCK_READ_DIR
 WRITABLE_SYSTEM_DIRS = ("/dev", "/proc")
+# What a child may read besides its own directory and the runner's Python (its prefixes and import
+# path): programs, libraries, settings, devices and the kernel's interfaces (CUDA reads /proc and
+# /sys). Not /home, /root, /tmp, /var or /srv: users' files, the bot's database, other jobs.
+READABLE_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/dev", "/proc", "/sys")
 _LIBC = ctypes.CDLL(None, use_errno=True)
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 
@@ -170,7 +180,7 @@ def run(cmd: list[str], workdir: Path, *, backend: str, gpu: int | None = None, 
     (workdir / "tmp").mkdir(parents=True, exist_ok=True)
     use_rlimit_as = protocol.device_type(backend) == "cpu"
     # Before the clock starts: the first job of a runner also waits for the isolation probes.
-    setup = _child_setup(limits, use_rlimit_as, network_isolation(), _writable(workdir, backend))
+    setup = _child_setup(limits, use_rlimit_as, network_isolation(), _file_rules(workdir, backend))
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=workdir, env=child_env(workdir, backend, gpu, limits.threads),
@@ -211,10 +221,10 @@ def _watch(proc: subprocess.Popen, start: float, limits: Limits,
 
 
 def _child_setup(limits: Limits, address_space: bool, no_network: bool,
-                 writable: list[str] | None) -> Callable[[], None]:
+                 file_rules: list[tuple[str, int]] | None) -> Callable[[], None]:
     """Runs in the child between fork and exec, where only plain system calls belong:
-    everything is computed here in the parent first. writable: the only directories the child
-    may write beneath, or None for no such limit."""
+    everything is computed here in the parent first. file_rules: the Landlock rules the child's
+    file access is limited to (see _file_rules), or None for no such limit."""
     wanted = [(resource.RLIMIT_CPU, limits.cpu_s, limits.cpu_s + 5),
               (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
               (resource.RLIMIT_CORE, 0, 0),
@@ -223,7 +233,6 @@ def _child_setup(limits: Limits, address_space: bool, no_network: bool,
         wanted.append((resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes))
     plan = [(res, *_clamp(res, soft, hard)) for res, soft, hard in wanted]
     ids = _identity_maps() if no_network else []
-    rights = _landlock_writes() if writable is not None else 0
 
     def apply() -> None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -231,8 +240,8 @@ def _child_setup(limits: Limits, address_space: bool, no_network: bool,
             resource.setrlimit(res, (soft, hard))
         if no_network:
             _unshare_network(ids)
-        if writable is not None:
-            _restrict_writes(rights, writable)
+        if file_rules is not None:
+            _restrict_files(file_rules)
     return apply
 
 
@@ -242,37 +251,68 @@ def _landlock_writes() -> int:
     return sum(bits for version, bits in _LANDLOCK_WRITES.items() if abi >= version)
 
 
-def _restrict_writes(rights: int, writable: list[str]) -> None:
-    """Deny the calling process (and what it starts) every write right outside `writable`."""
-    if not rights:
-        raise OSError("Landlock is not available in this kernel (write isolation)")
-    handled = ctypes.c_uint64(rights)
+def _restrict_files(rules: list[tuple[str, int]]) -> None:
+    """Limit the calling process (and what it starts) to rules: (directory, rights beneath it).
+    The first rule's rights are every right the ruleset handles; rights it does not handle stay
+    unrestricted everywhere."""
+    handled_rights = rules[0][1]
+    if not handled_rights:
+        raise OSError("Landlock is not available in this kernel (file isolation)")
+    handled = ctypes.c_uint64(handled_rights)
     ruleset = _LIBC.syscall(_LANDLOCK_CREATE_RULESET, ctypes.byref(handled), ctypes.c_size_t(8), ctypes.c_uint32(0))
     if ruleset < 0:
-        raise OSError(ctypes.get_errno(), "landlock_create_ruleset (write isolation)")
-    for path in writable:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset (file isolation)")
+    for path, rights in rules:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         # struct landlock_path_beneath_attr is packed: a u64 of rights, then the s32 fd.
         rule = ctypes.create_string_buffer(rights.to_bytes(8, sys.byteorder) + fd.to_bytes(4, sys.byteorder, signed=True))
         added = _LIBC.syscall(_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, rule, ctypes.c_uint32(0))
         os.close(fd)
         if added != 0:
-            raise OSError(ctypes.get_errno(), f"landlock_add_rule {path} (write isolation)")
+            raise OSError(ctypes.get_errno(), f"landlock_add_rule {path} (file isolation)")
     # An unprivileged process may restrict itself only once it can gain no privileges by exec.
     if _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or _LIBC.syscall(_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
-        raise OSError(ctypes.get_errno(), "landlock_restrict_self (write isolation)")
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self (file isolation)")
     os.close(ruleset)
 
 
-def _writable(workdir: Path, backend: str) -> list[str] | None:
-    """The directories a job's child may write beneath, or None where writes are not isolated."""
-    return [str(workdir.resolve()), *WRITABLE_SYSTEM_DIRS] if write_isolation(backend) else None
+def _file_rules(workdir: Path, backend: str) -> list[tuple[str, int]] | None:
+    """The Landlock rules of a job's child on this backend, or None where files are not isolated."""
+    return _rules(str(workdir.resolve()), write_isolation(backend), read_isolation(backend))
 
 
-# What the write-isolation probe runs (argv[1]: cpu or cuda): what every job does, a Triton kernel
+def _rules(workdir: str, writes: bool, reads: bool) -> list[tuple[str, int]] | None:
+    """(directory, rights beneath it) for a child in workdir: all rights there, writes also under
+    WRITABLE_SYSTEM_DIRS, reads also under _readable(), and the runner package's parent listed
+    (not read: `-m runner.harness` scans it for the package). None when neither is limited."""
+    handled = (_landlock_writes() if writes else 0) | (_LANDLOCK_READS if reads else 0)
+    if not (writes or reads):
+        return None
+    rules = [(workdir, handled)]
+    if writes:
+        rules += [(path, handled) for path in WRITABLE_SYSTEM_DIRS]
+    if reads:
+        rules += [(path, _LANDLOCK_READS) for path in _readable()] + [(PACKAGE_PARENT, _LANDLOCK_READ_DIR)]
+    return rules
+
+
+@functools.cache
+def _readable() -> list[str]:
+    """The directories a child may read beneath besides its own: READABLE_SYSTEM_DIRS, the runner's
+    Python (prefixes, import path) and the runner package. No directory that holds the runner
+    package's parent or the user's home: the repository and the user's files stay unread."""
+    kept = (Path(PACKAGE_PARENT), Path.home())
+    python = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path}
+    dirs = [Path(p).resolve() for p in python if p and Path(p).is_dir()]
+    dirs = [d for d in dirs if not any(k == d or d in k.parents for k in kept)]
+    return sorted({*map(str, dirs), os.path.join(PACKAGE_PARENT, "runner"),
+                   *(d for d in READABLE_SYSTEM_DIRS if os.path.isdir(d))})
+
+
+# What the file-isolation probes run (argv[1]: cpu or cuda): what every job does, a Triton kernel
 # compiled (on cpu: interpreted) and launched on a torch tensor, so that a driver or compiler that
-# must write elsewhere turns the isolation off instead of failing every job.
-_WRITE_PROBE = """import sys
+# must write or read elsewhere turns the isolation off instead of failing every job.
+_FILES_PROBE = """import sys
 import torch
 import triton
 import triton.language as tl
@@ -295,17 +335,26 @@ def write_isolation(backend: str) -> bool:
     mode = _mode("KERNELBOT_SANDBOX_WRITES",
                  {"workdir": "the default: jobs write only in their own directory, /dev and /proc",
                   "any": "jobs write wherever the runner may"})
-    return mode == "workdir" and _write_probe(protocol.device_type(backend))
+    return mode == "workdir" and _files_probe(protocol.device_type(backend), True, False)
+
+
+def read_isolation(backend: str) -> bool:
+    """Whether children on this backend may read only their directory, the system's directories
+    and the runner's Python: KERNELBOT_SANDBOX_READS is not 'any' and a probe job runs so
+    restricted (with writes restricted too, where they are)."""
+    mode = _mode("KERNELBOT_SANDBOX_READS",
+                 {"system": "the default: jobs read only their own directory, system directories and Python's",
+                  "any": "jobs read whatever the runner may"})
+    return mode == "system" and _files_probe(protocol.device_type(backend), write_isolation(backend), True)
 
 
 @functools.cache
-def _write_probe(device_type: str) -> bool:
-    rights = _landlock_writes()
+def _files_probe(device_type: str, writes: bool, reads: bool) -> bool:
     with tempfile.TemporaryDirectory(prefix="kernelbot-probe-") as tmp:
         (Path(tmp) / "tmp").mkdir()
-        (Path(tmp) / "probe.py").write_text(_WRITE_PROBE)      # a file: Triton reads a kernel's source
-        writable = [tmp, *WRITABLE_SYSTEM_DIRS]
-        return _runs([sys.executable, "probe.py", device_type], lambda: _restrict_writes(rights, writable), cwd=tmp,
+        (Path(tmp) / "probe.py").write_text(_FILES_PROBE)      # a file: Triton reads a kernel's source
+        rules = _rules(tmp, writes, reads)
+        return _runs([sys.executable, "probe.py", device_type], lambda: _restrict_files(rules), cwd=tmp,
                      env=child_env(Path(tmp), device_type, None, 1), capture_output=True, timeout=300)
 
 

@@ -413,6 +413,10 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
                if sandbox.write_isolation(backend) else
                "sandboxed jobs may write wherever this runner may: Landlock is missing here or did not let a probe "
                "job run, or KERNELBOT_SANDBOX_WRITES=any")
+    runner.say("sandboxed jobs read only their own directory, system directories and Python's"
+               if sandbox.read_isolation(backend) else
+               "sandboxed jobs may read whatever this runner may: Landlock is missing here or did not let a probe "
+               "job run, or KERNELBOT_SANDBOX_READS=any")
     while True:
         queue.put_runner_alive(runner.presence())
         if runner.stopping.wait(min(runner.heartbeat_s, 5.0)):

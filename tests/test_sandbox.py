@@ -251,6 +251,47 @@ def test_child_writes_only_in_its_directory_and_dev(backend, tmp_path, monkeypat
     assert f"done {outside}" in out and f"done rm:{kept}" in out and not kept.exists(), out
 
 
+READ_PROBE = """
+import sys
+from pathlib import Path
+import torch   # the runner's Python and its packages stay readable
+for path in sys.argv[1:]:
+    try:
+        print("read", path, len(Path(path).read_text()))
+    except PermissionError:
+        print("denied", path)
+"""
+
+
+@pytest.mark.skipif(not sandbox._landlock_writes(), reason="this kernel has no Landlock, so the sandbox cannot "
+                    "limit what the child reads here")
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_child_reads_only_its_directory_and_the_system(backend, tmp_path, monkeypatch):
+    # The child reads its own files, the system's and Python's, but neither another directory's
+    # (another job's, the user's) nor the repository's (its database and settings may live there);
+    # the runner package it imports stays readable. With KERNELBOT_SANDBOX_READS=any it reads all.
+    assert sandbox.read_isolation(backend)
+    job, secret = tmp_path / "job", tmp_path / "secret.txt"
+    job.mkdir()
+    (job / "mine.txt").write_text("mine")
+    secret.write_text("the runner's")
+    repo_file, package_file = REPO / "pyproject.toml", REPO / "runner" / "protocol.py"
+    cmd = [sys.executable, "-c", textwrap.dedent(READ_PROBE), "mine.txt", "/etc/passwd", str(package_file),
+           str(secret), str(repo_file)]
+    out = sandbox.run(cmd, job, backend=backend).stdout_tail
+    assert "read mine.txt 4" in out and "read /etc/passwd" in out and f"read {package_file}" in out, out
+    assert f"denied {secret}" in out and f"denied {repo_file}" in out, out
+    monkeypatch.setenv("KERNELBOT_SANDBOX_READS", "any")
+    out = sandbox.run(cmd, job, backend=backend).stdout_tail
+    assert f"read {secret} 12" in out and f"read {repo_file}" in out, out
+
+
+def test_an_unknown_read_mode_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv("KERNELBOT_SANDBOX_READS", "everything")
+    with pytest.raises(ValueError, match="KERNELBOT_SANDBOX_READS is 'everything'; use 'system'"):
+        sandbox.read_isolation("cpu")
+
+
 def test_an_unknown_write_mode_is_refused_by_name(monkeypatch):
     monkeypatch.setenv("KERNELBOT_SANDBOX_WRITES", "anywhere")
     with pytest.raises(ValueError, match="KERNELBOT_SANDBOX_WRITES is 'anywhere'; use 'workdir'"):
