@@ -140,6 +140,15 @@ def mentions_memory(text: str) -> bool:
     return any(m in text for m in MEMORY_MARKERS)
 
 
+def files_hint(text: str) -> str:
+    """For an error that a refused file access explains: what the sandbox allows, and how to lift it."""
+    if "PermissionError" not in text and "Permission denied" not in text:
+        return ""
+    return (" (the sandbox lets jobs write only in their own directory, /dev and /proc, and read only there, in "
+            "system directories and in the runner's Python; KERNELBOT_SANDBOX_WRITES=any and "
+            "KERNELBOT_SANDBOX_READS=any on the runner lift that)")
+
+
 def child_env(workdir: Path, backend: str, gpu: int | None, threads: int) -> dict[str, str]:
     """The child's whole environment: allowlisted names only, minus anything that looks secret."""
     env = {k: v for k, v in os.environ.items() if k in PASS_THROUGH and not _looks_secret(k)}

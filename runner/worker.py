@@ -227,7 +227,8 @@ def harness_verdict(job: dict, res: dict | None, outcome: sandbox.Outcome, last:
         if res is not None and res.get("harness_error"):
             return "error", f"runner harness error{during}: {res['harness_error']}"
         last_err = (outcome.stderr_tail.strip().splitlines() or [""])[-1][:300]
-        return "fail", f"the harness stopped early (exit code {outcome.exit_code}){during}: {last_err}"
+        return "fail", (f"the harness stopped early (exit code {outcome.exit_code}){during}: {last_err}"
+                        f"{sandbox.files_hint(last_err)}")
     if res["load_error"]:
         return "fail", res["load_error"]
     if job["kind"] == "benchmark":
@@ -242,7 +243,7 @@ def correctness_verdict(rows: list[dict]) -> tuple[str, str]:
         first = failed[0]
         hint = "out of memory: " if sandbox.mentions_memory(first["reason"]) else ""
         return "fail", (f"{hint}{len(failed)}/{len(ran)} cases fail; first: {first['case']} {first['dtype']}: "
-                        f"{first['reason']}")
+                        f"{first['reason']}{sandbox.files_hint(first['reason'])}")
     skipped = [r for r in rows if r["skipped"]]
     skip_note = f"; {len(skipped)} skipped ({skipped[0]['reason'].split(':')[0]})" if skipped else ""
     if not ran:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner import harness, inputs, protocol, worker
+from runner import harness, inputs, protocol, sandbox, worker
 from runner.protocol import Case
 from runner.verify import format_result, verify
 
@@ -68,6 +68,14 @@ def test_bad_kernel_fails_with_a_summary_naming_the_problem(name, monkeypatch):
     result = run("verify", files, timeout_s=15 if name == "hangs" else 120)
     assert result["status"] == "fail"
     assert BAD_KERNELS[name] in result["summary"], result["summary"]
+
+
+@pytest.mark.skipif(not sandbox.read_isolation("cpu"), reason="this kernel has no Landlock, so jobs read anything")
+def test_a_kernel_reading_outside_the_sandbox_fails_with_what_the_sandbox_allows():
+    files = {**add_files(), "kernel.py": (BAD / "reads_repository.py").read_text()}
+    result = run("verify", files)
+    assert result["status"] == "fail" and "PermissionError" in result["summary"], result["summary"]
+    assert "KERNELBOT_SANDBOX_READS=any" in result["summary"], result["summary"]
 
 
 def test_a_failing_generated_test_fails_the_job_even_when_the_harness_passes():
