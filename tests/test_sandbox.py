@@ -229,9 +229,14 @@ for path in sys.argv[1:]:
 """
 
 
-@pytest.mark.skipif(not sandbox._landlock_writes(), reason="this kernel has no Landlock, so the sandbox cannot "
-                    "limit where the child writes here")
-@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def on_each_backend_with_landlock(test):
+    """The test on cpu, and on cuda where there is a GPU; skipped where this kernel has no Landlock."""
+    backends = pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+    return pytest.mark.skipif(not sandbox._landlock_writes(), reason="this kernel has no Landlock, so the sandbox "
+                              "cannot limit the child's files here")(backends(test))
+
+
+@on_each_backend_with_landlock
 def test_child_writes_only_in_its_directory_and_dev(backend, tmp_path, monkeypatch):
     # The child may write in its directory (TMPDIR is inside it) and to devices, but may neither
     # create nor delete a file anywhere else. With KERNELBOT_SANDBOX_WRITES=any it may. The probe
@@ -263,9 +268,7 @@ for path in sys.argv[1:]:
 """
 
 
-@pytest.mark.skipif(not sandbox._landlock_writes(), reason="this kernel has no Landlock, so the sandbox cannot "
-                    "limit what the child reads here")
-@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@on_each_backend_with_landlock
 def test_child_reads_only_its_directory_and_the_system(backend, tmp_path, monkeypatch):
     # The child reads its own files, the system's and Python's, but neither another directory's
     # (another job's, the user's) nor the repository's (its database and settings may live there);
