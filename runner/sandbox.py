@@ -310,7 +310,7 @@ def _readable() -> list[str]:
     """The directories a child may read beneath besides its own: READABLE_SYSTEM_DIRS, the runner's
     Python (prefixes, import path) and the runner package. No directory that holds the runner
     package's parent or the user's home: the repository and the user's files stay unread."""
-    kept = (Path(PACKAGE_PARENT), Path.home())
+    kept = (Path(PACKAGE_PARENT), Path(os.path.expanduser("~")))    # '~' itself where no home is known
     python = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path}
     dirs = [Path(p).resolve() for p in python if p and Path(p).is_dir()]
     dirs = [d for d in dirs if not any(k == d or d in k.parents for k in kept)]
