@@ -327,7 +327,7 @@ def select_variants(spec: dict, wanted) -> list[dict[str, str]]:
 
 
 def make_compiled(ctx: Context, plan: dict) -> Callable | None:
-    if ctx.device == "cpu" and os.environ.get("KERNELBOT_CPU_COMPILE") != "1":
+    if not protocol.benchmarks_compile(ctx.device):
         ctx.warn("torch.compile skipped on the cpu backend (a runner with KERNELBOT_CPU_COMPILE=1 includes it)")
         return None
     # A fresh compile per case x dtype (after torch.compiler.reset) so dynamo's recompile

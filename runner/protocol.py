@@ -6,6 +6,7 @@ an optional PNG. Both sides import this module; nothing here runs generated code
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -122,6 +123,12 @@ def check_backend(name: str) -> str:
 def device_type(backend: str) -> str:
     """Where a backend runs kernels: 'cpu' (Triton's interpreter) or 'cuda' (for 'cuda', 'cuda-h200', ...)."""
     return "cpu" if backend.split("-")[0] == "cpu" else "cuda"
+
+
+def benchmarks_compile(device_type: str) -> bool:
+    """Whether benchmarks on this device type time torch.compile: always on a GPU; on cpu only where
+    the runner has KERNELBOT_CPU_COMPILE=1 (Inductor's C++ build takes minutes there)."""
+    return device_type != "cpu" or os.environ.get("KERNELBOT_CPU_COMPILE") == "1"
 
 
 # Tuning (issue 6). A generated kernel.py may carry a config space and the winners per case:

@@ -319,8 +319,9 @@ def _readable() -> list[str]:
 
 
 # What the file-isolation probes run (argv[1]: cpu or cuda): what every job does, a Triton kernel
-# compiled (on cpu: interpreted) and launched on a torch tensor, so that a driver or compiler that
-# must write or read elsewhere turns the isolation off instead of failing every job.
+# compiled (on cpu: interpreted) and launched on a torch tensor, and where benchmarks time it
+# (argv[2] 'compile') torch.compile, so that a driver or compiler that must write or read elsewhere
+# turns the isolation off instead of failing every job.
 _FILES_PROBE = """import sys
 import torch
 import triton
@@ -335,6 +336,10 @@ def _probe(x_ptr):
 x = torch.zeros(1, device=sys.argv[1])
 _probe[(1,)](x)
 assert x.item() == 1
+if sys.argv[2:] == ["compile"]:
+    # What a benchmark adds: torch.compile in the harness's mode (Inductor's codegen and caches).
+    compiled = torch.compile(lambda t: t * 2 + 1, mode="max-autotune-no-cudagraphs", dynamic=False)
+    assert compiled(x).item() == 3
 """
 
 
@@ -344,7 +349,8 @@ def write_isolation(backend: str) -> bool:
     mode = _mode("KERNELBOT_SANDBOX_WRITES",
                  {"workdir": "the default: jobs write only in their own directory, /dev and /proc",
                   "any": "jobs write wherever the runner may"})
-    return mode == "workdir" and _files_probe(protocol.device_type(backend), True, False)
+    device = protocol.device_type(backend)
+    return mode == "workdir" and _files_probe(device, True, False, protocol.benchmarks_compile(device))
 
 
 def read_isolation(backend: str) -> bool:
@@ -354,16 +360,19 @@ def read_isolation(backend: str) -> bool:
     mode = _mode("KERNELBOT_SANDBOX_READS",
                  {"system": "the default: jobs read only their own directory, system directories and Python's",
                   "any": "jobs read whatever the runner may"})
-    return mode == "system" and _files_probe(protocol.device_type(backend), write_isolation(backend), True)
+    device = protocol.device_type(backend)
+    writes = write_isolation(backend)
+    return mode == "system" and _files_probe(device, writes, True, protocol.benchmarks_compile(device))
 
 
 @functools.cache
-def _files_probe(device_type: str, writes: bool, reads: bool) -> bool:
+def _files_probe(device_type: str, writes: bool, reads: bool, compile: bool) -> bool:
     with tempfile.TemporaryDirectory(prefix="kernelbot-probe-") as tmp:
         (Path(tmp) / "tmp").mkdir()
         (Path(tmp) / "probe.py").write_text(_FILES_PROBE)      # a file: Triton reads a kernel's source
         rules = _rules(tmp, writes, reads)
-        return _runs([sys.executable, "probe.py", device_type], lambda: _restrict_files(rules), cwd=tmp,
+        return _runs([sys.executable, "probe.py", device_type, *(["compile"] if compile else [])],
+                     lambda: _restrict_files(rules), cwd=tmp,
                      env=child_env(Path(tmp), device_type, None, 1), capture_output=True, timeout=300)
 
 

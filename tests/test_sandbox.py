@@ -289,6 +289,14 @@ def test_child_reads_only_its_directory_and_the_system(backend, tmp_path, monkey
     assert f"read {secret} 12" in out and f"read {repo_file}" in out, out
 
 
+def test_torch_compile_runs_under_the_file_rules_where_benchmarks_time_it():
+    # On a GPU (and on cpu with KERNELBOT_CPU_COMPILE=1) the probes also run torch.compile, as the
+    # benchmark does: Inductor's codegen, compiler and caches must fit the rules, or they stay off.
+    if not sandbox._landlock_writes():
+        pytest.skip("this kernel has no Landlock")
+    assert sandbox._files_probe("cpu", True, True, True)
+
+
 def test_an_unknown_read_mode_is_refused_by_name(monkeypatch):
     monkeypatch.setenv("KERNELBOT_SANDBOX_READS", "everything")
     with pytest.raises(ValueError, match="KERNELBOT_SANDBOX_READS is 'everything'; use 'system'"):
