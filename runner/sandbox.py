@@ -22,8 +22,9 @@ What it enforces:
   a process may write there only its own entries and what its user could set anyway): a
   Landlock ruleset (Linux 5.13+) denies creating, changing, renaming or removing files anywhere
   else, so generated code cannot touch the repository, the runner's database or the user's
-  files. write_isolation() tries it once per device type (a Triton kernel on a torch tensor),
-  and where that fails the child may write anywhere the runner may; KERNELBOT_SANDBOX_WRITES=any
+  files. write_isolation() tries it once per device type (a Triton kernel on a torch tensor, and
+  torch.compile where benchmarks time it; a pass is remembered in ~/.cache/kernelbot), and where
+  that fails the child may write anywhere the runner may; KERNELBOT_SANDBOX_WRITES=any
   asks for that;
 - reads only its working directory, the system's directories (READABLE_SYSTEM_DIRS) and the
   runner's Python and packages, by the same Landlock ruleset: generated code cannot read the
@@ -40,7 +41,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
+import importlib.metadata
+import json
 import os
+import platform
 import resource
 import signal
 import subprocess
@@ -367,6 +372,56 @@ def read_isolation(backend: str) -> bool:
 
 @functools.cache
 def _files_probe(device_type: str, writes: bool, reads: bool, compile: bool) -> bool:
+    """Whether the probe passes under these rules. A pass is remembered on disk for this Python,
+    kernel, torch and Triton: with torch.compile the probe takes 15-20 s, and every `kernelbot run`
+    starts a runner of its own."""
+    key = _probe_key(device_type, writes, reads, compile)
+    if key in _passed_probes():
+        return True
+    passed = _run_files_probe(device_type, writes, reads, compile)
+    if passed:
+        _remember_probe(key)
+    return passed
+
+
+def _probe_key(*flags) -> str:
+    versions = [_version(name) for name in ("torch", "triton")]
+    what = [sys.executable, platform.release(), *versions, _FILES_PROBE, *_readable(), *WRITABLE_SYSTEM_DIRS, *flags]
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:     # a source build: no installed metadata
+        return ""
+
+
+def _probes_file() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path(os.path.expanduser("~")) / ".cache") / "kernelbot" / \
+        "sandbox-probes.json"
+
+
+def _passed_probes() -> list[str]:
+    try:
+        return json.loads(_probes_file().read_text())
+    except (OSError, ValueError):
+        return []
+
+
+def _remember_probe(key: str) -> None:
+    """Add key to the file, replaced whole (a runner killed mid-write leaves the old one)."""
+    path = _probes_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staged = path.with_suffix(f".{os.getpid()}.tmp")
+        staged.write_text(json.dumps(sorted({*_passed_probes(), key})))
+        staged.replace(path)
+    except OSError:
+        pass        # only a cache: the next runner probes again
+
+
+def _run_files_probe(device_type: str, writes: bool, reads: bool, compile: bool) -> bool:
     with tempfile.TemporaryDirectory(prefix="kernelbot-probe-") as tmp:
         (Path(tmp) / "tmp").mkdir()
         (Path(tmp) / "probe.py").write_text(_FILES_PROBE)      # a file: Triton reads a kernel's source

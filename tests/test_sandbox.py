@@ -294,7 +294,20 @@ def test_torch_compile_runs_under_the_file_rules_where_benchmarks_time_it():
     # benchmark does: Inductor's codegen, compiler and caches must fit the rules, or they stay off.
     if not sandbox._landlock_writes():
         pytest.skip("this kernel has no Landlock")
-    assert sandbox._files_probe("cpu", True, True, True)
+    assert sandbox._run_files_probe("cpu", True, True, True)
+
+
+def test_a_passed_probe_is_remembered_on_disk_and_a_failed_one_is_not(tmp_path, monkeypatch):
+    # Each `kernelbot run` starts its own runner; with torch.compile the probe takes 15-20 s.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    ran = []
+    monkeypatch.setattr(sandbox, "_run_files_probe", lambda *flags: ran.append(flags) or flags[3])
+    for _ in range(2):
+        sandbox._files_probe.cache_clear()      # as a new runner process would start
+        assert sandbox._files_probe("cpu", True, True, True) and not sandbox._files_probe("cpu", True, True, False)
+    assert ran == [("cpu", True, True, True), ("cpu", True, True, False), ("cpu", True, True, False)]
+    assert len(json.loads((tmp_path / "kernelbot" / "sandbox-probes.json").read_text())) == 1
+    sandbox._files_probe.cache_clear()
 
 
 def test_an_unknown_read_mode_is_refused_by_name(monkeypatch):
