@@ -78,8 +78,8 @@ _PR_SET_PDEATHSIG = 1
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 _PR_SET_NO_NEW_PRIVS = 38
 # Landlock system calls (the same numbers on x86-64 and arm64) and its filesystem rights that
-# write: WRITE_FILE and REMOVE_DIR .. MAKE_SYM (ABI 1), REFER (ABI 2), TRUNCATE (ABI 3). Reads,
-# directory listing, execution and device ioctls (CUDA's) stay unrestricted.
+# write: WRITE_FILE and REMOVE_DIR .. MAKE_SYM (ABI 1), REFER (ABI 2), TRUNCATE (ABI 3); and that
+# read: EXECUTE, READ_FILE, READ_DIR (ABI 1). Device ioctls (CUDA's) stay unrestricted.
 _LANDLOCK_CREATE_RULESET, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT_SELF = 444, 445, 446
 _LANDLOCK_RULE_PATH_BENEATH = 1
 _LANDLOCK_WRITES = {1: 1 << 1 | sum(1 << bit for bit in range(4, 13)), 2: 1 << 13, 3: 1 << 14}
@@ -299,9 +299,9 @@ def _rules(workdir: str, writes: bool, reads: bool) -> list[tuple[str, int]] | N
     """(directory, rights beneath it) for a child in workdir: all rights there, writes also under
     WRITABLE_SYSTEM_DIRS, reads also under _readable(), and the runner package's parent listed
     (not read: `-m runner.harness` scans it for the package). None when neither is limited."""
-    handled = (_landlock_writes() if writes else 0) | (_LANDLOCK_READS if reads else 0)
     if not (writes or reads):
         return None
+    handled = (_landlock_writes() if writes else 0) | (_LANDLOCK_READS if reads else 0)
     rules = [(workdir, handled)]
     if writes:
         rules += [(path, handled) for path in WRITABLE_SYSTEM_DIRS]
