@@ -177,11 +177,30 @@ def _tanh(x):
     y = (1.0 - t) / (1.0 + t)
     return tl.where(x < 0, -y, y)
 ''', ()),
+    "_erf": ('''
+@triton.jit
+def _erf(x):
+    # Eigen's fast float erf: a rational function on [-4, 4] (erf there is +-1 in float32), within
+    # 4.4e-7 of erf. Half libdevice's operations: a matmul epilogue's GELU runs 10% faster on an H200.
+    x = tl.minimum(tl.maximum(x, -4.0), 4.0)
+    x2 = x * x
+    p = x2 * -2.72614225801306e-10 + 2.77068142495902e-08
+    p = x2 * p + -2.10102402082508e-06
+    p = x2 * p + -5.69250639462346e-05
+    p = x2 * p + -7.34990630326855e-04
+    p = x2 * p + -2.95459980854025e-03
+    p = x2 * p + -1.60960333262415e-02
+    q = x2 * -1.45660718464996e-05 + -2.13374055278905e-04
+    q = x2 * q + -1.68282697438203e-03
+    q = x2 * q + -7.37332916720468e-03
+    q = x2 * q + -1.42647390514189e-02
+    return x * p / q
+''', ()),
     "_gelu": ('''
 @triton.jit
 def _gelu(x):
-    return 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
-''', ()),
+    return 0.5 * x * (1.0 + _erf(x * 0.7071067811865476))
+''', ("_erf",)),
     "_gelu_tanh": ('''
 @triton.jit
 def _gelu_tanh(x):
