@@ -37,7 +37,7 @@ MAX_ARG_DIM = 2**30         # argmax/argmin dims shorter than this keep start + 
 # sweeps on an H200 (docs/BENCHMARKS.md).
 # cols layout: narrow, deep tiles first. The cols kernel keeps one accumulator per lane, so a tile
 # 64 outputs wide (one 128-byte line of fp16 per row) and 64-256 rows deep needs no block reduction
-# per step; with SPLIT_D 1 and 4-6 pipelined stages, 128 such programs read an 8192x8192 fp16 matrix
+# per step; with SPLIT_D 1 and 3-8 pipelined stages, 128 such programs read an 8192x8192 fp16 matrix
 # at 88% of copy bandwidth on an H200 (wide tiles split 64-128 ways: 79%; fp32 96% against 91%).
 # Then wide tiles: BLOCK_B of 1024 neighbouring outputs puts every thread on its own columns and D
 # is split 64-128 ways. Wide, split tiles also win where rows are not 16-byte aligned (7919x6007),
@@ -47,13 +47,13 @@ COLS_CONFIGS = [
     {"BLOCK_B": 64, "BLOCK_D": 256, "SPLIT_D": 1, "num_warps": 8, "num_stages": 3},
     {"BLOCK_B": 64, "BLOCK_D": 128, "SPLIT_D": 1, "num_warps": 8, "num_stages": 4},
     {"BLOCK_B": 64, "BLOCK_D": 64, "SPLIT_D": 1, "num_warps": 4, "num_stages": 6},
+    {"BLOCK_B": 64, "BLOCK_D": 64, "SPLIT_D": 1, "num_warps": 8, "num_stages": 8},
     {"BLOCK_B": 1024, "BLOCK_D": 8, "SPLIT_D": 64, "num_warps": 4, "num_stages": 3},
     {"BLOCK_B": 1024, "BLOCK_D": 4, "SPLIT_D": 128, "num_warps": 4, "num_stages": 3},
     {"BLOCK_B": 2048, "BLOCK_D": 4, "SPLIT_D": 128, "num_warps": 8, "num_stages": 1},
     {"BLOCK_B": 256, "BLOCK_D": 16, "SPLIT_D": 128, "num_warps": 2, "num_stages": 1},
     {"BLOCK_B": 256, "BLOCK_D": 32, "SPLIT_D": 64, "num_warps": 4, "num_stages": 1},
     {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 16, "num_warps": 4, "num_stages": 3},
-    {"BLOCK_B": 128, "BLOCK_D": 32, "SPLIT_D": 8, "num_warps": 4, "num_stages": 1},
 ]
 # argmax/argmin keep one accumulator per lane of the tile (16-32 per thread here): small tiles,
 # few warps, many programs in flight (8192x8192 fp16 argmax on an H200: 512 x w1 38 us, 2048 x w4
