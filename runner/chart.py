@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")   # no display on a runner host
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from runner import protocol  # noqa: E402
@@ -129,42 +130,61 @@ def _throughput_panel(ax, groups, versions, rows, colors, copy_gbps: float | Non
     _legend_below(ax)
 
 
-def render(bench: list[dict], copy_gbps: float | None, *, operator: str, device: str, backend: str,
-           when: datetime | None = None, tuning: list[dict] | None = None) -> bytes:
-    """PNG bytes of the chart for a benchmark result's bench rows, and its tuning list if any."""
+def _layout(n_groups: int, tuning: list[dict] | None, footnote: bool):
+    """The figure and its axes: speedup and throughput side by side (stacked past
+    SIDE_BY_SIDE_MAX_GROUPS groups), then the tuning grid (None without tuning)."""
+    stacked = n_groups > SIDE_BY_SIDE_MAX_GROUPS
+    heights = [11.0 if stacked else 6.2]
+    if tuning:
+        heights.append(1.6 + 0.3 * len({e["label"] for t in tuning for e in t["configs"]}))
+    fig = plt.figure(figsize=(min(18.0, 3 + 1.3 * n_groups) if stacked else 14, sum(heights) + 0.4 * footnote),
+                     layout="constrained")
+    # Subfigures lay out apart: the tuning grid's long config labels widen its own left margin,
+    # not the bar panels' above it (one shared grid pushed them a quarter of the width right).
+    panels = fig.subfigures(len(heights), 1, height_ratios=heights) if tuning else [fig]
+    left, right = panels[0].subplots(2 if stacked else 1, 1 if stacked else 2)
+    return fig, left, right, panels[1].subplots() if tuning else None
+
+
+def _speedup_panel(ax, groups, versions, rows, colors, basis: str) -> None:
+    """Each version's torch eager time over its own, per group; torch itself is the 1.0 line."""
+    torch_ms = {g: (rows.get((*g, "torch")) or {}).get("time_ms") for g in groups}
+    speedup_rows = {k: r for k, r in rows.items() if torch_ms.get(k[:2]) and k[2] != "torch"}
+    others = [v for v in versions if v != "torch"]
+    _grouped_bars(ax, groups, others, speedup_rows, lambda r: torch_ms[(r["case"], r["dtype"])] / r["time_ms"], colors)
+    ax.axhline(1.0, color="black", linewidth=1.2, linestyle="--", label="torch eager = 1.0")
+    _log_if_wide(ax, [1.0] + [torch_ms[k[:2]] / r["time_ms"] for k, r in speedup_rows.items() if r.get("time_ms")])
+    ax.set_title(f"speedup over torch eager, {basis} time (higher is better)", fontsize=11)
+    ax.set_ylabel("torch eager time / version time")
+    _legend_below(ax)
+
+
+def figure(bench: list[dict], copy_gbps: float | None, *, operator: str, device: str, backend: str,
+           when: datetime | None = None, tuning: list[dict] | None = None) -> Figure:
+    """The chart for a benchmark result's bench rows, and its tuning list if any."""
     groups = list(dict.fromkeys((r["case"], r["dtype"]) for r in bench))
     versions = list(dict.fromkeys(r["version"] for r in bench))
     rows = {(r["case"], r["dtype"], r["version"]): r for r in bench}
     palette = plt.get_cmap("tab10").colors
     colors = {v: palette[i % len(palette)] for i, v in enumerate(versions)}
-    torch_ms = {g: (rows.get((*g, "torch")) or {}).get("time_ms") for g in groups}
-
-    stacked = len(groups) > SIDE_BY_SIDE_MAX_GROUPS
-    heights = [5.5, 5.5] if stacked else [6.2]
-    if tuning:
-        heights.append(1.6 + 0.3 * len({e["label"] for t in tuning for e in t["configs"]}))
-    fig = plt.figure(figsize=(min(18.0, 3 + 1.3 * len(groups)) if stacked else 14, sum(heights)))
-    grid = fig.add_gridspec(len(heights), 1 if stacked else 2, height_ratios=heights)
-    left, right = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, 0] if stacked else grid[0, 1])
-    if tuning:
-        _tuning_panel(fig.add_subplot(grid[-1, :]), tuning)
-    others = [v for v in versions if v != "torch"]
-    speedup_rows = {k: r for k, r in rows.items() if torch_ms.get(k[:2])}
-    _grouped_bars(left, groups, others, speedup_rows, lambda r: torch_ms[(r["case"], r["dtype"])] / r["time_ms"], colors)
-    left.axhline(1.0, color="black", linewidth=1.2, linestyle="--", label="torch eager = 1.0")
-    _log_if_wide(left, [1.0] + [torch_ms[k[:2]] / r["time_ms"] for k, r in speedup_rows.items() if r.get("time_ms")])
+    footnote = protocol.device_type(backend) == "cpu"
+    fig, left, right, tuning_ax = _layout(len(groups), tuning, footnote)
     basis = next((r["basis"] for r in bench if r.get("basis")), "")
-    left.set_title(f"speedup over torch eager, {basis} time (higher is better)", fontsize=11)
-    left.set_ylabel("torch eager time / version time")
-    _legend_below(left)
-
+    _speedup_panel(left, groups, versions, rows, colors, basis)
     _throughput_panel(right, groups, versions, rows, colors, copy_gbps, basis)
-
+    if tuning:
+        _tuning_panel(tuning_ax, tuning)
     stamp = (when or datetime.now()).strftime("%Y-%m-%d %H:%M")
     fig.suptitle(f"{operator} — {device} — {stamp}", fontsize=13, fontweight="bold")
-    if protocol.device_type(backend) == "cpu":
-        fig.text(0.5, 0.01, CPU_FOOTNOTE, ha="center", va="bottom", fontsize=11, color="crimson", fontweight="bold")
-    fig.tight_layout(rect=(0, 0.4 / sum(heights), 1, 1 - 0.5 / sum(heights)))    # footnote, title: inches
+    if footnote:
+        fig.supxlabel(CPU_FOOTNOTE, fontsize=11, color="crimson", fontweight="bold")
+    return fig
+
+
+def render(bench: list[dict], copy_gbps: float | None, *, operator: str, device: str, backend: str,
+           when: datetime | None = None, tuning: list[dict] | None = None) -> bytes:
+    """PNG bytes of the chart (figure's arguments)."""
+    fig = figure(bench, copy_gbps, operator=operator, device=device, backend=backend, when=when, tuning=tuning)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)

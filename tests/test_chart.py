@@ -56,3 +56,14 @@ def test_matmul_rows_chart_throughput_and_long_case_labels():
 def test_case_labels_put_each_shape_on_a_line_of_its_own():
     label = chart._case_label("3001x2999 (b:2999x3007, bias:3007, residual:3001x3007)", "float16")
     assert label.splitlines() == ["3001x2999", "(b:2999x3007,", "bias:3007,", "residual:3001x3007)", "float16"]
+
+
+def test_long_config_labels_do_not_push_the_bar_panels_right():
+    # The tuning grid's config labels need a wide left margin; the bar panels above keep their own.
+    configs = [{"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}]
+    tuned = [{**t, "configs": [{**e, "config": configs[0], "label": protocol.config_label(configs[0]) + f" #{k}"}
+                               for k, e in enumerate(t["configs"])]} for t in tuning()[:2]]
+    fig = chart.figure(bench()[:4], 200.0, operator="matmul", device="NVIDIA H200", backend="cuda", tuning=tuned)
+    fig.canvas.draw()
+    speedup, _, grid = fig.get_axes()
+    assert speedup.get_position().x0 < 0.08 < grid.get_position().x0
