@@ -82,7 +82,9 @@ def _log_if_wide(ax, values: list[float]) -> None:
 def _legend_below(ax) -> None:
     """Under the axes and their tick labels, where it never hides a bar or the reference line."""
     lines = max((label.get_text().count("\n") + 1 for label in ax.get_xticklabels()), default=3)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.02 - 0.04 * lines), ncol=3, frameon=False)
+    entries = len(ax.get_legend_handles_labels()[0])     # versions and the reference line: one row
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.02 - 0.04 * lines), ncol=max(1, min(4, entries)),
+              frameon=False)
 
 
 def _tuning_panel(ax, tuning: list[dict]) -> None:
