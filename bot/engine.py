@@ -17,6 +17,7 @@ from bot.events import (Approve, Cancel, Correct, Edit, Effect, Event, Generated
                         post_result, post_revision, post_summary, update_revision)
 from bot.generator import VERIFICATION, failed_verification
 from bot.model import ACTIVE, CANCELLED, DONE, Approval, Job, Revision, Session
+from runner import guard
 
 # Stages the requester may not approve on their own session under four-eyes review.
 FOUR_EYES_STAGES = frozenset({"kernel", "benchmark"})
@@ -324,6 +325,8 @@ def validate_artifact(stage: str, content: str, entry: str | None = None) -> str
         return f"not valid Python: {e.msg} at line {e.lineno}"
     if stage == "kernel" and (violations := integrity.check(content, entry)):
         return integrity.report(violations)
+    if stage == "reference" and (refused := guard.findings(content)):
+        return f"the runner would refuse this reference.py before running it: {guard.summary(refused)}"
     return None
 
 

@@ -4,8 +4,11 @@ A kernel from the LLM or from a person's edit must compute in Triton: it defines
 one @triton.jit function and launches it from the entry function (named after the spec).
 Outside the @triton.jit functions the file may allocate and reshape tensors, but must not
 compute with torch, catch exceptions (a fallback path), introspect the interpreter, or touch
-files, sockets and subprocesses. docs/INTEGRITY.md states the rules for people; this module
-is their definition. Pure: parses the text with ast, imports neither torch nor triton.
+files, sockets and subprocesses. Nowhere may it change an object's attributes or move work to
+another stream, event, graph or device, out of the harness's clock (runner.guard's findings,
+which the harness checks again before it imports any generated file). docs/INTEGRITY.md states
+the rules for people; this module is their definition. Pure: parses the text with ast, imports
+neither torch nor triton.
 
 The check reads names, not types, and errs on the strict side. A tensor is a parameter of
 the entry function, a torch allocation, or anything made from a tensor by an allowed method
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+
+from runner import guard
 
 # torch.<name> that allocate tensors, and other torch.<name> that describe or place them.
 TORCH_ALLOCATORS = frozenset({"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones",
@@ -65,7 +70,7 @@ COMPARE_OPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)   # `x is No
 @dataclass(frozen=True)
 class Violation:
     line: int
-    rule: str            # syntax | jit | launch | import | torch | fallback | introspection | io
+    rule: str            # syntax | jit | launch | import | torch | fallback | introspection | io | patch | clock
     message: str
 
     def __str__(self) -> str:
@@ -80,7 +85,8 @@ def check(source: str, entry: str | None = None) -> list[Violation]:
     except SyntaxError as e:
         return [Violation(e.lineno or 0, "syntax", f"not valid Python: {e.msg}")]
     module = _Module(tree, entry)
-    return sorted(set(module.structure() + module.rules()), key=lambda v: (v.line, v.message))
+    guarded = [Violation(*f) for f in guard.findings(source)]      # the runner refuses these too
+    return sorted(set(module.structure() + module.rules() + guarded), key=lambda v: (v.line, v.message))
 
 
 def report(violations: list[Violation], limit: int = 12) -> str:

@@ -32,7 +32,7 @@ from typing import Callable
 import torch
 import torch.utils.deterministic
 
-from runner import inputs, jobfiles, protocol, timers
+from runner import guard, inputs, jobfiles, protocol, timers
 from runner.protocol import Case
 
 SEEDS = (0, 1, 2)
@@ -94,7 +94,11 @@ def describe(e: BaseException) -> str:
 # --- loading generated code ---------------------------------------------------------------
 
 def load_function(path: Path, name: str) -> Callable:
-    """Import a generated file as a module of its own and return its function `name`."""
+    """Import a generated file as a module of its own and return its function `name`; a file that
+    would patch what measures it (runner.guard) is refused unrun."""
+    refused = guard.findings(path.read_text())
+    if refused:
+        raise LoadError(f"{path.name} is refused before import: {guard.summary(refused)}")
     module_name = f"kernelbot_job_{path.stem}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)

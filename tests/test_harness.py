@@ -58,6 +58,7 @@ BAD_KERNELS = {
     "hangs": "timed out after",
     "segfaults": "died with SIGSEGV during correctness 1/9 3x5 float32",
     "memory_hog": "out of memory",
+    "patches_the_clock": "kernel.py is refused before import: line 24: assigns torch.cuda.Event.elapsed_time",
 }
 
 
@@ -76,6 +77,14 @@ def test_a_kernel_reading_outside_the_sandbox_fails_with_what_the_sandbox_allows
     result = run("verify", files)
     assert result["status"] == "fail" and "PermissionError" in result["summary"], result["summary"]
     assert "KERNELBOT_SANDBOX_READS=any" in result["summary"], result["summary"]
+
+
+def test_a_reference_that_patches_what_measures_it_is_refused_unrun():
+    reference = (ADD / "reference.py").read_text() + "\n\ntorch.cuda.synchronize = lambda *a: None\n"
+    result = run("verify", {**add_files("kernel.py"), "reference.py": reference})
+    assert result["status"] == "fail", result["summary"]
+    assert "reference.py is refused before import" in result["summary"], result["summary"]
+    assert "assigns torch.cuda.synchronize" in result["summary"], result["summary"]
 
 
 def test_a_failing_generated_test_fails_the_job_even_when_the_harness_passes():

@@ -80,6 +80,13 @@ def test_allowed_launcher_idioms_pass():
     (["out = torch.empty_like(x)", "f = getattr(torch, 'add')"], "introspection", "getattr()"),
     (["out = torch.empty_like(x)", "code = f.__code__"], "introspection", "__code__"),
     (["out = torch.empty_like(x)", "open('/tmp/cache').read()"], "io", "touches files"),
+    (["out = torch.empty_like(x)", "torch.cuda.Event.elapsed_time = lambda s, e: 1e-6"], "patch",
+     "assigns torch.cuda.Event.elapsed_time"),
+    (["out = torch.empty_like(x)", "del triton.testing.do_bench"], "patch", "deletes triton.testing.do_bench"),
+    (["out = torch.empty_like(x)", "t = triton.testing", "t.do_bench = None"], "patch", "assigns t.do_bench"),
+    (["out = torch.empty_like(x)", "with torch.cuda.stream(torch.cuda.Stream()):",
+      "    _k[(1,)](x, out, 1, BLOCK=1024)"], "clock", "torch.cuda.Stream"),
+    (["out = torch.empty_like(x)", "c = torch.cuda", "c.set_device(1)"], "clock", "c.set_device"),
 ])
 def test_violations_are_named_with_their_line(body, rule, words):
     found = integrity.check(entry(*body), "f")
@@ -126,3 +133,16 @@ def test_edit_of_the_kernel_stage_with_a_violation_is_refused():
     assert "Edit not applied" in effects[0].text and "torch.add" in effects[0].text
     effects = engine.handle(s, Edit("kernel", 1, "dave", cheat.replace("torch.add(x, 3.0)", "x")), 4.0)
     assert s.latest("kernel").rev == 2 and s.latest("kernel").author == "dave"
+
+
+def test_edit_of_the_reference_that_patches_the_clock_is_refused():
+    s = Session(id="s1", request="hardswish", requester="alice", platform="t", channel="c", thread="t",
+                backend="cpu", generator="llm", created_at=0.0)
+    engine.handle(s, Start("hardswish", "alice"), 1.0)
+    s.stage, s.gen_token = "reference", s.gen_token + 1
+    reference = (FIXTURES / "llm/hardswish/reference.py").read_text()
+    engine.handle(s, Generated("reference", s.gen_token, reference, "gen"), 2.0)
+    cheat = reference + "\n\ntorch.cuda.Event.elapsed_time = lambda self, end: 1e-6\n"
+    effects = engine.handle(s, Edit("reference", 1, "dave", cheat), 3.0)
+    assert s.latest("reference").rev == 1
+    assert "Edit not applied" in effects[0].text and "assigns torch.cuda.Event.elapsed_time" in effects[0].text
