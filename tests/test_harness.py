@@ -58,7 +58,6 @@ BAD_KERNELS = {
     "hangs": "timed out after",
     "segfaults": "died with SIGSEGV during correctness 1/9 3x5 float32",
     "memory_hog": "out of memory",
-    "patches_the_clock": "kernel.py is refused before import: line 24: assigns torch.cuda.Event.elapsed_time",
 }
 
 
@@ -79,12 +78,19 @@ def test_a_kernel_reading_outside_the_sandbox_fails_with_what_the_sandbox_allows
     assert "KERNELBOT_SANDBOX_READS=any" in result["summary"], result["summary"]
 
 
-def test_a_reference_that_patches_what_measures_it_is_refused_unrun():
-    reference = (ADD / "reference.py").read_text() + "\n\ntorch.cuda.synchronize = lambda *a: None\n"
-    result = run("verify", {**add_files("kernel.py"), "reference.py": reference})
+@pytest.mark.parametrize("name, patch", [
+    ("kernel.py", "torch.cuda.Event.elapsed_time = lambda self, end: 1e-6"),
+    ("reference.py", "torch.cuda.synchronize = lambda *a: None"),
+])
+def test_a_file_that_patches_what_measures_it_is_refused_unrun(name, patch):
+    # Correct code, but every version timed beside it would look faster (or be timed unsynchronized).
+    files = add_files("kernel.py")
+    files[name] += f"\n\n{patch}\n"
+    result = run("verify", files)
     assert result["status"] == "fail", result["summary"]
-    assert "reference.py is refused before import" in result["summary"], result["summary"]
-    assert "assigns torch.cuda.synchronize" in result["summary"], result["summary"]
+    line = files[name].count("\n")
+    assert f"{name} is refused before import: line {line}: assigns {patch.split(' =')[0]}" in result["summary"], \
+        result["summary"]
 
 
 def test_a_failing_generated_test_fails_the_job_even_when_the_harness_passes():
