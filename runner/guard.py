@@ -1,10 +1,12 @@
 """What the harness refuses to import: a generated file (kernel.py, reference.py) that writes any
-object's attributes or moves work off the caller's stream.
+object's attributes, reaches them by name or through the interpreter, or moves work off the
+caller's stream.
 
-Both files run in the harness's own process, where `torch.cuda.Event.elapsed_time = ...` or
-`triton.testing.do_bench = ...` would fake the measurement, and a launch on another stream would
-slip past the events that bracket the call. The check reads the text (ast), so nothing of the file
-runs before it; bot.integrity applies the same findings to kernels before they reach a runner.
+Both files run in the harness's own process, where `torch.cuda.Event.elapsed_time = ...`,
+`setattr(triton.testing, "do_bench", ...)` or an import of the runner's own modules would fake
+the measurement, and a launch on another stream would slip past the events that bracket the call.
+The check reads the text (ast), so nothing of the file runs before it; bot.integrity applies the
+same findings to kernels before they reach a runner (with stricter rules of its own).
 """
 from __future__ import annotations
 
@@ -16,11 +18,17 @@ from typing import NamedTuple
 # time it by events of its own.
 CLOCK_ESCAPES = frozenset({"stream", "Stream", "set_stream", "ExternalStream", "StreamContext", "Event", "graph",
                            "graphs", "CUDAGraph", "make_graphed_callables", "set_device"})
+# Ways to write objects without naming the attribute, or to run text as code ...
+REACH_CALLS = frozenset({"setattr", "delattr", "vars", "globals", "locals", "exec", "eval", "compile", "__import__"})
+REACH_ATTRIBUTES = frozenset({"__dict__", "__setattr__", "__delattr__", "__globals__", "__code__", "__builtins__",
+                              "__closure__", "__defaults__", "__kwdefaults__"})
+# ... and modules that hold the harness's process state (sys.modules, the runner itself).
+REACH_MODULES = frozenset({"runner", "sys", "gc", "ctypes", "importlib", "inspect", "builtins"})
 
 
 class Finding(NamedTuple):
     line: int
-    rule: str       # patch | clock
+    rule: str       # patch | reach | clock
     message: str
 
     def __str__(self) -> str:
@@ -28,13 +36,13 @@ class Finding(NamedTuple):
 
 
 def findings(source: str) -> list[Finding]:
-    """Every attribute write or clock escape in source, in line order; [] for text that does not
-    parse (the import then reports the syntax error itself)."""
+    """Every attribute write, reach or clock escape in source, in line order; [] for text that does
+    not parse (the import then reports the syntax error itself)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    found = [f for node in ast.walk(tree) for f in _patch(node) + _clock(node)]
+    found = [f for node in ast.walk(tree) for f in _patch(node) + _reach(node) + _clock(node)]
     return sorted(set(found), key=lambda f: (f.line, f.message))     # "assigns" before "uses" on a line
 
 
@@ -52,6 +60,25 @@ def _patch(node: ast.AST) -> list[Finding]:
                                               "object's attributes (torch's clock, Triton's launcher, the "
                                               "harness's checks must stay as the runner loaded them)")]
     return []
+
+
+def _reach(node: ast.AST) -> list[Finding]:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REACH_CALLS:
+        what = f"calls {node.func.id}()"
+    elif isinstance(node, ast.Attribute) and node.attr in REACH_ATTRIBUTES:
+        what = f"uses {node.attr}"
+    elif bad := [m for m in _imported(node) if m.startswith(".") or m.split(".")[0] in REACH_MODULES]:
+        what = f"imports {bad[0]}"
+    else:
+        return []
+    return [Finding(node.lineno, "reach", f"{what}: generated code may not reach objects by name, through the "
+                                          "interpreter or in the runner's own modules")]
+
+
+def _imported(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    return ["." * node.level + (node.module or "")] if isinstance(node, ast.ImportFrom) else []
 
 
 def _clock(node: ast.AST) -> list[Finding]:

@@ -78,19 +78,20 @@ def test_a_kernel_reading_outside_the_sandbox_fails_with_what_the_sandbox_allows
     assert "KERNELBOT_SANDBOX_READS=any" in result["summary"], result["summary"]
 
 
-@pytest.mark.parametrize("name, patch", [
-    ("kernel.py", "torch.cuda.Event.elapsed_time = lambda self, end: 1e-6"),
-    ("reference.py", "torch.cuda.synchronize = lambda *a: None"),
+@pytest.mark.parametrize("name, patch, found", [
+    ("kernel.py", "torch.cuda.Event.elapsed_time = lambda self, end: 1e-6", "assigns torch.cuda.Event.elapsed_time"),
+    ("reference.py", "torch.cuda.synchronize = lambda *a: None", "assigns torch.cuda.synchronize"),
+    ("reference.py", "setattr(torch.cuda, 'synchronize', lambda *a: None)", "calls setattr()"),
+    ("reference.py", "from runner import timers", "imports runner"),
 ])
-def test_a_file_that_patches_what_measures_it_is_refused_unrun(name, patch):
+def test_a_file_that_patches_what_measures_it_is_refused_unrun(name, patch, found):
     # Correct code, but every version timed beside it would look faster (or be timed unsynchronized).
     files = add_files("kernel.py")
     files[name] += f"\n\n{patch}\n"
     result = run("verify", files)
     assert result["status"] == "fail", result["summary"]
     line = files[name].count("\n")
-    assert f"{name} is refused before import: line {line}: assigns {patch.split(' =')[0]}" in result["summary"], \
-        result["summary"]
+    assert f"{name} is refused before import: line {line}: {found}" in result["summary"], result["summary"]
 
 
 def test_a_failing_generated_test_fails_the_job_even_when_the_harness_passes():
