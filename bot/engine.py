@@ -320,12 +320,12 @@ def validate_artifact(stage: str, content: str, entry: str | None = None) -> str
             return f"the bench plan is not valid JSON: {e.msg} at line {e.lineno}"
         return None if isinstance(plan, dict) else "the bench plan must be a JSON object"
     try:
-        ast.parse(content)
+        tree = ast.parse(content)
     except SyntaxError as e:
         return f"not valid Python: {e.msg} at line {e.lineno}"
     if stage == "kernel" and (violations := integrity.check(content, entry)):
         return integrity.report(violations)
-    if stage == "reference" and (refused := guard.findings(content)):
+    if stage == "reference" and (refused := guard.scan(tree)):
         return f"the runner would refuse this reference.py before running it: {guard.summary(refused)}"
     return None
 

@@ -87,7 +87,7 @@ def check(source: str, entry: str | None = None) -> list[Violation]:
     module = _Module(tree, entry)
     # The runner refuses these too; its "reach" findings are a subset of the stricter import and
     # introspection rules here, so they would only repeat them.
-    guarded = [Violation(*f) for f in guard.findings(source) if f.rule != "reach"]
+    guarded = [Violation(*f) for f in guard.scan(tree) if f.rule != "reach"]
     return sorted(set(module.structure() + module.rules() + guarded), key=lambda v: (v.line, v.message))
 
 

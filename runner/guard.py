@@ -42,6 +42,11 @@ def findings(source: str) -> list[Finding]:
         tree = ast.parse(source)
     except SyntaxError:
         return []
+    return scan(tree)
+
+
+def scan(tree: ast.AST) -> list[Finding]:
+    """findings() of a parsed file (for a caller that has already parsed it)."""
     found = [f for node in ast.walk(tree) for f in _patch(node) + _reach(node) + _clock(node)]
     return sorted(set(found), key=lambda f: (f.line, f.message))     # "assigns" before "uses" on a line
 

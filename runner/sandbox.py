@@ -34,8 +34,10 @@ What it enforces:
 
 What it does not limit: processes that start a session of their own (setsid), GPU memory (CUDA
 out-of-memory surfaces as an exception in the child) and the number of processes.
-Generated code also shares the harness's process, so a hostile kernel could tamper with it;
-the sandbox contains mistakes and runaway code, not a determined attacker.
+Generated code also shares the harness's process. runner.guard refuses, before import, the ways
+to patch what measures it that can be read off the text (attribute writes, setattr, other
+streams); code that mutates torch's state through method calls could still tamper with it. The
+sandbox contains mistakes and runaway code, not a determined attacker.
 """
 from __future__ import annotations
 
