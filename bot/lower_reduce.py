@@ -142,14 +142,15 @@ def _reduce_config(A, D, B, arg_reduce=False):
     # while fewer than ~1024 programs run (8 per SM of an H200: loads enough in flight without
     # pipelining) and each keeps 8+ BLOCK_D chunks. An 8192x8192 sum over dim 0 thus gets 8
     # column blocks x 128 splits of 64 rows. arg_reduce (argmax/argmin): small tiles instead,
-    # 512 x 4 (two accumulators per tile element), or one row on one warp in 512-wide chunks, both
-    # pipelined (on an H200 1.4x and 2x faster than the others at 8192x8192).
+    # 512 x 4 pipelined (two accumulators per tile element), or one row on one warp in 512-wide
+    # chunks, not pipelined: 3 stages gain 5% on 8192x8192 fp16 but lose 1.6x on 7919x6007 fp32,
+    # whose rows are not 16-byte aligned (H200).
     if B > 1:
         key, block = "BLOCK_B", _fit(512 if arg_reduce else 1024, B)
         block_d, warps, stages = (4, 2, 3) if arg_reduce else (max(8, 8192 // block), 4, 1)
         programs = A * -(-B // block)
     elif arg_reduce:
-        key, block, block_d, warps, stages = "BLOCK_R", 1, _fit(512, D), 1, 3
+        key, block, block_d, warps, stages = "BLOCK_R", 1, _fit(512, D), 1, 1
         programs = A
     else:
         key, stages = "BLOCK_R", 1

@@ -171,11 +171,11 @@ def test_default_configs():
     # a few very long rows are split
     assert lower_reduce._reduce_config(4, 1 << 20, 1)["SPLIT_D"] == 16    # 8 chunks of 8192 each
     # argmax/argmin: 512 x 4 tiles over dim 0 (an accumulator per lane, 64 splits); over the last
-    # dim one row per one-warp program in pipelined 512-wide chunks.
+    # dim one row per one-warp program in 512-wide chunks.
     assert lower_reduce._reduce_config(1, 8192, 8192, arg_reduce=True) == {
         "BLOCK_B": 512, "BLOCK_D": 4, "SPLIT_D": 64, "num_warps": 2, "num_stages": 3}
     assert lower_reduce._reduce_config(8192, 8192, 1, arg_reduce=True) == {
-        "BLOCK_R": 1, "BLOCK_D": 512, "SPLIT_D": 1, "num_warps": 1, "num_stages": 3}
+        "BLOCK_R": 1, "BLOCK_D": 512, "SPLIT_D": 1, "num_warps": 1, "num_stages": 1}
     assert lower_reduce._cross_entropy_config(4096, 128256) == {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 4,
                                                                 "num_stages": 1}
 
