@@ -9,7 +9,7 @@ from dataclasses import dataclass
 ALL_DTYPES = "fp16, bf16, fp32"
 BIG = "8192x8192, 7919x6007"          # memory-bound: square power of two, and odd (both primes)
 SMALL = "37x97, 5x7x11"
-SMALL_LONG_ODD = "37x97, 3x1031, 5x7x11"    # row reductions: odd rows of 1024+ take the aligned kernel
+SMALL_LONG_ODD = "37x97, 3x1031, 5x7x11"    # row kernels: odd rows of 1024+ take the aligned kernel
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,8 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("mean_dim0", "mean over dim 0 on {shapes}, each in {dtypes}", "mean(x, dim=0)"),
     Entry("max", "max over the last dim on {shapes}, each in {dtypes}", "max(x)", small=SMALL_LONG_ODD),
     Entry("min_dim0", "min over dim 0 on {shapes}, each in {dtypes}", "min(x, dim=0)"),
-    Entry("argmax", "argmax over the last dim on {shapes}, each in {dtypes}", "argmax(x, dim=-1)"),
+    Entry("argmax", "argmax over the last dim on {shapes}, each in {dtypes}", "argmax(x, dim=-1)",
+          small=SMALL_LONG_ODD),
     Entry("argmin_dim0", "argmin over dim 0 on {shapes}, each in {dtypes}", "argmin(x, dim=0)"),
     Entry("softmax", "softmax over the last dim on {shapes}, each in {dtypes}", "softmax(x)"),
     Entry("layernorm", "layernorm with weight and bias on {shapes}, each in {dtypes}",
@@ -48,7 +49,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("add_rmsnorm", "fused add + rmsnorm with weight on {shapes}, each in {dtypes}",
           "rmsnorm(x + residual, weight, eps=1e-06)"),
     Entry("cross_entropy", "cross entropy over the last dim of logits on {shapes}, each in {dtypes}",
-          "cross_entropy(logits, target)"),
+          "cross_entropy(logits, target)", small=SMALL_LONG_ODD),
     Entry("matmul", "matmul {shapes}, each in {dtypes}", "a @ b", "matmul",
           MATMUL_BIG, MATMUL_SMALL, "fp16, bf16"),
     Entry("matmul_epilogue", "matmul with bias, gelu and residual, {shapes}, each in {dtypes}",

@@ -26,8 +26,9 @@ import math
 from dataclasses import dataclass
 
 from bot import ir
-from bot.lower_triton import (NEG_INF, POS_INF, RESERVED as TRITON_RESERVED, _Input, _KernelFile, _require_full,
-                              REDUCE_FILL, _row_config, _row_tile, _wrap, fold_line, jit_source, kernel_inputs,
+from bot.lower_triton import (EDGE_LINES, NEG_INF, POS_INF, RESERVED as TRITON_RESERVED, _Input, _KernelFile,
+                              _require_full, REDUCE_FILL, _row_config, _row_tile, _wrap, align_elements,
+                              aligned_chunk, aligned_span, fold_line, jit_source, kernel_inputs,
                               reduce_call, refuse_empty_dim, sm_count_line)
 from runner.protocol import IGNORE_INDEX
 
@@ -118,8 +119,19 @@ RESERVED = TRITON_RESERVED | {
     "SPLIT_P2", "BLOCK_B", "BLOCK_D", "BLOCK_R", "BLOCK_V", "NUM_STAGES", "FINAL", "_fit", "_fit_stages",
     "_reduce_config", "_reduce_tiles", "_combine_block", "_cross_entropy_config", "_cross_entropy_tiles",
     "acc_start", "take", "lane", "arg_reduce", "kept", "first", "step", "next_rows", "r0", "PER_SM", "sms",
-    "top", "at",
+    "top", "at", "same",
 }
+
+
+ALIGNED_COMMENT = ("    # One row per program, for rows of no whole number of 16-byte vectors (odd lengths), which\n"
+                   "    # start unaligned: the other kernels' tiles then load element by element. Here the row's\n"
+                   "    # body, from its first to its last 16-byte boundary, loads in vectors; its head and tail\n"
+                   "    # (each under ALIGN elements) come in one edge tile after it.\n")
+
+
+# The launcher's test for the aligned kernel: odd rows long enough (1024+) for one per program.
+ALIGNED_LAUNCH = ("    # Rows of no whole number of 16-byte vectors, 1024+ long: the aligned kernel, one per program.\n"
+                  "    if {also}{n} % ALIGN and {n} >= 1024:\n")
 
 
 # ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
@@ -327,7 +339,7 @@ class _ReduceKernel(_ReduceFile):
             _reduce_tiles(config, *view, self.max_elem_bytes, self.arg) for view in self.views])[:MAX_CONFIGS]
 
     def source(self) -> str:
-        kernels = [self._kernel(_COLS), self._kernel(_ROWS), self._combine_kernel()]
+        kernels = [self._kernel(_COLS), self._kernel(_ROWS), self._aligned_kernel(), self._combine_kernel()]
         helpers = [_row_config, _row_tile, _fit, _fit_stages, _reduce_config, _reduce_tiles, _combine_block,
                    _require_full]
         text = self._file(kernels, helpers, self._launcher())
@@ -429,6 +441,29 @@ class _ReduceKernel(_ReduceFile):
         comment = "".join(f"    {line}\n" for line in layout.comment.split("\n"))
         return jit_source(f"{self.name}_{layout.name}_kernel", params, lines, comment)
 
+    def _aligned_kernel(self) -> str:
+        offs, mask = aligned_chunk("BLOCK_D")
+        position = ["d = (offs - base).to(tl.int32)"] if self.arg else []
+        values = [*position, *self.body_values("offs", _FILL[self.op])]
+        lines = [*aligned_span("BLOCK_R", "D"), "d_lo = 0     # the whole row", *self._init(_ROWS),
+                 "for i in tl.range(0, tl.cdiv(hi - lo, BLOCK_D), num_stages=NUM_STAGES):",
+                 *("    " + line for line in [f"offs = {offs}", f"mask = {mask}", *values, *self._fold(_ROWS)]),
+                 *EDGE_LINES, *values, *(self._edge_fold() if self.arg else self._fold(_ROWS)),
+                 *self._after_loop(_ROWS), "out_offs = rows", *self._store(True, "[:, None]", "rows < A")]
+        params = [f"{i.local}_ptr" for i in self.body_inputs] + ["dst_ptr", "A", "D"]
+        params += [f"{c}: tl.constexpr" for c in ("BLOCK_R", "BLOCK_D", "NUM_STAGES", "ALIGN")]
+        return jit_source(f"{self.name}_aligned_kernel", params, lines, ALIGNED_COMMENT)
+
+    def _edge_fold(self) -> list[str]:
+        """argmax/argmin's fold of the aligned kernel's edge tile, after the row's body: the head
+        precedes the body, so the edge also takes a tie it holds at an earlier index."""
+        return [f"top = {reduce_call(self.op[3:], 'val', 1)}",
+                f"at = tl.min(tl.where(mask & ((val == top[:, None]) | (val != val)), d, {NO_INDEX}), axis=1)",
+                "same = (top == result) | ((top != top) & (result != result))",
+                f"take = (~(top {_BEATEN[self.op]} result) & (result == result)) | (same & (at < index))",
+                "index = tl.where(take, at, index)",
+                "result = tl.where(take, top, result)"]
+
     def _combine_kernel(self) -> str:
         params = ["ws_ptr"] + (["ws_idx_ptr"] if self.arg else []) + ["dst_ptr", "M", "SPLIT", "D",
                                                                       "BLOCK: tl.constexpr", "SPLIT_P2: tl.constexpr"]
@@ -468,6 +503,10 @@ class _ReduceKernel(_ReduceFile):
         for dst, kind in zip(self._dsts(), ("float32", "int32")):
             text += (f"    {dst} = out if SPLIT == 1 else "
                      f"torch.empty((SPLIT, A * B), dtype=torch.{kind}, device=out.device)\n")
+        text += align_elements(self.body_inputs) + ALIGNED_LAUNCH.format(also="B == 1 and SPLIT == 1 and ", n="D")
+        aligned = [i.local for i in self.body_inputs] + ["out", "A", "D", "BLOCK_R=1", "BLOCK_D=BLOCK_D",
+                                                         "NUM_STAGES=num_stages", "ALIGN=ALIGN", "num_warps=num_warps"]
+        text += self._launch(f"{self.name}_aligned_kernel", "(A,)", aligned, "        ") + "        return out\n"
         args = [i.local for i in self.body_inputs] + self._dsts() + ["A", "D", "B", "chunk"]
         consts = ["BLOCK_D=BLOCK_D", "FINAL=SPLIT == 1", "NUM_STAGES=num_stages", "num_warps=num_warps"]
         text += "    if B > 1:\n"
@@ -511,7 +550,8 @@ class _CrossEntropyKernel(_ReduceFile):
             for rows in self.rows_of])[:MAX_CONFIGS]
 
     def source(self) -> str:
-        kernels = [self._kernel(), self._persistent_kernel()] + ([self._mean_kernel()] if self.mean else [])
+        kernels = [self._kernel(), self._persistent_kernel(), self._aligned_kernel()]
+        kernels += [self._mean_kernel()] if self.mean else []
         helpers = [_row_config, _row_tile, _fit, _fit_stages, _cross_entropy_config, _cross_entropy_tiles,
                    _require_full]
         return self._file(kernels, helpers, self._launcher())
@@ -535,28 +575,44 @@ class _CrossEntropyKernel(_ReduceFile):
                 f"loss = tl.where({t} == {IGNORE_INDEX}, 0.0, (row_max + tl.log(row_sum) - picked)[:, None])",
                 "tl.store(dst_ptr + rows, loss.to(dst_ptr.dtype.element_ty), mask=rows < R)"]
 
-    def _kernel(self) -> str:
-        loop = ["cols = start + tl.arange(0, BLOCK_V)[None, :]", "mask = (rows < R) & (cols < V)",
-                *self.body_values("rows * V + cols", NEG_INF),
-                "new_max = tl.maximum(row_max, tl.max(val, axis=1))",
+    @staticmethod
+    def _online_update() -> list[str]:
+        """Fold the tile `val` into row_max and row_sum (online logsumexp)."""
+        return ["new_max = tl.maximum(row_max, tl.max(val, axis=1))",
                 "# exp(v - m) as exp2(v * log2(e) - m * log2(e)): one fused multiply-add before each exp2.",
                 "scaled_max = new_max * LOG2E",
                 "row_sum = (row_sum * tl.exp2(row_max * LOG2E - scaled_max)",
                 "           + tl.sum(tl.exp2(val * LOG2E - scaled_max[:, None]), axis=1))",
                 "row_max = new_max"]
-        lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",
-                 f"LOG2E: tl.constexpr = {math.log2(math.e)!r}",
-                 "# The targets first: their load is under way while the logits stream.",
-                 self._target(),
-                 f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
-                 "row_sum = tl.zeros([BLOCK_R], tl.float32)",
-                 "# Online logsumexp: the running sum is rescaled to each new running max. NUM_STAGES > 1",
-                 "# pipelines the loads through shared memory (cp.async).",
-                 "for start in tl.range(0, V, BLOCK_V, num_stages=NUM_STAGES):",
-                 *("    " + line for line in loop),
-                 *self._loss()]
+
+    def _looped(self, head: list[str], loop: str, tile: list[str], after: list[str]) -> list[str]:
+        """A looped kernel's lines: `head` (locating its rows), the targets, the online logsumexp
+        over `loop` of `tile` (the lines loading val), what comes `after` the loop, the loss."""
+        return [*head, f"LOG2E: tl.constexpr = {math.log2(math.e)!r}",
+                "# The targets first: their load is under way while the logits stream.",
+                self._target(),
+                f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
+                "row_sum = tl.zeros([BLOCK_R], tl.float32)",
+                "# Online logsumexp: the running sum is rescaled to each new running max. NUM_STAGES > 1",
+                "# pipelines the loads through shared memory (cp.async).",
+                loop, *("    " + line for line in tile + self._online_update()), *after, *self._loss()]
+
+    def _kernel(self) -> str:
+        tile = ["cols = start + tl.arange(0, BLOCK_V)[None, :]", "mask = (rows < R) & (cols < V)",
+                *self.body_values("rows * V + cols", NEG_INF)]
+        lines = self._looped(["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]"],
+                             "for start in tl.range(0, V, BLOCK_V, num_stages=NUM_STAGES):", tile, [])
         return jit_source(f"{self.name}_kernel", self._params() + ["NUM_STAGES: tl.constexpr"], lines,
                           "    # BLOCK_R rows per program in BLOCK_V-wide chunks.\n")
+
+    def _aligned_kernel(self) -> str:
+        offs, mask = aligned_chunk("BLOCK_V")
+        tile = [f"offs = {offs}", f"mask = {mask}", *self.body_values("offs", NEG_INF)]
+        edge = [*EDGE_LINES, *self.body_values("offs", NEG_INF), *self._online_update()]
+        lines = self._looped(aligned_span("BLOCK_R", "V"),
+                             "for i in tl.range(0, tl.cdiv(hi - lo, BLOCK_V), num_stages=NUM_STAGES):", tile, edge)
+        return jit_source(f"{self.name}_aligned_kernel",
+                          self._params() + ["NUM_STAGES: tl.constexpr", "ALIGN: tl.constexpr"], lines, ALIGNED_COMMENT)
 
     def _persistent_kernel(self) -> str:
         # The prefetched raw tiles are named <input>_next, unless an input already has such a name.
@@ -620,10 +676,13 @@ class _CrossEntropyKernel(_ReduceFile):
             text += f"    losses = torch.empty(R, dtype=torch.float32, device={first}.device)  # summed below\n"
         args = [i.local for i in self.body_inputs] + [t.local, "losses" if self.mean else "out", "R", "V",
                                                         "BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "num_warps=num_warps"]
+        text += align_elements(self.body_inputs) + ALIGNED_LAUNCH.format(also="", n="V")
+        text += self._launch(f"{self.name}_aligned_kernel", "(R,)",
+                             [*args[:-3], "BLOCK_R=1", *args[-2:], "NUM_STAGES=num_stages", "ALIGN=ALIGN"], "        ")
         text += ("    # PER_SM > 0: that many persistent programs per SM (4 on the CPU interpreter), if a row\n"
                  "    # fits one tile (H200, 8192 fp16 classes: 41.0 against 43.9 us one program per row in one\n"
                  "    # sweep, 45.5 against 43.4 in another); else one program per BLOCK_R rows.\n"
-                 '    if config.get("PER_SM", 0) and BLOCK_V >= V:\n' + sm_count_line("sms", "out", "        "))
+                 '    elif config.get("PER_SM", 0) and BLOCK_V >= V:\n' + sm_count_line("sms", "out", "        "))
         text += self._launch(f"{self.name}_persistent_kernel", '(min(triton.cdiv(R, BLOCK_R), config["PER_SM"] * sms),)',
                              args, "        ")
         text += "    else:\n"

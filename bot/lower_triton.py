@@ -56,7 +56,7 @@ RESERVED = {  # plus dim1.. in broadcast kernels
     "total", "rstd", "BLOCK_M", "BLOCK_N", "_body", "_tanh", "_gelu", "_gelu_tanh", "_silu", "_powi", "_max_nan",
     "_min_nan", "_broadcast_offsets",
     "_pointwise_config", "_row_config", "_row_tile", "_broadcast_layout", "_expanded_strides", "_require_full",
-    "_row_strides", "CONFIGS", "TUNED", "tuning_key", "config",
+    "_row_strides", "CONFIGS", "TUNED", "tuning_key", "config", "_erf",
     "row", "base", "end", "lo", "hi", "i", "lane", "edge", "ALIGN",     # the aligned row kernel
 }
 
@@ -261,6 +261,38 @@ def refuse_empty_dim(op: str, size: str, dim: str) -> str:
     return (f"    if {size} == 0:\n"
             f'        raise IndexError(f"{op} over dim {{{dim}}} of shape {{tuple(shape)}}, which is empty: torch '
             'refuses that too")\n')
+
+
+def aligned_span(block: str, n: str) -> list[str]:
+    """An aligned kernel's first lines: one row of n elements per program (`block`, its tile's row
+    count, is 1), the row's flat span [base, end), and its first and last ALIGN-element (16-byte)
+    boundaries lo and hi. Chunk i of the body [lo, hi) is `aligned_chunk`; the head and the tail
+    outside it (each under ALIGN elements) share one edge tile, `EDGE_LINES`."""
+    return ["row = tl.program_id(0).to(tl.int64)",
+            f"rows = row + tl.arange(0, {block})[:, None]     # {block} is 1",
+            f"base = row * {n}",
+            f"end = base + {n}",
+            "# The first and the last ALIGN-element (16-byte) boundaries inside the row.",
+            "lo = tl.multiple_of((base + ALIGN - 1) // ALIGN * ALIGN, ALIGN)",
+            "hi = tl.multiple_of(end // ALIGN * ALIGN, ALIGN)"]
+
+
+def aligned_chunk(block: str) -> tuple[str, str]:
+    """(offs, mask) of chunk i of an aligned row's body: whole 16-byte vectors."""
+    return f"lo + i * {block} + tl.arange(0, {block})[None, :]", "offs < hi"
+
+
+EDGE_LINES = ["# The edge tile: the head [base, lo) in its first ALIGN lanes, the tail [hi, end) in the next.",
+              "lane = tl.arange(0, 2 * ALIGN)[None, :]",
+              "offs = tl.where(lane < ALIGN, base + lane, hi + lane - ALIGN)",
+              "mask = tl.where(lane < ALIGN, offs < lo, offs < end)"]
+
+
+def align_elements(inputs: list[_Input]) -> str:
+    """Launcher line: ALIGN, the elements in 16 bytes of the narrowest input."""
+    sizes = [f"{i.local}.element_size()" for i in inputs]
+    narrowest = sizes[0] if len(sizes) == 1 else f"min({', '.join(sizes)})"
+    return f"    ALIGN = 16 // {narrowest}     # elements per 16 bytes of the narrowest input\n"
 
 
 def sm_count_line(target: str, like: str, indent: str = "    ") -> str:
@@ -702,22 +734,12 @@ class _RowKernel(_KernelFile):
         return jit_source(f"{self.name}{suffix}", self._params(), lines, comment)
 
     def _aligned_kernel(self) -> str:
-        lines = ["row = tl.program_id(0).to(tl.int64)",
-                 "rows = row + tl.arange(0, BLOCK_M)[:, None]     # BLOCK_M is 1",
-                 "base = row * N",
-                 "end = base + N",
-                 "# The first and the last ALIGN-element (16-byte) boundaries inside the row.",
-                 "lo = tl.multiple_of((base + ALIGN - 1) // ALIGN * ALIGN, ALIGN)",
-                 "hi = tl.multiple_of(end // ALIGN * ALIGN, ALIGN)",
+        lines = [*aligned_span("BLOCK_M", "N"),
                  *self.plan.init,
                  "for i in range(0, tl.cdiv(hi - lo, BLOCK_N)):",
-                 *("    " + line for line in self._flat_tile("lo + i * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]",
-                                                             "offs < hi") + self.plan.chunk),
-                 "# The head [base, lo) in the first ALIGN lanes of a small tile, the tail [hi, end) in the",
-                 "# next ALIGN; reduced, then folded into the accumulators' first lane.",
-                 "lane = tl.arange(0, 2 * ALIGN)[None, :]",
-                 *self._flat_tile("tl.where(lane < ALIGN, base + lane, hi + lane - ALIGN)",
-                                  "tl.where(lane < ALIGN, offs < lo, offs < end)"),
+                 *("    " + line for line in self._flat_tile(*aligned_chunk("BLOCK_N")) + self.plan.chunk),
+                 *EDGE_LINES, *self.body_values("offs", self.plan.fill),
+                 "# Reduced, then folded into the accumulators' first lane.",
                  f"edge = {reduce_call(self.op, 'val', 1, keep_dims=True)}",
                  fold_line(self.op, f"tl.where(tl.arange(0, BLOCK_N)[None, :] == 0, edge, {self.plan.fill})"),
                  *self.plan.final, *self._write()]
@@ -731,11 +753,9 @@ class _RowKernel(_KernelFile):
         """The launcher's branch to the aligned kernel: odd rows long enough (1024+ elements) that
         one row is a program's worth of work, in tiles of at most 2048 (7919x6007 fp16 sum on an
         H200: 31.6 us in 1024- or 2048-wide tiles on 4 warps, 37 us on 8; 34.3 us unaligned)."""
-        sizes = [f"{i.local}.element_size()" for i in self.body_inputs]
-        narrowest = sizes[0] if len(sizes) == 1 else f"min({', '.join(sizes)})"
         args = [i.local for i in self.inputs] + ["out", "R", "N", "BLOCK_M=1", "BLOCK_N=BLOCK_N", "ALIGN=ALIGN",
                                                   "num_warps=num_warps"]
-        return (f"    ALIGN = 16 // {narrowest}     # elements per 16 bytes of the narrowest input\n"
+        return (align_elements(self.body_inputs) +
                 "    if N % ALIGN and N >= 1024:\n"
                 "        BLOCK_N = min(BLOCK_N, 2048)\n"
                 "        num_warps = min(num_warps, max(1, BLOCK_N // 256))\n"

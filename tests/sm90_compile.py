@@ -6,12 +6,14 @@ the GPU would run out of (shared memory). Here each generated launcher runs on C
 every case x dtype x config of its catalog entry (small sizes), but every `kernel[grid](...)` is
 compiled with Triton's real pipeline for sm_90, down to a cubin by the bundled ptxas, instead of
 launched. Prints one JSON line per entry: kernels compiled, the most shared memory any needs,
-whether the PTX has NaN-keeping min/max (torch's semantics), and the first error. Must run without TRITON_INTERPRET (tests/test_sm90_compile.py starts it so).
+whether the PTX has NaN-keeping min/max (torch's semantics), how many aligned kernels (odd rows)
+compiled and whether any loads whole vectors, and the first error. Must run without TRITON_INTERPRET (tests/test_sm90_compile.py starts it so).
 """
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -29,7 +31,8 @@ from bot.spec import parse_expression  # noqa: E402
 from runner import inputs, protocol  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
-compiled: list[tuple[int, str]] = []        # (shared-memory bytes, PTX) of each kernel compiled
+compiled: list[tuple[str, int, str]] = []   # (name, shared-memory bytes, PTX) of each kernel compiled
+VECTOR_LOAD = re.compile(r"ld\.global(\.\w+)*\.v[24]\.|cp\.async\.cg\.shared\.global")   # 8 or 16 bytes
 
 
 def compile_instead(self: JITFunction, *args, grid, warmup, **kwargs):
@@ -41,7 +44,7 @@ def compile_instead(self: JITFunction, *args, grid, warmup, **kwargs):
     bound, specialization, options = binder(*args, **kwargs)
     options, signature, constants, attrs = self._pack_args(backend, kwargs, bound, specialization, options)
     kernel = triton.compile(ASTSource(self, signature, constants, attrs), target=TARGET, options=options.__dict__)
-    compiled.append((kernel.metadata.shared, kernel.asm["ptx"]))
+    compiled.append((self.__name__, kernel.metadata.shared, kernel.asm["ptx"]))
 
 
 # Matmul entries compile at one aligned size besides their small ones: the small shapes shrink the
@@ -75,8 +78,11 @@ def check_entry(entry: catalog.Entry, workdir: Path) -> dict:
     except Exception as e:
         error = f"{type(e).__name__}: {e}"[:2000]
     done = compiled[start:]
-    return {"entry": entry.name, "kernels": len(done), "max_shared": max((k[0] for k in done), default=0),
-            "nan_min_max": any(op in k[1] for k in done for op in ("max.NaN", "min.NaN")), "error": error}
+    aligned = [ptx for name, _, ptx in done if name.endswith("_aligned_kernel")]
+    return {"entry": entry.name, "kernels": len(done), "max_shared": max((k[1] for k in done), default=0),
+            "nan_min_max": any(op in k[2] for k in done for op in ("max.NaN", "min.NaN")),
+            "aligned_kernels": len(aligned), "aligned_vectorized": any(VECTOR_LOAD.search(ptx) for ptx in aligned),
+            "error": error}
 
 
 def main(names: list[str]) -> None:

@@ -258,6 +258,61 @@ def test_cross_entropy_ignores_padding_as_torch_does(tmp_path, reduction):
     torch.testing.assert_close(module.op(x, padding), reference(x, padding), equal_nan=True)
 
 
+# ---------------------------------------------------------------- aligned kernels: odd rows of 1024+
+
+# Rows of no whole number of 16-byte vectors, long enough for the aligned kernel: row r starts
+# r * 1031 elements in, so its head (before its first 16-byte boundary) and tail vary by row.
+ODD_ROWS = [5, 1031]
+ALIGNED_CONFIG = {"BLOCK_R": 1, "BLOCK_D": 128, "BLOCK_V": 128, "SPLIT_D": 1, "num_warps": 4, "num_stages": 2}
+
+
+def aligned_only(module) -> None:
+    """Remove module's other row kernels: a launch that does not take the aligned kernel fails."""
+    for name in ("op_rows_kernel", "op_kernel", "op_persistent_kernel"):
+        if hasattr(module, name):
+            setattr(module, name, None)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_arg_reduce_aligned_rows(tmp_path, op):
+    # The edge tile (head and tail) is reduced after the row's body, yet the first index wins.
+    _, module = generate(tmp_path, make_spec(f"{op}(x, dim=1)", {"x": [ODD_ROWS]}))
+    aligned_only(module)
+    for dtype in (torch.float32, torch.float16):       # 4 and 8 elements per 16 bytes
+        x = torch.zeros(ODD_ROWS)
+        x[0, [1028, 1030]] = 2.0                        # the extreme only in the tail
+        x[1, [0, 600]] = 2.0                            # a tie of the head and the body
+        x[2, [1, 300]] = float("nan")                   # NaN in the head and the body
+        x[3, [5, 1030]] = torch.tensor([2.0, float("nan")])    # NaN in the tail beats the body's extreme
+        x[4] = torch.randint(-2, 3, (1031,))            # ties everywhere
+        x = (x if op == "argmax" else -x).to(dtype)
+        for config in (None, ALIGNED_CONFIG):
+            assert torch.equal(module.op(x, config=config), getattr(torch, op)(x, dim=1)), (dtype, config)
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_reduce_aligned_rows(tmp_path, op):
+    # dim 1 of [5, 1031, 1]: B == 1, so rows; the edge tile folds into the same accumulators.
+    spec = make_spec(f"{op}(x, dim=1)", {"x": [ODD_ROWS + [1]]})
+    reference, module = generate(tmp_path, spec)
+    aligned_only(module)
+    x = torch.randn(ODD_ROWS + [1])
+    x[1, 0] = x[0, 1030] = 9.0                            # the head's and the tail's
+    for config in (None, ALIGNED_CONFIG):
+        torch.testing.assert_close(module.op(x, config=config), reference(x.double()).float())
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cross_entropy_aligned_rows(tmp_path, reduction):
+    spec = make_spec(f"cross_entropy(x * 30.0, t, reduction='{reduction}')", {"x": [ODD_ROWS], "t": [[5]]})
+    reference, module = generate(tmp_path, spec)
+    aligned_only(module)
+    x, t = torch.randn(ODD_ROWS), torch.tensor([3, 1030, 0, protocol.IGNORE_INDEX, 1029])  # targets in head, tail
+    x[1, 1030] = x[2, 0] = 5.0                            # the running max set by the edge
+    for config in (None, ALIGNED_CONFIG):
+        torch.testing.assert_close(module.op(x, t, config=config), reference(x.double(), t).float())
+
+
 # ---------------------------------------------------------------- launcher, names, options, errors
 
 def test_tuned_config_reaches_the_launcher(tmp_path):

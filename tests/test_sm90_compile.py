@@ -47,3 +47,11 @@ def test_catalog_kernel_compiles_for_sm90(compiled, entry):
     assert result["max_shared"] <= H200_SHARED, f"{entry} needs {result['max_shared']} bytes of shared memory"
     if entry in ("max", "min_dim0"):     # the GPU keeps NaN as torch.amax/amin do: max.NaN / min.NaN
         assert result["nan_min_max"], f"{entry}: no max.NaN/min.NaN in the PTX"
+
+
+@pytest.mark.parametrize("entry", ["sum", "max", "argmax", "cross_entropy"])
+def test_aligned_kernels_load_vectors(compiled, entry):
+    # Their small cases have odd rows of 1031: the aligned kernel, whose row body loads whole
+    # 16-byte vectors where the other kernels would load element by element.
+    assert compiled[entry]["aligned_kernels"] > 0
+    assert compiled[entry]["aligned_vectorized"], f"{entry}: no vector loads in the aligned kernel's PTX"
