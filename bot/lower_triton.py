@@ -57,8 +57,7 @@ RESERVED = {  # plus dim1.. in broadcast kernels
     "_min_nan", "_broadcast_offsets",
     "_pointwise_config", "_row_config", "_row_tile", "_broadcast_layout", "_expanded_strides", "_require_full",
     "_row_strides", "CONFIGS", "TUNED", "tuning_key", "config", "_erf",
-    "row", "base", "end", "lo", "hi", "i", "lane", "edge", "ALIGN",     # the aligned row kernels
-    "body", "body_offs", "body_mask",
+    "row", "base", "end", "lo", "hi", "i", "lane", "edge", "ALIGN",     # the aligned row kernel
 }
 
 
@@ -683,10 +682,9 @@ class _RowKernel(_KernelFile):
         return self._file(kernels, [_row_config, _row_tile, _row_strides, _require_full], self._launcher())
 
     def _aligns(self) -> bool:
-        """Whether the file has the aligned kernel: reductions and softmax/log_softmax (no per-column
-        weight, whose loads would stay unaligned) whose inputs are all read at the row's own
-        offsets (one offset serves every input)."""
-        return (self.reduces or self.op in ir.ROW_PRESERVING) and not self.partial
+        """Whether the file has the aligned kernel: reductions whose inputs are all read at the
+        row's own offsets (one offset serves every input)."""
+        return self.reduces and not self.partial
 
     def _params(self) -> list[str]:
         params = [f"{i.local}_ptr" for i in self.inputs] + ["out_ptr", "R", "N"]
@@ -736,8 +734,6 @@ class _RowKernel(_KernelFile):
         return jit_source(f"{self.name}{suffix}", self._params(), lines, comment)
 
     def _aligned_kernel(self) -> str:
-        if not self.reduces:
-            return self._aligned_rows_kernel()
         lines = [*aligned_span("BLOCK_M", "N"),
                  *self.plan.init,
                  "for i in range(0, tl.cdiv(hi - lo, BLOCK_N)):",
@@ -753,33 +749,12 @@ class _RowKernel(_KernelFile):
                    "    # head and tail (each under ALIGN elements; N >= 2 * ALIGN) take one more masked tile.\n")
         return jit_source(f"{self.name}_aligned_kernel", self._params() + ["ALIGN: tl.constexpr"], lines, comment)
 
-    def _aligned_rows_kernel(self) -> str:
-        """softmax/log_softmax's aligned kernel: the row's body in one tile (N <= BLOCK_N), its head
-        and tail in the edge tile; their statistics merged as the looped kernel merges chunks, then
-        each tile's outputs stored, the body's in whole vectors too."""
-        fold = ["# The row's statistics over both tiles, merged as the looped kernel merges its chunks.",
-                *self.plan.init, "edge = val", "val = body", *self.plan.chunk, "val = edge", *self.plan.chunk,
-                *self.plan.final]
-        write = [f"res = {self.plan.output}", "tl.store(out_ptr + offs, res.to(out_ptr.dtype.element_ty), mask=mask)"]
-        lines = [*aligned_span("BLOCK_M", "N"),
-                 *self._flat_tile("lo + tl.arange(0, BLOCK_N)[None, :]", "offs < hi"),
-                 "body, body_offs, body_mask = val, offs, mask",
-                 *EDGE_LINES, *self.body_values("offs", self.plan.fill), *fold,
-                 *write, "val, offs, mask = body, body_offs, body_mask", *write]
-        comment = ("    # One row per program, for rows of no whole number of 16-byte vectors (odd N) that fit one\n"
-                   "    # tile: the row's body, from its first to its last 16-byte boundary, loads and stores in\n"
-                   "    # vectors; its head and tail (each under ALIGN elements) in one more masked tile.\n")
-        return jit_source(f"{self.name}_aligned_kernel", self._params() + ["ALIGN: tl.constexpr"], lines, comment)
-
     def _aligned_launch(self) -> str:
         """The launcher's branch to the aligned kernel: odd rows long enough (1024+ elements) that
         one row is a program's worth of work, in tiles of at most 2048 (7919x6007 fp16 sum on an
         H200: 31.6 us in 1024- or 2048-wide tiles on 4 warps, 37 us on 8; 34.3 us unaligned)."""
         args = [i.local for i in self.inputs] + ["out", "R", "N", "BLOCK_M=1", "BLOCK_N=BLOCK_N", "ALIGN=ALIGN",
                                                   "num_warps=num_warps"]
-        if not self.reduces:    # softmax/log_softmax: the body in one tile
-            return (align_elements(self.body_inputs) + "    if N % ALIGN and 1024 <= N <= BLOCK_N:\n"
-                    + _wrap(f"{self.name}_aligned_kernel[(R,)]", args, "        ") + "\n        return out\n")
         return (align_elements(self.body_inputs) +
                 "    if N % ALIGN and N >= 1024:\n"
                 "        BLOCK_N = min(BLOCK_N, 2048)\n"
