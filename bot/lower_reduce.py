@@ -499,14 +499,14 @@ class _ReduceKernel(_ReduceFile):
         text += self._config_line(f"_reduce_config({', '.join(['A', 'D', 'B', *arg_reduce])})")
         text += _wrap("block, BLOCK_D, SPLIT, chunk, num_warps, num_stages = _reduce_tiles",
                       ["config", "A", "D", "B", self._elem_bytes(), *arg_reduce], "    ") + "\n"
-        text += "    # One split writes the output; more write float32 partials for the combine kernel.\n"
-        for dst, kind in zip(self._dsts(), ("float32", "int32")):
-            text += (f"    {dst} = out if SPLIT == 1 else "
-                     f"torch.empty((SPLIT, A * B), dtype=torch.{kind}, device=out.device)\n")
         text += align_elements(self.body_inputs) + ALIGNED_LAUNCH.format(also="B == 1 and SPLIT == 1 and ", n="D")
         aligned = [i.local for i in self.body_inputs] + ["out", "A", "D", "BLOCK_R=1", "BLOCK_D=BLOCK_D",
                                                          "NUM_STAGES=num_stages", "ALIGN=ALIGN", "num_warps=num_warps"]
         text += self._launch(f"{self.name}_aligned_kernel", "(A,)", aligned, "        ") + "        return out\n"
+        text += "    # One split writes the output; more write float32 partials for the combine kernel.\n"
+        for dst, kind in zip(self._dsts(), ("float32", "int32")):
+            text += (f"    {dst} = out if SPLIT == 1 else "
+                     f"torch.empty((SPLIT, A * B), dtype=torch.{kind}, device=out.device)\n")
         args = [i.local for i in self.body_inputs] + self._dsts() + ["A", "D", "B", "chunk"]
         consts = ["BLOCK_D=BLOCK_D", "FINAL=SPLIT == 1", "NUM_STAGES=num_stages", "num_warps=num_warps"]
         text += "    if B > 1:\n"
@@ -674,11 +674,11 @@ class _CrossEntropyKernel(_ReduceFile):
                       ["config", "R", "V", self._elem_bytes()], "    ") + "\n"
         if self.mean:
             text += f"    losses = torch.empty(R, dtype=torch.float32, device={first}.device)  # summed below\n"
-        args = [i.local for i in self.body_inputs] + [t.local, "losses" if self.mean else "out", "R", "V",
-                                                        "BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "num_warps=num_warps"]
+        tensors = [i.local for i in self.body_inputs] + [t.local, "losses" if self.mean else "out", "R", "V"]
+        args = tensors + ["BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "num_warps=num_warps"]
         text += align_elements(self.body_inputs) + ALIGNED_LAUNCH.format(also="", n="V")
-        text += self._launch(f"{self.name}_aligned_kernel", "(R,)",
-                             [*args[:-3], "BLOCK_R=1", *args[-2:], "NUM_STAGES=num_stages", "ALIGN=ALIGN"], "        ")
+        text += self._launch(f"{self.name}_aligned_kernel", "(R,)", tensors + [
+            "BLOCK_R=1", "BLOCK_V=BLOCK_V", "num_warps=num_warps", "NUM_STAGES=num_stages", "ALIGN=ALIGN"], "        ")
         text += ("    # PER_SM > 0: that many persistent programs per SM (4 on the CPU interpreter), if a row\n"
                  "    # fits one tile (H200, 8192 fp16 classes: 41.0 against 43.9 us one program per row in one\n"
                  "    # sweep, 45.5 against 43.4 in another); else one program per BLOCK_R rows.\n"
