@@ -9,7 +9,8 @@ from dataclasses import dataclass
 ALL_DTYPES = "fp16, bf16, fp32"
 BIG = "8192x8192, 7919x6007"          # memory-bound: square power of two, and odd (both primes)
 SMALL = "37x97, 5x7x11"
-SMALL_LONG_ODD = "37x97, 3x1031, 5x7x11"    # row kernels: odd rows of 1024+ take the aligned kernel
+SMALL_LONG_ODD = "37x97, 3x1031, 5x7x11"    # row kernels: odd rows of 1024+ take the aligned kernel, and
+                                            # norms' weights load whole vectors (tiles of 8+ elements a thread)
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,11 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("argmin_dim0", "argmin over dim 0 on {shapes}, each in {dtypes}", "argmin(x, dim=0)"),
     Entry("softmax", "softmax over the last dim on {shapes}, each in {dtypes}", "softmax(x)"),
     Entry("layernorm", "layernorm with weight and bias on {shapes}, each in {dtypes}",
-          "layernorm(x, weight, bias, eps=1e-05)"),
-    Entry("rmsnorm", "rmsnorm with weight on {shapes}, each in {dtypes}", "rmsnorm(x, weight, eps=1e-06)"),
+          "layernorm(x, weight, bias, eps=1e-05)", small=SMALL_LONG_ODD),
+    Entry("rmsnorm", "rmsnorm with weight on {shapes}, each in {dtypes}", "rmsnorm(x, weight, eps=1e-06)",
+          small=SMALL_LONG_ODD),
     Entry("add_rmsnorm", "fused add + rmsnorm with weight on {shapes}, each in {dtypes}",
-          "rmsnorm(x + residual, weight, eps=1e-06)"),
+          "rmsnorm(x + residual, weight, eps=1e-06)", small=SMALL_LONG_ODD),
     Entry("cross_entropy", "cross entropy over the last dim of logits on {shapes}, each in {dtypes}",
           "cross_entropy(logits, target)", small=SMALL_LONG_ODD),
     Entry("matmul", "matmul {shapes}, each in {dtypes}", "a @ b", "matmul",

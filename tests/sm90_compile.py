@@ -7,7 +7,7 @@ every case x dtype x config of its catalog entry (small sizes), but every `kerne
 compiled with Triton's real pipeline for sm_90, down to a cubin by the bundled ptxas, instead of
 launched. Prints one JSON line per entry: kernels compiled, the most shared memory any needs,
 whether the PTX has NaN-keeping min/max (torch's semantics), how many aligned kernels (odd rows)
-compiled and whether any loads whole vectors, and the first error. Must run without TRITON_INTERPRET (tests/test_sm90_compile.py starts it so).
+compiled, which kernels load whole vectors anywhere, and the first error. Must run without TRITON_INTERPRET (tests/test_sm90_compile.py starts it so).
 """
 from __future__ import annotations
 
@@ -78,10 +78,11 @@ def check_entry(entry: catalog.Entry, workdir: Path) -> dict:
     except Exception as e:
         error = f"{type(e).__name__}: {e}"[:2000]
     done = compiled[start:]
-    aligned = [ptx for name, _, ptx in done if name.endswith("_aligned_kernel")]
+    aligned = [name for name, _, _ in done if name.endswith("_aligned_kernel")]
     return {"entry": entry.name, "kernels": len(done), "max_shared": max((k[1] for k in done), default=0),
             "nan_min_max": any(op in k[2] for k in done for op in ("max.NaN", "min.NaN")),
-            "aligned_kernels": len(aligned), "aligned_vectorized": any(VECTOR_LOAD.search(ptx) for ptx in aligned),
+            "aligned_kernels": len(aligned),
+            "vectorized": sorted({name for name, _, ptx in done if VECTOR_LOAD.search(ptx)}),
             "error": error}
 
 
