@@ -736,7 +736,8 @@ class _RowKernel(_KernelFile):
     def _kernel(self, looped: bool) -> str:
         lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]"]
         if self.affine:
-            lines.append("NV = tl.multiple_of(N // ALIGN * ALIGN, ALIGN) if TAIL else N     # the weights' whole 16-byte vectors")
+            lines += ["# NV: the columns in the weights' whole 16-byte vectors",
+                      "NV = tl.multiple_of(N // ALIGN * ALIGN, ALIGN) if TAIL else N"]
         if not looped:
             comment = "    # BLOCK_M whole rows per program (N <= BLOCK_N): every input is read once.\n"
             lines += self._tile("tl.arange(0, BLOCK_N)[None, :]") + self.plan.single + self._write() + self._tail()
