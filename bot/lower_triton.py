@@ -58,6 +58,7 @@ RESERVED = {  # plus dim1.. in broadcast kernels
     "_pointwise_config", "_row_config", "_row_tile", "_broadcast_layout", "_expanded_strides", "_require_full",
     "_row_strides", "CONFIGS", "TUNED", "tuning_key", "config", "_erf",
     "row", "base", "end", "lo", "hi", "i", "lane", "edge", "ALIGN",     # the aligned row kernel
+    "NV", "TAIL",     # the norms' weights in whole vectors
 }
 
 

@@ -179,6 +179,7 @@ NORMS = {
     "layernorm bias only": ("layernorm(x, bias=b)", ["b"]),
     "rmsnorm weight": ("rmsnorm(x, w, eps=1e-6)", ["w"]),
     "rmsnorm of a residual sum": ("rmsnorm(x + r, w)", ["w"]),
+    "weights named like the kernel's own locals": ("layernorm(x, NV, TAIL)", ["NV", "TAIL"]),
 }
 
 
