@@ -737,7 +737,8 @@ class _RowKernel(_KernelFile):
     def _kernel(self, looped: bool) -> str:
         lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]"]
         if self.affine:
-            lines += ["# NV: the columns in the weights' whole 16-byte vectors",
+            lines += ["# The weights load in 16-byte vectors only under a mask that ends on one: the tile",
+                      "# writes the columns before NV, the tail tile (odd N only) the rest.",
                       "NV = tl.multiple_of(N // ALIGN * ALIGN, ALIGN) if TAIL else N"]
         if not looped:
             comment = "    # BLOCK_M whole rows per program (N <= BLOCK_N): every input is read once.\n"
