@@ -78,10 +78,9 @@ def check_entry(entry: catalog.Entry, workdir: Path) -> dict:
     except Exception as e:
         error = f"{type(e).__name__}: {e}"[:2000]
     done = compiled[start:]
-    aligned = [name for name, _, _ in done if name.endswith("_aligned_kernel")]
     return {"entry": entry.name, "kernels": len(done), "max_shared": max((k[1] for k in done), default=0),
             "nan_min_max": any(op in k[2] for k in done for op in ("max.NaN", "min.NaN")),
-            "aligned_kernels": len(aligned),
+            "aligned_kernels": sum(name.endswith("_aligned_kernel") for name, _, _ in done),
             "vectorized": sorted({name for name, _, ptx in done if VECTOR_LOAD.search(ptx)}),
             "error": error}
 

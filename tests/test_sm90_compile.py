@@ -60,7 +60,8 @@ def test_aligned_kernels_load_vectors(compiled, entry):
 
 @pytest.mark.parametrize("entry", ["layernorm", "rmsnorm", "add_rmsnorm"])
 def test_norm_weights_load_vectors_on_odd_rows(compiled, entry):
-    # Their small cases have odd rows only (97, 11), so the body loads element by element; the
-    # weights up to their last whole 16-byte vector still load as vectors (the rest in a tail tile).
+    # Their small cases have odd rows only (97, 1031, 11), so the body loads element by element;
+    # the weights up to their last whole 16-byte vector still load as vectors (the rest in a tail
+    # tile). Rows of 1031 give the tiles the 8+ elements a thread that a vector needs.
     vectorized = compiled[entry]["vectorized"]
     assert vectorized, f"{entry}: only single-element loads in every kernel"
