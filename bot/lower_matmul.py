@@ -303,6 +303,14 @@ class _MatmulKernel(_KernelFile):
             "    # 2**31 elements are safe.",
             "    batch = matrix.to(tl.int64)",
             "    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None]",
+        ]
+        # Inputs that do not vary along the columns (one value per row or per matrix) load once
+        # for both halves; the others, per half.
+        per_half = [e for e in self.epilogue_inputs if self.along[e.name][1]]
+        for e in self.epilogue_inputs:
+            if e not in per_half:
+                lines += ["    " + line for line in self._epilogue_load(e)]
+        lines += [
             "    left, right = tl.split(tl.permute(acc.reshape(BLOCK_M, 2, BLOCK_N // 2), (0, 2, 1)))",
             "    for half in tl.static_range(2):",
             "        if half == 0:",
@@ -313,7 +321,7 @@ class _MatmulKernel(_KernelFile):
             "        cols = first_col + tl.arange(0, BLOCK_N // 2)[None, :]",
             "        mask = (rows < M) & (cols < N)",
         ]
-        for e in self.epilogue_inputs:
+        for e in per_half:
             lines += ["        " + line for line in self._epilogue_load(e)]
         if not self.is_bare_input:
             lines.append(f"        acc = {self.body_call()}")
