@@ -17,11 +17,13 @@ def failed_verification(summary: dict[str, str]) -> bool:
 class GenerationError(Exception):
     """A request or correction the generator cannot act on. The message is shown
     to people as is, so it must say what is wrong and what would work. usage: LLM
-    tokens spent before it gave up, still counted for the session."""
+    tokens spent before it gave up, still counted for the session. unplaced: words of the request
+    the offline generator could not account for (a hybrid generator calls them out to the LLM)."""
 
-    def __init__(self, message: str, usage: dict[str, int] | None = None) -> None:
+    def __init__(self, message: str, usage: dict[str, int] | None = None, unplaced: list[str] | None = None) -> None:
         super().__init__(message)
         self.usage = usage or {}
+        self.unplaced = unplaced or []
 
 
 @dataclass
@@ -36,6 +38,7 @@ class GenRequest:
     backend: str | None = None                   # the session's target backend
     generator: str | None = None                 # the session's choice: offline | llm | hybrid
     progress: Callable[[str], None] | None = None  # one line to the conversation while generating
+    unplaced: list[str] = field(default_factory=list)  # words the offline generator could not place
 
 
 @dataclass

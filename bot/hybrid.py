@@ -9,6 +9,7 @@ A session's choice (GenRequest.generator, else this generator's default) decides
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from bot.generator import Artifact, GenerationError, Generator, GenRequest
@@ -30,6 +31,7 @@ class HybridGenerator:
             except GenerationError as e:
                 if req.progress:
                     req.progress(f"the offline generator cannot do this ({_first_sentence(e)}); asking the LLM")
+                req = dataclasses.replace(req, unplaced=e.unplaced)
         return _by(self.offline if mode == "offline" else self.llm, req)
 
 

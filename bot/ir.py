@@ -89,15 +89,24 @@ SUPPORTED_TEXT = (
 
 # ---------------------------------------------------------------- parsing
 
-def parse(text: str) -> Node:
-    """Parse an expression string into a checked IR tree."""
+def parse(text: str, as_written: bool = False) -> Node:
+    """Parse an expression string into a checked IR tree. In a spec, a reduction without a dim is
+    over the last dim; as_written (code a person typed or pasted) leaves its dim None, as PyTorch
+    reads it: over all elements, which the caller must settle or refuse."""
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
         raise IRError(f"cannot parse expression {text!r}: {e.msg}. Write it like 'relu(x + y)'.") from None
     node = _convert(tree.body)
+    if not as_written:
+        node = with_dim(node, -1) if node.op in REDUCE | ARG_REDUCE and node.attr("dim") is None else node
     check(node)
     return node
+
+
+def with_dim(node: Node, dim: int) -> Node:
+    """The root reduction over dim."""
+    return call(node.op, *node.args, **{**dict(node.attrs), "dim": dim})
 
 
 def _func_name(f: ast.expr) -> str:
@@ -127,7 +136,7 @@ def _bound(n: ast.expr | None) -> float | None:
     return _number(n)
 
 
-def _is_int_literal(n: ast.expr) -> bool:
+def is_int_literal(n: ast.expr) -> bool:
     if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
         n = n.operand
     return isinstance(n, ast.Constant) and isinstance(n.value, int) and not isinstance(n.value, bool)
@@ -174,7 +183,10 @@ def _convert_call(n: ast.Call) -> Node:
     if isinstance(n.func, ast.Attribute) and not _is_module_path(n.func.value):
         args = [n.func.value] + args
     kw = {k.arg: k.value for k in n.keywords if k.arg}
-    kw.pop("keepdim", None)
+    keepdim = kw.pop("keepdim", None)
+    if keepdim is not None and not (isinstance(keepdim, ast.Constant) and keepdim.value is False):
+        raise IRError(f"{fname} with keepdim={ast.unparse(keepdim)} is not supported: the offline generator returns "
+                      "the reduced shape without the kept dim; drop keepdim (unsqueeze the result yourself)")
     dim = _dim(fname, args, kw)
     if fname in ("square",):
         return call("pow", _convert(args[0]), exponent=2.0)
@@ -232,16 +244,17 @@ def _is_module_path(v: ast.expr) -> bool:
 
 
 def _dim(fname: str, args: list, kw: dict) -> int:
-    """The dim a reduction or row op works over, from dim=d or a second positional int; -1 when
-    not given. Reductions take any one dim; softmax, norms and losses the last one only."""
+    """The dim a reduction or row op works over, from dim=d or a second positional int. Not given:
+    None for a reduction (all elements, as in PyTorch), -1 for the others. Reductions take any one
+    dim; softmax, norms and losses the last one only."""
     if fname not in ROOT_OPS:
         return -1
     dim = kw.pop("dim", kw.pop("axis", None))
-    if dim is None and fname in REDUCE | ARG_REDUCE | ROW_PRESERVING and len(args) == 2 and _is_int_literal(args[1]):
+    if dim is None and fname in REDUCE | ARG_REDUCE | ROW_PRESERVING and len(args) == 2 and is_int_literal(args[1]):
         dim = args.pop()
-    if dim is None:
-        return -1
-    if not _is_int_literal(dim):
+    if dim is None or (isinstance(dim, ast.Constant) and dim.value is None):
+        return None if fname in REDUCE | ARG_REDUCE else -1
+    if not is_int_literal(dim):
         raise IRError(f"{fname} takes one dim as an integer, e.g. dim=0; got {ast.unparse(dim)!r}")
     if fname not in REDUCE | ARG_REDUCE and _number(dim) != -1:
         raise IRError(f"{fname} is supported over the last dim (dim=-1) only")
@@ -498,8 +511,10 @@ def to_text(node: Node) -> str:
         return f"clamp({to_text(node.args[0])}, {node.attr('min')}, {node.attr('max')})"
     if node.op == "gelu" and node.attr("approximate") == "tanh":
         return f"gelu({to_text(node.args[0])}, approximate='tanh')"
-    if node.op in REDUCE | ARG_REDUCE | ROW_PRESERVING and (node.attr("dim", -1) != -1 or node.op in ARG_REDUCE):
-        return f"{node.op}({to_text(node.args[0])}, dim={node.attr('dim')})"
+    # a reduction always spells its dim: to a PyTorch reader sum(x) is over all elements
+    if node.op in REDUCE | ARG_REDUCE or (node.op in ROW_PRESERVING and node.attr("dim", -1) != -1):
+        dim = node.attr("dim")
+        return f"{node.op}({to_text(node.args[0])}{'' if dim is None else f', dim={dim}'})"
     if node.op == MATMUL:
         return f"matmul({to_text(node.args[0])}, {to_text(node.args[1])}{', tf32=True' * bool(node.attr('tf32'))})"
     if node.op in LOSSES and node.attr("reduction") != "mean":

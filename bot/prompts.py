@@ -43,7 +43,7 @@ def stage_prompt(req: GenRequest, name: str) -> str:
     """The user message asking for req.stage; name: the operator (entry function) name, '' before a spec."""
     return render(req.stage, request=req.request, name=name, approved=_approved(req.approved),
                   feedback=_numbered(req.feedback), previous=_previous(req), failure=req.failure or "(none)",
-                  examples=_examples(req))
+                  examples=_examples(req), unplaced=_unplaced(req.unplaced))
 
 
 def repair_prompt(failure: str, round_: int, rounds: int, name: str) -> str:
@@ -59,6 +59,15 @@ def fenced(stage: str, text: str, title: str | None = None) -> str:
 def _approved(approved: dict[str, str]) -> str:
     blocks = [fenced(stage, approved[stage]) for stage in stages.STAGES if stage in approved]
     return "\n\n".join(blocks) or "(none yet)"
+
+
+def _unplaced(words: list[str]) -> str:
+    if not words:
+        return ""
+    quoted = ", ".join(f"'{w}'" for w in words)
+    return (f"\nThe offline generator could not place these words of the request: {quoted}. Each of them names or "
+            "qualifies what is computed: the spec must account for every one of them (in the formula, the shapes or "
+            "the params), or ask with a question.\n")
 
 
 def _numbered(items: list[str]) -> str:

@@ -55,10 +55,13 @@ ACTIVATIONS = {"relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"}
 _CONNECTIVES = {"add", "mul"}                  # "plus residual", "a times b": already read
 
 _TF32 = re.compile(r"\btf32\b", FLAGS)
+_TF32_FLAG = re.compile(r",?\s*\btf32\s*=\s*(True|False)\b")      # typed: matmul(a, b, tf32=True)
 _NO_TF32 = re.compile(r"\b(?:no|without|disable|disallow)\s+tf32\b|(?:不用|禁用|不允许)\s*tf32", FLAGS)
 _BIAS = re.compile(r"\bbias\b|偏置", FLAGS)
 _NO_BIAS = re.compile(r"\b(?:without|no|w/o)\s+(?:a\s+)?bias\b|(?:无|不带|没有)偏置", FLAGS)
 _RESIDUAL = re.compile(r"\bresidual\b|\bskip[\s-]connection\b|残差", FLAGS)
+# Between a matmul's operands or its shapes: "a times b", "4096x4096 @ 4096x4096", "矩阵乘 A 乘 B".
+_OPERAND_JOINS = re.compile(r"@|\b(?:two|pair\s+of)\b|乘(?!以)|加|两个", FLAGS)
 _ACTIVATION_WORD = re.compile(r"\bactivation\b|激活", FLAGS)
 
 _SIZE_RUN = re.compile(rf"(?:\b[bmnk]\s*[=:]?\s*{DIM}(?![\w.])[\s,;]*(?:and\s+)?){{2,4}}", FLAGS)
@@ -80,6 +83,8 @@ class Epilogue(NamedTuple):
 def take_tf32(text: str) -> tuple[str, bool | None]:
     """'tf32' names float32 that allows TF32: read it as fp32 in place (keeping the dtypes' order);
     True/False when TF32 is asked for / refused, None when not mentioned."""
+    if m := _TF32_FLAG.search(text):
+        return text[:m.start()] + blank(m) + text[m.end():], m.group(1) == "True"
     if _NO_TF32.search(text):
         return _NO_TF32.sub(blank, text), False
     if _TF32.search(text):
@@ -147,7 +152,7 @@ def take_epilogue(text: str) -> tuple[str, Epilogue]:
     epilogue's functions and scale for the generic operator reader."""
     epilogue = Epilogue(bool(_BIAS.search(text)) and not _NO_BIAS.search(text), bool(_RESIDUAL.search(text)),
                         bool(_ACTIVATION_WORD.search(text)))
-    for pattern in (_NO_BIAS, _BIAS, _RESIDUAL, _ACTIVATION_WORD, MATMUL_WORD, BATCHED_WORD):
+    for pattern in (_NO_BIAS, _BIAS, _RESIDUAL, _ACTIVATION_WORD, MATMUL_WORD, BATCHED_WORD, _OPERAND_JOINS):
         text = pattern.sub(blank, text)
     return text, epilogue
 
@@ -225,6 +230,7 @@ _PER_ROW = re.compile(r"\bper[\s-](?:row|sample|example|token)\b|\breduction\s*[
                       r"\b(?:no|without)\s+reduction\b|\bunreduced\b|逐行|每行|不(?:做)?归约|无归约", FLAGS)
 _MEAN = re.compile(r"\breduction\s*[=:]?\s*['\"]?mean\b['\"]?|\b(?:mean|average[ds]?)\b|平均", FLAGS)
 _SUM_REDUCTION = re.compile(r"\breduction\s*[=:]?\s*['\"]?sum\b|\bsummed\b|\bsum\b|求和", FLAGS)
+_CE_NAMES = re.compile(r"\b(?:targets?|labels?|class(?:es)?(?:\s+ind(?:ices|ex))?|loss)\b|目标|标签|类别|损失", FLAGS)
 _CE_EXTRAS = re.compile(r"\blabel[\s_-]?smoothing\b|\bignore[\s_-]?index\b|\b(?:class[\s_-])?weights?\b|"
                         r"标签平滑|权重", FLAGS)
 
@@ -246,7 +252,7 @@ def cross_entropy_words(text: str) -> tuple[str, str, list[str]]:
     per_row = bool(_PER_ROW.search(text))
     notes = [] if per_row or _MEAN.search(text) else [
         "no reduction named: averaging the loss over rows (reduction='mean', like F.cross_entropy)"]
-    for pattern in (CROSS_ENTROPY, _PER_ROW, _MEAN):
+    for pattern in (CROSS_ENTROPY, _PER_ROW, _MEAN, _CE_NAMES):
         text = pattern.sub(blank, text)
     reduction = ", reduction='none'" if per_row else ""
     return f"cross_entropy(logits, target{reduction})", text, notes

@@ -18,6 +18,7 @@ from typing import Sequence
 
 from bot import ir
 from bot import request_ops as ops
+from bot import request_residue
 from bot import spec as specmod
 from bot.generator import GenerationError
 from bot.lower_triton import RESERVED
@@ -25,6 +26,8 @@ from bot.request_ops import DIM as _DIM, END as _END, FLAGS as _F, NUM as _NUM, 
 from runner import protocol
 
 DEFAULT_SHAPES: list[list[int]] = [[4096, 4096], [5333, 497]]   # square, and odd: no block size divides it
+CORRECTION_HELP = ("Name dtypes ('bf16 only'), shapes ('shape 2048x2048', 'also 1x32'), eps ('eps 1e-5'), a dim "
+                   "('over dim 0') or an operation ('make it gelu(x + y)').")
 ASK_OP = "Which operation do you want? e.g. 'relu(x + y) for fp16 4096x4096'"
 SUPPORTED = (f"The offline generator supports {ir.SUPPORTED_TEXT}. In words: matmul or bmm (with bias, "
              "an activation, a scale, a residual), sum/mean/max/min/argmax/argmin over a dim, softmax, "
@@ -48,8 +51,13 @@ _OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, 
     (r"\battention\b|\bsdpa\b|注意力", "attention"),
     (r"\b(?:arg)?sort\w*|排序", "sorting"),
     (r"\btop[\s_-]?k\b", "top-k"),
-    (r"\bcum(?:sum|prod)\b|\bprefix[\s-]sum\b|\bscan\b", "a scan (cumsum)"),
+    (r"\bcum(?:sum|prod|max|min|ulative\w*)\b|\bprefix[\s-]sums?\b|\bscan\b|\brunning\s+(?:sum|total|max|min)\b|"
+     r"累加|累积|前缀和", "a scan (cumulative sum, product, max or min)"),
+    (r"\brotary\b|\brope\b", "rotary position embedding (RoPE)"),
     (r"\bgather\b|\bscatter\b|\bindex_\w+|\bembedding\b", "indexing (gather, scatter, embedding)"),
+    (r"\bpool(?:s|ed|ing)?\b|\w*pool[123]d\b|池化", "pooling"),
+    (r"\bbackward\b|\bbackprop\w*|\bgrad(?:ient)?s?\b|\btraining\b|\bautograd\b|反向|梯度",
+     "a backward (gradient) kernel (the offline generator writes forward kernels)"),
     (r"\btranspose\b|\bpermute\b|\bconcat\w*|\breshape\b", "a layout change (transpose, concat, reshape)"),
     (r"\bdropout\b", "dropout"),
     (r"\b(?:batch|group|instance)[\s_-]?norm\w*", "batch, group or instance norm"),
@@ -71,7 +79,8 @@ _DIM_WORDS: list[tuple[re.Pattern, int]] = [(re.compile(p, _F), d) for p, d in [
     (rf"\b(?:first|0th|leading|batch){_D}|第一维", 0),
     (rf"\bsecond{_D}|第二维", 1),
     (rf"\bthird{_D}|第三维", 2),
-    (rf"\blast{_D}|\brow[\s-]?wise\b|最后一维|按行", -1),
+    (rf"\blast{_D}|\brow[\s-]?wise\b|\b(?:of\s+each|for\s+each|each|every|of\s+every)\s+row\b|\brow\s+by\s+row\b|"
+     r"最后一维|按行|每行", -1),
 ]]
 _WHOLE = re.compile(r"\b(?:all|every)\s+elements\b|\b(?:whole|entire|full)\s+tensor\b|\bglobal(?:ly)?\b|"
                     r"全部元素|所有元素|整个张量", _F)
@@ -88,6 +97,11 @@ _SHAPE = re.compile(
     rf"|(?:\bshape[ds]?|\bsize|\blength|形状|长度)\s*(?:of|is|=|:|为|是)?\s*"
     rf"(?P<one>{_DIM})(?![\w.]|\s*[x×,*]|\s+by\s)",
     _F)
+# Numbers that size something other than a tensor: "3x3 kernel", "2x2 max pool", "kernel size 3".
+_PARAM_NOUN = (r"(?:kernels?|windows?|filters?|patch(?:es)?|strides?|pool\w*|tiles?|blocks?|grids?|stencils?|"
+               r"conv\w*|neighbou?rhoods?|dilations?|paddings?|groups?|chunks?|steps?|heads?|窗口|卷积核|核|池化|步长)")
+_PARAM_AFTER = re.compile(rf"[\s-]*(?:(?:max|min|avg|average|mean|sum)\s+)?{_PARAM_NOUN}(?![a-z])", _F)
+_PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:\s*(?:size|shape|is|=|:|为|大小))*\s*$", _F)
 # The word a shape belongs to: "b: [4096]", "bias of shape 4096", "x 1024x4096".
 _LABEL = re.compile(r"\b([A-Za-z_]\w*)\s*(?:(?:\b(?:is|has|with|of|shape[ds]?|size|length|a|an|the)\b|[:=])\s*)*$", _F)
 _APPEND = re.compile(r"\b(?:also|add|plus|additionally|extra|too)\b|还要|再加|增加|加上|另外", _F)
@@ -102,7 +116,7 @@ _OPS: list[tuple[re.Pattern, str, str]] = [(re.compile(p, _F), kind, op) for p, 
     (r"\barg[\s_-]?max\b|\bindex\s+of\s+(?:the\s+)?max\w*|最大值?(?:的)?(?:索引|下标|位置)", "row", "argmax"),
     (r"\barg[\s_-]?min\b|\bindex\s+of\s+(?:the\s+)?min\w*|最小值?(?:的)?(?:索引|下标|位置)", "row", "argmin"),
     (r"\bmean\b|\baverage\b|平均值?|均值", "row", "mean"),
-    (r"\bgelu[\s_-]*\(?\s*tanh\b|\btanh[\s-]+approx\w*|\bapprox\w*\s*[=:]?\s*['\"]?tanh\b", "step", "gelu_tanh"),
+    (r"\bgelu[\s_-]*\(?\s*tanh(?:[\s_-]+approx\w*)?\b|\btanh[\s-]+approx\w*|\bapprox\w*\s*[=:]?\s*['\"]?tanh\b", "step", "gelu_tanh"),
     (r"\b(?:exact\s+)?gelu(?:[\s_-]*\(?\s*erf)?\b", "step", "gelu"),
     (r"\bsilu\b|\bswish\b", "step", "silu"),
     (r"\bsigmoid\b", "step", "sigmoid"),
@@ -178,6 +192,8 @@ class _Reading:
     tf32: bool | None = None
     batched: bool = False
     rest: str = ""                           # prose left over, for phrases about named inputs
+    left: str = ""                           # prose no pass placed: must be filler (request_residue)
+    pairwise: bool = False                   # "two tensors", "between", "x and y": more than one input
 
 
 def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
@@ -205,12 +221,39 @@ def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
         prose = _APPEND.sub(_blank, prose)
     if code is not None:
         _read_code(code, rd)
+        rd.left = prose
     else:
         rd.node = _operator(prose, expr, rd)
     if rd.tf32 is None and rd.node is not None and (mm := ir.matmul_node(rd.node)) and mm.attr("tf32"):
         rd.tf32 = True
     rd.rest = prose
+    if rd.node is not None or feedback:
+        names = ir.input_names(rd.node) if rd.node is not None else _input_names(context) if context else []
+        _refuse_unplaced(rd, names, text, feedback)
     return rd
+
+
+def _refuse_unplaced(rd: _Reading, names: list[str], text: str, feedback: bool) -> None:
+    """Every word must be placed in the spec: refuse, naming them, where some are not."""
+    left = rd.left
+    for n in names:
+        left = re.sub(_vector_phrase(n), _blank, left, flags=re.I)
+        left = re.sub(_bare_shape_phrase(n), _blank, left, flags=re.I)
+    words = request_residue.unplaced(left, set(names))
+    if words:
+        quoted = ", ".join(repr(w.strip()) for w in words[:6])
+        if feedback:
+            raise GenerationError(f"I could not apply the correction {text.strip()[:80]!r}: I could not place {quoted}. "
+                                  f"{CORRECTION_HELP}", unplaced=[w.strip() for w in words])
+        sizes = next((w for w in words if re.fullmatch(r"[\d\sx×*]+", w.strip())), None)
+        ask = (f" If {sizes.strip()} is a tensor's shape, say so ('of a {sizes.strip()} tensor'); the sizes of windows, "
+               "kernels and strides are not shapes." if sizes else "")
+        raise GenerationError(f"I could not place {quoted} of {text.strip()[:80]!r} in any operation I know, so I did "
+                              f"not guess.{ask} {SUPPORTED}", unplaced=[w.strip() for w in words])
+    if rd.pairwise and rd.node is not None and len(ir.input_names(rd.node)) < 2:
+        raise GenerationError(f"you named two tensors, but I read {_text(rd.node)!r}, which has one input; "
+                              f"write the operation as an expression of both, e.g. 'mean(abs(x - y), "
+                              f"dim=-1)'. {SUPPORTED}")
 
 
 def _take_dtypes(text: str, rd: _Reading) -> str:
@@ -235,7 +278,7 @@ def _refuse_out_of_scope(text: str) -> None:
         if m := pattern.search(text):
             raise GenerationError(f"{what or repr(m.group(0))} is not supported by the offline generator. {SUPPORTED} "
                                   "A combination of these can be written as an expression, "
-                                  "e.g. 'where(x > 0, x, 0.01 * x)'.")
+                                  "e.g. 'where(x > 0, x, 0.01 * x)'.", unplaced=[m.group(0)])
 
 
 def _take_dims(text: str, rd: _Reading) -> str:
@@ -274,7 +317,11 @@ def _blank_range(text: str, start: int, end: int) -> str:
 
 
 def _take_shapes(text: str, rd: _Reading) -> str:
+    taken = []
     for m in _SHAPE.finditer(text):
+        if _is_parameter(text, m):
+            continue                 # "3x3 kernel", "window size 7": left for the residue check to name
+        taken.append(m)
         if m.group("multi"):
             shape = [_dim(d) for d in re.split(r"\s*[x×*]\s*|\s+by\s+", m.group("multi").strip(), flags=re.I)]
         elif m.group("tuple") is not None:
@@ -286,7 +333,14 @@ def _take_shapes(text: str, rd: _Reading) -> str:
         # "x and y of shape 4096x4096" is about both: no label
         label = lab.group(1) if lab and not re.search(r"\band\s+$", before[:lab.start(1)], re.I) else None
         rd.shapes.append((label, shape))
-    return _SHAPE.sub(_blank, text)
+    for m in reversed(taken):
+        text = _blank_range(text, m.start(), m.end())
+    return text
+
+
+def _is_parameter(text: str, m: re.Match) -> bool:
+    """Whether numbers read like a shape size a window, a kernel or a stride instead."""
+    return bool(_PARAM_AFTER.match(text, m.end()) or _PARAM_BEFORE.search(text[:m.start()]))
 
 
 # ---------------------------------------------------------------- expressions typed in the request
@@ -344,10 +398,11 @@ def _find_expression(text: str) -> tuple[ir.Node, ast.expr, int, int] | None:
             j, tree = hit
             src = text[span[i][1]:span[j - 1][2]]
             try:
-                node = ir.parse(src)
+                node = ir.parse(src, as_written=True)
             except ir.IRError as e:
                 # a call like "softmax(x, dim=0)" was meant as an expression: say why it is refused
-                if isinstance(tree, ast.Call) and re.search(r"\w\(", src) and (rejected is None or j - i > rejected[0]):
+                meant = any(isinstance(t, ast.Call) or _names_matmul(t) for t in ast.walk(tree))
+                if meant and re.search(r"\w\(|@", src) and (rejected is None or j - i > rejected[0]):
                     rejected = (j - i, str(e))
                 i += 1
                 continue
@@ -361,6 +416,12 @@ def _find_expression(text: str) -> tuple[ir.Node, ast.expr, int, int] | None:
         msg = rejected[1]
         raise GenerationError(msg if ir.SUPPORTED_TEXT in msg else f"{msg}. {SUPPORTED}")
     return best[1:] if best else None
+
+
+def _names_matmul(t: ast.AST) -> bool:
+    """'silu(x @ w1) * (x @ w2)' is meant as code; '4096x4096 @ 4096x4096' is shapes."""
+    return (isinstance(t, ast.BinOp) and isinstance(t.op, ast.MatMult)
+            and not any(isinstance(side, ast.Constant) for side in (t.left, t.right)))
 
 
 def _plausible(node: ir.Node, tree: ast.expr) -> bool:
@@ -394,8 +455,10 @@ def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
         return _matmul_words(prose, expr, rd)
     if expr is None and ops.CROSS_ENTROPY.search(prose):
         return _cross_entropy_words(prose, rd)
-    found = _find_op_words(prose)
+    found, prose = _find_op_words(prose)
     pair = bool(_PAIRWISE.search(prose))
+    rd.left = _PAIRWISE.sub(_blank, prose)
+    rd.pairwise = pair
     rows, binaries, steps, where = [], [], [], False
     for _, kind, op, value in found:
         if kind == "extreme":
@@ -435,12 +498,15 @@ def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
                               f"Or write it as an expression, e.g. 'softmax(x * 0.5)'.")
     if rows:
         body = _wrap_row(rows[0], body, prose, rd)
+        if rows[0] in ir.NORMS:
+            for pattern in (_NO_WEIGHT, _NO_BIAS, _WEIGHT_WORD, _BIAS_WORD):
+                rd.left = pattern.sub(_blank, rd.left)
     return _parse(body)
 
 
 def _parse(body: str) -> ir.Node:
     try:
-        return ir.parse(body)
+        return ir.parse(body, as_written=True)
     except ir.IRError as e:
         raise GenerationError(f"{e}. {SUPPORTED}") from None
 
@@ -450,7 +516,8 @@ def _matmul_words(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node:
     mm = expr[0] if expr else None
     operands = (mm.args[0].name, mm.args[1].name) if mm else ("a", "b")
     prose, epilogue = ops.take_epilogue(prose)
-    words = [(kind, op, value) for _, kind, op, value in _find_op_words(prose)]
+    found, rd.left = _find_op_words(prose)
+    words = [(kind, op, value) for _, kind, op, value in found]
     body = ops.matmul_expression(epilogue, words, operands, tf32=bool(mm and mm.attr("tf32")))
     if scales := [v for _, op, v in words if op == "scale"]:
         rd.scalars["scale"] = scales[0]
@@ -459,14 +526,16 @@ def _matmul_words(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node:
 
 def _cross_entropy_words(prose: str, rd: _Reading) -> ir.Node:
     body, prose, notes = ops.cross_entropy_words(prose)
-    if words := _find_op_words(prose):
+    words, rd.left = _find_op_words(prose)
+    if words:
         raise GenerationError(f"I read cross entropy but you also named {', '.join(w[2] for w in words)}; write "
                               "the whole operation as an expression, e.g. 'cross_entropy(logits * 0.5, target)'.")
     rd.op_notes += notes
     return _parse(body)
 
 
-def _find_op_words(prose: str) -> list[tuple[int, str, str, float | None]]:
+def _find_op_words(prose: str) -> tuple[list[tuple[int, str, str, float | None]], str]:
+    """The operator words in prose, in order, and prose with them blanked."""
     found = []
     for pattern, kind, op in _OPS:
         for m in pattern.finditer(prose):
@@ -475,7 +544,7 @@ def _find_op_words(prose: str) -> list[tuple[int, str, str, float | None]]:
         prose = pattern.sub(_blank, prose)
     if any(op == "gelu_tanh" for _, _, op, _ in found):      # "gelu with tanh approximation" is one gelu
         found = [f for f in found if f[2] != "gelu"]
-    return sorted(found)
+    return sorted(found), prose
 
 
 def _base(prose: str, rows: list[str], binaries: list[str], where: bool, rd: _Reading) -> str:
@@ -584,7 +653,8 @@ def _split_code(text: str) -> tuple[str | None, str]:
 
 
 class _Inline(ast.NodeTransformer):
-    """Replace local names by their values and drop dtype casts."""
+    """Replace local names by their values, drop dtype casts, and read torch.max(x, dim)'s parts:
+    [0] or .values is amax, [1] or .indices argmax (min alike)."""
 
     def __init__(self, env: dict[str, ast.expr]):
         self.env = env
@@ -603,6 +673,27 @@ class _Inline(ast.NodeTransformer):
                 return n.args[0] if is_function else f.value
         return n
 
+    def visit_Subscript(self, n: ast.Subscript) -> ast.expr:
+        self.generic_visit(n)
+        part = n.slice.value if isinstance(n.slice, ast.Constant) else None
+        return _max_part(n.value, {0: "values", 1: "indices"}.get(part)) or n
+
+    def visit_Attribute(self, n: ast.Attribute) -> ast.expr:
+        self.generic_visit(n)
+        return _max_part(n.value, n.attr) or n
+
+
+def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
+    """torch.max(x, dim=d).values -> torch.amax(x, dim=d); .indices -> torch.argmax(x, dim=d)."""
+    if not (isinstance(call, ast.Call) and part in ("values", "indices")):
+        return None
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    if name not in ("max", "min"):
+        return None
+    new = ("a" if part == "values" else "arg") + name
+    func = ast.Attribute(call.func.value, new, ast.Load()) if isinstance(call.func, ast.Attribute) else ast.Name(new)
+    return ast.Call(func, call.args, call.keywords)
+
 
 def _read_code(code: str, rd: _Reading) -> None:
     try:
@@ -617,12 +708,17 @@ def _read_code(code: str, rd: _Reading) -> None:
     inline = _Inline(env)
     ret = _returned(fn, inline)
     src = ast.unparse(ret)
+    _refuse_other_meanings(fn.name, ret)
     try:
-        node = ir.parse(src)
+        node = ir.parse(src, as_written=True)
     except ir.IRError as e:
         hint = " For a hand-written norm, call F.layer_norm or F.rms_norm instead." if "mean" in src else ""
         supported = "" if ir.SUPPORTED_TEXT in str(e) else f" {SUPPORTED}"
         raise GenerationError(f"{fn.name} returns {src!r}: {e}.{hint}{supported}") from None
+    if node.op in ir.REDUCE | ir.ARG_REDUCE and node.attr("dim") is None:
+        raise GenerationError(f"{fn.name} returns {src!r}: {node.op} without a dim is over all elements (one value) "
+                              f"in PyTorch, which the offline generator does not support; give it a dim, e.g. "
+                              f"dim=-1 for one value per row")
     used = ir.input_names(node)
     if unknown := [n for n in used if n not in tensors]:
         raise GenerationError(f"{fn.name} uses {', '.join(unknown)}, which is not one of its parameters")
@@ -631,12 +727,28 @@ def _read_code(code: str, rd: _Reading) -> None:
                               "remove it or use it")
     if inline.casts:
         rd.op_notes.append("ignored dtype casts (.float(), .to(...)): inputs and output keep each tested dtype")
-    if any(k.arg == "keepdim" and getattr(k.value, "value", False) is True
-           for n in ast.walk(ret) if isinstance(n, ast.Call) for k in n.keywords):
-        rd.op_notes.append("keepdim dropped: a reduction returns shape [M] for input [M, N]")
     if node.op in ir.NORMS and _norm_eps_given(ret):
         rd.eps = rd.eps if rd.eps is not None else node.attr("eps")
     rd.node, rd.name, rd.inputs = node, fn.name, tensors
+
+
+def _refuse_other_meanings(fname: str, ret: ast.expr) -> None:
+    """Calls whose PyTorch meaning is not the IR op of that name: max/min over a dim return values
+    and indices, and softmax without a dim picks one by the input's rank."""
+    for n in ast.walk(ret):
+        if not isinstance(n, ast.Call):
+            continue
+        name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+        method = isinstance(n.func, ast.Attribute) and not (isinstance(n.func.value, ast.Name)
+                                                             and n.func.value.id in _MODULES)
+        args = len(n.args) + method
+        given_dim = any(k.arg == "dim" for k in n.keywords) or (args == 2 and ir.is_int_literal(n.args[-1]))
+        if name in ("max", "min") and given_dim:
+            raise GenerationError(f"{fname} returns {ast.unparse(n)!r}: {name} over a dim returns (values, indices) "
+                                  f"in PyTorch; write torch.a{name}(..., dim=...) for the values alone")
+        if name in ("softmax", "log_softmax") and args == 1 and not any(k.arg == "dim" for k in n.keywords):
+            raise GenerationError(f"{fname} returns {ast.unparse(n)!r}: {name} without a dim picks one by the "
+                                  f"input's rank in PyTorch; give it one, e.g. dim=-1")
 
 
 def _returned(fn: ast.FunctionDef, inline: _Inline) -> ast.expr:
@@ -762,16 +874,23 @@ def _apply_shapes(st: _State, rd: _Reading, names: list[str], append: bool, feed
     st.input_shapes.update(named_new)
 
 
-def _said_vector(n: str, text: str) -> bool:
+def _vector_phrase(n: str) -> str:
     """'b is a vector', 'bias vector', 'b is 1-d', 'b 是向量'."""
-    return bool(re.search(rf"\b{n}\b(?:\s+is)?(?:\s+an?)?\s+(?:1-?d\s+|row\s+)?vector\b|\bvector\s+{n}\b|"
-                          rf"\b{n}\s+is\s+1-?d\b|\b{n}\s*(?:是)?(?:一个)?向量", text, re.I))
+    return (rf"\b{n}\b(?:\s+is)?(?:\s+an?)?\s+(?:1-?d\s+|row\s+)?vector\b|\bvector\s+{n}\b|"
+            rf"\b{n}\s+is\s+1-?d\b|\b{n}\s*(?:是)?(?:一个)?向量")
+
+
+def _said_vector(n: str, text: str) -> bool:
+    return bool(re.search(_vector_phrase(n), text, re.I))
+
+
+def _bare_shape_phrase(n: str) -> str:
+    """'b 4096', 'bias is 4096', 'b of size 4096': a 1-D shape for a named input."""
+    return rf"\b{n}\b(?:\s*(?:[:=]|\b(?:is|of|with|has|shape|size|length)\b))*\s*({_DIM})(?![\w.])"
 
 
 def _bare_shape(n: str, text: str) -> list[int] | None:
-    """'b 4096', 'bias is 4096', 'b of size 4096': a 1-D shape for a named input."""
-    m = re.search(rf"\b{n}\b(?:\s*(?:[:=]|\b(?:is|of|with|has|shape|size|length)\b))*\s*({_DIM})(?![\w.])",
-                  text, re.I)
+    m = re.search(_bare_shape_phrase(n), text, re.I)
     return [_dim(m.group(1))] if m else None
 
 
@@ -817,10 +936,7 @@ def parse_request(text: str, feedback: Sequence[str] = (), backend: str | None =
     for fb in feedback:
         rd = _read(fb, feedback=True, context=st)
         if not _says_something(st, rd):
-            raise GenerationError(
-                f"I could not apply the correction {fb.strip()[:80]!r}. Name dtypes ('bf16 only'), shapes "
-                "('shape 2048x2048', 'also 1x32'), eps ('eps 1e-5'), a dim ('over dim 0') or an operation "
-                "('make it gelu(x + y)').")
+            raise GenerationError(f"I could not apply the correction {fb.strip()[:80]!r}. {CORRECTION_HELP}")
         _apply(st, rd, feedback=True)
     return _build(st, text, backend)
 
@@ -848,8 +964,7 @@ def _build(st: _State, request: str, backend: str | None) -> tuple[dict, list[st
         notes.append(f"no dtype named: testing {listed}{more}")
     if st.matmul:
         node = ops.with_tf32(node, bool(st.tf32) and "float32" in dtypes)
-    else:
-        node = _with_dim(st, node, shapes[_main_input(st, names)])
+    node = _with_dim(st, node, shapes[_main_input(st, names)])
     domains, index = ir.domains(node), ir.index_inputs(node)
     spec = {
         "name": st.name or _default_name(node, shapes),
@@ -872,6 +987,9 @@ def _build(st: _State, request: str, backend: str | None) -> tuple[dict, list[st
 
 def _with_eps(st: _State, node: ir.Node, notes: list[str]) -> ir.Node:
     if node.op not in ir.NORMS:
+        if st.eps is not None:
+            raise GenerationError(f"you gave eps {st.eps!r}, but {_text(node)!r} has no eps: only layernorm and "
+                                  "rmsnorm take one")
         return node
     eps = st.eps if st.eps is not None else ir.DEFAULT_EPS[node.op]
     if st.eps is None:
@@ -906,6 +1024,8 @@ def _input_shapes(st: _State, node: ir.Node, names: list[str], notes: list[str])
         shapes[n] = [g or (c[:-1] if n in index else [c[-1]] if vector else list(c)) for g, c in zip(given, cases)]
         if vector and None in given and node.op not in ir.NORMS:
             notes.append(f"no shape named for {n}: using [N], the last dim of {main}, broadcast over the rows")
+        elif st.inputs and not vector and n not in index and None in given:     # a pasted function's parameter
+            notes.append(f"no shape named for {n}: using {main}'s shape")
     return shapes
 
 
@@ -942,18 +1062,26 @@ def _with_dim(st: _State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
     """The dim named in words: any one for a reduction (written -1 when it is the last dim of
     every case), the last one only for softmax, norms and cross entropy."""
     k = ir.kind(node)
-    if k == "pointwise":
+    if k in ("pointwise", "matmul"):
+        if st.dims:
+            raise GenerationError(f"you named a dim ({', '.join(map(str, st.dims))}), but {_text(node)!r} is "
+                                  "elementwise and runs over no dim. Which reduction or row operation over it did "
+                                  f"you mean? {SUPPORTED}")
         return node
     reduces = k in ("reduce", "argreduce")
     if st.whole:
         raise GenerationError(f"{node.op} over {st.whole!r} is not supported: {node.op} runs over one dim"
                               f"{' at a time, e.g. dim 0 or the last dim' if reduces else ', the last'}. {SUPPORTED}")
-    dims = list(dict.fromkeys(st.dims)) or [node.attr("dim", -1)]
+    written = node.attr("dim", -1)
+    dims = list(dict.fromkeys(st.dims)) or ([] if written is None else [written])
+    if not dims:
+        raise GenerationError(f"{node.op} over which dim? Say e.g. '{node.op} over the last dim' or 'over dim 0'. "
+                              f"A {node.op} over all elements (one value) is not supported by the offline generator.")
     if len(dims) > 1:
         raise GenerationError(f"I found dims {', '.join(map(str, dims))}: {node.op} runs over one dim; which one?")
     last = all(dims[0] in (-1, len(c) - 1) for c in cases)
     if reduces:
-        return ir.call(node.op, *node.args, **{**dict(node.attrs), "dim": -1 if last else dims[0]})
+        return ir.with_dim(node, -1 if last else dims[0])
     if not last:
         raise GenerationError(f"{node.op} over dim {dims[0]} is not supported: {node.op} runs over the last dim "
                               f"(dim=-1) only. {SUPPORTED}")

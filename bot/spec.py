@@ -216,11 +216,14 @@ def summary(spec: dict) -> dict[str, str]:
     """Key fields for the spec card."""
     cases = protocol.cases(spec)
     variants = protocol.dtype_variants(spec)
+    out = spec["outputs"][0]
     fields = {
         "operator": spec["name"],
-        "expression": spec.get("expression") or spec.get("description", ""),
+        "computes": spec.get("description") or spec.get("formula", ""),
+        "expression": spec.get("expression") or spec.get("formula", ""),
         "inputs": ", ".join(f"{i['name']} ({i['domain']})" for i in spec["inputs"]),
         "cases": ", ".join(c.label for c in cases),
+        "output": ", ".join(f"{c.label} -> {'x'.join(map(str, s)) or 'one value'}" for c, s in zip(cases, out["shapes"])),
         "dtypes": ", ".join(protocol.variant_label(v) for v in variants),
         "backend": spec.get("backend") or "default",
     }

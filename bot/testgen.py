@@ -17,6 +17,8 @@ and allow it on top; expressions with a single step get the plain tolerance.
 """
 from __future__ import annotations
 
+import inspect
+
 from bot import ir
 from bot.lower_torch import doc_text, fold_constants, local_names, plain_text, torch_expression, torch_lines
 from bot.spec import parse_expression
@@ -130,17 +132,22 @@ RTOL = {protocol.RTOL!r}
 ATOL = {protocol.ATOL!r}
 # (rtol, atol) instead for float32 when the matmul may use TF32 (spec "tf32").
 TF32_TOL = {protocol.TF32_TOL!r}
-'''
+ERF_ULPS = {protocol.ERF_ULPS!r}
+# On the CPU every case shrinks to at most this many elements a tensor, as the runner's harness does.
+CPU_MAX_ELEMENTS = {protocol.CPU_MAX_ELEMENTS!r}
+
+
+''' + inspect.getsource(protocol.shrunk_sizes)
 
     def helpers(self) -> str:
-        return _COMMON + self._rounding_error() + self._body_function()
+        return _COMMON + self._rounding_error() + self._erf_error() + self._body_function()
 
     def shape_and_dtype_checks(self, who: str) -> list[str]:
         return [
             '    out = SPEC["outputs"][0]',
             '    dtype = out["dtypes"][variant]',
-            '    assert list(got.shape) == out["shapes"][case], \\',
-            f'        f"{who} output shape {{list(got.shape)}}, spec says {{out[\'shapes\'][case]}}"',
+            '    assert list(got.shape) == case_shapes(case)[1], \\',
+            f'        f"{who} output shape {{list(got.shape)}}, spec says {{case_shapes(case)[1]}}"',
             f'    assert got.dtype == getattr(torch, dtype), f"{who} output dtype {{got.dtype}}, spec says {{dtype}}"',
         ]
 
@@ -154,7 +161,43 @@ TF32_TOL = {protocol.TF32_TOL!r}
         return len(rounding) >= (1 if self.node.op in ir.ROOT_OPS else 2)
 
     def allowance(self, dtype: str) -> str:
-        return f"rounding_error(inputs64, want, {dtype})" if self.has_steps() else "0.0"
+        terms = [f"rounding_error(inputs64, want, {dtype})"] * self.has_steps() + ["erf_error(inputs64)"] * bool(self._erfs())
+        return " + ".join(terms) or "0.0"
+
+    # ------------------------------------------------------------ erf's own error (GELU)
+
+    def _erfs(self) -> list[ir.Node]:
+        """The exact GELUs whose error reaches the output unscaled (through +, - and neg): their
+        0.5 * x * (1 + erf(x / sqrt 2)) cancels for x << 0, where an erf correct to a few units in
+        the last place of 1 leaves an absolute error of that many units times |x| / 2."""
+        found, todo = [], [self.body]
+        while todo:
+            n = todo.pop()
+            if n.op == "gelu" and n.attr("approximate", "none") == "none":
+                found.append(n.args[0])
+            elif n.op in ("add", "sub", "neg"):
+                todo += n.args
+        return found
+
+    def _erf_error(self) -> str:
+        args = self._erfs()
+        if not args:
+            return ""
+        lines, terms = [], []
+        for arg in args:
+            arg_lines, text = torch_expression(arg, self.names, self.names[self.order[0]], _RESERVED)
+            lines += arg_lines
+            terms.append(f"({text}).abs()")
+        body = "".join(f"    {line}\n" for line in lines)
+        unpack = f"    {', '.join(self.names[n] for n in self.order)}{',' * (len(self.order) == 1)} = inputs\n"
+        return f'''
+
+def erf_error(inputs):
+    """GELU's erf, computed in float32 (for float16 and bfloat16 too) as torch and the kernel both
+    do, is off by up to ERF_ULPS units in the last place of 1: after 1 + erf cancels, that error
+    times |x| / 2 is all that is left of it. torch's own float32 GELU is that far off."""
+{unpack}{body}    return ERF_ULPS * 2.0 ** -23 * 0.5 * ({" + ".join(terms)})
+'''
 
     def _rounding_error(self) -> str:
         if not self.has_steps():
@@ -260,12 +303,29 @@ def body({", ".join(self.names[n] for n in self.order)}):
 
 _COMMON = '''
 
-def case_label(case):
-    # As runner.protocol.Case.label: the first input's shape, other inputs' where they differ.
+def case_shapes(case):
+    """Each input's shape and the output's in this case; on the CPU (Triton's interpreter) shrunk
+    exactly as the runner's harness shrinks them, so a 8192x8192 case fits in memory there."""
     shapes = {i["name"]: i["shapes"][case] for i in SPEC["inputs"]}
+    out = SPEC["outputs"][0]["shapes"][case]
+    if DEVICE != "cpu":
+        return shapes, out
+    sizes = shrunk_sizes(list(shapes.values()), CPU_MAX_ELEMENTS)
+    return {n: [sizes[d] for d in s] for n, s in shapes.items()}, [sizes.get(d, d) for d in out]
+
+
+def shapes_label(shapes):
+    # As runner.protocol.Case.label: the first input's shape, other inputs' where they differ.
     first = next(iter(shapes.values()))
     others = [f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items() if s != first]
     return ("x".join(map(str, first)) or "scalar") + (f" ({', '.join(others)})" if others else "")
+
+
+def case_label(case):
+    """The spec's case, and what it shrank to on the CPU: '8192x8192 (cpu: 256x256)'."""
+    spec = shapes_label({i["name"]: i["shapes"][case] for i in SPEC["inputs"]})
+    run = shapes_label(case_shapes(case)[0])
+    return spec if run == spec else f"{spec} (cpu: {run})"
 
 
 def variant_label(variant):
@@ -294,10 +354,10 @@ def make_inputs(case, variant):
     index (class indices into the last dim of the input named by index_of; about one in eight is
     -100, torch's default ignore_index, as padding is in a language model's batch)."""
     gen = torch.Generator(device=DEVICE).manual_seed(SEED)
-    shapes = {i["name"]: i["shapes"][case] for i in SPEC["inputs"]}
+    shapes = case_shapes(case)[0]
     inputs = []
     for spec_input in SPEC["inputs"]:
-        shape, domain = spec_input["shapes"][case], spec_input.get("domain", "normal")
+        shape, domain = shapes[spec_input["name"]], spec_input.get("domain", "normal")
         if domain == "index":
             values = torch.randint(0, shapes[spec_input["index_of"]][-1], shape, generator=gen, device=DEVICE)
             padding = torch.rand(shape, generator=gen, device=DEVICE) < 0.125

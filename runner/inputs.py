@@ -6,7 +6,6 @@ inputs survives: broadcasting (x [M, N] with b [N]), matmul's shared K, and 1s s
 """
 from __future__ import annotations
 
-import math
 import zlib
 
 import torch
@@ -19,7 +18,7 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
 }
 # Odd, non-power-of-two sizes for the extra case, handed out from the largest spec size down.
 ODD_SIZES = (97, 37, 13, 11, 7, 5, 3)
-CPU_MAX_ELEMENTS = 65536
+CPU_MAX_ELEMENTS = protocol.CPU_MAX_ELEMENTS
 
 
 def dtype_name(dtype: torch.dtype) -> str | None:
@@ -68,10 +67,6 @@ def _remap(case: Case, sizes: dict[int, int], index: int) -> Case:
     return Case(index, {n: [sizes.get(d, d) for d in s] for n, s in case.shapes.items()})
 
 
-def _numel(case: Case) -> int:
-    return max(math.prod(s) for s in case.shapes.values())
-
-
 def odd_case(first: Case, index: int) -> Case:
     """The first case with every size other than 1 replaced by an odd one: the largest size
     becomes 97, the next 37, and so on (x [M, N], b [N] -> x [37, 97], b [97])."""
@@ -80,12 +75,8 @@ def odd_case(first: Case, index: int) -> Case:
 
 
 def shrink(case: Case, max_elements: int) -> Case:
-    """Halve the largest size (all dims of that size together) until every tensor fits."""
-    sizes = {d: d for s in case.shapes.values() for d in s}
-    while _numel(_remap(case, sizes, case.index)) > max_elements:
-        largest = max(sizes, key=sizes.get)
-        sizes[largest] = math.ceil(sizes[largest] / 2)
-    return _remap(case, sizes, case.index)
+    """The case with its sizes shrunk by protocol.shrunk_sizes until every tensor fits."""
+    return _remap(case, protocol.shrunk_sizes(list(case.shapes.values()), max_elements), case.index)
 
 
 def correctness_cases(spec: dict, backend: str, max_elements: int = CPU_MAX_ELEMENTS) -> tuple[list[Case], list[str]]:

@@ -6,6 +6,7 @@ an optional PNG. Both sides import this module; nothing here runs generated code
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -49,6 +50,21 @@ class Case:
         first = "x".join(map(str, self.shapes[names[0]])) or "scalar"
         others = [f"{n}:{'x'.join(map(str, s))}" for n, s in self.shapes.items() if s != self.shapes[names[0]]]
         return first + (f" ({', '.join(others)})" if others else "")
+
+
+# Triton's interpreter runs every program in Python: on the cpu backend cases shrink to this many
+# elements per tensor, the harness's and the generated tests' alike (shrunk_sizes, copied verbatim).
+CPU_MAX_ELEMENTS = 65536
+
+
+def shrunk_sizes(shapes, max_elements):
+    # Halve the largest size (every dim of that size together, so equal sizes stay equal and
+    # broadcasting and a matmul's K survive) until no tensor has more than max_elements: old -> new.
+    sizes = {d: d for s in shapes for d in s}
+    while max(math.prod(sizes[d] for d in s) for s in shapes) > max_elements:
+        largest = max(sizes, key=sizes.get)
+        sizes[largest] = math.ceil(sizes[largest] / 2)
+    return sizes
 
 
 def cases(spec: dict) -> list[Case]:
@@ -98,6 +114,10 @@ ATOL: dict[str, float] = {"float16": 1e-4, "bfloat16": 1e-3, "float32": 1e-6}
 # A float32 matmul that allows TF32 rounds its inputs to 10 mantissa bits: per product an error
 # of ~2**-11, which a K-long sum of unit-variance products turns into ~sqrt(K) * 2**-11 * 0.6.
 TF32_TOL: tuple[float, float] = (1e-3, 2e-3)
+# An erf in float32 (torch's on CPU and GPU, libdevice's, the kernels' own) is within a few units in
+# the last place of 1: GELU's 0.5 * x * (1 + erf(x / sqrt 2)) keeps that error, times |x| / 2, once
+# 1 + erf cancels for x << 0 (torch's float32 gelu on 4096x4096 was 2.7 units off there).
+ERF_ULPS = 4.0
 
 
 def tolerance(dtype: str, reduce_len: int = 1, tf32: bool = False, matmul: bool = False) -> tuple[float, float]:

@@ -46,7 +46,7 @@ def rules(source: str, name: str = "f") -> list[str]:
     "rmsnorm with weight, eps 1e-6 for fp32 32x64",
     "layernorm with weight and bias for fp32 32x64",
     "sum over the last dim for fp32 32x64",
-    "where(x > 0, x, 0.01 * x) for fp32 1024",
+    "where(x > 0, x, 0.01 * x) for fp32 shape 1024",
 ])
 def test_offline_kernels_pass(request_text):
     gen = OfflineGenerator()

@@ -253,6 +253,20 @@ def test_hybrid_sends_an_operator_outside_the_catalog_to_the_llm_for_the_whole_s
     assert ref.generator == "llm" and len(fake_openai.requests) == 2
 
 
+@pytest.mark.parametrize("request_text, words", [
+    ("cumulative sum over the last dim of 64x1024", ["'cumulative'"]),
+    ("sum of squares over the last dim of 64x512", ["'squares'"]),
+    ("relu with a 3x3 kernel on 64x64", ["'3x3'"]),
+])
+def test_hybrid_calls_out_to_the_llm_the_words_the_offline_generator_could_not_place(fake_openai, request_text,
+                                                                                     words):
+    fake_openai.script(code("json", text("spec.json")))
+    spec = hybrid(fake_openai).generate(GenRequest("spec", request_text))
+    prompt = fake_openai.user_text(0)
+    assert spec.generator == "llm" and "could not place these words of the request" in prompt
+    assert all(w in prompt.split("could not place these words")[1][:200] for w in words), prompt[:600]
+
+
 def test_a_session_can_force_either_generator(fake_openai):
     fake_openai.script(code("json", text("spec.json")))
     gen = hybrid(fake_openai)

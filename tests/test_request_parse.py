@@ -221,7 +221,7 @@ def test_pointwise_phrasings(text, expected):
     ("log softmax", "log_softmax(x)"),
     ("log-softmax row-wise", "log_softmax(x)"),
     ("softmax of x * 0.5", "softmax(x * 0.5)"),
-    ("sum(exp(x)) over 8192x1024", "sum(exp(x))"),
+    ("sum(exp(x)) over the last dim of 8192x1024", "sum(exp(x))"),
     ("layer norm", "layernorm(x, weight, bias, eps=1e-5)"),
     ("layernorm with weight and bias, eps 1e-6", "layernorm(x, weight, bias, eps=1e-6)"),
     ("layernorm without bias", "layernorm(x, weight, eps=1e-5)"),
@@ -247,8 +247,8 @@ def test_norm_weight_and_bias_match_the_last_dim_in_every_case():
 @pytest.mark.parametrize("text, expected", [
     ("相加", "x + y"), ("减法", "x - y"), ("相减", "x - y"), ("乘法", "x * y"), ("相乘", "x * y"),
     ("除法", "x / y"), ("指数", "exp(x)"), ("对数", "log(x)"), ("平方根", "sqrt(x)"), ("绝对值", "abs(x)"),
-    ("激活 ReLU", "relu(x)"), ("relu激活", "relu(x)"), ("求和", "sum(x)"), ("平均", "mean(x)"),
-    ("均值", "mean(x)"), ("最大值", "max(x)"), ("最小值", "min(x)"), ("softmax", "softmax(x)"),
+    ("激活 ReLU", "relu(x)"), ("relu激活", "relu(x)"), ("按行求和", "sum(x)"), ("沿最后一维平均", "mean(x)"),
+    ("按行均值", "mean(x)"), ("按行最大值", "max(x)"), ("沿第0维最小值", "min(x, dim=0)"), ("softmax", "softmax(x)"),
     ("归一化指数", "softmax(x)"), ("层归一化", "layernorm(x, weight, bias, eps=1e-5)"),
     ("RMS归一化", "rmsnorm(x, weight, eps=1e-6)"), ("均方根归一化", "rmsnorm(x, weight, eps=1e-6)"),
     ("加法 + ReLU", "relu(x + y)"),
@@ -468,9 +468,9 @@ def test_bad_backend_is_refused():
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("relu row-wise for input/output in fp16", "relu(x)"),
+    ("relu for input/output in fp16", "relu(x)"),
     ("log-softmax of the logits", "log_softmax(x)"),
-    ("add two tensors, eps=1e-6 does not matter", "x + y"),
+    ("add two tensors, (fp16) please", "x + y"),
 ])
 def test_prose_is_not_read_as_an_expression(text, expected):
     assert expr(parse_request(text)[0]) == canon(expected)

@@ -247,12 +247,12 @@ def test_reduction_dims_that_cannot_be_used(text, words):
 
 @pytest.mark.parametrize("text, expected", [
     ("argmax over the last dim of 4096x4096 fp16", "argmax(x, dim=-1)"),
-    ("argmax", "argmax(x, dim=-1)"),
+    ("argmax of each row", "argmax(x, dim=-1)"),
     ("arg max row-wise", "argmax(x, dim=-1)"),
     ("index of the maximum over dim 0", "argmax(x, dim=0)"),
     ("argmin over dim 0", "argmin(x, dim=0)"),
     ("torch.argmax(x, dim=0)", "argmax(x, dim=0)"),
-    ("最大值索引", "argmax(x, dim=-1)"),
+    ("按行最大值索引", "argmax(x, dim=-1)"),
     ("沿第0维求最小值索引", "argmin(x, dim=0)"),
     ("最大值的下标 按行", "argmax(x, dim=-1)"),
 ])

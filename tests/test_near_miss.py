@@ -1,0 +1,152 @@
+"""Near-miss requests: everyday words just beside what the offline generator knows. Each is either
+refused, naming the words it could not place (or the family they belong to), or read exactly as
+meant: the expression and every case's output shape. Nothing is quietly turned into a nearby
+operator. Grow this list with every family that lands.
+"""
+from __future__ import annotations
+
+import pytest
+
+from bot.generator import GenerationError
+from bot.request_parse import parse_request
+from tests.generated import canon, expr
+
+# (request, a word the refusal must name)
+REFUSED = [
+    # scans
+    ("cumulative sum over the last dim of a 64x1024 fp32 tensor", "scan"),
+    ("running total along dim 1 of 8x256", "scan"),
+    ("exclusive prefix sum of x", "scan"),
+    ("reverse cumsum over the last dim", "scan"),
+    ("沿最后一维累加 64x1024", "scan"),
+    # reductions the catalog does not have
+    ("sum of squares over the last dim of a 64x512 fp32 tensor", "squares"),
+    ("product over the last dim of a 32x16 fp32 tensor", "elementwise"),
+    ("variance over dim 1 of 16x128", "variance"),
+    ("std of each row", "std"),
+    ("logsumexp over the last dim", "logsumexp"),
+    ("L2 norm of each row of a 64x128 tensor", "l2"),
+    ("normalize x by its L2 norm", "normalize"),
+    ("sum over all elements of a 64x64 tensor", "all elements"),
+    ("mean of a 4096x4096 tensor", "which dim"),
+    ("argmax of x", "which dim"),
+    ("求和 4096x4096", "which dim"),
+    ("max values and indices over the last dim", "indices"),
+    ("any over the last dim of a bool tensor", "any"),
+    ("count nonzero elements per row", "count"),
+    # pooling and windows: the numbers are not shapes
+    ("2x2 max pooling of a 1x8x32x32 fp32 tensor", "pooling"),
+    ("average pool with a 3x3 window, stride 2", "pool"),
+    ("max over a 2x2 window of a 16x16 tensor", "window"),
+    ("最大池化 2x2", "pooling"),
+    # convolution and attention
+    ("conv2d 3x3 of 1x64x56x56", "convolution"),
+    ("depthwise convolution", "convolution"),
+    ("flash attention for 8x1024x64", "attention"),
+    ("fused rotary embedding", "rotary"),
+    # losses
+    ("mean absolute error between two 64x256 fp32 tensors", "error"),
+    ("mse loss of 64x256", "loss other than cross entropy"),
+    ("huber loss", "loss other than cross entropy"),
+    ("hinge loss over the last dim of 64x256", "hinge"),
+    ("kl divergence between p and q", "loss other than cross entropy"),
+    ("max of x and y over the last dim", "elementwise"),
+    ("cosine similarity between x and y over the last dim", "cosine"),
+    # matmul variants
+    ("swiglu: silu(x @ w1) * (x @ w2)", "one matmul per kernel"),
+    ("matrix-vector product of 4096x4096 and 4096", "product"),
+    ("a.T @ b for 1024x1024", "T"),
+    ("tril of a @ b", "tril"),
+    # activations not in the catalog
+    ("leaky relu with slope 0.2 of a 128x128 tensor", "leaky relu"),
+    ("hardswish of x", "hard"),
+    ("softplus with beta 2", "softplus"),
+    ("mish activation", "mish"),
+    ("sin of x", "sin"),
+    # training
+    ("layernorm backward", "backward"),
+    ("rmsnorm forward and backward for training", "backward"),
+    ("gradient of softmax", "backward"),
+    ("层归一化反向", "backward"),
+    # layout
+    ("transpose a 64x64 tensor", "layout"),
+    ("concat x and y along dim 0", "layout"),
+    ("reverse the rows of x", "operation"),
+    # qualifiers that would change the op if dropped
+    ("softmax with temperature 2 over the last dim", "temperature"),
+    ("relu of x only where mask is set", "condition"),
+    ("mean of x, keepdim, over the last dim", "keepdim"),
+    ("softmax over the last dim with eps 1e-5", "eps"),
+    ("add two tensors and round the result", "round"),
+    ("relu but negative slope 0.01", "negative slope"),
+    ("带温度的softmax", "温度"),
+    ("对每行求方差", "方差"),
+    ("两个张量的平均绝对误差", "误差"),
+    ("def f(p, t):\n    return torch.mean((p - t) ** 2)", "all elements"),
+    ("def f(x):\n    return x.sum()", "all elements"),
+    ("def f(x):\n    return torch.sum(x, dim=-1, keepdim=True)", "keepdim"),
+    ("def f(x):\n    return torch.max(x, dim=1)", "values, indices"),
+    ("def f(x):\n    return F.softmax(x)", "dim"),
+    ("def f(x):\n    return x.argmax()", "all elements"),
+    ("relu with a 3x3 kernel on 64x64", "3x3"),
+    ("softmax over the last dim of 64x64, block size 2048", "block"),
+]
+
+# (request, expression, output shape of each case)
+SOLVED = [
+    ("sum over the last dim of a 64x1024 fp32 tensor", "sum(x, dim=-1)", [[64]]),
+    ("mean over dim 0 of 8x16x32", "mean(x, dim=0)", [[16, 32]]),
+    ("max of each row of 37x97", "max(x, dim=-1)", [[37]]),
+    ("沿第0维求和 8x16", "sum(x, dim=0)", [[16]]),
+    ("按行求最大值 4x5", "max(x, dim=-1)", [[4]]),
+    ("argmin over dim 1 of a 4x5x6 tensor", "argmin(x, dim=1)", [[4, 6]]),
+    ("sum(x ** 2) over the last dim of 8x16", "sum(x ** 2, dim=-1)", [[8]]),
+    ("mean(abs(x - y), dim=-1) for 64x256", "mean(abs(x - y), dim=-1)", [[64]]),
+    ("softmax over the last dim of 16x1000", "softmax(x)", [[16, 1000]]),
+    ("log softmax of 8x32000", "log_softmax(x)", [[8, 32000]]),
+    ("layernorm with weight and bias, eps 1e-6, 4x1024", "layernorm(x, weight, bias, eps=1e-6)", [[4, 1024]]),
+    ("rmsnorm without weight 8x4096", "rmsnorm(x, eps=1e-6)", [[8, 4096]]),
+    ("cross entropy per row of logits 16x1000", "cross_entropy(logits, target, reduction='none')", [[16]]),
+    ("add two fp16 matrices of shape 4096x4096", "x + y", [[4096, 4096]]),
+    ("relu(x + y) for bf16 8192x8192", "relu(x + y)", [[8192, 8192]]),
+    ("gelu with tanh approximation of 128x128", "gelu(x, approximate='tanh')", [[128, 128]]),
+    ("clamp x to [-1, 1] on 64x64", "clamp(x, -1.0, 1.0)", [[64, 64]]),
+    ("帮我生成一个加法算子 64x64", "x + y", [[64, 64]]),
+    ("矩阵乘法 64x32 乘 32x16", "a @ b", [[64, 16]]),
+    ("matmul with bias and relu, 64x32 by 32x16", "relu(a @ b + bias)", [[64, 16]]),
+    ("def f(x):\n    return torch.sum(x, dim=1)\nfor 8x16", "sum(x, dim=-1)", [[8]]),
+    ("def f(x):\n    return x.amax(dim=0)\nfor 8x16", "max(x, dim=0)", [[16]]),
+    ("def f(x):\n    return torch.max(x, dim=0)[0]\nfor 8x16", "max(x, dim=0)", [[16]]),
+    ("def f(x):\n    return torch.min(x, 1).indices\nfor 8x16", "argmin(x, dim=-1)", [[8]]),
+    ("def f(p, t):\n    return torch.mean((p - t) ** 2, dim=-1)\nfor 8x16", "mean((p - t) ** 2, dim=-1)", [[8]]),
+]
+
+
+def test_the_list_covers_at_least_fifty_requests_in_english_and_chinese():
+    requests = [r for r, _ in REFUSED] + [r for r, _, _ in SOLVED]
+    assert len(requests) >= 50
+    assert sum(any("\u4e00" <= ch <= "\u9fff" for ch in r) for r in requests) >= 8
+
+
+@pytest.mark.parametrize("request_text, word", REFUSED)
+def test_refused_naming_what_it_could_not_place(request_text, word):
+    with pytest.raises(GenerationError) as e:
+        spec, _ = parse_request(request_text)
+        pytest.fail(f"read as {spec['expression']!r} with outputs {spec['outputs'][0]['shapes']}")
+    assert word.lower() in str(e.value).lower(), str(e.value)[:300]
+
+
+@pytest.mark.parametrize("request_text, expression, outputs", SOLVED)
+def test_solved_exactly_as_asked(request_text, expression, outputs):
+    spec, _ = parse_request(request_text)
+    assert expr(spec) == canon(expression)
+    assert spec["outputs"][0]["shapes"][:len(outputs)] == outputs
+
+
+def test_the_spec_card_says_what_is_computed_and_every_output_shape():
+    from bot import spec as specmod
+    spec, notes = parse_request("mean over dim 0 of 8x16x32 and 4x5x6")
+    card = specmod.summary(spec)
+    assert card["computes"] == "mean of x over dim 0"
+    assert card["output"] == "8x16x32 -> 16x32, 4x5x6 -> 5x6"
+    assert any("dtype" in n for n in notes)
