@@ -35,7 +35,7 @@ SUPPORTED = (f"The offline generator supports {ir.SUPPORTED_TEXT}. In words: mat
 
 # ---------------------------------------------------------------- vocabulary
 
-_DTYPE = re.compile(r"\b(?:torch\.)?(float16|fp16|f16|half|bfloat16|bf16|float32|fp32|f32|float|single)\b"
+_DTYPE = re.compile(r"\b(?:torch\.)?(float16|fp16|f16|half(?!\s+of\b)|bfloat16|bf16|float32|fp32|f32|float|single)\b"
                     r"(?:\s+precision)?|半精度|单精度", _F)
 _CN_DTYPE = {"半精度": "float16", "单精度": "float32"}
 _ALL_DTYPES = re.compile(r"\b(?:all|each|every|any)\s+(?:of\s+the\s+)?(?:three\s+|3\s+|supported\s+)?"
@@ -139,7 +139,7 @@ _OPS: list[tuple[re.Pattern, str, str]] = [(re.compile(p, _F), kind, op) for p, 
     (r"\bcubed?\b|立方", "step", "cube"),
     (_CLAMP_WORD.pattern, "step", "clamp"),
     (r"\bbias[\s_-]?add\b|\badd(?:s|ed|ing|ition)?\b|\bplus\b|加法|相加", "binary", "add"),
-    (r"\bsub(?:tract\w*)?\b|\bdifference\b|\bminus\b|减法|相减", "binary", "sub"),
+    (r"\bsub(?:tract\w*)?\b|\bdifference\b|\bminus\b|减法|相减|(?:的|之)差(?!异)", "binary", "sub"),
     (r"\bmul(?:tiply|tiplied|tiplication)?\b|\bproduct\b|\btimes\b|乘法|相乘", "binary", "mul"),
     (r"\bdiv(?:ide[ds]?|ision)?\b|\bquotient\b|除法|相除", "binary", "div"),
     (r"\bmax(?:imum)?\b|\bamax\b|最大值?", "extreme", "max"),
@@ -153,6 +153,7 @@ _BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 # "max"/"sum" of two tensors is elementwise; of one tensor it is a reduction.
 _PAIRWISE = re.compile(r"\btwo\b|\b2\s+(?:tensors|matrices|inputs|arrays)\b|\bpair(?:s|wise)?\b|两个|"
                        r"element[\s_-]?wise|逐元素|\bbetween\b|\b[a-z]\w?\s+and\s+[a-z]\w?\b", _F)
+_THEN = re.compile(r"\bthen\b|\bfollowed\s+by\b|\bafter(?:wards|\s+that)?\b|\band\s+finally\b|然后|之?后|再", _F)
 _MATRIX = re.compile(r"\bmatri(?:x|ces)\b|矩阵", _F)
 
 _WEIGHT_WORD = re.compile(r"\bweights?\b|\bgamma\b|权重", _F)
@@ -193,7 +194,7 @@ class _Reading:
     batched: bool = False
     rest: str = ""                           # prose left over, for phrases about named inputs
     left: str = ""                           # prose no pass placed: must be filler (request_residue)
-    pairwise: bool = False                   # "two tensors", "between", "x and y": more than one input
+    pairwise: str | None = None              # "two tensors", "between", "x and y": more than one input
 
 
 def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
@@ -253,7 +254,7 @@ def _refuse_unplaced(rd: _Reading, names: list[str], text: str, feedback: bool) 
     if rd.pairwise and rd.node is not None and len(ir.input_names(rd.node)) < 2:
         raise GenerationError(f"you named two tensors, but I read {_text(rd.node)!r}, which has one input; "
                               f"write the operation as an expression of both, e.g. 'mean(abs(x - y), "
-                              f"dim=-1)'. {SUPPORTED}")
+                              f"dim=-1)'. {SUPPORTED}", unplaced=[rd.pairwise])
 
 
 def _take_dtypes(text: str, rd: _Reading) -> str:
@@ -456,9 +457,10 @@ def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
     if expr is None and ops.CROSS_ENTROPY.search(prose):
         return _cross_entropy_words(prose, rd)
     found, prose = _find_op_words(prose)
-    pair = bool(_PAIRWISE.search(prose))
+    said_pair = _PAIRWISE.search(prose)
+    pair = bool(said_pair)
     rd.left = _PAIRWISE.sub(_blank, prose)
-    rd.pairwise = pair
+    rd.pairwise = said_pair.group(0) if said_pair else None
     rows, binaries, steps, where = [], [], [], False
     for _, kind, op, value in found:
         if kind == "extreme":
@@ -491,6 +493,7 @@ def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
     else:
         if not (rows or binaries or steps or where):
             return None
+        _refuse_unclear_order(found, prose, pair)
         body = _base(prose, rows, binaries, where, rd)
         body = _apply_steps(body, steps, rd)
     if len(rows) > 1:
@@ -562,6 +565,28 @@ def _base(prose: str, rows: list[str], binaries: list[str], where: bool, rd: _Re
     if where and not rows:
         raise GenerationError("where needs a condition: which one? e.g. 'where(x > 0, x, y)'")
     return "x"
+
+
+def _refuse_unclear_order(found: list[tuple[int, str, str, float | None]], prose: str, pair: bool) -> None:
+    """Words compose as step(binary(x, y)) inside a row op: 'add x and y then relu', 'softmax of
+    x scaled by 0.5'. Refuse orders that say otherwise or may: a step named before the binary
+    ('x squared plus y' is x ** 2 + y) unless it is 'of the' binary ('relu of the sum of x and y'), or
+    anything after a row op and 'then' ('sum then sqrt')."""
+    kinds = [(pos, ("binary" if pair else "row") if kind in ("extreme", "sum") else kind, op)
+             for pos, kind, op, _ in found]
+    binary = next((pos for pos, kind, _ in kinds if kind == "binary"), None)
+    for pos, kind, op in kinds:
+        of_the = binary is not None and re.fullmatch(r"\W*\w*\W+of\s+the\s*", prose[pos:binary], re.I)
+        if kind == "step" and binary is not None and pos < binary and not of_the:
+            example = ("'x ** 2 + y' or '(x + y) ** 2'" if op in ("square", "cube", "pow", "scale", "divide")
+                       else f"'{op}(x) + y' or '{op}(x + y)'")
+            raise GenerationError(f"I found {op} before {next(o for p, k, o in kinds if p == binary)}: does {op} apply "
+                                  f"to one operand or to the result? Write it as an expression, e.g. {example}.")
+    rows = [pos for pos, kind, _ in kinds if kind == "row"]
+    for pos, kind, op in kinds:
+        if rows and kind != "row" and pos > rows[0] and _THEN.search(prose, rows[0], pos):
+            raise GenerationError(f"{op} after the reduction or row operation is not supported: it must be the outermost "
+                                  "operation, over a pointwise body, e.g. 'sum(exp(x)) over the last dim'.")
 
 
 def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: _Reading) -> str:
@@ -1066,7 +1091,7 @@ def _with_dim(st: _State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
         if st.dims:
             raise GenerationError(f"you named a dim ({', '.join(map(str, st.dims))}), but {_text(node)!r} is "
                                   "elementwise and runs over no dim. Which reduction or row operation over it did "
-                                  f"you mean? {SUPPORTED}")
+                                  f"you mean? {SUPPORTED}", unplaced=[f"over dim {d}" for d in st.dims])
         return node
     reduces = k in ("reduce", "argreduce")
     if st.whole:

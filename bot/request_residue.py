@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 
 # Words that say nothing about what is computed. Negations, comparisons and quantities
-# ("not", "without", "only if", "every other", "half") are deliberately absent.
+# ("not", "without", "only if", "every other", "half") are deliberately absent, and so is
+# "precision": "high precision" names no dtype the parser read.
 FILLER_WORDS = frozenset("""
 a an the of for on in to with and or as at by from into onto that this these those it its is are be
 being been was were has have having i me my we us our you your he she they them their please pls
@@ -28,16 +29,18 @@ triton gpu gpus cuda nvidia h100 h200 op ops operator operators operation operat
 functions routine layer
 tensor tensors matrix matrices array arrays input inputs output outputs value values data result
 results element elements entries shape shapes shaped size sizes sized dtype dtypes type types
-precision precisions case cases variant variants both each every together given same
+case cases variant variants both each every together given same
 logits scores activations features hidden states tokens batch
 broadcast broadcasts broadcasting broadcasted over along across per
 hey hi thanks thank ok okay now only allow allowed allowing natural else otherwise
 instead rather change set switch try let lets going go
+accumulate accumulates accumulated accumulating accumulation accumulator vectorized vectorised coalesced
+tuned autotuned autotune autotuning tune tuning benchmark benchmarked benchmarking
 """.split())
 
 # Chinese filler, longest first so "帮我生成" goes before "生成".
 FILLER_CJK = tuple(sorted("""
-帮我 帮忙 激活 沿 按 求 取 允许 残差 权重 偏置 请你 请 给我 我要 我想 我需要 需要 想要 生成 写一个 写 实现 做一个 做 计算 进行 一下 一个 个 的 了 吧 呢 啊
+帮我 帮忙 然后 之后 后 再 激活 沿 按 求 取 允许 残差 权重 偏置 请你 请 给我 我要 我想 我需要 需要 想要 生成 写一个 写 实现 做一个 做 计算 进行 一下 一个 个 的 了 吧 呢 啊
 算子 内核 核函数 函数 操作 运算 张量 矩阵 数组 输入 输出 数据 结果 元素 形状 大小 尺寸 类型 精度 数据类型
 和 与 及 以及 并 在 上 中 对 用 使用 为 是 把 将 其 每个 所有 融合 快速 高效 优化 一些 基于 针对 支持
 """.split(), key=len, reverse=True))
