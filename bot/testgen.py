@@ -140,7 +140,7 @@ CPU_MAX_ELEMENTS = {protocol.CPU_MAX_ELEMENTS!r}
 ''' + inspect.getsource(protocol.shrunk_sizes)
 
     def helpers(self) -> str:
-        return _COMMON + self._rounding_error() + self._erf_error() + self._body_function()
+        return _COMMON + self._rounding_error() + self._step_error() + self._erf_error() + self._body_function()
 
     def shape_and_dtype_checks(self, who: str) -> list[str]:
         return [
@@ -161,7 +161,8 @@ CPU_MAX_ELEMENTS = {protocol.CPU_MAX_ELEMENTS!r}
         return len(rounding) >= (1 if self.node.op in ir.ROOT_OPS else 2)
 
     def allowance(self, dtype: str) -> str:
-        terms = [f"rounding_error(inputs64, want, {dtype})"] * self.has_steps() + ["erf_error(inputs64)"] * bool(self._erfs())
+        terms = ([f"rounding_error(inputs64, want, {dtype})"] * self.has_steps()
+                 + [f"step_error(inputs64, {dtype})"] * self.has_step_bound() + ["erf_error(inputs64)"] * bool(self._erfs()))
         return " + ".join(terms) or "0.0"
 
     # ------------------------------------------------------------ erf's own error (GELU)
@@ -189,7 +190,7 @@ CPU_MAX_ELEMENTS = {protocol.CPU_MAX_ELEMENTS!r}
             lines += arg_lines
             terms.append(f"({text}).abs()")
         body = "".join(f"    {line}\n" for line in lines)
-        unpack = f"    {', '.join(self.names[n] for n in self.order)}{',' * (len(self.order) == 1)} = inputs\n"
+        unpack = self._unpack("inputs")
         return f'''
 
 def erf_error(inputs):
@@ -203,7 +204,6 @@ def erf_error(inputs):
         if not self.has_steps():
             return ""
         lines, result = torch_lines(self.spec, self.node, self.names, round_with="r")
-        unpack = f"    {', '.join(self.names[n] for n in self.order)}{',' * (len(self.order) == 1)} = inputs\n"
         body = "".join(f"    {line}\n" for line in lines)
         return f'''
 
@@ -214,8 +214,57 @@ def rounding_error(inputs, want, dtype):
     def r(t):
         return t.to(dtype).to(torch.float64)
 
-{unpack}{body}    rounded = {result}
+{self._unpack("inputs")}{body}    rounded = {result}
     return (rounded - want).abs()
+'''
+
+    def _unpack(self, source: str, indent: str = "    ") -> str:
+        return f"{indent}{', '.join(self.names[n] for n in self.order)}{',' * (len(self.order) == 1)} = {source}\n"
+
+    # ------------------------------------------------------------ one unit in the last place per step
+
+    def has_step_bound(self) -> bool:
+        """Pointwise expressions: every intermediate element feeds one output element, so autograd
+        with the steps as leaves gives each one's weight in it. (A reduction's N rounded terms add
+        up like a random walk, which its sqrt(N) atol and the measured rounding error cover; a
+        worst-case sum of N units would let a wrong reduction pass.)"""
+        return self.has_steps() and ir.kind(self.node) == "pointwise"
+
+    def _step_error(self) -> str:
+        if not self.has_step_bound():
+            return ""
+        lines, result = torch_lines(self.spec, self.node, self.names, round_with="r")
+        body = "".join(f"        {line}\n" for line in lines)
+        return f'''
+
+def ulp(t, dtype):
+    """One unit in the last place of each value of t in dtype (subnormals: the smallest step)."""
+    info = torch.finfo(dtype)
+    exponent = torch.frexp(t)[1]                # t = m * 2 ** exponent, 0.5 <= |m| < 1
+    return torch.ldexp(torch.full_like(t, info.eps), exponent - 1).clamp(min=info.tiny * info.eps)
+
+
+def step_error(inputs, dtype):
+    """A first-order bound on what rounding the intermediate steps of {doc_text(self.spec["expression"])}
+    to `dtype` may cost when a step is off by one unit in the last place (torch's float16 sigmoid or
+    exp is, at times: rounded in float32 first, or not correctly rounded): each step's unit times
+    how much its output element moves with it (autograd, the step a leaf)."""
+    steps = []
+
+    def r(t):
+        t = t.to(dtype).to(torch.float64).detach().requires_grad_()
+        steps.append(t)
+        return t
+
+    shape = torch.broadcast_shapes(*(t.shape for t in inputs))    # no step is broadcast
+{self._unpack("[t.expand(shape) for t in inputs]")}    with torch.enable_grad():
+{body}        out = {result}
+        grads = torch.autograd.grad(out.sum(), steps, allow_unused=True)
+    bound = torch.zeros(shape, dtype=torch.float64, device=out.device)
+    for t, g in zip(steps, grads):
+        if g is not None:
+            bound = bound + g.abs() * ulp(t.detach(), dtype)
+    return bound
 '''
 
     # ------------------------------------------------------------ torch's own matmul (reference test)
