@@ -183,6 +183,7 @@ def _convert_call(n: ast.Call) -> Node:
     if isinstance(n.func, ast.Attribute) and not _is_module_path(n.func.value):
         args = [n.func.value] + args
     kw = {k.arg: k.value for k in n.keywords if k.arg}
+    _check_keywords(fname, n, kw)
     keepdim = kw.pop("keepdim", None)
     if keepdim is not None and not (isinstance(keepdim, ast.Constant) and keepdim.value is False):
         raise IRError(f"{fname} with keepdim={ast.unparse(keepdim)} is not supported: the offline generator returns "
@@ -236,6 +237,25 @@ def _convert_call(n: ast.Call) -> Node:
     raise IRError(f"unsupported function {fname!r}. Supported: {SUPPORTED_TEXT}")
 
 
+# The keywords each function is read with; any other (alpha=, dtype=, out=, rounding_mode=, ...) may
+# change the result, so it is refused rather than dropped. inplace=False alone is accepted anywhere.
+_KEYWORDS = {**dict.fromkeys(REDUCE | ARG_REDUCE | ROW_PRESERVING, {"dim", "axis", "keepdim"}),
+             **dict.fromkeys(NORMS, {"eps", "weight", "bias", "normalized_shape"}),
+             "gelu": {"approximate"}, "clamp": {"min", "max"}, MATMUL: {"tf32"},
+             "cross_entropy": {"reduction", "input", "target"}}
+
+
+def _check_keywords(fname: str, n: ast.Call, kw: dict) -> None:
+    if any(k.arg is None for k in n.keywords):
+        raise IRError(f"{fname}(**...) is not supported: spell out its arguments")
+    if "inplace" in kw and isinstance(kw["inplace"], ast.Constant) and kw["inplace"].value is False:
+        del kw["inplace"]
+    extra = sorted(set(kw) - _KEYWORDS.get(fname, set()))
+    if extra:
+        raise IRError(f"{fname} with {', '.join(f'{k}={ast.unparse(kw[k])}' for k in extra)} is not supported by the "
+                      f"offline generator (it would change what {fname} computes)")
+
+
 def _is_module_path(v: ast.expr) -> bool:
     names = {"torch", "F", "nn", "functional", "tl", "math", "np", "special", "linalg"}
     if isinstance(v, ast.Name):
@@ -284,6 +304,18 @@ def _convert_cross_entropy(args: list, kw: dict) -> Node:
     return call("cross_entropy", _convert(args[0]), _convert(args[1]), reduction=reduction)
 
 
+def _check_last_dim_only(fname: str, shape: ast.expr) -> None:
+    """A norm's normalized_shape must name the last dim alone: (N,), [N], x.shape[-1:], x.shape[-1]."""
+    one = isinstance(shape, (ast.Tuple, ast.List)) and len(shape.elts) <= 1
+    index = shape.slice if isinstance(shape, ast.Subscript) else None
+    last = isinstance(index, ast.Slice) and index.upper is None and index.step is None and \
+        index.lower is not None and is_int_literal(index.lower) and _number(index.lower) == -1
+    last = last or (index is not None and is_int_literal(index) and _number(index) == -1)
+    if not (one or last):
+        raise IRError(f"{fname} over normalized_shape {ast.unparse(shape)!r} is not supported: the offline generator "
+                      "normalizes over the last dim only, e.g. x.shape[-1:]")
+
+
 def _arity(fname: str, args: list, n: int) -> None:
     if len(args) != n:
         raise IRError(f"{fname} takes {n} argument{'s' * (n > 1)}, got {len(args)}")
@@ -292,7 +324,10 @@ def _arity(fname: str, args: list, n: int) -> None:
 def _convert_norm(fname: str, args: list, kw: dict) -> Node:
     # layernorm(x, weight, bias, eps=..); F.layer_norm(x, shape, weight, bias, eps)
     if args and len(args) > 1 and isinstance(args[1], (ast.Tuple, ast.List, ast.Subscript, ast.Attribute)):
+        _check_last_dim_only(fname, args[1])
         args = [args[0]] + args[2:]
+    if "normalized_shape" in kw:
+        _check_last_dim_only(fname, kw.pop("normalized_shape"))
     eps_node = kw.pop("eps", None)
     max_args = 3 if fname == "layernorm" else 2
     if len(args) > max_args:

@@ -153,7 +153,9 @@ _BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 # "max"/"sum" of two tensors is elementwise; of one tensor it is a reduction.
 _PAIRWISE = re.compile(r"\btwo\b|\b2\s+(?:tensors|matrices|inputs|arrays)\b|\bpair(?:s|wise)?\b|两个|"
                        r"element[\s_-]?wise|逐元素|\bbetween\b|\b[a-z]\w?\s+and\s+[a-z]\w?\b", _F)
-_THEN = re.compile(r"\bthen\b|\bfollowed\s+by\b|\bafter(?:wards|\s+that)?\b|\band\s+finally\b|然后|之?后|再", _F)
+# Words that put operations in sequence: "add, then relu", "fused add + rmsnorm", "exp 再求和".
+_SEQ = re.compile(r"\bthen\b|\bfollowed\s+by\b|\bafter(?:wards|\s+that)?\b|\band\s+(?:finally|apply|take)\b|[,+&]|"
+                  r"然后|之?后|再|并|的", _F)        # Chinese A 的 B is B of A: applied in text order
 _MATRIX = re.compile(r"\bmatri(?:x|ces)\b|矩阵", _F)
 
 _WEIGHT_WORD = re.compile(r"\bweights?\b|\bgamma\b|权重", _F)
@@ -428,8 +430,11 @@ def _names_matmul(t: ast.AST) -> bool:
 def _plausible(node: ir.Node, tree: ast.expr) -> bool:
     if node.op in ("input", "const"):
         return False
+    names = ir.input_names(node)
+    if any(len(n) > 1 and n.lower() in request_residue.FILLER_WORDS for n in names):
+        return False                        # "by - 1", "of - x": prose around a number, not names
     has_call = any(isinstance(n, ast.Call) for n in ast.walk(tree))
-    return has_call or all(_TENSOR_NAME.fullmatch(n) for n in ir.input_names(node))
+    return has_call or all(_TENSOR_NAME.fullmatch(n) for n in names)
 
 
 def _longest_parse(text: str, span: list[tuple[str, int, int]], i: int) -> tuple[int, ast.expr] | None:
@@ -456,7 +461,7 @@ def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
         return _matmul_words(prose, expr, rd)
     if expr is None and ops.CROSS_ENTROPY.search(prose):
         return _cross_entropy_words(prose, rd)
-    found, prose = _find_op_words(prose)
+    said, (found, prose) = prose, _find_op_words(prose)
     said_pair = _PAIRWISE.search(prose)
     pair = bool(said_pair)
     rd.left = _PAIRWISE.sub(_blank, prose)
@@ -478,23 +483,29 @@ def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
     if expr is not None:
         node, tree = expr[0], expr[1]
         used = {n.op for n in node.walk()}
+        numbers = {n.value for n in node.walk() if n.op == "const"} | {n.attr("exponent") for n in node.walk()}
         rows = [r for r in rows if r not in used]           # words that merely describe the expression
-        steps = [s for s in steps if _STEP_IR_OP.get(s[0], s[0]) not in used]
-        if steps:
+        # a step or binary the words name must be one the expression holds, with the same number
+        steps = [s for s in steps if _STEP_IR_OP.get(s[0], s[0]) not in used or
+                 (s[1] is not None and s[1] not in numbers)]
+        named = [s[0] for s in steps] + [b for b in binaries if b not in used]
+        example = f"'{named[0]}({_text(node)})'" if named and named[0] in ir.UNARY else "'relu(x) + y' or '(x * y) * 0.5'"
+        if named:
             raise GenerationError(f"I read the expression {_text(node)!r} but you also named "
-                                  f"{', '.join(s[0] for s in steps)}; write the whole operation as one expression, "
-                                  f"e.g. '{steps[0][0]}({_text(node)})'.")
+                                  f"{', '.join(named)}; write the whole operation as one expression, "
+                                  f"e.g. {example}.")
         if node.op in ir.NORMS and _norm_eps_given(tree):
             rd.eps = node.attr("eps") if rd.eps is None else rd.eps
         body = _text(node)
         if where and node.op in ir.COMPARE:                 # "where x > 0 take x, else y"
-            body = f"where({body}, x, y)"
-            rd.op_notes.append(f"where: taking x where {_text(node)}, else y")
+            a, b = _where_branches(said, body)
+            body = f"where({body}, {a}, {b})"
+            rd.op_notes.append(f"where: taking {a} where {_text(node)}, else {b}")
     else:
         if not (rows or binaries or steps or where):
             return None
         _refuse_unclear_order(found, prose, pair)
-        body = _base(prose, rows, binaries, where, rd)
+        body = _base(prose, said, rows, binaries, where, rd)
         body = _apply_steps(body, steps, rd)
     if len(rows) > 1:
         raise GenerationError(f"I found {' and '.join(rows)}: one row operation per kernel. Which one do you want? "
@@ -550,7 +561,8 @@ def _find_op_words(prose: str) -> tuple[list[tuple[int, str, str, float | None]]
     return sorted(found), prose
 
 
-def _base(prose: str, rows: list[str], binaries: list[str], where: bool, rd: _Reading) -> str:
+def _base(prose: str, said: str, rows: list[str], binaries: list[str], where: bool, rd: _Reading) -> str:
+    """The operand(s) the words name: x, or a binary of the inputs they name in their order."""
     if len(binaries) > 1:
         raise GenerationError(f"I found {' and '.join(binaries)}; which one do you want? "
                               f"Or write it as an expression, e.g. 'x * y + z'.")
@@ -560,33 +572,97 @@ def _base(prose: str, rows: list[str], binaries: list[str], where: bool, rd: _Re
             rd.op_notes.append("read 'multiply' as elementwise x * y; for a matrix product say 'matmul'")
         # "add then rmsnorm": the fused residual add; "add a bias": x + bias, a vector
         other = ("residual" if op == "add" and set(rows) & ir.NORMS else
-                 "bias" if op == "add" and _BIAS_WORD.search(prose) else "y")
-        return f"x {_BINARY_SYMBOL[op]} {other}" if op in _BINARY_SYMBOL else f"{op}(x, {other})"
+                 "bias" if op == "add" and _BIAS_WORD.search(said) else "y")
+        first, other = _operands(prose, op, other)
+        return f"{first} {_BINARY_SYMBOL[op]} {other}" if op in _BINARY_SYMBOL else f"{op}({first}, {other})"
     if where and not rows:
         raise GenerationError("where needs a condition: which one? e.g. 'where(x > 0, x, y)'")
-    return "x"
+    named = list(dict.fromkeys(_named_inputs(prose)))
+    if len(named) > 1:
+        raise GenerationError(f"I read one input but you named {', '.join(named)}; write the operation as an "
+                              f"expression of them, e.g. 'relu({named[0]} + {named[1]})'.")
+    return named[0] if named else "x"
+
+
+def _named_inputs(prose: str) -> list[str]:
+    """Single-letter input names in the words ('x', 'w1'), in order; 'a' only beside a 'b'."""
+    names = re.findall(r"(?<![\w.])([A-Za-z]\d*)(?![\w.])", prose)
+    return [n for n in names if n != "I" and (n != "a" or "b" in names)]
+
+
+_BRANCHES = [re.compile(p, _F) for p in (
+    r"\b(?:take|use|choose|pick|return|gives?)\s+([A-Za-z]\d*)\b.*?\b(?:else|otherwise)\s+([A-Za-z]\d*)\b",
+    r"\b([A-Za-z]\d*)\s+where\b.*?\b(?:else|otherwise)\s+([A-Za-z]\d*)\b")]
+
+
+def _where_branches(prose: str, cond: str) -> tuple[str, str]:
+    """'where x > 0 take x, else y' and 'x where x > 0 else y': the branches as written."""
+    for pattern in _BRANCHES:
+        if m := pattern.search(prose):
+            return m.group(1), m.group(2)
+    raise GenerationError(f"where {cond}: take what, and what else? Write it as where(cond, a, b), "
+                          f"e.g. 'where({cond}, x, y)'.")
+
+
+def _operands(prose: str, op: str, other: str) -> tuple[str, str]:
+    """The binary's operands as the words name them ('y minus x', 'subtract x from y' is y - x,
+    'a and b'), else x and `other`; more names than two, or one named once, are refused."""
+    names = _named_inputs(prose)
+    distinct = list(dict.fromkeys(names))
+    if not distinct:
+        return "x", other
+    if len(distinct) == 1 and other != "y":
+        return distinct[0], other                            # "add x and a bias"
+    if len(distinct) == 1 and len(names) > 1:
+        return distinct[0], distinct[0]                      # "x times x"
+    if len(distinct) != 2:
+        raise GenerationError(f"{op} takes two operands, but I read {', '.join(distinct)}; write it as an expression, "
+                              f"e.g. '{distinct[0]} {_BINARY_SYMBOL.get(op, '+')} y'.")
+    first, second = distinct
+    if op == "sub" and re.search(rf"\b{first}\b\W+from\W+\b{second}\b", prose):
+        first, second = second, first
+    return first, second
 
 
 def _refuse_unclear_order(found: list[tuple[int, str, str, float | None]], prose: str, pair: bool) -> None:
-    """Words compose as step(binary(x, y)) inside a row op: 'add x and y then relu', 'softmax of
-    x scaled by 0.5'. Refuse orders that say otherwise or may: a step named before the binary
-    ('x squared plus y' is x ** 2 + y) unless it is 'of the' binary ('relu of the sum of x and y'), or
-    anything after a row op and 'then' ('sum then sqrt')."""
+    """Words compose as row(step(binary(x, y))). Where their order says otherwise, or may, refuse:
+    a step before the binary unless 'of the' it ('relu of the sum of x and y'; 'x squared plus y' is
+    x ** 2 + y), after it only in sequence ('add x and y, then relu'; 'x times sigmoid of x' is
+    not sigmoid(x * y)); a step or binary before a row op only in sequence ('exp then sum',
+    'fused add + rmsnorm'; 'log of softmax', 'x minus its mean' are not), and nothing in sequence
+    after it ('sum of exp' is fine, 'sum, then sqrt' is not expressible)."""
     kinds = [(pos, ("binary" if pair else "row") if kind in ("extreme", "sum") else kind, op)
              for pos, kind, op, _ in found]
-    binary = next((pos for pos, kind, _ in kinds if kind == "binary"), None)
+    binary = next(((pos, op) for pos, kind, op in kinds if kind == "binary"), None)
+    row = next(((pos, op) for pos, kind, op in kinds if kind == "row"), None)
     for pos, kind, op in kinds:
-        of_the = binary is not None and re.fullmatch(r"\W*\w*\W+of\s+the\s*", prose[pos:binary], re.I)
-        if kind == "step" and binary is not None and pos < binary and not of_the:
-            example = ("'x ** 2 + y' or '(x + y) ** 2'" if op in ("square", "cube", "pow", "scale", "divide")
-                       else f"'{op}(x) + y' or '{op}(x + y)'")
-            raise GenerationError(f"I found {op} before {next(o for p, k, o in kinds if p == binary)}: does {op} apply "
-                                  f"to one operand or to the result? Write it as an expression, e.g. {example}.")
-    rows = [pos for pos, kind, _ in kinds if kind == "row"]
-    for pos, kind, op in kinds:
-        if rows and kind != "row" and pos > rows[0] and _THEN.search(prose, rows[0], pos):
-            raise GenerationError(f"{op} after the reduction or row operation is not supported: it must be the outermost "
-                                  "operation, over a pointwise body, e.g. 'sum(exp(x)) over the last dim'.")
+        if kind == "step" and binary:
+            _check_step_and_binary(prose, pos, op, *binary)
+        if kind in ("step", "binary") and row:
+            seq = _SEQ.search(prose, min(pos, row[0]), max(pos, row[0])) or _add_then_norm(prose, pos, op, *row)
+            if pos < row[0] and not seq:
+                raise GenerationError(f"I read {op} before {row[1]}: {op} of the {row[1]}'s result is not supported "
+                                      f"(it must be the outermost operation), and {row[1]} of {op} is written e.g. "
+                                      f"'{op} then {row[1]}' or as an expression.")
+            if pos > row[0] and seq:
+                raise GenerationError(f"{op} after the {row[1]} is not supported: the reduction or row operation must be "
+                                      "the outermost operation, over a pointwise body, e.g. 'sum(exp(x)) over the last dim'.")
+
+
+def _add_then_norm(prose: str, pos: int, op: str, at: int, row: str) -> bool:
+    """'add rmsnorm', 'residual add layernorm': the fused op's usual name, the add first."""
+    return op == "add" and row in ir.NORMS and pos < at and not prose[pos:at].split(";", 1)[1].strip(" ;")
+
+
+def _check_step_and_binary(prose: str, pos: int, op: str, at: int, binary: str) -> None:
+    if pos < at and re.fullmatch(r"\W*\w*\W+of\s+the\s*", prose[pos:at], re.I):
+        return
+    if pos > at and _SEQ.search(prose, at, pos):
+        return
+    example = ("'x ** 2 + y' or '(x + y) ** 2'" if op in ("square", "cube", "pow", "scale", "divide")
+               else f"'{op}(x) + y' or '{op}(x + y)'")
+    raise GenerationError(f"I found {op} {'before' if pos < at else 'after'} {binary}: does {op} apply to one operand "
+                          f"or to the result? Write it as an expression, e.g. {example}.")
 
 
 def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: _Reading) -> str:

@@ -66,8 +66,7 @@ def _meaningful(m: re.Match, names: set[str] | frozenset[str]) -> list[tuple[int
     kind, token = m.lastgroup, m.group(0)
     if kind == "word":
         lower = token.lower()
-        is_name = token in names or re.fullmatch(r"[A-Za-z]\d*", token)
-        return [] if lower in FILLER_WORDS or is_name else [m.span()]
+        return [] if lower in FILLER_WORDS or token in names else [m.span()]
     if kind == "cjk":
         return _cjk_left(token, m.start())
     return [m.span()]

@@ -90,7 +90,7 @@ REFUSED = [
     ("sum over the last dim then sqrt", "outermost"),
     ("softmax over the last dim, then add y", "outermost"),
     ("relu on half of x", "half"),
-    ("add 1 to x", "1"),
+    ("add 1 to x", "operands"),
     ("按行求和后开方", "outermost"),
     ("求每行的最大值和索引", "索引"),
     ("矩阵转置", "operation"),
