@@ -136,6 +136,9 @@ def problems(shapes: list[list[int]], batched: bool, batch: int | None, notes: l
         elif pair:
             raise GenerationError(f"a {_fmt(s)} and b {_fmt(nxt)} do not multiply: a's K is {s[-1]} but b's "
                                   f"is {nxt[-2]}{'' if s[:-2] == nxt[:-2] else ', and the batch sizes differ'}")
+        elif not batched and len(s) == 3 and nxt is not None and len(nxt) == 3 and s[0] == nxt[0] and s[2] == nxt[1]:
+            raise GenerationError(f"is {_fmt(s)} by {_fmt(nxt)} a batched matmul ({s[0]} of {_fmt(s[1:])} by "
+                                  f"{_fmt(nxt[1:])})? Say 'batched matmul'; a single 3-number size reads as M x N x K.")
         elif len(s) in (operand_rank + 1, 4):
             if len(set(s)) > 1:
                 notes.append(f"read {_fmt(s)} as {' x '.join('BMNK'[4 - len(s):])}")
@@ -155,6 +158,20 @@ def take_epilogue(text: str) -> tuple[str, Epilogue]:
     for pattern in (_NO_BIAS, _BIAS, _RESIDUAL, _ACTIVATION_WORD, MATMUL_WORD, BATCHED_WORD, _OPERAND_JOINS):
         text = pattern.sub(blank, text)
     return text, epilogue
+
+
+def check_epilogue_order(text: str, found: list[tuple[int, str]]) -> None:
+    """The epilogue is activation(a @ b + bias) * scale + residual: words that name its parts in
+    another order ('plus residual then relu', 'scaled by 0.125 then gelu') are refused."""
+    parts = [(m.start(), 0, "bias") for m in _BIAS.finditer(text) if not _NO_BIAS.search(text)]
+    parts += [(m.start(), 3, "residual") for m in _RESIDUAL.finditer(text)]
+    parts += [(pos, 1 if op in ACTIVATIONS else 2, op) for pos, op in found if op in ACTIVATIONS or op == "scale"]
+    parts.sort()
+    for (_, r1, p1), (_, r2, p2) in zip(parts, parts[1:]):
+        if r1 > r2 and {r1, r2} != {0, 3}:          # bias and residual are both added: either order
+            raise GenerationError(f"you named {p1} before {p2}, but the epilogue applies {p2} first: it is "
+                                  "activation(a @ b + bias) * scale + residual. For another order write the "
+                                  "expression, e.g. 'relu(a @ b + residual)'.")
 
 
 def matmul_expression(epilogue: Epilogue, words: list[tuple[str, str, float | None]],

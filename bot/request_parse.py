@@ -165,6 +165,10 @@ _NO_WEIGHT = re.compile(r"\b(?:without|no|w/o)\s+(?:[\w/-]+\s+){0,3}?(?:weights?
 _NO_BIAS = re.compile(r"\b(?:without|no|w/o)\s+(?:[\w/-]+\s+){0,3}?(?:bias|beta|affine)\b|"
                       r"(?:无|不带|没有)(?:权重和)?偏置", _F)
 
+# A label that names a tensor: a shape given to one that is no input is refused, not taken as a case.
+_SHAPE_OWNER = re.compile(r"[A-Za-z]\d*|bias|weights?|gamma|beta|scale|shift|residual|mask|gate|other|"
+                          r"out(?:put)?s?|results?|hidden|targets?|labels?|logits|predictions?", re.I)
+_OWNER_AFTER = re.compile(rf"\s+({_SHAPE_OWNER.pattern})\b(?!\s*[:=(\[])", re.I)
 # Inputs named like this are broadcast vectors of the last dim when no shape is given.
 _VECTOR_NAME = re.compile(r"(?:bias|b|weight|w|gamma|beta|scale|shift)\d*")
 # An expression without a function call is only taken when its names look like tensors, so
@@ -334,7 +338,11 @@ def _take_shapes(text: str, rd: _Reading) -> str:
         before = text[:m.start()]
         lab = _LABEL.search(before)
         # "x and y of shape 4096x4096" is about both: no label
-        label = lab.group(1) if lab and not re.search(r"\band\s+$", before[:lab.start(1)], re.I) else None
+        # ... nor is "rmsnorm without weight 8x4096" about a weight
+        both = re.search(r"\b[A-Za-z_]\w*\s+and\s+$|\b(?:without|no|w/o)\s+$", before[:lab.start(1)]) if lab else None
+        label = lab.group(1) if lab and not both else None
+        if not (label and _SHAPE_OWNER.fullmatch(label)) and (after := _OWNER_AFTER.match(text, m.end())):
+            label = after.group(1)           # "16x1000 logits", "a 128 bias"
         rd.shapes.append((label, shape))
     for m in reversed(taken):
         text = _blank_range(text, m.start(), m.end())
@@ -529,8 +537,9 @@ def _matmul_words(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node:
     """A matmul named in words, or typed bare ('a @ b'), with its epilogue in words."""
     mm = expr[0] if expr else None
     operands = (mm.args[0].name, mm.args[1].name) if mm else ("a", "b")
-    prose, epilogue = ops.take_epilogue(prose)
+    said, (prose, epilogue) = prose, ops.take_epilogue(prose)
     found, rd.left = _find_op_words(prose)
+    ops.check_epilogue_order(said, [(pos, op) for pos, _, op, _ in found])
     words = [(kind, op, value) for _, kind, op, value in found]
     body = ops.matmul_expression(epilogue, words, operands, tf32=bool(mm and mm.attr("tf32")))
     if scales := [v for _, op, v in words if op == "scale"]:
@@ -804,6 +813,12 @@ def _read_code(code: str, rd: _Reading) -> None:
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
     if not funcs:
         raise GenerationError("paste a plain function, e.g. 'def fused(x, bias): return F.gelu(x + bias)'")
+    for stmt in tree.body:
+        docstring = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+        if not (docstring or isinstance(stmt, (ast.FunctionDef, ast.Import, ast.ImportFrom))):
+            raise GenerationError(f"line {stmt.lineno} of the pasted code, {ast.unparse(stmt)[:60]!r}, is not read: I read "
+                                  "the function alone. Say shapes, dtypes and anything else about it in words beside "
+                                  "the code, e.g. 'for fp16 8x16'.")
     fn = funcs[-1]
     env, tensors = _parameters(fn, rd)
     inline = _Inline(env)
@@ -953,6 +968,14 @@ def _apply(st: _State, rd: _Reading, feedback: bool) -> None:
 
 
 def _apply_shapes(st: _State, rd: _Reading, names: list[str], append: bool, feedback: bool) -> None:
+    rd.shapes = [(label[:-1] if label and label not in names and label[:-1] in names else label, s)
+                 for label, s in rd.shapes]              # "targets" is the input target
+    for label, s in rd.shapes:
+        if label and label not in names and _SHAPE_OWNER.fullmatch(label):
+            shape = "x".join(map(str, s))
+            raise GenerationError(f"you gave {label} the shape {shape}, but {label} is not an input of "
+                                  f"{_text(st.node)!r} (its inputs: {', '.join(names)}); the output's shape follows "
+                                  "from the inputs'. Name the shape of an input, e.g. 'x of shape 64x128'.")
     main = _main_input(st, names)
     main_new = [s for label, s in rd.shapes if label not in names or label == main]
     named_new: dict[str, list[list[int] | None]] = {}
@@ -1057,6 +1080,7 @@ def _build(st: _State, request: str, backend: str | None) -> tuple[dict, list[st
     node = _with_eps(st, st.node, notes)
     names = _input_names(st)
     shapes = _matmul_shapes(st, node, names, notes) if st.matmul else _input_shapes(st, node, names, notes)
+    _refuse_class_dim_1(st, node, shapes)
     dtypes = st.dtypes
     if not dtypes:
         dtypes = _default_dtypes(st)
@@ -1084,6 +1108,16 @@ def _build(st: _State, request: str, backend: str | None) -> tuple[dict, list[st
         return specmod.validate(spec), notes
     except specmod.SpecError as e:
         raise GenerationError(str(e)) from None
+
+
+def _refuse_class_dim_1(st: _State, node: ir.Node, shapes: dict[str, list[list[int]]]) -> None:
+    """Pasted F.cross_entropy takes N-D logits' classes on dim 1; the kernel takes them on the last."""
+    if st.inputs and node.op in ir.LOSSES:
+        logits = ir.input_names(node.args[0])[0]
+        if any(len(s) != 2 for s in shapes[logits]):
+            raise GenerationError(f"{st.name} calls cross_entropy on {len(shapes[logits][0])}-D logits, whose classes "
+                                  "PyTorch takes on dim 1; the offline kernel takes 2-D logits [rows, classes]. "
+                                  "Give 2-D shapes, e.g. 'for 4096x32000'.")
 
 
 def _with_eps(st: _State, node: ir.Node, notes: list[str]) -> ir.Node:

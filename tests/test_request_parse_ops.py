@@ -98,7 +98,7 @@ def test_tf32_outside_a_matmul_is_an_unsupported_dtype():
     ("matmul scaled by alpha 0.5", "(a @ b) * 0.5"),
     ("matmul times 0.5", "(a @ b) * 0.5"),
     ("matmul with bias, relu, scale by 0.5 and a residual", "relu(a @ b + bias) * 0.5 + residual"),
-    ("matmul plus residual, scaled by 0.5, with relu and bias", "relu(a @ b + bias) * 0.5 + residual"),
+    ("matmul with bias and relu, scaled by 0.5, plus residual", "relu(a @ b + bias) * 0.5 + residual"),
     ("matmul without bias, relu", "relu(a @ b)"),
     ("矩阵乘 + 偏置 + ReLU 激活", "relu(a @ b + bias)"),
     ("矩阵乘 偏置 gelu 激活 缩放 0.5 残差", "gelu(a @ b + bias) * 0.5 + residual"),
