@@ -35,7 +35,7 @@ SUPPORTED = (f"The offline generator supports {ir.SUPPORTED_TEXT}. In words: mat
 
 # ---------------------------------------------------------------- vocabulary
 
-_DTYPE = re.compile(r"\b(?:torch\.)?(float16|fp16|f16|half(?!\s+of\b)|bfloat16|bf16|float32|fp32|f32|float|single)\b"
+_DTYPE = re.compile(r"\b(?:torch\.)?(float16|fp16|f16|half|bfloat16|bf16|float32|fp32|f32|float|single)\b"
                     r"(?:\s+precision)?|半精度|单精度", _F)
 _CN_DTYPE = {"半精度": "float16", "单精度": "float32"}
 _ALL_DTYPES = re.compile(r"\b(?:all|each|every|any)\s+(?:of\s+the\s+)?(?:three\s+|3\s+|supported\s+)?"
@@ -54,6 +54,8 @@ _OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, 
     (r"\bcum(?:sum|prod|max|min|ulative\w*)\b|\bprefix[\s-]sums?\b|\bscan\b|\brunning\s+(?:sum|total|max|min)\b|"
      r"累加|累积|前缀和", "a scan (cumulative sum, product, max or min)"),
     (r"\brotary\b|\brope\b", "rotary position embedding (RoPE)"),
+    (r"\b(?:quick|fast)[\s_-]?gelu\b", "a fast or quick GELU (an approximation: say 'gelu with tanh approximation', or "
+     "write x * sigmoid(1.702 * x))"),
     (r"\bgather\b|\bscatter\b|\bindex_\w+|\bembedding\b", "indexing (gather, scatter, embedding)"),
     (r"\bpool(?:s|ed|ing)?\b|\w*pool[123]d\b|池化", "pooling"),
     (r"\bbackward\b|\bbackprop\w*|\bgrad(?:ient)?s?\b|\btraining\b|\bautograd\b|反向|梯度",
@@ -201,6 +203,7 @@ class _Reading:
     rest: str = ""                           # prose left over, for phrases about named inputs
     left: str = ""                           # prose no pass placed: must be filler (request_residue)
     pairwise: str | None = None              # "two tensors", "between", "x and y": more than one input
+    typed: bool = False                      # the operator came from code or an expression typed in it
 
 
 def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
@@ -226,6 +229,7 @@ def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
     if feedback and (rd.shapes or rd.dtypes) and _APPEND.search(prose):
         rd.append = True
         prose = _APPEND.sub(_blank, prose)
+    rd.typed = code is not None or expr is not None
     if code is not None:
         _read_code(code, rd)
         rd.left = prose
@@ -268,16 +272,60 @@ def _take_dtypes(text: str, rd: _Reading) -> str:
         raise GenerationError(f"unsupported dtype {m.group(0)!r}: kernels are tested in float16 (fp16), "
                               "bfloat16 (bf16) and float32 (fp32). Name one or more of those, or 'all dtypes'.")
 
+    def canonical(m: re.Match) -> str:
+        return protocol.canonical_dtype(m.group(1)) if m.group(1) else _CN_DTYPE[m.group(0)]
+
+    named = {canonical(m) for m in _DTYPE.finditer(text)}
+
     def take(m: re.Match) -> str:
-        rd.dtypes.append(protocol.canonical_dtype(m.group(1)) if m.group(1) else _CN_DTYPE[m.group(0)])
+        dtype = canonical(m)
+        role = _dtype_role(text, m)
+        if role == "output" and named == {dtype}:
+            role = "test"                    # "input/output in fp16": one dtype for both
+        if role == "word":
+            return m.group(0)                # "half of x", "a single kernel": left for the residue check
+        if role == "compute":
+            if dtype != "float32":
+                raise GenerationError(f"computing or accumulating in {dtype} is not supported: the kernels compute "
+                                      "and accumulate in float32, for every input dtype")
+            rd.op_notes.append("the kernels compute and accumulate in float32 for every dtype, as asked")
+        elif role == "output":
+            raise GenerationError(f"an output in {dtype} apart from the inputs' dtype is not supported: the output "
+                                  "takes the inputs' dtype. Name the dtypes to test, e.g. 'fp16 and fp32'.")
+        else:
+            rd.dtypes.append(dtype)
         return _blank(m)
 
-    text = _DTYPE.sub(take, text)
+    text = _ONLY.sub(lambda m: (m.group(1) or "").ljust(len(m.group(0))), _DTYPE.sub(take, text))
     if _ALL_DTYPES.search(text):
         rd.dtypes += protocol.DTYPES
         text = _ALL_DTYPES.sub(_blank, text)
     rd.dtypes = list(dict.fromkeys(rd.dtypes))
     return text
+
+
+_COMPUTE_AFTER = re.compile(r"\s*(?:accumulat\w*|compute|computation|math|internal\w*|acc)\b", _F)
+_COMPUTE_BEFORE = re.compile(r"\b(?:accumulat\w*|comput\w*|math|internally)\s+(?:in\s+|with\s+)?$", _F)
+_OUTPUT_NEAR = re.compile(r"\s*(?:outputs?|results?)\b", _F)
+_OUTPUT_BEFORE = re.compile(r"\b(?:outputs?|results?|returns?)\s+(?:is\s+|in\s+|as\s+)*$", _F)
+_TYPE_CONTEXT = re.compile(r"\s+(?:precision|floats?|tensors?|inputs?|matri\w*|arrays?|dtypes?|values?|data)\b", _F)
+# "bf16 only", "only fp16": the dtype list said, not a qualifier of the operation.
+_ONLY = re.compile(r"(;\s*)\bonly\b|\bonly\b(?=\s*;)", _F)
+
+
+def _dtype_role(text: str, m: re.Match) -> str:
+    """What a dtype word is there for: 'test' (a dtype to test), 'compute' ('fp32 accumulation'),
+    'output' ('fp32 output'), or 'word' where half/single/float are plain English ('half of x')."""
+    before, after = text[:m.start()], text[m.end():]
+    if _COMPUTE_AFTER.match(after) or _COMPUTE_BEFORE.search(before):
+        return "compute"
+    if _OUTPUT_NEAR.match(after) or _OUTPUT_BEFORE.search(before):
+        return "output"
+    plain = (m.group(1) or "").lower() in ("half", "single", "float")
+    typed = ("precision" in m.group(0).lower() or _TYPE_CONTEXT.match(after)
+             or (re.search(r"\b(?:in|as|to|for|dtype|type)\s+$", before, re.I)
+                 and not re.match(r"\s+(?:the|of|a|an|as)\b", after, re.I)))
+    return "word" if plain and not typed else "test"
 
 
 def _refuse_out_of_scope(text: str) -> None:
@@ -709,6 +757,9 @@ def _norm_extras(op: str, prose: str, rd: _Reading) -> list[str]:
     no_w, no_b = bool(_NO_WEIGHT.search(prose)), bool(_NO_BIAS.search(prose))
     said_w, said_b = bool(_WEIGHT_WORD.search(prose)), bool(_BIAS_WORD.search(prose))
     if op == "rmsnorm":
+        if said_b and not no_b:
+            raise GenerationError("rmsnorm has no bias: rmsnorm(x, weight) scales by a weight only. Drop the bias, or "
+                                  "write the expression, e.g. 'rmsnorm(x, weight) + bias'.")
         if not (said_w or no_w):
             rd.op_notes.append("no weight named for rmsnorm: using one of shape [N] (like torch.nn.RMSNorm)")
         return [] if no_w else ["weight"]
@@ -1061,8 +1112,21 @@ def parse_request(text: str, feedback: Sequence[str] = (), backend: str | None =
         rd = _read(fb, feedback=True, context=st)
         if not _says_something(st, rd):
             raise GenerationError(f"I could not apply the correction {fb.strip()[:80]!r}. {CORRECTION_HELP}")
+        _refuse_partial_operator(st, rd, fb)
         _apply(st, rd, feedback=True)
     return _build(st, text, backend)
+
+
+def _refuse_partial_operator(st: _State, rd: _Reading, correction: str) -> None:
+    """A correction that names an operation replaces the operator: one that drops the current
+    inputs or the matmul ('scale by 0.5' on x * y, 'with relu' on a matmul) names only a part."""
+    if rd.node is None or st.node is None or rd.typed:
+        return
+    lost = [n for n in _input_names(st) if n not in ir.input_names(rd.node)]
+    if lost or (st.matmul and not ir.matmul_node(rd.node)):
+        raise GenerationError(f"the correction {correction.strip()[:60]!r} reads as {_text(rd.node)!r}, which drops "
+                              f"{', '.join(lost) or 'the matmul'} of {_text(st.node)!r}. Write the whole operation, "
+                              f"e.g. 'make it relu({_text(st.node)})'.")
 
 
 def _says_something(st: _State, rd: _Reading) -> bool:
@@ -1197,6 +1261,9 @@ def _with_dim(st: _State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
     """The dim named in words: any one for a reduction (written -1 when it is the last dim of
     every case), the last one only for softmax, norms and cross entropy."""
     k = ir.kind(node)
+    if k in ("pointwise", "matmul") and st.whole:
+        raise GenerationError(f"you said {st.whole!r}, but {_text(node)!r} is elementwise; a reduction over all "
+                              "elements (one value) is not supported by the offline generator.", unplaced=[st.whole])
     if k in ("pointwise", "matmul"):
         if st.dims:
             raise GenerationError(f"you named a dim ({', '.join(map(str, st.dims))}), but {_text(node)!r} is "

@@ -23,7 +23,7 @@ implements implementing implementation compute computes computing computed calcu
 calculating do does doing apply applies applied applying perform performs return returns
 returning take takes taking use uses using via so then also just simple plain here there which
 what how some
-fast faster fastest quick quickly efficient efficiently optimized optimised optimal high
+fast faster fastest efficient efficiently optimized optimised optimal high
 performance performant speed speedy accelerated accelerate custom fused fuse fusing kernel kernels
 triton gpu gpus cuda nvidia h100 h200 op ops operator operators operation operations function
 functions routine layer
@@ -32,8 +32,8 @@ results element elements entries shape shapes shaped size sizes sized dtype dtyp
 case cases variant variants both each every together given same
 logits scores activations features hidden states tokens batch
 broadcast broadcasts broadcasting broadcasted over along across per
-hey hi thanks thank ok okay now only allow allowed allowing natural else otherwise
-instead rather change set switch try let lets going go
+hey hi thanks thank ok okay now allow allowed allowing natural else otherwise
+change set switch try let lets going go
 accumulate accumulates accumulated accumulating accumulation accumulator vectorized vectorised coalesced
 tuned autotuned autotune autotuning tune tuning benchmark benchmarked benchmarking
 """.split())

@@ -73,6 +73,17 @@ REFUSED = [
     ("x where x > 0", "take what"),
     ("sum over the last dim of 64x1024 with output of shape 64", "not an input"),
     ("layernorm with hidden size 4096", "not an input"),
+    ("multiply x by half", "operands"),
+    ("half the sum of each row", "half"),
+    ("softmax over the last dim in a single kernel", "single"),
+    ("relu of fp16 input with fp32 output", "output"),
+    ("relu for fp16, accumulate in fp16", "accumulat"),
+    ("layernorm with bias only", "only"),
+    ("rmsnorm with bias", "no bias"),
+    ("softmax instead of relu over the last dim", "instead"),
+    ("quick gelu", "gelu"),
+    ("fast gelu of a 1024x1024 tensor", "approximation"),
+    ("product of all elements of a 64x64 tensor", "all elements"),
     # activations not in the catalog
     ("leaky relu with slope 0.2 of a 128x128 tensor", "leaky relu"),
     ("hardswish of x", "hard"),
@@ -153,6 +164,8 @@ SOLVED = [
     ("add x of shape 64x128 and b of shape 128", "x + b", [[64, 128]]),
     ("multiply x by -2 on 8x8", "x * -2", [[8, 8]]),
     ("batched matmul 8x64x32 by 8x32x16", "a @ b", [[8, 64, 16]]),
+    ("sum over the last dim of 8x16 in fp16 with fp32 accumulation", "sum(x, dim=-1)", [[8]]),
+    ("relu for half precision, 8x8", "relu(x)", [[8, 8]]),
     ("计算两个矩阵的差的平方 8x8", "(x - y) ** 2", [[8, 8]]),
     ("x的指数再求和，沿最后一维 8x8", "sum(exp(x), dim=-1)", [[8]]),
     ("两个张量相加后取relu 8x8", "relu(x + y)", [[8, 8]]),
@@ -188,6 +201,17 @@ def test_solved_exactly_as_asked(request_text, expression, outputs):
     spec, _ = parse_request(request_text)
     assert expr(spec) == canon(expression)
     assert spec["outputs"][0]["shapes"][:len(outputs)] == outputs
+
+
+@pytest.mark.parametrize("request_text, corrections, word", [
+    ("x * y", ["scale by 0.5"], "drops y"),
+    ("matmul 64x32 by 32x16", ["with relu"], "drops"),
+    ("relu", ["use eps 1e-5"], "no eps"),
+    ("relu", ["please be careful"], "careful"),
+])
+def test_a_correction_that_names_only_a_part_is_refused(request_text, corrections, word):
+    with pytest.raises(GenerationError, match=word):
+        parse_request(request_text, corrections)
 
 
 def test_the_spec_card_says_what_is_computed_and_every_output_shape():
