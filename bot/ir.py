@@ -100,6 +100,8 @@ def parse(text: str, as_written: bool = False) -> Node:
     node = _convert(tree.body)
     if not as_written:
         node = with_dim(node, -1) if node.op in REDUCE | ARG_REDUCE and node.attr("dim") is None else node
+        if node.op in ROW_PRESERVING and node.attr("dim") != -1:
+            raise IRError(f"{node.op} is supported over the last dim (dim=-1) only")
     check(node)
     return node
 
@@ -270,12 +272,23 @@ def _dim(fname: str, args: list, kw: dict) -> int:
     if fname not in ROOT_OPS:
         return -1
     dim = kw.pop("dim", kw.pop("axis", None))
+    if fname in REDUCE | ARG_REDUCE and len(args) == 3 and isinstance(args[2], ast.Constant) and \
+            isinstance(args[2].value, bool):                 # torch.sum(x, -1, True): keepdim by position
+        if args[2].value:
+            raise IRError(f"{fname} with keepdim=True is not supported: the offline generator returns the reduced "
+                          "shape without the kept dim; drop keepdim (unsqueeze the result yourself)")
+        args.pop()
+    if dim is None and len(args) == 2 and isinstance(args[1], (ast.Tuple, ast.List)):
+        dim = args.pop()
     if dim is None and fname in REDUCE | ARG_REDUCE | ROW_PRESERVING and len(args) == 2 and is_int_literal(args[1]):
         dim = args.pop()
     if dim is None or (isinstance(dim, ast.Constant) and dim.value is None):
         return None if fname in REDUCE | ARG_REDUCE else -1
     if not is_int_literal(dim):
-        raise IRError(f"{fname} takes one dim as an integer, e.g. dim=0; got {ast.unparse(dim)!r}")
+        raise IRError(f"{fname} takes one dim as an integer, e.g. dim=0; got {ast.unparse(dim)!r} (a reduction "
+                      "over several dims at once is not supported)")
+    if fname in ROW_PRESERVING:
+        return int(_number(dim))           # the last dim only: parse and the request parser check it
     if fname not in REDUCE | ARG_REDUCE and _number(dim) != -1:
         raise IRError(f"{fname} is supported over the last dim (dim=-1) only")
     return int(_number(dim))

@@ -156,6 +156,9 @@ _BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _PAIRWISE = re.compile(r"\btwo\b|\b2\s+(?:tensors|matrices|inputs|arrays)\b|\bpair(?:s|wise)?\b|两个|"
                        r"element[\s_-]?wise|逐元素|\bbetween\b|\b[a-z]\w?\s+and\s+[a-z]\w?\b", _F)
 # Words that put operations in sequence: "add, then relu", "fused add + rmsnorm", "exp 再求和".
+# Words that say there are two tensors (not "elementwise", which a one-input op is too).
+_TWO_TENSORS = re.compile(r"\btwo\b|\b2\s+(?:tensors|matrices|inputs|arrays)\b|\bpair(?:s|wise)?\b|两个|\bbetween\b|"
+                          r"\b[a-z]\w?\s+and\s+[a-z]\w?\b", _F)
 _SEQ = re.compile(r"\bthen\b|\bfollowed\s+by\b|\bafter(?:wards|\s+that)?\b|\band\s+(?:finally|apply|take)\b|[,+&]|"
                   r"然后|之?后|再|并|的", _F)        # Chinese A 的 B is B of A: applied in text order
 _MATRIX = re.compile(r"\bmatri(?:x|ces)\b|矩阵", _F)
@@ -410,6 +413,7 @@ _TOKEN = re.compile(r"""
   | (?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)
   | (?P<str>'(?:tanh|none)'|"(?:tanh|none)")
   | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@])
+  | (?P<dot>\.(?=[A-Za-z_]))                         # a method chained on a call: x.pow(2).sum(-1)
   | (?P<lpar>\()
   | (?P<rpar>\))
   | (?P<other>\S)
@@ -518,8 +522,8 @@ def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
     if expr is None and ops.CROSS_ENTROPY.search(prose):
         return _cross_entropy_words(prose, rd)
     said, (found, prose) = prose, _find_op_words(prose)
-    said_pair = _PAIRWISE.search(prose)
-    pair = bool(said_pair)
+    said_pair = _TWO_TENSORS.search(prose)
+    pair = bool(_PAIRWISE.search(prose))
     rd.left = _PAIRWISE.sub(_blank, prose)
     rd.pairwise = said_pair.group(0) if said_pair else None
     rows, binaries, steps, where = [], [], [], False
@@ -890,8 +894,10 @@ def _read_code(code: str, rd: _Reading) -> None:
     if unknown := [n for n in used if n not in tensors]:
         raise GenerationError(f"{fn.name} uses {', '.join(unknown)}, which is not one of its parameters")
     if unused := [n for n in tensors if n not in used]:
+        constants = [n for n in unused if n in ("e", "pi")]
         raise GenerationError(f"{fn.name}'s parameter {', '.join(unused)} is not used in what it returns; "
-                              "remove it or use it")
+                              + (f"{constants[0]} reads as the constant there: rename the parameter"
+                                 if constants else "remove it or use it"))
     if inline.casts:
         rd.op_notes.append("ignored dtype casts (.float(), .to(...)): inputs and output keep each tested dtype")
     if node.op in ir.NORMS and _norm_eps_given(ret):
@@ -1287,7 +1293,7 @@ def _with_dim(st: _State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
     if not last:
         raise GenerationError(f"{node.op} over dim {dims[0]} is not supported: {node.op} runs over the last dim "
                               f"(dim=-1) only. {SUPPORTED}")
-    return node
+    return ir.with_dim(node, -1) if node.op in ir.ROW_PRESERVING else node
 
 
 def _text(node: ir.Node) -> str:
