@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import ast
 import copy
+import io
 import keyword
 import re
 import textwrap
+import tokenize
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -76,13 +78,14 @@ _DIM_N = re.compile(r"\b(?:dim|axis|dimension)\s*[=:]?\s*(-?\d)\b|第\s*(-?\d)\s
 _D = r"\s+(?:dim|axis|dimension)\w*"
 _DIM_WORDS: list[tuple[re.Pattern, int]] = [(re.compile(p, _F), d) for p, d in [
     # earlier entries win: "second to last dim" before "last dim"
-    (rf"\b(?:second[\s-]+(?:to[\s-]+)?last|penultimate){_D}|\bcolumn[\s-]?wise\b|\b(?:per|each|every)\s+column\b|"
-     r"\b(?:along|over|across|down)\s+(?:the\s+)?columns\b|按列|倒数第二维", -2),
-    (rf"\b(?:first|0th|leading|batch){_D}|第一维", 0),
-    (rf"\bsecond{_D}|第二维", 1),
-    (rf"\bthird{_D}|第三维", 2),
-    (rf"\blast{_D}|\brow[\s-]?wise\b|\b(?:of\s+each|for\s+each|each|every|of\s+every)\s+row\b|\brow\s+by\s+row\b|"
-     r"最后一维|按行|每行", -1),
+    # ("across the columns" is left out: it means dim -2 to some and one value per row to others)
+    (rf"\b(?:second[\s-]+(?:to[\s-]+)?last|penultimate){_D}|\bcolumn[\s-]?wise\b|\b(?:per|each|every)[\s-]+column\b|"
+     r"按列|每一?列|倒数第二维", -2),
+    (rf"\b(?:first|1st|0th|leading|batch){_D}|第一维", 0),
+    (rf"\b(?:second|2nd){_D}|第二维", 1),
+    (rf"\b(?:third|3rd){_D}|第三维", 2),
+    (rf"\b(?:last|trailing|innermost|final){_D}|\brow[\s-]?wise\b|\b(?:of\s+each|for\s+each|each|every|of\s+every)\s+row\b|"
+     r"\brow\s+by\s+row\b|最后一(?:个)?维(?:度)?|按行|每一?行", -1),
 ]]
 _WHOLE = re.compile(r"\b(?:all|every)\s+elements\b|\b(?:whole|entire|full)\s+tensor\b|\bglobal(?:ly)?\b|"
                     r"全部元素|所有元素|整个张量", _F)
@@ -95,7 +98,7 @@ _BOUND = re.compile(rf"\b(min|max)(?:imum)?\s*(?:=|:|of|is)?\s*({_NUM}){_END}", 
 
 _SHAPE = re.compile(
     rf"(?<![\w.-])(?P<multi>{_DIM}(?:(?:\s*[x×]\s*|\*|\s+by\s+){_DIM})+)(?![\w.])"
-    rf"|(?<!\w)[\(\[](?P<tuple>\s*{_DIM}(?:\s*,\s*{_DIM})*\s*,?\s*)[\)\]]"
+    rf"|(?<![\w)\]])[\(\[](?P<tuple>\s*{_DIM}(?:\s*,\s*{_DIM})*\s*,?\s*)[\)\]]"
     rf"|(?:\bshape[ds]?|\bsize|\blength|形状|长度)\s*(?:of|is|=|:|为|是)?\s*"
     rf"(?P<one>{_DIM})(?![\w.]|\s*[x×,*]|\s+by\s)",
     _F)
@@ -105,7 +108,7 @@ _PARAM_NOUN = (r"(?:kernels?|windows?|filters?|patch(?:es)?|strides?|pool\w*|til
 _PARAM_AFTER = re.compile(rf"[\s-]*(?:(?:max|min|avg|average|mean|sum)\s+)?{_PARAM_NOUN}(?![a-z])", _F)
 _PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:\s*(?:size|shape|is|=|:|为|大小))*\s*$", _F)
 # The word a shape belongs to: "b: [4096]", "bias of shape 4096", "x 1024x4096".
-_LABEL = re.compile(r"\b([A-Za-z_]\w*)\s*(?:(?:\b(?:is|has|with|of|shape[ds]?|size|length|a|an|the)\b|[:=])\s*)*$", _F)
+_LABEL = re.compile(r"\b([A-Za-z_]\w*)\s*(?:(?:\b(?:is|has|with|of|shape[ds]?|size|length|a|an|the)\b|[:=])\s*)*[(\[]?\s*$", _F)
 _APPEND = re.compile(r"\b(?:also|add|plus|additionally|extra|too)\b|还要|再加|增加|加上|另外", _F)
 
 _OPS: list[tuple[re.Pattern, str, str]] = [(re.compile(p, _F), kind, op) for p, kind, op in [
@@ -241,10 +244,21 @@ def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
     if rd.tf32 is None and rd.node is not None and (mm := ir.matmul_node(rd.node)) and mm.attr("tf32"):
         rd.tf32 = True
     rd.rest = prose
+    if rd.node is not None:
+        _refuse_mask_inputs(rd.node)
     if rd.node is not None or feedback:
         names = ir.input_names(rd.node) if rd.node is not None else _input_names(context) if context else []
         _refuse_unplaced(rd, names, text, feedback)
     return rd
+
+
+def _refuse_mask_inputs(node: ir.Node) -> None:
+    """where(mask, ...) over an input: a boolean mask, which the test inputs (floats) cannot be."""
+    for sub in node.walk():
+        if sub.op == "where" and sub.args[0].op == "input":
+            raise GenerationError(f"where({sub.args[0].name}, ...) takes {sub.args[0].name} as a boolean mask, and "
+                                  "mask inputs are not supported by the offline generator; write the condition as a "
+                                  f"comparison, e.g. where({sub.args[0].name} > 0, ...).")
 
 
 def _refuse_unplaced(rd: _Reading, names: list[str], text: str, feedback: bool) -> None:
@@ -340,6 +354,11 @@ def _refuse_out_of_scope(text: str) -> None:
 
 
 def _take_dims(text: str, rd: _Reading) -> str:
+    for m in _DIM_N.finditer(text):
+        if m.group(2) and int(m.group(2)) >= 1:
+            raise GenerationError(f"{m.group(0)!r}: dim {m.group(2)} counting from 0, or the {m.group(2)}th dim "
+                                  f"counting from 1 (dim {int(m.group(2)) - 1})? Say 'dim {m.group(2)}' or "
+                                  f"'第{int(m.group(2)) - 1}维'.")
     found = [(m.start(), int(next(g for g in m.groups() if g))) for m in _DIM_N.finditer(text)]
     text = _DIM_N.sub(_blank, text)
     for pattern, d in _DIM_WORDS:
@@ -408,19 +427,21 @@ def _is_parameter(text: str, m: re.Match) -> bool:
 # ---------------------------------------------------------------- expressions typed in the request
 
 _TOKEN = re.compile(r"""
-    (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
+    (?P<rank>\d+-[dD]\b)                             # "1024-d", "3-D": words, not subtractions
+  | (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
   | (?P<prose>[A-Za-z_]\w+(?:-[A-Za-z]\w+)+)        # row-wise, log-softmax: words, not subtractions
   | (?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)
   | (?P<str>'(?:tanh|none)'|"(?:tanh|none)")
   | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@])
   | (?P<dot>\.(?=[A-Za-z_]))                         # a method chained on a call: x.pow(2).sum(-1)
+  | (?P<sub>\[\s*\d\s*\])                              # torch.max(x, 1)[0]
   | (?P<lpar>\()
   | (?P<rpar>\))
   | (?P<other>\S)
 """, re.X | re.A)
 _OPERAND = {"name", "num", "str"}
 _STARTS = {"name", "num", "lpar", "op"}
-_ENDS = {"name", "num", "str", "rpar"}
+_ENDS = {"name", "num", "str", "rpar", "sub"}
 
 
 def _spans(text: str) -> list[list[tuple[str, int, int]]]:
@@ -433,11 +454,11 @@ def _spans(text: str) -> list[list[tuple[str, int, int]]]:
         if kind == "name" and keyword.iskeyword(m.group()) and m.group() != "None":
             kind = "other"
         breaks = (prev in _ENDS and kind in _OPERAND) or (prev in ("num", "str", "rpar") and kind == "lpar")
-        if kind in ("other", "prose") or breaks:
+        if kind in ("other", "prose", "rank") or breaks:
             if cur:
                 spans.append(cur)
             cur = []
-        if kind in ("other", "prose"):
+        if kind in ("other", "prose", "rank"):
             prev = None
             continue
         cur.append((kind, m.start(), m.end()))
@@ -461,7 +482,7 @@ def _find_expression(text: str) -> tuple[ir.Node, ast.expr, int, int] | None:
             j, tree = hit
             src = text[span[i][1]:span[j - 1][2]]
             try:
-                node = ir.parse(src, as_written=True)
+                node = ir.parse(ast.unparse(_MaxParts().visit(tree)), as_written=True)
             except ir.IRError as e:
                 # a call like "softmax(x, dim=0)" was meant as an expression: say why it is refused
                 meant = any(isinstance(t, ast.Call) or _names_matmul(t) for t in ast.walk(tree))
@@ -508,7 +529,8 @@ def _longest_parse(text: str, span: list[tuple[str, int, int]], i: int) -> tuple
             tree = ast.parse(text[span[i][1]:span[j - 1][2]], mode="eval").body
         except SyntaxError:
             continue
-        if isinstance(tree, (ast.Call, ast.BinOp, ast.UnaryOp, ast.Compare)):
+        part = isinstance(tree, (ast.Subscript, ast.Attribute)) and isinstance(tree.value, ast.Call)
+        if isinstance(tree, (ast.Call, ast.BinOp, ast.UnaryOp, ast.Compare)) or part:    # part: max(x, 1)[0]
             return j, tree
     return None
 
@@ -564,7 +586,7 @@ def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
     else:
         if not (rows or binaries or steps or where):
             return None
-        _refuse_unclear_order(found, prose, pair)
+        _refuse_unclear_order(found, prose, said, pair)
         body = _base(prose, said, rows, binaries, where, rd)
         body = _apply_steps(body, steps, rd)
     if len(rows) > 1:
@@ -647,7 +669,7 @@ def _base(prose: str, said: str, rows: list[str], binaries: list[str], where: bo
 
 def _named_inputs(prose: str) -> list[str]:
     """Single-letter input names in the words ('x', 'w1'), in order; 'a' only beside a 'b'."""
-    names = re.findall(r"(?<![\w.])([A-Za-z]\d*)(?![\w.])", prose)
+    names = re.findall(r"(?<![\w.-])([A-Za-z]\d*)(?![\w.-])", prose)
     return [n for n in names if n != "I" and (n != "a" or "b" in names)]
 
 
@@ -685,7 +707,7 @@ def _operands(prose: str, op: str, other: str) -> tuple[str, str]:
     return first, second
 
 
-def _refuse_unclear_order(found: list[tuple[int, str, str, float | None]], prose: str, pair: bool) -> None:
+def _refuse_unclear_order(found: list[tuple[int, str, str, float | None]], prose: str, said: str, pair: bool) -> None:
     """Words compose as row(step(binary(x, y))). Where their order says otherwise, or may, refuse:
     a step before the binary unless 'of the' it ('relu of the sum of x and y'; 'x squared plus y' is
     x ** 2 + y), after it only in sequence ('add x and y, then relu'; 'x times sigmoid of x' is
@@ -700,7 +722,8 @@ def _refuse_unclear_order(found: list[tuple[int, str, str, float | None]], prose
         if kind == "step" and binary:
             _check_step_and_binary(prose, pos, op, *binary)
         if kind in ("step", "binary") and row:
-            seq = _SEQ.search(prose, min(pos, row[0]), max(pos, row[0])) or _add_then_norm(prose, pos, op, *row)
+            seq = (_SEQ.search(prose, min(pos, row[0]), max(pos, row[0])) or _and_joined(prose, pos, row[0])
+                   or _add_then_norm(prose, said, pos, op, *row))
             if pos < row[0] and not seq:
                 raise GenerationError(f"I read {op} before {row[1]}: {op} of the {row[1]}'s result is not supported "
                                       f"(it must be the outermost operation), and {row[1]} of {op} is written e.g. "
@@ -710,15 +733,21 @@ def _refuse_unclear_order(found: list[tuple[int, str, str, float | None]], prose
                                       "the outermost operation, over a pointwise body, e.g. 'sum(exp(x)) over the last dim'.")
 
 
-def _add_then_norm(prose: str, pos: int, op: str, at: int, row: str) -> bool:
-    """'add rmsnorm', 'residual add layernorm': the fused op's usual name, the add first."""
-    return op == "add" and row in ir.NORMS and pos < at and not prose[pos:at].split(";", 1)[1].strip(" ;")
+def _add_then_norm(prose: str, said: str, pos: int, op: str, at: int, row: str) -> bool:
+    """'add rmsnorm', 'residual add layernorm': the fused op's usual name ('x plus rmsnorm of y' is not)."""
+    return (op == "add" and row in ir.NORMS and pos < at and said[pos:pos + 3].lower() == "add"
+            and not prose[pos:at].split(";", 1)[1].strip(" ;"))
+
+
+def _and_joined(prose: str, start: int, end: int) -> bool:
+    """Two operation words joined by 'and' alone: 'bias add and gelu' (not 'add x and relu of y')."""
+    return bool(re.fullmatch(r";[\s;]*\band\b[\s;]*(?:then\b[\s;]*)?", prose[start:end], re.I))
 
 
 def _check_step_and_binary(prose: str, pos: int, op: str, at: int, binary: str) -> None:
     if pos < at and re.fullmatch(r"\W*\w*\W+of\s+the\s*", prose[pos:at], re.I):
         return
-    if pos > at and _SEQ.search(prose, at, pos):
+    if pos > at and (_SEQ.search(prose, at, pos) or _and_joined(prose, at, pos)):
         return
     example = ("'x ** 2 + y' or '(x + y) ** 2'" if op in ("square", "cube", "pow", "scale", "divide")
                else f"'{op}(x) + y' or '{op}(x + y)'")
@@ -817,13 +846,27 @@ def _split_code(text: str) -> tuple[str | None, str]:
     return "\n".join(lines), text[:m.start()]
 
 
-class _Inline(ast.NodeTransformer):
-    """Replace local names by their values, drop dtype casts, and read torch.max(x, dim)'s parts:
-    [0] or .values is amax, [1] or .indices argmax (min alike)."""
+class _MaxParts(ast.NodeTransformer):
+    """torch.max(x, dim)'s parts: [0] or .values is amax, [1] or .indices argmax (min alike)."""
+
+    def visit_Subscript(self, n: ast.Subscript) -> ast.expr:
+        self.generic_visit(n)
+        part = n.slice.value if isinstance(n.slice, ast.Constant) else None
+        return _max_part(n.value, {0: "values", 1: "indices"}.get(part)) or n
+
+    def visit_Attribute(self, n: ast.Attribute) -> ast.expr:
+        self.generic_visit(n)
+        return _max_part(n.value, n.attr) or n
+
+
+class _Inline(_MaxParts):
+    """Replace local names by their values and drop dtype casts (and read max's parts)."""
 
     def __init__(self, env: dict[str, ast.expr]):
         self.env = env
         self.casts = False
+        self.fixed: list[str] = []                 # casts to one dtype: .float(), .to(torch.float32)
+        self.back: set[int] = set()                # ids of nodes cast back to an input's dtype
 
     def visit_Name(self, n: ast.Name) -> ast.expr:
         return copy.deepcopy(self.env[n.id]) if n.id in self.env else n
@@ -835,17 +878,15 @@ class _Inline(ast.NodeTransformer):
             is_function = isinstance(f.value, ast.Name) and f.value.id in _MODULES
             if not is_function or n.args:
                 self.casts = True
-                return n.args[0] if is_function else f.value
+                inner = n.args[0] if is_function else f.value
+                args = n.args[1:] if is_function else n.args
+                if f.attr in ("float", "half", "bfloat16", "double") or any(
+                        "torch." in ast.unparse(a) for a in [*args, *(k.value for k in n.keywords)]):
+                    self.fixed.append(ast.unparse(n)[:40])
+                elif f.attr in ("to", "type_as") and (args or n.keywords):
+                    self.back.add(id(inner))
+                return inner
         return n
-
-    def visit_Subscript(self, n: ast.Subscript) -> ast.expr:
-        self.generic_visit(n)
-        part = n.slice.value if isinstance(n.slice, ast.Constant) else None
-        return _max_part(n.value, {0: "values", 1: "indices"}.get(part)) or n
-
-    def visit_Attribute(self, n: ast.Attribute) -> ast.expr:
-        self.generic_visit(n)
-        return _max_part(n.value, n.attr) or n
 
 
 def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
@@ -868,6 +909,7 @@ def _read_code(code: str, rd: _Reading) -> None:
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
     if not funcs:
         raise GenerationError("paste a plain function, e.g. 'def fused(x, bias): return F.gelu(x + bias)'")
+    _refuse_telling_comments(code, tree)
     for stmt in tree.body:
         docstring = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
         if not (docstring or isinstance(stmt, (ast.FunctionDef, ast.Import, ast.ImportFrom))):
@@ -898,11 +940,37 @@ def _read_code(code: str, rd: _Reading) -> None:
         raise GenerationError(f"{fn.name}'s parameter {', '.join(unused)} is not used in what it returns; "
                               + (f"{constants[0]} reads as the constant there: rename the parameter"
                                  if constants else "remove it or use it"))
+    if inline.fixed and id(ret) not in inline.back:
+        raise GenerationError(f"{fn.name} casts with {inline.fixed[0]!r}, so in PyTorch it returns that dtype whatever "
+                              "its inputs' dtype; the kernel returns its inputs' dtype. Cast back at the end "
+                              "(.to(x.dtype)) or drop the cast.")
     if inline.casts:
         rd.op_notes.append("ignored dtype casts (.float(), .to(...)): inputs and output keep each tested dtype")
     if node.op in ir.NORMS and _norm_eps_given(ret):
         rd.eps = rd.eps if rd.eps is not None else node.attr("eps")
     rd.node, rd.name, rd.inputs = node, fn.name, tensors
+
+
+# Comments or docstrings that give shapes, dtypes or dims, which the code does not say.
+_TELLING = re.compile(r"\d+\s*[x×,]\s*\d+|\[\s*\d|\b(?:fp16|bf16|fp32|float\d*|half|bfloat16|dtype|dim|axis|keepdim|"
+                      r"shape|shapes|all\s+elements|actually|should)\b", re.I)
+
+
+def _refuse_telling_comments(code: str, tree: ast.Module) -> None:
+    texts = [tok.string for tok in _tokens(code) if tok.type == tokenize.COMMENT]
+    texts += [ast.get_docstring(n) or "" for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Module))]
+    for text in texts:
+        if m := _TELLING.search(text):
+            raise GenerationError(f"the pasted code's comment or docstring {text.strip()[:60]!r} says {m.group(0)!r}, "
+                                  "which the code itself does not: comments are not read. Say shapes and dtypes in "
+                                  "words beside the code (e.g. 'for fp16 8x16') and dims in the code.")
+
+
+def _tokens(code: str) -> list[tokenize.TokenInfo]:
+    try:
+        return list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return []
 
 
 def _refuse_other_meanings(fname: str, ret: ast.expr) -> None:
@@ -998,6 +1066,7 @@ class _State:
     whole: str | None = None
     tf32: bool | None = None
     batched: bool = False
+    typed: bool = False                              # the operator came from code or a typed expression
 
     @property
     def matmul(self) -> bool:
@@ -1009,7 +1078,7 @@ def _apply(st: _State, rd: _Reading, feedback: bool) -> None:
         if st.node is not None and st.matmul != bool(ir.matmul_node(rd.node)):
             st.shapes, st.input_shapes = None, {}        # a matmul's cases are M, N, K: not comparable
         st.node, st.name, st.inputs, st.scalars, st.op_notes = rd.node, rd.name, rd.inputs, rd.scalars, rd.op_notes
-        st.eps, st.tf32, st.batched = rd.eps, rd.tf32, rd.batched
+        st.eps, st.tf32, st.batched, st.typed = rd.eps, rd.tf32, rd.batched, rd.typed
     else:
         st.op_notes = st.op_notes + rd.op_notes          # how a correction's shapes were read
         st.eps = rd.eps if rd.eps is not None else st.eps
@@ -1182,10 +1251,10 @@ def _build(st: _State, request: str, backend: str | None) -> tuple[dict, list[st
 
 def _refuse_class_dim_1(st: _State, node: ir.Node, shapes: dict[str, list[list[int]]]) -> None:
     """Pasted F.cross_entropy takes N-D logits' classes on dim 1; the kernel takes them on the last."""
-    if st.inputs and node.op in ir.LOSSES:
+    if node.op in ir.LOSSES and (st.inputs or -1 not in st.dims):
         logits = ir.input_names(node.args[0])[0]
         if any(len(s) != 2 for s in shapes[logits]):
-            raise GenerationError(f"{st.name} calls cross_entropy on {len(shapes[logits][0])}-D logits, whose classes "
+            raise GenerationError(f"{st.name or 'cross entropy'} on {len(shapes[logits][0])}-D logits, whose classes "
                                   "PyTorch takes on dim 1; the offline kernel takes 2-D logits [rows, classes]. "
                                   "Give 2-D shapes, e.g. 'for 4096x32000'.")
 
@@ -1281,6 +1350,8 @@ def _with_dim(st: _State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
         raise GenerationError(f"{node.op} over {st.whole!r} is not supported: {node.op} runs over one dim"
                               f"{' at a time, e.g. dim 0 or the last dim' if reduces else ', the last'}. {SUPPORTED}")
     written = node.attr("dim", -1)
+    if st.dims and written is not None and st.typed and written not in st.dims:
+        raise GenerationError(f"{_text(node)!r} is over dim {written}, but the words say dim {st.dims[0]}; which one?")
     dims = list(dict.fromkeys(st.dims)) or ([] if written is None else [written])
     if not dims:
         raise GenerationError(f"{node.op} over which dim? Say e.g. '{node.op} over the last dim' or 'over dim 0'. "

@@ -30,22 +30,22 @@ functions routine layer
 tensor tensors matrix matrices array arrays input inputs output outputs value values data result
 results element elements entries shape shapes shaped size sizes sized dtype dtypes type types
 case cases variant variants both each every together given same
-logits scores activations features hidden states tokens batch
-broadcast broadcasts broadcasting broadcasted over along across per
+logits scores activations features hidden states vector vectors
+over along across per
 hey hi thanks thank ok okay now allow allowed allowing natural else otherwise
-change set switch try let lets going go
+actually change set switch try let lets going go
 accumulate accumulates accumulated accumulating accumulation accumulator vectorized vectorised coalesced
 tuned autotuned autotune autotuning tune tuning benchmark benchmarked benchmarking
 """.split())
 
 # Chinese filler, longest first so "帮我生成" goes before "生成".
 FILLER_CJK = tuple(sorted("""
-帮我 帮忙 然后 之后 后 再 激活 沿 按 求 取 允许 残差 权重 偏置 请你 请 给我 我要 我想 我需要 需要 想要 生成 写一个 写 实现 做一个 做 计算 进行 一下 一个 个 的 了 吧 呢 啊
+帮我 帮忙 带有 带 先 然后 之后 后 再 激活 沿 按 求 取 允许 残差 权重 偏置 请你 请 给我 我要 我想 我需要 需要 想要 生成 写一个 写 实现 做一个 做 计算 进行 一下 一个 个 的 了 吧 呢 啊
 算子 内核 核函数 函数 操作 运算 张量 矩阵 数组 输入 输出 数据 结果 元素 形状 大小 尺寸 类型 精度 数据类型
 和 与 及 以及 并 在 上 中 对 用 使用 为 是 把 将 其 每个 所有 融合 快速 高效 优化 一些 基于 针对 支持
 """.split(), key=len, reverse=True))
 
-_TOKEN = re.compile(r"(?P<num>\d+(?:\s*[x×*]\s*\d+)+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|(?P<word>[A-Za-z][A-Za-z0-9_]*)"
+_TOKEN = re.compile(r"(?P<rank>\b[1-4]-[dD]\b)|(?P<num>\d+(?:\s*[x×*]\s*\d+)+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|(?P<word>[A-Za-z][A-Za-z0-9_]*)"
                     r"|(?P<cjk>[\u3400-\u9fff]+)|(?P<sym>\*\*|[@*^=<>%~|!$#])")
 
 
@@ -69,6 +69,8 @@ def _meaningful(m: re.Match, names: set[str] | frozenset[str]) -> list[tuple[int
         return [] if lower in FILLER_WORDS or token in names else [m.span()]
     if kind == "cjk":
         return _cjk_left(token, m.start())
+    if kind == "rank":
+        return []                          # "a 3-D tensor": the shapes say it
     return [m.span()]
 
 

@@ -351,7 +351,7 @@ def test_cross_entropy_requests_that_are_refused(text, words):
     ("def colsum(x):\n    return x.sum(dim=0)", "sum(x, dim=0)"),
     ("def am(x):\n    return torch.argmax(x, dim=0)", "argmax(x, dim=0)"),
     ("def loss(logits, target):\n    return F.cross_entropy(logits, target)", "cross_entropy(logits, target)"),
-    ("def loss(logits, labels):\n    return F.cross_entropy(logits.float(), labels, reduction='none')",
+    ("def loss(logits, labels):\n    return F.cross_entropy(logits, labels, reduction='none')",
      "cross_entropy(logits, labels, reduction='none')"),
 ])
 def test_pasted_functions(code, expected):
