@@ -92,9 +92,13 @@ _WHOLE = re.compile(r"\b(?:all|every)\s+elements\b|\b(?:whole|entire|full)\s+ten
 
 _EPS = re.compile(rf"(?:\beps(?:ilon)?\b|ε)\s*(?:=|:|of|is|为|是|设为)?\s*({_NUM}){_END}", _F)
 _CLAMP_WORD = re.compile(r"\bclamp\w*|\bclip\w*|限幅|截断", _F)
-_RANGE = re.compile(rf"[\[\(]\s*({_NUM})\s*,\s*({_NUM})\s*[\]\)]|\bbetween\s+({_NUM})\s+and\s+({_NUM}){_END}|"
-                    rf"\bfrom\s+({_NUM})\s+to\s+({_NUM}){_END}|({_NUM})\s*(?:到|至)\s*({_NUM})", _F)
-_BOUND = re.compile(rf"\b(min|max)(?:imum)?\s*(?:=|:|of|is)?\s*({_NUM}){_END}", _F)
+# A closed range only: "[0, 1)" is half open, which clamp cannot be, so it stays for the residue check.
+_RANGE = re.compile(rf"\[\s*({_NUM})\s*,\s*({_NUM})\s*\]|\(\s*({_NUM})\s*,\s*({_NUM})\s*\)|"
+                    rf"\bbetween\s+({_NUM})\s+and\s+({_NUM}){_END}|"
+                    rf"\b(?:from|range(?:\s+of)?)\s+({_NUM})\s+to\s+({_NUM}){_END}|({_NUM})\s*(?:到|至)\s*({_NUM})", _F)
+_BOUND = re.compile(rf"\b(min|max)(?:imum)?\s*(?:=|:|of|is)?\s*({_NUM}){_END}|"
+                    rf"\b(?:at|no)\s+(most|least|more\s+than|less\s+than)\s+({_NUM}){_END}", _F)
+_BOUND_KEY = {"min": "min", "max": "max", "least": "min", "most": "max", "more than": "max", "less than": "min"}
 
 _SHAPE = re.compile(
     rf"(?<![\w.-])(?P<multi>{_DIM}(?:(?:\s*[x×]\s*|\*|\s+by\s+){_DIM})+)(?![\w.])"
@@ -109,6 +113,7 @@ _PARAM_AFTER = re.compile(rf"[\s-]*(?:(?:max|min|avg|average|mean|sum)\s+)?{_PAR
 _PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:\s*(?:size|shape|is|=|:|为|大小))*\s*$", _F)
 # The word a shape belongs to: "b: [4096]", "bias of shape 4096", "x 1024x4096".
 _LABEL = re.compile(r"\b([A-Za-z_]\w*)\s*(?:(?:\b(?:is|has|with|of|shape[ds]?|size|length|a|an|the)\b|[:=])\s*)*[(\[]?\s*$", _F)
+_CORRECTION_WORDS = re.compile(r"\binstead\b(?!\s+of)|\bonly\b|\brather\b(?!\s+than)|改成|改为|换成", _F)
 _APPEND = re.compile(r"\b(?:also|add|plus|additionally|extra|too)\b|还要|再加|增加|加上|另外", _F)
 
 _OPS: list[tuple[re.Pattern, str, str]] = [(re.compile(p, _F), kind, op) for p, kind, op in [
@@ -122,13 +127,14 @@ _OPS: list[tuple[re.Pattern, str, str]] = [(re.compile(p, _F), kind, op) for p, 
     (r"\barg[\s_-]?min\b|\bindex\s+of\s+(?:the\s+)?min\w*|最小值?(?:的)?(?:索引|下标|位置)", "row", "argmin"),
     (r"\bmean\b|\baverage\b|平均值?|均值", "row", "mean"),
     (r"\bgelu[\s_-]*\(?\s*tanh(?:[\s_-]+approx\w*)?\b|\btanh[\s-]+approx\w*|\bapprox\w*\s*[=:]?\s*['\"]?tanh\b", "step", "gelu_tanh"),
-    (r"\b(?:exact\s+)?gelu(?:[\s_-]*\(?\s*erf)?\b", "step", "gelu"),
+    (r"\b(?:exact\s+)?gelu(?:[\s_-]*\(?\s*(?:erf|exact))?\b", "step", "gelu"),
     (r"\bsilu\b|\bswish\b", "step", "silu"),
     (r"\bsigmoid\b", "step", "sigmoid"),
     (r"\btanh\b", "step", "tanh"),
     (r"\brelu\b", "step", "relu"),
     (r"\brsqrt\b|\b(?:reciprocal|inverse)\s+(?:of\s+(?:the\s+)?)?square[\s-]root\b|平方根倒数|倒数平方根",
      "step", "rsqrt"),
+    (r"\breciprocal\b|倒数", "step", "reciprocal"),
     (r"\bsqrt\b|\bsquare[\s-]root\b|平方根|开方", "step", "sqrt"),
     (r"\bexp(?:onential)?\b|指数", "step", "exp"),
     (r"\blog(?:arithm)?\b|\bln\b|对数", "step", "log"),
@@ -138,13 +144,13 @@ _OPS: list[tuple[re.Pattern, str, str]] = [(re.compile(p, _F), kind, op) for p, 
      rf"\b(?:scale(?:\s+factor)?|alpha)\s*(?:=|:|of|is)?\s*({_NUM}){_END}|"
      rf"缩放\s*(?:系数|因子)?\s*(?:为|是|=|:)?\s*({_NUM}){_END}\s*倍?|乘以\s*({_NUM}){_END}", "step", "scale"),
     (rf"\b(?:multipl(?:y|ied)|times)\s+(?:[a-z]\w?\s+)?(?:by\s+)?({_NUM}){_END}", "step", "scale"),
-    (rf"\bdivid(?:e|ed)\s+(?:[a-z]\w?\s+)?by\s+({_NUM}){_END}", "step", "divide"),
+    (rf"\bdivid(?:e|ed)\s+(?:[a-z]\w?\s+)?by\s+({_NUM}){_END}|除以\s*({_NUM}){_END}", "step", "divide"),
     (rf"\b(?:pow(?:er)?|to\s+the\s+power(?:\s+of)?|exponent)\s*(?:of|=|:)?\s*({_NUM}){_END}", "step", "pow"),
     (r"\bsquared?\b|平方", "step", "square"),
     (r"\bcubed?\b|立方", "step", "cube"),
     (_CLAMP_WORD.pattern, "step", "clamp"),
     (r"\bbias[\s_-]?add\b|\badd(?:s|ed|ing|ition)?\b|\bplus\b|加法|相加", "binary", "add"),
-    (r"\bsub(?:tract\w*)?\b|\bdifference\b|\bminus\b|减法|相减|(?:的|之)差(?!异)", "binary", "sub"),
+    (r"\bsub(?:tract\w*)?\b|\bdifference\b|\bminus\b|减法|相减|(?:的|之)差(?!异)|(?<![相])减(?![法去])", "binary", "sub"),
     (r"\bmul(?:tiply|tiplied|tiplication)?\b|\bproduct\b|\btimes\b|乘法|相乘", "binary", "mul"),
     (r"\bdiv(?:ide[ds]?|ision)?\b|\bquotient\b|除法|相除", "binary", "div"),
     (r"\bmax(?:imum)?\b|\bamax\b|最大值?", "extreme", "max"),
@@ -171,6 +177,7 @@ _BIAS_WORD = re.compile(r"\bbias\b|\bbeta\b|偏置", _F)
 _NO_WEIGHT = re.compile(r"\b(?:without|no|w/o)\s+(?:[\w/-]+\s+){0,3}?(?:weights?|gamma|affine)\b|"
                         r"(?:无|不带|没有)权重", _F)
 _NO_BIAS = re.compile(r"\b(?:without|no|w/o)\s+(?:[\w/-]+\s+){0,3}?(?:bias|beta|affine)\b|"
+                      r"\b(?:weights?|gamma)\s+only\b|\bonly\s+(?:an?\s+)?(?:weights?|gamma)\b|"
                       r"(?:无|不带|没有)(?:权重和)?偏置", _F)
 
 # A label that names a tensor: a shape given to one that is no input is refused, not taken as a case.
@@ -232,6 +239,8 @@ def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
     prose = _take_shapes(prose, rd)
     if matmul:           # cases are problem sizes [B,] M, N, K: no shape belongs to one input
         rd.shapes = [(None, p) for p in ops.problems([s for _, s in rd.shapes], rd.batched, batch, rd.op_notes)]
+    if feedback:                 # "gelu instead", "only 32x32": a correction replaces what it names
+        prose = _CORRECTION_WORDS.sub(_blank, prose)
     if feedback and (rd.shapes or rd.dtypes) and _APPEND.search(prose):
         rd.append = True
         prose = _APPEND.sub(_blank, prose)
@@ -380,7 +389,8 @@ def _take_scalars(text: str, rd: _Reading) -> str:
             rd.scalars.update(min=min(lo, hi), max=max(lo, hi))
             text = _blank_span(text, m)
         for m in _BOUND.finditer(text):
-            rd.scalars[m.group(1).lower()] = float(m.group(2))
+            key, value = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+            rd.scalars[_BOUND_KEY[re.sub(r"\s+", " ", key.lower())]] = float(value)
         text = _BOUND.sub(_blank, text)
     return text
 
@@ -1083,7 +1093,9 @@ def _apply(st: _State, rd: _Reading, feedback: bool) -> None:
         st.op_notes = st.op_notes + rd.op_notes          # how a correction's shapes were read
         st.eps = rd.eps if rd.eps is not None else st.eps
         st.tf32 = rd.tf32 if rd.tf32 is not None else st.tf32
-    if rd.node is not None or rd.dims or rd.whole:
+    # "mean instead" on "sum over dim 0" keeps the dim; "make it relu" drops it
+    keeps_dim = feedback and rd.node is not None and ir.kind(rd.node) in ("reduce", "argreduce") and not rd.dims
+    if (rd.node is not None or rd.dims or rd.whole) and not keeps_dim:
         st.dims, st.whole = rd.dims, rd.whole
     append = feedback and rd.append
     if rd.dtypes:

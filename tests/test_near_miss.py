@@ -97,6 +97,7 @@ REFUSED = [
     ("softmax over the batch of a 32x1000 tensor", "batch"),
     ("x + y with y broadcast", "broadcast"),
     ("沿第1维求和 8x16x32", "counting from 0"),
+    ("clamp to [0, 1)", "bounds"),
     # activations not in the catalog
     ("leaky relu with slope 0.2 of a 128x128 tensor", "leaky relu"),
     ("hardswish of x", "hard"),
@@ -186,6 +187,11 @@ SOLVED = [
     ("add x (32x64) to y (1x64)", "x + y", [[32, 64]]),
     ("fused bias add and gelu on 8x16", "gelu(x + bias)", [[8, 16]]),
     ("relu of a 3-D tensor 4x8x16", "relu(x)", [[4, 8, 16]]),
+    ("layernorm with weight only, 8x64", "layernorm(x, weight, eps=1e-5)", [[8, 64]]),
+    ("reciprocal of x for 8x8", "1 / x", [[8, 8]]),
+    ("clip x to the range -3 to 3, 8x8", "clamp(x, -3, 3)", [[8, 8]]),
+    ("x除以2 64x64", "x / 2", [[64, 64]]),
+    ("先做gelu再层归一化 8x64", "layernorm(gelu(x), weight, bias, eps=1e-5)", [[8, 64]]),
     ("def f(x):\n    return torch.softmax(x.float(), dim=-1).to(x.dtype)\nfor 8x16", "softmax(x)", [[8, 16]]),
     ("计算两个矩阵的差的平方 8x8", "(x - y) ** 2", [[8, 8]]),
     ("x的指数再求和，沿最后一维 8x8", "sum(exp(x), dim=-1)", [[8]]),
@@ -229,10 +235,21 @@ def test_solved_exactly_as_asked(request_text, expression, outputs):
     ("matmul 64x32 by 32x16", ["with relu"], "drops"),
     ("relu", ["use eps 1e-5"], "no eps"),
     ("relu", ["please be careful"], "careful"),
+    ("relu", ["softmax instead of relu"], "instead"),
 ])
 def test_a_correction_that_names_only_a_part_is_refused(request_text, corrections, word):
     with pytest.raises(GenerationError, match=word):
         parse_request(request_text, corrections)
+
+
+@pytest.mark.parametrize("request_text, corrections, expression", [
+    ("relu", ["gelu instead"], "gelu(x)"),
+    ("sum over dim 0 of 8x16", ["mean instead"], "mean(x, dim=0)"),
+    ("relu for 64x64", ["only 32x32"], "relu(x)"),
+])
+def test_a_correction_is_read_as_a_person_means_it(request_text, corrections, expression):
+    spec, _ = parse_request(request_text, corrections)
+    assert expr(spec) == canon(expression)
 
 
 def test_the_spec_card_says_what_is_computed_and_every_output_shape():
