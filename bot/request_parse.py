@@ -4,7 +4,9 @@ A request is English, Chinese or a pasted PyTorch function. Reviewers' correctio
 ("bf16 only", "also 1x32", "eps 1e-5", "make it gelu(x + y)") are read the same way and
 applied on top, later ones winning. Reading is a series of small passes over the text;
 each pass takes what it understands and blanks it out, so a later pass does not read the
-same words again (the "x" of 4096x4096 is not an input, "log softmax" is not log).
+same words again (the "x" of 4096x4096 is not an input, "log softmax" is not log). What no pass
+placed must be filler (bot.request_residue), else the request is refused naming it; the order of
+operation words and the operands they name are read by bot.request_order.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Sequence
 
 from bot import ir
 from bot import request_ops as ops
+from bot import request_order as order
 from bot import request_residue
 from bot import spec as specmod
 from bot.generator import GenerationError
@@ -160,16 +163,13 @@ _OPS: list[tuple[re.Pattern, str, str]] = [(re.compile(p, _F), kind, op) for p, 
 ]]
 _STEP_IR_OP = {"gelu_tanh": "gelu", "scale": "mul", "divide": "div", "square": "pow", "cube": "pow"}
 _SCALAR_STEPS = {"scale", "divide"}
-_BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+
 # "max"/"sum" of two tensors is elementwise; of one tensor it is a reduction.
 _PAIRWISE = re.compile(r"\btwo\b|\b2\s+(?:tensors|matrices|inputs|arrays)\b|\bpair(?:s|wise)?\b|两个|"
                        r"element[\s_-]?wise|逐元素|\bbetween\b|\b[a-z]\w?\s+and\s+[a-z]\w?\b", _F)
-# Words that put operations in sequence: "add, then relu", "fused add + rmsnorm", "exp 再求和".
 # Words that say there are two tensors (not "elementwise", which a one-input op is too).
 _TWO_TENSORS = re.compile(r"\btwo\b|\b2\s+(?:tensors|matrices|inputs|arrays)\b|\bpair(?:s|wise)?\b|两个|\bbetween\b|"
                           r"\b[a-z]\w?\s+and\s+[a-z]\w?\b", _F)
-_SEQ = re.compile(r"\bthen\b|\bfollowed\s+by\b|\bafter(?:wards|\s+that)?\b|\band\s+(?:finally|apply|take)\b|[,+&]|"
-                  r"然后|之?后|再|并|的", _F)        # Chinese A 的 B is B of A: applied in text order
 _MATRIX = re.compile(r"\bmatri(?:x|ces)\b|矩阵", _F)
 
 _WEIGHT_WORD = re.compile(r"\bweights?\b|\bgamma\b|权重", _F)
@@ -590,13 +590,13 @@ def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
             rd.eps = node.attr("eps") if rd.eps is None else rd.eps
         body = _text(node)
         if where and node.op in ir.COMPARE:                 # "where x > 0 take x, else y"
-            a, b = _where_branches(said, body)
+            a, b = order.where_branches(said, body)
             body = f"where({body}, {a}, {b})"
             rd.op_notes.append(f"where: taking {a} where {_text(node)}, else {b}")
     else:
         if not (rows or binaries or steps or where):
             return None
-        _refuse_unclear_order(found, prose, said, pair)
+        order.refuse_unclear_order(found, prose, said, pair)
         body = _base(prose, said, rows, binaries, where, rd)
         body = _apply_steps(body, steps, rd)
     if len(rows) > 1:
@@ -666,103 +666,15 @@ def _base(prose: str, said: str, rows: list[str], binaries: list[str], where: bo
         # "add then rmsnorm": the fused residual add; "add a bias": x + bias, a vector
         other = ("residual" if op == "add" and set(rows) & ir.NORMS else
                  "bias" if op == "add" and _BIAS_WORD.search(said) else "y")
-        first, other = _operands(prose, op, other)
-        return f"{first} {_BINARY_SYMBOL[op]} {other}" if op in _BINARY_SYMBOL else f"{op}({first}, {other})"
+        first, other = order.operands(prose, op, other)
+        return f"{first} {order.SYMBOL[op]} {other}" if op in order.SYMBOL else f"{op}({first}, {other})"
     if where and not rows:
         raise GenerationError("where needs a condition: which one? e.g. 'where(x > 0, x, y)'")
-    named = list(dict.fromkeys(_named_inputs(prose)))
+    named = list(dict.fromkeys(order.named_inputs(prose)))
     if len(named) > 1:
         raise GenerationError(f"I read one input but you named {', '.join(named)}; write the operation as an "
                               f"expression of them, e.g. 'relu({named[0]} + {named[1]})'.")
     return named[0] if named else "x"
-
-
-def _named_inputs(prose: str) -> list[str]:
-    """Single-letter input names in the words ('x', 'w1'), in order; 'a' only beside a 'b'."""
-    names = re.findall(r"(?<![\w.-])([A-Za-z]\d*)(?![\w.-])", prose)
-    return [n for n in names if n != "I" and (n != "a" or "b" in names)]
-
-
-_BRANCHES = [re.compile(p, _F) for p in (
-    r"\b(?:take|use|choose|pick|return|gives?)\s+([A-Za-z]\d*)\b.*?\b(?:else|otherwise)\s+([A-Za-z]\d*)\b",
-    r"\b([A-Za-z]\d*)\s+where\b.*?\b(?:else|otherwise)\s+([A-Za-z]\d*)\b")]
-
-
-def _where_branches(prose: str, cond: str) -> tuple[str, str]:
-    """'where x > 0 take x, else y' and 'x where x > 0 else y': the branches as written."""
-    for pattern in _BRANCHES:
-        if m := pattern.search(prose):
-            return m.group(1), m.group(2)
-    raise GenerationError(f"where {cond}: take what, and what else? Write it as where(cond, a, b), "
-                          f"e.g. 'where({cond}, x, y)'.")
-
-
-def _operands(prose: str, op: str, other: str) -> tuple[str, str]:
-    """The binary's operands as the words name them ('y minus x', 'subtract x from y' is y - x,
-    'a and b'), else x and `other`; more names than two, or one named once, are refused."""
-    names = _named_inputs(prose)
-    distinct = list(dict.fromkeys(names))
-    if not distinct:
-        return "x", other
-    if len(distinct) == 1 and other != "y":
-        return distinct[0], other                            # "add x and a bias"
-    if len(distinct) == 1 and len(names) > 1:
-        return distinct[0], distinct[0]                      # "x times x"
-    if len(distinct) != 2:
-        raise GenerationError(f"{op} takes two operands, but I read {', '.join(distinct)}; write it as an expression, "
-                              f"e.g. '{distinct[0]} {_BINARY_SYMBOL.get(op, '+')} y'.")
-    first, second = distinct
-    if op == "sub" and re.search(rf"\b{first}\b\W+from\W+\b{second}\b", prose):
-        first, second = second, first
-    return first, second
-
-
-def _refuse_unclear_order(found: list[tuple[int, str, str, float | None]], prose: str, said: str, pair: bool) -> None:
-    """Words compose as row(step(binary(x, y))). Where their order says otherwise, or may, refuse:
-    a step before the binary unless 'of the' it ('relu of the sum of x and y'; 'x squared plus y' is
-    x ** 2 + y), after it only in sequence ('add x and y, then relu'; 'x times sigmoid of x' is
-    not sigmoid(x * y)); a step or binary before a row op only in sequence ('exp then sum',
-    'fused add + rmsnorm'; 'log of softmax', 'x minus its mean' are not), and nothing in sequence
-    after it ('sum of exp' is fine, 'sum, then sqrt' is not expressible)."""
-    kinds = [(pos, ("binary" if pair else "row") if kind in ("extreme", "sum") else kind, op)
-             for pos, kind, op, _ in found]
-    binary = next(((pos, op) for pos, kind, op in kinds if kind == "binary"), None)
-    row = next(((pos, op) for pos, kind, op in kinds if kind == "row"), None)
-    for pos, kind, op in kinds:
-        if kind == "step" and binary:
-            _check_step_and_binary(prose, pos, op, *binary)
-        if kind in ("step", "binary") and row:
-            seq = (_SEQ.search(prose, min(pos, row[0]), max(pos, row[0])) or _and_joined(prose, pos, row[0])
-                   or _add_then_norm(prose, said, pos, op, *row))
-            if pos < row[0] and not seq:
-                raise GenerationError(f"I read {op} before {row[1]}: {op} of the {row[1]}'s result is not supported "
-                                      f"(it must be the outermost operation), and {row[1]} of {op} is written e.g. "
-                                      f"'{op} then {row[1]}' or as an expression.")
-            if pos > row[0] and seq:
-                raise GenerationError(f"{op} after the {row[1]} is not supported: the reduction or row operation must be "
-                                      "the outermost operation, over a pointwise body, e.g. 'sum(exp(x)) over the last dim'.")
-
-
-def _add_then_norm(prose: str, said: str, pos: int, op: str, at: int, row: str) -> bool:
-    """'add rmsnorm', 'residual add layernorm': the fused op's usual name ('x plus rmsnorm of y' is not)."""
-    return (op == "add" and row in ir.NORMS and pos < at and said[pos:pos + 3].lower() == "add"
-            and not prose[pos:at].split(";", 1)[1].strip(" ;"))
-
-
-def _and_joined(prose: str, start: int, end: int) -> bool:
-    """Two operation words joined by 'and' alone: 'bias add and gelu' (not 'add x and relu of y')."""
-    return bool(re.fullmatch(r";[\s;]*\band\b[\s;]*(?:then\b[\s;]*)?", prose[start:end], re.I))
-
-
-def _check_step_and_binary(prose: str, pos: int, op: str, at: int, binary: str) -> None:
-    if pos < at and re.fullmatch(r"\W*\w*\W+of\s+the\s*", prose[pos:at], re.I):
-        return
-    if pos > at and (_SEQ.search(prose, at, pos) or _and_joined(prose, at, pos)):
-        return
-    example = ("'x ** 2 + y' or '(x + y) ** 2'" if op in ("square", "cube", "pow", "scale", "divide")
-               else f"'{op}(x) + y' or '{op}(x + y)'")
-    raise GenerationError(f"I found {op} {'before' if pos < at else 'after'} {binary}: does {op} apply to one operand "
-                          f"or to the result? Write it as an expression, e.g. {example}.")
 
 
 def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: _Reading) -> str:
