@@ -317,6 +317,10 @@ def _convert_cross_entropy(args: list, kw: dict) -> Node:
     return call("cross_entropy", _convert(args[0]), _convert(args[1]), reduction=reduction)
 
 
+def _is_none(a: ast.expr | None) -> bool:
+    return a is None or (isinstance(a, ast.Constant) and a.value is None)
+
+
 def _check_last_dim_only(fname: str, shape: ast.expr) -> None:
     """A norm's normalized_shape must name the last dim alone: (N,), [N], x.shape[-1:], x.shape[-1]."""
     one = isinstance(shape, (ast.Tuple, ast.List)) and len(shape.elts) <= 1
@@ -346,13 +350,17 @@ def _convert_norm(fname: str, args: list, kw: dict) -> Node:
     if len(args) > max_args:
         eps_node = args[max_args]
         args = args[:max_args]
-    for key in ("weight", "bias"):
+    slots = args[1:] + [None] * (max_args - len(args))         # weight (and bias) by position
+    for i, key in enumerate(("weight", "bias")[:max_args - 1]):
         if key in kw:
-            args += [kw.pop(key)]
+            slots[i] = kw.pop(key)
+    args = args[:1] + [a for a in slots]
+    if len(args) > 2 and _is_none(args[1]) and not _is_none(args[2]):
+        raise IRError(f"{fname} with a bias but no weight is not supported by the offline generator")
     if not args:
         raise IRError(f"{fname} needs an input, e.g. {fname}(x, weight, eps=1e-6)")
     eps = _number(eps_node) if eps_node is not None else DEFAULT_EPS[fname]
-    conv = [_convert(a) if not (isinstance(a, ast.Constant) and a.value is None) else None for a in args]
+    conv = [None if _is_none(a) else _convert(a) for a in args]
     weight = conv[1] if len(conv) > 1 else None
     bias = conv[2] if len(conv) > 2 else None
     return call(fname, conv[0], *(a for a in (weight, bias) if a is not None),

@@ -115,7 +115,8 @@ _PARAM_NOUN = (r"(?:kernels?|windows?|filters?|patch(?:es)?|strides?|pool\w*|til
 _PARAM_AFTER = re.compile(rf"[\s-]*(?:(?:max|min|avg|average|mean|sum)\s+)?{_PARAM_NOUN}(?![a-z])", _F)
 _PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:\s*(?:size|shape|is|=|:|为|大小))*\s*$", _F)
 # The word a shape belongs to: "b: [4096]", "bias of shape 4096", "x 1024x4096".
-_LABEL = re.compile(r"\b([A-Za-z_]\w*)\s*(?:(?:\b(?:is|has|with|of|shape[ds]?|size|length|a|an|the)\b|[:=])\s*)*[(\[]?\s*$", _F)
+_LABEL = re.compile(r"(?<![-\w])([A-Za-z_]\w*)\s*(?:(?:\b(?:is|has|with|of|shape[ds]?|size|length|a|an|the|1-?d|vector|"
+                    r"tensor|matrix|array)\b|[:=]|的|形状|为|是|大小)\s*)*[(\[]?\s*$", _F)
 _CORRECTION_WORDS = re.compile(r"\binstead\b(?!\s+of)|\bonly\b|\brather\b(?!\s+than)|改成|改为|换成", _F)
 _APPEND = re.compile(r"\b(?:also|add|plus|additionally|extra|too)\b|还要|再加|增加|加上|另外", _F)
 
@@ -238,7 +239,7 @@ def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
         prose, batch = ops.take_sizes(prose, rd.batched)
     prose = _take_shapes(prose, rd)
     if matmul:           # cases are problem sizes [B,] M, N, K: no shape belongs to one input
-        rd.shapes = [(None, p) for p in ops.problems([s for _, s in rd.shapes], rd.batched, batch, rd.op_notes)]
+        rd.shapes = [(None, p) for p in ops.problems(_operand_order(rd.shapes), rd.batched, batch, rd.op_notes)]
     if feedback:                 # "gelu instead", "only 32x32": a correction replaces what it names
         prose = _CORRECTION_WORDS.sub(_blank, prose)
     if feedback and (rd.shapes or rd.dtypes) and _APPEND.search(prose):
@@ -255,10 +256,26 @@ def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
     rd.rest = prose
     if rd.node is not None:
         _refuse_mask_inputs(rd.node)
+        if rd.typed:
+            _refuse_other_dtypes(rd.node)
     if rd.node is not None or feedback:
         names = ir.input_names(rd.node) if rd.node is not None else _input_names(context) if context else []
         _refuse_unplaced(rd, names, text, feedback)
     return rd
+
+
+def _refuse_other_dtypes(node: ir.Node) -> None:
+    """Code whose PyTorch result is not a float of the inputs' dtype: a comparison (bool), a sum or
+    mean of one (int64, or an error), a where of two constants (the constants' dtype)."""
+    body = node.args[0] if node.op in ir.ROOT_OPS else node
+    if body.op in ir.COMPARE:
+        what = "a bool tensor" if body is node else f"{node.op} of a bool tensor (int64, or an error)"
+        raise GenerationError(f"{_text(node)!r} gives {what} in PyTorch, and the offline kernels return the inputs' "
+                              "float dtype; multiply by 1.0 or use where(cond, x, y) to stay in it.")
+    for sub in node.walk():
+        if sub.op == "where" and sub.args[1].op == sub.args[2].op == "const":
+            raise GenerationError(f"{_text(sub)!r} takes the dtype of its constants in PyTorch, not the inputs'; "
+                                  "write one branch with an input, e.g. where(x > 0, x * 0.0 + 1.0, x * 0.0).")
 
 
 def _refuse_mask_inputs(node: ir.Node) -> None:
@@ -293,6 +310,18 @@ def _refuse_unplaced(rd: _Reading, names: list[str], text: str, feedback: bool) 
                               f"dim=-1)'. {SUPPORTED}", unplaced=[rd.pairwise])
 
 
+def _operand_order(shapes: list[tuple[str | None, list[int]]]) -> list[list[int]]:
+    """A matmul's shapes as operands a, b in order ('b: 256x512, a: 512x256' is a, then b); a shape
+    labelled for anything else (an epilogue input's) is refused, since those follow from M and N."""
+    labels = [label for label, _ in shapes if label and _SHAPE_OWNER.fullmatch(label)]
+    if other := [label for label in labels if label.lower() not in ("a", "b", "x", "w")]:
+        raise GenerationError(f"the shape given for {other[0]} is not read: a matmul's epilogue inputs take [N] (a bias) "
+                              "or the output's shape. Give the operands' shapes ('64x128 by 128x256') or M, N and K.")
+    if len(labels) == 2 and [label.lower() for label in labels] in (["b", "a"], ["w", "x"]):
+        return [s for _, s in shapes][::-1]
+    return [s for _, s in shapes]
+
+
 def _take_dtypes(text: str, rd: _Reading) -> str:
     if m := _BAD_DTYPE.search(text):
         raise GenerationError(f"unsupported dtype {m.group(0)!r}: kernels are tested in float16 (fp16), "
@@ -303,9 +332,17 @@ def _take_dtypes(text: str, rd: _Reading) -> str:
 
     named = {canonical(m) for m in _DTYPE.finditer(text)}
 
+    owners: dict[str, str] = {}
+
     def take(m: re.Match) -> str:
         dtype = canonical(m)
         role = _dtype_role(text, m)
+        if (owner := _DTYPE_OWNER.search(text[:m.start()])) and role == "test":
+            owners.setdefault(owner.group(1), dtype)
+            if len(set(owners.values())) > 1:
+                raise GenerationError(f"you gave the inputs different dtypes ({', '.join(f'{n} {d}' for n, d in owners.items())}): "
+                                      "the offline generator tests every input in one dtype at a time. Name the dtypes "
+                                      "to test, e.g. 'fp16 and fp32'.")
         if role == "output" and named == {dtype}:
             role = "test"                    # "input/output in fp16": one dtype for both
         if role == "word":
@@ -335,6 +372,8 @@ _COMPUTE_BEFORE = re.compile(r"\b(?:accumulat\w*|comput\w*|math|internally)\s+(?
 _OUTPUT_NEAR = re.compile(r"\s*(?:outputs?|results?)\b", _F)
 _OUTPUT_BEFORE = re.compile(r"\b(?:outputs?|results?|returns?)\s+(?:is\s+|in\s+|as\s+)*$", _F)
 _TYPE_CONTEXT = re.compile(r"\s+(?:precision|floats?|tensors?|inputs?|matri\w*|arrays?|dtypes?|values?|data)\b", _F)
+# "x in fp16 and y in fp32", "bias fp32": a dtype said of one input.
+_DTYPE_OWNER = re.compile(r"(?<![-\w])([A-Za-z]\d*|bias|weight|residual)\s+(?:is\s+|in\s+|as\s+)?$")
 # "bf16 only", "only fp16": the dtype list said, not a qualifier of the operation.
 _ONLY = re.compile(r"(;\s*)\bonly\b|\bonly\b(?=\s*;)", _F)
 
@@ -347,7 +386,10 @@ def _dtype_role(text: str, m: re.Match) -> str:
         return "compute"
     if _OUTPUT_NEAR.match(after) or _OUTPUT_BEFORE.search(before):
         return "output"
-    plain = (m.group(1) or "").lower() in ("half", "single", "float")
+    word = (m.group(1) or "").lower()
+    plain = word in ("half", "single", "float")
+    if word == "single":                     # "single precision" only: "a single tensor" is one tensor
+        return "test" if "precision" in m.group(0).lower() else "word"
     typed = ("precision" in m.group(0).lower() or _TYPE_CONTEXT.match(after)
              or (re.search(r"\b(?:in|as|to|for|dtype|type)\s+$", before, re.I)
                  and not re.match(r"\s+(?:the|of|a|an|as)\b", after, re.I)))
@@ -424,6 +466,8 @@ def _take_shapes(text: str, rd: _Reading) -> str:
         if not (label and _SHAPE_OWNER.fullmatch(label)) and (after := _OWNER_AFTER.match(text, m.end())):
             label = after.group(1)           # "16x1000 logits", "a 128 bias"
         rd.shapes.append((label, shape))
+        if re.search(r"\dk\b", m.group(0), re.I):
+            rd.op_notes.append(f"read {m.group(0).strip()!r} with k = 1024 (4k = 4096)")
     for m in reversed(taken):
         text = _blank_range(text, m.start(), m.end())
     return text
@@ -491,8 +535,9 @@ def _find_expression(text: str) -> tuple[ir.Node, ast.expr, int, int] | None:
                 continue
             j, tree = hit
             src = text[span[i][1]:span[j - 1][2]]
+            tree = _MaxParts().visit(tree)
             try:
-                node = ir.parse(ast.unparse(_MaxParts().visit(tree)), as_written=True)
+                node = ir.parse(ast.unparse(tree), as_written=True)
             except ir.IRError as e:
                 # a call like "softmax(x, dim=0)" was meant as an expression: say why it is refused
                 meant = any(isinstance(t, ast.Call) or _names_matmul(t) for t in ast.walk(tree))
@@ -549,6 +594,8 @@ def _longest_parse(text: str, span: list[tuple[str, int, int]], i: int) -> tuple
 
 def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
     """Compose the operator from an expression typed in the request and/or operator words."""
+    if expr is not None and ir.matmul_node(expr[0]) and expr[0].op != ir.MATMUL:
+        prose = ops.MATMUL_WORD.sub(_blank, prose)       # "matmul a @ b + bias": the word names the expression
     if (expr is None or expr[0].op == ir.MATMUL) and (expr or ops.MATMUL_WORD.search(prose)):
         return _matmul_words(prose, expr, rd)
     if expr is None and ops.CROSS_ENTROPY.search(prose):
@@ -586,8 +633,9 @@ def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
             raise GenerationError(f"I read the expression {_text(node)!r} but you also named "
                                   f"{', '.join(named)}; write the whole operation as one expression, "
                                   f"e.g. {example}.")
+        _refuse_other_meanings("the expression", tree, torch_only=True)
         if node.op in ir.NORMS and _norm_eps_given(tree):
-            rd.eps = node.attr("eps") if rd.eps is None else rd.eps
+            rd.eps = _one_eps(rd.eps, node.attr("eps"))
         body = _text(node)
         if where and node.op in ir.COMPARE:                 # "where x > 0 take x, else y"
             a, b = order.where_branches(said, body)
@@ -784,13 +832,15 @@ class _MaxParts(ast.NodeTransformer):
 class _Inline(_MaxParts):
     """Replace local names by their values and drop dtype casts (and read max's parts)."""
 
-    def __init__(self, env: dict[str, ast.expr]):
-        self.env = env
+    def __init__(self, env: dict[str, ast.expr], aliases: set[str] = frozenset()):
+        self.env, self.aliases = env, aliases      # aliases: "import torch.nn.functional as fn"
         self.casts = False
         self.fixed: list[str] = []                 # casts to one dtype: .float(), .to(torch.float32)
         self.back: set[int] = set()                # ids of nodes cast back to an input's dtype
 
     def visit_Name(self, n: ast.Name) -> ast.expr:
+        if n.id in self.aliases:
+            return ast.Name("torch", ast.Load())
         return copy.deepcopy(self.env[n.id]) if n.id in self.env else n
 
     def visit_Call(self, n: ast.Call) -> ast.expr:
@@ -840,7 +890,8 @@ def _read_code(code: str, rd: _Reading) -> None:
                                   "the code, e.g. 'for fp16 8x16'.")
     fn = funcs[-1]
     env, tensors = _parameters(fn, rd)
-    inline = _Inline(env)
+    inline = _Inline(env, {a.asname for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                           for a in n.names if a.asname})
     ret = _returned(fn, inline)
     src = ast.unparse(ret)
     _refuse_other_meanings(fn.name, ret)
@@ -869,7 +920,10 @@ def _read_code(code: str, rd: _Reading) -> None:
     if inline.casts:
         rd.op_notes.append("ignored dtype casts (.float(), .to(...)): inputs and output keep each tested dtype")
     if node.op in ir.NORMS and _norm_eps_given(ret):
-        rd.eps = rd.eps if rd.eps is not None else node.attr("eps")
+        rd.eps = _one_eps(rd.eps, node.attr("eps"))
+    elif node.op == "rmsnorm":
+        raise GenerationError(f"{fn.name} calls rms_norm without an eps, which in PyTorch is the dtype's machine "
+                              "epsilon (9.8e-4 in float16, 1.2e-7 in float32); give eps=..., e.g. eps=1e-6")
     rd.node, rd.name, rd.inputs = node, fn.name, tensors
 
 
@@ -895,21 +949,30 @@ def _tokens(code: str) -> list[tokenize.TokenInfo]:
         return []
 
 
-def _refuse_other_meanings(fname: str, ret: ast.expr) -> None:
+def _one_eps(said: float | None, written: float) -> float:
+    if said is not None and said != written:
+        raise GenerationError(f"the code says eps={written!r} but the words say eps {said!r}; which one?")
+    return written
+
+
+def _refuse_other_meanings(fname: str, ret: ast.expr, torch_only: bool = False) -> None:
     """Calls whose PyTorch meaning is not the IR op of that name: max/min over a dim return values
-    and indices, and softmax without a dim picks one by the input's rank."""
+    and indices, and softmax without a dim picks one by the input's rank. torch_only: in a typed
+    expression, only torch.max(...) and x.max(...) (a bare max(x, dim=0) is the IR's)."""
     for n in ast.walk(ret):
-        if not isinstance(n, ast.Call):
+        if not isinstance(n, ast.Call) or (torch_only and not isinstance(n.func, ast.Attribute)):
             continue
         name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
         method = isinstance(n.func, ast.Attribute) and not (isinstance(n.func.value, ast.Name)
                                                              and n.func.value.id in _MODULES)
         args = len(n.args) + method
-        given_dim = any(k.arg == "dim" for k in n.keywords) or (args == 2 and ir.is_int_literal(n.args[-1]))
+        dims = [k.value for k in n.keywords if k.arg == "dim"]
+        given_dim = any(not (isinstance(d, ast.Constant) and d.value is None) for d in dims) or \
+            (args == 2 and ir.is_int_literal(n.args[-1]))
         if name in ("max", "min") and given_dim:
             raise GenerationError(f"{fname} returns {ast.unparse(n)!r}: {name} over a dim returns (values, indices) "
                                   f"in PyTorch; write torch.a{name}(..., dim=...) for the values alone")
-        if name in ("softmax", "log_softmax") and args == 1 and not any(k.arg == "dim" for k in n.keywords):
+        if name in ("softmax", "log_softmax") and args == 1 and not given_dim:
             raise GenerationError(f"{fname} returns {ast.unparse(n)!r}: {name} without a dim picks one by the "
                                   f"input's rank in PyTorch; give it one, e.g. dim=-1")
 
@@ -1060,7 +1123,7 @@ def _said_vector(n: str, text: str) -> bool:
 
 def _bare_shape_phrase(n: str) -> str:
     """'b 4096', 'bias is 4096', 'b of size 4096': a 1-D shape for a named input."""
-    return rf"\b{n}\b(?:\s*(?:[:=]|\b(?:is|of|with|has|shape|size|length)\b))*\s*({_DIM})(?![\w.])"
+    return rf"\b{n}\b(?:\s*(?:[:=]|\b(?:is|of|with|has|shape|size|length)\b))*\s*({_DIM})(?![\w.-])"
 
 
 def _bare_shape(n: str, text: str) -> list[int] | None:
@@ -1236,6 +1299,10 @@ def _matmul_shapes(st: _State, node: ir.Node, names: list[str], notes: list[str]
                      "(no block size divides it)")
     a, b = (x.name for x in ir.matmul_node(node).args)
     epilogue = {n: _is_vector(st, n, names) for n in names if n not in (a, b)}
+    if given := [n for n in st.input_shapes if n in epilogue or n in (a, b)]:
+        raise GenerationError(f"the shape given for {given[0]} is not read: a matmul's shapes are its problem sizes "
+                              "('64x128 by 128x256', or M, N and K), and its epilogue inputs take [N] (a bias) or "
+                              "the output's shape.")
     notes += [f"no shape named for {n}: using [N], the output's last dim, broadcast over its rows"
               for n, vector in epilogue.items() if vector]
     cases = [ops.matmul_shapes(p, a, b, epilogue) for p in problems]

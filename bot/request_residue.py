@@ -46,7 +46,7 @@ FILLER_CJK = tuple(sorted("""
 """.split(), key=len, reverse=True))
 
 _TOKEN = re.compile(r"(?P<rank>\b[1-4]-[dD]\b)|(?P<num>\d+(?:\s*[x×*]\s*\d+)+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|(?P<word>[A-Za-z][A-Za-z0-9_]*)"
-                    r"|(?P<cjk>[\u3400-\u9fff]+)|(?P<sym>\*\*|[@*^=<>%~|!$#])")
+                    r"|(?P<cjk>[\u3400-\u9fff]+)|(?P<sym>\*\*|[@*^=<>%~|!$#]|\[\s*\]|\(\s*\))")
 
 
 def unplaced(text: str, names: set[str] | frozenset[str] = frozenset()) -> list[str]:
