@@ -178,8 +178,8 @@ def _convert(n: ast.expr) -> Node:
 
 
 def _convert_call(n: ast.Call) -> Node:
-    fname = _func_name(n.func).lower()
-    fname = _ALIASES.get(fname, fname)
+    written = _func_name(n.func).lower()
+    fname = _ALIASES.get(written, written)
     args = list(n.args)
     # method style: x.exp() -> exp(x)
     if isinstance(n.func, ast.Attribute) and not _is_module_path(n.func.value):
@@ -190,7 +190,7 @@ def _convert_call(n: ast.Call) -> Node:
     if keepdim is not None and not (isinstance(keepdim, ast.Constant) and keepdim.value is False):
         raise IRError(f"{fname} with keepdim={ast.unparse(keepdim)} is not supported: the offline generator returns "
                       "the reduced shape without the kept dim; drop keepdim (unsqueeze the result yourself)")
-    dim = _dim(fname, args, kw)
+    dim = _dim(fname, args, kw, written if isinstance(n.func, ast.Name) else "")
     if fname in ("square",):
         return call("pow", _convert(args[0]), exponent=2.0)
     if fname == "reciprocal":
@@ -208,12 +208,15 @@ def _convert_call(n: ast.Call) -> Node:
         _arity(fname, args, 2)
         return call("pow", _convert(args[0]), exponent=_number(args[1]))
     if fname == "clamp":
+        if len(args) > 3:
+            raise IRError(f"clamp takes x, min and max, got {len(args)} arguments")
         lo = _bound(args[1] if len(args) > 1 else kw.get("min"))
         hi = _bound(args[2] if len(args) > 2 else kw.get("max"))
         if lo is None and hi is None:
             raise IRError("clamp needs min, max or both, e.g. clamp(x, -1.0, 1.0)")
         return call("clamp", _convert(args[0]), min=lo, max=hi)
     if fname == "gelu":
+        _arity(fname, args, 1)                       # approximate is keyword-only in PyTorch
         approx = kw.get("approximate")
         mode = approx.value if isinstance(approx, ast.Constant) else ("none" if approx is None else approx)
         if mode not in ("none", "tanh"):
@@ -265,7 +268,7 @@ def _is_module_path(v: ast.expr) -> bool:
     return isinstance(v, ast.Attribute) and v.attr in names
 
 
-def _dim(fname: str, args: list, kw: dict) -> int:
+def _dim(fname: str, args: list, kw: dict, written: str = "") -> int:
     """The dim a reduction or row op works over, from dim=d or a second positional int. Not given:
     None for a reduction (all elements, as in PyTorch), -1 for the others. Reductions take any one
     dim; softmax, norms and losses the last one only."""
@@ -281,6 +284,10 @@ def _dim(fname: str, args: list, kw: dict) -> int:
     if dim is None and len(args) == 2 and isinstance(args[1], (ast.Tuple, ast.List)):
         dim = args.pop()
     if dim is None and fname in REDUCE | ARG_REDUCE | ROW_PRESERVING and len(args) == 2 and is_int_literal(args[1]):
+        if written in ("max", "min"):             # a bare max(x, 0) may be maximum; torch.amax(x, 1) is not
+            raise IRError(f"{fname}(x, {ast.unparse(args[1])}): over dim {ast.unparse(args[1])}, or elementwise with "
+                          f"{ast.unparse(args[1])}? Write {fname}(x, dim={ast.unparse(args[1])}) or "
+                          f"{'maximum' if fname == 'max' else 'minimum'}(x, {ast.unparse(args[1])}.0)")
         dim = args.pop()
     if dim is None or (isinstance(dim, ast.Constant) and dim.value is None):
         return None if fname in REDUCE | ARG_REDUCE else -1
@@ -347,18 +354,19 @@ def _convert_norm(fname: str, args: list, kw: dict) -> Node:
         _check_last_dim_only(fname, kw.pop("normalized_shape"))
     eps_node = kw.pop("eps", None)
     max_args = 3 if fname == "layernorm" else 2
+    if len(args) > max_args + 1:
+        raise IRError(f"{fname} takes at most {max_args + 1} arguments (x, weight{', bias' * (max_args == 3)}, eps), "
+                      f"got {len(args)}")
     if len(args) > max_args:
         eps_node = args[max_args]
         args = args[:max_args]
+    if not args:
+        raise IRError(f"{fname} needs an input, e.g. {fname}(x, weight, eps=1e-6)")
     slots = args[1:] + [None] * (max_args - len(args))         # weight (and bias) by position
     for i, key in enumerate(("weight", "bias")[:max_args - 1]):
         if key in kw:
             slots[i] = kw.pop(key)
-    args = args[:1] + [a for a in slots]
-    if len(args) > 2 and _is_none(args[1]) and not _is_none(args[2]):
-        raise IRError(f"{fname} with a bias but no weight is not supported by the offline generator")
-    if not args:
-        raise IRError(f"{fname} needs an input, e.g. {fname}(x, weight, eps=1e-6)")
+    args = args[:1] + slots
     eps = _number(eps_node) if eps_node is not None else DEFAULT_EPS[fname]
     conv = [None if _is_none(a) else _convert(a) for a in args]
     weight = conv[1] if len(conv) > 1 else None

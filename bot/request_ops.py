@@ -136,6 +136,9 @@ def problems(shapes: list[list[int]], batched: bool, batch: int | None, notes: l
         elif pair:
             raise GenerationError(f"a {_fmt(s)} and b {_fmt(nxt)} do not multiply: a's K is {s[-1]} but b's "
                                   f"is {nxt[-2]}{'' if s[:-2] == nxt[:-2] else ', and the batch sizes differ'}")
+        elif len(s) == 4 and nxt is not None and len(nxt) == 4 and s[:2] == nxt[:2] and s[3] == nxt[2]:
+            raise GenerationError(f"{_fmt(s)} by {_fmt(nxt)} reads as two 4-D operands, which the offline matmul does "
+                                  "not take; give a batch of 3-D operands ('batched matmul 16x128x64 by 16x64x128').")
         elif not batched and len(s) == 3 and nxt is not None and len(nxt) == 3 and s[0] == nxt[0] and s[2] == nxt[1]:
             raise GenerationError(f"is {_fmt(s)} by {_fmt(nxt)} a batched matmul ({s[0]} of {_fmt(s[1:])} by "
                                   f"{_fmt(nxt[1:])})? Say 'batched matmul'; a single 3-number size reads as M x N x K.")
@@ -245,7 +248,7 @@ CROSS_ENTROPY = re.compile(r"\b(?:softmax[\s_-]+)?cross[\s_-]?entropy(?:[\s_-]+l
 _INDEX_DTYPE = re.compile(r"\b(?:torch\.)?(?:int64|long)\b|\bi64\b", FLAGS)
 _PER_ROW = re.compile(r"\bper[\s-](?:row|sample|example|token)\b|\breduction\s*[=:]?\s*['\"]?none\b['\"]?|"
                       r"\b(?:no|without)\s+reduction\b|\bunreduced\b|逐行|每行|不(?:做)?归约|无归约", FLAGS)
-_MEAN = re.compile(r"\breduction\s*[=:]?\s*['\"]?mean\b['\"]?|\b(?:mean|average[ds]?)\b|平均", FLAGS)
+_MEAN = re.compile(r"\breduction\s*[=:]?\s*['\"]?mean\b['\"]?|\b(?:mean|average[ds]?)(?:\s+reduction)?\b|平均", FLAGS)
 _SUM_REDUCTION = re.compile(r"\breduction\s*[=:]?\s*['\"]?sum\b|\bsummed\b|\bsum\b|求和", FLAGS)
 _CE_NAMES = re.compile(r"\b(?:targets?|labels?|class(?:es)?(?:\s+ind(?:ices|ex))?|loss)\b|目标|标签|类别|损失", FLAGS)
 _CE_EXTRAS = re.compile(r"\blabel[\s_-]?smoothing\b|\bignore[\s_-]?index\b|\b(?:class[\s_-])?weights?\b|"

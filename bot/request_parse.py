@@ -104,7 +104,7 @@ _BOUND = re.compile(rf"\b(min|max)(?:imum)?\s*(?:=|:|of|is)?\s*({_NUM}){_END}|"
 _BOUND_KEY = {"min": "min", "max": "max", "least": "min", "most": "max", "more than": "max", "less than": "min"}
 
 _SHAPE = re.compile(
-    rf"(?<![\w.-])(?P<multi>{_DIM}(?:(?:\s*[x×]\s*|\*|\s+by\s+){_DIM})+)(?![\w.])"
+    rf"(?<![\w.-])(?P<multi>{_DIM}(?:(?:\s*[x×]\s*|\*|\s+by\s+){_DIM})+)(?![\w]|\.\w)"
     rf"|(?<![\w)\]])[\(\[](?P<tuple>\s*{_DIM}(?:\s*,\s*{_DIM})*\s*,?\s*)[\)\]]"
     rf"|(?:\bshape[ds]?|\bsize|\blength|形状|长度)\s*(?:of|is|=|:|为|是)?\s*"
     rf"(?P<one>{_DIM})(?![\w.]|\s*[x×,*]|\s+by\s)",
@@ -118,7 +118,9 @@ _PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:\s*(?:size|shape|is|=|:|为|大小
 _LABEL = re.compile(r"(?<![-\w])([A-Za-z_]\w*)\s*(?:(?:\b(?:is|has|with|of|shape[ds]?|size|length|a|an|the|1-?d|vector|"
                     r"tensor|matrix|array)\b|[:=]|的|形状|为|是|大小)\s*)*[(\[]?\s*$", _F)
 _CORRECTION_WORDS = re.compile(r"\binstead\b(?!\s+of)|\bonly\b|\brather\b(?!\s+than)|改成|改为|换成", _F)
-_APPEND = re.compile(r"\b(?:also|add|plus|additionally|extra|too)\b|还要|再加|增加|加上|另外", _F)
+# "gelu(x + b) where b is a vector": a clause about an input, not where(cond, a, b).
+_WHERE_CLAUSE = re.compile(r"\bwhere\b(?=\s+[A-Za-z]\w*\s+(?:is|are|has)\b)", _F)
+_APPEND = re.compile(r"\b(?:also|add|plus|additionally|extra|too)\b|^\s*and\b|\bas\s+well\b|还要|再加|增加|加上|另外", _F)
 
 _OPS: list[tuple[re.Pattern, str, str]] = [(re.compile(p, _F), kind, op) for p, kind, op in [
     # earlier entries win: "log softmax" before "log", "square root" before "square"
@@ -154,13 +156,13 @@ _OPS: list[tuple[re.Pattern, str, str]] = [(re.compile(p, _F), kind, op) for p, 
     (r"\bcubed?\b|立方", "step", "cube"),
     (_CLAMP_WORD.pattern, "step", "clamp"),
     (r"\bbias[\s_-]?add\b|\badd(?:s|ed|ing|ition)?\b|\bplus\b|加法|相加", "binary", "add"),
-    (r"\bsub(?:tract\w*)?\b|\bdifference\b|\bminus\b|减法|相减|(?:的|之)差(?!异)|(?<![相])减(?![法去])", "binary", "sub"),
+    (r"\bsub(?:tract\w*)?\b|\bdifference\b|\bminus\b|减法|相减|(?:的|之)差(?!异)|(?<![相])减(?!法)去?", "binary", "sub"),
     (r"\bmul(?:tiply|tiplied|tiplication)?\b|\bproduct\b|\btimes\b|乘法|相乘", "binary", "mul"),
-    (r"\bdiv(?:ide[ds]?|ision)?\b|\bquotient\b|除法|相除", "binary", "div"),
+    (r"\bdiv(?:ide[ds]?|ision)?\b|\bquotient\b|除法|相除|除以(?!\s*[-+.\d])", "binary", "div"),
     (r"\bmax(?:imum)?\b|\bamax\b|最大值?", "extreme", "max"),
     (r"\bmin(?:imum)?\b|\bamin\b|最小值?", "extreme", "min"),
     (r"\bsum\b|求和", "sum", "sum"),
-    (r"\bwhere\b|\bselect\b", "where", "where"),
+    (r"\bwhere\b(?!\s+[A-Za-z]\w*\s+(?:is|are|has)\b)|\bselect\b", "where", "where"),
 ]]
 _STEP_IR_OP = {"gelu_tanh": "gelu", "scale": "mul", "divide": "div", "square": "pow", "cube": "pow"}
 _SCALAR_STEPS = {"scale", "divide"}
@@ -233,7 +235,7 @@ def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
     expr = None if code is not None else _find_expression(prose)
     if expr is not None:
         prose = _blank_range(prose, expr[2], expr[3])
-    prose = _take_dims(prose, rd)
+    prose = _WHERE_CLAUSE.sub(_blank, _take_dims(prose, rd))
     prose = _take_scalars(prose, rd)
     if matmul:
         prose, batch = ops.take_sizes(prose, rd.batched)
@@ -1098,6 +1100,8 @@ def _apply_shapes(st: _State, rd: _Reading, names: list[str], append: bool, feed
     for n in names:
         if n != main and n not in named_new and (shape := _bare_shape(n, rd.rest)):
             named_new[n] = [shape]
+    if not main_new and (shape := _bare_shape(main, rd.rest)):
+        main_new = [shape]                       # "relu(x), x is 512"
     if main_new:
         if append:
             old = st.shapes or _default_shapes(st)

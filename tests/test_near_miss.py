@@ -102,7 +102,7 @@ REFUSED = [
     ("matmul with bias, a 4096x4096, b 4096x4096, bias 4096x4096", "not read"),
     ("layernorm(x, w, b, eps=1e-6) with eps 1e-5", "which one"),
     ("def f(x, w):\n    return F.rms_norm(x, x.shape[-1:], w)", "machine"),
-    ("def f(x, b):\n    return F.layer_norm(x, x.shape[-1:], bias=b)", "bias but no weight"),
+
     ("def f(x):\n    return F.softmax(x, dim=None)", "dim"),
     ("relu of a single tensor x, 64x64", "single"),
     ("x + y with x in fp16 and y in fp32", "different dtypes"),
@@ -111,6 +111,10 @@ REFUSED = [
     ("def f(x):\n    return torch.where(x > 0, 1, 0)", "constants"),
     ("x.max(-1) for 8x16", "values, indices"),
     ("x + y, x 128x256, y of shape []", "[]"),
+    ("gelu(x, 'tanh')", "1 argument"),
+    ("clamp(x, 0, 1, 2)", "arguments"),
+    ("compute max(x, 0) elementwise", "over dim 0, or elementwise"),
+    ("matmul of a 2x8x128x64 and b 2x8x64x128", "4-D"),
     # activations not in the catalog
     ("leaky relu with slope 0.2 of a 128x128 tensor", "leaky relu"),
     ("hardswish of x", "hard"),
@@ -134,7 +138,7 @@ REFUSED = [
     ("reverse the rows of x", "operation"),
     # qualifiers that would change the op if dropped
     ("softmax with temperature 2 over the last dim", "temperature"),
-    ("relu of x only where mask is set", "condition"),
+    ("relu of x only where mask is set", "mask"),
     ("mean of x, keepdim, over the last dim", "keepdim"),
     ("softmax over the last dim with eps 1e-5", "eps"),
     ("add two tensors and round the result", "round"),
@@ -206,6 +210,12 @@ SOLVED = [
     ("x除以2 64x64", "x / 2", [[64, 64]]),
     ("先做gelu再层归一化 8x64", "layernorm(gelu(x), weight, bias, eps=1e-5)", [[8, 64]]),
     ("matmul a @ b, b: 256x512, a: 512x256", "a @ b", [[512, 512]]),
+    ("relu(x), x is 512", "relu(x)", [[512]]),
+    ("relu of x where x is 4096x1024 fp16", "relu(x)", [[4096, 1024]]),
+    ("relu(x+y) for bf16 4096x4096.", "relu(x + y)", [[4096, 4096]]),
+    ("x 除以 y 8x8", "x / y", [[8, 8]]),
+    ("RMSNorm (eps=1e-6) with weight for x: [8192, 4096] bf16", "rmsnorm(x, weight, eps=1e-6)", [[8192, 4096]]),
+    ("def f(x, b):\n    return F.layer_norm(x, x.shape[-1:], bias=b)\nfor 8x64", "layernorm(x, None, b, eps=1e-5)", [[8, 64]]),
     ("matmul a @ b + bias, 64x32 by 32x16", "a @ b + bias", [[64, 16]]),
     ("x + b, b is 1-d, x 64x128", "x + b", [[64, 128]]),
     ("x * y，x 形状 64x128，y 的形状为 128", "x * y", [[64, 128]]),
@@ -264,6 +274,7 @@ def test_a_correction_that_names_only_a_part_is_refused(request_text, correction
     ("relu", ["gelu instead"], "gelu(x)"),
     ("sum over dim 0 of 8x16", ["mean instead"], "mean(x, dim=0)"),
     ("relu for 64x64", ["only 32x32"], "relu(x)"),
+    ("relu for bf16 8x8", ["and fp16"], "relu(x)"),
 ])
 def test_a_correction_is_read_as_a_person_means_it(request_text, corrections, expression):
     spec, _ = parse_request(request_text, corrections)
