@@ -213,7 +213,7 @@ SOLVED = [
     ("relu(x), x is 512", "relu(x)", [[512]]),
     ("relu of x where x is 4096x1024 fp16", "relu(x)", [[4096, 1024]]),
     ("relu(x+y) for bf16 4096x4096.", "relu(x + y)", [[4096, 4096]]),
-    ("x 除以 y 8x8", "x / y", [[8, 8]]),
+    ("x 除以 y，形状 8x8", "x / y", [[8, 8]]),
     ("RMSNorm (eps=1e-6) with weight for x: [8192, 4096] bf16", "rmsnorm(x, weight, eps=1e-6)", [[8192, 4096]]),
     ("def f(x, b):\n    return F.layer_norm(x, x.shape[-1:], bias=b)\nfor 8x64", "layernorm(x, None, b, eps=1e-5)", [[8, 64]]),
     ("matmul a @ b + bias, 64x32 by 32x16", "a @ b + bias", [[64, 16]]),
