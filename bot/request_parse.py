@@ -118,6 +118,8 @@ _PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:\s*(?:size|shape|is|=|:|为|大小
 _LABEL = re.compile(r"(?<![-\w])([A-Za-z_]\w*)\s*(?:(?:\b(?:is|has|with|of|shape[ds]?|size|length|a|an|the|1-?d|vector|"
                     r"tensor|matrix|array)\b|[:=]|的|形状|为|是|大小)\s*)*[(\[]?\s*$", _F)
 _CORRECTION_WORDS = re.compile(r"\binstead\b(?!\s+of)|\bonly\b|\brather\b(?!\s+than)|改成|改为|换成", _F)
+# Words that say a correction replaces the operation.
+_REPLACE = re.compile(r"\b(?:make|change|replace|switch|use|instead|rather|actually|turn|want)\b|改成|改为|换成|改用", _F)
 # "gelu(x + b) where b is a vector": a clause about an input, not where(cond, a, b).
 _WHERE_CLAUSE = re.compile(r"\bwhere\b(?=\s+[A-Za-z]\w*\s+(?:is|are|has)\b)", _F)
 _APPEND = re.compile(r"\b(?:also|add|plus|additionally|extra|too)\b|^\s*and\b|\bas\s+well\b|还要|再加|增加|加上|另外", _F)
@@ -1185,8 +1187,17 @@ def parse_request(text: str, feedback: Sequence[str] = (), backend: str | None =
 
 def _refuse_partial_operator(st: _State, rd: _Reading, correction: str) -> None:
     """A correction that names an operation replaces the operator: one that drops the current
-    inputs or the matmul ('scale by 0.5' on x * y, 'with relu' on a matmul) names only a part."""
-    if rd.node is None or st.node is None or rd.typed:
+    inputs or the matmul ('scale by 0.5' on x * y, 'with relu' on a matmul) names only a part, and
+    one that turns a row op into something else without saying so ('log' on softmax, 'of exp(x)'
+    on a sum) may mean a part too."""
+    if rd.node is None or st.node is None:
+        return
+    other_kind = ir.kind(rd.node) != ir.kind(st.node) and st.node.op in ir.ROOT_OPS
+    if other_kind and not _REPLACE.search(correction):
+        raise GenerationError(f"the correction {correction.strip()[:60]!r} reads as {_text(rd.node)!r} in place of "
+                              f"{_text(st.node)!r}. Is that what you mean? Say 'make it {_text(rd.node)}', or write "
+                              "the whole operation you want.")
+    if rd.typed:
         return
     lost = [n for n in _input_names(st) if n not in ir.input_names(rd.node)]
     if lost or (st.matmul and not ir.matmul_node(rd.node)):

@@ -264,6 +264,8 @@ def test_solved_exactly_as_asked(request_text, expression, outputs):
     ("relu", ["use eps 1e-5"], "no eps"),
     ("relu", ["please be careful"], "careful"),
     ("relu", ["softmax instead of relu"], "instead"),
+    ("softmax over the last dim", ["log"], "in place of"),
+    ("sum over the last dim", ["of exp(x)"], "in place of"),
 ])
 def test_a_correction_that_names_only_a_part_is_refused(request_text, corrections, word):
     with pytest.raises(GenerationError, match=word):
