@@ -186,6 +186,9 @@ def _convert_call(n: ast.Call) -> Node:
         args = [n.func.value] + args
     kw = {k.arg: k.value for k in n.keywords if k.arg}
     _check_keywords(fname, n, kw)
+    if fname in REDUCE | ARG_REDUCE and len(args) == 3 and isinstance(args[2], ast.Constant) and \
+            isinstance(args[2].value, bool):                 # torch.sum(x, -1, True): keepdim by position
+        kw.setdefault("keepdim", args.pop())
     keepdim = kw.pop("keepdim", None)
     if keepdim is not None and not (isinstance(keepdim, ast.Constant) and keepdim.value is False):
         raise IRError(f"{fname} with keepdim={ast.unparse(keepdim)} is not supported: the offline generator returns "
@@ -275,12 +278,6 @@ def _dim(fname: str, args: list, kw: dict, written: str = "") -> int:
     if fname not in ROOT_OPS:
         return -1
     dim = kw.pop("dim", kw.pop("axis", None))
-    if fname in REDUCE | ARG_REDUCE and len(args) == 3 and isinstance(args[2], ast.Constant) and \
-            isinstance(args[2].value, bool):                 # torch.sum(x, -1, True): keepdim by position
-        if args[2].value:
-            raise IRError(f"{fname} with keepdim=True is not supported: the offline generator returns the reduced "
-                          "shape without the kept dim; drop keepdim (unsqueeze the result yourself)")
-        args.pop()
     if dim is None and len(args) == 2 and isinstance(args[1], (ast.Tuple, ast.List)):
         dim = args.pop()
     if dim is None and fname in REDUCE | ARG_REDUCE | ROW_PRESERVING and len(args) == 2 and is_int_literal(args[1]):

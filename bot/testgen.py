@@ -218,8 +218,8 @@ def rounding_error(inputs, want, dtype):
     return (rounded - want).abs()
 '''
 
-    def _unpack(self, source: str, indent: str = "    ") -> str:
-        return f"{indent}{', '.join(self.names[n] for n in self.order)}{',' * (len(self.order) == 1)} = {source}\n"
+    def _unpack(self, source: str) -> str:
+        return f"    {', '.join(self.names[n] for n in self.order)}{',' * (len(self.order) == 1)} = {source}\n"
 
     # ------------------------------------------------------------ one unit in the last place per step
 
