@@ -17,7 +17,6 @@ from bot.events import (Approve, Cancel, Correct, Edit, Effect, Event, Generated
                         post_result, post_revision, post_summary, update_revision)
 from bot.generator import VERIFICATION, failed_verification
 from bot.model import ACTIVE, CANCELLED, DONE, Approval, Job, Revision, Session
-from runner import guard
 
 # Stages the requester may not approve on their own session under four-eyes review.
 FOUR_EYES_STAGES = frozenset({"kernel", "benchmark"})
@@ -304,7 +303,9 @@ def result_text(title: str, r: dict) -> str:
 
 def validate_artifact(stage: str, content: str, entry: str | None = None) -> str | None:
     """Why an edited artifact cannot be used, or None if it can. entry: the spec's name, which
-    a kernel's launcher must have (None: the kernel's last plain function)."""
+    a kernel's launcher and a reference's function must have (None: the kernel's last plain
+    function; a reference's name unchecked). Kernels, references and tests are held to the
+    integrity rules (runner.integrity) that the runner applies before it imports them."""
     if not content.strip():
         return "the edit is empty"
     if stage == "spec":
@@ -320,13 +321,11 @@ def validate_artifact(stage: str, content: str, entry: str | None = None) -> str
             return f"the bench plan is not valid JSON: {e.msg} at line {e.lineno}"
         return None if isinstance(plan, dict) else "the bench plan must be a JSON object"
     try:
-        tree = ast.parse(content)
+        ast.parse(content)
     except SyntaxError as e:
         return f"not valid Python: {e.msg} at line {e.lineno}"
-    if stage == "kernel" and (violations := integrity.check(content, entry)):
-        return integrity.report(violations)
-    if stage == "reference" and (refused := guard.scan(tree)):
-        return f"the runner would refuse this reference.py before running it: {guard.summary(refused)}"
+    if violations := integrity.check_stage(stage, content, entry):
+        return integrity.report(violations, integrity.STAGE_FILES[stage])
     return None
 
 

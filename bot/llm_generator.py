@@ -2,8 +2,8 @@
 prompts/, and a kernel verified and repaired before any person looks at it.
 
 Each answer must hold the file in one fenced block; an answer that cannot be used (empty,
-cut off, no block, invalid JSON or spec, missing function) is asked for once more with the
-reason, then reported. A kernel goes through up to `rounds` rounds: the integrity check
+cut off, no block, invalid JSON or spec, missing function, a reference or a test that breaks
+the integrity rules of runner.integrity) is asked for once more with the reason, then reported. A kernel goes through up to `rounds` rounds: the integrity check
 (bot.integrity), then the runner's trusted harness through the injected `verify`; a failure
 goes back to the model as the next round's prompt. The first passing version is the answer;
 the versions before it are kept as attempts. When no round passes, the last version is the
@@ -96,12 +96,15 @@ class LLMGenerator:
 
     def _reference(self, req: GenRequest, conv: _Conversation) -> Artifact:
         spec = _approved_spec(req)
-        code = conv.ask(prompts.stage_prompt(req, spec["name"]), _python(defines=spec["name"]))
+        code = conv.ask(prompts.stage_prompt(req, spec["name"]),
+                        _python(defines=spec["name"], check=lambda c: integrity.check_reference(c, spec["name"]),
+                                file="reference.py"))
         return Artifact(code, {"function": f"{spec['name']}(...)", "computes": _formula(spec)})
 
     def _tests(self, req: GenRequest, conv: _Conversation) -> Artifact:
         spec = _approved_spec(req)
-        code = conv.ask(prompts.stage_prompt(req, spec["name"]), _python(tests=True))
+        code = conv.ask(prompts.stage_prompt(req, spec["name"]),
+                        _python(tests=True, check=integrity.check_test, file=stages.FILENAMES[req.stage]))
         tests = [n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
         return Artifact(code, {"tests": ", ".join(tests)})
 
@@ -214,11 +217,18 @@ def _read_plan(reply: Reply) -> dict:
     versions = plan.get("versions")
     if not isinstance(versions, list) or not versions or not all(isinstance(v, str) for v in versions):
         raise Unusable('the bench plan needs "versions": a list like ["torch", "torch.compile", "kernel"]')
+    if "accept_implausible" in plan:    # a person's override after checking a timing, never the model's
+        raise Unusable('leave "accept_implausible" out of the bench plan: only a person who has checked a '
+                       'timing above the copy bandwidth may set it, by editing the plan')
     return plan
 
 
-def _python(defines: str | None = None, tests: bool = False) -> Callable[[Reply], str]:
-    """A reader of a ```python answer that must parse, define `defines`, or define tests."""
+def _python(defines: str | None = None, tests: bool = False,
+            check: Callable[[str], list[integrity.Violation]] | None = None,
+            file: str = "") -> Callable[[Reply], str]:
+    """A reader of a ```python answer that must parse, define `defines`, or define tests, and
+    pass `check` (a reference's or a test's integrity rules: what breaks them is asked for again
+    with the violations, then reported)."""
     def read(reply: Reply) -> str:
         code = _block(reply, ("python", "py"))
         try:
@@ -230,6 +240,8 @@ def _python(defines: str | None = None, tests: bool = False) -> Callable[[Reply]
             raise Unusable(f"the file defines no module-level function `{defines}` (the spec's name)")
         if tests and not any(n.startswith("test_") for n in names):
             raise Unusable("the file defines no pytest test function (def test_...)")
+        if check is not None and (violations := check(code)):
+            raise Unusable(integrity.report(violations, file))
         return code
     return read
 

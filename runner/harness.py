@@ -1,39 +1,39 @@
-"""The trusted harness: correctness and timing of generated code, measured by the runner itself.
+"""The trusted judge: correctness and timing of generated code, measured by the runner itself.
 
-Runs inside the sandbox as ``python -m runner.harness JOBDIR``. Reads JOBDIR/harness_config.json
-(mode, backend, kernel versions) and the job's files, prints ``PROGRESS <stage> i/n <case> <dtype>``
-lines on stdout, and rewrites JOBDIR/harness_result.json after every row, so whatever finished
-before a hang or a crash is still there. Never generated; generated files are imported as
-separate modules and only ever called with the inputs of one check.
+Runs as ``python -m runner.harness JOBDIR`` in a process of its own that no generated code
+enters. Reads JOBDIR/harness_config.json (mode, backend, kernel versions, limits) and the job's
+files, checks each generated file (runner.integrity) before anything runs it, and starts one
+sandboxed worker per file (runner.workers): the reference and each kernel version (the kernel's
+ghost is loaded beside the kernel). The judge makes every input, hands copies to a worker, takes the output back as raw bytes
+of the dtype and shape it fixed, compares it in float64 itself, and times every version on its
+own clock (runner.remote_timing). It prints ``PROGRESS <stage> i/n <case> <dtype>`` lines on
+stdout and rewrites JOBDIR/harness_result.json after every row, so whatever finished before a hang
+or a crash is still there; no worker can reach that directory.
 
-Modes: ``correctness`` (the kernel against the float64 reference), ``reference`` (the reference
-itself: it runs, keeps its inputs, gives finite values; its own low-precision rounding is only
-reported) and ``benchmark`` (timing of torch, torch.compile and every kernel version, with the
-clocks of runner.timers). A kernel
-with a config space (CONFIGS, docs/CONTRACTS.md) is tuned in the benchmark first: every config
-checked and timed on each case, the kernel rows timed with the fastest correct one.
+Modes: ``correctness`` (the kernel against the float64 reference, then ghost replay: the kernel
+with its Triton bodies emptied must no longer pass), ``reference`` (the reference itself: it runs,
+keeps its inputs, gives finite values; its own low-precision rounding is only reported) and
+``benchmark`` (torch, torch.compile and every kernel version). A kernel with a config space
+(CONFIGS, docs/CONTRACTS.md) is tuned in the benchmark first: every config checked and timed on
+each case, the kernel rows timed with the fastest correct one.
 """
 from __future__ import annotations
 
-import functools
-import importlib.util
-import inspect
 import itertools
 import json
 import os
 import sys
+import time
 import traceback
-import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
-import torch.utils.deterministic
 
-from runner import guard, inputs, jobfiles, protocol, timers
+from runner import ghost, inputs, integrity, jobfiles, protocol, remote_timing, sandbox, timers
 from runner.protocol import Case
+from runner.remote_timing import Loop, TimingRejected
+from runner.workers import CallFailed, Called, Worker, WorkerDied
 
 SEEDS = (0, 1, 2)
 INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
@@ -43,16 +43,16 @@ BF16_AS_FP32 = ("checked as float32: Triton's CPU interpreter computes bfloat16 
                 "a GPU runner checks bfloat16 itself")
 CPU_NOTE = "Triton interpreter on CPU: timings say nothing about GPU speed"
 IMPLAUSIBLE = 1.05      # achieved bandwidth above this multiple of a plain copy means skipped work
+GHOST_FILE = "kernel_ghost.py"
 TUNE_REPS = 30          # GPU-time calls per config in the sweep: enough to rank, cheap to repeat
-TUNE_CPU_RUNS = 2
 
 
 class LoadError(Exception):
-    """A generated file does not import or lacks its function."""
+    """A generated file is refused, does not import or lacks its function."""
 
 
 class DeviceLost(Exception):
-    """A kernel broke the CUDA context; nothing more can run in this process."""
+    """A worker's CUDA context broke or its process died; nothing more can run in it."""
 
 
 @dataclass
@@ -62,6 +62,33 @@ class Check:
     max_abs_err: float = 0.0
     max_rel_err: float = 0.0
     worst: str = ""
+    out: torch.Tensor | None = None     # the output checked, when there was one
+
+
+@dataclass
+class Version:
+    """A generated file loaded in a worker of its own: the reference, a kernel version, a ghost."""
+    label: str
+    worker: Worker
+    configs: object = None          # its CONFIGS, as plain data, when it has them
+    takes_config: bool = False
+    fn: str = "main"                # its name in the worker (the ghost shares the kernel's worker)
+
+    def call(self, args: list[torch.Tensor], like: torch.Tensor | None, fn: str | None = None,
+             config: dict | None = None, ids: list[str] | None = None) -> Called:
+        """One checked call (inputs sent back and compared), on fresh copies of args or on the
+        worker's tensors ids that hold them; DeviceLost when the worker is gone."""
+        fn = fn or self.fn
+        try:
+            if ids is None:
+                called = self.worker.call(args, like, fn=fn, config=config, check_inputs=True)
+            else:
+                called = self.worker.call_ids(ids, args, like, fn=fn, config=config, check_inputs=True)
+        except (WorkerDied, CallFailed) as e:
+            raise DeviceLost(str(e)) from None
+        if called.lost:
+            raise DeviceLost(f"{self.label} {called.problem}")
+        return called
 
 
 @dataclass
@@ -70,9 +97,12 @@ class Context:
     spec: dict
     backend: str
     device: str                     # torch device: "cuda" or "cpu"
-    reference: Callable | None = None
+    config: dict = field(default_factory=dict)
+    reference: Version | None = None
     result: dict = field(default_factory=dict)
     configs: list[dict] = field(default_factory=list)     # the kernel's CONFIGS, when it is tuned
+    loop: Loop | None = None
+    workers: list[Worker] = field(default_factory=list)
 
     def save(self) -> None:
         jobfiles.write_json(self.jobdir / jobfiles.RESULT, self.result)
@@ -91,88 +121,47 @@ def describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0] if lines else ''}"[:240]
 
 
-# --- loading generated code ---------------------------------------------------------------
+# --- workers --------------------------------------------------------------------------------
 
-def load_function(path: Path, name: str) -> Callable:
-    """Import a generated file as a module of its own and return its function `name`; a file that
-    would patch what measures it (runner.guard) is refused unrun."""
-    refused = guard.findings(path.read_text())
+def spawn(ctx: Context, role: str) -> Worker:
+    """A sandboxed worker for one generated file; started at once, so their imports overlap."""
+    limits = sandbox.Limits(**ctx.config.get("limits", {}))
+    worker = Worker(role, ctx.jobdir / "workers", ctx.backend, ctx.config.get("gpu"), limits,
+                    deadline=time.monotonic() + limits.timeout_s)
+    ctx.workers.append(worker)
+    return worker
+
+
+def refusal(file: str, source: str, entry: str) -> str:
+    """Why the judge will not run this generated file (runner.integrity's rules for its kind), or ''."""
+    check = integrity.check_reference if file == "reference.py" else integrity.check_kernel
+    found = check(source, entry)
+    if not found:
+        return ""
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return f"{file} is refused before import: {found[0]}{more}"
+
+
+def load(ctx: Context, worker: Worker, file: str, source: str | None = None, fn: str = "main") -> Version:
+    """The file's function (named after the spec) in its worker; LoadError naming what is wrong.
+    The static check runs first, unless the runner's own tests turned it off to try the judge's
+    runtime defences on their own (config "static_check": false; no job can set it)."""
+    source = (ctx.jobdir / file).read_text() if source is None else source
+    # The ghost is the judge's own transform of a kernel already checked.
+    checked = ctx.config.get("static_check", True) and file != GHOST_FILE
+    refused = refusal(file, source, ctx.spec["name"]) if checked else ""
     if refused:
-        raise LoadError(f"{path.name} is refused before import: {guard.summary(refused)}")
-    module_name = f"kernelbot_job_{path.stem}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module     # Triton's jit and dataclasses look modules up by name
+        raise LoadError(refused)
+    module = Path(file).stem.replace("@", "_")
     try:
-        spec.loader.exec_module(module)
-    except (Exception, SystemExit) as e:
-        raise LoadError(f"{path.name} does not import: {describe(e)}") from None
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise LoadError(f"{path.name} defines no function {name}()")
-    return fn
+        reply = worker.ok({"op": "load", "file": file, "module": module, "source": source, "as": fn,
+                           "entry": ctx.spec["name"], "device": ctx.device, "tf32": bool(ctx.spec.get("tf32"))})
+    except (CallFailed, WorkerDied) as e:
+        raise LoadError(str(e)) from None
+    return Version(worker.role, worker, reply.get("configs"), bool(reply.get("takes_config")), fn)
 
 
 # --- one call, one comparison ---------------------------------------------------------------
-
-@contextmanager
-def poisoned_memory(shape: torch.Size, dtype: torch.dtype, device: str):
-    """Make memory the kernel allocates for its output hold NaN, so unwritten elements show.
-
-    The kernel allocates its own output, so the harness poisons allocations, in two layers:
-    1. A NaN-filled block of exactly the output's size and dtype is allocated and freed right
-       before the call. The next allocation of that size gets the same memory back: reliably
-       under CUDA's caching allocator, usually (best effort) under glibc malloc on CPU.
-    2. torch's deterministic mode with fill_uninitialized_memory makes torch.empty, empty_like
-       and empty_strided fill new floating-point tensors with NaN on any device. warn_only, so
-       no operation is refused; restored after the call.
-    """
-    if dtype.is_floating_point:
-        torch.full(shape, float("nan"), dtype=dtype, device=device)   # allocated, then freed at once
-    det = torch.utils.deterministic
-    was_on, was_warn_only, was_filling = (torch.are_deterministic_algorithms_enabled(),
-                                          torch.is_deterministic_algorithms_warn_only_enabled(),
-                                          det.fill_uninitialized_memory)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    det.fill_uninitialized_memory = True
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        torch.use_deterministic_algorithms(was_on, warn_only=was_warn_only)
-        det.fill_uninitialized_memory = was_filling
-
-
-def call(fn: Callable, args: list[torch.Tensor], names: list[str], like: torch.Tensor, device: str):
-    """Call generated code on poisoned memory; returns (output, problem) where problem is '' if
-    the call returned and left its inputs bit for bit as they were."""
-    before = [a.clone() for a in args]
-    try:
-        with poisoned_memory(like.shape, like.dtype, device):
-            out = fn(*args)
-            if device == "cuda":
-                torch.cuda.synchronize()     # surface asynchronous errors here, not later
-    except (Exception, SystemExit) as e:
-        if isinstance(e, torch.OutOfMemoryError):
-            torch.cuda.empty_cache()
-        if device == "cuda" and not _device_usable():
-            raise DeviceLost(f"raised {describe(e)}") from None
-        return None, f"raised {describe(e)}"
-    changed = [n for n, a, b in zip(names, args, before) if not torch.equal(a, b)]
-    if changed:
-        return out, f"modified its input {', '.join(changed)} (inputs must stay unchanged)"
-    return out, ""
-
-
-def _device_usable() -> bool:
-    try:
-        torch.cuda.synchronize()
-        torch.zeros(1, device="cuda").add_(1).item()
-        return True
-    except Exception:
-        return False
-
 
 def reduce_len(spec: dict, args: list[torch.Tensor], out_numel: int) -> int:
     """How many elements each output accumulates over (the spec's "reduce": a dim of some inputs,
@@ -190,14 +179,36 @@ def upcast(args: list[torch.Tensor]) -> list[torch.Tensor]:
     return [a.double() if a.is_floating_point() else a for a in args]
 
 
-def checked_call(ctx: Context, fn: Callable, args: list[torch.Tensor], expected: torch.Tensor,
-                 native: torch.Tensor) -> tuple[object, Check]:
-    """Call generated code (see call) and compare its output with the float64 reference."""
-    out, problem = call(fn, args, [i["name"] for i in ctx.spec["inputs"]], native, ctx.device)
-    if problem:
-        return out, Check(problem)
+def checked_call(ctx: Context, version: Version, args: list[torch.Tensor], expected: torch.Tensor,
+                 native: torch.Tensor, config: dict | None = None, ids: list[str] | None = None,
+                 before: torch.Tensor | None = None) -> Check:
+    """Call a kernel version (in its worker, on poisoned memory) and compare its output with the
+    float64 reference; inputs must come back bit for bit as they went. ids: the worker's tensors
+    holding args (refilled in place since the last call, whose output was before)."""
+    called = version.call(args, native, config=config, ids=ids)
+    if called.problem:
+        return Check(called.problem)
+    if called.changed:
+        names = [ctx.spec["inputs"][i]["name"] for i in called.changed]
+        return Check(f"modified its input {', '.join(names)} (inputs must stay unchanged)")
     rlen = reduce_len(ctx.spec, args, expected.numel())
-    return out, compare(out, expected, native.dtype, rlen, bool(ctx.spec.get("tf32")), bool(ctx.spec.get("matmul")))
+    check = compare(called.out, expected, native.dtype, rlen, bool(ctx.spec.get("tf32")), bool(ctx.spec.get("matmul")))
+    check.out = called.out
+    if check.problem and before is not None and torch.equal(called.out, before):
+        check.problem = ("returned the same output as for the previous values of the same input tensors (they were "
+                         "refilled in place): a cached result, not one computed from its inputs")
+    return check
+
+
+def reference_outputs(ctx: Context, args: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """(float64 ground truth, the reference in the inputs' own dtypes, problem or '')."""
+    expected = ctx.reference.call(upcast(args), None)
+    native = ctx.reference.call(args, None) if not expected.problem else expected
+    problem = expected.problem or native.problem
+    if not problem and (expected.changed or native.changed):
+        names = [ctx.spec["inputs"][i]["name"] for i in expected.changed or native.changed]
+        problem = f"modified its input {', '.join(names)} (inputs must stay unchanged)"
+    return expected.out, native.out, problem
 
 
 def _index(flat: int, shape: torch.Size) -> str:
@@ -256,7 +267,7 @@ def new_row(case: Case, dtype: str) -> dict:
             "max_abs_err": 0.0, "max_rel_err": 0.0, "worst": "", "seeds": list(SEEDS)}
 
 
-def check_row(ctx: Context, fn: Callable, case: Case, variant: dict[str, str], is_reference: bool) -> dict:
+def check_row(ctx: Context, version: Version, case: Case, variant: dict[str, str], is_reference: bool) -> dict:
     """One case x dtype variant over every seed; stops at the first seed that fails."""
     dtype = protocol.variant_label(variant)
     row = new_row(case, dtype)
@@ -266,31 +277,41 @@ def check_row(ctx: Context, fn: Callable, case: Case, variant: dict[str, str], i
         # A bf16-only spec would check nothing here: run the same kernel on float32 instead.
         variant = {name: "float32" if d == "bfloat16" else d for name, d in variant.items()}
         row["reason"] = BF16_AS_FP32
-    for k, seed in enumerate(SEEDS):
-        row["seeds"] = list(SEEDS[:k + 1])     # the seeds actually checked
-        args = inputs.make_inputs(ctx.spec, case, variant, seed, ctx.device)
-        try:
-            expected = ctx.reference(*upcast(args))
-            native = ctx.reference(*args)
-        except (Exception, SystemExit) as e:
-            return {**row, "ok": False, "reason": f"the reference raised {describe(e)} (seed {seed})"}
-        if not isinstance(native, torch.Tensor):
-            return {**row, "ok": False, "reason": f"the reference returned {type(native).__name__}, not a tensor"}
-        _, check = checked_call(ctx, fn, args, expected, native)
-        if check.max_rel_err >= row["max_rel_err"]:
-            row["worst"] = check.worst
-        row["max_abs_err"] = max(row["max_abs_err"], check.max_abs_err)
-        row["max_rel_err"] = max(row["max_rel_err"], check.max_rel_err)
-        if is_reference and check.tolerance_only:
-            ctx.warn(f"the reference in {dtype} differs from its float64 result at {case.label} beyond the "
-                     f"kernel tolerance ({check.problem}); that is torch's own rounding, kernels are held "
-                     "to the float64 result")
-        elif check.problem:
-            return {**row, "ok": False, "reason": f"{check.problem} (seed {seed})"}
-    return row
+    ids, before = None, None
+    try:
+        for k, seed in enumerate(SEEDS):
+            row["seeds"] = list(SEEDS[:k + 1])     # the seeds actually checked
+            args = inputs.make_inputs(ctx.spec, case, variant, seed, ctx.device)
+            expected, native, problem = reference_outputs(ctx, args)
+            if problem:
+                return {**row, "ok": False, "reason": f"the reference {problem} (seed {seed})"}
+            if is_reference:
+                check = compare(native, expected, native.dtype, reduce_len(ctx.spec, args, expected.numel()),
+                                bool(ctx.spec.get("tf32")), bool(ctx.spec.get("matmul")))
+            else:
+                # Later seeds refill the same tensors in place: a kernel that caches by address shows.
+                ids = version.worker.put(args) if ids is None else (version.worker.refill(ids, args) or ids)
+                check = checked_call(ctx, version, args, expected, native, ids=ids, before=before)
+                before = check.out
+            if check.max_rel_err >= row["max_rel_err"]:
+                row["worst"] = check.worst
+            row["max_abs_err"] = max(row["max_abs_err"], check.max_abs_err)
+            row["max_rel_err"] = max(row["max_rel_err"], check.max_rel_err)
+            if is_reference and check.tolerance_only:
+                ctx.warn(f"the reference in {dtype} differs from its float64 result at {case.label} beyond the "
+                         f"kernel tolerance ({check.problem}); that is torch's own rounding, kernels are held "
+                         "to the float64 result")
+            elif check.problem:
+                return {**row, "ok": False, "reason": f"{check.problem} (seed {seed})"}
+        return row
+    except (CallFailed, WorkerDied) as e:
+        raise DeviceLost(str(e)) from None
+    finally:
+        if ids is not None and version.worker.child.alive():
+            version.worker.drop(ids)
 
 
-def run_correctness(ctx: Context, fn: Callable, is_reference: bool) -> None:
+def run_correctness(ctx: Context, version: Version, is_reference: bool) -> None:
     cases, notes = inputs.correctness_cases(ctx.spec, ctx.backend)
     for note in notes:
         ctx.warn(note)
@@ -300,14 +321,49 @@ def run_correctness(ctx: Context, fn: Callable, is_reference: bool) -> None:
         progress("correctness", i, len(todo), case.label, protocol.variant_label(variant))
         lost = False
         try:
-            row = check_row(ctx, fn, case, variant, is_reference)
+            row = check_row(ctx, version, case, variant, is_reference)
         except DeviceLost as e:
             row, lost = {**new_row(case, protocol.variant_label(variant)), "ok": False, "reason": str(e)}, True
-            ctx.warn("the CUDA context was lost after this error; the remaining cases were not run")
+            ctx.warn("a worker was lost after this error (its process died or its CUDA context broke); "
+                     "the remaining cases were not run")
         ctx.result["correctness"].append(row)
         ctx.save()
         if lost:
             return
+
+
+def run_ghost(ctx: Context, source: str, worker: Worker) -> None:
+    """Ghost replay: the kernel with every @triton.jit body emptied, loaded as a module of its own
+    beside it, on the first case of each dtype that was checked. A ghost that still passes there
+    means the answer came from elsewhere."""
+    try:
+        text, emptied = ghost.ghost_source(source)
+        version = load(ctx, worker, GHOST_FILE, text, fn="ghost")
+    except (SyntaxError, LoadError) as e:
+        ctx.result["ghost"].append({"case": "", "dtype": "", "outcome": f"not run: {describe(e)}"})
+        return
+    checked = [r for r in ctx.result["correctness"] if not r["skipped"] and r["ok"]]
+    cases = {c.label: c for c in inputs.correctness_cases(ctx.spec, ctx.backend)[0]}
+    for variant in protocol.dtype_variants(ctx.spec):
+        dtype = protocol.variant_label(variant)
+        row = next((r for r in checked if r["dtype"] == dtype), None)
+        if row is None:
+            continue
+        progress("ghost replay", len(ctx.result["ghost"]) + 1, len(protocol.dtype_variants(ctx.spec)), row["case"], dtype)
+        if INTERPRETER and "bfloat16" in variant.values():      # checked as float32 there (check_row)
+            variant = {name: "float32" if d == "bfloat16" else d for name, d in variant.items()}
+        args = inputs.make_inputs(ctx.spec, cases[row["case"]], variant, SEEDS[0], ctx.device)
+        expected, native, _ = reference_outputs(ctx, args)
+        try:
+            check = checked_call(ctx, version, args, expected, native)
+        except DeviceLost as e:
+            check = Check(str(e))
+        if check.problem:
+            outcome = "differs"
+        else:
+            outcome = "matches" if ghost.conclusive(expected) else "inconclusive (the output is one value everywhere)"
+        ctx.result["ghost"].append({"case": row["case"], "dtype": dtype, "outcome": outcome, "emptied": emptied})
+        ctx.save()
 
 
 # --- timing --------------------------------------------------------------------------------
@@ -330,27 +386,26 @@ def select_variants(spec: dict, wanted) -> list[dict[str, str]]:
     return [v for v in variants if set(v.values()) & names]
 
 
-def make_compiled(ctx: Context, plan: dict) -> Callable | None:
+def compiles(ctx: Context) -> bool:
     if not protocol.benchmarks_compile(ctx.device):
         ctx.warn("torch.compile skipped on the cpu backend (a runner with KERNELBOT_CPU_COMPILE=1 includes it)")
-        return None
-    # A fresh compile per case x dtype (after torch.compiler.reset) so dynamo's recompile
-    # limit never silently falls back to eager.
-    torch.compiler.reset()
-    return torch.compile(ctx.reference, mode=plan.get("compile_mode", "max-autotune-no-cudagraphs"), dynamic=False)
+        return False
+    return True
 
 
 def bench_row(case: Case, dtype: str, version: str) -> dict:
-    return {"case": case.label, "dtype": dtype, "version": version, "ms": None, "cudagraph_ms": None,
-            "gpu_ms": None, "time_ms": None, "basis": None, "gbps": None, "pct_of_copy": None, "implausible": False,
+    return {"case": case.label, "dtype": dtype, "version": version, "ms": None, "gpu_ms": None, "judge_gpu_ms": None,
+            "time_ms": None, "basis": None, "gbps": None, "pct_of_copy": None, "implausible": False,
             "ok": True, "error": "", "config": None}
 
 
-def time_version(row: dict, fn: Callable, timer: Callable, timing: dict) -> dict:
+def time_version(ctx: Context, row: dict, worker: Worker, call: dict, timing: dict, out_bytes: int) -> dict:
     try:
-        return {**row, **timer(fn, timing)}
-    except Exception as e:
-        return {**row, "ok": False, "error": f"timing failed: {describe(e)}"}
+        return {**row, **remote_timing.time_version(worker, call, ctx.device, timing, ctx.loop, out_bytes)}
+    except TimingRejected as e:
+        return {**row, "ok": False, "error": f"timing rejected: {e}", "rejected": True}
+    except CallFailed as e:
+        return {**row, "ok": False, "error": f"timing failed: {e}"}
 
 
 def settle_basis(rows: list[dict], nbytes: int, ceiling: float, flops: int = 0) -> None:
@@ -369,50 +424,77 @@ def settle_basis(rows: list[dict], nbytes: int, ceiling: float, flops: int = 0) 
 
 
 def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: dict[str, str],
-               timer: Callable, ceiling: float, position: tuple[int, int]) -> list[dict]:
+               ceiling: float, position: tuple[int, int]) -> list[dict]:
     """Every version on the same inputs; kernel versions are checked once first (a wrong one
     is flagged and not timed). The current kernel is tuned first when it has configs (position:
     the case's place among all cases, for progress)."""
     dtype = protocol.variant_label(variant)
     args = inputs.make_inputs(ctx.spec, case, variant, 0, ctx.device)
-    try:
-        expected = ctx.reference(*upcast(args))
-        native = ctx.reference(*args)
-    except (Exception, SystemExit) as e:
-        ctx.warn(f"{case.label} {dtype} not timed: the reference raised {describe(e)}")
+    expected, native, problem = reference_outputs(ctx, args)
+    if problem:
+        ctx.warn(f"{case.label} {dtype} not timed: the reference {problem}")
         return []
-    nbytes = sum(a.numel() * a.element_size() for a in args) + native.numel() * native.element_size()
+    nbytes = sum(map(_nbytes, args)) + _nbytes(native)
     flops = 2 * native.numel() * reduce_len(ctx.spec, args, native.numel()) if ctx.spec.get("matmul") else 0
     timing = plan.get("timing", {})
+    fresh = inputs.make_inputs(ctx.spec, case, variant, SEEDS[1], ctx.device)
+    fresh_out = reference_outputs(ctx, fresh)
     rows = []
-    for version in plan.get("versions", ["torch", "torch.compile", "kernel"]):
-        row = bench_row(case, dtype, version)
-        if version == "torch":
-            fn = lambda: ctx.reference(*args)  # noqa: E731
-        elif version == "torch.compile":
-            compiled = make_compiled(ctx, plan)
-            if compiled is None:
-                continue
-            fn = lambda: compiled(*args)  # noqa: E731
-        else:
-            kernel = versions.get(version)
-            if not callable(kernel):
-                rows.append({**row, "ok": False, "error": str(kernel or f"the job carries no {version}")})
-                continue
-            if version == "kernel" and ctx.configs:
-                tuning = tune(ctx, kernel, args, expected, native, (case.label, dtype), position, timing)
-                ctx.result["tuning"].append(tuning)
-                if tuning["best"]:
-                    kernel = functools.partial(kernel, config=tuning["best"])
-                    row["config"] = protocol.config_label(tuning["best"])
-            _, check = checked_call(ctx, kernel, args, expected, native)
-            if check.problem:
-                rows.append({**row, "ok": False, "error": f"{verdict(check.problem)}, not timed: {check.problem}"})
-                continue
-            fn = lambda kernel=kernel: kernel(*args)  # noqa: E731
-        rows.append(time_version(row, fn, timer, timing))
+    for label in plan.get("versions", ["torch", "torch.compile", "kernel"]):
+        row = bench_row(case, dtype, label)
+        version = ctx.reference if label in ("torch", "torch.compile") else versions.get(label)
+        if not isinstance(version, Version):
+            rows.append({**row, "ok": False, "error": str(version or f"the job carries no {label}")})
+        elif label != "torch.compile" or compiles(ctx):
+            try:
+                rows.append(bench_version(ctx, plan, row, version, (args, expected, native), (fresh, *fresh_out),
+                                          position))
+            except (CallFailed, WorkerDied) as e:
+                rows.append({**row, "ok": False, "error": f"failed: {e}"})
     settle_basis(rows, nbytes, ceiling, flops)
     return rows
+
+
+def bench_version(ctx: Context, plan: dict, row: dict, version: Version, first: tuple, fresh: tuple,
+                  position: tuple[int, int]) -> dict:
+    """One version's bench row. Every version is timed on the same tensors, put in its worker with
+    the first values and refilled in place with the fresh ones; a kernel version is checked on
+    both first (a wrong one, or one that caches by address, is flagged and not timed)."""
+    timing, config = plan.get("timing", {}), None
+    label = row["version"]
+    if label == "torch.compile":
+        version.worker.ok({"op": "compile", "mode": plan.get("compile_mode", "max-autotune-no-cudagraphs")})
+    if label == "kernel" and ctx.configs:
+        tuning = tune(ctx, version, *first, (row["case"], row["dtype"]), position, timing)
+        ctx.result["tuning"].append(tuning)
+        config = tuning["best"]
+        row["config"] = protocol.config_label(config) if config else None
+    ids = version.worker.put(first[0])
+    try:
+        if label.startswith("kernel"):
+            check = checked_call(ctx, version, *first, config, ids=ids)
+            problem = check.problem or _fresh_problem(ctx, version, ids, fresh, config, check.out)
+            if problem:
+                return {**row, "ok": False, "error": f"{verdict(problem)}, not timed: {problem}"}
+        else:
+            version.worker.refill(ids, fresh[0])
+        call = {"fn": "compiled" if label == "torch.compile" else "main", "args": ids, "config": config}
+        return time_version(ctx, row, version.worker, call, timing, _nbytes(first[2]))
+    finally:
+        version.worker.drop(ids)
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _fresh_problem(ctx: Context, version: Version, ids: list[str], fresh: tuple, config: dict | None,
+                   before: torch.Tensor) -> str:
+    args, expected, native, problem = fresh
+    if problem:
+        return f"the reference {problem}"
+    version.worker.refill(ids, args)
+    return checked_call(ctx, version, args, expected, native, config, ids=ids, before=before).problem
 
 
 def verdict(problem: str) -> str:
@@ -421,50 +503,46 @@ def verdict(problem: str) -> str:
     return "failed" if problem.startswith("raised ") else "wrong result"
 
 
-def tune(ctx: Context, kernel: Callable, args: list[torch.Tensor], expected: torch.Tensor, native: torch.Tensor,
+def tune(ctx: Context, kernel: Version, args: list[torch.Tensor], expected: torch.Tensor, native: torch.Tensor,
          where: tuple[str, str], position: tuple[int, int], timing: dict) -> dict:
     """Every config of the kernel on one case x dtype: checked against the float64 reference (a
     wrong one is flagged and never wins), then timed briefly; the fastest correct one is best."""
     entries = []
+    ids = kernel.worker.put(args)
     for k, config in enumerate(ctx.configs, 1):
         entry = {"config": config, "label": protocol.config_label(config), "time_ms": None, "ok": False, "error": ""}
         progress("tuning", (position[0] - 1) * len(ctx.configs) + k, position[1] * len(ctx.configs), where[0],
                  f"{where[1]} {entry['label']}")
-        fn = functools.partial(kernel, config=config)
-        _, check = checked_call(ctx, fn, args, expected, native)
+        check = checked_call(ctx, kernel, args, expected, native, config)
         if check.problem:
             entry["error"] = f"{verdict(check.problem)}: {check.problem}"
         else:
             try:
-                entry.update(ok=True, time_ms=sweep_time(ctx.device, lambda: fn(*args), timing))
-            except Exception as e:
-                entry.update(ok=False, error=f"timing failed: {describe(e)}")
+                call = {"fn": "main", "args": ids, "config": config}
+                entry.update(ok=True, time_ms=remote_timing.sweep_ms(kernel.worker, call, ctx.device,
+                                                                     timing.get("tune_reps", TUNE_REPS), ctx.loop,
+                                                                     _nbytes(native)))
+            except (CallFailed, TimingRejected) as e:
+                entry.update(ok=False, error=f"timing failed: {e}")
         entries.append(entry)
+    kernel.worker.drop(ids)
     best = min((e for e in entries if e["ok"]), key=lambda e: e["time_ms"], default=None)
     return {"case": where[0], "dtype": where[1], "key": protocol.tuning_key(args), "configs": entries,
             "best": best["config"] if best else None}
 
 
-def sweep_time(device: str, fn: Callable, timing: dict) -> float:
-    """One config's time in the sweep, in ms: GPU time over a few calls, or wall clock on cpu."""
-    if device == "cuda":
-        return timers.gpu_time(fn, timing.get("tune_reps", TUNE_REPS))
-    return timers.time_cpu(fn, {"cpu_runs": TUNE_CPU_RUNS})["ms"]
-
-
-def kernel_configs(ctx: Context, kernel: Callable) -> list[dict]:
+def kernel_configs(ctx: Context, kernel: Version) -> list[dict]:
     """The kernel's CONFIGS when it is to be tuned; [] without them, or with a warning when they
     break the contract (the kernel is then timed on its default path)."""
-    configs = getattr(kernel, "__globals__", {}).get("CONFIGS")
-    if configs is None:
+    if kernel.configs is None:
         return []
-    problem = config_problem(configs)
-    if not problem and "config" not in inspect.signature(kernel).parameters:
+    problem = config_problem(kernel.configs)
+    if not problem and not kernel.takes_config:
         problem = f"{ctx.spec['name']}() takes no config argument"
     if problem:
         ctx.warn(f"the kernel is not tuned: {problem}")
         return []
-    return configs
+    return kernel.configs
 
 
 def config_problem(configs) -> str:
@@ -519,27 +597,33 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
+def timing_note(ctx: Context, timing: dict) -> str:
+    if ctx.device == "cpu":
+        note = (f"{CPU_NOTE}. Median of {timing.get('cpu_runs', timers.CPU_RUNS)} interpreter calls on the judge's "
+                "wall clock; copy ceiling from a 64 MiB host copy")
+    else:
+        note = (f"GPU time: median of {timing.get('gpu_reps', timers.GPU_REPS)} calls between CUDA events in the "
+                "version's own worker, L2 flushed before each by a 2 GiB read (clean lines: no write-back inside the "
+                "timed call) and the host kept ahead, so launch overhead is left out for every version alike; each "
+                "version's events checked against the judge's wall clock over the same loop, less its own measure "
+                "of the flushes. Per call: the judge's wall clock over back-to-back calls (launch path included, L2 "
+                "warm). Copy ceiling: a 1 GiB device-to-device copy timed by the judge itself, on GPU time")
+    if ctx.configs:
+        note += (f". Tuned: each of the kernel's {len(ctx.configs)} configs checked against the float64 reference, "
+                 f"then timed (median of {timing.get('tune_reps', TUNE_REPS)} checked calls) per case; the kernel "
+                 "rows use the fastest correct one")
+    return note
+
+
 def run_benchmark(ctx: Context, versions: dict) -> None:
     plan = json.loads((ctx.jobdir / "bench_plan.json").read_text())
     timing = plan.get("timing", {})
-    on_cpu = ctx.device == "cpu"
-    timer = timers.time_cpu if on_cpu else timers.time_cuda
-    ceiling = timers.copy_gbps(ctx.device, timer)
-    ctx.result["copy_gbps"] = ceiling
-    ctx.result["timing_note"] = (
-        f"{CPU_NOTE}. Wall-clock median of {timers.CPU_RUNS} interpreter runs; copy ceiling from a 64 MiB host copy"
-        if on_cpu else
-        f"GPU time: median of {timing.get('gpu_reps', timers.GPU_REPS)} calls between CUDA events, L2 flushed "
-        "before each by a 2 GiB read (clean lines: no write-back inside the timed call) and the host kept ahead, so launch overhead is left out for every version alike; "
-        f"per call: do_bench median (warmup {timing.get('warmup_ms', 25)} ms, rep {timing.get('rep_ms', 100)} ms), "
-        "which includes Python launch overhead where it outlasts do_bench's flush; CUDA-graph replay "
-        "median (L2 warm) in the bench rows; copy ceiling from a 1 GiB device-to-device copy, on GPU time")
-    if ctx.configs:
-        ctx.result["timing_note"] += (
-            f". Tuned: each of the kernel's {len(ctx.configs)} configs checked against the float64 reference, "
-            "then timed by " + (f"wall clock ({TUNE_CPU_RUNS} runs)" if on_cpu else
-                                f"GPU time (median of {timing.get('tune_reps', TUNE_REPS)} calls)")
-            + " per case; the kernel rows use the fastest correct one")
+    ceiling = timers.copy_gbps(ctx.device)
+    if ctx.device == "cuda":
+        ctx.loop = Loop(*timers.flush_ms(), timers.loop_overhead_ms(),
+                        torch.cuda.get_device_properties(0).L2_cache_size, ceiling)
+    ctx.result.update(copy_gbps=ceiling, timing_note=timing_note(ctx, timing),
+                      accept_implausible=bool(plan.get("accept_implausible")))
     todo = list(itertools.product(select_cases(ctx, plan.get("cases")), select_variants(ctx.spec, plan.get("dtypes"))))
     for i, (case, variant) in enumerate(todo, 1):
         dtype = protocol.variant_label(variant)
@@ -548,13 +632,13 @@ def run_benchmark(ctx: Context, versions: dict) -> None:
             ctx.warn(f"{dtype} not timed: {BF16_SKIP}")
             continue
         try:
-            rows = bench_case(ctx, plan, versions, case, variant, timer, ceiling, (i, len(todo)))
+            rows = bench_case(ctx, plan, versions, case, variant, ceiling, (i, len(todo)))
         except DeviceLost as e:
-            ctx.warn(f"timing stopped at {case.label} {dtype}: a kernel {e} and the CUDA context was lost")
+            ctx.warn(f"timing stopped at {case.label} {dtype}: {e}")
             return
         if rows:
             ctx.result["bench"].extend(rows)
-            ctx.result["report_rows"].append(report_row(rows, on_cpu))
+            ctx.result["report_rows"].append(report_row(rows, ctx.device == "cpu"))
             ctx.save()
 
 
@@ -564,33 +648,38 @@ def device_label(device: str) -> str:
     return torch.cuda.get_device_name(0) if device == "cuda" else "cpu (Triton interpreter)"
 
 
-def load_versions(ctx: Context, files: dict[str, str]) -> dict:
-    """Version label -> function, or the LoadError text for a version that does not import."""
+def load_versions(ctx: Context, files: dict[str, str], workers: dict[str, Worker]) -> dict:
+    """Version label -> Version, or the LoadError text for a version that does not load."""
     versions = {}
     for label, name in files.items():
         try:
-            versions[label] = load_function(ctx.jobdir / name, ctx.spec["name"])
+            versions[label] = load(ctx, workers[label], name)
         except LoadError as e:
             versions[label] = str(e)
     return versions
 
 
-def run(ctx: Context, config: dict) -> None:
+def run(ctx: Context) -> None:
+    mode = ctx.config["mode"]
+    files = {} if mode == "reference" else ctx.config.get("kernels", {"kernel": "kernel.py"})
+    # Every worker starts now, so their imports of torch overlap.
+    workers = {label: spawn(ctx, label) for label in ["reference", *files]}
     try:
-        ctx.reference = load_function(ctx.jobdir / "reference.py", ctx.spec["name"])
+        ctx.reference = load(ctx, workers["reference"], "reference.py")
     except LoadError as e:
         ctx.result["load_error"] = str(e)
         return
-    mode = config["mode"]
     if mode == "reference":
         run_correctness(ctx, ctx.reference, is_reference=True)
         return
-    versions = load_versions(ctx, config.get("kernels", {"kernel": "kernel.py"}))
-    if not callable(versions.get("kernel")):
+    versions = load_versions(ctx, files, workers)
+    if not isinstance(versions.get("kernel"), Version):
         ctx.result["load_error"] = versions.get("kernel") or "the job has no kernel.py"
         return
     if mode == "correctness":
         run_correctness(ctx, versions["kernel"], is_reference=False)
+        if all(r["ok"] for r in ctx.result["correctness"]):
+            run_ghost(ctx, (ctx.jobdir / files["kernel"]).read_text(), workers["kernel"])
     else:
         ctx.configs = kernel_configs(ctx, versions["kernel"])
         run_benchmark(ctx, versions)
@@ -601,22 +690,22 @@ def main(argv: list[str] | None = None) -> int:
     jobdir = Path((argv if argv is not None else sys.argv[1:])[0]).resolve()
     config = jobfiles.read_json(jobdir / jobfiles.CONFIG)
     spec = json.loads((jobdir / "spec.json").read_text())
-    device = protocol.device_type(config["backend"])
-    ctx = Context(jobdir, spec, config["backend"], device)
-    # A TF32 spec is compared with eager and compiled baselines that may use TF32 too, and a plain
-    # float32 one with baselines that may not (torch's default, set here explicitly).
-    torch.backends.cuda.matmul.allow_tf32 = bool(spec.get("tf32"))
-    ctx.result = {"done": False, "mode": config["mode"], "device": device_label(device),
+    ctx = Context(jobdir, spec, config["backend"], protocol.device_type(config["backend"]), config)
+    ctx.result = {"done": False, "mode": config["mode"], "device": device_label(ctx.device),
                   "backend": config["backend"], "load_error": "", "harness_error": "", "correctness": [],
-                  "bench": [], "report_rows": [], "tuning": [], "copy_gbps": None, "timing_note": "", "warnings": []}
+                  "ghost": [], "bench": [], "report_rows": [], "tuning": [], "copy_gbps": None, "timing_note": "",
+                  "accept_implausible": False, "warnings": []}
     ctx.save()
     try:
-        run(ctx, config)
+        run(ctx)
     except Exception as e:
         traceback.print_exc()
         ctx.result["harness_error"] = describe(e)
         ctx.save()
         return 1
+    finally:
+        for worker in ctx.workers:
+            worker.close()
     ctx.result["done"] = True
     ctx.save()
     return 0

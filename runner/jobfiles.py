@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from pathlib import Path
 
 CONFIG = "harness_config.json"
 RESULT = "harness_result.json"
+MAX_JSON = 64 * 2**20
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _SAFE_LABEL = re.compile(r"[A-Za-z0-9_]+")
 
@@ -45,8 +47,22 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def read_json(path: Path) -> dict | None:
+def read_json(path: Path, max_bytes: int = MAX_JSON) -> dict | None:
+    """The JSON object in path, or None when it is missing, not a plain file (a FIFO, a symlink, a
+    device), over max_bytes, or not JSON: whatever is there, reading it neither blocks nor floods."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+            return None
+        data = os.read(fd, max_bytes + 1)
+    finally:
+        os.close(fd)
+    try:
+        value = json.loads(data) if len(data) <= max_bytes else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import json
 import os
 import re
@@ -23,7 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from runner import jobfiles, protocol, sandbox
+from runner import integrity, jobfiles, protocol, sandbox
 
 DEFAULT_TIMEOUT_S = 900.0
 MAX_TIMEOUT_S = 4 * 3600.0
@@ -103,7 +104,7 @@ def new_result(job, backend: str, gpu: int | None) -> dict:
     job = job if isinstance(job, dict) else {}
     return {"job_id": job.get("job_id"), "kind": job.get("kind"), "status": "error", "summary": "",
             "host": HOST, "device": device_name(backend, gpu), "backend": backend, "attempt": job.get("attempt", 1),
-            "started_at": time.time(), "finished_at": None, "correctness": [], "pytest": None, "bench": [],
+            "started_at": time.time(), "finished_at": None, "correctness": [], "ghost": [], "pytest": None, "bench": [],
             "report_rows": [], "tuning": [], "copy_gbps": None, "timing_note": "", "warnings": [], "log_tail": ""}
 
 
@@ -123,9 +124,11 @@ def device_name(backend: str, gpu: int | None) -> str:
 # --- running it -----------------------------------------------------------------------------
 
 def execute_job(job: dict, progress: Callable[[str], None], *, backend: str | None = None,
-                gpu: int | None = None, cancel: threading.Event | None = None) -> dict:
+                gpu: int | None = None, cancel: threading.Event | None = None, static_check: bool = True) -> dict:
     """Run one job and return its result dict; never raises for anything the job contains.
-    backend: where this runner runs (defaults to the job's own); raises Cancelled when cancel is set."""
+    backend: where this runner runs (defaults to the job's own); raises Cancelled when cancel is set.
+    static_check=False (tests only: no job field reaches it) lets the judge's runtime defences be
+    tried on code the static check would refuse."""
     backend = backend or (job.get("backend") if isinstance(job, dict) else None) or "cpu"
     result = new_result(job, backend, gpu)
     try:
@@ -139,7 +142,7 @@ def execute_job(job: dict, progress: Callable[[str], None], *, backend: str | No
     with tempfile.TemporaryDirectory(prefix=f"kernelbot-{job['job_id'][:40]}-") as tmp:
         progress("harness")
         harness, outcome, last = run_harness(job, Path(tmp) / "harness", backend, gpu,
-                                             job["timeout_s"] * share, progress, cancel)
+                                             job["timeout_s"] * share, progress, cancel, static_check)
         status, summary = harness_verdict(job, harness, outcome, last)
         result.update(_harness_fields(harness, outcome, result["warnings"]))
         if job["kind"] in GENERATED_TEST and outcome.timed_out:
@@ -156,23 +159,27 @@ def execute_job(job: dict, progress: Callable[[str], None], *, backend: str | No
 
 
 def _sandboxed(cmd: list[str], workdir: Path, job: dict, backend: str, gpu: int | None, timeout_s: float,
-               on_line: Callable[[str], None] | None, cancel: threading.Event | None) -> sandbox.Outcome:
+               on_line: Callable[[str], None] | None, cancel: threading.Event | None,
+               trusted: bool = False) -> sandbox.Outcome:
     jobfiles.write_files(workdir, job_files(job))
     outcome = sandbox.run(cmd, workdir, backend=backend, gpu=gpu, limits=sandbox.Limits.from_env(timeout_s),
-                          on_line=on_line, cancel=cancel)
+                          on_line=on_line, cancel=cancel, trusted=trusted)
     if outcome.cancelled:
         raise Cancelled()
     return outcome
 
 
 def run_harness(job: dict, workdir: Path, backend: str, gpu: int | None, timeout_s: float,
-                progress: Callable[[str], None], cancel: threading.Event | None):
-    """(harness result or None, sandbox outcome, the last progress line it printed)."""
+                progress: Callable[[str], None], cancel: threading.Event | None, static_check: bool = True):
+    """(judge result or None, its process's outcome, the last progress line it printed). The judge
+    is trusted code in a process of its own; it starts the sandboxed workers itself."""
     workdir.mkdir(parents=True)
     kernels = {"kernel": "kernel.py"} if "kernel.py" in job["files"] else {}
     kernels.update({f"kernel@{label}": jobfiles.kernel_file(f"kernel@{label}") for label in job["kernels"]})
+    limits = sandbox.Limits.from_env(timeout_s)
     jobfiles.write_json(workdir / jobfiles.CONFIG,
-                        {"mode": HARNESS_MODE[job["kind"]], "backend": backend, "kernels": kernels})
+                        {"mode": HARNESS_MODE[job["kind"]], "backend": backend, "kernels": kernels,
+                         "gpu": gpu, "limits": dataclasses.asdict(limits), "static_check": static_check})
     last = [""]
 
     def on_line(line: str) -> None:
@@ -181,13 +188,18 @@ def run_harness(job: dict, workdir: Path, backend: str, gpu: int | None, timeout
             progress(last[0])
 
     outcome = _sandboxed(sandbox.python_cmd("-m", "runner.harness", str(workdir)), workdir, job, backend, gpu,
-                         timeout_s, on_line, cancel)
+                         timeout_s, on_line, cancel, trusted=True)
     return jobfiles.read_json(workdir / jobfiles.RESULT), outcome, last[0]
 
 
 def run_pytest(job: dict, workdir: Path, backend: str, gpu: int | None, timeout_s: float,
                cancel: threading.Event | None) -> dict:
     name = GENERATED_TEST[job["kind"]]
+    found = integrity.check_test(job["files"][name])
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        return {**pytest_counts(""), "exit_code": None, "timed_out": False, "duration_s": 0.0,
+                "refused": f"{name} is refused unrun: {found[0]}{more}", "log_tail": ""}
     cmd = sandbox.python_cmd("-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", name)
     outcome = _sandboxed(cmd, workdir, job, backend, gpu, timeout_s, None, cancel)
     return {**pytest_counts(outcome.stdout_tail), "exit_code": outcome.exit_code, "timed_out": outcome.timed_out,
@@ -233,7 +245,13 @@ def harness_verdict(job: dict, res: dict | None, outcome: sandbox.Outcome, last:
         return "fail", res["load_error"]
     if job["kind"] == "benchmark":
         return bench_verdict(res)
-    return correctness_verdict(res["correctness"])
+    status, summary = correctness_verdict(res["correctness"])
+    ghost = next((g for g in res.get("ghost", []) if g["outcome"] == "matches"), None)
+    if status == "pass" and ghost:
+        return "fail", (f"ghost replay: with every @triton.jit body in kernel.py emptied, it still returns the "
+                        f"right answer at {ghost['case']} {ghost['dtype']}: the result does not come from its "
+                        "Triton code (docs/INTEGRITY.md)")
+    return status, summary
 
 
 def correctness_verdict(rows: list[dict]) -> tuple[str, str]:
@@ -254,9 +272,17 @@ def correctness_verdict(rows: list[dict]) -> tuple[str, str]:
 
 
 def bench_verdict(res: dict) -> tuple[str, str]:
-    wrong = [b for b in res["bench"] if b["version"] == "kernel" and not b["ok"]]
+    # A wrong current kernel, or any version (a baseline too) whose times the judge's clock rejected.
+    wrong = [b for b in res["bench"] if (b["version"] == "kernel" and not b["ok"]) or b.get("rejected")]
     if wrong:
-        return "fail", f"kernel at {wrong[0]['case']} {wrong[0]['dtype']}: {wrong[0]['error']}"
+        return "fail", f"{wrong[0]['version']} at {wrong[0]['case']} {wrong[0]['dtype']}: {wrong[0]['error']}"
+    flagged = [b for b in res["bench"] if b["implausible"] and b["version"].startswith("kernel")]
+    if flagged and not res.get("accept_implausible"):
+        b = flagged[0]
+        return "fail", (f"{b['version']} at {b['case']} {b['dtype']}: {b['gbps']:.0f} GB/s is above the copy bandwidth "
+                        f"measured on this GPU ({res['copy_gbps']:.0f} GB/s), which no kernel that does its work can "
+                        f"reach ({len(flagged)} timing(s) flagged); a person who has checked it can set "
+                        '"accept_implausible": true in the bench plan (docs/CONTRACTS.md)')
     ranked = [r for r in res["report_rows"] if r["speedup"]]
     if not ranked:
         return "pass", "nothing could be ranked: " + ("; ".join(res["warnings"]) or "no timings")
@@ -266,9 +292,8 @@ def bench_verdict(res: dict) -> tuple[str, str]:
     vs_compile = [r["speedup_vs_compile"] for r in ranked if r["speedup_vs_compile"]]
     if vs_compile:
         text += f"; vs torch.compile {statistics.median(vs_compile):.3g}x median"
-    flagged = sum(1 for b in res["bench"] if b["implausible"])
     if flagged:
-        text += f"; {flagged} timing(s) flagged implausible (faster than a plain copy)"
+        text += f"; {len(flagged)} timing(s) above the copy bandwidth, accepted by the bench plan"
     if protocol.device_type(res["backend"]) == "cpu":
         text += " (Triton interpreter on CPU: timings say nothing about GPU speed)"
     return "pass", text
@@ -276,6 +301,8 @@ def bench_verdict(res: dict) -> tuple[str, str]:
 
 def pytest_verdict(report: dict) -> tuple[str, str]:
     counts = ", ".join(f"{report[k]} {k}" for k in ("failed", "errors", "passed", "skipped") if report[k])
+    if report.get("refused"):
+        return "fail", f"generated tests: {report['refused']}"
     if report["timed_out"]:
         return "fail", "generated tests timed out"
     if report["exit_code"] == 0:
@@ -297,7 +324,7 @@ def _harness_fields(res: dict | None, outcome: sandbox.Outcome, warnings: list[s
     fields = {"log_tail": _tail(outcome.stderr_tail.strip() or outcome.stdout_tail)}
     if res is None:
         return fields
-    keys = ("correctness", "bench", "report_rows", "tuning", "copy_gbps", "timing_note", "device")
+    keys = ("correctness", "ghost", "bench", "report_rows", "tuning", "copy_gbps", "timing_note", "device")
     return {**fields, **{k: res[k] for k in keys}, "warnings": [*warnings, *res["warnings"]]}
 
 
@@ -407,17 +434,7 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
         signal.signal(signum, lambda *_: runner.stopping.set())
     runner.say(f"serving queue {protocol.queue_name(backend)} at {queue_url} on {runner.device} (pid {os.getpid()})")
     queue.put_runner_alive(runner.presence())      # now: the sandbox probes below take seconds
-    runner.say("sandboxed jobs get no network" if sandbox.network_isolation() else
-               "sandboxed jobs share this host's network: unprivileged user namespaces are refused here, or "
-               "KERNELBOT_SANDBOX_NETWORK=host")
-    runner.say("sandboxed jobs write only in their own directory, /dev and /proc"
-               if sandbox.write_isolation(backend) else
-               "sandboxed jobs may write wherever this runner may: Landlock is missing here or did not let a probe "
-               "job run, or KERNELBOT_SANDBOX_WRITES=any")
-    runner.say("sandboxed jobs read only their own directory, system directories and Python's"
-               if sandbox.read_isolation(backend) else
-               "sandboxed jobs may read whatever this runner may: Landlock is missing here or did not let a probe "
-               "job run, or KERNELBOT_SANDBOX_READS=any")
+    runner.say(sandbox.isolation().summary())   # without one, untrusted jobs are refused unless KERNELBOT_SANDBOX=none
     while True:
         queue.put_runner_alive(runner.presence())
         if runner.stopping.wait(min(runner.heartbeat_s, 5.0)):

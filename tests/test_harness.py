@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner import harness, inputs, protocol, sandbox, worker
+from runner import harness, inputs, protocol, sandbox, untrusted, worker
 from runner.protocol import Case
 from runner.verify import format_result, verify
 
@@ -23,10 +23,11 @@ def add_files(*names: str) -> dict[str, str]:
     return {n: (ADD / n).read_text() for n in ("spec.json", "reference.py", *names)}
 
 
-def run(kind: str, files: dict[str, str], backend: str = "cpu", timeout_s: float = 120, **extra) -> dict:
+def run(kind: str, files: dict[str, str], backend: str = "cpu", timeout_s: float = 120, static_check: bool = True,
+        **extra) -> dict:
     job = {"job_id": f"t-{kind}", "kind": kind, "backend": backend, "attempt": 1, "timeout_s": timeout_s,
            "files": files, **extra}
-    return worker.execute_job(job, lambda line: None)
+    return worker.execute_job(job, lambda line: None, static_check=static_check)
 
 
 # --- correctness ------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ BAD_KERNELS = {
     "syntax_error": "kernel.py does not import: SyntaxError",
     "wrong_shape": "output shape [15] but the reference gives [3, 5]",
     "hangs": "timed out after",
-    "segfaults": "died with SIGSEGV during correctness 1/9 3x5 float32",
+    "segfaults": "3x5 float32: the kernel worker process died with SIGSEGV",
     "memory_hog": "out of memory",
 }
 
@@ -65,23 +66,24 @@ BAD_KERNELS = {
 def test_bad_kernel_fails_with_a_summary_naming_the_problem(name, monkeypatch):
     monkeypatch.setenv("KERNELBOT_SANDBOX_MEMORY_GB", "3")
     files = {**add_files(), "kernel.py": (BAD / f"{name}.py").read_text()}
-    result = run("verify", files, timeout_s=15 if name == "hangs" else 120)
+    # Off, so these reach the worker: what is tried is how the judge survives them at run time.
+    result = run("verify", files, timeout_s=15 if name == "hangs" else 120, static_check=False)
     assert result["status"] == "fail"
     assert BAD_KERNELS[name] in result["summary"], result["summary"]
 
 
-@pytest.mark.skipif(not sandbox.read_isolation("cpu"), reason="this kernel has no Landlock, so jobs read anything")
 def test_a_kernel_reading_outside_the_sandbox_fails_with_what_the_sandbox_allows():
     files = {**add_files(), "kernel.py": (BAD / "reads_repository.py").read_text()}
-    result = run("verify", files)
-    assert result["status"] == "fail" and "PermissionError" in result["summary"], result["summary"]
-    assert "KERNELBOT_SANDBOX_READS=any" in result["summary"], result["summary"]
+    assert "imports os" in run("verify", files)["summary"]           # refused unrun, first
+    result = run("verify", files, static_check=False)
+    assert result["status"] == "fail" and "FileNotFoundError" in result["summary"], result["summary"]
+    assert "a sandboxed job may write only in /tmp" in result["summary"], result["summary"]
 
 
 @pytest.mark.parametrize("name, patch, found", [
-    ("kernel.py", "torch.cuda.Event.elapsed_time = lambda self, end: 1e-6", "assigns torch.cuda.Event.elapsed_time"),
-    ("reference.py", "torch.cuda.synchronize = lambda *a: None", "assigns torch.cuda.synchronize"),
-    ("reference.py", "setattr(torch.cuda, 'synchronize', lambda *a: None)", "calls setattr()"),
+    ("kernel.py", "torch.cuda.Event.elapsed_time = lambda self, end: 1e-6", "uses torch.cuda.Event"),
+    ("reference.py", "torch.cuda.synchronize = lambda *a: None", "uses torch.cuda"),
+    ("reference.py", "setattr(torch.cuda, 'synchronize', lambda *a: None)", "an expression statement at module level"),
     ("reference.py", "from runner import timers", "imports runner"),
 ])
 def test_a_file_that_patches_what_measures_it_is_refused_unrun(name, patch, found):
@@ -179,7 +181,7 @@ def test_benchmark_on_cpu_reports_rows_a_chart_and_the_interpreter_disclaimer():
 
 # --- tuning -----------------------------------------------------------------------------------
 
-# The add kernel with a config space; the config with SUB=1 subtracts: wrong, so never chosen.
+# The add kernel with a config space; the config with SUB=1 adds x to itself: wrong, so never chosen.
 TUNED_ADD = (ADD / "kernel.py").read_text().replace("""def add(x, y):
     x, y = x.contiguous(), y.contiguous()
     out = torch.empty_like(x)
@@ -194,8 +196,8 @@ def add(x, y, *, config=None):
     x, y = x.contiguous(), y.contiguous()
     out = torch.empty_like(x)
     n = out.numel()
-    y_or_minus_y = y.neg() if config.get("SUB") else y
-    _add_kernel[(triton.cdiv(n, config["BLOCK"]),)](x, y_or_minus_y, out, n, BLOCK=config["BLOCK"])
+    y_or_x = x if config.get("SUB") else y
+    _add_kernel[(triton.cdiv(n, config["BLOCK"]),)](x, y_or_x, out, n, BLOCK=config["BLOCK"])
     return out""")
 
 
@@ -304,7 +306,7 @@ def test_inputs_follow_domain_dtype_and_seed():
 
 
 def test_poisoned_memory_makes_fresh_tensors_nan_and_is_undone_after():
-    with harness.poisoned_memory(torch.Size([7, 9]), torch.float16, "cpu"):
+    with untrusted.poisoned_memory(torch.Size([7, 9]), torch.float16, "cpu"):
         assert torch.empty(7, 9, dtype=torch.float16).isnan().all()
         assert torch.empty_like(torch.zeros(1000)).isnan().all()
     assert not torch.are_deterministic_algorithms_enabled()
@@ -344,20 +346,20 @@ def big_spec() -> str:
 
 
 @pytest.mark.gpu
-def test_benchmark_on_cuda_measures_copy_bandwidth_and_do_bench_timings():
+def test_benchmark_on_cuda_measures_copy_bandwidth_and_checked_timings():
     files = {**add_files("kernel.py", "bench_plan.json"), "spec.json": big_spec()}
     plan = json.loads(files["bench_plan.json"])
     plan["compile_mode"] = "default"    # max-autotune compiles take minutes; the mode is the plan's choice
     files["bench_plan.json"] = json.dumps(plan)
     result = run("benchmark", files, backend="cuda", timeout_s=600, kernels={"r1": files["kernel.py"]})
     assert result["status"] == "pass", result["summary"]
-    assert result["copy_gbps"] > 1000 and "do_bench median" in result["timing_note"]
-    assert "GPU time" in result["timing_note"] and "CUDA-graph replay" in result["timing_note"]
+    assert result["copy_gbps"] > 1000 and "judge's wall clock" in result["timing_note"]
+    assert "GPU time" in result["timing_note"]
     assert "H" in result["device"] or "NVIDIA" in result["device"]
     big = [b for b in result["bench"] if b["case"] == "8192x8192"]
     assert {b["dtype"] for b in big} == {"float32", "float16", "bfloat16"}
     for b in big:
-        assert b["ok"] and b["ms"] > 0 and b["cudagraph_ms"] and b["cudagraph_ms"] > 0, b
+        assert b["ok"] and b["ms"] > 0 and b["judge_gpu_ms"] > 0, b
         assert b["basis"] == "GPU" and b["time_ms"] == b["gpu_ms"] > 0
         assert not b["implausible"] and 0 < b["pct_of_copy"] <= 105
     kernel = [b for b in big if b["version"] == "kernel"]

@@ -1,19 +1,30 @@
-"""The static integrity check of kernel.py (bot.integrity) and where it applies: a person's
-edit of the kernel stage is refused with the violations listed."""
+"""The static integrity checks (runner.integrity, through bot.integrity): kernel.py by allow-list,
+reference.py and the generated tests; the corpus in tests/integrity/ (honest/ must pass, every file
+in attacks/ must be refused with the message its first line expects); and where the checks apply:
+a person's edit of the kernel, reference or a test stage is refused with the violations listed."""
 from __future__ import annotations
 
+import ast
 import json
+import re
+import types
 from pathlib import Path
 
 import pytest
 
-from bot import engine, integrity
+from bot import catalog, engine, integrity, lower_torch, offline, testgen
 from bot.events import Edit, Generated, Start
 from bot.generator import GenRequest
 from bot.model import Session
 from bot.offline import OfflineGenerator
+from bot.request_parse import parse_request
+from bot.spec import parse_expression
+from runner import integrity as rules
 
 FIXTURES = Path(__file__).parent / "fixtures"
+CORPUS = Path(__file__).parent / "integrity"
+HONEST = sorted((CORPUS / "honest").glob("*.py"))
+ATTACKS = sorted((CORPUS / "attacks").glob("*.py"))
 HEAD = '''import torch
 import triton
 import triton.language as tl
@@ -35,8 +46,38 @@ def entry(*body: str, launch: bool = True) -> str:
     return HEAD + "def f(x, y):\n" + lines + "    return out\n"
 
 
-def rules(source: str, name: str = "f") -> list[str]:
+def rules_of(source: str, name: str = "f") -> list[str]:
     return [v.rule for v in integrity.check(source, name)]
+
+
+def header(path: Path, key: str, default: str | None = None) -> str | None:
+    found = re.search(rf"^# {key}: (.+)$", path.read_text(), re.MULTILINE)
+    return found.group(1).strip() if found else default
+
+
+# ---------------------------------------------------------------- what the generators emit passes
+
+def catalog_files(size: str) -> list[tuple[str, str, dict[str, str]]]:
+    out = []
+    for e in catalog.ENTRIES:
+        spec, _ = parse_request(e.request(size))
+        node = parse_expression(spec)
+        out.append((e.name, spec["name"], {
+            "kernel.py": offline.kernel_source(spec, node, {}),
+            "reference.py": lower_torch.reference_source(spec, node),
+            "test_reference.py": testgen.reference_test_source(spec),
+            "test_kernel.py": testgen.kernel_test_source(spec)}))
+    return out
+
+
+@pytest.mark.parametrize("size", ["small", "big"])
+def test_every_catalog_file_the_offline_generator_emits_passes(size):
+    for name, entry_name, files in catalog_files(size):
+        for file, source in files.items():
+            found = (rules.check_kernel(source, entry_name) if file == "kernel.py" else
+                     rules.check_reference(source, entry_name) if file == "reference.py" else
+                     rules.check_test(source))
+            assert found == [], f"{name} {size} {file}:\n{rules.report(found, file)}"
 
 
 @pytest.mark.parametrize("request_text", [
@@ -52,12 +93,53 @@ def test_offline_kernels_pass(request_text):
     gen = OfflineGenerator()
     spec = gen.generate(GenRequest("spec", request_text)).content
     kernel = gen.generate(GenRequest("kernel", request_text, approved={"spec": spec})).content
-    assert integrity.check(kernel, json.loads(spec)["name"]) == []
+    found = integrity.check(kernel, json.loads(spec)["name"])
+    assert found == [], integrity.report(found)
 
 
-def test_runner_fixture_kernel_passes():
-    assert integrity.check((FIXTURES / "runner" / "add" / "kernel.py").read_text(), "add") == []
+@pytest.mark.parametrize("path, check", [
+    ("runner/add/kernel.py", lambda s: rules.check_kernel(s, "add")),
+    ("runner/add/reference.py", lambda s: rules.check_reference(s, "add")),
+    ("runner/add/test_kernel.py", rules.check_test),
+    ("runner/add/test_reference.py", rules.check_test),
+    ("llm/hardswish/kernel.py", lambda s: rules.check_kernel(s, "hardswish")),
+    ("llm/hardswish/reference.py", lambda s: rules.check_reference(s, "hardswish")),
+    ("llm/hardswish/llm_test_kernel.py", rules.check_test),
+    ("llm/hardswish/llm_test_reference.py", rules.check_test),
+], ids=lambda p: p if isinstance(p, str) else "")
+def test_fixture_files_pass(path, check):
+    found = check((FIXTURES / path).read_text())
+    assert found == [], rules.report(found, path)
 
+
+# ---------------------------------------------------------------- the corpus
+
+@pytest.mark.parametrize("path", HONEST, ids=[p.stem for p in HONEST])
+def test_honest_kernels_pass(path):
+    found = rules.check_kernel(path.read_text(), header(path, "entry"))
+    assert found == [], rules.report(found, "kernel.py")
+
+
+@pytest.mark.parametrize("path", ATTACKS, ids=[p.stem for p in ATTACKS])
+def test_attacks_are_refused(path):
+    source = path.read_text()
+    expect = header(path, "expect")
+    assert expect, f"{path.name} needs a first line `# expect: <part of the message>`"
+    name = header(path, "entry", "op")
+    kind = path.name.split("_")[0]
+    found = {"kernel": lambda: rules.check_kernel(source, name),
+             "reference": lambda: rules.check_reference(source, name),
+             "testfile": lambda: rules.check_test(source)}[kind]()
+    assert found, f"{path.name} was accepted"
+    assert any(expect in v.message for v in found), rules.report(found, path.name)
+
+
+def test_the_corpus_covers_each_kind_of_file():
+    kinds = {p.name.split("_")[0] for p in ATTACKS}
+    assert kinds == {"kernel", "reference", "testfile"} and len(HONEST) >= 15
+
+
+# ---------------------------------------------------------------- kernel.py rules, one by one
 
 def test_allowed_launcher_idioms_pass():
     ok = entry("if y is None:", "    raise ValueError('y is required')", "x, y = x.contiguous(), y.contiguous()",
@@ -68,7 +150,7 @@ def test_allowed_launcher_idioms_pass():
 
 
 @pytest.mark.parametrize("body, rule, words", [
-    (["out = torch.add(x, y)"], "torch", "torch.add"),
+    (["out = torch.add(x, y)"], "torch", "uses torch.add"),
     (["out = torch.empty_like(x)", "out = out + y"], "torch", "tensor arithmetic"),
     (["out = x.sum(-1)"], "torch", ".sum()"),
     (["out = torch.ops.aten.add.Tensor(x, y)"], "torch", "aten"),
@@ -86,20 +168,35 @@ def test_allowed_launcher_idioms_pass():
     (["out = torch.empty_like(x)", "t = triton.testing", "t.do_bench = None"], "patch", "assigns t.do_bench"),
     (["out = torch.empty_like(x)", "with torch.cuda.stream(torch.cuda.Stream()):",
       "    _k[(1,)](x, out, 1, BLOCK=1024)"], "clock", "torch.cuda.Stream"),
-    (["out = torch.empty_like(x)", "c = torch.cuda", "c.set_device(1)"], "clock", "c.set_device"),
+    (["out = torch.empty_like(x)", "c = torch.cuda", "c.set_device(1)"], "module", "torch.cuda as a value"),
+    (["put = setattr", "out = torch.empty_like(x)"], "introspection", "uses setattr()"),
+    (["out = sum((x, y))"], "torch", "uses sum()"),
+    (["out = torch.Tensor.add(x, y)"], "torch", "uses torch.Tensor.add"),
+    (["T = torch", "out = T.empty_like(x)"], "module", "the module torch as a value"),
+    (["out = [torch][0].empty_like(x)"], "module", "the module torch as a value"),
 ])
 def test_violations_are_named_with_their_line(body, rule, words):
     found = integrity.check(entry(*body), "f")
-    assert rule in [v.rule for v in found], found
-    line = next(v for v in found if v.rule == rule)
-    assert words in line.message and line.line > 10
+    assert any(v.rule == rule and words in v.message and v.line > 10 for v in found), found
 
 
 @pytest.mark.parametrize("module", ["inspect", "sys", "gc", "os", "subprocess", "socket", "torch.nn.functional",
-                                    "ctypes", "importlib"])
+                                    "ctypes", "importlib", "numpy", "time", "functools", "triton.testing",
+                                    "triton.runtime", "builtins"])
 def test_imports_outside_the_allowed_few_are_refused(module):
     found = integrity.check(f"import {module}\n" + entry("out = torch.empty_like(x)"), "f")
     assert [v.rule for v in found] == ["import"] and module in found[0].message
+
+
+@pytest.mark.parametrize("line", [
+    "from triton import jit, cdiv, next_power_of_2, Config, autotune, heuristics",
+    "from triton.language.extra import libdevice", "from triton.language.extra.cuda import libdevice",
+    "from triton.tools.tensor_descriptor import TensorDescriptor", "import triton.language as language",
+    "from typing import Optional, Tuple", "import math as m", "from math import prod, ceil",
+    "from torch import Tensor",
+])
+def test_allowed_imports_pass(line):
+    assert integrity.check(f"{line}\n" + entry("out = torch.empty_like(x)"), "f") == []
 
 
 def test_computing_in_a_helper_the_entry_calls_is_caught():
@@ -110,23 +207,154 @@ def test_computing_in_a_helper_the_entry_calls_is_caught():
 
 
 def test_no_jit_no_entry_no_launch():
-    assert rules("import torch\n\ndef f(x, y):\n    return x\n") == ["jit"]
-    assert rules(HEAD + "def g(x):\n    return x\n") == ["launch"]              # no f
-    assert rules(entry("out = torch.empty_like(x)", launch=False)) == ["launch"]
-    assert rules("def f(:\n") == ["syntax"]
+    assert rules_of("import torch\n\ndef f(x, y):\n    return x\n") == ["jit"]
+    assert rules_of(HEAD + "def g(x):\n    return x\n") == ["launch"]              # no f
+    assert rules_of(entry("out = torch.empty_like(x)", launch=False)) == ["launch"]
+    assert rules_of("def f(:\n") == ["syntax"]
+
+
+def test_a_set_is_a_container_but_a_tensor_is_not():
+    ok = entry("seen = set()", "seen.add(x.dtype)", "out = torch.empty_like(x)")
+    assert integrity.check(ok, "f") == []
+    found = integrity.check(entry("out = torch.empty_like(x)", "x.add(y)"), "f")
+    assert [v.rule for v in found] == ["torch"] and ".add()" in found[0].message
+
+
+def test_the_entry_is_bound_once_and_is_not_decorated():
+    src = entry("out = torch.empty_like(x)")
+    assert "binds f 2 times" in integrity.report(integrity.check(src + "\n\nf = len\n", "f"))
+    swapped = src.replace("def f(x, y):", "@staticmethod\ndef f(x, y):")
+    assert rules_of(swapped) == ["decorator"]
 
 
 def test_report_lists_violations_and_points_to_the_rules():
     text = integrity.report(integrity.check(entry("out = torch.add(x, y)", "g = globals()"), "f"))
-    assert "docs/INTEGRITY.md" in text and text.count("\n- line ") == 2
+    assert text.startswith("kernel.py breaks the integrity rules (docs/INTEGRITY.md)")
+    assert text.count("\n- line ") == 2
+    many = integrity.check(entry(*[f"out{i} = x + {i}" for i in range(20)], "out = torch.empty_like(x)"), "f")
+    assert integrity.report(many).endswith(f"- ... and {len(many) - 12} more")
 
 
-def test_edit_of_the_kernel_stage_with_a_violation_is_refused():
+# ---------------------------------------------------------------- reference.py and tests
+
+HONEST_REFERENCE = '''"""A KernelBench-style paste: a Model, its inputs, and the entry the harness calls."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from typing import Optional
+
+batch_size = 16
+dim = 1024
+
+
+class Model(nn.Module):
+    def __init__(self, scale: float = 2.0):
+        super().__init__()
+        self.scale = scale
+        self.act = nn.GELU()
+
+    def forward(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        y = self.act(x) * self.scale
+        if bias is not None:
+            y = y + bias
+        out = y.clone()
+        out[out < 0] = 0.0
+        return F.softmax(out, dim=-1) + torch.ops.aten.mul.Tensor(x, math.pi) * 0
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def op(x, bias=None):
+    return Model(2.0)(x, bias)
+'''
+
+
+def test_an_honest_reference_with_a_model_class_passes():
+    assert rules.check_reference(HONEST_REFERENCE, "op") == []
+
+
+@pytest.mark.parametrize("change, words", [
+    (("return Model(2.0)(x, bias)", "return Model(2.0)(x, bias).cpu()"), "copies to the host"),
+    (("self.scale = scale\n", "self.scale = scale\n        torch.cuda.synchronize()\n"), "uses torch.cuda"),
+    (("y = y + bias", "x += bias"), "changes the input x in place"),
+    (("out = y.clone()", "out = x"), "writes items of out"),
+    (("out = y.clone()", "out = y.clone()\n        x.mul_(2)"), ".mul_() changes x"),
+    (("batch_size = 16", "batch_size = [16]\n_cache = {}"), None),
+])
+def test_reference_changes_that_keep_state_or_touch_the_device_are_refused(change, words):
+    source = HONEST_REFERENCE.replace(*change)
+    found = rules.check_reference(source, "op")
+    if words is None:
+        assert found == []                      # module-level constants are fine as long as nothing writes them
+    else:
+        assert any(words in v.message for v in found), rules.report(found, "reference.py")
+
+
+def test_a_generated_test_may_read_its_spec_and_nothing_else():
+    _, _, files = catalog_files("small")[0]
+    source = files["test_kernel.py"]
+    assert rules.check_test(source) == []
+    for old, new, words in [
+            ('"spec.json"', '"kernel.py"', "opens"),
+            ("sys.path.insert(0, HERE)", "sys.path.insert(0, '/')", "sys.path.insert(0, HERE)"),
+            ('importlib.import_module("kernel")', 'importlib.import_module("os")', "job's modules"),
+            ("def test_kernel(case, variant):", "def test_kernel(case, variant, monkeypatch):", "monkeypatch")]:
+        assert old in source
+        found = rules.check_test(source.replace(old, new, 1))
+        assert any(words in v.message for v in found), (old, rules.report(found, "test_kernel.py"))
+
+
+# ---------------------------------------------------------------- the lists match the installed libraries
+
+def test_triton_names_match_the_installed_triton():
+    import triton.language as tl
+    from triton.language.extra import libdevice
+    public = {n for n in dir(tl) if not n.startswith("_")}
+    modules = {n for n in public if isinstance(getattr(tl, n), types.ModuleType)}
+    assert public - modules <= rules.TL_NAMES, "new triton.language names: add them to TL_NAMES"
+    assert not rules.TL_NAMES & modules
+    odd = {n for n in dir(libdevice) if not n.startswith("_") and not callable(getattr(libdevice, n))}
+    assert odd <= rules.WILDCARD_REFUSED
+    assert "handle" not in rules.JIT_VALUE_ATTRIBUTES          # the interpreter's numpy arrays
+
+
+def test_torch_names_are_functions_of_the_installed_torch():
+    import torch
+    import torch.nn.functional as F
+    for module, names in [(torch, rules.TORCH_FUNCTIONS), (F, rules.F_FUNCTIONS), (torch.linalg,
+                          rules.LINALG_FUNCTIONS), (torch.fft, rules.FFT_FUNCTIONS), (torch.special,
+                                                                                 rules.SPECIAL_FUNCTIONS)]:
+        missing = {n for n in names if not hasattr(module, n)}
+        assert not missing, (module.__name__, missing)
+        assert not {n for n in names if isinstance(getattr(module, n), types.ModuleType)}
+    assert rules.CONTAINER_ONLY == rules.PLAIN_METHODS & set(dir(torch.Tensor))
+    assert {n for n in rules.TORCH_DTYPES if hasattr(torch, n)} == rules.TORCH_DTYPES
+
+
+def test_the_checks_are_pure_and_the_runner_never_imports_bot():
+    tree = ast.parse((Path(rules.__file__)).read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | {
+        n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported <= {"__future__", "ast", "dataclasses"}, imported
+
+
+# ---------------------------------------------------------------- where the checks apply
+
+def session_at(stage: str, content: str) -> Session:
     s = Session(id="s1", request="hardswish", requester="alice", platform="t", channel="c", thread="t",
                 backend="cpu", generator="llm", created_at=0.0)
     engine.handle(s, Start("hardswish", "alice"), 1.0)
-    s.stage, s.gen_token = "kernel", s.gen_token + 1
-    engine.handle(s, Generated("kernel", s.gen_token, (FIXTURES / "llm/hardswish/kernel.py").read_text(), "gen"), 2.0)
+    s.stage, s.gen_token = stage, s.gen_token + 1
+    engine.handle(s, Generated(stage, s.gen_token, content, "gen"), 2.0)
+    return s
+
+
+def test_edit_of_the_kernel_stage_with_a_violation_is_refused():
+    s = session_at("kernel", (FIXTURES / "llm/hardswish/kernel.py").read_text())
     cheat = (FIXTURES / "llm" / "hardswish" / "kernel_torch_add.py").read_text()
     effects = engine.handle(s, Edit("kernel", 1, "dave", cheat), 3.0)
     assert s.latest("kernel").rev == 1
@@ -136,13 +364,31 @@ def test_edit_of_the_kernel_stage_with_a_violation_is_refused():
 
 
 def test_edit_of_the_reference_that_patches_the_clock_is_refused():
-    s = Session(id="s1", request="hardswish", requester="alice", platform="t", channel="c", thread="t",
-                backend="cpu", generator="llm", created_at=0.0)
-    engine.handle(s, Start("hardswish", "alice"), 1.0)
-    s.stage, s.gen_token = "reference", s.gen_token + 1
     reference = (FIXTURES / "llm/hardswish/reference.py").read_text()
-    engine.handle(s, Generated("reference", s.gen_token, reference, "gen"), 2.0)
+    s = session_at("reference", reference)
     cheat = reference + "\n\ntorch.cuda.Event.elapsed_time = lambda self, end: 1e-6\n"
     effects = engine.handle(s, Edit("reference", 1, "dave", cheat), 3.0)
     assert s.latest("reference").rev == 1
     assert "Edit not applied" in effects[0].text and "assigns torch.cuda.Event.elapsed_time" in effects[0].text
+
+
+def test_edit_of_the_reference_that_sleeps_is_refused_and_an_honest_one_applied():
+    reference = (FIXTURES / "llm/hardswish/reference.py").read_text()
+    s = session_at("reference", reference)
+    cheat = "import time\n" + reference.replace("    return", "    time.sleep(0.01)\n    return")
+    effects = engine.handle(s, Edit("reference", 1, "dave", cheat), 3.0)
+    assert s.latest("reference").rev == 1
+    assert "reference.py breaks the integrity rules" in effects[0].text and "imports time" in effects[0].text
+    engine.handle(s, Edit("reference", 1, "dave", reference.replace("6.0", "6")), 4.0)
+    assert s.latest("reference").rev == 2
+
+
+def test_edit_of_a_test_stage_that_reads_files_is_refused():
+    test = (FIXTURES / "llm/hardswish/llm_test_kernel.py").read_text()
+    s = session_at("kernel_test", test)
+    cheat = test.replace('"spec.json"', '"reference.py"')
+    effects = engine.handle(s, Edit("kernel_test", 1, "dave", cheat), 3.0)
+    assert s.latest("kernel_test").rev == 1
+    assert "test_kernel.py breaks the integrity rules" in effects[0].text and "opens" in effects[0].text
+    engine.handle(s, Edit("kernel_test", 1, "dave", test.replace("1e-6)", "2e-6)")), 4.0)
+    assert s.latest("kernel_test").rev == 2

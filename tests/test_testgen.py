@@ -136,5 +136,5 @@ def test_generated_tests_are_self_contained():
 def test_bench_plan():
     assert testgen.bench_plan(make_spec("x + y", {"x": [[4]], "y": [[4]]})) == {
         "cases": "all", "dtypes": "all", "versions": ["torch", "torch.compile", "kernel"],
-        "timing": {"method": "do_bench", "warmup_ms": 25, "rep_ms": 100, "cudagraph": True},
+        "timing": {"gpu_reps": 100, "cpu_runs": 5},
         "compile_mode": "max-autotune-no-cudagraphs"}

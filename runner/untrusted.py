@@ -1,0 +1,225 @@
+"""The untrusted worker: one generated file (a kernel, a reference, a ghost of a kernel) loaded in
+a sandboxed process of its own, running the calls the judge asks for over runner.channel.
+
+Runs as ``python -m runner.untrusted FD`` under the sandbox, FD being its end of a socketpair.
+Nothing it answers is believed on its word: the judge reads outputs as raw bytes of the dtype
+and shape it fixed, compares them itself, checks the inputs came back unchanged, and checks the
+GPU times reported here against its own wall clock (runner.harness). This module only makes the
+generated code callable from another process; the code it loads could rewrite any of it.
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import socket
+import sys
+import tempfile
+import warnings
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.utils.deterministic
+
+from runner import channel, timers
+
+
+def describe_error(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:240]
+
+
+@contextmanager
+def poisoned_memory(shape: torch.Size, dtype: torch.dtype, device: str):
+    """Make memory the code allocates for its output hold NaN, so unwritten elements show.
+
+    Two layers: a NaN block of exactly the output's size and dtype allocated and freed right
+    before the call (the next allocation of that size gets the same memory back: reliably under
+    CUDA's caching allocator, usually under glibc malloc on CPU); and torch's deterministic mode
+    with fill_uninitialized_memory, which fills new floating-point tensors from torch.empty and
+    kin with NaN on any device (warn_only, so no operation is refused; restored after)."""
+    if dtype.is_floating_point:
+        torch.full(shape, float("nan"), dtype=dtype, device=device)   # allocated, then freed at once
+    det = torch.utils.deterministic
+    was = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+           det.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    det.fill_uninitialized_memory = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+        det.fill_uninitialized_memory = was[2]
+
+
+class Worker:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.device = "cpu"
+        self.fns: dict[str, Callable] = {}
+        self.tensors: dict[str, torch.Tensor] = {}
+
+    def handle(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        op = getattr(self, f"op_{msg.get('op')}", None)
+        if op is None:
+            return {"ok": False, "error": f"unknown op {msg.get('op')!r}"}, []
+        return op(msg, fds)
+
+    # --- loading ------------------------------------------------------------------------------
+
+    def op_load(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        """Import the source as a module of its own and keep its function under msg['as'] ('main')."""
+        self.device = msg["device"]
+        torch.backends.cuda.matmul.allow_tf32 = bool(msg.get("tf32"))
+        folder = Path(tempfile.gettempdir()) / "kernelbot_src"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{msg['module']}.py"
+        path.write_text(msg["source"])
+        module_name = f"kernelbot_job_{msg['module']}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module     # Triton's jit and dataclasses look modules up by name
+        try:
+            spec.loader.exec_module(module)
+        except (Exception, SystemExit) as e:
+            return {"ok": False, "error": f"{msg['file']} does not import: {describe_error(e)}"}, []
+        fn = module.__dict__.get(msg["entry"])
+        if not callable(fn):
+            return {"ok": False, "error": f"{msg['file']} defines no function {msg['entry']}()"}, []
+        self.fns[msg.get("as", "main")] = fn
+        try:
+            configs = json.loads(json.dumps(module.__dict__["CONFIGS"])) if "CONFIGS" in module.__dict__ else None
+        except (TypeError, ValueError):
+            configs = "CONFIGS is not plain data"
+        try:
+            takes_config = "config" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            takes_config = False
+        return {"ok": True, "configs": configs, "takes_config": takes_config}, []
+
+    def op_compile(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        # A fresh compile per case x dtype (after reset) so dynamo's recompile limit never
+        # silently falls back to eager.
+        torch.compiler.reset()
+        self.fns["compiled"] = torch.compile(self.fns["main"], mode=msg["mode"], dynamic=False)
+        return {"ok": True}, []
+
+    # --- tensors ------------------------------------------------------------------------------
+
+    def op_put(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        try:
+            for spec, fd in zip(msg["tensors"], fds):
+                t = channel.read_tensor(fd, channel.dtype_of(spec["dtype"]), spec["shape"])
+                self.tensors[spec["id"]] = t.to(self.device)
+        finally:
+            channel.close(fds)
+        return {"ok": True}, []
+
+    def op_refill(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        try:
+            for spec, fd in zip(msg["tensors"], fds):
+                self.tensors[spec["id"]].copy_(channel.read_tensor(fd, channel.dtype_of(spec["dtype"]), spec["shape"]))
+        finally:
+            channel.close(fds)
+        return {"ok": True}, []
+
+    def op_drop(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        for key in msg["ids"]:
+            self.tensors.pop(key, None)
+        return {"ok": True}, []
+
+    # --- calls --------------------------------------------------------------------------------
+
+    def _fn(self, msg: dict) -> Callable:
+        fn = self.fns[msg.get("fn", "main")]
+        config = msg.get("config")
+        args = [self.tensors[key] for key in msg["args"]]
+        return (lambda: fn(*args, config=config)) if config else (lambda: fn(*args))
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def op_call(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        """One call on poisoned memory; the output's bytes back, then the inputs' when asked."""
+        like = msg.get("like")
+        poison = (poisoned_memory(torch.Size(like["shape"]), channel.dtype_of(like["dtype"]), self.device)
+                  if like else nullcontext())
+        try:
+            with poison:
+                out = self._fn(msg)()
+                self._sync()     # surface asynchronous errors here, not later
+        except (Exception, SystemExit) as e:
+            if isinstance(e, torch.OutOfMemoryError):
+                torch.cuda.empty_cache()
+            return {"ok": False, "error": f"raised {describe_error(e)}", "lost": not self._usable()}, []
+        if type(out) is not torch.Tensor:
+            kind = "a torch.Tensor subclass" if isinstance(out, torch.Tensor) else type(out).__name__
+            return {"ok": False, "error": f"returned {kind}, not a plain tensor", "lost": False}, []
+        back = [self.tensors[key] for key in msg["args"]] if msg.get("inputs_back") else []
+        return ({"ok": True, **channel.describe(out), "device": out.device.type},
+                [channel.tensor_fd(t) for t in [out, *back]])
+
+    def _usable(self) -> bool:
+        if self.device != "cuda":
+            return True
+        try:
+            torch.cuda.synchronize()
+            torch.zeros(1, device="cuda").add_(1).item()
+            return True
+        except Exception:
+            return False
+
+    def op_warm(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        self._fn(msg)()
+        if self.device == "cuda":
+            timers.gpu_samples(self._fn(msg), 2)    # the loop's first-time costs, not in a timed one
+        self._sync()
+        return {"ok": True}, []
+
+    def op_loop(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        """n calls back to back, then a sync: the judge times this round trip on its own clock."""
+        fn = self._fn(msg)
+        for _ in range(msg["n"]):
+            fn()
+        self._sync()
+        return {"ok": True}, []
+
+    def op_gpu_time(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        """Two answers: 'synced' the moment the GPU is done (the judge's clock stops), then the times."""
+        synced = lambda: channel.send(self.sock, {"ok": True, "synced": True})  # noqa: E731
+        return {"ok": True, "samples": timers.gpu_samples(self._fn(msg), msg["reps"], synced)}, []
+
+    def op_ping(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        return {"ok": True}, []
+
+
+def serve(sock: socket.socket) -> None:
+    worker = Worker(sock)
+    while True:
+        try:
+            msg, fds = channel.recv(sock)
+        except channel.ChannelError:
+            return        # the judge is done (or gone): so is this process
+        try:
+            reply, out = worker.handle(msg, fds)
+        except (Exception, SystemExit) as e:   # generated code failing in a timed call, or a bad request
+            reply, out = {"ok": False, "error": f"raised {describe_error(e)}", "lost": not worker._usable()}, []
+        try:
+            channel.send(sock, reply, out)
+        finally:
+            channel.close(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    fd = int((argv if argv is not None else sys.argv[1:])[0])
+    serve(socket.socket(fileno=fd))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

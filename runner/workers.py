@@ -1,0 +1,174 @@
+"""The judge's end of its untrusted workers: each generated file (the reference, every kernel
+version, the ghost of the kernel) runs in a sandboxed process of its own (runner.untrusted), and
+the judge reaches it only through runner.channel.
+
+A worker that dies, hangs past the judge's deadline or breaks the protocol is a WorkerDied with
+how it ended; the judge never waits on it for good and never reads more than it asked for.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from runner import channel, sandbox
+
+
+class WorkerDied(Exception):
+    """The worker process is gone, hung, or broke the protocol; the message says how."""
+
+
+@dataclass
+class Called:
+    out: torch.Tensor | None = None       # the output, read as the judge's dtype and shape, on the judge's device
+    problem: str = ""                     # empty when the call returned a tensor of the right kind
+    lost: bool = False                    # the worker's CUDA context is gone
+    changed: list[int] = field(default_factory=list)   # positions of inputs that came back different
+
+
+class Worker:
+    """One sandboxed worker process and the judge's socket to it."""
+
+    def __init__(self, role: str, root: Path, backend: str, gpu: int | None, limits: sandbox.Limits,
+                 deadline: float) -> None:
+        self.role, self.deadline = role, deadline
+        self.device = "cpu" if backend == "cpu" or backend.startswith("cpu") else "cuda"
+        judge_end, worker_end = channel.pair()
+        workdir = root / f"worker-{role.replace('@', '-')}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        fd = worker_end.fileno()
+        self.child = sandbox.start(sandbox.python_cmd("-m", "runner.untrusted", str(fd)), workdir,
+                                   backend=backend, gpu=gpu, limits=limits, pass_fds=(fd,))
+        worker_end.close()
+        self.sock = judge_end
+        self._ids = itertools.count()
+
+    def request(self, message: dict, fds: list[int] = ()) -> tuple[dict, list[int]]:
+        """Send one request and wait for its answer, at most until the judge's deadline."""
+        try:
+            channel.send(self.sock, message, list(fds))
+            return channel.recv(self.sock, timeout=max(self.deadline - time.monotonic(), 1.0))
+        except channel.ChannelError as e:
+            raise WorkerDied(self._how_it_ended(e)) from None
+
+    def receive(self) -> tuple[dict, list[int]]:
+        """A further answer to the last request (a request answered in two parts)."""
+        try:
+            return channel.recv(self.sock, timeout=max(self.deadline - time.monotonic(), 1.0))
+        except channel.ChannelError as e:
+            raise WorkerDied(self._how_it_ended(e)) from None
+
+    def _how_it_ended(self, error: channel.ChannelError) -> str:
+        try:
+            outcome = self.child.outcome(timeout=3)     # a closed channel: the process is on its way out
+        except TimeoutError:
+            self.child.kill()
+            return f"the {self.role} worker broke off ({error}) and was stopped"
+        last = (outcome.stderr_tail.strip().splitlines() or [""])[-1][:300]
+        if outcome.timed_out:
+            how = f"ran past its time limit ({outcome.duration_s:.0f} s)"
+        elif outcome.out_of_memory:
+            how = "ran out of memory (sandbox limit or allocation refused)"
+        elif outcome.signal_name:
+            how = f"died with {outcome.signal_name}"
+        else:
+            how = f"exited with code {outcome.exit_code}"
+        return f"the {self.role} worker process {how}" + (f": {last}" if last else "")
+
+    def ok(self, message: dict, fds: list[int] = ()) -> dict:
+        """A request whose failure is the worker's error message (as WorkerDied when it is lost)."""
+        reply, extra = self.request(message, fds)
+        channel.close(extra)
+        if not reply.get("ok"):
+            raise CallFailed(str(reply.get("error", "failed"))[:400], bool(reply.get("lost")))
+        return reply
+
+    # --- tensors -------------------------------------------------------------------------------
+
+    def put(self, tensors: list[torch.Tensor]) -> list[str]:
+        ids = [f"t{next(self._ids)}" for _ in tensors]
+        fds = [channel.tensor_fd(t) for t in tensors]
+        try:
+            self.ok({"op": "put", "tensors": [{"id": i, **channel.describe(t)} for i, t in zip(ids, tensors)]}, fds)
+        finally:
+            channel.close(fds)
+        return ids
+
+    def drop(self, ids: list[str]) -> None:
+        self.ok({"op": "drop", "ids": ids})
+
+    def call(self, args: list[torch.Tensor], like: torch.Tensor | None, fn: str = "main", config: dict | None = None,
+             check_inputs: bool = False) -> Called:
+        """Call the worker's function on copies of args. like: the reference output whose dtype and
+        shape the output must have (None for the reference itself, whose output defines them)."""
+        ids = self.put(args)
+        try:
+            return self.call_ids(ids, args, like, fn, config, check_inputs)
+        finally:
+            self.drop(ids)
+
+    def call_ids(self, ids: list[str], args: list[torch.Tensor], like: torch.Tensor | None, fn: str = "main",
+                 config: dict | None = None, check_inputs: bool = False) -> Called:
+        """call() on tensors already in the worker (ids), whose values the judge holds as args."""
+        message = {"op": "call", "fn": fn, "args": ids, "config": config, "inputs_back": check_inputs,
+                   "like": channel.describe(like) if like is not None else None}
+        reply, fds = self.request(message)
+        try:
+            return self._called(reply, fds, args, like, check_inputs)
+        finally:
+            channel.close(fds)
+
+    def refill(self, ids: list[str], tensors: list[torch.Tensor]) -> None:
+        """Write new values into the worker's tensors in place: same storage, same addresses."""
+        fds = [channel.tensor_fd(t) for t in tensors]
+        try:
+            self.ok({"op": "refill", "tensors": [{"id": i, **channel.describe(t)} for i, t in zip(ids, tensors)]}, fds)
+        finally:
+            channel.close(fds)
+
+    def _called(self, reply: dict, fds: list[int], args: list[torch.Tensor], like: torch.Tensor | None,
+                check_inputs: bool) -> Called:
+        if not reply.get("ok"):
+            return Called(problem=str(reply.get("error", "failed"))[:400], lost=bool(reply.get("lost")))
+        want = 1 + (len(args) if check_inputs else 0)
+        if len(fds) != want:
+            raise WorkerDied(f"the {self.role} worker sent {len(fds)} buffers where the judge asked for {want}")
+        if like is not None:
+            dtype, shape = like.dtype, list(like.shape)
+            if reply.get("shape") != shape:
+                return Called(problem=f"output shape {reply.get('shape')} but the reference gives {shape}")
+            if reply.get("dtype") != channel.describe(like)["dtype"]:
+                return Called(problem=f"output dtype torch.{reply.get('dtype')} but the reference gives {like.dtype}")
+        else:
+            dtype, shape = channel.dtype_of(reply.get("dtype")), _shape(reply.get("shape"))
+        if reply.get("device") != self.device:
+            return Called(problem=f"output on {reply.get('device')} but the inputs are on {self.device}")
+        out = channel.read_tensor(fds[0], dtype, shape)
+        changed = [i for i, (arg, fd) in enumerate(zip(args, fds[1:]))
+                   if not torch.equal(_bits(channel.read_tensor(fd, arg.dtype, list(arg.shape))), _bits(arg.cpu()))]
+        return Called(out=out.to(args[0].device if args else "cpu"), changed=changed)
+
+    def close(self) -> None:
+        self.sock.close()
+        self.child.kill()
+
+
+class CallFailed(Exception):
+    """A request the worker answered with an error (generated code raised)."""
+
+    def __init__(self, message: str, lost: bool) -> None:
+        super().__init__(message)
+        self.lost = lost
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def _shape(value) -> list[int]:
+    if not (isinstance(value, list) and all(type(v) is int and v >= 0 for v in value)):
+        raise WorkerDied(f"a worker described an output of shape {str(value)[:80]}")
+    return value

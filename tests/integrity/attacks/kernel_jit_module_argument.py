@@ -1,0 +1,28 @@
+# expect: as a value inside @triton.jit
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+def op(x, y):
+    out = torch.empty_like(x)
+    _outer[(1,)](x, out, x.numel(), BLOCK=1024)
+    _copy[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+    return out
+
+
+@triton.jit
+def _inner(m, a, b):
+    return m.add(a, b)
+
+
+@triton.jit
+def _outer(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    _inner(torch, x_ptr, out_ptr)

@@ -1,0 +1,6 @@
+# expect: uses getattr()
+import torch
+
+
+def op(x, y):
+    return getattr(torch, "add")(x, y)

@@ -1,0 +1,6 @@
+# expect: writes into x
+import torch
+
+
+def op(x, y):
+    return torch.add(x, y, out=x)

@@ -1,0 +1,7 @@
+# expect: uses torch.cuda
+import torch
+
+
+def op(x, y):
+    torch.cuda.synchronize()
+    return x + y
