@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -47,11 +48,30 @@ def ensure_venv() -> None:
     STAMP.write_text(_wanted_stamp())
 
 
+def ensure_bubblewrap() -> None:
+    """The runner runs generated code only under bubblewrap (docs/INTEGRITY.md). As root on
+    Debian or Ubuntu it is installed here, as .ci/run does; elsewhere this says how."""
+    if shutil.which("bwrap") or os.environ.get("KERNELBOT_BWRAP") or os.environ.get("KERNELBOT_SANDBOX") == "none":
+        return
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        print("installing bubblewrap (the runner's sandbox) with apt-get ...", flush=True)
+        for cmd in (["apt-get", "install", "-y", "-q", "bubblewrap"], ["apt-get", "update", "-q"],
+                    ["apt-get", "install", "-y", "-q", "bubblewrap"]):
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if shutil.which("bwrap"):
+                return
+    print("kernelbot's runner runs generated code only under bubblewrap, which is not installed here: "
+          "install it (apt-get install bubblewrap, dnf install bubblewrap, pacman -S bubblewrap), or name a "
+          "bwrap binary with KERNELBOT_BWRAP; KERNELBOT_SANDBOX=none runs generated code with no isolation "
+          "at all.", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("kernelbot", "test"):
         print(__doc__)
         return 2
     ensure_venv()
+    ensure_bubblewrap()
     if argv[0] == "test":
         cmd = [str(PY), "-m", "pytest", *argv[1:]]
     else:

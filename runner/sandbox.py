@@ -179,6 +179,12 @@ class Isolation:
                 f"(KERNELBOT_SANDBOX=none runs them without isolation)")
 
 
+def require_isolation() -> None:
+    """SandboxUnavailable, saying what is missing, where untrusted code would be refused here."""
+    if _mode() == "bwrap" and not isolation().available:
+        raise SandboxUnavailable(f"untrusted code is not run without a sandbox: {isolation().reason}")
+
+
 def mentions_memory(text: str) -> bool:
     return any(m in text for m in MEMORY_MARKERS)
 
@@ -371,9 +377,8 @@ def _spawn(cmd: list[str], workdir: Path, backend: str, gpu: int | None, limits:
            pass_fds: tuple[int, ...]) -> Child:
     workdir = Path(workdir).absolute()
     isolated = not trusted and _mode() == "bwrap"
-    if isolated and not isolation().available:
-        raise SandboxUnavailable(f"untrusted code is not run without a sandbox: {isolation().reason}")
     if isolated:
+        require_isolation()
         workdir.mkdir(parents=True, exist_ok=True)
         plan = _Wrapper(cmd, workdir, backend, gpu, limits)
         info_read, info_write = os.pipe()

@@ -133,8 +133,11 @@ def execute_job(job: dict, progress: Callable[[str], None], *, backend: str | No
     result = new_result(job, backend, gpu)
     try:
         job = validate(job)
+        sandbox.require_isolation()
     except JobError as e:
         return {**result, "summary": f"bad job: {e}", "finished_at": time.time()}
+    except sandbox.SandboxUnavailable as e:
+        return {**result, "summary": f"this runner cannot run generated code: {e}", "finished_at": time.time()}
     if job.get("backend", backend) != backend:
         result["warnings"].append(f"the job asked for backend {job['backend']}; it ran on {backend}")
     deadline = time.monotonic() + job["timeout_s"]

@@ -391,3 +391,16 @@ def test_bf16_only_spec_is_checked_as_float32_on_the_interpreter():
     bad = run("verify", {**add_files(), "spec.json": bf16_only_spec(),
                          "kernel.py": (BAD / "wrong_math.py").read_text()})
     assert bad["status"] == "fail"
+
+
+def test_a_runner_without_bubblewrap_refuses_generated_code_and_says_how_to_get_it(monkeypatch):
+    monkeypatch.setenv("KERNELBOT_BWRAP", "/nonexistent/bwrap")
+    sandbox.isolation.cache_clear()
+    try:
+        result = run("verify", add_files("kernel.py"))
+    finally:
+        monkeypatch.undo()
+        sandbox.isolation.cache_clear()
+    assert result["status"] == "error" and result["correctness"] == []
+    assert result["summary"].startswith("this runner cannot run generated code: ")
+    assert "apt-get install bubblewrap" in result["summary"], result["summary"]
