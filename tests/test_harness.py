@@ -404,3 +404,27 @@ def test_a_runner_without_bubblewrap_refuses_generated_code_and_says_how_to_get_
     assert result["status"] == "error" and result["correctness"] == []
     assert result["summary"].startswith("this runner cannot run generated code: ")
     assert "apt-get install bubblewrap" in result["summary"], result["summary"]
+
+
+def bench_result(**kernel_row) -> dict:
+    rows = [{"case": "4096", "dtype": "float32", "version": v, "ok": True, "error": "", "implausible": False,
+             "gbps": 3000.0} for v in ("torch", "kernel")]
+    rows[1].update(kernel_row)
+    report = [{"case": "4096", "dtype": "float32", "speedup": 2.0, "speedup_vs_compile": None}]
+    return {"bench": rows, "report_rows": report, "warnings": [], "backend": "cuda", "copy_gbps": 4000.0}
+
+
+def test_a_timing_above_the_copy_bandwidth_fails_until_a_person_accepts_it():
+    status, summary = worker.bench_verdict(bench_result(implausible=True, gbps=9000.0))
+    assert status == "fail" and "9000 GB/s is above the copy bandwidth" in summary
+    assert '"accept_implausible": true' in summary
+    accepted = {**bench_result(implausible=True, gbps=9000.0), "accept_implausible": True}
+    status, summary = worker.bench_verdict(accepted)
+    assert status == "pass" and "accepted by the bench plan" in summary
+
+
+def test_a_baseline_whose_timing_the_judge_rejects_fails_the_benchmark():
+    result = bench_result()
+    result["bench"][0].update(ok=False, rejected=True, error="timing rejected: the worker's GPU time ...")
+    status, summary = worker.bench_verdict(result)
+    assert status == "fail" and summary.startswith("torch at 4096 float32: timing rejected")

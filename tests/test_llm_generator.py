@@ -329,3 +329,12 @@ def test_a_kernel_posted_failing_cannot_be_approved_or_benchmarked():
     assert s.approval("kernel", 1) is None and "failed verification before review" in effects[0].text
     assert cards.revision_card(s, s.latest("kernel")).status.startswith("FAILED verification")
     assert kernel_versions(s) == {}
+
+
+def test_a_generated_bench_plan_may_not_accept_implausible_timings():
+    from bot.llm import Reply
+    from bot.llm_generator import Unusable, _read_plan
+    plan = '```json\n{"versions": ["torch", "kernel"], "accept_implausible": true}\n```'
+    with pytest.raises(Unusable, match="only a person who has checked a timing"):
+        _read_plan(Reply(plan, "stop", {}))
+    assert _read_plan(Reply(plan.replace(', "accept_implausible": true', ""), "stop", {}))["versions"]
