@@ -22,7 +22,8 @@ def header(path: Path) -> dict[str, str]:
 
 
 def files_for(path: Path, how: dict[str, str]) -> dict[str, str]:
-    files = {n: (ADD / n).read_text() for n in ("spec.json", "reference.py", "kernel.py", "bench_plan.json")}
+    files = {n: (ADD / n).read_text()
+             for n in ("spec.json", "reference.py", "kernel.py", "bench_plan.json", "test_reference.py")}
     files[how["file"]] = path.read_text()
     if how["job"] == "benchmark":
         spec = json.loads(files["spec.json"])
