@@ -81,6 +81,10 @@ class LocalRunner:
         self._check_runner_deps()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         out.write(f"No {self.backend} runner is alive: starting one (log: {self.log_path})\n")
+        from runner import sandbox   # the runner's own probe: bubblewrap, or why jobs will be refused
+        isolation = sandbox.isolation()
+        out.write(f"  generated code runs under {isolation.tool} (docs/INTEGRITY.md)\n" if isolation.available
+                  else f"  {isolation.summary()}\n")
         env = {**os.environ, "KERNELBOT_HEARTBEAT_S": str(self.cfg.heartbeat_s)}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(

@@ -249,11 +249,14 @@ def harness_verdict(job: dict, res: dict | None, outcome: sandbox.Outcome, last:
     if job["kind"] == "benchmark":
         return bench_verdict(res)
     status, summary = correctness_verdict(res["correctness"])
-    ghost = next((g for g in res.get("ghost", []) if g["outcome"] == "matches"), None)
+    ghosts = res.get("ghost", [])
+    ghost = next((g for g in ghosts if g["outcome"] == "matches"), None)
     if status == "pass" and ghost:
         return "fail", (f"ghost replay: with every @triton.jit body in kernel.py emptied, it still returns the "
                         f"right answer at {ghost['case']} {ghost['dtype']}: the result does not come from its "
                         "Triton code (docs/INTEGRITY.md)")
+    if status == "pass" and ghosts and all(g["outcome"] == "differs" for g in ghosts):
+        summary += "; ghost replay: the answer comes from its Triton code"
     return status, summary
 
 

@@ -36,6 +36,8 @@ def test_good_kernel_passes_and_bf16_is_skipped_with_the_reason():
     result = run("kernel_test", add_files("kernel.py", "test_kernel.py"))
     assert result["status"] == "pass", result["summary"]
     assert result["summary"].startswith("6/6 cases pass; worst rel err")
+    assert "ghost replay: the answer comes from its Triton code" in result["summary"]
+    assert [g["outcome"] for g in result["ghost"]] == ["differs", "differs"]     # float32, float16
     rows = result["correctness"]
     assert [r["case"] for r in rows[::3]] == ["3x5", "17x33", "37x97"]   # spec cases + the odd one
     skipped = [r for r in rows if r["skipped"]]
