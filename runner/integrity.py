@@ -63,6 +63,18 @@ AUTOTUNE_KEYWORDS = _words("configs key prune_configs_by reset_to_zero restore_v
 CONFIG_REFUSED_KEYWORDS = _words("pre_hook")
 JIT_KEYWORDS = _words("do_not_specialize do_not_specialize_on_alignment debug noinline")
 MODULE_DUNDERS = _words("__all__ __version__")
+# A kernel compiled ahead of its launch (`compiled = kernel.warmup(..., grid=(1,))`, the occupancy idiom of
+# Triton's fused-softmax tutorial): what a launcher may read of it, besides launching it and _init_handles().
+COMPILED_ATTRIBUTES = _words("n_regs n_spills metadata")
+COMPILED_METADATA = _words("shared num_warps num_stages num_ctas")
+# A torch.autograd.Function's ctx: what forward and backward may call and read on it; the names its object
+# already has (tests/test_integrity.py checks them against the installed torch) are never assigned.
+CTX_METHODS = _words("save_for_backward mark_non_differentiable set_materialize_grads")
+CTX_READS = _words("saved_tensors needs_input_grad")
+CTX_RESERVED = CTX_METHODS | CTX_READS | _words("""apply apply_boxed apply_jvp dirty_tensors mark_dirty
+    mark_shared_storage materialize_grads maybe_clear_saved_tensors metadata name next_functions non_differentiable
+    register_hook register_prehook requires_grad save_for_forward saved_for_forward saved_variables to_save""")
+FUNCTION_METHODS = ("forward", "backward")
 CLOCK_ESCAPES = _words("""stream Stream set_stream ExternalStream StreamContext current_stream default_stream Event
     graph graphs CUDAGraph make_graphed_callables set_device synchronize _sleep""")
 
@@ -230,6 +242,11 @@ _TL_SPACE = {**_space(TL_NAMES, "tl"), "math": _space(TL_MATH_NAMES, "tl"),
 _MATH_SPACE = {**_space(MATH_FUNCTIONS, "query"), **_space(MATH_CONSTANTS, "value")}
 _TORCH_CUDA_QUERIES = _words("is_available current_device device_count get_device_properties get_device_capability "
                              "get_device_name")
+# Triton's device queries, as its tutorials make them (triton.runtime.driver.active...): nothing else of
+# triton.runtime (launchers, binaries, the cache, streams), which is imported only as `from triton.runtime import driver`
+_DRIVER_SPACE = {"active": {"get_active_torch_device": "query", "get_current_target": "query",
+                            "utils": {"get_device_properties": "query"}}}
+RUNTIME_IMPORTS = {"triton.runtime": _words("driver")}
 # A space maps a name to a role (a leaf) or to another space (a module); "" is the role of a space that is
 # also an object (a class with attributes), "*" the role of any public name not in WILDCARD_REFUSED.
 KERNEL_SPACE: dict = {
@@ -237,10 +254,11 @@ KERNEL_SPACE: dict = {
               "Size": "query", "device": "query", "finfo": "query", "iinfo": "query", "promote_types": "query",
               "get_default_dtype": "query", "broadcast_shapes": "query", "broadcast_tensors": "views",
               "result_type": "describe", "is_tensor": "describe", "is_floating_point": "describe",
-              "Tensor": "class", "dtype": "class",
+              "Tensor": "class", "dtype": "class", "autograd": {"Function": "fnbase"},
               "cuda": _space(_TORCH_CUDA_QUERIES, "query"), "version": {"cuda": "value", "hip": "value"}},
     "triton": {"cdiv": "query", "next_power_of_2": "query", "Config": "config", "jit": "decorator",
                "autotune": "decorator", "heuristics": "decorator", "language": _TL_SPACE,
+               "runtime": {"driver": _DRIVER_SPACE},
                "tools": {"tensor_descriptor": {"TensorDescriptor": {"": "tensordesc", "from_tensor": "tensordesc"}}}},
     "math": _MATH_SPACE,
     "typing": {"*": "typing"},
@@ -253,7 +271,8 @@ _REFERENCE_TORCH = {
     "linalg": _space(LINALG_FUNCTIONS, "compute"), "fft": _space(FFT_FUNCTIONS, "compute"),
     "special": _space(SPECIAL_FUNCTIONS, "compute"), "ops": {"aten": {"*": _ATEN_OP}},
 }
-REFERENCE_SPACE: dict = {"torch": _REFERENCE_TORCH, "math": _MATH_SPACE, "typing": {"*": "typing"}}
+REFERENCE_SPACE: dict = {"torch": {**_REFERENCE_TORCH, "no_grad": "context", "inference_mode": "context"},
+                         "math": _MATH_SPACE, "typing": {"*": "typing"}}
 TEST_SPACE: dict = {
     "torch": {**_REFERENCE_TORCH, "testing": {"assert_close": "compute", "make_tensor": "compute"},
               "Generator": "compute", "manual_seed": "compute",
@@ -283,10 +302,25 @@ _KERNEL_CHAINS = ("kernel.py may use torch's allocators, dtypes, Size, device, b
                   "finfo, iinfo, promote_types, result_type, torch.Tensor in annotations and isinstance, "
                   "torch.cuda's device queries (is_available, current_device, device_count, get_device_properties, "
                   "get_device_capability), triton.cdiv, next_power_of_2, Config, jit, autotune, heuristics, "
-                  "tl.*, libdevice and math")
+                  "Triton's device queries (triton.runtime.driver.active.get_active_torch_device(), "
+                  ".get_current_target(), .utils.get_device_properties(index)), torch.autograd.Function as a base "
+                  "class, tl.*, libdevice and math")
+_DRIVER_CAN = ("of triton.runtime kernel.py may use only the device queries triton.runtime.driver.active"
+               ".get_active_torch_device(), .get_current_target() and .utils.get_device_properties(index) "
+               "(launchers, binaries, streams and the cache are the runner's), imported as `from triton.runtime "
+               "import driver` or reached from `import triton`")
+_COMPILED_CAN = ("a kernel compiled with `compiled = kernel.warmup(..., grid=(1,))` may only be launched "
+                 "(compiled[grid](...)), have compiled._init_handles() called and its n_regs, n_spills and "
+                 "metadata.shared (num_warps, num_stages, num_ctas) read")
+_FUNCTION_CAN = ("a torch.autograd.Function in kernel.py holds only `@staticmethod def forward(ctx, ...)` and "
+                 "`@staticmethod def backward(ctx, ...)` (no other methods, class attributes, decorators, bases or "
+                 "metaclass)")
+_CTX_CAN = ("forward and backward may call ctx.save_for_backward(...), read ctx.saved_tensors and "
+            "ctx.needs_input_grad, and set and read their own ctx attributes (ctx.BLOCK_SIZE = ...)")
 _KERNEL_IMPORTS = ("kernel.py may import only torch, triton, triton.language (as tl), math, typing and __future__; "
                    "from triton: jit, cdiv, next_power_of_2, Config, autotune, heuristics; libdevice from "
-                   "triton.language.extra (or .cuda/.hip); TensorDescriptor from triton.tools.tensor_descriptor")
+                   "triton.language.extra (or .cuda/.hip); TensorDescriptor from triton.tools.tensor_descriptor; "
+                   "driver from triton.runtime (for its device queries)")
 _REFERENCE_IMPORTS = ("reference.py may import only torch, torch.nn, torch.nn.functional (as F), math, typing and "
                       "__future__")
 _TEST_IMPORTS = ("a test may import only pytest, torch, math, itertools, functools, json, typing, the job's "
@@ -376,7 +410,7 @@ def _join(a: V | None, b: V | None) -> V:
         return a
     if "tensor" in (a.tag, b.tag):
         return TENSOR
-    if a.tag == b.tag and a.tag in ("jit", "func"):
+    if a.tag == b.tag and a.tag in ("jit", "func", "compiled"):
         return V(a.tag, "|".join(sorted(set(a.path.split("|")) | set(b.path.split("|")))))
     for x, y in ((a, b), (b, a)):       # `kernel = None` then `kernel = _k`: still a launchable name
         if x.tag in _CALLABLE | {"mixed"} and y.tag == "value" and not y.tensor:
@@ -419,6 +453,16 @@ def _container(items: list[V], shared: bool = False, keep: bool = True) -> V:
         elem = _join(elem, item)
     return V("container", tensor=any(i.tensorish for i in items), shared=shared,
              items=tuple(items) if keep else None, elem=elem)
+
+
+def _gated(module: str, name: str | None) -> bool:
+    """Whether importing name from module (or module itself) enters a RUNTIME_IMPORTS module otherwise than by
+    one of the names it allows: `import triton.runtime` and `from triton.runtime.driver import active` are."""
+    full = f"{module}.{name}" if name else module
+    for gate, names in RUNTIME_IMPORTS.items():
+        if full == gate or full.startswith(gate + "."):
+            return not (module == gate and name in names)
+    return False
 
 
 def _public(name: str) -> bool:
@@ -660,13 +704,18 @@ class _Check:
         if isinstance(node, ast.Import):
             for a in node.names:
                 target = _node_at(self.space, a.name)
-                if not isinstance(target, dict) or "" in target or (self.test and a.name in ("os.path", "sys.path")):
+                if not isinstance(target, dict) or "" in target or (self.test and a.name in ("os.path", "sys.path")) \
+                        or _gated(a.name, None):
                     refuse(a.name)
                 elif a.asname:
                     out.append((a.asname, V("module", a.name)))
                 else:
                     out.append((a.name.split(".")[0], V("module", a.name.split(".")[0])))
             return out
+        return self.import_from(node, refuse)
+
+    def import_from(self, node: ast.ImportFrom, refuse) -> list[tuple[str, V]]:
+        out: list[tuple[str, V]] = []
         module = "." * node.level + (node.module or "")
         if module == "__future__":
             return [] if all(a.name == "annotations" for a in node.names) else (refuse("from __future__ import "
@@ -680,7 +729,7 @@ class _Check:
             return out
         for a in node.names:
             child = _child(target, a.name) if a.name != "*" else None
-            if child is None:
+            if child is None or _gated(module, a.name):
                 refuse(f"{a.name} from {module}")
             else:
                 out.append((a.asname or a.name, _kind_of(child, f"{module}.{a.name}")))
@@ -1322,6 +1371,11 @@ class _Check:
             return kind
         if kind.tag == "leaf" and kind.role in ("value", "tl"):
             return VALUE                         # torch.float16, tl.float32, tl.constexpr(...) as an argument
+        if kind.tag in ("compiled", "compiledmeta", "ctx", "apply"):
+            self.flag(node, "construct", f"uses {_src(node)} as a value: " + {
+                "ctx": _CTX_CAN, "apply": f"call {kind.path}.apply(...) or bind it once at module level as the "
+                                          f"entry (`op = {kind.path}.apply`)"}.get(kind.tag, _COMPILED_CAN))
+            return VALUE
         if kind.tag in ("leaf", "builtin", "func", "jit", "lambda", "class", "mixed"):
             what = {"jit": "the @triton.jit function", "func": "the function", "builtin": "the builtin",
                     "lambda": "the lambda", "class": "the class"}.get(kind.tag, "")
@@ -1341,7 +1395,7 @@ class _Check:
             a, b = self.bindable(node.body, ctx), self.bindable(node.orelse, ctx)
             return _join(a, b)
         kind = self.ev(node, ctx)
-        if kind.tag == "jit" and self.kernel or kind.tag == "lambda":
+        if kind.tag in ("jit", "compiled", "compiledmeta") and self.kernel or kind.tag == "lambda":
             return kind
         if kind.tag == "func" and not self.test:
             return kind
@@ -1394,6 +1448,8 @@ class _Check:
                                      f"only {', '.join(sorted(TENSOR_ATTRIBUTES | TENSOR_VIEWS))} of a tensor and "
                                      f"call its describe/reshape methods; {_KERNEL_CAN}")
             return VALUE
+        if base.tag in ("compiled", "compiledmeta", "ctx", "class") and self.kernel:
+            return self.kernel_object_attribute(node, base)
         if base.tag in ("func", "jit", "builtin", "lambda", "class", "dtype", "mixed") or (
                 base.tag == "file" and node.attr != "read"):
             what = {"jit": "a @triton.jit function may only be launched (name[grid](...))",
@@ -1408,6 +1464,29 @@ class _Check:
         if self.kernel and base.tensor and base.tag == "value" and node.attr not in TENSOR_ATTRIBUTES:
             return TENSOR                        # what may be a tensor's (a descriptor's .base) is one
         return V("value", tensor=base.tensor)
+
+    def kernel_object_attribute(self, node: ast.Attribute, base: V) -> V:
+        """An attribute of a compiled kernel, of its metadata, of a Function's ctx, or of a class (Function.apply)."""
+        attr = node.attr
+        if base.tag == "compiled" and attr in COMPILED_ATTRIBUTES:
+            return V("compiledmeta") if attr == "metadata" else VALUE
+        if base.tag == "compiledmeta" and attr in COMPILED_METADATA:
+            return VALUE
+        if base.tag == "ctx":
+            if attr in CTX_READS:
+                return V("container", tensor=attr == "saved_tensors")
+            if attr in self.ctx_attrs.get(base.path, {}):
+                return self.ctx_attrs[base.path][attr]
+            self.flag(node, "introspection", f"reads {_src(node)}, which this Function's methods never set: {_CTX_CAN}")
+            return VALUE
+        if base.tag == "class":
+            why = (f"a torch.autograd.Function is used through {base.path}.apply(...) alone, called or bound once "
+                   f"at module level as the entry (`op = {base.path}.apply`)" if base.path in self.function_classes
+                   else "functions and classes carry no attributes a generated file may use")
+            self.flag(node, "introspection", f"uses {_src(node)}: {why}")
+            return VALUE
+        self.flag(node, "introspection", f"uses {_src(node)}: {_COMPILED_CAN}")
+        return VALUE
 
     def private(self, node: ast.Attribute) -> V:
         rule = "clock" if node.attr == "_sleep" else "introspection"
@@ -1428,44 +1507,54 @@ class _Check:
         return _kind_of(child, path)
 
     def refuse_chain(self, node: ast.AST, path: str) -> None:
-        root, *rest = path.split(".")
-        last = rest[-1] if rest else ""
+        root = path.split(".")[0]
         if self.kernel:
-            if path.startswith("torch.cuda.") or last in CLOCK_ESCAPES:
-                self.flag(node, "clock", f"uses {path}: kernel.py runs on the caller's stream and device, where "
-                                         "the harness's clock sees its work (no streams, events, graphs, "
-                                         "synchronize or set_device); torch.cuda offers it only "
-                                         f"{', '.join(sorted(_TORCH_CUDA_QUERIES))}")
-            elif path.startswith("torch.ops"):
-                self.flag(node, "torch", f"uses {path} (aten ops called directly): {_KERNEL_CAN}")
-            elif path.startswith("torch.Tensor."):
-                self.flag(node, "torch", f"uses {path}: torch.Tensor may appear only in annotations and "
-                                         f"isinstance(); {_KERNEL_CAN}")
-            elif root == "torch":
-                self.flag(node, "torch", f"uses {path}: {_KERNEL_CAN}")
-            else:
-                self.flag(node, "torch" if root == "triton" else "name", f"uses {path}: {_KERNEL_CHAINS}")
+            self.refuse_kernel_chain(node, path)
         elif self.reference:
-            if path.startswith("torch.cuda") or last in CLOCK_ESCAPES or path.startswith(("torch.accelerator",
-                                                                                           "torch.cpu")):
-                rule, why = "clock", ("the reference is timed as torch eager and must leave the device and the "
-                                      "clock alone (no sync, streams, events or sleeps)")
-            elif path.startswith(("torch.compile", "torch.jit", "torch.utils", "torch.library", "torch.backends",
-                                  "torch.hub", "torch.overrides", "torch.fx", "torch.export", "torch.func")):
-                rule, why = "torch", "the reference is plain eager PyTorch (no compilers, extensions, op overrides)"
-            elif path.startswith(("torch.save", "torch.load", "torch.from_file", "torch.set_", "torch.manual_seed",
-                                  "torch.seed", "torch.random", "torch.use_deterministic")):
-                rule, why = "state", "the reference may not read files or change torch's global settings or RNG"
-            else:
-                rule, why = "torch", ("reference.py may use torch's tensor functions, dtypes, torch.nn (Module, "
-                                      "layers), torch.nn.functional, torch.linalg, torch.fft, torch.special, "
-                                      "torch.ops.aten and math")
-            self.flag(node, rule, f"uses {path}: {why}")
+            self.refuse_reference_chain(node, path)
         else:
             self.flag(node, "io" if root in ("os", "sys", "importlib") else "torch",
                       f"uses {path}: a test may use torch's tensor functions, torch.testing, torch.nn.functional, "
                       "pytest, math, itertools, functools, json, the job's modules, and only testgen's "
                       "os.path.dirname/abspath/join, os.environ.get and sys.path.insert(0, HERE)")
+
+    def refuse_kernel_chain(self, node: ast.AST, path: str) -> None:
+        root, *rest = path.split(".")
+        last = rest[-1] if rest else ""
+        if path.startswith("triton.runtime"):
+            self.flag(node, "torch", f"uses {path}: {_DRIVER_CAN}")
+        elif path.startswith("torch.cuda.") or last in CLOCK_ESCAPES:
+            self.flag(node, "clock", f"uses {path}: kernel.py runs on the caller's stream and device, where "
+                                     "the harness's clock sees its work (no streams, events, graphs, "
+                                     "synchronize or set_device); torch.cuda offers it only "
+                                     f"{', '.join(sorted(_TORCH_CUDA_QUERIES))}")
+        elif path.startswith("torch.ops"):
+            self.flag(node, "torch", f"uses {path} (aten ops called directly): {_KERNEL_CAN}")
+        elif path.startswith("torch.Tensor."):
+            self.flag(node, "torch", f"uses {path}: torch.Tensor may appear only in annotations and "
+                                     f"isinstance(); {_KERNEL_CAN}")
+        elif root == "torch":
+            self.flag(node, "torch", f"uses {path}: {_KERNEL_CAN}")
+        else:
+            self.flag(node, "torch" if root == "triton" else "name", f"uses {path}: {_KERNEL_CHAINS}")
+
+    def refuse_reference_chain(self, node: ast.AST, path: str) -> None:
+        last = path.split(".")[-1]
+        if path.startswith("torch.cuda") or last in CLOCK_ESCAPES or path.startswith(("torch.accelerator",
+                                                                                       "torch.cpu")):
+            rule, why = "clock", ("the reference is timed as torch eager and must leave the device and the "
+                                  "clock alone (no sync, streams, events or sleeps)")
+        elif path.startswith(("torch.compile", "torch.jit", "torch.utils", "torch.library", "torch.backends",
+                              "torch.hub", "torch.overrides", "torch.fx", "torch.export", "torch.func")):
+            rule, why = "torch", "the reference is plain eager PyTorch (no compilers, extensions, op overrides)"
+        elif path.startswith(("torch.save", "torch.load", "torch.from_file", "torch.set_", "torch.manual_seed",
+                              "torch.seed", "torch.random", "torch.use_deterministic")):
+            rule, why = "state", "the reference may not read files or change torch's global settings or RNG"
+        else:
+            rule, why = "torch", ("reference.py may use torch's tensor functions, dtypes, torch.nn (Module, "
+                                  "layers), torch.nn.functional, torch.linalg, torch.fft, torch.special, "
+                                  "torch.ops.aten and math")
+        self.flag(node, rule, f"uses {path}: {why}")
 
     def e_Subscript(self, node: ast.Subscript, ctx: _Fn) -> V:
         base = self.ev(node.value, ctx)
@@ -1663,6 +1752,8 @@ class _Check:
         if isinstance(func, ast.Subscript):
             return self.launch(node, ctx)
         if isinstance(func, ast.Attribute):
+            if self.init_handles(node, ctx):
+                return VALUE
             if not _public(func.attr) and not self.super_init(node, ctx):
                 self.private(func)
                 self.call_args(node, ctx)
@@ -1684,6 +1775,9 @@ class _Check:
             return self.call_builtin(node, callee.path, ctx)
         if tag == "func":
             return self.call_function(node, callee, ctx)
+        if tag == "apply":
+            self.call_args(node, ctx)
+            return self.call_apply(node, callee.path, ctx)
         if tag == "leaf":
             return self.call_leaf(node, callee, ctx)
         if tag == "jit":
@@ -1706,6 +1800,21 @@ class _Check:
         self.call_args(node, ctx)
         return VALUE
 
+    def init_handles(self, node: ast.Call, ctx: _Fn) -> bool:
+        """kernel.py: `compiled._init_handles()` on a kernel .warmup(...) compiled (it loads the binary, so that
+        n_regs and n_spills are known): the one private name a launcher may call."""
+        func = node.func
+        return (self.kernel and func.attr == "_init_handles" and not node.args and not node.keywords
+                and self.ev(func.value, ctx, quiet=True).tag == "compiled")
+
+    def call_apply(self, node: ast.Call, cls: str, ctx: _Fn) -> V:
+        """Function.apply(...): runs the Function's forward, which the walk follows like a helper."""
+        if ctx.module and not ctx.decorator:
+            self.flag(node, "construct", f"calls {cls}.apply at import time: module-level names may hold only "
+                                         "constants")
+        ctx.calls.add(f"{cls}.forward")
+        return self.returns.get(f"{cls}.forward", TENSOR)
+
     def super_init(self, node: ast.Call, ctx: _Fn) -> bool:
         func = node.func
         return (self.reference and ctx.method == "__init__" and isinstance(func, ast.Attribute)
@@ -1718,9 +1827,9 @@ class _Check:
         kernel = self.ev(sub.value, ctx)
         if kernel.tag == "refused":
             self.value(sub.slice, ctx)
-        elif kernel.tag != "jit":
-            self.flag(node, "launch", f"calls {_src(sub)}(...): only a @triton.jit function this file defines is "
-                                      "launched with [grid]" if self.kernel else
+        elif kernel.tag not in ("jit", "compiled"):
+            self.flag(node, "launch", f"calls {_src(sub)}(...): only a @triton.jit function this file defines (or "
+                                      "the kernel its .warmup(...) compiled) is launched with [grid]" if self.kernel else
                       f"calls {_src(sub)}(...): {self.file} may not call items of containers")
             self.value(sub.slice, ctx)
         else:
