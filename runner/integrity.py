@@ -243,7 +243,7 @@ _MATH_SPACE = {**_space(MATH_FUNCTIONS, "query"), **_space(MATH_CONSTANTS, "valu
 _TORCH_CUDA_QUERIES = _words("is_available current_device device_count get_device_properties get_device_capability "
                              "get_device_name")
 # Triton's device queries, as its tutorials make them (triton.runtime.driver.active...): nothing else of
-# triton.runtime (launchers, binaries, the cache, streams), which is imported only as `from triton.runtime import driver`
+# triton.runtime (launchers, binaries, the cache, streams); imported only as `from triton.runtime import driver`
 _DRIVER_SPACE = {"active": {"get_active_torch_device": "query", "get_current_target": "query",
                             "utils": {"get_device_properties": "query"}}}
 RUNTIME_IMPORTS = {"triton.runtime": _words("driver")}
@@ -325,6 +325,12 @@ _REFERENCE_IMPORTS = ("reference.py may import only torch, torch.nn, torch.nn.fu
                       "__future__")
 _TEST_IMPORTS = ("a test may import only pytest, torch, math, itertools, functools, json, typing, the job's "
                  "modules (reference, kernel), and os, sys and importlib for testgen's header lines")
+_WITH_CAN = {
+    "reference": ("reference.py may use `with` only for torch.no_grad() and torch.inference_mode() (other context "
+                  "managers switch streams, devices, precision or clocks out of sight)"),
+    "test": ("a test may use `with` only for pytest.raises, pytest.warns, torch.no_grad/enable_grad/inference_mode "
+             "and opening its spec.json"),
+}
 STATEMENTS = {
     "kernel": "the result must be computed by @triton.jit code that the entry function launches.",
     "reference": ("the reference computes with torch alone, keeps no state between calls and leaves the device, "
@@ -579,13 +585,17 @@ class _Check:
         self.calls: dict[str, set[str]] = {}
         self.launchers: set[str] = set()
         self.hooks: set[str] = set()           # plain functions Triton calls (prune_configs_by, heuristics)
+        self.function_classes: set[str] = set()   # kernel.py: module-level torch.autograd.Function subclasses
+        self.ctx_attrs: dict[str, dict[str, V]] = {}   # what a Function's methods store on their ctx
+        self.applies: dict[str, ast.Assign] = {}  # kernel.py: module-level `name = SomeFunction.apply`
+        self.methods: set[str] = set()            # "LayerNorm.forward": the Function methods walked
 
     # ------------------------------------------------------------------ driver
 
     def run(self) -> list[Violation]:
         self.prescan()
         self.entry = self.find_entry()
-        if self.entry:
+        if self.entry in self.functions:
             fn = self.functions[self.entry]
             kinds = self.param_kinds.setdefault(self.entry, {})
             for a in [*fn.args.posonlyargs, *fn.args.args]:
@@ -619,12 +629,31 @@ class _Check:
                 for name in sorted(_stored_names([node])):
                     self.bound.setdefault(name, []).append(node.lineno)
                     self.globals.setdefault(name, V("value", shared=True))
+        if self.kernel:
+            self.prescan_functions()
         for name, fn in self.functions.items():
             if self.kernel and fn.decorator_list and self.is_jit_decorator(fn.decorator_list[-1]):
                 self.jit.add(name)
                 self.globals[name] = V("jit", name)
             if self.test and any(self.decorator_path(d).startswith("pytest.fixture") for d in fn.decorator_list):
                 self.fixtures.add(name)
+
+    def prescan_functions(self) -> None:
+        """kernel.py: the module-level `class X(torch.autograd.Function)`s and the `name = X.apply` bindings."""
+        for name, node in self.classes.items():
+            if len(node.bases) == 1 and self.decorator_path(node.bases[0]) == "torch.autograd.Function":
+                self.function_classes.add(name)
+        for node in self.tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                    and self.apply_of(node.value):
+                self.applies[node.targets[0].id] = node
+
+    def apply_of(self, node: ast.expr) -> str:
+        """The Function class X of the expression `X.apply`, or ''."""
+        if isinstance(node, ast.Attribute) and node.attr == "apply" and isinstance(node.value, ast.Name) \
+                and node.value.id in self.function_classes:
+            return node.value.id
+        return ""
 
     def bind_global(self, name: str, kind: V, node: ast.AST) -> None:
         self.bound.setdefault(name, []).append(node.lineno)
@@ -635,9 +664,20 @@ class _Check:
             return None
         if self.wanted is not None:
             fn = self.functions.get(self.wanted)
+            if fn is None and self.wanted in self.applies:
+                return self.wanted                        # layer_norm = LayerNorm.apply
             return self.wanted if fn is not None and self.wanted not in self.jit else None
-        plain = [n for n in self.functions if n not in self.jit]
+        plain = [n for n in self.functions if n not in self.jit] or list(self.applies)
         return plain[-1] if plain else None
+
+    def entry_node(self) -> ast.stmt:
+        return self.functions[self.entry] if self.entry in self.functions else self.applies[self.entry]
+
+    def entry_start(self) -> str:
+        """The launcher the harness's call runs first: the entry def, or the forward of the Function it applies."""
+        if self.entry in self.functions:
+            return self.entry
+        return f"{self.apply_of(self.applies[self.entry].value)}.forward"
 
     def module_pass(self) -> None:
         ctx = _Fn("", self.globals, set(), module=True)
@@ -648,38 +688,57 @@ class _Check:
 
     def structure(self) -> None:
         self.record = True
+        if not self.has_entry():
+            return
+        lines = self.bound.get(self.entry, [])
+        if len(lines) > 1:
+            self.flag(self.entry_node(), "entry",
+                      f"binds {self.entry} {len(lines)} times (lines {', '.join(map(str, lines))}): the entry must be "
+                      "one module-level def (or `name = SomeFunction.apply`) that nothing rebinds, so the function "
+                      "the harness calls is the one reviewed")
+        if self.kernel and not self.reaches_launch(self.entry_start()):
+            example = sorted(self.jit)[0]
+            self.flag(self.entry_node(), "launch",
+                      f"{self.entry} never launches a @triton.jit function (expected e.g. `{example}[grid](...)` "
+                      f"in {self.entry} or in a helper it calls)")
+        for cls in sorted(self.function_classes):
+            self.function_structure(cls)
+
+    def has_entry(self) -> bool:
+        """Whether the file has its entry (and, kernel.py, a @triton.jit function); flags what is missing."""
         if self.kernel:
             if not self.jit:
                 self.flag(None, "jit", "no @triton.jit function: the kernel must be written in Triton (define a "
                                        "@triton.jit function and launch it from the entry function)")
-                return
+                return False
             if self.entry is None:
                 wanted = f"`def {self.wanted}(...)`" if self.wanted else "an entry function"
                 self.flag(None, "launch", f"no {wanted} that is a plain Python launcher: the entry must be a "
-                                          "module-level function with the reference's name and signature")
-                return
+                                          "module-level function with the reference's name and signature (or, for "
+                                          "a torch.autograd.Function, `name = SomeFunction.apply`)")
+                return False
         elif self.reference and self.wanted and self.entry is None:
             hint = (f"; a {', '.join(self.classes)} class alone is not called: add `def {self.wanted}(*inputs): "
                     f"return {next(iter(self.classes))}()(*inputs)`" if self.classes else "")
             self.flag(None, "entry", f"no module-level `def {self.wanted}(...)`: the harness calls the reference by "
                                      f"the spec's name{hint}")
-            return
-        if self.entry is None:
-            return
-        lines = self.bound.get(self.entry, [])
-        if len(lines) > 1:
-            self.flag(self.functions[self.entry], "entry",
-                      f"binds {self.entry} {len(lines)} times (lines {', '.join(map(str, lines))}): the entry must be "
-                      "one module-level def that nothing rebinds, so the function the harness calls is the one "
-                      "reviewed")
-        if self.kernel and not self.reaches_launch():
-            example = sorted(self.jit)[0]
-            self.flag(self.functions[self.entry], "launch",
-                      f"{self.entry} never launches a @triton.jit function (expected e.g. `{example}[grid](...)` "
-                      f"in {self.entry} or in a helper it calls)")
+            return False
+        return self.entry is not None
 
-    def reaches_launch(self) -> bool:
-        seen, todo = set(), [self.entry]
+    def function_structure(self, cls: str) -> None:
+        """kernel.py: a torch.autograd.Function is bound once and its forward launches a @triton.jit function."""
+        node = self.classes[cls]
+        lines = self.bound.get(cls, [])
+        if len(lines) > 1:
+            self.flag(node, "entry", f"binds {cls} {len(lines)} times (lines {', '.join(map(str, lines))}): a "
+                                     "torch.autograd.Function is bound once, so its apply runs the code reviewed")
+        if f"{cls}.forward" in self.methods and not self.reaches_launch(f"{cls}.forward"):
+            self.flag(node, "launch", f"defines class {cls}, a torch.autograd.Function whose forward launches no "
+                                      "@triton.jit function: forward must launch the kernel (name[grid](...)), "
+                                      "itself or through a helper it calls")
+
+    def reaches_launch(self, start: str) -> bool:
+        seen, todo = set(), [start]
         while todo:
             name = todo.pop()
             if name in seen:
@@ -687,7 +746,8 @@ class _Check:
             seen.add(name)
             if name in self.launchers:
                 return True
-            todo += [n for n in self.calls.get(name, ()) if n in self.functions and n not in self.jit]
+            todo += [n for n in self.calls.get(name, ()) if (n in self.functions or n in self.methods)
+                     and n not in self.jit]
         return False
 
     # ------------------------------------------------------------------ imports
@@ -774,6 +834,13 @@ class _Check:
             return
         if self.test and isinstance(node, ast.With):
             return self.with_(node, ctx)
+        if isinstance(node, ast.If) and _main_guard(node.test):
+            what = {"kernel": "the kernel", "reference": "the reference", "test": "the test"}[self.mode]
+            self.flag(node, "construct", f"has an `if __name__ == \"__main__\":` block (lines {node.lineno}-"
+                                         f"{node.end_lineno}): drop the block; {self.file} is imported, not run as "
+                                         "a script, the harness checks and times " + what + " itself, and a runner "
+                                         "that did run the file would run the block's self-test or benchmark too")
+            return
         self.refuse_statement(node, module=True)
 
     def module_assign(self, node: ast.Assign | ast.AnnAssign, ctx: _Fn) -> None:
@@ -782,6 +849,9 @@ class _Check:
             self.annotation(node.annotation, ctx)
         if node.value is None:
             return
+        if self.kernel and isinstance(node, ast.Assign) and self.applies.get(getattr(targets[0], "id", "")) is node:
+            self.globals[targets[0].id] = V("apply", self.apply_of(node.value), shared=True)
+            return                                                       # layer_norm = LayerNorm.apply
         kind = self.value(node.value, ctx)
         for target in targets:
             if isinstance(target, ast.Name):
@@ -1057,12 +1127,18 @@ class _Check:
     # ------------------------------------------------------------------ classes
 
     def define_class(self, node: ast.ClassDef) -> None:
+        if self.kernel and node.name in self.function_classes and self.classes.get(node.name) is node:
+            return self.define_function(node)
+        if self.kernel and node.name in self.function_classes and node in self.tree.body:
+            return                                       # a second `class X`: function_structure names it
         if not self.reference:
-            why = ("kernel.py holds only imports, constants, @triton.jit functions and plain launcher functions"
-                   if self.kernel else "a test file holds test functions, helpers and fixtures")
-            self.flag(node, "class", f"defines class {node.name}: {why} (a class can run code out of sight: "
-                                     "__init_subclass__, metaclasses, properties, operator methods); write "
-                                     "functions instead")
+            why = ("kernel.py holds only imports, constants, @triton.jit functions and plain launcher functions, "
+                   "and of classes only a module-level `class X(torch.autograd.Function)` holding @staticmethod "
+                   "forward and backward (any other class can run code out of sight: __init_subclass__, "
+                   "metaclasses, properties, operator methods)" if self.kernel else
+                   "a test file holds test functions, helpers and fixtures (a class can run code out of sight: "
+                   "__init_subclass__, metaclasses, properties, operator methods)")
+            self.flag(node, "class", f"defines class {node.name}: {why}; write functions instead")
             return
         bases = [self.ev(b, _Fn("", self.globals, set(), module=True)) for b in node.bases]
         if len(bases) != 1 or bases[0].role != "nnbase" or node.keywords or node.decorator_list:
@@ -1082,6 +1158,58 @@ class _Check:
             ctx.method = stmt.name
             self.signature(stmt, ctx)
             self.stmts(stmt.body, ctx)
+
+    def define_function(self, node: ast.ClassDef) -> None:
+        """kernel.py: `class X(torch.autograd.Function)` with @staticmethod forward(ctx, ...) and backward(ctx, ...),
+        walked as launchers; ctx is the one object whose attributes they may set."""
+        if node.keywords or node.decorator_list:
+            self.flag(node, "class", f"defines class {node.name} with a metaclass, keywords or decorators: "
+                                     f"{_FUNCTION_CAN}")
+            return
+        seen: set[str] = set()
+        for stmt in node.body:
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value,
+                                                                                                  str):
+                continue                                                 # the docstring
+            if not self.function_method_ok(stmt) or stmt.name in seen:
+                what = (f"method {stmt.name}" + (" (twice)" if stmt.name in seen else "")
+                        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else
+                        "a class attribute" if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                        else _construct(stmt))
+                self.flag(stmt, "class", f"defines {what} in class {node.name}: {_FUNCTION_CAN}")
+                continue
+            seen.add(stmt.name)
+            self.function_method(node.name, stmt)
+        if "forward" not in seen:
+            self.flag(node, "class", f"defines class {node.name} without a forward: {_FUNCTION_CAN}")
+
+    def function_method_ok(self, stmt: ast.stmt) -> bool:
+        return (isinstance(stmt, ast.FunctionDef) and stmt.name in FUNCTION_METHODS
+                and len(stmt.decorator_list) == 1 and isinstance(stmt.decorator_list[0], ast.Name)
+                and stmt.decorator_list[0].id == "staticmethod" and "staticmethod" not in self.globals
+                and len([*stmt.args.posonlyargs, *stmt.args.args]) >= 1)
+
+    def function_method(self, cls: str, fn: ast.FunctionDef) -> None:
+        """forward(ctx, *inputs) or backward(ctx, *grads): ctx, then tensors (apply passes only positionals)."""
+        key = f"{cls}.{fn.name}"
+        self.methods.add(key)
+        kinds = self.local_kinds.setdefault(key, {})
+        first = [*fn.args.posonlyargs, *fn.args.args][0]
+        for a in _arg_names(fn.args):
+            if a is first:
+                start = V("ctx", cls)
+            elif a is fn.args.vararg:
+                start = V("container", tensor=True, shared=True)
+            elif a is fn.args.kwarg or a in fn.args.kwonlyargs:
+                start = V("container" if a is fn.args.kwarg else "value", shared=True)
+            else:
+                start = V("tensor", shared=True)
+            kinds[a.arg] = _join(kinds.get(a.arg), start)
+        params = {a.arg for a in _arg_names(fn.args)}
+        ctx = _Fn(key, kinds, _stored_names(fn.body) | params, params, method=fn.name)
+        self.signature(fn, ctx)
+        self.stmts(fn.body, ctx)
+        self.finish(key, ctx)
 
     # ------------------------------------------------------------------ statements in functions
 
@@ -1120,7 +1248,7 @@ class _Check:
             self.truth(node.test, ctx)
             if node.msg is not None:
                 self.value(node.msg, ctx)
-        elif self.test and isinstance(node, ast.With):
+        elif (self.test or self.reference) and isinstance(node, ast.With):
             self.with_(node, ctx)
         elif self.test and isinstance(node, ast.FunctionDef) and not node.decorator_list:
             self.nested(node, ctx)                      # testgen's `def r(t)` inside a helper
@@ -1155,8 +1283,11 @@ class _Check:
             self.define_class(node) if not self.reference else self.flag(
                 node, "class", f"defines class {node.name} inside a function: define it at module level")
         elif isinstance(node, (ast.With, ast.AsyncWith)):
-            self.flag(node, "construct", f"uses a with block{where}: {self.file} may not enter context managers "
-                                         "(they switch streams, devices, grad modes or clocks out of sight)")
+            self.flag(node, "construct", f"uses a with block{where}{' at module level' if module else ''}: " +
+                      ("reference.py may use `with` only inside its functions, for torch.no_grad() and "
+                       "torch.inference_mode()" if self.reference and not jit else
+                       f"{self.file} may not enter context managers (they switch streams, devices, grad modes or "
+                       "clocks out of sight)"))
             if not jit:
                 ctx = _Fn("", self.globals, set(), module=True)
                 for item in node.items:
@@ -1188,7 +1319,7 @@ class _Check:
         elif isinstance(target, ast.Subscript):
             self.item_write(target, ctx)
         else:
-            self.store_target(target, ctx)
+            self.store_target(target, ctx, value)
 
     def raise_(self, node: ast.Raise, ctx: _Fn) -> None:
         exc = node.exc
@@ -1204,14 +1335,13 @@ class _Check:
             self.flag(node, "construct", "raises from another exception: only `from None` is allowed")
 
     def with_(self, node: ast.With, ctx: _Fn) -> None:
-        """Tests: `with pytest.raises(...)`/`pytest.warns(...)`, and testgen's `with open(spec.json) as f`."""
+        """Tests: `with pytest.raises(...)`/`pytest.warns(...)`, grad modes, and testgen's `with open(spec.json) as
+        f`; reference.py: `with torch.no_grad():` and `with torch.inference_mode():`."""
         for item in node.items:
             expr = item.context_expr
             kind = self.ev(expr, ctx)
-            if kind.tag not in ("file", "context"):
-                self.flag(expr, "construct", f"enters {_src(expr)}: a test may use `with` only for pytest.raises, "
-                                             "pytest.warns, torch.no_grad/enable_grad/inference_mode and opening "
-                                             "its spec.json")
+            if kind.tag not in (("file", "context") if self.test else ("context",)):
+                self.flag(expr, "construct", f"enters {_src(expr)}: " + _WITH_CAN[self.mode])
             if item.optional_vars is not None:
                 self.assign(item.optional_vars, kind if kind.tag == "file" else VALUE, ctx)
         self.stmts(node.body, ctx)
@@ -1247,19 +1377,36 @@ class _Check:
         elif isinstance(target, ast.Starred):
             self.assign(target.value, kind, ctx)
         else:
-            self.store_target(target, ctx)
+            self.store_target(target, ctx, kind)
 
-    def store_target(self, target: ast.expr, ctx: _Fn) -> None:
+    def store_target(self, target: ast.expr, ctx: _Fn, kind: V = VALUE) -> None:
         if isinstance(target, ast.Attribute):
             if (self.reference and ctx.method == "__init__" and isinstance(target.value, ast.Name)
                     and self.lookup(target.value, ctx).tag == "self" and _public(target.attr)):
                 return                                                   # self.linear = nn.Linear(...)
+            if self.kernel and isinstance(target.value, ast.Name):
+                owner = self.lookup(target.value, ctx, quiet=True)
+                if owner.tag == "ctx":
+                    return self.ctx_store(target, owner.path, kind)
             self.patch(target)
             self.ev(target.value, ctx)
         elif isinstance(target, ast.Subscript):
             self.item_write(target, ctx)
         else:
             self.flag(target, "construct", f"assigns to {_src(target)}")
+
+    def ctx_store(self, target: ast.Attribute, cls: str, kind: V) -> None:
+        """kernel.py: `ctx.NAME = value` in a Function's forward or backward, for the other to read."""
+        attr = target.attr
+        if not _public(attr) or attr in CTX_RESERVED:
+            self.flag(target, "patch", f"assigns {_src(target)}: ctx's own attributes (save_for_backward, "
+                                       "saved_tensors, needs_input_grad, ... and names starting with _) stay as "
+                                       "torch made them; store values under names of your own (ctx.BLOCK_SIZE = ...)")
+        elif kind.tag not in ("value", "str", "container", "tensor", "dtype"):
+            self.flag(target, "construct", f"stores {_src(target)}, which is not a value or a tensor: {_CTX_CAN}")
+        else:
+            attrs = self.ctx_attrs.setdefault(cls, {})
+            attrs[attr] = _join(attrs.get(attr), replace(kind, shared=True))
 
     def patch(self, target: ast.Attribute) -> None:
         verb = "deletes" if isinstance(target.ctx, ast.Del) else "assigns"
@@ -1360,9 +1507,12 @@ class _Check:
                 self.hooks.update(kind.path.split("|"))      # Triton calls it with its dict of launch arguments
             return kind
         if kind.tag == "module":
+            example = ("driver.active.get_current_target() or driver.active.utils.get_device_properties(i), named "
+                       "whole where it is called" if kind.path.startswith("triton.runtime")
+                       else f"{kind.path.split('.')[0]}.X(...)")
             self.flag(node, "module", f"uses the module {kind.path} as a value (`{_src(node)}`): a module may only "
-                                      f"be the start of an allowed chain such as {kind.path.split('.')[0]}.X(...), "
-                                      "never stored, passed, put in a container or returned")
+                                      f"be the start of an allowed chain such as {example}, never stored, passed, "
+                                      "put in a container or returned")
             return VALUE
         if kind.tag == "leaf" and kind.role == "typing":
             self.flag(node, "name", f"uses {kind.path} outside an annotation: typing is for annotations only")
@@ -1477,7 +1627,8 @@ class _Check:
                 return V("container", tensor=attr == "saved_tensors")
             if attr in self.ctx_attrs.get(base.path, {}):
                 return self.ctx_attrs[base.path][attr]
-            self.flag(node, "introspection", f"reads {_src(node)}, which this Function's methods never set: {_CTX_CAN}")
+            never = " without calling it" if attr in CTX_METHODS else ", which this Function's methods never set"
+            self.flag(node, "introspection", f"reads {_src(node)}{never}: {_CTX_CAN}")
             return VALUE
         if base.tag == "class":
             why = (f"a torch.autograd.Function is used through {base.path}.apply(...) alone, called or bound once "
@@ -1754,11 +1905,11 @@ class _Check:
         if isinstance(func, ast.Attribute):
             if self.init_handles(node, ctx):
                 return VALUE
-            if not _public(func.attr) and not self.super_init(node, ctx):
-                self.private(func)
+            if self.super_init(node, ctx):
                 self.call_args(node, ctx)
                 return VALUE
-            if self.super_init(node, ctx):
+            if not _public(func.attr):
+                self.private(func)
                 self.call_args(node, ctx)
                 return VALUE
             base = self.ev(func.value, ctx)
@@ -1767,7 +1918,11 @@ class _Check:
             callee = self.chain(func, base)
         else:
             callee = self.ev(func, ctx)
-        tag = callee.tag
+        return self.call(node, callee, ctx)
+
+    def call(self, node: ast.Call, callee: V, ctx: _Fn) -> V:
+        """A call of a name or chain, by what the callee is (a builtin, a function, an allowed chain, ...)."""
+        func, tag = node.func, callee.tag
         if tag == "refused":
             self.call_args(node, ctx)
             return callee
@@ -1829,11 +1984,16 @@ class _Check:
             self.value(sub.slice, ctx)
         elif kernel.tag not in ("jit", "compiled"):
             self.flag(node, "launch", f"calls {_src(sub)}(...): only a @triton.jit function this file defines (or "
-                                      "the kernel its .warmup(...) compiled) is launched with [grid]" if self.kernel else
+                                      "what its .warmup(...) compiled) is launched with [grid]" if self.kernel else
                       f"calls {_src(sub)}(...): {self.file} may not call items of containers")
             self.value(sub.slice, ctx)
         else:
             ctx.launched = True
+            if kernel.tag == "compiled" and node.keywords:
+                names = ", ".join(f"{k.arg or '**'}=" for k in node.keywords)
+                self.flag(node, "clock", f"passes {names} to the compiled kernel {_src(sub.value)}: its launch takes "
+                                         "the kernel's arguments positionally and nothing else (stream= would move "
+                                         "the work off the caller's stream, where the harness's clock sees it)")
             grid = sub.slice
             if isinstance(grid, ast.Lambda):
                 self.lambda_(grid, ctx)
@@ -2013,61 +2173,97 @@ class _Check:
                                          "it made; use the out-of-place form")
 
     def method(self, node: ast.Call, func: ast.Attribute, base: V, ctx: _Fn) -> V:
-        name = func.attr
         kinds = self.call_args(node, ctx)
         if base.tag == "refused":
             return VALUE
-        if self.kernel:
-            if base.tag == "tensor":
-                if name in TENSOR_DESCRIBE:
-                    return VALUE
-                if name in TENSOR_MAKE:
-                    self.fill_value(node, name, ctx)
-                    return TENSOR
-                self.flag(node, "torch", f"the tensor method .{name}() on {_src(func.value)} outside @triton.jit: "
-                                         f"{_KERNEL_CAN}")
-                return TENSOR
+        if not self.kernel:
+            return self.torch_method(node, func, base, ctx)
+        if base.tag in ("jit", "compiled", "compiledmeta", "ctx", "class"):
+            return self.kernel_object_method(node, func, base, ctx)
+        name = func.attr
+        if base.tag == "tensor":
             if name in TENSOR_DESCRIBE:
                 return VALUE
-            if name in TENSOR_MAKE and base.tag in ("value", "container"):
+            if name in TENSOR_MAKE:
                 self.fill_value(node, name, ctx)
-                return V("value", tensor=base.tensor)
-            if base.tag not in ("value", "container", "str"):
-                self.flag(node, "construct", f"calls .{name}() on {_src(func.value)}")
-                return VALUE
-            if name not in (STR_METHODS if base.tag == "str" else PLAIN_METHODS):
-                self.flag(node, "method", f"calls .{name}() on {_src(func.value)}: outside @triton.jit kernel.py may "
-                                          "call only the tensor methods that describe, reshape or allocate (.size, "
-                                          ".stride, .numel, .view, .contiguous, .to, .new_empty, ...) and plain "
-                                          "list, dict, set and str methods (.append, .get, .items, .join, .format, "
-                                          "...; docs/INTEGRITY.md lists them)")
-                return VALUE
-            if name in STR_METHODS and any(k.tensorish for k in kinds):
-                self.flag(node, "torch", f"passes a tensor to .{name}(), which reads its values into text outside "
-                                         "@triton.jit: format its .shape or .dtype")
-                return STR
-            if name in CONTAINER_ONLY and base.tag not in ("container", "str"):
-                self.flag(node, "method", f"calls .{name}() on {_src(func.value)}, which is not visibly a list, "
-                                          f"dict, set or str (.{name}() computes on a tensor): call it on a "
-                                          "container this function made (`seen = set()`, `[...]`, `{...}`)")
-                return VALUE
-            if name in MUTATING:
-                if base.shared or base.tag != "container":
-                    self.flag(node, "state", f"calls .{name}() on {_src(func.value)}, which this function did not "
-                                             "visibly make: a launcher keeps no state between calls (module-level "
-                                             "names and parameters stay as they are); build a new local container")
-                elif isinstance(func.value, ast.Name) and any(k.tensorish for k in kinds):
-                    self.bind(func.value.id, V("container", tensor=True), ctx)
-            if base.tag == "str" and name in STR_METHODS - _words("split rsplit partition rpartition splitlines "
-                                                                  "find rfind count isdigit isalpha isidentifier "
-                                                                  "startswith endswith"):
-                return STR
-            if name in ("items", "keys", "values", "copy"):
-                return V("container", tensor=base.tensor, elem=base.elem if name != "items" else None)
-            if name in ("get", "pop", "setdefault") and base.tag == "container":
-                return _element(base)
+                return TENSOR
+            self.flag(node, "torch", f"the tensor method .{name}() on {_src(func.value)} outside @triton.jit: "
+                                     f"{_KERNEL_CAN}")
+            return TENSOR
+        if name in TENSOR_DESCRIBE:
+            return VALUE
+        if name in TENSOR_MAKE and base.tag in ("value", "container"):
+            self.fill_value(node, name, ctx)
             return V("value", tensor=base.tensor)
-        # reference and tests: torch computes freely; some methods leave the rules' sight
+        if base.tag not in ("value", "container", "str"):
+            why = (".warmup(..., grid=(1,)) compiles only a @triton.jit function this file defines" if name == "warmup"
+                   else "kernel.py calls methods only on tensors (those that describe, reshape or allocate) and on "
+                        "the lists, dicts, sets and strings it makes")
+            self.flag(node, "construct", f"calls .{name}() on {_src(func.value)}, which is not a tensor or a plain "
+                                         f"value: {why}")
+            return VALUE
+        return self.plain_method(node, func, base, kinds, ctx)
+
+    def kernel_object_method(self, node: ast.Call, func: ast.Attribute, base: V, ctx: _Fn) -> V:
+        """kernel.py: jit.warmup(...), Function.apply(...), ctx.save_for_backward(...); nothing else on these."""
+        name, what = func.attr, _src(func.value)
+        if base.tag == "jit" and name == "warmup":
+            if ctx.module:
+                self.flag(node, "construct", f"compiles {what} at import time: call .warmup(...) in the launcher, "
+                                             "on the launch's own arguments")
+            return V("compiled", base.path)
+        if base.tag == "class" and name == "apply" and base.path in self.function_classes:
+            return self.call_apply(node, base.path, ctx)
+        if base.tag == "ctx" and name in CTX_METHODS:
+            return VALUE
+        why = {"jit": f"a @triton.jit function is launched ({what}[grid](...)) or compiled ahead of its launch "
+                      f"({what}.warmup(..., grid=(1,)))",
+               "ctx": _CTX_CAN,
+               "class": f"a torch.autograd.Function is used through {what}.apply(...) alone"
+               if base.path in self.function_classes else "classes have no methods kernel.py may call"
+               }.get(base.tag, _COMPILED_CAN)
+        self.flag(node, "construct", f"calls .{name}() on {what}: {why}")
+        return VALUE
+
+    def plain_method(self, node: ast.Call, func: ast.Attribute, base: V, kinds: list[V], ctx: _Fn) -> V:
+        """kernel.py: a method of a list, dict, set, str or number."""
+        name = func.attr
+        if name not in (STR_METHODS if base.tag == "str" else PLAIN_METHODS):
+            self.flag(node, "method", f"calls .{name}() on {_src(func.value)}: outside @triton.jit kernel.py may "
+                                      "call only the tensor methods that describe, reshape or allocate (.size, "
+                                      ".stride, .numel, .view, .contiguous, .to, .new_empty, ...) and plain "
+                                      "list, dict, set and str methods (.append, .get, .items, .join, .format, "
+                                      "...; docs/INTEGRITY.md lists them)")
+            return VALUE
+        if name in STR_METHODS and any(k.tensorish for k in kinds):
+            self.flag(node, "torch", f"passes a tensor to .{name}(), which reads its values into text outside "
+                                     "@triton.jit: format its .shape or .dtype")
+            return STR
+        if name in CONTAINER_ONLY and base.tag not in ("container", "str"):
+            self.flag(node, "method", f"calls .{name}() on {_src(func.value)}, which is not visibly a list, "
+                                      f"dict, set or str (.{name}() computes on a tensor): call it on a "
+                                      "container this function made (`seen = set()`, `[...]`, `{...}`)")
+            return VALUE
+        if name in MUTATING:
+            if base.shared or base.tag != "container":
+                self.flag(node, "state", f"calls .{name}() on {_src(func.value)}, which this function did not "
+                                         "visibly make: a launcher keeps no state between calls (module-level "
+                                         "names and parameters stay as they are); build a new local container")
+            elif isinstance(func.value, ast.Name) and any(k.tensorish for k in kinds):
+                self.bind(func.value.id, V("container", tensor=True), ctx)
+        if base.tag == "str" and name in STR_METHODS - _words("split rsplit partition rpartition splitlines "
+                                                              "find rfind count isdigit isalpha isidentifier "
+                                                              "startswith endswith"):
+            return STR
+        if name in ("items", "keys", "values", "copy"):
+            return V("container", tensor=base.tensor, elem=base.elem if name != "items" else None)
+        if name in ("get", "pop", "setdefault") and base.tag == "container":
+            return _element(base)
+        return V("value", tensor=base.tensor)
+
+    def torch_method(self, node: ast.Call, func: ast.Attribute, base: V, ctx: _Fn) -> V:
+        """reference and tests: torch computes freely; some methods leave the rules' sight."""
+        name = func.attr
         refused = REFERENCE_REFUSED_METHODS if self.reference else TEST_REFUSED_METHODS
         if base.tag in ("dtype", "class", "func", "jit", "builtin", "mixed") or (base.tag == "file" and
                                                                                name != "read"):
@@ -2134,6 +2330,15 @@ class _Check:
                                   "HERE being its own directory")
         return VALUE
 
+
+
+def _main_guard(test: ast.expr) -> bool:
+    """`__name__ == "__main__"`, either way round."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return any(isinstance(a, ast.Name) and a.id == "__name__" for a in sides) and any(
+        isinstance(a, ast.Constant) and a.value == "__main__" for a in sides)
 
 
 def _construct(node: ast.AST) -> str:

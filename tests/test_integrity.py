@@ -116,8 +116,11 @@ def test_fixture_files_pass(path, check):
 
 @pytest.mark.parametrize("path", HONEST, ids=[p.stem for p in HONEST])
 def test_honest_kernels_pass(path):
-    found = rules.check_kernel(path.read_text(), header(path, "entry"))
-    assert found == [], rules.report(found, "kernel.py")
+    """Every file in honest/ passes: kernels, and references where the name starts with reference_."""
+    reference = path.name.startswith("reference_")
+    check = rules.check_reference if reference else rules.check_kernel
+    found = check(path.read_text(), header(path, "entry"))
+    assert found == [], rules.report(found, "reference.py" if reference else "kernel.py")
 
 
 @pytest.mark.parametrize("path", ATTACKS, ids=[p.stem for p in ATTACKS])
@@ -193,7 +196,7 @@ def test_imports_outside_the_allowed_few_are_refused(module):
     "from triton.language.extra import libdevice", "from triton.language.extra.cuda import libdevice",
     "from triton.tools.tensor_descriptor import TensorDescriptor", "import triton.language as language",
     "from typing import Optional, Tuple", "import math as m", "from math import prod, ceil",
-    "from torch import Tensor",
+    "from torch import Tensor", "from triton.runtime import driver", "from torch.autograd import Function",
 ])
 def test_allowed_imports_pass(line):
     assert integrity.check(f"{line}\n" + entry("out = torch.empty_like(x)"), "f") == []
@@ -333,6 +336,14 @@ def test_torch_names_are_functions_of_the_installed_torch():
         assert not {n for n in names if isinstance(getattr(module, n), types.ModuleType)}
     assert rules.CONTAINER_ONLY == rules.PLAIN_METHODS & set(dir(torch.Tensor))
     assert {n for n in rules.TORCH_DTYPES if hasattr(torch, n)} == rules.TORCH_DTYPES
+
+
+def test_ctx_names_match_the_installed_torch():
+    """A Function's ctx never has an attribute of its own assigned: the list covers what torch gives it."""
+    from torch.autograd.function import BackwardCFunction
+    public = {n for n in dir(BackwardCFunction) if not n.startswith("_")}
+    assert public <= rules.CTX_RESERVED, "new ctx attributes in torch: add them to CTX_RESERVED"
+    assert rules.CTX_METHODS | rules.CTX_READS <= public
 
 
 def test_the_checks_are_pure_and_the_runner_never_imports_bot():
