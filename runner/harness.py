@@ -33,6 +33,7 @@ import torch
 from runner import ghost, inputs, integrity, jobfiles, protocol, remote_timing, sandbox, timers
 from runner.protocol import Case
 from runner.remote_timing import Loop, TimingRejected
+from runner.untrusted import describe_error as describe
 from runner.workers import CallFailed, Called, Worker, WorkerDied
 
 SEEDS = (0, 1, 2)
@@ -77,16 +78,15 @@ class Version:
     takes_config: bool = False
     fn: str = "main"                # its name in the worker (the ghost shares the kernel's worker)
 
-    def call(self, args: list[torch.Tensor], like: torch.Tensor | None, fn: str | None = None,
-             config: dict | None = None, ids: list[str] | None = None, check_inputs: bool = True) -> Called:
+    def call(self, args: list[torch.Tensor], like: torch.Tensor | None, config: dict | None = None,
+             ids: list[str] | None = None, check_inputs: bool = True) -> Called:
         """One call (inputs sent back and compared unless check_inputs is off), on fresh copies of
         args or on the worker's tensors ids that hold them; DeviceLost when the worker is gone."""
-        fn = fn or self.fn
         try:
             if ids is None:
-                called = self.worker.call(args, like, fn=fn, config=config, check_inputs=check_inputs)
+                called = self.worker.call(args, like, fn=self.fn, config=config, check_inputs=check_inputs)
             else:
-                called = self.worker.call_ids(ids, args, like, fn=fn, config=config, check_inputs=check_inputs)
+                called = self.worker.call_ids(ids, args, like, fn=self.fn, config=config, check_inputs=check_inputs)
         except (WorkerDied, CallFailed) as e:
             raise DeviceLost(str(e)) from None
         if called.lost:
@@ -119,11 +119,6 @@ def progress(stage: str, i: int, n: int, case: str, dtype: str) -> None:
     print(f"PROGRESS {stage} {i}/{n} {case} {dtype}", flush=True)
 
 
-def describe(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:240]
-
-
 # --- workers --------------------------------------------------------------------------------
 
 def spawn(ctx: Context, role: str) -> Worker:
@@ -139,10 +134,7 @@ def refusal(file: str, source: str, entry: str) -> str:
     """Why the judge will not run this generated file (runner.integrity's rules for its kind), or ''."""
     check = integrity.check_reference if file == "reference.py" else integrity.check_kernel
     found = check(source, entry)
-    if not found:
-        return ""
-    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-    return f"{file} is refused before import: {found[0]}{more}"
+    return f"{file} is refused before import: {integrity.summary(found)}" if found else ""
 
 
 def load(ctx: Context, worker: Worker, file: str, source: str | None = None, fn: str = "main") -> Version:
@@ -192,10 +184,8 @@ def checked_call(ctx: Context, version: Version, args: list[torch.Tensor], expec
     if called.problem:
         return Check(called.problem)
     if called.changed:
-        names = [ctx.spec["inputs"][i]["name"] for i in called.changed]
-        return Check(f"modified its input {', '.join(names)} (inputs must stay unchanged)")
-    rlen = reduce_len(ctx.spec, args, expected.numel())
-    check = compare(called.out, expected, native.dtype, rlen, bool(ctx.spec.get("tf32")), bool(ctx.spec.get("matmul")))
+        return Check(modified(ctx, called.changed))
+    check = compare_to_reference(ctx, args, called.out, expected, native.dtype)
     check.out = called.out
     if check.problem and before is not None and torch.equal(called.out, before):
         check.problem = ("returned the same output as for the previous values of the same input tensors (they were "
@@ -211,9 +201,20 @@ def reference_outputs(ctx: Context, args: list[torch.Tensor]) -> tuple[torch.Ten
     native = ctx.reference.call(args, None) if not expected.problem else expected
     problem = expected.problem or native.problem
     if not problem and native.changed:
-        names = [ctx.spec["inputs"][i]["name"] for i in native.changed]
-        problem = f"modified its input {', '.join(names)} (inputs must stay unchanged)"
+        problem = modified(ctx, native.changed)
     return expected.out, native.out, problem
+
+
+def modified(ctx: Context, positions: list[int]) -> str:
+    names = [ctx.spec["inputs"][i]["name"] for i in positions]
+    return f"modified its input {', '.join(names)} (inputs must stay unchanged)"
+
+
+def compare_to_reference(ctx: Context, args: list[torch.Tensor], out, expected: torch.Tensor,
+                         want_dtype: torch.dtype) -> Check:
+    """compare() with what the spec says of the op: its reduced length, TF32, matmul."""
+    return compare(out, expected, want_dtype, reduce_len(ctx.spec, args, expected.numel()),
+                   bool(ctx.spec.get("tf32")), bool(ctx.spec.get("matmul")))
 
 
 def _index(flat: int, shape: torch.Size) -> str:
@@ -280,7 +281,7 @@ def check_row(ctx: Context, version: Version, case: Case, variant: dict[str, str
         if any("bfloat16" not in v.values() for v in protocol.dtype_variants(ctx.spec)):
             return {**row, "skipped": True, "reason": BF16_SKIP, "seeds": []}
         # A bf16-only spec would check nothing here: run the same kernel on float32 instead.
-        variant = {name: "float32" if d == "bfloat16" else d for name, d in variant.items()}
+        variant = as_float32(variant)
         row["reason"] = BF16_AS_FP32
     ids, before = None, None
     try:
@@ -291,11 +292,13 @@ def check_row(ctx: Context, version: Version, case: Case, variant: dict[str, str
             if problem:
                 return {**row, "ok": False, "reason": f"the reference {problem} (seed {seed})"}
             if is_reference:
-                check = compare(native, expected, native.dtype, reduce_len(ctx.spec, args, expected.numel()),
-                                bool(ctx.spec.get("tf32")), bool(ctx.spec.get("matmul")))
+                check = compare_to_reference(ctx, args, native, expected, native.dtype)
             else:
                 # Later seeds refill the same tensors in place: a kernel that caches by address shows.
-                ids = version.worker.put(args) if ids is None else (version.worker.refill(ids, args) or ids)
+                if ids is None:
+                    ids = version.worker.put(args)
+                else:
+                    version.worker.refill(ids, args)
                 check = checked_call(ctx, version, args, expected, native, ids=ids, before=before)
                 before = check.out
             if check.max_rel_err >= row["max_rel_err"]:
@@ -318,6 +321,10 @@ def check_row(ctx: Context, version: Version, case: Case, variant: dict[str, str
     finally:
         if ids is not None and version.worker.child.alive():
             version.worker.drop(ids)
+
+
+def as_float32(variant: dict[str, str]) -> dict[str, str]:
+    return {name: "float32" if d == "bfloat16" else d for name, d in variant.items()}
 
 
 def run_correctness(ctx: Context, version: Version, is_reference: bool) -> None:
@@ -362,7 +369,7 @@ def run_ghost(ctx: Context, source: str, worker: Worker) -> None:
             continue
         progress("ghost replay", len(ctx.result["ghost"]) + 1, len(variants), row["case"], dtype)
         if INTERPRETER and "bfloat16" in variant.values():      # checked as float32 there (check_row)
-            variant = {name: "float32" if d == "bfloat16" else d for name, d in variant.items()}
+            variant = as_float32(variant)
         outcomes = [ghost_outcome(ctx, version, cases[row["case"]], variant, seed) for seed in SEEDS[:2]]
         outcome = next((o for o in outcomes if o == "matches"), outcomes[-1])
         ctx.result["ghost"].append({"case": row["case"], "dtype": dtype, "outcome": outcome, "emptied": emptied})
@@ -495,9 +502,10 @@ def bench_version(ctx: Context, plan: dict, row: dict, version: Version, first: 
             version.worker.refill(ids, fresh[0])
         call = {"fn": "compiled" if label == "torch.compile" else "main", "args": ids, "config": config}
         timed = time_version(ctx, row, version.worker, call, timing, _nbytes(first[2]))
-        after = label.startswith("kernel") and timed["ok"] and checked_call(ctx, version, *fresh[:3], config, ids=ids)
-        if after and after.problem:    # a kernel that turns wrong once it has been called many times
-            return {**row, "ok": False, "error": f"wrong result after its timed calls: {after.problem}"}
+        if label.startswith("kernel") and timed["ok"]:    # one that turns wrong after many calls
+            problem = checked_call(ctx, version, *fresh[:3], config, ids=ids).problem
+            if problem:
+                return {**row, "ok": False, "error": f"wrong result after its timed calls: {problem}"}
         return timed
     finally:
         version.worker.drop(ids)

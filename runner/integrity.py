@@ -368,6 +368,12 @@ def check_test(source: str) -> list[Violation]:
     return _run(source, "test", None)
 
 
+def summary(violations: list[Violation]) -> str:
+    """The first violation, and how many more there are: one line for a job's summary."""
+    more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+    return f"{violations[0]}{more}"
+
+
 def report(violations: list[Violation], file: str, limit: int = 12) -> str:
     """The violations for people and for the model: what the rules want, then one line each."""
     name = file.rsplit("/", 1)[-1]

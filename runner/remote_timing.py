@@ -54,12 +54,7 @@ class Loop:
 
 
 def round_trip_s(worker: Worker, tries: int = 5) -> float:
-    samples = []
-    for _ in range(tries):
-        start = time.perf_counter()
-        worker.ok({"op": "ping"})
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    return statistics.median(_timed(worker, {"op": "ping"})[1] for _ in range(tries))
 
 
 def _timed(worker: Worker, message: dict) -> tuple[dict, float]:

@@ -835,21 +835,6 @@ def _kill(pid: int) -> None:
         pass
 
 
-def session_rss(sid: int) -> int:
-    return sum(rss for _, sid_, rss in _processes().values() if sid_ == sid)
-
-
-def kill_session(sid: int) -> None:
-    """SIGKILL the process group, then any process that left the group but not the session."""
-    try:
-        os.killpg(sid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    for pid, (_, sid_, _) in _processes().items():
-        if sid_ == sid:
-            _kill(pid)
-
-
 class _Tail:
     """The last max_chars of a stream, kept as whole lines."""
 

@@ -110,21 +110,23 @@ class Worker:
 
     # --- tensors ------------------------------------------------------------------------------
 
-    def op_put(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+    @staticmethod
+    def _received(msg: dict, fds: list[int]) -> list[tuple[str, torch.Tensor]]:
+        """(id, tensor on the CPU) for each tensor the request carries; its fds closed."""
         try:
-            for spec, fd in zip(msg["tensors"], fds):
-                t = channel.read_tensor(fd, channel.dtype_of(spec["dtype"]), spec["shape"])
-                self.tensors[spec["id"]] = t.to(self.device)
+            return [(spec["id"], channel.read_tensor(fd, channel.dtype_of(spec["dtype"]), spec["shape"]))
+                    for spec, fd in zip(msg["tensors"], fds)]
         finally:
             channel.close(fds)
+
+    def op_put(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        for key, t in self._received(msg, fds):
+            self.tensors[key] = t.to(self.device)
         return {"ok": True}, []
 
     def op_refill(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        try:
-            for spec, fd in zip(msg["tensors"], fds):
-                self.tensors[spec["id"]].copy_(channel.read_tensor(fd, channel.dtype_of(spec["dtype"]), spec["shape"]))
-        finally:
-            channel.close(fds)
+        for key, t in self._received(msg, fds):
+            self.tensors[key].copy_(t)
         return {"ok": True}, []
 
     def op_drop(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
@@ -175,9 +177,10 @@ class Worker:
             return False
 
     def op_warm(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        self._fn(msg)()
+        fn = self._fn(msg)
+        fn()
         if self.device == "cuda":
-            timers.gpu_samples(self._fn(msg), 2)    # the loop's first-time costs, not in a timed one
+            timers.gpu_samples(fn, 2)    # the loop's first-time costs, not in a timed one
         self._sync()
         return {"ok": True}, []
 

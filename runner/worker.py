@@ -161,12 +161,12 @@ def execute_job(job: dict, progress: Callable[[str], None], *, backend: str | No
     return {**result, "status": status, "summary": summary, "finished_at": time.time()}
 
 
-def _sandboxed(cmd: list[str], workdir: Path, job: dict, backend: str, gpu: int | None, timeout_s: float,
+def _sandboxed(cmd: list[str], workdir: Path, job: dict, backend: str, gpu: int | None, limits: sandbox.Limits,
                on_line: Callable[[str], None] | None, cancel: threading.Event | None,
                trusted: bool = False) -> sandbox.Outcome:
     jobfiles.write_files(workdir, job_files(job))
-    outcome = sandbox.run(cmd, workdir, backend=backend, gpu=gpu, limits=sandbox.Limits.from_env(timeout_s),
-                          on_line=on_line, cancel=cancel, trusted=trusted)
+    outcome = sandbox.run(cmd, workdir, backend=backend, gpu=gpu, limits=limits, on_line=on_line, cancel=cancel,
+                          trusted=trusted)
     if outcome.cancelled:
         raise Cancelled()
     return outcome
@@ -191,7 +191,7 @@ def run_harness(job: dict, workdir: Path, backend: str, gpu: int | None, timeout
             progress(last[0])
 
     outcome = _sandboxed(sandbox.python_cmd("-m", "runner.harness", str(workdir)), workdir, job, backend, gpu,
-                         timeout_s, on_line, cancel, trusted=True)
+                         limits, on_line, cancel, trusted=True)
     return jobfiles.read_json(workdir / jobfiles.RESULT), outcome, last[0]
 
 
@@ -200,11 +200,10 @@ def run_pytest(job: dict, workdir: Path, backend: str, gpu: int | None, timeout_
     name = GENERATED_TEST[job["kind"]]
     found = integrity.check_test(job["files"][name])
     if found:
-        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         return {**pytest_counts(""), "exit_code": None, "timed_out": False, "duration_s": 0.0,
-                "refused": f"{name} is refused unrun: {found[0]}{more}", "log_tail": ""}
+                "refused": f"{name} is refused unrun: {integrity.summary(found)}", "log_tail": ""}
     cmd = sandbox.python_cmd("-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", name)
-    outcome = _sandboxed(cmd, workdir, job, backend, gpu, timeout_s, None, cancel)
+    outcome = _sandboxed(cmd, workdir, job, backend, gpu, sandbox.Limits.from_env(timeout_s), None, cancel)
     return {**pytest_counts(outcome.stdout_tail), "exit_code": outcome.exit_code, "timed_out": outcome.timed_out,
             "duration_s": round(outcome.duration_s, 1), "log_tail": _tail(outcome.stdout_tail + outcome.stderr_tail)}
 

@@ -1,6 +1,6 @@
 """The judge's end of its untrusted workers: each generated file (the reference, every kernel
-version, the ghost of the kernel) runs in a sandboxed process of its own (runner.untrusted), and
-the judge reaches it only through runner.channel.
+version) runs in a sandboxed process of its own (runner.untrusted), and the judge reaches it only
+through runner.channel.
 
 A worker that dies, hangs past the judge's deadline or breaks the protocol is a WorkerDied with
 how it ended; the judge never waits on it for good and never reads more than it asked for.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from runner import channel, sandbox
+from runner import channel, protocol, sandbox
 
 
 class WorkerDied(Exception):
@@ -35,7 +35,7 @@ class Worker:
     def __init__(self, role: str, root: Path, backend: str, gpu: int | None, limits: sandbox.Limits,
                  deadline: float) -> None:
         self.role, self.deadline = role, deadline
-        self.device = "cpu" if backend == "cpu" or backend.startswith("cpu") else "cuda"
+        self.device = protocol.device_type(backend)
         judge_end, worker_end = channel.pair()
         workdir = root / f"worker-{role.replace('@', '-')}"
         workdir.mkdir(parents=True, exist_ok=True)
@@ -50,12 +50,12 @@ class Worker:
         """Send one request and wait for its answer, at most until the judge's deadline."""
         try:
             channel.send(self.sock, message, list(fds))
-            return channel.recv(self.sock, timeout=max(self.deadline - time.monotonic(), 1.0))
         except channel.ChannelError as e:
             raise WorkerDied(self._how_it_ended(e)) from None
+        return self.receive()
 
     def receive(self) -> tuple[dict, list[int]]:
-        """A further answer to the last request (a request answered in two parts)."""
+        """The next answer, at most until the judge's deadline (a request answered in two parts has two)."""
         try:
             return channel.recv(self.sock, timeout=max(self.deadline - time.monotonic(), 1.0))
         except channel.ChannelError as e:
@@ -90,12 +90,15 @@ class Worker:
 
     def put(self, tensors: list[torch.Tensor]) -> list[str]:
         ids = [f"t{next(self._ids)}" for _ in tensors]
+        self._send_tensors("put", ids, tensors)
+        return ids
+
+    def _send_tensors(self, op: str, ids: list[str], tensors: list[torch.Tensor]) -> None:
         fds = [channel.tensor_fd(t) for t in tensors]
         try:
-            self.ok({"op": "put", "tensors": [{"id": i, **channel.describe(t)} for i, t in zip(ids, tensors)]}, fds)
+            self.ok({"op": op, "tensors": [{"id": i, **channel.describe(t)} for i, t in zip(ids, tensors)]}, fds)
         finally:
             channel.close(fds)
-        return ids
 
     def drop(self, ids: list[str]) -> None:
         self.ok({"op": "drop", "ids": ids})
@@ -123,11 +126,7 @@ class Worker:
 
     def refill(self, ids: list[str], tensors: list[torch.Tensor]) -> None:
         """Write new values into the worker's tensors in place: same storage, same addresses."""
-        fds = [channel.tensor_fd(t) for t in tensors]
-        try:
-            self.ok({"op": "refill", "tensors": [{"id": i, **channel.describe(t)} for i, t in zip(ids, tensors)]}, fds)
-        finally:
-            channel.close(fds)
+        self._send_tensors("refill", ids, tensors)
 
     def _called(self, reply: dict, fds: list[int], args: list[torch.Tensor], like: torch.Tensor | None,
                 check_inputs: bool) -> Called:
