@@ -325,7 +325,7 @@ def validate_artifact(stage: str, content: str, entry: str | None = None) -> str
     except SyntaxError as e:
         return f"not valid Python: {e.msg} at line {e.lineno}"
     if violations := integrity.check_stage(stage, content, entry):
-        return integrity.report(violations, integrity.STAGE_FILES[stage])
+        return integrity.report(violations, stages.FILENAMES[stage])
     return None
 
 

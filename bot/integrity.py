@@ -12,10 +12,6 @@ from runner.integrity import report as _report
 
 __all__ = ["Violation", "check", "check_kernel", "check_reference", "check_test", "check_stage", "report"]
 
-# The file each checked stage's artifact becomes, and its check.
-STAGE_FILES = {"kernel": "kernel.py", "reference": "reference.py", "reference_test": "test_reference.py",
-               "kernel_test": "test_kernel.py"}
-
 
 def check(source: str, entry: str | None = None) -> list[Violation]:
     """Every rule kernel.py breaks, in line order; empty when it passes. entry: the spec's name
