@@ -30,6 +30,13 @@ def ghost_source(source: str) -> tuple[str, int]:
     return ast.unparse(ast.fix_missing_locations(tree)), emptied
 
 
+def jit_names(source: str) -> frozenset[str]:
+    """The names of the source's @triton.jit functions: what its compiled kernels are called."""
+    return frozenset(node.name for node in ast.walk(ast.parse(source))
+                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and any(map(_is_jit, node.decorator_list)))
+
+
 def conclusive(expected) -> bool:
     """Whether a matching ghost proves anything: an output that is one value everywhere (all False,
     all zeros) could be matched by memory that was never written."""

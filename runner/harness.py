@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from runner import ghost, inputs, integrity, jobfiles, protocol, remote_timing, sandbox, timers
+from runner import ghost, inputs, integrity, jobfiles, launch_count, protocol, remote_timing, sandbox, timers
 from runner.protocol import Case
 from runner.remote_timing import Loop, TimingRejected
 from runner.untrusted import describe_error as describe
@@ -77,6 +77,7 @@ class Version:
     configs: object = None          # its CONFIGS, as plain data, when it has them
     takes_config: bool = False
     fn: str = "main"                # its name in the worker (the ghost shares the kernel's worker)
+    kernels: frozenset[str] = frozenset()   # a kernel's @triton.jit names: each checked call must launch one
 
     def call(self, args: list[torch.Tensor], like: torch.Tensor | None, config: dict | None = None,
              ids: list[str] | None = None, check_inputs: bool = True) -> Called:
@@ -106,6 +107,9 @@ class Context:
     configs: list[dict] = field(default_factory=list)     # the kernel's CONFIGS, when it is tuned
     loop: Loop | None = None
     workers: list[Worker] = field(default_factory=list)
+    # runner.launch_count's library, on CUDA. Every worker has it, the reference's too, so that the
+    # kernel's and the baselines' timed calls run under the same (switched-off) counter.
+    launch_library: Path | None = None
 
     def save(self) -> None:
         jobfiles.write_json(self.jobdir / jobfiles.RESULT, self.result)
@@ -125,7 +129,7 @@ def spawn(ctx: Context, role: str) -> Worker:
     """A sandboxed worker for one generated file; started at once, so their imports overlap."""
     limits = sandbox.Limits(**ctx.config.get("limits", {}))
     worker = Worker(role, ctx.jobdir / "workers", ctx.backend, ctx.config.get("gpu"), limits,
-                    deadline=time.monotonic() + limits.timeout_s)
+                    deadline=time.monotonic() + limits.timeout_s, launch_library=ctx.launch_library)
     ctx.workers.append(worker)
     return worker
 
@@ -153,7 +157,8 @@ def load(ctx: Context, worker: Worker, file: str, source: str | None = None, fn:
                            "entry": ctx.spec["name"], "device": ctx.device, "tf32": bool(ctx.spec.get("tf32"))})
     except (CallFailed, WorkerDied) as e:
         raise LoadError(str(e)) from None
-    return Version(worker.role, worker, reply.get("configs"), bool(reply.get("takes_config")), fn)
+    kernels = ghost.jit_names(source) if file not in ("reference.py", GHOST_FILE) else frozenset()
+    return Version(worker.role, worker, reply.get("configs"), bool(reply.get("takes_config")), fn, kernels)
 
 
 # --- one call, one comparison ---------------------------------------------------------------
@@ -183,6 +188,9 @@ def checked_call(ctx: Context, version: Version, args: list[torch.Tensor], expec
     called = version.call(args, native, config=config, ids=ids)
     if called.problem:
         return Check(called.problem)
+    if version.kernels and called.launches is not None:
+        if not launch_count.of_kernels(called.launches, version.kernels):
+            return Check(no_launch(version, called.launches))
     if called.changed:
         return Check(modified(ctx, called.changed))
     check = compare_to_reference(ctx, args, called.out, expected, native.dtype)
@@ -191,6 +199,17 @@ def checked_call(ctx: Context, version: Version, args: list[torch.Tensor], expec
         check.problem = ("returned the same output as for the previous values of the same input tensors (they were "
                          "refilled in place): a cached result, not one computed from its inputs")
     return check
+
+
+def no_launch(version: Version, launches: dict[str, int]) -> str:
+    """Why a checked call that launched none of the kernel's @triton.jit functions fails."""
+    broken = version.worker.counter.problem()
+    if broken:
+        return f"the judge could not count this call's kernel launches: {broken}"
+    seen = ", ".join(f"{name} x{n}" for name, n in sorted(launches.items())[:6]) or "no kernel at all"
+    return (f"launched none of its @triton.jit kernels ({', '.join(sorted(version.kernels))}) on this call; the "
+            f"CUDA driver saw {seen}. The judge counts every checked call's launches in the driver: the answer "
+            "must come from the kernel's Triton code")
 
 
 def reference_outputs(ctx: Context, args: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, str]:
@@ -689,6 +708,13 @@ def load_versions(ctx: Context, files: dict[str, str], workers: dict[str, Worker
 def run(ctx: Context) -> None:
     mode = ctx.config["mode"]
     files = {} if mode == "reference" else ctx.config.get("kernels", {"kernel": "kernel.py"})
+    if files and ctx.device == "cuda":
+        try:
+            ctx.launch_library = launch_count.build(ctx.jobdir / "workers")
+        except launch_count.Unavailable as e:
+            ctx.result["harness_error"] = f"this runner cannot count kernel launches, which the judge requires: {e}"
+            return
+        ctx.result["launches_counted"] = True
     # Every worker starts now, so their imports of torch overlap.
     workers = {label: spawn(ctx, label) for label in ["reference", *files]}
     try:
@@ -721,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx.result = {"done": False, "mode": config["mode"], "device": device_label(ctx.device),
                   "backend": config["backend"], "load_error": "", "harness_error": "", "correctness": [],
                   "ghost": [], "bench": [], "report_rows": [], "tuning": [], "copy_gbps": None, "timing_note": "",
-                  "accept_implausible": False, "warnings": []}
+                  "accept_implausible": False, "launches_counted": False, "warnings": []}
     ctx.save()
     try:
         run(ctx)

@@ -253,11 +253,13 @@ def run(cmd: list[str], workdir: Path, *, backend: str, gpu: int | None = None, 
 
 
 def start(cmd: list[str], workdir: Path, *, backend: str, gpu: int | None = None, limits: Limits = Limits(),
-          pass_fds: tuple[int, ...] = (), on_line: Callable[[str], None] | None = None) -> "Child":
+          pass_fds: tuple[int, ...] = (), on_line: Callable[[str], None] | None = None,
+          env: dict[str, str] | None = None) -> "Child":
     """Start cmd under bwrap as run() would, and return at once; its limits hold from now on.
-    pass_fds: fds it inherits at the same numbers (a socketpair's end, say). Like run(), the
-    child dies with the thread that called this (PR_SET_PDEATHSIG): call it from one that lasts."""
-    return _spawn(cmd, workdir, backend, gpu, limits, on_line, None, False, pass_fds)
+    pass_fds: fds it inherits at the same numbers (a socketpair's end, say); env: variables the
+    caller sets on top of the sandbox's own. Like run(), the child dies with the thread that
+    called this (PR_SET_PDEATHSIG): call it from one that lasts."""
+    return _spawn(cmd, workdir, backend, gpu, limits, on_line, None, False, pass_fds, env or {})
 
 
 class Child:
@@ -374,13 +376,14 @@ class Child:
 
 def _spawn(cmd: list[str], workdir: Path, backend: str, gpu: int | None, limits: Limits,
            on_line: Callable[[str], None] | None, cancel: threading.Event | None, trusted: bool,
-           pass_fds: tuple[int, ...]) -> Child:
+           pass_fds: tuple[int, ...], extra_env: dict[str, str] | None = None) -> Child:
     workdir = Path(workdir).absolute()
     isolated = not trusted and _mode() == "bwrap"
     if isolated:
         require_isolation()
         workdir.mkdir(parents=True, exist_ok=True)
         plan = _Wrapper(cmd, workdir, backend, gpu, limits)
+        plan.env.update(extra_env or {})
         info_read, info_write = os.pipe()
         argv, env, cwd, fds = plan.argv(info_write), plan.bwrap_env(), "/", (*pass_fds, info_write)
         setup = _child_setup(limits, protocol.device_type(backend) == "cpu", plan.staged, plan.uid)
@@ -390,6 +393,7 @@ def _spawn(cmd: list[str], workdir: Path, backend: str, gpu: int | None, limits:
         env = child_env(workdir, backend, gpu, limits.threads)
         if trusted:
             env.update({k: v for k, v in os.environ.items() if k in TRUSTED_PASS_THROUGH})
+        env.update(extra_env or {})
         argv, cwd, fds = cmd, workdir, tuple(pass_fds)
         setup = _child_setup(limits, protocol.device_type(backend) == "cpu", [], None)
     started = time.monotonic()

@@ -9,9 +9,11 @@ generated code callable from another process; the code it loads could rewrite an
 """
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import inspect
 import json
+import os
 import socket
 import sys
 import tempfile
@@ -56,12 +58,39 @@ def poisoned_memory(shape: torch.Size, dtype: torch.dtype, device: str):
         det.fill_uninitialized_memory = was[2]
 
 
+def launch_switch() -> Callable[[int], int] | None:
+    """The on/off switch of the judge's launch counter (runner/launch_count.c), once the CUDA
+    driver has loaded it into this process; None elsewhere."""
+    path = os.environ.get("CUDA_INJECTION64_PATH")
+    if not path:
+        return None
+    try:
+        return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW).kernelbot_count_launches
+    except (OSError, AttributeError):
+        return None
+
+
+@contextmanager
+def launches_counted(switch: Callable[[int], int] | None):
+    """The driver counts launches for the judge while a checked call runs, and only then: its
+    callbacks would slow the timed calls."""
+    if switch is None:
+        yield
+        return
+    switch(1)
+    try:
+        yield
+    finally:
+        switch(0)
+
+
 class Worker:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.device = "cpu"
         self.fns: dict[str, Callable] = {}
         self.tensors: dict[str, torch.Tensor] = {}
+        self.switch: Callable[[int], int] | None = None
 
     def handle(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         op = getattr(self, f"op_{msg.get('op')}", None)
@@ -151,8 +180,10 @@ class Worker:
         like = msg.get("like")
         poison = (poisoned_memory(torch.Size(like["shape"]), channel.dtype_of(like["dtype"]), self.device)
                   if like else nullcontext())
+        if self.switch is None and self.device == "cuda":
+            self.switch = launch_switch()
         try:
-            with poison:
+            with poison, launches_counted(self.switch):
                 out = self._fn(msg)()
                 self._sync()     # surface asynchronous errors here, not later
         except (Exception, SystemExit) as e:

@@ -105,7 +105,8 @@ def new_result(job, backend: str, gpu: int | None) -> dict:
     return {"job_id": job.get("job_id"), "kind": job.get("kind"), "status": "error", "summary": "",
             "host": HOST, "device": device_name(backend, gpu), "backend": backend, "attempt": job.get("attempt", 1),
             "started_at": time.time(), "finished_at": None, "correctness": [], "ghost": [], "pytest": None, "bench": [],
-            "report_rows": [], "tuning": [], "copy_gbps": None, "timing_note": "", "warnings": [], "log_tail": ""}
+            "report_rows": [], "tuning": [], "copy_gbps": None, "timing_note": "", "accept_implausible": False,
+            "launches_counted": False, "warnings": [], "log_tail": ""}
 
 
 def device_name(backend: str, gpu: int | None) -> str:
@@ -256,6 +257,8 @@ def harness_verdict(job: dict, res: dict | None, outcome: sandbox.Outcome, last:
                         "Triton code (docs/INTEGRITY.md)")
     if status == "pass" and ghosts and all(g["outcome"] == "differs" for g in ghosts):
         summary += "; ghost replay: the answer comes from its Triton code"
+    if status == "pass" and res.get("launches_counted"):
+        summary += "; every checked call launched its Triton kernels (counted in the CUDA driver)"
     return status, summary
 
 
@@ -329,7 +332,8 @@ def _harness_fields(res: dict | None, outcome: sandbox.Outcome, warnings: list[s
     fields = {"log_tail": _tail(outcome.stderr_tail.strip() or outcome.stdout_tail)}
     if res is None:
         return fields
-    keys = ("correctness", "ghost", "bench", "report_rows", "tuning", "copy_gbps", "timing_note", "device")
+    keys = ("correctness", "ghost", "bench", "report_rows", "tuning", "copy_gbps", "timing_note", "device",
+            "accept_implausible", "launches_counted")
     return {**fields, **{k: res[k] for k in keys}, "warnings": [*warnings, *res["warnings"]]}
 
 

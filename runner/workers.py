@@ -8,13 +8,14 @@ how it ended; the judge never waits on it for good and never reads more than it 
 from __future__ import annotations
 
 import itertools
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from runner import channel, protocol, sandbox
+from runner import channel, launch_count, protocol, sandbox
 
 
 class WorkerDied(Exception):
@@ -27,21 +28,28 @@ class Called:
     problem: str = ""                     # empty when the call returned a tensor of the right kind
     lost: bool = False                    # the worker's CUDA context is gone
     changed: list[int] = field(default_factory=list)   # positions of inputs that came back different
+    launches: dict[str, int] | None = None   # kernels the driver saw it launch, by name (None: not counted)
 
 
 class Worker:
     """One sandboxed worker process and the judge's socket to it."""
 
     def __init__(self, role: str, root: Path, backend: str, gpu: int | None, limits: sandbox.Limits,
-                 deadline: float) -> None:
+                 deadline: float, launch_library: Path | None = None) -> None:
+        """launch_library: runner.launch_count's library, to count this CUDA worker's launches."""
         self.role, self.deadline = role, deadline
         self.device = protocol.device_type(backend)
         judge_end, worker_end = channel.pair()
         workdir = root / f"worker-{role.replace('@', '-')}"
         workdir.mkdir(parents=True, exist_ok=True)
         fd = worker_end.fileno()
+        self.counter = None
+        if launch_library is not None and self.device == "cuda":
+            # A copy in the worker's own directory: the one host path its sandbox shows it.
+            self.counter = launch_count.Counter(Path(shutil.copy(launch_library, workdir)))
+        env, fds = (self.counter.env(), (fd, self.counter.fd)) if self.counter else ({}, (fd,))
         self.child = sandbox.start(sandbox.python_cmd("-m", "runner.untrusted", str(fd)), workdir,
-                                   backend=backend, gpu=gpu, limits=limits, pass_fds=(fd,))
+                                   backend=backend, gpu=gpu, limits=limits, pass_fds=fds, env=env)
         worker_end.close()
         self.sock = judge_end
         self._ids = itertools.count()
@@ -118,11 +126,15 @@ class Worker:
         """call() on tensors already in the worker (ids), whose values the judge holds as args."""
         message = {"op": "call", "fn": fn, "args": ids, "config": config, "inputs_back": check_inputs,
                    "like": channel.describe(like) if like is not None else None}
+        before = self.counter.counts() if self.counter else None
         reply, fds = self.request(message)
         try:
-            return self._called(reply, fds, args, like, check_inputs)
+            called = self._called(reply, fds, args, like, check_inputs)
         finally:
             channel.close(fds)
+        if self.counter:
+            called.launches = launch_count.launched(before, self.counter.counts())
+        return called
 
     def refill(self, ids: list[str], tensors: list[torch.Tensor]) -> None:
         """Write new values into the worker's tensors in place: same storage, same addresses."""
@@ -153,6 +165,8 @@ class Worker:
     def close(self) -> None:
         self.sock.close()
         self.child.kill()
+        if self.counter:
+            self.counter.close()
 
 
 class CallFailed(Exception):

@@ -374,6 +374,7 @@ def test_cuda_correctness_runs_bf16_and_catches_unwritten_output():
     good = run("kernel_test", add_files("kernel.py", "test_kernel.py"), backend="cuda")
     assert good["status"] == "pass", good["summary"]
     assert not any(r["skipped"] for r in good["correctness"])
+    assert good["launches_counted"] and "launched its Triton kernels (counted in the CUDA driver)" in good["summary"]
     bad = run("verify", {**add_files(), "kernel.py": (BAD / "half_written.py").read_text()}, backend="cuda")
     assert bad["status"] == "fail" and "NaN where the reference is finite" in bad["summary"]
 
