@@ -27,12 +27,18 @@ class ConsoleChat:
         self._last_status: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def post(self, s: Session, card: Card) -> str:
+    def post(self, s: Session, card: Card, key: str = "") -> str:
         mid = f"m{next(self._ids)}"
         text = render(card, self.full_code, self._save_image(card))
         self._write("\n" + text + "\n")
         self._last_status[mid] = card.status
         return mid
+
+    def find_post(self, s: Session, key: str) -> str | None:
+        return None             # a terminal keeps nothing to look up: a card cut off by a crash prints again
+
+    def open_thread(self, item: dict) -> tuple[str, str | None]:
+        return "", None         # the terminal is the thread
 
     def update(self, s: Session, message_id: str, card: Card) -> None:
         # Only the status line changes on an update (approval, job progress): print it once.

@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 import re
+import sqlite3
 import tempfile
 import threading
 from pathlib import Path
@@ -31,7 +32,7 @@ from bot.config import Config
 from bot.discord_chat import PLATFORM, THREAD_NAME_MAX, DiscordChat
 from bot.events import Approve, Cancel, Correct, Edit, Event, Regenerate
 from bot.model import Session
-from bot.service import Service
+from bot.service import Service, event_item, start_item, store_problem
 
 log = logging.getLogger("kernelbot.discord")
 
@@ -163,6 +164,10 @@ class DiscordBot:
         if verb == "start":
             await self._start(interaction, arg)
             return
+        s = await self._call(self.svc.store.load, arg) if arg and verb == "cancel" else None
+        if s is not None:                               # into the inbox before Discord is answered
+            await self._cancel(interaction, s)
+            return
         if not await self._ack(interaction, ephemeral=True, thinking=True):
             return
         if verb == "help":
@@ -176,7 +181,7 @@ class DiscordBot:
                     f"No session `{de.text(arg)}`. `/kernel request:list` shows this channel's open sessions."
                     if arg else f"Usage: `/kernel request:{verb} ID`; `/kernel request:list` shows the ids."))
                 return
-            await {"status": self._status, "cancel": self._cancel, "export": self._export}[verb](interaction, s)
+            await {"status": self._status, "export": self._export}[verb](interaction, s)
 
     def _list(self, channel_id: int) -> str:
         ids = self.svc.store.session_ids(status="active", channel=str(channel_id), platform=PLATFORM)
@@ -190,10 +195,10 @@ class DiscordBot:
                                                  embed=discord.Embed.from_dict(embed))
 
     async def _cancel(self, interaction: discord.Interaction, s: Session) -> None:
-        self.chat.answering(s.id, str(interaction.user.id), interaction)
-        s = await self._dispatch_interaction(interaction, s.id, Cancel(str(interaction.user.id)))
-        await interaction.edit_original_response(
-            content=f"Session `{s.id}` is {s.status}; its thread: <#{self.chat.thread_id(s)}>")
+        s = await self._submit(interaction, s.id, Cancel(str(interaction.user.id)), ephemeral=True, thinking=True)
+        if s is not None:
+            await interaction.edit_original_response(
+                content=f"Session `{s.id}` is {s.status}; its thread: <#{self.chat.thread_id(s)}>")
 
     async def _export(self, interaction: discord.Interaction, s: Session) -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -214,25 +219,35 @@ class DiscordBot:
             await _respond(interaction.response.send_message(
                 "Run `/kernel` in a server's text channel: each session opens its own thread there.", ephemeral=True))
             return
-        if not await self._ack(interaction, thinking=True):
-            return
-        if not await self._call(self.svc.store.first_time, PLATFORM, f"interaction:{interaction.id}"):
-            return                                      # a start has no session yet for dispatch's key to guard
         user = str(interaction.user.id)
+        item = start_item(request, user, str(interaction.channel.id), None)
+        inbox = await self._receive(interaction, item)
+        if inbox is None or not await self._ack(interaction, thinking=True):
+            return
         root = await interaction.edit_original_response(content=de.notice(
             f"{user} asked for a kernel: {request}\nEach stage is posted in the thread below for review."))
         try:
             thread = await root.create_thread(name=de.clip(request, THREAD_NAME_MAX), auto_archive_duration=10080)
         except discord.HTTPException as e:
+            await self._call(self.svc.store.inbox_done, inbox, "")
             await interaction.edit_original_response(content=(
                 f"I could not open a thread here ({e.status} {e.text}). Give me Create Public Threads and Send "
                 "Messages in Threads in this channel, then run the command again."))
             return
-        await self._call(self._open, request, user, interaction.channel.id, thread.id)
+        opened = {**item, "thread": str(thread.id), "root": str(thread.id)}
+        await self._call(self.svc.store.update_inbox_item, inbox, opened)
+        await self._call(self.svc.process, inbox)
 
-    def _open(self, request: str, user: str, channel_id: int, thread_id: int) -> None:
-        s = self.svc.start(request, user, channel=str(channel_id), thread=str(thread_id))
-        self.chat.map_root(s.id, thread_id)
+    async def _receive(self, interaction: discord.Interaction, item: dict) -> int | None:
+        """The interaction into the inbox, before Discord gets its answer; a store that refuses is
+        said to the person, and nothing is done. None also for a redelivery."""
+        try:
+            return await self._call(self.svc.receive, f"interaction:{interaction.id}", item)
+        except sqlite3.Error as e:
+            log.error("inbox write refused for interaction %s: %s", interaction.id, e)
+            await _respond(interaction.response.send_message(
+                f"{store_problem(e)}; nothing was done. Please try again in a moment.", ephemeral=True))
+            return None
 
     # ------------------------------------------------------------------ buttons and modals
 
@@ -245,14 +260,13 @@ class DiscordBot:
         if action in ("correct", "edit"):
             await self._open_modal(interaction, custom_id, ref)
             return
-        if not await self._ack(interaction, sid):
-            return
         user = str(interaction.user.id)
         if action == "approve" and not self.may_approve(interaction.user):
-            await interaction.followup.send(self.role_refusal(), ephemeral=True)
+            if await self._ack(interaction, sid):
+                await interaction.followup.send(self.role_refusal(), ephemeral=True)
             return
         ev = Cancel(user) if action == "cancel" else (Approve if action == "approve" else Regenerate)(stage, rev, user)
-        await self._dispatch_interaction(interaction, sid, ev)
+        await self._submit(interaction, sid, ev)
 
     async def _open_modal(self, interaction: discord.Interaction, custom_id: str,
                           ref: tuple[str, str, str, int]) -> None:
@@ -286,15 +300,13 @@ class DiscordBot:
             await _respond(interaction.response.send_message(NOT_OURS, ephemeral=True))
             return
         action, sid, stage, rev = ref
-        if not await self._ack(interaction, sid):
-            return
         typed = modal_value(interaction.data.get("components", []), action) or ""
         user = str(interaction.user.id)
         if action == "correct":
             ev: Event = Correct(stage, rev, user, typed)
         else:
             ev = Edit(stage, rev, user, reply_code(typed) or typed)
-        await self._dispatch_interaction(interaction, sid, ev)
+        await self._submit(interaction, sid, ev)
 
     async def _ack(self, interaction: discord.Interaction, sid: str | None = None, **defer: Any) -> bool:
         """Defer (Discord's 3 seconds), and remember the interaction for private notices in session sid.
@@ -305,8 +317,13 @@ class DiscordBot:
             self.chat.answering(sid, str(interaction.user.id), interaction)
         return True
 
-    async def _dispatch_interaction(self, interaction: discord.Interaction, sid: str, ev: Event) -> Session | None:
-        s = await self._dispatch(sid, ev, f"interaction:{interaction.id}")
+    async def _submit(self, interaction: discord.Interaction, sid: str, ev: Event, **defer: Any) -> Session | None:
+        """Into the inbox, answer Discord (defer), then apply; the session, or None when it is not
+        applied here (a store that refused, a redelivery, an unknown session: each said)."""
+        inbox = await self._receive(interaction, event_item(sid, ev))
+        if inbox is None or not await self._ack(interaction, sid, **defer):
+            return None
+        s = await self._call(self.svc.process, inbox)
         if s is None:
             await interaction.followup.send(_unknown(sid), ephemeral=True)
         return s

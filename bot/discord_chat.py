@@ -63,8 +63,24 @@ class DiscordChat:
 
     # ------------------------------------------------------------------ Chat (from the service's threads)
 
-    def post(self, s: Session, card: Card) -> str:
-        return self._run(s, self._post, s, card)
+    def post(self, s: Session, card: Card, key: str = "") -> str:
+        return self._run(s, self._post, s, card, key)
+
+    def find_post(self, s: Session, key: str) -> str | None:
+        return None     # Discord itself returns the earlier message for a repeated nonce (post)
+
+    def open_thread(self, item: dict) -> tuple[str, str] | None:
+        """A thread for a /kernel request whose own answer never opened one (the bot died first):
+        a new message in its channel, and a thread under it."""
+        return self._run_for(f"the request of {item['user']}", self._open_thread, item)
+
+    async def _open_thread(self, item: dict) -> tuple[str, str]:
+        channel = self.client.get_channel(int(item["channel"])) or await self.client.fetch_channel(int(item["channel"]))
+        root = await channel.send(de.notice(f"{item['user']} asked for a kernel: {item['request']}\nEach stage is "
+                                            "posted in the thread below for review."),
+                                  allowed_mentions=discord.AllowedMentions.none())
+        thread = await root.create_thread(name=de.clip(item["request"], THREAD_NAME_MAX), auto_archive_duration=10080)
+        return str(thread.id), str(thread.id)
 
     def update(self, s: Session, message_id: str, card: Card) -> None:
         self._run(s, self._update, s, message_id, card)
@@ -92,10 +108,13 @@ class DiscordChat:
                                                   allowed_mentions=discord.AllowedMentions.none(),
                                                   files=[discord.File(p, filename=p.name) for p in paths]))
 
-    async def _post(self, s: Session, card: Card) -> str:
+    async def _post(self, s: Session, card: Card, key: str = "") -> str:
+        # A nonce makes Discord answer a repeat of this post (a retry after a crash, within its few
+        # minutes) with the message already made instead of a second one (discord.py sends it enforced).
         r = de.render(card)
+        nonce = {"nonce": key[:25]} if key else {}
         msg = await self._in_thread(s, lambda t: t.send(embed=discord.Embed.from_dict(r.embed), files=_files(r.files),
-                                                        view=self.view_for(r.buttons)))
+                                                        view=self.view_for(r.buttons), **nonce))
         return str(msg.id)
 
     async def _in_thread(self, s: Session, send: Callable[[discord.abc.Messageable], Awaitable[T]]) -> T:
@@ -159,6 +178,9 @@ class DiscordChat:
 
     def _run(self, s: Session, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """fn(*args) on the client's loop, waited for from this (service) thread."""
+        return self._run_for(f"thread {s.thread} of session {s.id}", fn, *args)
+
+    def _run_for(self, where: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         loop = self.client.loop
         if _running_loop() is loop:
             raise RuntimeError("DiscordChat's blocking calls must run off the event loop (use an executor)")
@@ -166,7 +188,7 @@ class DiscordChat:
             return asyncio.run_coroutine_threadsafe(fn(*args), loop).result(CALL_TIMEOUT_S)
         except (discord.Forbidden, discord.NotFound) as e:
             raise ChannelUnavailable(
-                f"Discord refuses to post in thread {s.thread} of session {s.id} ({e.status} {e.text}): give the bot "
+                f"Discord refuses to post in {where} ({e.status} {e.text}): give the bot "
                 "View Channel, Send Messages in Threads, Embed Links and Attach Files there, or unarchive the thread. "
                 "The session is kept; the message is retried on the next event or recovery pass.") from e
 

@@ -97,6 +97,20 @@ Event = (Start | Approve | Correct | Edit | Regenerate | Cancel | Generated | Ge
 
 # Events a person causes by acting on a stage card.
 CARD_ACTIONS = (Approve, Correct, Edit, Regenerate)
+# Events a person causes: each goes through the inbox (written before the platform is answered).
+PERSON_EVENTS = {cls.__name__: cls for cls in (Start, Approve, Correct, Edit, Regenerate, Cancel)}
+
+
+def person_event_to_dict(ev: Event) -> dict[str, Any]:
+    return {"type": type(ev).__name__, **asdict(ev)}
+
+
+def person_event_from_dict(data: dict[str, Any]) -> Event:
+    """The event an inbox item holds; ValueError for one that is not a person's event."""
+    cls = PERSON_EVENTS.get(data.get("type", ""))
+    if cls is None:
+        raise ValueError(f"not a person's event: {data.get('type')!r}")
+    return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
 # ------------------------------------------------------------------ effects

@@ -1,11 +1,13 @@
 """The bot's core loop: events in, engine, store, effects out.
 
-`dispatch` runs one event through the engine under the session's lock and stores
-the new state with its effects (the outbox) in one transaction; `drain` carries
-the outbox out through the chat adapter, the generator and the job queue;
-`poll_jobs` turns runner heartbeats and results into events and re-queues jobs
-whose runner died. Nothing lives only in memory: `recover` after a restart
-finishes whatever the outbox still holds.
+A person's event is written to the store's inbox first (`receive`, before the
+adapter answers the platform), then applied (`process`): run through the engine
+under the session's lock, and stored with its effects (the outbox) and the inbox
+mark in one transaction, so it is applied exactly once however the bot dies.
+`drain` carries the outbox out through the chat adapter, the generator and the
+job queue; `poll_jobs` turns runner heartbeats and results into events and
+re-queues jobs whose runner died. Nothing lives only in memory: `recover` after a
+restart applies what the inbox still holds and finishes what the outbox holds.
 """
 from __future__ import annotations
 
@@ -15,13 +17,15 @@ import threading
 import time
 import traceback
 from collections import defaultdict
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Protocol
 
 from bot import cards, engine, stages
 from bot.cards import Card
 from bot.config import Config
-from bot.events import (Effect, Event, Generated, GenerationFailed, JobFinished, JobLost, JobProgress, Start)
+from bot.events import (PERSON_EVENTS, Effect, Event, Generated, GenerationFailed, JobFinished, JobLost, JobProgress,
+                        Start, person_event_from_dict, person_event_to_dict)
 from bot.generator import GenerationError, Generator, GenRequest, failed_verification
 from bot.model import Session
 from bot.store import Store
@@ -29,13 +33,24 @@ from bot.store import Store
 log = logging.getLogger("kernelbot.service")
 
 MAX_EFFECT_TRIES = 5
+INBOX_TELL_AFTER = 3        # failed tries at an inbox event before the person is told it waits
 
 
 class Chat(Protocol):
     """What an adapter offers the service: post and update cards, send notices."""
     platform: str
 
-    def post(self, s: Session, card: Card) -> str: ...
+    def post(self, s: Session, card: Card, key: str = "") -> str:
+        """Post a card; key: the post's own id, which the platform keeps with the message where it
+        can (so find_post can find it after a crash), or '' for none."""
+
+    def find_post(self, s: Session, key: str) -> str | None:
+        """The message id of an earlier post with this key, if the platform can say (else None)."""
+
+    def open_thread(self, item: dict) -> tuple[str, str | None] | None:
+        """For a start received without a thread: open one on the platform and return (its
+        thread id, the platform message id of its root), or tell the person why not and
+        return None."""
 
     def update(self, s: Session, message_id: str, card: Card) -> None: ...
 
@@ -72,29 +87,101 @@ class Service:
     # ------------------------------------------------------------------ events
 
     def start(self, request: str, user: str, channel: str = "console", thread: str = "",
-              backend: str | None = None, generator: str | None = None) -> Session:
-        """Open a session for a request and ask for its spec."""
-        sid = self._new_id()
-        s = Session(id=sid, request=request, requester=user, platform=self.chat.platform, channel=channel,
-                    thread=thread, backend=backend or self.cfg.backend,
-                    generator=generator or self.generator.name, created_at=self.clock())
-        self.store.save(s)
-        return self.dispatch(sid, Start(request, user))
+              backend: str | None = None, generator: str | None = None, event_key: str | None = None) -> Session:
+        """Open a session for a request and ask for its spec (through the inbox, like any event)."""
+        item = start_item(request, user, channel, thread, backend, generator)
+        return self.submit(event_key, item)
 
     def dispatch(self, session_id: str, ev: Event, event_key: str | None = None) -> Session | None:
-        """Apply one event. event_key: the platform's id for it; a redelivery is ignored."""
+        """Apply one event. A person's goes through the inbox (event_key: the platform's id for
+        it; a redelivery is ignored); the bot's own (generation, runner results) apply at once."""
+        if type(ev).__name__ in PERSON_EVENTS:
+            return self.submit(event_key, event_item(session_id, ev))
+        return self._apply(session_id, ev, None)
+
+    # ------------------------------------------------------------------ the inbox
+
+    def receive(self, event_key: str | None, item: dict) -> int | None:
+        """Write a person's event to the inbox: call it before answering the platform. Returns
+        its inbox id, or None for a redelivery of one received before."""
+        return self.store.receive(self.chat.platform, event_key or f"local:{secrets.token_hex(8)}", item)
+
+    def submit(self, event_key: str | None, item: dict) -> Session | None:
+        """receive then process, where nothing waits on an answer in between."""
+        inbox_id = self.receive(event_key, item)
+        if inbox_id is None:
+            return self.store.load(item["session"]) if item.get("session") else None
+        return self.process(inbox_id)
+
+    def process(self, inbox_id: int) -> Session | None:
+        """Apply an inbox event exactly once; the session it changed (None when it has none)."""
+        found = self.store.inbox_item(inbox_id)
+        if found is None:
+            return None
+        item, outcome = found
+        if outcome is not None:                     # applied already (a redelivery, or recovery's twin)
+            return self.store.load(outcome) if outcome else None
+        try:
+            if item["op"] == "start":
+                return self._open(inbox_id, item)
+            return self._apply(item["session"], person_event_from_dict(item["event"]), inbox_id)
+        except Exception as e:                      # the store or the chat failed: retried by recover()
+            self._inbox_failed(inbox_id, item, e)
+            raise
+
+    def _inbox_failed(self, inbox_id: int, item: dict, error: Exception) -> None:
+        log.warning("inbox event %s not applied yet (%s); retried on the next recovery pass", inbox_id, error)
+        try:
+            tries = self.store.inbox_failed(inbox_id, str(error))
+        except Exception:                           # the store refuses this too: the next pass counts it
+            tries = INBOX_TELL_AFTER
+        s = self.store.load(item["session"]) if item.get("session") else None
+        if tries == INBOX_TELL_AFTER and s is not None:
+            try:
+                self.chat.notify(s, f"kernelbot could not save your last action yet ({store_problem(error)}); "
+                                    "it is kept and retried, nothing you did is lost.", item["event"].get("user"))
+            except Exception as e:
+                log.warning("could not tell session %s its event waits: %s", s.id, e)
+
+    def _open(self, inbox_id: int, item: dict) -> Session | None:
+        if item.get("thread") is None:              # the adapter opens the thread on its platform first
+            opened = self.chat.open_thread(item)
+            if opened is None:                      # it told the person why not
+                self.store.inbox_done(inbox_id, "")
+                return None
+            item = {**item, "thread": opened[0], "root": opened[1]}
+            self.store.update_inbox_item(inbox_id, item)
+        with self._lock(f"inbox:{inbox_id}"):
+            if self.store.inbox_item(inbox_id)[1] is not None:
+                return self.process(inbox_id)
+            s = Session(id=self._new_id(), request=item["request"], requester=item["user"],
+                        platform=self.chat.platform, channel=item["channel"], thread=item["thread"],
+                        backend=item.get("backend") or self.cfg.backend,
+                        generator=item.get("generator") or self.generator.name, created_at=self.clock())
+            effects = engine.handle(s, Start(item["request"], item["user"]), self.clock(), self.cfg.policy)
+            self.store.save(s, effects, inbox_id, root=item.get("root"))
+        self.drain(s.id)
+        self._tell_listeners(s)
+        return s
+
+    def _apply(self, session_id: str, ev: Event, inbox_id: int | None) -> Session | None:
         with self._lock(session_id):
+            if inbox_id is not None and self.store.inbox_item(inbox_id)[1] is not None:
+                return self.store.load(session_id)
             s = self.store.load(session_id)
             if s is None:
+                if inbox_id is not None:
+                    self.store.inbox_done(inbox_id, "")
                 return None
-            if event_key and not self.store.first_time(self.chat.platform, event_key):
-                return s
             effects = engine.handle(s, ev, self.clock(), self.cfg.policy)
-            self.store.save(s, effects)
+            self.store.save(s, effects, inbox_id)
             self.drain(session_id)
+        self._tell_listeners(s)
+        return s
+
+    def _tell_listeners(self, s: Session) -> None:
         for listener in self.listeners:
             listener(s)
-        return s
 
     def _lock(self, session_id: str) -> threading.RLock:
         with self._locks_guard:
@@ -109,7 +196,13 @@ class Service:
     # ------------------------------------------------------------------ effects
 
     def recover(self) -> None:
-        """After a restart: carry out every effect stored but not yet done."""
+        """After a restart (and now and then): apply every inbox event received but not yet
+        applied, then carry out every effect stored but not yet done."""
+        for inbox_id in self.store.pending_inbox():
+            try:
+                self.process(inbox_id)
+            except Exception:                       # logged and counted by process; the next pass retries
+                pass
         for sid in {sid for _, sid, _ in self.store.pending_effects()}:
             self.drain(sid)
 
@@ -135,18 +228,30 @@ class Service:
             self._generating.add(effect_id)
             self._pool.submit(self._generate, effect_id, sid, e)
             return
-        {"post_revision": self._post_revision, "update_revision": self._update_revision,
-         "enqueue": self._enqueue, "post_result": self._post_result, "notice": self._notice,
-         "post_summary": self._post_summary}[e.type](s, e)
+        if e.type in POSTS:
+            POSTS[e.type](self, s, e, self._post_key(effect_id))
+        else:
+            {"update_revision": self._update_revision, "enqueue": self._enqueue,
+             "notice": self._notice}[e.type](s, e)
         self.store.effect_done(effect_id)
 
-    def _post_revision(self, s: Session, e: Effect) -> None:
+    def _post_key(self, effect_id: int) -> PostKey:
+        """The post's key, and whether an earlier try may have posted it without its id being recorded."""
+        key, tries = self.store.effect_attempt(effect_id)
+        return PostKey(key, tries > 0)
+
+    def _post(self, s: Session, card: Card, key: "PostKey") -> str:
+        """Post a card once: after a try that may have reached the platform, the platform is asked first."""
+        found = self.chat.find_post(s, key.key) if key.retry else None
+        return found or self.chat.post(s, card, key.key)
+
+    def _post_revision(self, s: Session, e: Effect, key: "PostKey") -> None:
         card = cards.revision_card(s, s.revision(e.stage, e.rev))
         mid = self.store.message_id(self.chat.platform, s.id, "revision", e.stage, e.rev)
         if mid:                                    # posted before a restart: refresh instead
             self.chat.update(s, mid, card)
             return
-        mid = self.chat.post(s, card)
+        mid = self._post(s, card, key)
         self.store.map_message(self.chat.platform, mid, s.id, "revision", e.stage, e.rev)
 
     def _update_revision(self, s: Session, e: Effect) -> None:
@@ -154,18 +259,18 @@ class Service:
         if mid:
             self.chat.update(s, mid, cards.revision_card(s, s.revision(e.stage, e.rev)))
 
-    def _post_result(self, s: Session, e: Effect) -> None:
+    def _post_result(self, s: Session, e: Effect, key: "PostKey") -> None:
         if self.store.message_id(self.chat.platform, s.id, "result", job_id=e.job_id):
             return
         job = s.job(e.job_id)
-        mid = self.chat.post(s, cards.result_card(s, job))
+        mid = self._post(s, cards.result_card(s, job), key)
         self.store.map_message(self.chat.platform, mid, s.id, "result", job.stage, job.rev, job.id)
 
     def _notice(self, s: Session, e: Effect) -> None:
         self.chat.notify(s, e.text, e.user)
 
-    def _post_summary(self, s: Session, e: Effect) -> None:
-        mid = self.chat.post(s, cards.summary_card(s))
+    def _post_summary(self, s: Session, e: Effect, key: "PostKey") -> None:
+        mid = self._post(s, cards.summary_card(s), key)
         self.store.map_message(self.chat.platform, mid, s.id, "summary")
 
     def _enqueue(self, s: Session, e: Effect) -> None:
@@ -243,6 +348,38 @@ class Service:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass(frozen=True)
+class PostKey:
+    key: str            # the post's own id on the platform (Slack message metadata, Discord's nonce)
+    retry: bool         # an earlier try may have posted it
+
+
+POSTS = {"post_revision": Service._post_revision, "post_result": Service._post_result,
+         "post_summary": Service._post_summary}
+
+
+def start_item(request: str, user: str, channel: str, thread: str | None, backend: str | None = None,
+               generator: str | None = None, **platform) -> dict:
+    """The inbox item of a new request. thread None: the adapter opens it (Chat.open_thread);
+    platform: what the adapter needs to do that (the text of the thread's first message, say)."""
+    return {"op": "start", "request": request, "user": user, "channel": channel, "thread": thread,
+            "backend": backend, "generator": generator, **platform}
+
+
+def event_item(session_id: str, ev: Event) -> dict:
+    return {"op": "event", "session": session_id, "event": person_event_to_dict(ev)}
+
+
+def store_problem(error: Exception) -> str:
+    """What a person is told when the store refused a write."""
+    text = str(error)
+    if "disk is full" in text or "No space left" in text:
+        return "cannot save: disk full on the bot host"
+    if "locked" in text:
+        return "cannot save: the bot's store is locked by another process"
+    return f"cannot save: {text[:200]}"
 
 
 def gen_request(s: Session) -> GenRequest:

@@ -1,16 +1,19 @@
 """`kernelbot slack`: the Bolt app. Slack payloads become service calls.
 
-Every listener acknowledges first (Slack wants an answer within 3 seconds), then
-dispatches; generation runs in the service's thread pool. Slack redelivers, so
-each event, button and modal submission carries a key the store records once.
-Socket Mode needs no public URL; `--http` serves /slack/events and checks
-request signatures.
+Every person's event is written to the store's inbox before Slack gets its answer
+(within its 3 seconds), then applied: a bot killed right after the answer applies
+it on restart, once. Commands, buttons and modals are written in their listener
+before ack(); events, which Bolt acknowledges before their listener runs, are
+written by a middleware (`intake`) that runs before that. Slack redelivers, so
+each carries a key the inbox records once. Socket Mode needs no public URL;
+`--http` serves /slack/events and checks request signatures.
 """
 from __future__ import annotations
 
 import logging
 import os
 import re
+import sqlite3
 import tempfile
 from pathlib import Path
 from socketserver import ThreadingMixIn
@@ -28,8 +31,8 @@ from bot.config import Config
 from bot.engine import validate_artifact
 from bot.events import Approve, Cancel, Correct, Edit, Event, Regenerate
 from bot.model import Session
-from bot.service import Service
-from bot.slack_chat import PLATFORM, SlackChat, slack_error, web_client
+from bot.service import Service, event_item, start_item, store_problem
+from bot.slack_chat import PLATFORM, SlackChat, message_id, web_client
 
 log = logging.getLogger("kernelbot.slack")
 
@@ -56,6 +59,7 @@ class SlackBot:
         self.svc, self.chat = svc, chat
 
     def register(self, app: App) -> None:
+        app.use(self.intake)
         app.command(COMMAND)(self.on_command)
         app.event("app_mention")(self.on_mention)
         app.event("message")(self.on_message)
@@ -82,8 +86,7 @@ class SlackBot:
                 return
             {"status": self._status, "cancel": self._cancel, "export": self._export}[verb](ack, respond, command, s)
         else:
-            ack()
-            self._start_from_command(command, respond)
+            self._start_from_command(ack, command)
 
     def _list(self, channel: str) -> str:
         ids = self.svc.store.session_ids(status="active", channel=channel, platform=PLATFORM)
@@ -96,8 +99,10 @@ class SlackBot:
         ack(text=sb.fallback_text(card), blocks=sb.card_blocks(card))
 
     def _cancel(self, ack, respond, command: dict, s: Session) -> None:
-        ack()
-        self.svc.dispatch(s.id, Cancel(command["user_id"]), event_key=f"command:{command.get('trigger_id')}")
+        item = event_item(s.id, Cancel(command["user_id"]))
+        inbox = self._receive(f"command:{command.get('trigger_id')}", item, ack)
+        if inbox:
+            self.svc.process(inbox)
 
     def _export(self, ack, respond, command: dict, s: Session) -> None:
         ack(f"Exporting session `{s.id}` into its thread.")
@@ -110,65 +115,101 @@ class SlackBot:
             except Exception as e:                      # ChannelUnavailable or a Slack API error
                 respond(f"The export of `{s.id}` could not be uploaded: {e}")
 
-    def _start_from_command(self, command: dict, respond) -> None:
-        if not self._first_time(f"command:{command.get('trigger_id')}"):
-            return
+    def _start_from_command(self, ack, command: dict) -> None:
         user, channel, request = command["user_id"], command["channel_id"], command.get("text", "").strip()
+        item = start_item(request, user, channel, None, response_url=command.get("response_url"),
+                          announce=f"<@{user}> asked for a kernel: {sb.escape(request)}\n"
+                                   "Each stage is posted in this thread for review.")
+        inbox = self._receive(f"command:{command.get('trigger_id')}", item, ack)
+        if inbox:
+            self.svc.process(inbox)        # opens the thread (SlackChat.open_thread), then the session
+
+    def _receive(self, key: str, item: dict, ack) -> int | None:
+        """Write to the inbox, then ack; a store that refuses is said in the ack, and nothing is done.
+        None also for a redelivery (already in the inbox)."""
         try:
-            root = self.chat.post_root(channel, f"<@{user}> asked for a kernel: {sb.escape(request)}\n"
-                                                "Each stage is posted in this thread for review.")
-        except SlackApiError as e:
-            respond(f"I could not post in this channel ({slack_error(e)}). Invite me with `/invite @kernelbot`, "
-                    "then run the command again.")
-            return
-        self._start(request, user, channel, root)
-
-    def _start(self, request: str, user: str, channel: str, root: str) -> None:
-        s = self.svc.start(request, user, channel=channel, thread=root)
-        self.chat.map_root(s.id, channel, root)
-
-    def _first_time(self, key: str) -> bool:
-        # A start has no session yet, so Service.dispatch's event_key cannot guard it.
-        return self.svc.store.first_time(PLATFORM, key)
+            inbox = self.svc.receive(key, item)
+        except sqlite3.Error as e:
+            log.error("inbox write refused for %s: %s", key, e)
+            ack(f"{store_problem(e)}; nothing was done. Please try again in a moment.")
+            return None
+        ack()
+        return inbox
 
     # ------------------------------------------------------------------ events (acked by Bolt)
 
-    def on_mention(self, event: dict, body: dict, context: dict) -> None:
+    def intake(self, body: dict, context: dict, next) -> None:
+        """Middleware: an event that means something to a session goes into the inbox before Bolt
+        acknowledges it. A store that refuses raises, so Slack gets an error and redelivers."""
+        if body.get("type") == "event_callback":
+            item = self._event_item(body.get("event") or {}, context.get("bot_user_id"))
+            if item is not None:
+                context["kernelbot_inbox"] = self.svc.receive(body.get("event_id") or None, item)
+        next()
+
+    def _event_item(self, event: dict, bot_user: str | None) -> dict | None:
+        kind = event.get("type")
+        if kind == "app_mention":
+            return self._mention_item(event, bot_user)
+        if kind == "message":
+            return self._reply_item(event, bot_user)
+        if kind == "reaction_added":
+            return self._reaction_item(event)
+        return None
+
+    def _mention_item(self, event: dict, bot_user: str | None) -> dict | None:
         channel, thread = event.get("channel", ""), event.get("thread_ts")
         if not channel or self.chat.session_in_thread(channel, thread):
-            return                                          # a reply in a session: on_message has it
-        request = slack_text(event.get("text", ""), context.get("bot_user_id"))
+            return None                                     # a reply in a session: a message event has it
+        request = slack_text(event.get("text", ""), bot_user)
         if request.lower() in ("", "help"):
-            self.chat.tell(channel, event.get("user", ""), HELP, thread)
-        elif self._first_time(body.get("event_id", "")):
-            self._start(request, event.get("user", ""), channel, thread or event.get("ts", ""))
+            return None
+        root = thread or event.get("ts", "")
+        return start_item(request, event.get("user", ""), channel, root, root=message_id(channel, root))
 
-    def on_message(self, event: dict, body: dict, context: dict) -> None:
+    def _reply_item(self, event: dict, bot_user: str | None) -> dict | None:
         thread = event.get("thread_ts")
         person = event.get("subtype") in (None, "thread_broadcast") and not event.get("bot_id")
         if not person or thread in (None, event.get("ts")):
-            return                                          # edits, deletions, bots, top-level chatter
+            return None                                     # edits, deletions, bots, top-level chatter
         sid = self.chat.session_in_thread(event.get("channel", ""), thread)
         s = self.svc.store.load(sid) if sid else None
-        if s is not None and s.active:                      # talk after the session ended is just talk
-            text = slack_text(event.get("text", ""), context.get("bot_user_id"))
-            self.svc.dispatch(s.id, reply_event(s, event.get("user", ""), text), event_key=body.get("event_id"))
+        if s is None or not s.active:                       # talk after the session ended is just talk
+            return None
+        return event_item(s.id, reply_event(s, event.get("user", ""), slack_text(event.get("text", ""), bot_user)))
 
-    def on_reaction(self, event: dict, body: dict) -> None:
+    def _reaction_item(self, event: dict) -> dict | None:
         item = event.get("item") or {}
         if item.get("type") != "message" or not is_thumbs_up(event.get("reaction", "")):
-            return
+            return None
         card = self.chat.card_at(item.get("channel", ""), item.get("ts", ""))
-        if card and card["kind"] == "revision":
-            self.svc.dispatch(card["session_id"], Approve(card["stage"], card["rev"], event.get("user", "")),
-                              event_key=body.get("event_id"))
+        if not card or card["kind"] != "revision":
+            return None
+        return event_item(card["session_id"], Approve(card["stage"], card["rev"], event.get("user", "")))
+
+    def on_mention(self, event: dict, context: dict) -> None:
+        if context.get("kernelbot_inbox"):
+            self.svc.process(context["kernelbot_inbox"])
+            return
+        request = slack_text(event.get("text", ""), context.get("bot_user_id"))
+        in_session = self.chat.session_in_thread(event.get("channel", ""), event.get("thread_ts"))
+        if event.get("channel") and not in_session and request.lower() in ("", "help"):
+            self.chat.tell(event["channel"], event.get("user", ""), HELP, event.get("thread_ts"))
+
+    def on_message(self, context: dict) -> None:
+        if context.get("kernelbot_inbox"):
+            self.svc.process(context["kernelbot_inbox"])
+
+    def on_reaction(self, context: dict) -> None:
+        if context.get("kernelbot_inbox"):
+            self.svc.process(context["kernelbot_inbox"])
 
     # ------------------------------------------------------------------ buttons and modals
 
     def on_button(self, ack, body: dict, action: dict) -> None:
-        ack()
         ref = self._button_ref(body, action)
         if ref is None:
+            ack()
             return
         sid, stage, rev = ref
         user = body["user"]["id"]
@@ -176,7 +217,7 @@ class SlackBot:
         ev = Cancel(user) if kind == "cancel" else (Approve if kind == "approve" else Regenerate)(stage, rev, user)
         key = ":".join(["action", action.get("action_ts", ""), body.get("container", {}).get("message_ts", ""),
                         action["action_id"], user])
-        self._dispatch(sid, ev, key, body)
+        self._dispatch(sid, ev, key, body, ack)
 
     def on_open_correct(self, ack, body: dict, action: dict) -> None:
         ack()
@@ -193,11 +234,12 @@ class SlackBot:
             self.chat.open_modal(body["trigger_id"], sb.edit_modal(action["value"], rev.stage, rev.content))
 
     def on_correct_submitted(self, ack, body: dict, view: dict) -> None:
-        ack()
         ref = self._modal_ref(view)
-        if ref:
-            self._dispatch(ref[0], Correct(ref[1], ref[2], body["user"]["id"], sb.modal_input(view, "text")),
-                           f"view:{view.get('id')}", body)
+        if ref is None:
+            ack()
+            return
+        self._dispatch(ref[0], Correct(ref[1], ref[2], body["user"]["id"], sb.modal_input(view, "text")),
+                       f"view:{view.get('id')}", body, ack)
 
     def on_edit_submitted(self, ack, body: dict, view: dict) -> None:
         ref = self._modal_ref(view)
@@ -207,9 +249,10 @@ class SlackBot:
         if problem:                                         # shown in the modal, which stays open
             ack(response_action="errors", errors={"code": sb.clip(problem, 150)})
             return
-        ack()
-        if ref:
-            self._dispatch(ref[0], Edit(ref[1], ref[2], body["user"]["id"], content), f"view:{view.get('id')}", body)
+        if ref is None:
+            ack()
+            return
+        self._dispatch(ref[0], Edit(ref[1], ref[2], body["user"]["id"], content), f"view:{view.get('id')}", body, ack)
 
     def _button_ref(self, body: dict, action: dict) -> tuple[str, str, int] | None:
         try:
@@ -227,8 +270,17 @@ class SlackBot:
             log.warning("modal %s carries no kernelbot card reference; ignored", view.get("id"))
             return None
 
-    def _dispatch(self, sid: str, ev: Event, key: str, body: dict) -> None:
-        if self.svc.dispatch(sid, ev, event_key=key) is None:
+    def _dispatch(self, sid: str, ev: Event, key: str, body: dict, ack) -> None:
+        """Into the inbox, ack, then apply. A store that refuses is told to the person, privately."""
+        try:
+            inbox = self.svc.receive(key, event_item(sid, ev))
+        except sqlite3.Error as e:
+            ack()
+            log.error("inbox write refused for %s: %s", key, e)
+            self._tell(body, f"{store_problem(e)}; nothing was done. Please try again in a moment.")
+            return
+        ack()
+        if inbox and self.svc.process(inbox) is None:
             self._unknown(sid, body)
 
     def _session_or_tell(self, sid: str, body: dict) -> Session | None:

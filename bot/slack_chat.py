@@ -23,6 +23,7 @@ from bot.store import Store
 log = logging.getLogger("kernelbot.slack")
 
 PLATFORM = "slack"
+POST_EVENT = "kernelbot_post"       # the metadata event type each card carries, with its post key
 DEFAULT_API_URL = "https://slack.com/api/"
 THREAD_GONE = frozenset({"thread_not_found", "message_not_found"})
 CHANNEL_GONE = frozenset({"channel_not_found", "not_in_channel", "is_archived"})
@@ -62,7 +63,7 @@ class SlackChat:
 
     # ------------------------------------------------------------------ Chat
 
-    def post(self, s: Session, card: Card) -> str:
+    def post(self, s: Session, card: Card, key: str = "") -> str:
         # Files first: the card with its buttons stays the newest message of the thread, and the
         # service maps it to its stage the moment this returns.
         files = []
@@ -73,7 +74,44 @@ class SlackChat:
             files.append({"content": card.image, "filename": card.image_name or "chart.png", "title": card.title})
         if files:
             self.upload(s, files)
-        return message_id(s.channel, self._post(s, text=sb.fallback_text(card), blocks=sb.card_blocks(card)))
+        # The key rides in the message's metadata, so find_post can tell whether a post cut short by
+        # a crash reached Slack.
+        metadata = {"event_type": POST_EVENT, "event_payload": {"key": key}} if key else None
+        return message_id(s.channel, self._post(s, text=sb.fallback_text(card), blocks=sb.card_blocks(card),
+                                                metadata=metadata))
+
+    def find_post(self, s: Session, key: str) -> str | None:
+        """The card posted with this key in the session's thread, from the thread's own history."""
+        cursor = None
+        while True:
+            page = self.client.conversations_replies(channel=s.channel, ts=self.thread(s), cursor=cursor,
+                                                     include_all_metadata=True, limit=200)
+            for m in page.get("messages", []):
+                meta = m.get("metadata") or {}
+                if meta.get("event_type") == POST_EVENT and (meta.get("event_payload") or {}).get("key") == key:
+                    return message_id(s.channel, m["ts"])
+            cursor = (page.get("response_metadata") or {}).get("next_cursor")
+            if not cursor:
+                return None
+
+    def open_thread(self, item: dict) -> tuple[str, str] | None:
+        """A root message for a /kernel request; the person is told through the command's
+        response URL when Slack refuses it."""
+        try:
+            ts = self.post_root(item["channel"], item["announce"])
+        except SlackApiError as e:
+            self.answer(item.get("response_url"), f"I could not post in this channel ({slack_error(e)}). Invite me "
+                                                  "with `/invite @kernelbot`, then run the command again.")
+            return None
+        return ts, message_id(item["channel"], ts)
+
+    def answer(self, response_url: str | None, text: str) -> None:
+        """A private answer to a slash command, through its response URL (valid for 30 minutes)."""
+        if not response_url:
+            log.warning("no response URL to answer with: %s", text)
+            return
+        from slack_sdk.webhook import WebhookClient
+        WebhookClient(response_url).send(text=text, response_type="ephemeral")
 
     def update(self, s: Session, message_id: str, card: Card) -> None:
         channel, ts = split_message_id(message_id)

@@ -1,13 +1,17 @@
 """Persistent state in SQLite through sqlite-utils: sessions, revisions, approvals,
-jobs with their results, the effect outbox, platform message ids, handled events.
+jobs with their results, the inbox of platform events, the effect outbox, platform
+message ids.
 
-A session and the effects its transition produced are written in one transaction
-(:meth:`Store.save`), so a bot killed at any moment restarts with every approval
-and result it acknowledged, and finishes the effects it had not carried out.
+Every platform event is written to the inbox before it is acknowledged
+(:meth:`Store.receive`); a session, the effects its transition produced and the
+inbox event that caused it are written in one transaction (:meth:`Store.save`).
+So a bot killed at any moment restarts with every event it acknowledged, applies
+each exactly once, and finishes the effects it had not carried out.
 """
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 import threading
 import time
@@ -22,23 +26,34 @@ from bot.events import Effect
 from bot.model import Approval, Job, Revision, Session
 
 _SESSION_JSON = ("feedback", "usage")
+WRITE_WAIT_S = 30.0      # how long a write waits for another process's lock
+RECEIVE_WAIT_S = 2.0     # ... and an inbox write, which must be done before the platform's 3 s run out
+
+
+class StoreBusy(sqlite3.OperationalError):
+    """The store's write lock was not to be had in time."""
 
 
 class Store:
     def __init__(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
+        self.path = str(path)
+        conn = sqlite3.connect(self.path, check_same_thread=False, timeout=WRITE_WAIT_S)
         self.db = sqlite_utils.Database(conn)
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.lock = threading.RLock()          # one connection, shared by the bot's threads
-        self._create_tables()
+        self.lock = threading.RLock()          # the write connection, shared by the bot's threads
+        self._readers = threading.local()      # reads on a connection per thread: in WAL mode they
+        self._create_tables()                  # never wait for a writer, here or in another process
 
     @contextmanager
-    def _write(self) -> Iterator[None]:
+    def _write(self, wait_s: float = WRITE_WAIT_S) -> Iterator[None]:
         """One write transaction. BEGIN IMMEDIATE takes the write lock up front, waiting for other
         connections (the busy timeout) instead of failing at once, as a deferred transaction that
         read first and then tries to write can; sqlite-utils nests its own writes as savepoints."""
-        with self.lock:
+        if not self.lock.acquire(timeout=wait_s):
+            raise StoreBusy("database is locked (another write in this bot is waiting for it)")
+        try:
+            self.db.conn.execute(f"PRAGMA busy_timeout = {int(wait_s * 1000)}")
             self.db.conn.execute("BEGIN IMMEDIATE")
             try:
                 yield
@@ -46,6 +61,14 @@ class Store:
                 self.db.conn.execute("ROLLBACK")
                 raise
             self.db.conn.execute("COMMIT")
+        finally:
+            self.lock.release()
+
+    def _reads(self) -> sqlite_utils.Database:
+        db = getattr(self._readers, "db", None)
+        if db is None:
+            db = self._readers.db = sqlite_utils.Database(sqlite3.connect(self.path, timeout=WRITE_WAIT_S))
+        return db
 
     def _create_tables(self) -> None:
         t = self.db.table
@@ -65,21 +88,34 @@ class Store:
                           "created_at": float, "status": str, "attempt": int, "max_attempts": int,
                           "detail": str, "host": str, "device": str, "hb_value": float, "hb_seen_at": float,
                           "updated_at": float, "result": str}, pk="id", if_not_exists=True)
-        t("outbox").create({"id": int, "session_id": str, "effect": str, "created_at": float},
-                           pk="id", if_not_exists=True)
+        t("outbox").create({"id": int, "session_id": str, "effect": str, "created_at": float, "tries": int,
+                            "key": str}, pk="id", if_not_exists=True)
+        for column in ("tries", "key"):                    # a store from before posts had keys
+            if column not in t("outbox").columns_dict:
+                t("outbox").add_column(column, int if column == "tries" else str)
         t("messages").create({"platform": str, "message_id": str, "session_id": str, "kind": str,
                               "stage": str, "rev": int, "job_id": str},
                              pk=("platform", "message_id"), if_not_exists=True)
-        t("handled_events").create({"platform": str, "event_id": str, "at": float},
-                                   pk=("platform", "event_id"), if_not_exists=True)
+        t("inbox").create({"id": int, "platform": str, "key": str, "item": str, "received_at": float,
+                           "done_at": float, "outcome": str, "tries": int, "error": str}, pk="id", if_not_exists=True)
+        t("inbox").create_index(["platform", "key"], unique=True, if_not_exists=True)
+        t("inbox").create_index(["done_at"], if_not_exists=True)
         t("jobs").create_index(["status"], if_not_exists=True)
         t("messages").create_index(["session_id", "kind", "stage", "rev"], if_not_exists=True)
 
     # ------------------------------------------------------------------ sessions
 
-    def save(self, s: Session, effects: list[Effect] = ()) -> list[int]:
-        """Write the session and queue its effects, atomically. Returns outbox ids."""
+    def save(self, s: Session, effects: list[Effect] = (), inbox_id: int | None = None,
+             root: str | None = None) -> list[int]:
+        """Write the session and queue its effects, atomically. inbox_id: the inbox event this
+        transition applied, marked done (with the session's id) in the same transaction; root:
+        the platform message id of the thread a new session opens in. Returns outbox ids."""
         with self._write():
+            if inbox_id is not None:
+                self._inbox_done(inbox_id, s.id)
+            if root:
+                self.db["messages"].upsert({"platform": s.platform, "message_id": root, "session_id": s.id,
+                                            "kind": "root"}, pk=("platform", "message_id"))
             row = {k: v for k, v in asdict(s).items() if k not in ("revisions", "approvals", "jobs")}
             for key in _SESSION_JSON:
                 row[key] = json.dumps(row[key])
@@ -94,26 +130,17 @@ class Store:
             ids = []
             for e in effects:
                 ids.append(self.db["outbox"].insert({"session_id": s.id, "effect": json.dumps(e.to_dict()),
-                                                     "created_at": time.time()}).last_pk)
+                                                     "created_at": time.time(), "tries": 0,
+                                                     "key": secrets.token_hex(8)}).last_pk)
             return ids
 
     def load(self, session_id: str) -> Session | None:
-        with self.lock:
-            rows = list(self.db["sessions"].rows_where("id = ?", [session_id]))
-            if not rows:
-                return None
-            row = rows[0]
-            for key in _SESSION_JSON:
-                row[key] = json.loads(row[key] or "{}")
-            row["generating"] = bool(row["generating"])
-            s = Session(**row)
-            s.revisions = [_revision(r) for r in self.db["revisions"].rows_where(
-                "session_id = ?", [session_id], order_by="created_at, rev")]
-            s.approvals = [Approval(**{k: v for k, v in r.items() if k != "session_id"})
-                           for r in self.db["approvals"].rows_where("session_id = ?", [session_id], order_by="at")]
-            s.jobs = [_job(r) for r in self.db["jobs"].rows_where("session_id = ?", [session_id],
-                                                                  order_by="created_at, id")]
-            return s
+        db = self._reads()
+        db.conn.execute("BEGIN")                   # one snapshot for the session and its rows
+        try:
+            return _session(db, session_id)
+        finally:
+            db.conn.execute("COMMIT")
 
     def session_ids(self, status: str | None = None, channel: str | None = None,
                     platform: str | None = None) -> list[str]:
@@ -122,23 +149,33 @@ class Store:
             if val is not None:
                 where.append(f"{col} = ?")
                 args.append(val)
-        with self.lock:
-            return [r["id"] for r in self.db["sessions"].rows_where(
-                " and ".join(where) or None, args, order_by="created_at", select="id")]
+        db = self._reads()
+        return [r["id"] for r in db["sessions"].rows_where(
+            " and ".join(where) or None, args, order_by="created_at", select="id")]
 
     def open_jobs(self) -> list[tuple[str, str]]:
         """(session_id, job_id) of every job still waiting for a result."""
-        with self.lock:
-            return [(r["session_id"], r["id"]) for r in self.db["jobs"].rows_where(
-                "status in ('queued', 'running')", order_by="created_at", select="session_id, id")]
+        db = self._reads()
+        return [(r["session_id"], r["id"]) for r in db["jobs"].rows_where(
+            "status in ('queued', 'running')", order_by="created_at", select="session_id, id")]
 
     # ------------------------------------------------------------------ outbox
 
     def pending_effects(self, session_id: str | None = None) -> list[tuple[int, str, Effect]]:
         where, args = ("session_id = ?", [session_id]) if session_id else (None, [])
-        with self.lock:
-            return [(r["id"], r["session_id"], Effect.from_dict(json.loads(r["effect"])))
-                    for r in self.db["outbox"].rows_where(where, args, order_by="id")]
+        db = self._reads()
+        return [(r["id"], r["session_id"], Effect.from_dict(json.loads(r["effect"])))
+                for r in db["outbox"].rows_where(where, args, order_by="id")]
+
+    def effect_attempt(self, effect_id: int) -> tuple[str, int]:
+        """Record one more try at carrying out an effect: (its key, unique to it and the same on every
+        try; how many tries came before: a post tried before may have reached the platform without
+        its message id being recorded)."""
+        with self._write():
+            row = self.db.execute("select key, coalesce(tries, 0) from outbox where id = ?", [effect_id]).fetchone()
+            self.db.execute("update outbox set tries = coalesce(tries, 0) + 1 where id = ?", [effect_id])
+        key, tries = row if row else (None, 0)
+        return key or f"kb{effect_id}", tries
 
     def effect_done(self, effect_id: int) -> None:
         with self._write():
@@ -161,27 +198,81 @@ class Store:
             if val is not None:
                 clauses.append(f"{col} = ?")
                 args.append(val)
-        with self.lock:
-            rows = list(self.db["messages"].rows_where(" and ".join(clauses), args, select="message_id"))
+        db = self._reads()
+        rows = list(db["messages"].rows_where(" and ".join(clauses), args, select="message_id"))
         return rows[-1]["message_id"] if rows else None
 
     def message(self, platform: str, message_id: str) -> dict | None:
-        with self.lock:
-            rows = list(self.db["messages"].rows_where("platform = ? and message_id = ?", [platform, message_id]))
+        db = self._reads()
+        rows = list(db["messages"].rows_where("platform = ? and message_id = ?", [platform, message_id]))
         return rows[0] if rows else None
 
-    def first_time(self, platform: str, event_id: str) -> bool:
-        """Record a platform event id; False if it was handled before (platforms redeliver)."""
+    # ------------------------------------------------------------------ inbox
+
+    def receive(self, platform: str, key: str, item: dict) -> int | None:
+        """Write a platform event to the inbox before it is acknowledged. Returns its inbox id,
+        or None when this key was received before (platforms redeliver). Waits RECEIVE_WAIT_S at
+        most for the write lock: a platform that gets no answer redelivers, a person is told."""
+        with self._write(RECEIVE_WAIT_S):
+            cur = self.db.execute("insert or ignore into inbox (platform, key, item, received_at, tries, error) "
+                                  "values (?, ?, ?, ?, 0, '')", [platform, key, json.dumps(item), time.time()])
+            return cur.lastrowid if cur.rowcount == 1 else None
+
+    def inbox_item(self, inbox_id: int) -> tuple[dict, str | None] | None:
+        """(the event as received, None while it waits, else its outcome: the id of the session it
+        changed, or why it changed none), or None for an unknown id."""
+        db = self._reads()
+        rows = list(db["inbox"].rows_where("id = ?", [inbox_id], select="item, done_at, outcome"))
+        if not rows:
+            return None
+        return json.loads(rows[0]["item"]), (rows[0]["outcome"] if rows[0]["done_at"] is not None else None)
+
+    def pending_inbox(self) -> list[int]:
+        """Inbox ids received but not yet applied, oldest first."""
+        db = self._reads()
+        return [r["id"] for r in db["inbox"].rows_where("done_at is null", order_by="id", select="id")]
+
+    def update_inbox_item(self, inbox_id: int, item: dict) -> None:
+        """Record what processing learnt on the way (a thread it opened) before it goes on."""
         with self._write():
-            cur = self.db.execute("insert or ignore into handled_events (platform, event_id, at) values (?, ?, ?)",
-                                  [platform, event_id, time.time()])
-            return cur.rowcount == 1
+            self.db.execute("update inbox set item = ? where id = ?", [json.dumps(item), inbox_id])
+
+    def inbox_done(self, inbox_id: int, outcome: str = "") -> None:
+        """An inbox event that changed no session (its session is gone, say): done, and why."""
+        with self._write():
+            self._inbox_done(inbox_id, outcome)
+
+    def inbox_failed(self, inbox_id: int, error: str) -> int:
+        """One more failed try at an inbox event; how many there have been."""
+        with self._write():
+            self.db.execute("update inbox set tries = tries + 1, error = ? where id = ?", [error[:500], inbox_id])
+            return self.db.execute("select tries from inbox where id = ?", [inbox_id]).fetchone()[0]
+
+    def _inbox_done(self, inbox_id: int, outcome: str) -> None:
+        self.db.execute("update inbox set done_at = ?, outcome = ? where id = ?", [time.time(), outcome, inbox_id])
 
     def sessions(self, ids: list[str]) -> Iterator[Session]:
         for sid in ids:
             s = self.load(sid)
             if s:
                 yield s
+
+
+def _session(db: sqlite_utils.Database, session_id: str) -> Session | None:
+    rows = list(db["sessions"].rows_where("id = ?", [session_id]))
+    if not rows:
+        return None
+    row = rows[0]
+    for key in _SESSION_JSON:
+        row[key] = json.loads(row[key] or "{}")
+    row["generating"] = bool(row["generating"])
+    s = Session(**row)
+    s.revisions = [_revision(r) for r in db["revisions"].rows_where(
+        "session_id = ?", [session_id], order_by="created_at, rev")]
+    s.approvals = [Approval(**{k: v for k, v in r.items() if k != "session_id"})
+                   for r in db["approvals"].rows_where("session_id = ?", [session_id], order_by="at")]
+    s.jobs = [_job(r) for r in db["jobs"].rows_where("session_id = ?", [session_id], order_by="created_at, id")]
+    return s
 
 
 def _revision_row(r: Revision) -> dict:

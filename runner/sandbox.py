@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from runner import protocol
+from runner import protocol, workdirs
 
 GiB = 2**30
 # The directory that holds the runner package: on the child's PYTHONPATH so `-m runner.harness` imports.
@@ -504,7 +504,7 @@ class _Wrapper:
     def _stage(self, src: str) -> str:
         """A directory uid can reach on which the child (root, before it drops) binds src."""
         if self.staging is None:
-            self.staging = tempfile.mkdtemp(prefix="kernelbot-sandbox-", dir="/tmp")
+            self.staging = workdirs.staging_dir()
             os.chmod(self.staging, 0o755)
         target = os.path.join(self.staging, str(len(self.staged)))
         if os.path.isdir(src):
@@ -547,18 +547,9 @@ class _Wrapper:
         return env
 
     def cleanup(self) -> None:
-        """Remove the staging directory: each entry alone, never recursively (were a bind seen
-        here, a recursive delete would empty what it shows)."""
-        for _, target in self.staged:
-            try:
-                os.rmdir(target) if os.path.isdir(target) else os.unlink(target)
-            except OSError:
-                pass
+        """Remove the staging directory (never recursively: runner.workdirs.remove_staging)."""
         if self.staging is not None:
-            try:
-                os.rmdir(self.staging)
-            except OSError:
-                pass
+            workdirs.remove_staging(self.staging, [target for _, target in self.staged])
 
 
 def _share(workdir: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -17,14 +18,13 @@ import signal
 import socket
 import statistics
 import subprocess
-import tempfile
 import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Callable
 
-from runner import integrity, jobfiles, protocol, sandbox
+from runner import integrity, jobfiles, protocol, sandbox, workdirs
 
 DEFAULT_TIMEOUT_S = 900.0
 MAX_TIMEOUT_S = 4 * 3600.0
@@ -139,11 +139,15 @@ def execute_job(job: dict, progress: Callable[[str], None], *, backend: str | No
         return {**result, "summary": f"bad job: {e}", "finished_at": time.time()}
     except sandbox.SandboxUnavailable as e:
         return {**result, "summary": f"this runner cannot run generated code: {e}", "finished_at": time.time()}
+    problem = environment_problem(backend)
+    if problem:
+        return {**result, "environment": True, "finished_at": time.time(),
+                "summary": f"this runner cannot run {job['kind']} jobs: {problem}"}
     if job.get("backend", backend) != backend:
         result["warnings"].append(f"the job asked for backend {job['backend']}; it ran on {backend}")
     deadline = time.monotonic() + job["timeout_s"]
     share = 2 / 3 if job["kind"] in GENERATED_TEST else 1.0    # leave the generated tests a third
-    with tempfile.TemporaryDirectory(prefix=f"kernelbot-{job['job_id'][:40]}-") as tmp:
+    with workdirs.job_dir(job["job_id"]) as tmp:
         progress("harness")
         harness, outcome, last = run_harness(job, Path(tmp) / "harness", backend, gpu,
                                              job["timeout_s"] * share, progress, cancel, static_check)
@@ -160,6 +164,39 @@ def execute_job(job: dict, progress: Callable[[str], None], *, backend: str | No
         progress("chart")
         _add_chart(result, job)
     return {**result, "status": status, "summary": summary, "finished_at": time.time()}
+
+
+ENVIRONMENT_CHECK = """
+import importlib, sys
+missing = []
+for name in ("torch", "triton", "pytest", "matplotlib", "numpy"):
+    try:
+        importlib.import_module(name)
+    except Exception as e:
+        missing.append(f"{name} ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})")
+if missing:
+    sys.exit("cannot import " + ", ".join(missing))
+if sys.argv[1] == "cuda":
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit("torch sees no CUDA GPU (torch " + torch.__version__ + ")")
+"""
+
+
+@functools.cache
+def environment_problem(backend: str) -> str:
+    """What this host lacks to run jobs of the backend, or '': the runner's Python imports every
+    package a stage uses (in a child, so a broken install cannot take the runner down), and sees
+    a GPU for CUDA. Checked once per process."""
+    try:
+        proc = subprocess.run(sandbox.python_cmd("-c", ENVIRONMENT_CHECK, protocol.device_type(backend)),
+                              capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"the runner's Python could not be checked ({e})"
+    if proc.returncode == 0:
+        return ""
+    why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+    return f"{why}; install what is missing on this host: pip install 'kernelbot[runner]'"
 
 
 def _sandboxed(cmd: list[str], workdir: Path, job: dict, backend: str, gpu: int | None, limits: sandbox.Limits,
@@ -391,6 +428,14 @@ class Runner:
     def say(self, text: str) -> None:
         print(f"[runner {self.backend}] {text}", flush=True)
 
+    def report_alive(self) -> None:
+        """The runner's alive record; a store that refuses it (disk full, locked) is logged and
+        tried again on the next tick, never the end of the runner."""
+        try:
+            self.queue.put_runner_alive(self.presence())
+        except Exception as e:
+            self.say(f"could not write the alive record (retrying): {type(e).__name__}: {e}")
+
     def presence(self) -> dict:
         return {"ts": time.time(), "host": HOST, "pid": os.getpid(), "device": self.device,
                 "backend": self.backend, "busy": self.current}
@@ -442,10 +487,15 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
     for signum in (signal.SIGTERM, signal.SIGINT):   # after start(): ours replace Huey's handlers
         signal.signal(signum, lambda *_: runner.stopping.set())
     runner.say(f"serving queue {protocol.queue_name(backend)} at {queue_url} on {runner.device} (pid {os.getpid()})")
-    queue.put_runner_alive(runner.presence())      # now: the sandbox probes below take seconds
+    runner.report_alive()                          # now: the sandbox probes below take seconds
+    swept = workdirs.sweep()
+    if swept:
+        runner.say(f"removed {len(swept)} work directories left by runners that died")
     runner.say(sandbox.isolation().summary())   # without one, untrusted jobs are refused unless KERNELBOT_SANDBOX=none
+    problem = environment_problem(backend)
+    runner.say(f"cannot run jobs here: {problem}" if problem else "environment: torch, triton, pytest, matplotlib")
     while True:
-        queue.put_runner_alive(runner.presence())
+        runner.report_alive()
         if runner.stopping.wait(min(runner.heartbeat_s, 5.0)):
             break
     runner.say("stopping")

@@ -252,10 +252,10 @@ def test_reconnect_mid_session_loses_nothing_and_handles_nothing_twice(make_bot,
     card(bot, "3/6 Reference test · r1")
     assert len(fake.identified) == 1 and fake.resumed[-1]["session_id"] == session_id
     assert fake.resumed[-1]["seq"] > mark
-    wait_until(lambda: len(fake.calls_to("POST", f"/interactions/{approve}/")) == 2)
-    assert len(fake.interactions[approve].responses) == 1, "the replayed click was not answered twice"
-
     time.sleep(0.3)                                     # give a wrongly repeated event time to show
+    # The replayed click is in the inbox already: it is neither applied nor answered again.
+    assert len(fake.calls_to("POST", f"/interactions/{approve}/")) == 1
+    assert len(fake.interactions[approve].responses) == 1
     s = bot.session()
     assert [r.rev for r in s.revisions_of("spec")] == [1, 2] and s.feedback["spec"] == ["use shape 8x16 instead"]
     assert [(a.stage, a.approver) for a in s.approvals] == [("spec", mate), ("reference", mate)]

@@ -113,7 +113,7 @@ def test_redelivered_event_is_handled_once(env):
     wait_for(lambda: latest_rev(svc, s.id, "reference") == 1)
     svc.dispatch(s.id, Approve("reference", 1, "bob"), event_key="evt-1")     # same id: ignored
     assert svc.store.load(s.id).stage == "reference"
-    assert make().store.first_time("console", "evt-1") is False          # remembered across restarts
+    assert make().store.receive("console", "evt-1", {}) is None          # remembered across restarts
 
 
 def test_generation_error_is_shown_and_session_stays(env):

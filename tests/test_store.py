@@ -39,7 +39,7 @@ def test_two_connections_write_concurrently_without_lock_errors(tmp_path):
                 store.save(s)
                 store.load(s.id)                       # a read before the next write, as listeners do
                 store.map_message("slack", f"{prefix}-m{i}", s.id, "root")
-                store.first_time("slack", f"{prefix}-e{i}")
+                store.receive("slack", f"{prefix}-e{i}", {"op": "event"})
         except Exception as e:                          # noqa: BLE001 - collected for the assertion
             errors.append(e)
 

@@ -389,7 +389,13 @@ class FakeDiscord(LoopbackServer):
     def _post_message(self, body: dict, files: dict[str, bytes], cid: str):
         if cid not in self.channels:
             return 404, _unknown("Channel", 10003)
-        msg = self._message(cid, self.users[BOT_ID], body.get("content") or "", body, files)
+        nonce = body.get("nonce") if body.get("enforce_nonce") else None
+        repeat = next((m for m in self.messages.values() if nonce and m.get("nonce") == nonce
+                       and m["channel_id"] == cid and m["author"]["id"] == BOT_ID), None)
+        if repeat is not None:            # Discord: an enforced nonce seen recently returns that message
+            return repeat
+        msg = self._message(cid, self.users[BOT_ID], body.get("content") or "", body, files,
+                            **({"nonce": nonce} if nonce else {}))
         self._queue_dispatch("MESSAGE_CREATE", {**msg, "guild_id": GUILD, "member": self.member(BOT_ID, False)})
         return msg
 

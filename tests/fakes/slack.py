@@ -28,7 +28,7 @@ from aiohttp import WSMsgType, web
 from fakes.loopback import LoopbackServer
 
 TEAM, APP_ID, BOT_USER, BOT_ID = "T0TEAM0001", "A0KBOT0001", "U0KBOT0001", "B0KBOT0001"
-_JSON_FIELDS = ("blocks", "view", "files", "attachments")
+_JSON_FIELDS = ("blocks", "view", "files", "attachments", "metadata")
 
 
 @dataclass
@@ -156,9 +156,25 @@ class FakeSlack(LoopbackServer):
             return {"ok": False, "error": "channel_not_found"}
         if thread and (channel, thread) not in self.messages:
             return {"ok": False, "error": "thread_not_found"}
+        extra = {"metadata": args["metadata"]} if args.get("metadata") else {}
         msg = self._add_message(channel, BOT_USER, args.get("text", ""), thread, blocks=args.get("blocks"),
-                                bot_id=BOT_ID)
+                                bot_id=BOT_ID, **extra)
         return {"ok": True, "channel": channel, "ts": msg["ts"], "message": msg}
+
+    def _conversations_replies(self, args: dict, token: str) -> dict:
+        """The thread's messages, oldest first, in pages of `limit`; metadata only when asked for."""
+        channel, ts = args.get("channel"), args.get("ts")
+        if (channel, ts) not in self.messages:
+            return {"ok": False, "error": "thread_not_found"}
+        thread = [m for (c, _), m in sorted(self.messages.items(), key=lambda kv: float(kv[0][1]))
+                  if c == channel and (m["ts"] == ts or m.get("thread_ts") == ts)]
+        start, limit = int(args.get("cursor") or 0), int(args.get("limit") or 1000)
+        with_meta = str(args.get("include_all_metadata")).lower() in ("1", "true")
+        page = [m if with_meta else {k: v for k, v in m.items() if k != "metadata"}
+                for m in thread[start:start + limit]]
+        more = start + limit < len(thread)
+        return {"ok": True, "messages": page, "has_more": more,
+                "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
 
     def _chat_update(self, args: dict, token: str) -> dict:
         key = (args.get("channel"), args.get("ts"))
