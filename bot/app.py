@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -87,9 +88,11 @@ class LocalRunner:
                   else f"  {isolation.summary()}\n")
         env = {**os.environ, "KERNELBOT_HEARTBEAT_S": str(self.cfg.heartbeat_s)}
         with open(self.log_path, "ab") as log:
+            # SIGTERM when this command dies, however it dies: a runner it started for itself ends with it.
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "runner.worker", "--backend", self.backend, "--queue", self.cfg.queue_url],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(Path(__file__).resolve().parent.parent))
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(Path(__file__).resolve().parent.parent),
+                preexec_fn=sandbox.on_parent_death(signal.SIGTERM))
         deadline = time.time() + 120
         while not queue.runner_alive(RUNNER_ALIVE_S):
             if self.proc.poll() is not None:

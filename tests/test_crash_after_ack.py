@@ -1,0 +1,157 @@
+"""The bot killed right after Slack got its answer: `kernelbot slack --http` as a real process
+against the loopback Slack (tests/fakes/slack.py), an approval clicked, the bot SIGKILLed 0-30 ms
+after the 200, then started again on the same store. Every other trial another process holds the
+store's write lock for half a second while the click arrives (a bot that answered Slack before
+writing anything would be killed with nothing written). Each approval must be applied exactly
+once, and the card it leads to posted exactly once. A few trials run in CI; the marked slow
+suite runs KERNELBOT_CRASH_TRIALS (default 20)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("slack_bolt", reason="the Slack adapter needs the slack extra")
+
+from fakes.runner import wait_until
+from fakes.slack import FakeSlack
+
+from bot import slack_blocks as sb
+from bot.store import Store
+from runner.queue import JobQueue
+
+ROOT = Path(__file__).resolve().parent.parent
+USER, MATE = "U0DEV00001", "U0MATE0001"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BotProcess:
+    """`kernelbot slack --http` on its own port, logging to a file."""
+
+    def __init__(self, fake: FakeSlack, home: Path, n: int) -> None:
+        port = free_port()
+        self.log = home / f"bot-{n}.log"
+        env = {**os.environ, "KERNELBOT_HOME": str(home), "KERNELBOT_BACKEND": "cpu", "SLACK_BOT_TOKEN": "xoxb-test",
+               "SLACK_SIGNING_SECRET": fake.signing_secret, "KERNELBOT_SLACK_API_URL": fake.api_url,
+               "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "slack", "--http", "--port", str(port)],
+                                     cwd=ROOT, env=env, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        wait_until(lambda: "over HTTP" in self.log.read_text() or self.proc.poll() is not None, timeout=120)
+        assert self.proc.poll() is None, self.log.read_text()[-3000:]
+        fake.app_url = f"http://127.0.0.1:{port}/slack/events"
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+def header(msg: dict) -> str:
+    return next((b["text"]["text"] for b in msg.get("blocks") or [] if b["type"] == "header"), "")
+
+
+def cards_in(fake: FakeSlack, thread: str, title: str) -> list[dict]:
+    return [m for m in list(fake.messages.values()) if m.get("thread_ts") == thread and header(m) == title]
+
+
+def approve_button(msg: dict) -> dict:
+    value = next(e["value"] for b in msg["blocks"] if b["type"] == "actions" for e in b["elements"]
+                 if e["action_id"] == sb.PREFIX + "approve")
+    return {"value": value, "ts": msg["ts"]}
+
+
+def spec_card(fake: FakeSlack, request: str) -> dict:
+    assert fake.deliver("command", fake.command(request, USER)).status == 200
+    root = fake.find_message(lambda m: request in m.get("text", "") and not m.get("thread_ts"), timeout=60)
+    return fake.find_message(lambda m: m.get("thread_ts") == root["ts"] and header(m) == "1/6 Spec · r1", timeout=60)
+
+
+def run_trials(tmp_path: Path, trials: int) -> list[str]:
+    """Each trial: a new session, its spec approved, the bot killed after the ack; the problems found."""
+    home = tmp_path / "home"
+    home.mkdir()
+    # A runner that says it is alive, so the bot starts none (these trials never reach a job).
+    JobQueue(f"sqlite:///{home / 'queue.db'}", "cpu").put_runner_alive({"ts": time.time() + 86400, "host": "test"})
+    fake = FakeSlack().start()
+    problems: list[str] = []
+    try:
+        bot = BotProcess(fake, home, 0)
+        for n in range(trials):
+            spec = spec_card(fake, f"add two fp32 tensors of shape {n + 2}x8")
+            button = approve_button(spec)
+            delay_ms = [0, 0, 10, 20, 30][n % 5] + random.uniform(0, 5)
+            click = fake.button(MATE, spec["channel"], button["ts"], sb.PREFIX + "approve", button["value"])
+            delivered = click_then_kill(fake, bot, click, delay_ms, home / "kernelbot.db" if n % 2 == 0 else None)
+            assert delivered.status == 200, delivered
+            bot = BotProcess(fake, home, n + 1)
+            problems += check_trial(fake, home, spec, n, delay_ms)
+        bot.kill()
+    finally:
+        fake.close()
+    return problems
+
+
+def click_then_kill(fake: FakeSlack, bot: BotProcess, click: dict, delay_ms: float, locked: Path | None):
+    """Deliver the click and kill the bot delay_ms after Slack's 200; with locked, the store's write
+    lock is held by this process from before the click until half a second after it."""
+    answers = []
+
+    def deliver() -> None:
+        answers.append(fake.deliver("interactive", click))
+        time.sleep(delay_ms / 1000)
+        bot.kill()
+
+    holder = sqlite3.connect(locked, isolation_level=None) if locked else None
+    if holder:
+        holder.execute("BEGIN IMMEDIATE")
+    clicking = threading.Thread(target=deliver)
+    clicking.start()
+    if holder:
+        time.sleep(0.5)
+        holder.execute("ROLLBACK")
+        holder.close()
+    clicking.join()
+    return answers[0]
+
+
+def check_trial(fake: FakeSlack, home: Path, spec: dict, n: int, delay_ms: float) -> list[str]:
+    store = Store(home / "kernelbot.db")
+    sid = json.loads(json.dumps(store.message("slack", f"{spec['channel']}:{spec['thread_ts']}")))["session_id"]
+    try:
+        wait_until(lambda: store.load(sid).stage == "reference" and cards_in(fake, spec["thread_ts"],
+                                                                            "2/6 PyTorch reference · r1"), timeout=60)
+    except AssertionError:
+        return [f"trial {n} ({delay_ms:.0f} ms): the approval was lost (stage {store.load(sid).stage})"]
+    time.sleep(0.5)                                        # a duplicate would show by now
+    s = store.load(sid)
+    found = []
+    if len([a for a in s.approvals if a.stage == "spec"]) != 1:
+        found.append(f"trial {n} ({delay_ms:.0f} ms): {len(s.approvals)} approvals of the spec")
+    posted = len(cards_in(fake, spec["thread_ts"], "2/6 PyTorch reference · r1"))
+    if posted != 1:
+        found.append(f"trial {n} ({delay_ms:.0f} ms): the reference card was posted {posted} times")
+    return found
+
+
+def test_an_approval_acked_just_before_the_bot_is_killed_is_applied_once(tmp_path):
+    assert run_trials(tmp_path, 3) == []
+
+
+@pytest.mark.slow
+def test_many_kills_right_after_the_ack_lose_nothing_and_repeat_nothing(tmp_path):
+    trials = int(os.environ.get("KERNELBOT_CRASH_TRIALS", 20))
+    assert run_trials(tmp_path, trials) == []
