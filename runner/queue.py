@@ -14,6 +14,7 @@ Imports only huey and the standard library: a bot host has no torch.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -26,16 +27,25 @@ from runner import protocol
 TASK_NAME = "kernelbot.run_job"
 
 
+CHECK_FILE_S = 1.0      # how often a SQLite queue's file is checked for having been replaced
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file of a SQLite queue URL (sqlite:///abs/path.db or a bare path); None for Redis."""
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    if url.startswith("sqlite://"):
+        return "/" + url.removeprefix("sqlite://").lstrip("/")
+    if "://" in url:
+        raise ValueError(f"unsupported queue URL {url!r}; use sqlite:///path/to/queue.db or redis://host:6379/0")
+    return str(Path(url).expanduser())
+
+
 def make_huey(url: str, name: str):
     """sqlite:///abs/path.db (or a bare path) -> SqliteHuey; redis://host:port/db -> RedisHuey."""
-    if url.startswith(("redis://", "rediss://", "unix://")):
+    path = sqlite_path(url)
+    if path is None:
         return RedisHuey(name, url=url, results=False)
-    if url.startswith("sqlite://"):
-        path = "/" + url.removeprefix("sqlite://").lstrip("/")
-    elif "://" in url:
-        raise ValueError(f"unsupported queue URL {url!r}; use sqlite:///path/to/queue.db or redis://host:6379/0")
-    else:
-        path = str(Path(url).expanduser())
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return SqliteHuey(name, filename=path, results=False)
 
@@ -44,10 +54,49 @@ class JobQueue:
     def __init__(self, url: str, backend: str) -> None:
         self.url = url
         self.backend = backend
-        self.huey = make_huey(url, protocol.queue_name(backend))
+        self.path = sqlite_path(url)
         # Set by runner.worker.serve; without it the task builds a default runner (huey immediate mode).
         self.handler: Callable[[dict], None] | None = None
-        self._task = self.huey.task(name=TASK_NAME)(self._run_job)
+        self.opened = 0         # how many times the file was opened: a consumer serves the one it started on
+        self._open()
+
+    def _open(self) -> None:
+        self.opened += 1
+        self._huey = make_huey(self.url, protocol.queue_name(self.backend))
+        self._task = self._huey.task(name=TASK_NAME)(self._run_job)
+        self._file = self._identity()
+        self._checked = time.monotonic()
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except (OSError, TypeError):
+            return None
+        return st.st_dev, st.st_ino
+
+    def reopened(self) -> bool:
+        """Whether the SQLite file was deleted or replaced since it was opened, in which case the
+        queue is opened again on the file now at its path (Huey's connections would go on using
+        the old one, where nobody else looks)."""
+        if self.path is None:
+            return False
+        self._checked = time.monotonic()
+        now = self._identity()
+        if now is not None and now == self._file:
+            return False
+        self._open()
+        return True
+
+    @property
+    def huey(self):
+        """The Huey instance on the queue's current file (checked at most every CHECK_FILE_S)."""
+        if self.path is not None and time.monotonic() - self._checked > CHECK_FILE_S:
+            self.reopened()
+        return self._huey
+
+    def _current_task(self):
+        self.huey      # noqa: B018 - the file check, so the task is the current file's
+        return self._task
 
     def _run_job(self, job: dict) -> None:
         handler = self.handler
@@ -58,7 +107,7 @@ class JobQueue:
 
     # --- bot side -------------------------------------------------------------------
     def enqueue(self, job: dict) -> None:
-        self._task(job)
+        self._current_task()(job)
 
     def pending_count(self) -> int:
         return self.huey.pending_count()
@@ -97,7 +146,8 @@ class JobQueue:
         self._write(protocol.runner_key(self.backend), data)
 
     def consumer(self):
-        """A Huey consumer with one worker thread: one job at a time on this runner's GPU."""
+        """A Huey consumer with one worker thread: one job at a time on this runner's GPU. It stays
+        on the file it started on: a runner checks reopened() and starts a new one."""
         return self.huey.create_consumer(workers=1, worker_type="thread", periodic=False,
                                          max_delay=1.0)
 

@@ -475,6 +475,14 @@ class Runner:
         self.say(f"job {job_id}: {result['status']}: {result['summary']}")
 
 
+def start_consumer(queue, runner: Runner):
+    consumer = queue.consumer()
+    consumer.start()
+    for signum in (signal.SIGTERM, signal.SIGINT):   # after start(): ours replace Huey's handlers
+        signal.signal(signum, lambda *_: runner.stopping.set())
+    return consumer
+
+
 def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: float | None = None) -> None:
     """Consume the backend's queue until SIGTERM or SIGINT. A job running then is stopped
     (its sandbox killed) and gets no result: the bot re-queues it when its heartbeat goes stale."""
@@ -482,10 +490,7 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
     queue = JobQueue(queue_url, backend)
     runner = Runner(queue, gpu, heartbeat_s)
     queue.handler = runner.handle
-    consumer = queue.consumer()
-    consumer.start()
-    for signum in (signal.SIGTERM, signal.SIGINT):   # after start(): ours replace Huey's handlers
-        signal.signal(signum, lambda *_: runner.stopping.set())
+    consumer, serving = start_consumer(queue, runner), queue.opened
     runner.say(f"serving queue {protocol.queue_name(backend)} at {queue_url} on {runner.device} (pid {os.getpid()})")
     runner.report_alive()                          # now: the sandbox probes below take seconds
     swept = workdirs.sweep()
@@ -496,6 +501,11 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
     runner.say(f"cannot run jobs here: {problem}" if problem else "environment: torch, triton, pytest, matplotlib")
     while True:
         runner.report_alive()
+        queue.reopened()
+        if queue.opened != serving:     # the SQLite file was deleted or replaced: serve the one there now
+            runner.say(f"the queue file {queue.path} was replaced or deleted: serving the one there now")
+            consumer.stop(graceful=True)
+            consumer, serving = start_consumer(queue, runner), queue.opened
         if runner.stopping.wait(min(runner.heartbeat_s, 5.0)):
             break
     runner.say("stopping")

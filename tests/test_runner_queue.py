@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.queue import JobQueue
+from runner.queue import CHECK_FILE_S, JobQueue
 
 REPO = Path(__file__).resolve().parent.parent
 ADD = Path(__file__).parent / "fixtures" / "runner" / "add"
@@ -159,3 +159,28 @@ def test_results_heartbeats_and_presence_are_json_in_the_store(tmp_path):
     assert not other_backend.is_pending("j-waiting")
     raw = queue.huey.storage.peek_data("runner:cpu")
     assert raw.startswith(b"{")    # JSON, never pickle
+
+
+def test_a_deleted_queue_file_is_noticed_by_the_bot_and_the_runner(tmp_path, monkeypatch):
+    """The queue's SQLite file is deleted under a running runner and a bot that has it open: both
+    move to the file made at its path, so a job queued afterwards is run, not queued into nothing."""
+    url = f"sqlite://{tmp_path}/queue.db"
+    log = tmp_path / "runner.log"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KERNELBOT_HEARTBEAT_S": str(HEARTBEAT_S), "PYTHONUNBUFFERED": "1"}
+    bot = JobQueue(url, "cpu")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "runner.worker", "--backend", "cpu", "--queue", url],
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: bot.runner_alive(max_age_s=10), timeout_s=30)
+        for leftover in tmp_path.glob("queue.db*"):
+            leftover.unlink()
+        time.sleep(CHECK_FILE_S + 0.1)
+        bot.enqueue({"job_id": "j-after", "kind": "kernel_test", "files": {"spec.json": "{}"}})
+        assert (tmp_path / "queue.db").exists(), "the bot queued into the deleted file"
+        result = wait_for(lambda: bot.pop_result("j-after"), timeout_s=60)
+        assert result["status"] == "error" and "needs reference.py" in result["summary"]
+        assert "was replaced or deleted: serving the one there now" in log.read_text()
+    finally:
+        proc.kill()
+        proc.wait()
