@@ -1,5 +1,6 @@
 """Per-job work directories, named for the process that made them, so that a runner starting
-up removes what a killed runner (or its judge) left behind, and never a live one's."""
+up removes what a killed runner (or its judge, or a killed `kernelbot verify`) left behind, and
+never what a live process is using."""
 from __future__ import annotations
 
 import os
@@ -55,11 +56,12 @@ def sweep(roots: tuple[str, ...] | None = None) -> list[str]:
 
 
 def _alive(pid: int) -> bool:
-    """Whether pid is a live kernelbot runner or judge (a pid reused by anything else is not)."""
-    if pid == os.getpid():
-        return True
+    """Whether pid is a live process. Any process counts (a command such as `kernelbot verify` runs
+    jobs in its own process): a pid reused by another program only delays the sweep."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
-    return b"runner." in cmdline
+    except PermissionError:
+        return True
+    return True

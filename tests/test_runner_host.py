@@ -30,8 +30,15 @@ def test_sweep_removes_what_dead_runners_left_and_keeps_live_ones(tmp_path):
     mine.mkdir()
     other = tmp_path / "kernelbot-something-else"
     other.mkdir()
-    assert sorted(workdirs.sweep((str(tmp_path),))) == sorted([str(gone), str(staging)])
-    assert not gone.exists() and not staging.exists() and mine.exists() and other.exists()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:   # a live process of any kind (a `kernelbot verify` runs its job in its own process)
+        verifying = tmp_path / f"{workdirs.JOB_PREFIX}{sleeper.pid}-job3-ghi"
+        verifying.mkdir()
+        assert sorted(workdirs.sweep((str(tmp_path),))) == sorted([str(gone), str(staging)])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not gone.exists() and not staging.exists() and mine.exists() and other.exists() and verifying.exists()
 
 
 def test_a_job_directory_is_named_for_its_runner_and_removed_after_the_job():
