@@ -7,6 +7,8 @@ failing test or benchmark) and exits non-zero; either way it exports what exists
 from __future__ import annotations
 
 import getpass
+import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -20,9 +22,59 @@ from bot.generator import VERIFICATION, failed_verification
 from bot.model import DONE, Session
 from bot.repl import Repl
 from bot.service import Service
+from bot.store import Store
 
 POLL_S = 0.2
 PROGRESS_EVERY_S = 15.0
+DRIVER_EVERY_S = 5.0        # how often a run refreshes its driver record
+DRIVER_FRESH_S = 30.0       # a driver record older than this belongs to a run that is gone
+HOST = socket.gethostname()
+
+
+def driver_alive(record: dict | None) -> bool:
+    """Whether the `kernelbot run` of a driver record still drives its session."""
+    if record is None or time.time() - record["seen_at"] > DRIVER_FRESH_S:
+        return False
+    if record["host"] != HOST:
+        return True
+    try:
+        os.kill(record["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def resumable(store: Store, out_dir: str, request: str | None, resume: str | None) -> Session | None:
+    """The session a run continues: --resume's, or the active one an earlier run of the same
+    request into the same --out left when it died. SystemExit naming the problem when a session
+    is still driven by a live run, or --resume names nothing to resume."""
+    if resume:
+        s = store.load(resume)
+        if s is None:
+            raise SystemExit(f"kernelbot run: no session {resume!r} in {store.path}; `kernelbot status` lists them")
+        if not s.active:
+            raise SystemExit(f"kernelbot run: session {s.id} is {s.status}; nothing to resume "
+                             f"(`kernelbot status {s.id}` shows it)")
+        _refuse_if_driven(store.driver(s.id), s)
+        return s
+    for record in store.driven_into(out_dir):
+        s = store.load(record["session_id"])
+        if s is None or not s.active:
+            continue
+        _refuse_if_driven(record, s)
+        if request is None or s.request == request:
+            return s
+        print(f"note: session {s.id} ({s.request!r}) was left unfinished in {out_dir}: `kernelbot run --resume "
+              f"{s.id} --out {out_dir}` continues it, `kernelbot cancel {s.id}` ends it", file=sys.stderr)
+    return None
+
+
+def _refuse_if_driven(record: dict | None, s: Session) -> None:
+    if driver_alive(record) and record["pid"] != os.getpid():
+        raise SystemExit(f"kernelbot run: session {s.id} is being driven by another run (pid {record['pid']} on "
+                         f"{record['host']}, exporting to {record['out_dir']}); wait for it or stop it first")
 
 
 def awaiting_review(s: Session) -> bool:
@@ -46,16 +98,28 @@ def failed(s: Session) -> str | None:
     return None
 
 
-def run(request: str, out_dir: Path, cfg: Config, yes: bool, timeout_s: float | None = None) -> int:
+def run(request: str | None, out_dir: Path, cfg: Config, yes: bool, timeout_s: float | None = None,
+        resume: str | None = None) -> int:
+    """Drive a new session for request, or continue one whose run died (resume, or the same
+    request into the same out_dir); export it into out_dir."""
     chat = ConsoleChat(image_dir=cfg.home / "charts", full_code=not yes)
     svc = make_service(cfg, chat)
+    out = str(out_dir.resolve())
+    s = resumable(svc.store, out, request, resume)
+    if s is None and not request:
+        raise SystemExit(f"kernelbot run: no unfinished session exports to {out}; give a request to start one")
     runner = LocalRunner(cfg, cfg.backend)
     user = getpass.getuser() or "you"
     try:
         runner.ensure(svc)
         svc.recover()
-        s = svc.start(request, user=user)
-        s = _drive(svc, runner, s.id, None if yes else Repl(svc, user), timeout_s)
+        if s is not None:
+            print(f"resuming session {s.id} at {stages.label(s.stage)} ({s.request!r}): the run that drove it is gone")
+        s = s or svc.start(request, user=user)
+        sid = s.id
+        touch = lambda: svc.store.drive(sid, os.getpid(), HOST, out)   # noqa: E731
+        touch()
+        s = _drive(svc, runner, sid, None if yes else Repl(svc, user), timeout_s, touch)
     except KeyboardInterrupt:
         s = svc.dispatch(s.id, Cancel("you (Ctrl-C)")) if "s" in locals() else None
         print("\ninterrupted", file=sys.stderr)
@@ -74,10 +138,15 @@ def run(request: str, out_dir: Path, cfg: Config, yes: bool, timeout_s: float | 
     return 1
 
 
-def _drive(svc: Service, runner: LocalRunner, sid: str, repl: Repl | None, timeout_s: float | None) -> Session:
-    """Poll until the session ends or fails; approve (repl None) or ask the person at each stage."""
-    start = last_progress = time.time()
+def _drive(svc: Service, runner: LocalRunner, sid: str, repl: Repl | None, timeout_s: float | None,
+           touch) -> Session:
+    """Poll until the session ends or fails; approve (repl None) or ask the person at each stage.
+    touch(): refresh this run's driver record, now and then."""
+    start = last_progress = last_touch = time.time()
     while True:
+        if time.time() - last_touch > DRIVER_EVERY_S:
+            touch()
+            last_touch = time.time()
         svc.poll_jobs()
         s = svc.store.load(sid)
         if s.open_job(s.stage):

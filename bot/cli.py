@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
 import os
@@ -33,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--generator", choices=MODES, help=GENERATOR_HELP)
 
     run = sub.add_parser("run", help="one request through all six stages")
-    run.add_argument("request", help='e.g. "relu(x + y) for fp16 4096x4096"')
+    run.add_argument("request", nargs="?", help='e.g. "relu(x + y) for fp16 4096x4096"; leave it out with --resume, '
+                                                "or to continue the unfinished session of an earlier run into --out")
+    run.add_argument("--resume", metavar="ID", help="continue this session (one whose run died) instead of starting one")
     run.add_argument("--yes", action="store_true", help="approve every stage as it is posted")
     run.add_argument("--out", type=Path, required=True, help="directory for the artifacts and report")
     run.add_argument("--backend", type=_backend)
@@ -78,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--table-only", action="store_true", help="run nothing: the table and targets from the "
                                                                  "reports an earlier run left in --out")
 
+    cancel = sub.add_parser("cancel", help="cancel a session (one whose run died, say)")
+    cancel.add_argument("session")
+
     status = sub.add_parser("status", help="sessions in the store, or one session in full")
     status.add_argument("session", nargs="?")
     status.add_argument("--show", metavar="STAGE:REV", help="print one revision in full, e.g. kernel:2 "
@@ -91,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from bot.config import Config
     cfg = Config.from_env(backend=getattr(args, "backend", None), generator=getattr(args, "generator", None))
-    commands = {"chat": _chat, "run": _run, "runner": _runner, "verify": _verify, "status": _status,
+    commands = {"chat": _chat, "run": _run, "runner": _runner, "verify": _verify, "status": _status, "cancel": _cancel,
                 "slack": _slack, "discord": _discord, "bench": _bench}
     return commands[args.command](args, cfg)
 
@@ -103,7 +109,7 @@ def _chat(args, cfg) -> int:
 
 def _run(args, cfg) -> int:
     from bot.autorun import run
-    return run(args.request, args.out, cfg, yes=args.yes, timeout_s=args.timeout)
+    return run(args.request, args.out, cfg, yes=args.yes, timeout_s=args.timeout, resume=args.resume)
 
 
 def _bench(args, cfg) -> int:
@@ -157,13 +163,43 @@ def _status(args, cfg) -> int:
             return 1
         if args.show:
             return _show_revision(s, args.show)
-        print(render(cards.summary_card(s)))
+        print(render(cards.summary_card(s)) + _driver_note(store, s))
         print("\n".join(format_table(_revision_rows(s))))
         return 0
     for s in store.sessions(store.session_ids()):
         tokens = f"  {s.usage['total_tokens']} tokens" if s.usage.get("total_tokens") else ""
-        print(f"{s.id}  {s.status:<9} {s.stage:<15} {s.request[:70]}{tokens}")
+        print(f"{s.id}  {s.status:<9} {s.stage:<15} {s.request[:70]}{tokens}{_driver_note(store, s)}")
     return 0
+
+
+def _cancel(args, cfg) -> int:
+    from bot.app import make_service
+    from bot.console import ConsoleChat
+    from bot.events import Cancel
+    svc = make_service(cfg, ConsoleChat())
+    try:
+        s = svc.store.load(args.session)
+        if s is None or not s.active:
+            print(f"kernelbot cancel: {'no session ' + repr(args.session) if s is None else f'session {s.id} is ' + s.status}"
+                  "; `kernelbot status` lists the sessions", file=sys.stderr)
+            return 1
+        s = svc.dispatch(s.id, Cancel(getpass.getuser() or "you"))
+        print(f"session {s.id}: {s.status}")
+        return 0
+    finally:
+        svc.shutdown()
+
+
+def _driver_note(store, s) -> str:
+    """For an active session a `kernelbot run` drove: whether that run is gone, and what to do."""
+    from bot.autorun import driver_alive
+    record = store.driver(s.id) if s.active else None
+    if record is None:
+        return ""
+    if driver_alive(record):
+        return f"  (driven by pid {record['pid']} on {record['host']})"
+    return (f"  (its run died: `kernelbot run --resume {s.id} --out {record['out_dir']}` continues it, "
+            f"`kernelbot cancel {s.id}` ends it)")
 
 
 def _revision_rows(s) -> list[list[str]]:

@@ -100,6 +100,8 @@ class Store:
                            "done_at": float, "outcome": str, "tries": int, "error": str}, pk="id", if_not_exists=True)
         t("inbox").create_index(["platform", "key"], unique=True, if_not_exists=True)
         t("inbox").create_index(["done_at"], if_not_exists=True)
+        t("drivers").create({"session_id": str, "pid": int, "host": str, "out_dir": str, "seen_at": float},
+                            pk="session_id", if_not_exists=True)
         t("jobs").create_index(["status"], if_not_exists=True)
         t("messages").create_index(["session_id", "kind", "stage", "rev"], if_not_exists=True)
 
@@ -250,6 +252,22 @@ class Store:
 
     def _inbox_done(self, inbox_id: int, outcome: str) -> None:
         self.db.execute("update inbox set done_at = ?, outcome = ? where id = ?", [time.time(), outcome, inbox_id])
+
+    # ------------------------------------------------------------------ drivers (kernelbot run)
+
+    def drive(self, session_id: str, pid: int, host: str, out_dir: str) -> None:
+        """Record (or refresh) the process that drives a session from a terminal, and where it exports."""
+        with self._write():
+            self.db["drivers"].upsert({"session_id": session_id, "pid": pid, "host": host, "out_dir": out_dir,
+                                       "seen_at": time.time()}, pk="session_id")
+
+    def driver(self, session_id: str) -> dict | None:
+        rows = list(self._reads()["drivers"].rows_where("session_id = ?", [session_id]))
+        return rows[0] if rows else None
+
+    def driven_into(self, out_dir: str) -> list[dict]:
+        """The driver records of sessions exported into out_dir, newest first."""
+        return list(self._reads()["drivers"].rows_where("out_dir = ?", [out_dir], order_by="seen_at desc"))
 
     def sessions(self, ids: list[str]) -> Iterator[Session]:
         for sid in ids:

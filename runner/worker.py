@@ -460,6 +460,8 @@ class Runner:
         try:
             result = execute_job(job, progress, backend=self.backend, gpu=self.gpu, cancel=self.stopping)
         except Cancelled:
+            beat.stop()
+            beat.beat("abandoned")      # the bot re-queues it now, not when the heartbeat goes stale
             self.say(f"job {job_id}: stopped with the runner; left for the bot to re-queue")
             return
         except Exception as e:   # the runner's own fault: answer anyway, so the bot is not left waiting

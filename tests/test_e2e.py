@@ -195,3 +195,37 @@ def test_runner_killed_mid_job_is_requeued_and_finishes(tmp_path):
             if proc and proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait(30)
+
+
+def test_run_killed_and_run_again_resumes_its_session(tmp_path):
+    """`kernelbot run` SIGKILLed mid-session: status says its run died, the same command continues
+    that session (no second one), the runner the killed run started is gone with it."""
+    from bot.store import Store
+    home, out, log = tmp_path / "home", tmp_path / "out", tmp_path / "first.log"
+    request = "relu(x) for fp32 64x48"
+    env = {**os.environ, "KERNELBOT_HOME": str(home), "KERNELBOT_BACKEND": "cpu", "KERNELBOT_HEARTBEAT_S": "1",
+           "PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen([sys.executable, "-m", "bot.cli", "run", request, "--yes", "--out", str(out)],
+                             cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    try:
+        end = time.time() + 300
+        while "queued for a cpu runner" not in log.read_text() and time.time() < end and first.poll() is None:
+            time.sleep(0.2)
+        assert "queued for a cpu runner" in log.read_text(), log.read_text()[-3000:]
+    finally:
+        first.kill()
+        first.wait(10)
+    end = time.time() + 60                                  # the runner gets SIGTERM when its parent dies
+    while time.time() < end and subprocess.run(["pgrep", "-f", f"runner.worker.*{home}"]).returncode == 0:
+        time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-f", f"runner.worker.*{home}"]).returncode == 1, "the killed run's runner lives"
+
+    status = kernelbot(["status"], home)
+    assert "its run died" in status.stdout and f"--out {out}" in status.stdout, status.stdout
+
+    again = kernelbot(["run", request, "--yes", "--out", str(out)], home)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "resuming session" in again.stdout and "all six stages passed" in again.stdout
+    store = Store(home / "kernelbot.db")
+    assert len(store.session_ids()) == 1
+    assert (out / "kernel.py").is_file() and (out / "REPORT.md").is_file()

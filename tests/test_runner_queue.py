@@ -131,6 +131,7 @@ def test_sigterm_mid_job_stops_the_runner_and_leaves_the_job_for_requeue(runner)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
     assert queue.peek_result("j-hang") is None
+    assert queue.heartbeat("j-hang")["state"] == "abandoned"        # the bot re-queues it at once
     assert "left for the bot to re-queue" in log.read_text()
 
 

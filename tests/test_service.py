@@ -171,6 +171,15 @@ def test_stale_heartbeat_requeues_with_next_attempt(env):
     assert svc.store.load(sid).job(job_id).status == "queued"
 
 
+def test_a_runner_that_stops_mid_job_has_it_requeued_at_once(env):
+    make, out, queue, gen, clock = env
+    svc, sid, job_id = reference_test_job(make)
+    queue.beats[job_id] = {"ts": 1.0, "state": "abandoned", "detail": "pytest", "host": "h1", "attempt": 1}
+    svc.poll_jobs()                                         # no waiting for the heartbeat to go stale
+    assert queue.jobs[-1]["job_id"] == job_id and queue.jobs[-1]["attempt"] == 2
+    assert "the runner on h1 stopped mid-job" in out.getvalue() and job_id not in queue.beats
+
+
 def test_late_duplicate_result_changes_nothing(env):
     make, out, queue, gen, clock = env
     svc, sid, job_id = reference_test_job(make)
