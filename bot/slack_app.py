@@ -142,10 +142,24 @@ class SlackBot:
         """Middleware: an event that means something to a session goes into the inbox before Bolt
         acknowledges it. A store that refuses raises, so Slack gets an error and redelivers."""
         if body.get("type") == "event_callback":
-            item = self._event_item(body.get("event") or {}, context.get("bot_user_id"))
+            event = body.get("event") or {}
+            item = self._event_item(event, context.get("bot_user_id"))
             if item is not None:
-                context["kernelbot_inbox"] = self.svc.receive(body.get("event_id") or None, item)
+                try:
+                    context["kernelbot_inbox"] = self.svc.receive(body.get("event_id") or None, item)
+                except sqlite3.Error as e:
+                    self._tell_event(event, f"{store_problem(e)}. Slack sends this again shortly; if it still "
+                                            "fails, say it again once the bot host is fixed.")
+                    raise
         next()
+
+    def _tell_event(self, event: dict, text: str) -> None:
+        item = event.get("item") or {}
+        channel = event.get("channel") or item.get("channel")
+        try:
+            self.chat.tell(channel, event.get("user", ""), text, event.get("thread_ts") or item.get("ts"))
+        except Exception as e:                              # told nothing: Slack's retry still comes
+            log.warning("could not tell %s that an event was not saved: %s", event.get("user"), e)
 
     def _event_item(self, event: dict, bot_user: str | None) -> dict | None:
         kind = event.get("type")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sqlite3
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -385,6 +388,64 @@ def test_rate_limit_is_waited_out_and_channel_errors_are_explained(make_bot, fak
         wait_until(lambda: not bot.store.pending_effects())
     finally:
         stop.set()
+
+
+def test_a_locked_store_is_said_to_the_person_and_reads_still_answer(make_bot, fake):
+    bot = make_bot()
+    spec = start(bot)
+    holder = sqlite3.connect(bot.cfg.db_path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")                  # another process holds the write lock
+    try:
+        listed = fake.deliver("command", fake.command("list", REQUESTER))
+        assert listed.seconds < 1.0 and bot.session().id in json.dumps(listed.body)
+        assert click(fake, TEAMMATE, spec, "approve").status == 200
+        ephemeral(fake, TEAMMATE, "cannot save: the bot's store is locked by another process; nothing was done")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert not bot.session().approvals
+    click(fake, TEAMMATE, spec, "approve")             # the person tries again, as told
+    card(bot, "2/6 PyTorch reference · r1")
+    assert len(bot.session().approvals) == 1
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs for the bot's home (root only: skipped where mount is refused)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root): the full-disk case runs in CI, as root")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)])
+
+
+def fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_disk_is_said_and_the_redelivered_event_applies(fake, small_disk):
+    bot = Bot(fake, small_disk, "http")
+    try:
+        spec = start(bot)
+        filler = fill(small_disk)
+        reply = fake.message(REQUESTER, "use shape 8x16 instead", thread_ts=spec["thread_ts"])
+        assert fake.deliver("event", reply).status >= 500     # not acknowledged: Slack will send it again
+        ephemeral(fake, REQUESTER, "cannot save: disk full on the bot host")
+        os.unlink(filler)
+        assert fake.deliver("event", reply, retry=1).status == 200
+        card(bot, "1/6 Spec · r2")
+        assert bot.session().feedback["spec"] == ["use shape 8x16 instead"]
+    finally:
+        bot.close()
 
 
 # ------------------------------------------------------------------ rendering, parsing, setup
