@@ -72,6 +72,9 @@ from runner import protocol, workdirs
 GiB = 2**30
 # The directory that holds the runner package: on the child's PYTHONPATH so `-m runner.harness` imports.
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+# The source tree around the runner package, which a job must not see; none for an installed
+# kernelbot, whose package sits in the Python's own site-packages (bound whole).
+SOURCE_TREE = None if Path(PACKAGE_PARENT).name in ("site-packages", "dist-packages") else PACKAGE_PARENT
 
 PASS_THROUGH = (
     "PATH", "LANG", "LC_ALL", "TZ",
@@ -586,7 +589,7 @@ def _covered(path: str, dirs: list[str]) -> bool:
 
 def _exposes(path: str) -> bool:
     """Whether binding path would show the repository around the runner package or a home directory."""
-    kept = [PACKAGE_PARENT, os.path.expanduser("~")]
+    kept = [p for p in (SOURCE_TREE, os.path.expanduser("~")) if p]
     return path == "/" or any(k == path or k.startswith(path.rstrip("/") + "/") for k in kept)
 
 
@@ -611,7 +614,8 @@ def _python_dirs() -> list[str]:
                                            or os.path.basename(p) in ("site-packages", "dist-packages"))]
     python = [*installed, *found, os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
     # Of the repository, only a virtual environment in it.
-    python = [p for p in python if os.path.isdir(p) and (not _covered(os.path.abspath(p), [PACKAGE_PARENT])
+    python = [p for p in python if os.path.isdir(p) and (SOURCE_TREE is None
+                                                         or not _covered(os.path.abspath(p), [SOURCE_TREE])
                                                          or _covered(os.path.abspath(p), prefixes))]
     return _minimal(python + [os.path.join(PACKAGE_PARENT, "runner")])
 

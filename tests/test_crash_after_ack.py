@@ -3,8 +3,8 @@ against the loopback Slack (tests/fakes/slack.py), an approval clicked, the bot 
 after the 200, then started again on the same store. Every other trial another process holds the
 store's write lock for half a second while the click arrives (a bot that answered Slack before
 writing anything would be killed with nothing written). Each approval must be applied exactly
-once, and the card it leads to posted exactly once. A few trials run in CI; the marked slow
-suite runs KERNELBOT_CRASH_TRIALS (default 20)."""
+once, and the card it leads to posted exactly once. Three trials run in the regular suite;
+`python3 dev.py test -m soak` runs KERNELBOT_CRASH_TRIALS (default 20)."""
 from __future__ import annotations
 
 import json
@@ -151,7 +151,7 @@ def test_an_approval_acked_just_before_the_bot_is_killed_is_applied_once(tmp_pat
     assert run_trials(tmp_path, 3) == []
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_many_kills_right_after_the_ack_lose_nothing_and_repeat_nothing(tmp_path):
     trials = int(os.environ.get("KERNELBOT_CRASH_TRIALS", 20))
     assert run_trials(tmp_path, trials) == []

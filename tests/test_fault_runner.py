@@ -1,0 +1,95 @@
+"""Runners SIGKILLed at random points of a job: the real runner process on the real SQLite queue,
+the bot's service polling it. Each trial's job must finish exactly once on a runner started after
+the kill (or before it, if the kill came late), its result posted once, nothing left queued. Two
+trials run in the regular suite; `python3 dev.py test -m soak` runs KERNELBOT_FAULT_TRIALS
+(default 20)."""
+from __future__ import annotations
+
+import io
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bot.app import make_service
+from bot.autorun import awaiting_review
+from bot.config import Config
+from bot.console import ConsoleChat
+from bot.events import Approve
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start_runner(home: Path, queue_url: str) -> subprocess.Popen:
+    env = {**os.environ, "KERNELBOT_HEARTBEAT_S": "0.3"}
+    return subprocess.Popen([sys.executable, "-m", "runner.worker", "--backend", "cpu", "--queue", queue_url],
+                            cwd=ROOT, env=env, stdout=open(home / "runners.log", "a"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(10)
+
+
+def drive(svc, sid: str, until, timeout: float = 120.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        svc.poll_jobs()
+        s = svc.store.load(sid)
+        if until(s):
+            return s
+        if awaiting_review(s) and s.stage in ("spec", "reference", "reference_test"):
+            svc.dispatch(sid, Approve(s.stage, s.latest(s.stage).rev, "bob"))
+        time.sleep(0.05)
+    raise AssertionError(f"session {sid} stuck at {s.stage}: {[(j.id, j.status, j.attempt) for j in s.jobs]}")
+
+
+def run_trials(tmp_path: Path, trials: int) -> list[str]:
+    home = tmp_path / "home"
+    home.mkdir()
+    cfg = Config.from_env(backend="cpu")
+    cfg.home, cfg.db_path, cfg.queue_url = home, home / "kb.db", f"sqlite:///{home / 'queue.db'}"
+    cfg.stale_s, cfg.heartbeat_s = 3.0, 0.3
+    out = io.StringIO()
+    svc = make_service(cfg, ConsoleChat(out))
+    runner = start_runner(home, cfg.queue_url)
+    problems = []
+    try:
+        for n in range(trials):
+            s = svc.start(f"relu(x) for fp32 {n + 3}x5", "alice")
+            s = drive(svc, s.id, lambda s: any(j.stage == "reference_test" and j.status == "running" for j in s.jobs))
+            delay = random.uniform(0, 4.0)
+            time.sleep(delay)
+            kill(runner)
+            runner = start_runner(home, cfg.queue_url)
+            s = drive(svc, s.id, lambda s: s.stage == "kernel" or not s.active, timeout=180)
+            job = next(j for j in s.jobs if j.stage == "reference_test")
+            cards = out.getvalue().count(f"[{s.id}] Reference test result")
+            if s.stage != "kernel" or job.status != "pass":
+                problems.append(f"trial {n} (kill after {delay:.1f} s): {job.status} at {s.stage}: {job.result}")
+            if cards != 1:
+                problems.append(f"trial {n} (kill after {delay:.1f} s): the result was posted {cards} times")
+        if svc.store.open_jobs():
+            problems.append(f"jobs left open: {svc.store.open_jobs()}")
+    finally:
+        svc.shutdown()
+        kill(runner)
+    return problems
+
+
+def test_a_runner_killed_mid_job_has_its_job_finished_once(tmp_path):
+    assert run_trials(tmp_path, 2) == []
+
+
+@pytest.mark.soak
+def test_many_runner_kills_lose_nothing_and_repeat_nothing(tmp_path):
+    assert run_trials(tmp_path, int(os.environ.get("KERNELBOT_FAULT_TRIALS", 20))) == []
