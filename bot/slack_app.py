@@ -22,7 +22,6 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from slack_bolt import App, BoltRequest, BoltResponse
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 from slack_bolt.adapter.wsgi.http_request import WsgiHttpRequest
-from slack_sdk.errors import SlackApiError
 
 from bot import cards, report, stages
 from bot import slack_blocks as sb

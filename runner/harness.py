@@ -477,7 +477,6 @@ def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: di
         return []
     nbytes = sum(map(_nbytes, args)) + _nbytes(native)
     flops = 2 * native.numel() * reduce_len(ctx.spec, args, native.numel()) if ctx.spec.get("matmul") else 0
-    timing = plan.get("timing", {})
     fresh = inputs.make_inputs(ctx.spec, case, variant, SEEDS[1], ctx.device)
     fresh_out = reference_outputs(ctx, fresh)
     rows = []

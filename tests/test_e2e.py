@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from bot.app import make_service
-from bot.autorun import awaiting_review
 from bot.config import Config
 from bot.console import ConsoleChat
-from bot.events import Approve, Edit
+from bot.events import Edit
+from fakes.real_runner import drive, start_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "runner"
@@ -145,27 +145,6 @@ def test_chat_killed_mid_session_resumes_after_restart(tmp_path):
                 chat.proc.kill()
 
 
-def start_runner(home: Path, queue_url: str) -> subprocess.Popen:
-    env = {**os.environ, "KERNELBOT_HOME": str(home), "KERNELBOT_HEARTBEAT_S": "0.5"}
-    return subprocess.Popen([sys.executable, "-m", "runner.worker", "--backend", "cpu", "--queue", queue_url],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-
-
-def drive(svc, sid: str, until, timeout: float = 180.0, approve: bool = True):
-    """Poll the runner and approve each stage until `until(session)` holds."""
-    end = time.time() + timeout
-    while time.time() < end:
-        svc.poll_jobs()
-        s = svc.store.load(sid)
-        if until(s):
-            return s
-        if approve and awaiting_review(s):
-            svc.dispatch(sid, Approve(s.stage, s.latest(s.stage).rev, "bob"))
-        time.sleep(0.1)
-    raise AssertionError(f"session stuck at {s.stage}: {[(j.id, j.status, j.attempt) for j in s.jobs]}")
-
-
 def test_runner_killed_mid_job_is_requeued_and_finishes(tmp_path):
     home = tmp_path / "home"
     cfg = Config.from_env(backend="cpu")
@@ -185,7 +164,7 @@ def test_runner_killed_mid_job_is_requeued_and_finishes(tmp_path):
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(10)
         second = start_runner(home, cfg.queue_url)
-        s = drive(svc, s.id, lambda s: s.stage == "benchmark", approve=False, timeout=240)
+        s = drive(svc, s.id, lambda s: s.stage == "benchmark", approve=lambda s: False, timeout=240)
         job = next(j for j in s.jobs if j.stage == "kernel_test")
         assert (job.status, job.attempt) == ("pass", 2)
         assert "re-queued kernel test job (attempt 2/3)" in out.getvalue()

@@ -10,26 +10,20 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from fakes.real_runner import drive, start_runner
+
 from bot.app import make_service
-from bot.autorun import awaiting_review
 from bot.config import Config
 from bot.console import ConsoleChat
-from bot.events import Approve
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
-def start_runner(home: Path, queue_url: str) -> subprocess.Popen:
-    env = {**os.environ, "KERNELBOT_HEARTBEAT_S": "0.3"}
-    return subprocess.Popen([sys.executable, "-m", "runner.worker", "--backend", "cpu", "--queue", queue_url],
-                            cwd=ROOT, env=env, stdout=open(home / "runners.log", "a"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+def before_the_kernel(s) -> bool:
+    return s.stage in ("spec", "reference", "reference_test")
 
 
 def kill(proc: subprocess.Popen) -> None:
@@ -40,19 +34,6 @@ def kill(proc: subprocess.Popen) -> None:
     proc.wait(10)
 
 
-def drive(svc, sid: str, until, timeout: float = 120.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        svc.poll_jobs()
-        s = svc.store.load(sid)
-        if until(s):
-            return s
-        if awaiting_review(s) and s.stage in ("spec", "reference", "reference_test"):
-            svc.dispatch(sid, Approve(s.stage, s.latest(s.stage).rev, "bob"))
-        time.sleep(0.05)
-    raise AssertionError(f"session {sid} stuck at {s.stage}: {[(j.id, j.status, j.attempt) for j in s.jobs]}")
-
-
 def run_trials(tmp_path: Path, trials: int) -> list[str]:
     home = tmp_path / "home"
     home.mkdir()
@@ -61,17 +42,18 @@ def run_trials(tmp_path: Path, trials: int) -> list[str]:
     cfg.stale_s, cfg.heartbeat_s = 3.0, 0.3
     out = io.StringIO()
     svc = make_service(cfg, ConsoleChat(out))
-    runner = start_runner(home, cfg.queue_url)
+    runner = start_runner(home, cfg.queue_url, 0.3)
     problems = []
     try:
         for n in range(trials):
             s = svc.start(f"relu(x) for fp32 {n + 3}x5", "alice")
-            s = drive(svc, s.id, lambda s: any(j.stage == "reference_test" and j.status == "running" for j in s.jobs))
+            s = drive(svc, s.id, lambda s: any(j.stage == "reference_test" and j.status == "running" for j in s.jobs),
+                      approve=before_the_kernel)
             delay = random.uniform(0, 4.0)
             time.sleep(delay)
             kill(runner)
-            runner = start_runner(home, cfg.queue_url)
-            s = drive(svc, s.id, lambda s: s.stage == "kernel" or not s.active, timeout=180)
+            runner = start_runner(home, cfg.queue_url, 0.3)
+            s = drive(svc, s.id, lambda s: s.stage == "kernel" or not s.active, approve=before_the_kernel)
             job = next(j for j in s.jobs if j.stage == "reference_test")
             cards = out.getvalue().count(f"[{s.id}] Reference test result")
             if s.stage != "kernel" or job.status != "pass":
