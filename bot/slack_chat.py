@@ -12,6 +12,7 @@ from typing import Callable, TypeVar
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry import RetryHandler
 from slack_sdk.http_retry.builtin_handlers import (ConnectionErrorRetryHandler, RateLimitErrorRetryHandler,
                                                     ServerErrorRetryHandler)
 
@@ -34,10 +35,25 @@ class ChannelUnavailable(Exception):
     """The bot cannot post in the session's channel; the effect stays in the outbox and is retried."""
 
 
+# A call that makes a message, retried after an answer that was lost, could make it twice: it is
+# retried by the service's outbox instead, which first looks for the message (SlackChat.find_post).
+POSTS_ONCE = ("chat.postMessage",)
+
+
+def _not_for_posts(handler: type[RetryHandler]) -> type[RetryHandler]:
+    class Handler(handler):
+        def _can_retry(self, *, state, request, response=None, error=None) -> bool:
+            if request.url.rstrip("/").endswith(POSTS_ONCE):
+                return False
+            return super()._can_retry(state=state, request=request, response=response, error=error)
+    return Handler
+
+
 def web_client(token: str, base_url: str | None = None) -> WebClient:
-    """A WebClient that waits out rate limits (Retry-After) and retries connection and 5xx errors."""
-    retries = [ConnectionErrorRetryHandler(), RateLimitErrorRetryHandler(max_retry_count=3),
-               ServerErrorRetryHandler(max_retry_count=2)]
+    """A WebClient that waits out rate limits (Retry-After: nothing was done) and retries connection
+    and 5xx errors, except on calls that post (POSTS_ONCE)."""
+    retries = [_not_for_posts(ConnectionErrorRetryHandler)(), RateLimitErrorRetryHandler(max_retry_count=3),
+               _not_for_posts(ServerErrorRetryHandler)(max_retry_count=2)]
     return WebClient(token=token, base_url=(base_url or DEFAULT_API_URL).rstrip("/") + "/", retry_handlers=retries)
 
 

@@ -418,6 +418,22 @@ def test_rate_limits_are_waited_out_and_refusals_explained(make_bot, fake, caplo
     assert len(bot.store.session_ids()) == 1
 
 
+def test_a_card_whose_answer_was_lost_is_not_posted_twice(make_bot, fake):
+    bot = make_bot()
+    dev, mate = fake.user("dev"), fake.user("mate")
+    spec = start(bot, dev)
+    # Discord makes the next card but its answer is lost (a 500): discord.py sends the post again, with
+    # the same enforced nonce, and Discord answers with the message it already made.
+    fake.fail("POST", rf"/channels/{spec['channel_id']}/messages$", 500, after_doing_it=True)
+    click(fake, mate, spec, "approve")
+    ref = card(bot, "2/6 PyTorch reference · r1")
+    wait_until(lambda: not bot.store.pending_effects())
+    assert len([m for m in fake.channel_messages(spec["channel_id"]) if title(m) == "2/6 PyTorch reference · r1"]) == 1
+    assert len(fake.calls_to("POST", rf"/channels/{spec['channel_id']}/messages$",
+                             lambda c: (c.body or {}).get("nonce"))) >= 2
+    assert bot.chat.card_at(int(ref["id"]))
+
+
 # ------------------------------------------------------------------ rendering, parsing, setup
 
 def test_embeds_respect_discord_limits():

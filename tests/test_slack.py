@@ -409,6 +409,24 @@ def test_a_locked_store_is_said_to_the_person_and_reads_still_answer(make_bot, f
     assert len(bot.session().approvals) == 1
 
 
+def test_a_card_whose_answer_was_lost_is_found_not_posted_again(make_bot, fake):
+    bot = make_bot()
+    spec = start(bot)
+    # Slack posts the next card but its answer is lost (a 500): the outbox keeps the effect, and on
+    # its retry the bot finds the card by the key in its metadata instead of posting a second one.
+    fake.fail("chat.postMessage", "internal_error", status=500, after_doing_it=True)
+    click(fake, TEAMMATE, spec, "approve")
+    ref = fake.find_message(lambda m: header(m) == "2/6 PyTorch reference · r1")
+    wait_until(lambda: bot.store.pending_effects())
+    assert not bot.chat.card_at(ref["channel"], ref["ts"])
+    bot.svc.recover()                                   # the polling loop's retry pass
+    wait_until(lambda: bot.chat.card_at(ref["channel"], ref["ts"]))
+    assert len([m for m in fake.messages.values() if header(m) == "2/6 PyTorch reference · r1"]) == 1
+    assert fake.calls_to("conversations.replies")
+    click(fake, TEAMMATE, ref, "approve")               # the card found is the live one
+    card(bot, "3/6 Reference test · r1")
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 4 MiB tmpfs for the bot's home (root only: skipped where mount is refused)."""

@@ -88,7 +88,7 @@ class FakeDiscord(LoopbackServer):
         self.resumed: list[dict] = []                            # RESUME payloads
         self.heartbeats = 0
         self.connected = threading.Event()                       # a session is up on the socket
-        self._faults: list[tuple[str, re.Pattern, int, dict, dict]] = []
+        self._faults: list[tuple[str, re.Pattern, int, dict, dict, bool]] = []
         self._changed = threading.Condition()
         self._ws: web.WebSocketResponse | None = None
         self._session_id: str | None = None
@@ -157,13 +157,15 @@ class FakeDiscord(LoopbackServer):
                     if m["flags"] & EPHEMERAL and m.get("_for") == user and m["content"]]
 
     def fail(self, method: str, path: str, status: int, body: dict | None = None, retry_after: float | None = None,
-             times: int = 1) -> None:
-        """The next `times` calls matching answer with this error (429s carry retry_after as Discord sends it)."""
+             times: int = 1, after_doing_it: bool = False) -> None:
+        """The next `times` calls matching answer with this error (429s carry retry_after as Discord sends it).
+        after_doing_it: the call is carried out first (a message posted); only its answer is lost."""
         headers = {}
         if retry_after is not None:
             body = {"message": "You are being rate limited.", "retry_after": retry_after, "global": False}
             headers = {"Retry-After": str(retry_after), "Via": "1.1 google", "X-RateLimit-Scope": "user"}
-        self._faults += [(method, re.compile(path), status, body or {"message": "error", "code": 0}, headers)] * times
+        self._faults += [(method, re.compile(path), status, body or {"message": "error", "code": 0}, headers,
+                          after_doing_it)] * times
 
     def delete_thread(self, thread_id: str) -> None:
         """Someone deletes a thread: it and its messages are gone, and Discord says THREAD_DELETE."""
@@ -335,6 +337,8 @@ class FakeDiscord(LoopbackServer):
             fault = next((f for f in self._faults if f[0] == method and f[1].search(path)), None)
             if fault:
                 self._faults.remove(fault)
+                if fault[5]:
+                    self._route(method, path, body, files, request.headers.get("Authorization", ""))
                 self._changed.notify_all()
                 return _json(fault[3], fault[2], fault[4])
             answer = self._route(method, path, body, files, request.headers.get("Authorization", ""))

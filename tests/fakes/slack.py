@@ -67,7 +67,7 @@ class FakeSlack(LoopbackServer):
         self.views: dict[str, dict] = {}
         self.deliveries: list[Delivery] = []
         self._uploads: dict[str, dict] = {}                     # file_id -> {"filename", "length", "data"}
-        self._faults: list[tuple[str, int, dict, dict]] = []
+        self._faults: list[tuple[str, int, dict, dict, bool]] = []
         self._ids = itertools.count(1)
         self._changed = threading.Condition()
         self._acks: dict[str, asyncio.Future] = {}
@@ -109,10 +109,12 @@ class FakeSlack(LoopbackServer):
             return found()
 
     def fail(self, method: str, error: str, status: int = 200, retry_after: int | None = None,
-             times: int = 1) -> None:
-        """The next `times` calls to method answer with this error (429 + Retry-After for rate limits)."""
+             times: int = 1, after_doing_it: bool = False) -> None:
+        """The next `times` calls to method answer with this error (429 + Retry-After for rate limits).
+        after_doing_it: the call is carried out first (a message posted), and only its answer is the
+        error, as when Slack's response is lost on the way."""
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
-        self._faults += [(method, status, {"ok": False, "error": error}, headers)] * times
+        self._faults += [(method, status, {"ok": False, "error": error}, headers, after_doing_it)] * times
 
     def delete_thread(self, channel: str, ts: str) -> None:
         for key, msg in list(self.messages.items()):
@@ -130,6 +132,8 @@ class FakeSlack(LoopbackServer):
             fault = next((f for f in self._faults if f[0] == method), None)
             if fault:
                 self._faults.remove(fault)
+                if fault[4]:
+                    getattr(self, "_" + method.replace(".", "_"))(args, token)
                 body, status, headers = fault[2], fault[1], fault[3]
             elif not token:
                 body, status, headers = {"ok": False, "error": "not_authed"}, 200, {}
