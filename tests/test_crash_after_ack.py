@@ -80,8 +80,18 @@ def spec_card(fake: FakeSlack, request: str) -> dict:
     return fake.find_message(lambda m: m.get("thread_ts") == root["ts"] and header(m) == "1/6 Spec · r1", timeout=60)
 
 
-def run_trials(tmp_path: Path, trials: int) -> list[str]:
-    """Each trial: a new session, its spec approved, the bot killed after the ack; the problems found."""
+def right_after(n: int) -> float:
+    return [0, 0, 10, 20, 30][n % 5] + random.uniform(0, 5)
+
+
+def anywhere(n: int) -> float:
+    """Up to 0.6 s after the answer: while it generates the next stage, posts its card, maps it."""
+    return random.uniform(0, 600)
+
+
+def run_trials(tmp_path: Path, trials: int, delay_ms=right_after, kill_starts: bool = False) -> list[str]:
+    """Each trial: a new session, its spec approved, the bot killed delay_ms(n) after the ack; with
+    kill_starts, every third trial kills it after the /kernel command instead. The problems found."""
     home = tmp_path / "home"
     home.mkdir()
     # A runner that says it is alive, so the bot starts none (these trials never reach a job).
@@ -91,18 +101,48 @@ def run_trials(tmp_path: Path, trials: int) -> list[str]:
     try:
         bot = BotProcess(fake, home, 0)
         for n in range(trials):
-            spec = spec_card(fake, f"add two fp32 tensors of shape {n + 2}x8")
+            request = f"add two fp32 tensors of shape {n + 2}x8"
+            if kill_starts and n % 3 == 2:
+                bot = start_then_kill(fake, bot, home, request, n)
+                problems += check_start(fake, home, request, n)
+                continue
+            spec = spec_card(fake, request)
             button = approve_button(spec)
-            delay_ms = [0, 0, 10, 20, 30][n % 5] + random.uniform(0, 5)
+            delay = delay_ms(n)
             click = fake.button(MATE, spec["channel"], button["ts"], sb.PREFIX + "approve", button["value"])
-            delivered = click_then_kill(fake, bot, click, delay_ms, home / "kernelbot.db" if n % 2 == 0 else None)
+            delivered = click_then_kill(fake, bot, click, delay, home / "kernelbot.db" if n % 2 == 0 else None)
             assert delivered.status == 200, delivered
             bot = BotProcess(fake, home, n + 1)
-            problems += check_trial(fake, home, spec, n, delay_ms)
+            problems += check_trial(fake, home, spec, n, delay)
         bot.kill()
     finally:
         fake.close()
     return problems
+
+
+def start_then_kill(fake: FakeSlack, bot: BotProcess, home: Path, request: str, n: int) -> BotProcess:
+    assert fake.deliver("command", fake.command(request, USER)).status == 200
+    time.sleep(random.uniform(0, 0.4))
+    bot.kill()
+    return BotProcess(fake, home, n + 1)
+
+
+def check_start(fake: FakeSlack, home: Path, request: str, n: int) -> list[str]:
+    """A /kernel request cut off by a kill: one root, one session, one spec card."""
+    def roots() -> list[dict]:
+        return [m for m in list(fake.messages.values()) if request in m.get("text", "") and not m.get("thread_ts")]
+
+    try:
+        wait_until(lambda: roots() and cards_in(fake, roots()[0]["ts"], "1/6 Spec · r1"), timeout=60)
+    except AssertionError:
+        return [f"trial {n} (killed after the command): the request was lost"]
+    time.sleep(0.5)
+    store = Store(home / "kernelbot.db")
+    sessions = [sid for sid in store.session_ids() if store.load(sid).request == request]
+    found = [f"trial {n}: {len(roots())} root messages"] if len(roots()) != 1 else []
+    found += [f"trial {n}: {len(sessions)} sessions"] if len(sessions) != 1 else []
+    posted = len(cards_in(fake, roots()[0]["ts"], "1/6 Spec · r1"))
+    return found + ([f"trial {n}: the spec card was posted {posted} times"] if posted != 1 else [])
 
 
 def click_then_kill(fake: FakeSlack, bot: BotProcess, click: dict, delay_ms: float, locked: Path | None):
@@ -155,3 +195,9 @@ def test_an_approval_acked_just_before_the_bot_is_killed_is_applied_once(tmp_pat
 def test_many_kills_right_after_the_ack_lose_nothing_and_repeat_nothing(tmp_path):
     trials = int(os.environ.get("KERNELBOT_CRASH_TRIALS", 20))
     assert run_trials(tmp_path, trials) == []
+
+
+@pytest.mark.soak
+def test_many_kills_at_random_points_lose_nothing_and_repeat_nothing(tmp_path):
+    trials = int(os.environ.get("KERNELBOT_CRASH_TRIALS", 20))
+    assert run_trials(tmp_path, trials, anywhere, kill_starts=True) == []
