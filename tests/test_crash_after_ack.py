@@ -201,3 +201,90 @@ def test_many_kills_right_after_the_ack_lose_nothing_and_repeat_nothing(tmp_path
 def test_many_kills_at_random_points_lose_nothing_and_repeat_nothing(tmp_path):
     trials = int(os.environ.get("KERNELBOT_CRASH_TRIALS", 20))
     assert run_trials(tmp_path, trials, anywhere, kill_starts=True) == []
+
+
+# ------------------------------------------------------------------ the same on Discord
+
+class DiscordBotProcess:
+    """`kernelbot discord` against the loopback Discord (tests/fakes/discord.py)."""
+
+    def __init__(self, fake, home: Path, n: int) -> None:
+        from fakes.discord import GUILD, TOKEN
+        self.log = home / f"discord-{n}.log"
+        env = {**os.environ, "KERNELBOT_HOME": str(home), "KERNELBOT_BACKEND": "cpu", "DISCORD_TOKEN": TOKEN,
+               "KERNELBOT_DISCORD_API_URL": fake.api_url, "KERNELBOT_DISCORD_GATEWAY_URL": fake.gateway_url,
+               "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "discord", "--guild", GUILD], cwd=ROOT, env=env,
+                                     stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        wait_until(lambda: "kernelbot on Discord" in self.log.read_text() or self.proc.poll() is not None, timeout=120)
+        assert self.proc.poll() is None, self.log.read_text()[-3000:]
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+def embed_title(msg: dict) -> str:
+    return msg["embeds"][0].get("title", "") if msg.get("embeds") else ""
+
+
+def discord_trials(tmp_path: Path, trials: int, delay_ms=right_after) -> list[str]:
+    """Each trial: a /kernel session, its spec approved by a button, the bot killed delay_ms(n) after
+    it answered the click (the defer); restarted, it must apply the approval once."""
+    pytest.importorskip("discord", reason="the Discord adapter needs the discord extra")
+    from fakes.discord import FakeDiscord
+    home = tmp_path / "home"
+    home.mkdir()
+    JobQueue(f"sqlite:///{home / 'queue.db'}", "cpu").put_runner_alive({"ts": time.time() + 86400, "host": "test"})
+    fake = FakeDiscord().start()
+    problems: list[str] = []
+    try:
+        bot = DiscordBotProcess(fake, home, 0)
+        dev, mate = fake.user("dev"), fake.user("mate")
+        seen: set[str] = set()                             # the threads of earlier trials
+        for n in range(trials):
+            fake.slash(dev, request=f"add two fp32 tensors of shape {n + 2}x8")
+            spec = fake.find_message(lambda m: embed_title(m) == "1/6 Spec · r1" and m["components"]
+                                     and m["channel_id"] not in seen, timeout=60)
+            seen.add(spec["channel_id"])
+            approve = next(c["custom_id"] for row in spec["components"] for c in row["components"]
+                           if c["custom_id"].startswith("kb:approve:"))
+            wait_until(lambda: Store(home / "kernelbot.db").message("discord", spec["id"]), timeout=30)
+            clicked = fake.click(mate, spec, approve)
+            wait_until(lambda: fake.interactions[clicked].responses, timeout=10)
+            delay = delay_ms(n)
+            time.sleep(delay / 1000)
+            bot.kill()
+            bot = DiscordBotProcess(fake, home, n + 1)
+            problems += check_discord_trial(fake, home, spec["channel_id"], n, delay)
+        bot.kill()
+    finally:
+        fake.close()
+    return problems
+
+
+def cards_of(fake, thread: str, title: str) -> list[dict]:
+    return [m for m in fake.channel_messages(thread) if embed_title(m) == title]
+
+
+def check_discord_trial(fake, home: Path, thread: str, n: int, delay_ms: float) -> list[str]:
+    store = Store(home / "kernelbot.db")
+    sid = store.message("discord", thread)["session_id"]
+    try:
+        wait_until(lambda: store.load(sid).stage == "reference" and cards_of(fake, thread, "2/6 PyTorch reference · r1"),
+                   timeout=60)
+    except AssertionError:
+        return [f"discord trial {n} ({delay_ms:.0f} ms): the approval was lost (stage {store.load(sid).stage})"]
+    time.sleep(0.5)
+    s, posted = store.load(sid), len(cards_of(fake, thread, "2/6 PyTorch reference · r1"))
+    found = [f"discord trial {n}: {len(s.approvals)} approvals"] if len(s.approvals) != 1 else []
+    return found + ([f"discord trial {n}: the reference card was posted {posted} times"] if posted != 1 else [])
+
+
+def test_a_discord_click_answered_just_before_the_bot_is_killed_is_applied_once(tmp_path):
+    assert discord_trials(tmp_path, 3) == []
+
+
+@pytest.mark.soak
+def test_many_discord_kills_after_the_answer_lose_nothing_and_repeat_nothing(tmp_path):
+    assert discord_trials(tmp_path, int(os.environ.get("KERNELBOT_CRASH_TRIALS", 20)), anywhere) == []
