@@ -80,6 +80,15 @@ def spec_card(fake: FakeSlack, request: str) -> dict:
     return fake.find_message(lambda m: m.get("thread_ts") == root["ts"] and header(m) == "1/6 Spec · r1", timeout=60)
 
 
+def bot_home(tmp_path: Path) -> Path:
+    """KERNELBOT_HOME for the bot processes, with a runner that says it is alive, so the bot starts
+    none (these trials never reach a job)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    JobQueue(f"sqlite:///{home / 'queue.db'}", "cpu").put_runner_alive({"ts": time.time() + 86400, "host": "test"})
+    return home
+
+
 def right_after(n: int) -> float:
     return [0, 0, 10, 20, 30][n % 5] + random.uniform(0, 5)
 
@@ -92,10 +101,7 @@ def anywhere(n: int) -> float:
 def run_trials(tmp_path: Path, trials: int, delay_ms=right_after, kill_starts: bool = False) -> list[str]:
     """Each trial: a new session, its spec approved, the bot killed delay_ms(n) after the ack; with
     kill_starts, every third trial kills it after the /kernel command instead. The problems found."""
-    home = tmp_path / "home"
-    home.mkdir()
-    # A runner that says it is alive, so the bot starts none (these trials never reach a job).
-    JobQueue(f"sqlite:///{home / 'queue.db'}", "cpu").put_runner_alive({"ts": time.time() + 86400, "host": "test"})
+    home = bot_home(tmp_path)
     fake = FakeSlack().start()
     problems: list[str] = []
     try:
@@ -233,9 +239,7 @@ def discord_trials(tmp_path: Path, trials: int, delay_ms=right_after) -> list[st
     it answered the click (the defer); restarted, it must apply the approval once."""
     pytest.importorskip("discord", reason="the Discord adapter needs the discord extra")
     from fakes.discord import FakeDiscord
-    home = tmp_path / "home"
-    home.mkdir()
-    JobQueue(f"sqlite:///{home / 'queue.db'}", "cpu").put_runner_alive({"ts": time.time() + 86400, "host": "test"})
+    home = bot_home(tmp_path)
     fake = FakeDiscord().start()
     problems: list[str] = []
     try:
