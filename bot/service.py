@@ -81,6 +81,7 @@ class Service:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="generate")
         self._generating: set[int] = set()        # outbox ids whose generation is in flight
         self._failures: dict[int, int] = defaultdict(int)
+        self._inbox_tries: dict[int, int] = defaultdict(int)   # failed tries per inbox event, this process
         self._vanished: dict[str, float] = {}     # queued job id -> when it was first seen gone from the queue
         self.listeners: list[Callable[[Session], None]] = []   # told after every transition
 
@@ -130,13 +131,16 @@ class Service:
             raise
 
     def _inbox_failed(self, inbox_id: int, item: dict, error: Exception) -> None:
+        """Count a failed try (in memory: the store may be what fails); the person is told once, at
+        the INBOX_TELL_AFTER-th, that the event waits and why."""
         log.warning("inbox event %s not applied yet (%s); retried on the next recovery pass", inbox_id, error)
+        self._inbox_tries[inbox_id] += 1
         try:
-            tries = self.store.inbox_failed(inbox_id, str(error))
-        except Exception:                           # the store refuses this too: the next pass counts it
-            tries = INBOX_TELL_AFTER
+            self.store.inbox_failed(inbox_id, str(error))
+        except Exception as e:                      # the store refuses this too
+            log.warning("could not record the failed try at inbox event %s: %s", inbox_id, e)
         s = self.store.load(item["session"]) if item.get("session") else None
-        if tries == INBOX_TELL_AFTER and s is not None:
+        if self._inbox_tries[inbox_id] == INBOX_TELL_AFTER and s is not None:
             try:
                 self.chat.notify(s, f"kernelbot could not save your last action yet ({store_problem(error)}); "
                                     "it is kept and retried, nothing you did is lost.", item["event"].get("user"))

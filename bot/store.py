@@ -35,10 +35,12 @@ class StoreBusy(sqlite3.OperationalError):
 
 
 class Store:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, write_wait_s: float = WRITE_WAIT_S) -> None:
+        """write_wait_s: how long a write waits for another process's lock before it fails."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.path = str(path)
-        conn = sqlite3.connect(self.path, check_same_thread=False, timeout=WRITE_WAIT_S)
+        self.write_wait_s = write_wait_s
+        conn = sqlite3.connect(self.path, check_same_thread=False, timeout=write_wait_s)
         self.db = sqlite_utils.Database(conn)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.lock = threading.RLock()          # the write connection, shared by the bot's threads
@@ -46,10 +48,11 @@ class Store:
         self._create_tables()                  # never wait for a writer, here or in another process
 
     @contextmanager
-    def _write(self, wait_s: float = WRITE_WAIT_S) -> Iterator[None]:
+    def _write(self, wait_s: float | None = None) -> Iterator[None]:
         """One write transaction. BEGIN IMMEDIATE takes the write lock up front, waiting for other
         connections (the busy timeout) instead of failing at once, as a deferred transaction that
         read first and then tries to write can; sqlite-utils nests its own writes as savepoints."""
+        wait_s = self.write_wait_s if wait_s is None else wait_s
         if not self.lock.acquire(timeout=wait_s):
             raise StoreBusy("database is locked (another write in this bot is waiting for it)")
         try:
@@ -215,7 +218,7 @@ class Store:
         """Write a platform event to the inbox before it is acknowledged. Returns its inbox id,
         or None when this key was received before (platforms redeliver). Waits RECEIVE_WAIT_S at
         most for the write lock: a platform that gets no answer redelivers, a person is told."""
-        with self._write(RECEIVE_WAIT_S):
+        with self._write(min(RECEIVE_WAIT_S, self.write_wait_s)):
             cur = self.db.execute("insert or ignore into inbox (platform, key, item, received_at, tries, error) "
                                   "values (?, ?, ?, ?, 0, '')", [platform, key, json.dumps(item), time.time()])
             return cur.lastrowid if cur.rowcount == 1 else None

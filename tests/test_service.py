@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 import time
 
 import pytest
@@ -14,7 +15,7 @@ from bot.console import ConsoleChat
 from bot.events import Approve, JobFinished
 from bot.generator import Artifact, GenerationError, GenRequest
 from bot.model import Approval, Job, Revision
-from bot.service import Service, job_payload
+from bot.service import INBOX_TELL_AFTER, Service, event_item, job_payload
 from bot.store import Store
 
 SPEC = json.dumps({"name": "add", "expression": "x + y",
@@ -114,6 +115,29 @@ def test_redelivered_event_is_handled_once(env):
     svc.dispatch(s.id, Approve("reference", 1, "bob"), event_key="evt-1")     # same id: ignored
     assert svc.store.load(s.id).stage == "reference"
     assert make().store.receive("console", "evt-1", {}) is None          # remembered across restarts
+
+
+def test_an_event_the_store_cannot_apply_yet_is_kept_retried_and_said_once(env, tmp_path):
+    make, out, queue, gen, clock = env
+    svc = make()
+    sid = svc.start("add", "alice").id
+    wait_for(lambda: latest_rev(svc, sid, "spec") == 1)
+    svc.store.write_wait_s = 0.2                         # the default 30 s, shortened for the test
+    inbox = svc.receive("evt-locked", event_item(sid, Approve("spec", 1, "bob")))
+    holder = sqlite3.connect(svc.store.path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")                    # another process holds the write lock
+    try:
+        for _ in range(INBOX_TELL_AFTER + 1):           # the recovery passes while it holds it
+            svc.recover()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    told = "could not save your last action yet (cannot save: the bot's store is locked by another process)"
+    assert out.getvalue().count(told) == 1 and svc.store.inbox_item(inbox)[1] is None
+    svc.recover()                                        # the lock is gone: applied, once
+    wait_for(lambda: latest_rev(svc, sid, "reference") == 1)
+    svc.recover()
+    assert [a.stage for a in svc.store.load(sid).approvals] == ["spec"]
 
 
 def test_generation_error_is_shown_and_session_stays(env):
