@@ -123,6 +123,10 @@ def run(request: str | None, out_dir: Path, cfg: Config, yes: bool, timeout_s: f
     except KeyboardInterrupt:
         s = svc.dispatch(s.id, Cancel("you (Ctrl-C)")) if "s" in locals() else None
         print("\ninterrupted", file=sys.stderr)
+    except EOFError:                                # stdin closed while asking: keep the session to resume
+        print(f"\ninput ended; session {s.id} is kept: `kernelbot run --resume {s.id} --out {out}` continues it",
+              file=sys.stderr)
+        return 1
     finally:
         svc.shutdown()
         runner.stop()

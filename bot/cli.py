@@ -7,9 +7,11 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from bot.hybrid import MODES
+from bot.stages import STAGES
 from runner.protocol import check_backend
 
 GENERATOR_HELP = ("offline: the built-in generator; llm: the LLM endpoint (KERNELBOT_LLM_BASE_URL) for every stage; "
@@ -23,14 +25,18 @@ def _backend(name: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+BACKEND_HELP = "runner backend: cpu, cuda or cuda-NAME (default: cuda if a GPU is visible)"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kernelbot", description="From 'I need a fast kernel for X' to a "
                                 "reviewed, tested, benchmarked Triton kernel.")
     p.add_argument("-v", "--verbose", action="store_true", help="log what the bot does")
+    p.add_argument("--version", action="version", version=f"kernelbot {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     chat = sub.add_parser("chat", help="the conversation in this terminal (embedded default)")
-    chat.add_argument("--backend", type=_backend, help="runner backend: cpu, cuda or cuda-NAME (default: cuda if a GPU is visible)")
+    chat.add_argument("--backend", type=_backend, help=BACKEND_HELP)
     chat.add_argument("--generator", choices=MODES, help=GENERATOR_HELP)
 
     run = sub.add_parser("run", help="one request through all six stages")
@@ -39,40 +45,42 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="ID", help="continue this session (one whose run died) instead of starting one")
     run.add_argument("--yes", action="store_true", help="approve every stage as it is posted")
     run.add_argument("--out", type=Path, required=True, help="directory for the artifacts and report")
-    run.add_argument("--backend", type=_backend)
+    run.add_argument("--backend", type=_backend, help=BACKEND_HELP)
     run.add_argument("--timeout", type=float, help="give up after this many seconds")
     run.add_argument("--generator", choices=MODES, help=GENERATOR_HELP)
 
     runner = sub.add_parser("runner", help="a runner process: takes jobs of one backend from the queue")
-    runner.add_argument("--backend", type=_backend, required=True)
+    runner.add_argument("--backend", type=_backend, required=True, help="the queue this runner serves: cpu, cuda or "
+                                                                        "cuda-NAME (a host class, e.g. cuda-h200)")
     runner.add_argument("--queue", help="queue URL: sqlite:///PATH or redis://HOST:PORT/DB "
                                         "(default KERNELBOT_QUEUE_URL or the local SQLite queue)")
     runner.add_argument("--gpu", type=int, help="the one GPU this runner pins (CUDA_VISIBLE_DEVICES)")
 
     verify = sub.add_parser("verify", help="run the trusted harness on files you bring")
-    verify.add_argument("--spec", type=Path, required=True)
-    verify.add_argument("--reference", type=Path, required=True)
-    verify.add_argument("--kernel", type=Path, required=True)
-    verify.add_argument("--backend", type=_backend)
+    verify.add_argument("--spec", type=Path, required=True, help="the operator spec, spec.json (docs/CONTRACTS.md)")
+    verify.add_argument("--reference", type=Path, required=True, help="the PyTorch ground truth, reference.py")
+    verify.add_argument("--kernel", type=Path, required=True, help="the Triton kernel and launcher, kernel.py")
+    verify.add_argument("--backend", type=_backend, help="where to check it: cpu (Triton's interpreter) or cuda "
+                                                         "(default: cuda if a GPU is visible)")
     verify.add_argument("--json", action="store_true", help="print the result as JSON")
 
     slack = sub.add_parser("slack", help="the bot on Slack: Socket Mode, or an HTTP app with --http")
     slack.add_argument("--http", action="store_true", help="serve POST /slack/events (needs SLACK_SIGNING_SECRET)")
     slack.add_argument("--port", type=int, default=3000, help="HTTP port with --http (default 3000)")
-    slack.add_argument("--backend", type=_backend)
+    slack.add_argument("--backend", type=_backend, help=BACKEND_HELP)
 
     discord = sub.add_parser("discord", help="the bot on Discord: /kernel in your servers, a thread per session")
     discord.add_argument("--guild", type=int, action="append", default=[], metavar="ID",
                          help="a server (guild) id to sync /kernel to, at once; repeat for several "
                               "(default: globally, which Discord can take an hour to show)")
-    discord.add_argument("--backend", type=_backend)
+    discord.add_argument("--backend", type=_backend, help=BACKEND_HELP)
 
     bench = sub.add_parser("bench", help="the whole pipeline for every catalog operator on a GPU runner, "
                                          "one table and the performance targets")
     bench.add_argument("--out", type=Path, required=True, help="directory for each entry's run and the table")
     bench.add_argument("--only", help="comma-separated catalog entries (default: all): "
                                       "add,softmax,matmul,... (see bot/catalog.py)")
-    bench.add_argument("--backend", type=_backend, default="cuda")
+    bench.add_argument("--backend", type=_backend, default="cuda", help="the runner backend (default cuda)")
     bench.add_argument("--gpus", default=None, help="GPU indices to run entries on in parallel, one entry per GPU "
                                                     "at a time (default: CUDA_VISIBLE_DEVICES, else 0)")
     bench.add_argument("--timeout", type=float, default=1800, help="seconds per entry (default 1800)")
@@ -82,17 +90,28 @@ def _parser() -> argparse.ArgumentParser:
                                                                  "reports an earlier run left in --out")
 
     cancel = sub.add_parser("cancel", help="cancel a session (one whose run died, say)")
-    cancel.add_argument("session")
+    cancel.add_argument("session", help="the session id (kernelbot status lists them)")
 
     status = sub.add_parser("status", help="sessions in the store, or one session in full")
-    status.add_argument("session", nargs="?")
-    status.add_argument("--show", metavar="STAGE:REV", help="print one revision in full, e.g. kernel:2 "
-                                                            "(attempts of the LLM's repair loop included)")
+    status.add_argument("session", nargs="?", help="one session in full (default: a line for every session)")
+    status.add_argument("--show", metavar="STAGE:REV", help="with a session: print one revision in full, e.g. "
+                                                            f"kernel:2; stages: {', '.join(STAGES)} (attempts of the "
+                                                            "LLM's repair loop included)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:             # `kernelbot status | head`: the reader is gone, and that is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "show", None) and not args.session:
+        _parser().error("--show needs a session: kernelbot status SESSION --show kernel:2")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from bot.config import Config
@@ -109,7 +128,33 @@ def _chat(args, cfg) -> int:
 
 def _run(args, cfg) -> int:
     from bot.autorun import run
+    problem = _unwritable(args.out)
+    if problem:
+        print(f"kernelbot run: --out {args.out}: {problem}", file=sys.stderr)
+        return 2
     return run(args.request, args.out, cfg, yes=args.yes, timeout_s=args.timeout, resume=args.resume)
+
+
+def _unwritable(out: Path) -> str:
+    """Why the artifacts could not be written into out, checked before any work ('' when they can):
+    the directory is made now, and a file written in it."""
+    if out.exists() and not out.is_dir():
+        return "is a file, not a directory; name a directory (it is created if missing)"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        return f"cannot be created or written ({e.strerror or e}); name a directory you can write"
+    return ""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("kernelbot")
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 def _bench(args, cfg) -> int:

@@ -1,0 +1,56 @@
+"""The command line as a person meets it: --version, arguments checked before any work, help
+for every option, and output piped into a reader that stops early."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bot import cli
+from bot.model import Session
+from bot.stages import STAGES
+from bot.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def kernelbot(*args: str, home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bot.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "KERNELBOT_HOME": str(home)}, timeout=120)
+
+
+def test_version_and_help_describe_every_option(tmp_path):
+    assert kernelbot("--version", home=tmp_path).stdout.startswith("kernelbot ")
+    parser = cli._parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command").choices
+    for name, sub in subparsers.items():
+        for action in sub._actions:
+            assert action.help, f"kernelbot {name} {action.option_strings or action.dest} has no help"
+    assert all(stage in subparsers["status"].format_help() for stage in STAGES)
+
+
+def test_run_checks_out_before_any_work(tmp_path):
+    a_file = tmp_path / "report.txt"
+    a_file.write_text("")
+    proc = kernelbot("run", "relu(x) for fp32 8x8", "--yes", "--out", str(a_file), home=tmp_path)
+    assert proc.returncode == 2 and "is a file, not a directory" in proc.stderr
+    proc = kernelbot("run", "relu(x) for fp32 8x8", "--yes", "--out", "/proc/kernelbot/out", home=tmp_path)
+    assert proc.returncode == 2 and "cannot be created or written" in proc.stderr
+    assert not Store(tmp_path / "kernelbot.db").session_ids(), "a session was started before --out was checked"
+
+
+def test_show_without_a_session_is_an_error(tmp_path):
+    proc = kernelbot("status", "--show", "kernel:1", home=tmp_path)
+    assert proc.returncode == 2 and "--show needs a session" in proc.stderr
+
+
+def test_status_piped_into_a_reader_that_stops_early_ends_quietly(tmp_path):
+    store = Store(tmp_path / "kernelbot.db")
+    for i in range(3000):
+        store.save(Session(id=f"s{i}", request="relu", requester="a", platform="console", channel="c", thread="",
+                           backend="cpu", generator="offline", created_at=float(i)))
+    cmd = f"{sys.executable} -m bot.cli status | head -1"
+    proc = subprocess.run(cmd, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "KERNELBOT_HOME": str(tmp_path)})
+    assert proc.stdout.startswith("s0 ") and "Traceback" not in proc.stderr, proc.stderr
