@@ -19,7 +19,7 @@ from bot.config import Config
 from bot.console import ConsoleChat
 from bot.events import Approve, Cancel
 from bot.generator import VERIFICATION, failed_verification
-from bot.model import DONE, Session
+from bot.model import DONE, FAILED, REFUSED, Session
 from bot.repl import Repl
 from bot.service import Service
 from bot.store import Store
@@ -110,8 +110,8 @@ def run(request: str | None, out_dir: Path, cfg: Config, yes: bool, timeout_s: f
         raise SystemExit(f"kernelbot run: no unfinished session exports to {out}; give a request to start one")
     runner = LocalRunner(cfg, cfg.backend)
     user = getpass.getuser() or "you"
+    stopped = None                                  # why the session could go no further, if it could not
     try:
-        runner.ensure(svc)
         svc.recover()
         if s is not None:
             print(f"resuming session {s.id} at {stages.label(s.stage)} ({s.request!r}): the run that drove it is gone")
@@ -120,6 +120,9 @@ def run(request: str | None, out_dir: Path, cfg: Config, yes: bool, timeout_s: f
         touch = lambda: svc.store.drive(sid, os.getpid(), HOST, out)   # noqa: E731
         touch()
         s = _drive(svc, runner, sid, None if yes else Repl(svc, user), timeout_s, touch)
+        stopped = failed(s)
+        if yes and s.active and stopped:            # nobody is there to correct it: it ends here
+            s = svc.dispatch(sid, Cancel("kernelbot run --yes", *ending(s, stopped)))
     except KeyboardInterrupt:
         s = svc.dispatch(s.id, Cancel("you (Ctrl-C)")) if "s" in locals() else None
         print("\ninterrupted", file=sys.stderr)
@@ -134,12 +137,21 @@ def run(request: str | None, out_dir: Path, cfg: Config, yes: bool, timeout_s: f
         return 130
     written = report.export(s, out_dir)
     print(f"\nwrote {len(written)} files to {out_dir}: {', '.join(p.name for p in written)}")
-    why = failed(s)
+    why = failed(s) or stopped
     if s.status == DONE and not why:
         print(f"session {s.id}: all six stages passed")
         return 0
-    print(f"session {s.id} stopped: {why or s.status}", file=sys.stderr)
+    print(f"session {s.id} {s.status}: {why or s.status}", file=sys.stderr)
+    if s.status == REFUSED:
+        print("change the request in the command (the note above says what was not understood) and run it again",
+              file=sys.stderr)
     return 1
+
+
+def ending(s: Session, why: str) -> tuple[str, str]:
+    """(final status, why) of a session a --yes run cannot take further: refused when its spec could
+    not be made from the request, failed otherwise."""
+    return (REFUSED if s.stage == "spec" and s.latest("spec") is None else FAILED), why
 
 
 def _drive(svc: Service, runner: LocalRunner, sid: str, repl: Repl | None, timeout_s: float | None,
@@ -153,8 +165,8 @@ def _drive(svc: Service, runner: LocalRunner, sid: str, repl: Repl | None, timeo
             last_touch = time.time()
         svc.poll_jobs()
         s = svc.store.load(sid)
-        if s.open_job(s.stage):
-            runner.ensure(svc)                     # the runner we relied on may have gone
+        if s.open_job(s.stage) or s.stage not in ("spec", "reference"):
+            runner.ensure(svc)      # only once there is work for it (or an LLM's kernel to verify); again if it went
         if not s.active or failed(s):
             return s
         if awaiting_review(s):

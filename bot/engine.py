@@ -16,7 +16,7 @@ from bot.events import (Approve, Cancel, Correct, Edit, Effect, Event, Generated
                         JobFinished, JobLost, JobProgress, Regenerate, Start, enqueue, generate, notice,
                         post_result, post_revision, post_summary, update_revision)
 from bot.generator import VERIFICATION, failed_verification
-from bot.model import ACTIVE, CANCELLED, DONE, Approval, Job, Revision, Session
+from bot.model import ACTIVE, CANCELLED, DONE, ENDINGS, Approval, Job, Revision, Session
 
 # Stages the requester may not approve on their own session under four-eyes review.
 FOUR_EYES_STAGES = frozenset({"kernel", "benchmark"})
@@ -129,9 +129,11 @@ def _cancel(s: Session, ev: Cancel, now: float) -> list[Effect]:
             # Who stopped it and where it was, for the report (a cancelled job has no result).
             job.detail = f"by {ev.user}" + (f" during {job.detail}" if job.detail else "")
             job.status, job.updated_at = "cancelled", now
-    s.status = CANCELLED
+    s.status = ev.ending if ev.ending in ENDINGS else CANCELLED
     s.generating = False
-    return [notice(f"Session {s.id} cancelled by {ev.user}."), post_summary()]
+    told = (f"Session {s.id} cancelled by {ev.user}." if s.status == CANCELLED and not ev.why else
+            f"Session {s.id} ended as {s.status} by {ev.user}" + (f": {ev.why}" if ev.why else "."))
+    return [notice(told), post_summary()]
 
 
 _ACTION_HANDLERS = {Approve: _approve, Correct: _correct, Edit: _edit, Regenerate: _regenerate}

@@ -48,6 +48,8 @@ class Regenerate:
 @dataclass
 class Cancel:
     user: str
+    ending: str = "cancelled"       # or "failed" / "refused": a run that stops for good (bot.model.ENDINGS)
+    why: str = ""
 
 
 @dataclass
@@ -110,7 +112,7 @@ def person_event_from_dict(data: dict[str, Any]) -> Event:
     cls = PERSON_EVENTS.get(data.get("type", ""))
     if cls is None:
         raise ValueError(f"not a person's event: {data.get('type')!r}")
-    return cls(**{f.name: data[f.name] for f in fields(cls)})
+    return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 # ------------------------------------------------------------------ effects

@@ -7,7 +7,9 @@ from typing import Any
 
 from bot import stages
 
-ACTIVE, DONE, FAILED, CANCELLED = "active", "done", "failed", "cancelled"
+ACTIVE, DONE, FAILED, CANCELLED, REFUSED = "active", "done", "failed", "cancelled", "refused"
+# How a session can end other than done: Cancel.ending
+ENDINGS = (CANCELLED, FAILED, REFUSED)
 JOB_OPEN = ("queued", "running")          # still waiting for a result
 JOB_PASSED = "pass"
 

@@ -54,3 +54,12 @@ def test_status_piped_into_a_reader_that_stops_early_ends_quietly(tmp_path):
     proc = subprocess.run(cmd, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "KERNELBOT_HOME": str(tmp_path)})
     assert proc.stdout.startswith("s0 ") and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_refused_run_ends_refused_says_what_to_change_and_starts_no_runner(tmp_path):
+    proc = kernelbot("run", "a 2-D convolution of a 64x64 image with a 3x3 filter", "--yes", "--out",
+                     str(tmp_path / "out"), home=tmp_path)
+    assert proc.returncode == 1 and "change the request in the command" in proc.stderr, proc.stderr
+    status = kernelbot("status", home=tmp_path)
+    assert " refused " in status.stdout, status.stdout
+    assert not (tmp_path / "runner-cpu.log").exists(), "a runner was started for a request that was refused"
