@@ -9,6 +9,7 @@ progress while jobs run.
 from __future__ import annotations
 
 import getpass
+import json
 import re
 import time
 from typing import Callable
@@ -33,6 +34,8 @@ HELP = """commands:
   new REQUEST      start another session             help | quit"""
 
 APPROVE_WORDS = {"a", "approve", "y", "yes", "+1", "👍", "lgtm"}
+# Keys that act on a session's current stage: never a request, even with no session to act on.
+ACTION_WORDS = APPROVE_WORDS | {"c", "correct", "e", "edit", "r", "regenerate", "x", "cancel"}
 FENCE = re.compile(r"```(?:python|py|json)?\s*\n(.*?)```", re.S)
 
 
@@ -52,6 +55,8 @@ class Repl:
         line = line.strip()
         if not line:
             return True
+        if line.startswith("```") and line.count("```") == 1:
+            line = self._rest_of_block(line)
         verb, _, arg = line.partition(" ")
         verb = verb.lower()
         if verb in ("quit", "exit", "q"):
@@ -61,6 +66,9 @@ class Repl:
             simple[verb]()
         elif verb == "switch":
             self._switch(arg.strip())
+        elif verb in ACTION_WORDS and self._session() is None:
+            print(f"'{verb}' acts on a session's current stage, and no session is active: type a request to start "
+                  "one, 'list' to see them, or 'switch ID'")
         elif verb == "new" or self._session() is None:
             self._start(arg if verb == "new" else line)
         else:
@@ -86,6 +94,19 @@ class Repl:
             self.svc.dispatch(s.id, Correct(*ref, self.user, arg))
         else:
             self.svc.dispatch(s.id, Correct(*ref, self.user, line))
+
+    def _rest_of_block(self, first: str) -> str:
+        """A pasted ``` block arrives line by line: read to its closing fence, so it is one input."""
+        lines = [first]
+        while True:
+            try:
+                line = self.read("")
+            except EOFError:
+                break
+            lines.append(line)
+            if "```" in line:
+                break
+        return "\n".join(lines)
 
     def _read_block(self) -> str:
         print("paste the new revision; end with a line holding only '.'")
@@ -117,7 +138,7 @@ class Repl:
     def _list(self) -> None:
         for s in self.svc.store.sessions(self.svc.store.session_ids()):
             mark = "*" if s.id == self.current else " "
-            print(f"{mark} {s.id}  {s.status:<9} {stages.label(s.stage):<22} {s.request[:60]}")
+            print(f"{mark} {s.id}  {s.status:<9} {stages.label(s.stage):<22} {computes(s)[:60]}")
 
     def _status(self) -> None:
         s = self.svc.store.load(self.current) if self.current else None
@@ -127,6 +148,15 @@ class Repl:
         s = self.svc.store.load(self.current) if self.current else None
         rev = s.latest(s.stage) if s else None
         print(render(cards.revision_card(s, rev)) if rev else "nothing to show yet")
+
+
+def computes(s) -> str:
+    """What a session now computes: its latest spec's description (corrections included), else its request."""
+    spec = s.latest("spec")
+    try:
+        return json.loads(spec.content).get("description") or s.request if spec else s.request
+    except (ValueError, AttributeError):
+        return s.request
 
 
 def chat(cfg: Config) -> int:
