@@ -23,6 +23,7 @@ from bot.model import DONE, FAILED, REFUSED, Session
 from bot.repl import Repl
 from bot.service import Service
 from bot.store import Store
+from runner import workdirs
 
 POLL_S = 0.2
 PROGRESS_EVERY_S = 15.0
@@ -35,15 +36,7 @@ def driver_alive(record: dict | None) -> bool:
     """Whether the `kernelbot run` of a driver record still drives its session."""
     if record is None or time.time() - record["seen_at"] > DRIVER_FRESH_S:
         return False
-    if record["host"] != HOST:
-        return True
-    try:
-        os.kill(record["pid"], 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
+    return record["host"] != HOST or workdirs.process_alive(record["pid"])
 
 
 def resumable(store: Store, out_dir: str, request: str | None, resume: str | None) -> Session | None:

@@ -329,11 +329,13 @@ class Service:
                 queue.clear_heartbeat(job_id)
                 continue
             hb = queue.heartbeat(job_id)
-            if hb and hb.get("attempt", job.attempt) == job.attempt and hb.get("state") == "abandoned":
+            if hb and hb.get("attempt", job.attempt) != job.attempt:
+                hb = None                                   # a dead attempt's beat
+            if hb and hb.get("state") == "abandoned":
                 self.dispatch(sid, JobLost(job_id, f"the runner on {hb.get('host') or 'its host'} stopped mid-job"))
                 queue.clear_heartbeat(job_id)
                 continue
-            if hb and hb.get("attempt", job.attempt) == job.attempt:
+            if hb:
                 self.dispatch(sid, JobProgress(job_id, hb.get("state", "running"), hb.get("detail", ""),
                                                hb.get("host", ""), hb.get("device", ""), hb.get("ts")))
             self._check_lost(sid, job_id, queue)

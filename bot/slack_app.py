@@ -61,8 +61,8 @@ class SlackBot:
         app.use(self.intake)
         app.command(COMMAND)(self.on_command)
         app.event("app_mention")(self.on_mention)
-        app.event("message")(self.on_message)
-        app.event("reaction_added")(self.on_reaction)
+        app.event("message")(self.on_taken_in)
+        app.event("reaction_added")(self.on_taken_in)
         app.action(re.compile(f"^{sb.PREFIX}(approve|regenerate|cancel)$"))(self.on_button)
         app.action(f"{sb.PREFIX}correct")(self.on_open_correct)
         app.action(f"{sb.PREFIX}edit")(self.on_open_edit)
@@ -123,14 +123,19 @@ class SlackBot:
         if inbox:
             self.svc.process(inbox)        # opens the thread (SlackChat.open_thread), then the session
 
-    def _receive(self, key: str, item: dict, ack) -> int | None:
-        """Write to the inbox, then ack; a store that refuses is said in the ack, and nothing is done.
-        None also for a redelivery (already in the inbox)."""
+    def _receive(self, key: str, item: dict, ack, tell=None) -> int | None:
+        """Write to the inbox, then ack; a store that refuses is said (in the ack, or by tell(text)
+        after it), and nothing is done. None also for a redelivery (already in the inbox)."""
         try:
             inbox = self.svc.receive(key, item)
         except sqlite3.Error as e:
             log.error("inbox write refused for %s: %s", key, e)
-            ack(f"{store_problem(e)}; nothing was done. Please try again in a moment.")
+            refused = f"{store_problem(e)}; nothing was done. Please try again in a moment."
+            if tell is None:
+                ack(refused)
+            else:
+                ack()
+                tell(refused)
             return None
         ack()
         return inbox
@@ -209,11 +214,8 @@ class SlackBot:
         if event.get("channel") and not in_session and request.lower() in ("", "help"):
             self.chat.tell(event["channel"], event.get("user", ""), HELP, event.get("thread_ts"))
 
-    def on_message(self, context: dict) -> None:
-        if context.get("kernelbot_inbox"):
-            self.svc.process(context["kernelbot_inbox"])
-
-    def on_reaction(self, context: dict) -> None:
+    def on_taken_in(self, context: dict) -> None:
+        """A reply or a reaction: intake has put it in the inbox if it meant something to a session."""
         if context.get("kernelbot_inbox"):
             self.svc.process(context["kernelbot_inbox"])
 
@@ -285,14 +287,7 @@ class SlackBot:
 
     def _dispatch(self, sid: str, ev: Event, key: str, body: dict, ack) -> None:
         """Into the inbox, ack, then apply. A store that refuses is told to the person, privately."""
-        try:
-            inbox = self.svc.receive(key, event_item(sid, ev))
-        except sqlite3.Error as e:
-            ack()
-            log.error("inbox write refused for %s: %s", key, e)
-            self._tell(body, f"{store_problem(e)}; nothing was done. Please try again in a moment.")
-            return
-        ack()
+        inbox = self._receive(key, event_item(sid, ev), ack, lambda text: self._tell(body, text))
         if inbox and self.svc.process(inbox) is None:
             self._unknown(sid, body)
 

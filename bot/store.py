@@ -247,11 +247,10 @@ class Store:
         with self._write():
             self._inbox_done(inbox_id, outcome)
 
-    def inbox_failed(self, inbox_id: int, error: str) -> int:
-        """One more failed try at an inbox event; how many there have been."""
+    def inbox_failed(self, inbox_id: int, error: str) -> None:
+        """Record one more failed try at an inbox event, and its error (for whoever reads the store)."""
         with self._write():
             self.db.execute("update inbox set tries = tries + 1, error = ? where id = ?", [error[:500], inbox_id])
-            return self.db.execute("select tries from inbox where id = ?", [inbox_id]).fetchone()[0]
 
     def _inbox_done(self, inbox_id: int, outcome: str) -> None:
         self.db.execute("update inbox set done_at = ?, outcome = ? where id = ?", [time.time(), outcome, inbox_id])

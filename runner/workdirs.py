@@ -45,7 +45,7 @@ def sweep(roots: tuple[str, ...] | None = None) -> list[str]:
     for root in roots or tuple(dict.fromkeys((tempfile.gettempdir(), "/tmp"))):
         for entry in sorted(Path(root).glob("kernelbot-*")):
             owner = _OWNER.match(entry.name)
-            if owner is None or _alive(int(owner.group(1))) or not entry.is_dir() or entry.is_symlink():
+            if owner is None or process_alive(int(owner.group(1))) or not entry.is_dir() or entry.is_symlink():
                 continue
             if entry.name.startswith(JOB_PREFIX):
                 shutil.rmtree(entry, ignore_errors=True)
@@ -55,9 +55,9 @@ def sweep(roots: tuple[str, ...] | None = None) -> list[str]:
     return removed
 
 
-def _alive(pid: int) -> bool:
-    """Whether pid is a live process. Any process counts (a command such as `kernelbot verify` runs
-    jobs in its own process): a pid reused by another program only delays the sweep."""
+def process_alive(pid: int) -> bool:
+    """Whether pid is a live process on this host. Any process counts (a command such as `kernelbot
+    verify` runs jobs in its own process): a pid reused by another program only delays the sweep."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
