@@ -27,17 +27,15 @@ class ConsoleChat:
         self._last_status: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def post(self, s: Session, card: Card, key: str = "") -> str:
+    def post(self, s: Session, card: Card, key: str = "", retry: bool = False) -> str:
+        # A terminal keeps nothing to look up: a card cut off by a crash prints again.
         mid = f"m{next(self._ids)}"
         text = render(card, self.full_code, self._save_image(card))
         self._write("\n" + text + "\n")
         self._last_status[mid] = card.status
         return mid
 
-    def find_post(self, s: Session, key: str) -> str | None:
-        return None             # a terminal keeps nothing to look up: a card cut off by a crash prints again
-
-    def open_thread(self, item: dict) -> tuple[str, str | None]:
+    def open_thread(self, item: dict, key: str = "", retry: bool = False) -> tuple[str, str | None]:
         return "", None         # the terminal is the thread
 
     def update(self, s: Session, message_id: str, card: Card) -> None:
@@ -47,7 +45,7 @@ class ConsoleChat:
         self._last_status[message_id] = card.status
         self._write(f"  · {card.title}: {card.status}\n")
 
-    def notify(self, s: Session, text: str, user: str | None) -> None:
+    def notify(self, s: Session, text: str, user: str | None, key: str = "", retry: bool = False) -> None:
         to = f"(to {user}) " if user else ""
         self._write(f"  ! {to}{text}\n")
 

@@ -236,7 +236,7 @@ class DiscordBot:
             return
         opened = {**item, "thread": str(thread.id), "root": str(thread.id)}
         await self._call(self.svc.store.update_inbox_item, inbox, opened)
-        await self._call(self.svc.process, inbox)
+        await self._call(self.svc.process_acked, inbox)
 
     async def _receive(self, interaction: discord.Interaction, item: dict) -> int | None:
         """The interaction into the inbox, before Discord gets its answer; a store that refuses is
@@ -323,10 +323,10 @@ class DiscordBot:
         inbox = await self._receive(interaction, event_item(sid, ev))
         if inbox is None or not await self._ack(interaction, sid, **defer):
             return None
-        s = await self._call(self.svc.process, inbox)
+        s = await self._call(self.svc.process_acked, inbox)
         if s is None:
             await interaction.followup.send(_unknown(sid), ephemeral=True)
-        return s
+        return s if isinstance(s, Session) else None
 
     # ------------------------------------------------------------------ thread replies and reactions
 

@@ -34,6 +34,8 @@ CALL_TIMEOUT_S = 120.0                # rate limits are waited out inside discor
 INTERACTION_TTL_S = 14 * 60.0         # interaction tokens are valid for 15 minutes
 THREAD_NAME_MAX = 100
 UNKNOWN_CHANNEL = 10003               # Discord's error code for a channel (or thread) that is gone
+NONCE_MAX = 25                        # Discord's limit on a nonce's length
+FIND_IN_LAST = 100                    # messages of a thread a retried post looks through (one page)
 T = TypeVar("T")
 ViewFactory = Callable[[list[de.Button]], "discord.ui.View | None"]
 
@@ -63,15 +65,13 @@ class DiscordChat:
 
     # ------------------------------------------------------------------ Chat (from the service's threads)
 
-    def post(self, s: Session, card: Card, key: str = "") -> str:
-        return self._run(s, self._post, s, card, key)
+    def post(self, s: Session, card: Card, key: str = "", retry: bool = False) -> str:
+        return self._run(s, self._post, s, card, key, retry)
 
-    def find_post(self, s: Session, key: str) -> str | None:
-        return None     # Discord itself returns the earlier message for a repeated nonce (post)
-
-    def open_thread(self, item: dict) -> tuple[str, str] | None:
+    def open_thread(self, item: dict, key: str = "", retry: bool = False) -> tuple[str, str] | None:
         """A thread for a /kernel request whose own answer never opened one (the bot died first):
-        a new message in its channel, and a thread under it."""
+        a new message in its channel, and a thread under it. (A retry cut off between the two
+        makes a second message; no thread is made twice.)"""
         return self._run_for(f"the request of {item['user']}", self._open_thread, item)
 
     async def _open_thread(self, item: dict) -> tuple[str, str]:
@@ -85,12 +85,13 @@ class DiscordChat:
     def update(self, s: Session, message_id: str, card: Card) -> None:
         self._run(s, self._update, s, message_id, card)
 
-    def notify(self, s: Session, text: str, user: str | None) -> None:
-        self._run(s, self.say, s, text, user)
+    def notify(self, s: Session, text: str, user: str | None, key: str = "", retry: bool = False) -> None:
+        # Deduplicated by its nonce alone (within Discord's few minutes): a notice has no title to find it by.
+        self._run(s, self.say, s, text, user, key)
 
     # ------------------------------------------------------------------ on the event loop
 
-    async def say(self, s: Session, text: str, user: str | None = None) -> None:
+    async def say(self, s: Session, text: str, user: str | None = None, key: str = "") -> None:
         """A notice in the session's thread; for `user` only, when an interaction of theirs allows it."""
         interaction = self._interaction(s.id, user) if user else None
         if interaction is not None:
@@ -100,7 +101,8 @@ class DiscordChat:
             except discord.HTTPException as e:       # the token expired early or the interaction is gone
                 log.info("session %s: ephemeral to %s refused (%s); saying it in the thread", s.id, user, e)
         content = f"<@{user}> {text}" if user else text
-        await self._in_thread(s, lambda t: t.send(de.notice(content), allowed_mentions=_mention_only(user)))
+        await self._in_thread(s, lambda t: t.send(de.notice(content), allowed_mentions=_mention_only(user),
+                                                  **_nonce(key)))
 
     async def upload(self, s: Session, paths: list[Path], comment: str) -> None:
         """Files into the session's thread, in one message (export)."""
@@ -108,14 +110,29 @@ class DiscordChat:
                                                   allowed_mentions=discord.AllowedMentions.none(),
                                                   files=[discord.File(p, filename=p.name) for p in paths]))
 
-    async def _post(self, s: Session, card: Card, key: str = "") -> str:
-        # A nonce makes Discord answer a repeat of this post (a retry after a crash, within its few
-        # minutes) with the message already made instead of a second one (discord.py sends it enforced).
+    async def _post(self, s: Session, card: Card, key: str = "", retry: bool = False) -> str:
+        # A nonce makes Discord answer a repeat of this post within its few minutes with the message
+        # already made (discord.py sends it enforced); after longer, a retry finds the card in the thread.
         r = de.render(card)
-        nonce = {"nonce": key[:25]} if key else {}
+        found = await self._find_card(s, r.embed) if retry else None
+        if found:
+            return found
         msg = await self._in_thread(s, lambda t: t.send(embed=discord.Embed.from_dict(r.embed), files=_files(r.files),
-                                                        view=self.view_for(r.buttons), **nonce))
+                                                        view=self.view_for(r.buttons), **_nonce(key)))
         return str(msg.id)
+
+    async def _find_card(self, s: Session, embed: dict) -> str | None:
+        """The bot's message in the session's thread showing this card (its title and footer name the
+        session, stage and revision or job, which no other card of the session shares), if any."""
+        try:
+            async for m in self.thread(s).history(limit=FIND_IN_LAST):
+                e = m.embeds[0] if m.embeds else None
+                if m.author.id == self.client.user.id and e and e.title == embed["title"] \
+                        and e.footer.text == embed["footer"]["text"]:
+                    return str(m.id)
+        except discord.NotFound:                         # the thread is gone: nothing of it to find
+            pass
+        return None
 
     async def _in_thread(self, s: Session, send: Callable[[discord.abc.Messageable], Awaitable[T]]) -> T:
         """send(the session's thread); if Discord says the thread is gone, open a new one and send there."""
@@ -198,3 +215,7 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def _nonce(key: str) -> dict:
+    return {"nonce": key[:NONCE_MAX]} if key else {}

@@ -40,21 +40,20 @@ class Chat(Protocol):
     """What an adapter offers the service: post and update cards, send notices."""
     platform: str
 
-    def post(self, s: Session, card: Card, key: str = "") -> str:
-        """Post a card; key: the post's own id, which the platform keeps with the message where it
-        can (so find_post can find it after a crash), or '' for none."""
+    def post(self, s: Session, card: Card, key: str = "", retry: bool = False) -> str:
+        """Post a card and return its message id. key: the post's own id, which the platform keeps
+        with the message where it can; retry: an earlier try may have posted it without its id being
+        recorded, so look for it (and its files) first and post only what is missing."""
 
-    def find_post(self, s: Session, key: str) -> str | None:
-        """The message id of an earlier post with this key, if the platform can say (else None)."""
-
-    def open_thread(self, item: dict) -> tuple[str, str | None] | None:
+    def open_thread(self, item: dict, key: str = "", retry: bool = False) -> tuple[str, str | None] | None:
         """For a start received without a thread: open one on the platform and return (its
         thread id, the platform message id of its root), or tell the person why not and
-        return None."""
+        return None. key and retry as for post: a retry first looks for the thread it opened."""
 
     def update(self, s: Session, message_id: str, card: Card) -> None: ...
 
-    def notify(self, s: Session, text: str, user: str | None) -> None: ...
+    def notify(self, s: Session, text: str, user: str | None, key: str = "", retry: bool = False) -> None:
+        """A notice in the session's thread, or to `user` only; key and retry as for post."""
 
 
 class Queue(Protocol):
@@ -114,6 +113,15 @@ class Service:
             return self.store.load(item["session"]) if item.get("session") else None
         return self.process(inbox_id)
 
+    def process_acked(self, inbox_id: int) -> "Session | None | Kept":
+        """process, for an adapter that has answered the platform already: a failed try (logged and
+        counted by process) stays in the inbox for the recovery pass instead of raising into the
+        platform's library, which would answer or log it as a failed request; KEPT says so."""
+        try:
+            return self.process(inbox_id)
+        except Exception:
+            return KEPT
+
     def process(self, inbox_id: int) -> Session | None:
         """Apply an inbox event exactly once; the session it changed (None when it has none)."""
         found = self.store.inbox_item(inbox_id)
@@ -149,7 +157,11 @@ class Service:
 
     def _open(self, inbox_id: int, item: dict) -> Session | None:
         if item.get("thread") is None:              # the adapter opens the thread on its platform first
-            opened = self.chat.open_thread(item)
+            retry = bool(item.get("opening"))       # an earlier try may have opened it, unrecorded
+            if not retry:
+                item = {**item, "opening": True}
+                self.store.update_inbox_item(inbox_id, item)
+            opened = self.chat.open_thread(item, f"in{inbox_id}", retry)
             if opened is None:                      # it told the person why not
                 self.store.inbox_done(inbox_id, "")
                 return None
@@ -235,8 +247,7 @@ class Service:
         if e.type in POSTS:
             POSTS[e.type](self, s, e, self._post_key(effect_id))
         else:
-            {"update_revision": self._update_revision, "enqueue": self._enqueue,
-             "notice": self._notice}[e.type](s, e)
+            {"update_revision": self._update_revision, "enqueue": self._enqueue}[e.type](s, e)
         self.store.effect_done(effect_id)
 
     def _post_key(self, effect_id: int) -> PostKey:
@@ -245,9 +256,7 @@ class Service:
         return PostKey(key, tries > 0)
 
     def _post(self, s: Session, card: Card, key: "PostKey") -> str:
-        """Post a card once: after a try that may have reached the platform, the platform is asked first."""
-        found = self.chat.find_post(s, key.key) if key.retry else None
-        return found or self.chat.post(s, card, key.key)
+        return self.chat.post(s, card, key.key, key.retry)
 
     def _post_revision(self, s: Session, e: Effect, key: "PostKey") -> None:
         card = cards.revision_card(s, s.revision(e.stage, e.rev))
@@ -270,8 +279,8 @@ class Service:
         mid = self._post(s, cards.result_card(s, job), key)
         self.store.map_message(self.chat.platform, mid, s.id, "result", job.stage, job.rev, job.id)
 
-    def _notice(self, s: Session, e: Effect) -> None:
-        self.chat.notify(s, e.text, e.user)
+    def _notice(self, s: Session, e: Effect, key: "PostKey") -> None:
+        self.chat.notify(s, e.text, e.user, key.key, key.retry)
 
     def _post_summary(self, s: Session, e: Effect, key: "PostKey") -> None:
         mid = self._post(s, cards.summary_card(s), key)
@@ -360,6 +369,13 @@ class Service:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+class Kept:
+    """An inbox event whose try failed after its ack: kept, and applied by a later recovery pass."""
+
+
+KEPT = Kept()
+
+
 @dataclass(frozen=True)
 class PostKey:
     key: str            # the post's own id on the platform (Slack message metadata, Discord's nonce)
@@ -367,7 +383,7 @@ class PostKey:
 
 
 POSTS = {"post_revision": Service._post_revision, "post_result": Service._post_result,
-         "post_summary": Service._post_summary}
+         "post_summary": Service._post_summary, "notice": Service._notice}
 
 
 def start_item(request: str, user: str, channel: str, thread: str | None, backend: str | None = None,

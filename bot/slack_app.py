@@ -101,7 +101,7 @@ class SlackBot:
         item = event_item(s.id, Cancel(command["user_id"]))
         inbox = self._receive(f"command:{command.get('trigger_id')}", item, ack)
         if inbox:
-            self.svc.process(inbox)
+            self.svc.process_acked(inbox)
 
     def _export(self, ack, respond, command: dict, s: Session) -> None:
         ack(f"Exporting session `{s.id}` into its thread.")
@@ -121,7 +121,7 @@ class SlackBot:
                                    "Each stage is posted in this thread for review.")
         inbox = self._receive(f"command:{command.get('trigger_id')}", item, ack)
         if inbox:
-            self.svc.process(inbox)        # opens the thread (SlackChat.open_thread), then the session
+            self.svc.process_acked(inbox)        # opens the thread (SlackChat.open_thread), then the session
 
     def _receive(self, key: str, item: dict, ack, tell=None) -> int | None:
         """Write to the inbox, then ack; a store that refuses is said (in the ack, or by tell(text)
@@ -207,7 +207,7 @@ class SlackBot:
 
     def on_mention(self, event: dict, context: dict) -> None:
         if context.get("kernelbot_inbox"):
-            self.svc.process(context["kernelbot_inbox"])
+            self.svc.process_acked(context["kernelbot_inbox"])
             return
         request = slack_text(event.get("text", ""), context.get("bot_user_id"))
         in_session = self.chat.session_in_thread(event.get("channel", ""), event.get("thread_ts"))
@@ -217,7 +217,7 @@ class SlackBot:
     def on_taken_in(self, context: dict) -> None:
         """A reply or a reaction: intake has put it in the inbox if it meant something to a session."""
         if context.get("kernelbot_inbox"):
-            self.svc.process(context["kernelbot_inbox"])
+            self.svc.process_acked(context["kernelbot_inbox"])
 
     # ------------------------------------------------------------------ buttons and modals
 
@@ -288,7 +288,7 @@ class SlackBot:
     def _dispatch(self, sid: str, ev: Event, key: str, body: dict, ack) -> None:
         """Into the inbox, ack, then apply. A store that refuses is told to the person, privately."""
         inbox = self._receive(key, event_item(sid, ev), ack, lambda text: self._tell(body, text))
-        if inbox and self.svc.process(inbox) is None:
+        if inbox and self.svc.process_acked(inbox) is None:
             self._unknown(sid, body)
 
     def _session_or_tell(self, sid: str, body: dict) -> Session | None:

@@ -8,6 +8,7 @@ and replies in the new thread reach the session.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
 from slack_sdk import WebClient
@@ -26,6 +27,7 @@ log = logging.getLogger("kernelbot.slack")
 PLATFORM = "slack"
 POST_EVENT = "kernelbot_post"       # the metadata event type each card carries, with its post key
 DEFAULT_API_URL = "https://slack.com/api/"
+ROOT_FIND_IN_LAST = 100     # a retried /kernel looks for its root among the channel's latest messages
 THREAD_GONE = frozenset({"thread_not_found", "message_not_found"})
 CHANNEL_GONE = frozenset({"channel_not_found", "not_in_channel", "is_archived"})
 T = TypeVar("T")
@@ -36,7 +38,7 @@ class ChannelUnavailable(Exception):
 
 
 # A call that makes a message, retried after an answer that was lost, could make it twice: it is
-# retried by the service's outbox instead, which first looks for the message (SlackChat.find_post).
+# retried by the service's outbox instead, which first looks for the message (SlackChat._thread_posts).
 POSTS_ONCE = ("chat.postMessage",)
 
 
@@ -71,6 +73,12 @@ def slack_error(e: SlackApiError) -> str:
     return str(e.response.get("error", "")) if e.response is not None else ""
 
 
+def transient(e: SlackApiError) -> bool:
+    """A 5xx or rate limit (worth retrying), not a refusal Slack answered for good."""
+    status = getattr(e.response, "status_code", 200) if e.response is not None else 500
+    return status >= 500 or status == 429
+
+
 class SlackChat:
     platform = PLATFORM
 
@@ -79,43 +87,43 @@ class SlackChat:
 
     # ------------------------------------------------------------------ Chat
 
-    def post(self, s: Session, card: Card, key: str = "") -> str:
+    def post(self, s: Session, card: Card, key: str = "", retry: bool = False) -> str:
         # Files first: the card with its buttons stays the newest message of the thread, and the
         # service maps it to its stage the moment this returns.
-        files = []
-        if sb.code_as_file(card):
-            files.append({"content": card.code, "filename": sb.code_file_name(card),
-                          "title": f"{card.title}: {sb.code_file_name(card)}"})
-        if card.image:
-            files.append({"content": card.image, "filename": card.image_name or "chart.png", "title": card.title})
+        seen = self._thread_posts(s) if retry else ThreadPosts()
+        if key in seen.keys:
+            return seen.keys[key]
+        files = [f for f in card_files(card) if (f["title"], _size(f["content"])) not in seen.files]
         if files:
             self.upload(s, files)
-        # The key rides in the message's metadata, so find_post can tell whether a post cut short by
-        # a crash reached Slack.
-        metadata = {"event_type": POST_EVENT, "event_payload": {"key": key}} if key else None
-        return message_id(s.channel, self._post(s, text=sb.fallback_text(card), blocks=sb.card_blocks(card),
-                                                metadata=metadata))
+        return self._post(s, key, text=sb.fallback_text(card), blocks=sb.card_blocks(card))
 
-    def find_post(self, s: Session, key: str) -> str | None:
-        """The card posted with this key in the session's thread, from the thread's own history."""
-        cursor = None
+    def _thread_posts(self, s: Session) -> "ThreadPosts":
+        """What the bot has in the session's thread: its keyed messages (a post cut short by a crash
+        that reached Slack) and the files bots shared there, by title and size."""
+        seen, cursor = ThreadPosts(), None
         while True:
             page = self.client.conversations_replies(channel=s.channel, ts=self.thread(s), cursor=cursor,
                                                      include_all_metadata=True, limit=200)
             for m in page.get("messages", []):
-                meta = m.get("metadata") or {}
-                if meta.get("event_type") == POST_EVENT and (meta.get("event_payload") or {}).get("key") == key:
-                    return message_id(s.channel, m["ts"])
+                if _key_of(m):
+                    seen.keys[_key_of(m)] = message_id(s.channel, m["ts"])
+                if m.get("bot_id"):
+                    seen.files |= {(f.get("title"), f.get("size")) for f in m.get("files") or []}
             cursor = (page.get("response_metadata") or {}).get("next_cursor")
             if not cursor:
-                return None
+                return seen
 
-    def open_thread(self, item: dict) -> tuple[str, str] | None:
-        """A root message for a /kernel request; the person is told through the command's
+    def open_thread(self, item: dict, key: str = "", retry: bool = False) -> tuple[str, str] | None:
+        """A root message for a /kernel request (after a try that may have posted it, the one found
+        by its key in the channel's latest messages); the person is told through the command's
         response URL when Slack refuses it."""
         try:
-            ts = self.post_root(item["channel"], item["announce"])
+            ts = (self._find_root(item["channel"], key) if retry else None) or \
+                self.post_root(item["channel"], item["announce"], key)
         except SlackApiError as e:
+            if transient(e):                            # Slack's own fault: the inbox keeps the request and retries
+                raise
             self.answer(item.get("response_url"), f"I could not post in this channel ({slack_error(e)}). Invite me "
                                                   "with `/invite @kernelbot`, then run the command again.")
             return None
@@ -138,15 +146,16 @@ class SlackChat:
                 raise self._explain(e, s) from e
             log.info("session %s: card %s was deleted in Slack; not refreshing it", s.id, message_id)
 
-    def notify(self, s: Session, text: str, user: str | None) -> None:
+    def notify(self, s: Session, text: str, user: str | None, key: str = "", retry: bool = False) -> None:
         if user:
-            try:
+            try:                                        # ephemeral: Slack keeps no copy, so a retry may repeat it
                 self.tell(s.channel, user, text, self.thread(s))
                 return
             except SlackApiError as e:                  # e.g. user_not_in_channel: say it in the thread instead
                 log.info("session %s: ephemeral to %s refused (%s)", s.id, user, slack_error(e))
                 text = f"{user}: {text}"
-        self._post(s, text=sb.mrkdwn(text))
+        if not (retry and key in self._thread_posts(s).keys):
+            self._post(s, key, text=sb.mrkdwn(text))
 
     # ------------------------------------------------------------------ beyond the Chat protocol
 
@@ -161,9 +170,13 @@ class SlackChat:
     def open_modal(self, trigger_id: str, view: dict) -> None:
         self.client.views_open(trigger_id=trigger_id, view=view)
 
-    def post_root(self, channel: str, text: str) -> str:
+    def post_root(self, channel: str, text: str, key: str = "") -> str:
         """A new top-level message in channel; its thread will hold a session. Returns its ts."""
-        return self.client.chat_postMessage(channel=channel, text=text)["ts"]
+        return self.client.chat_postMessage(channel=channel, text=text, metadata=_metadata(key))["ts"]
+
+    def _find_root(self, channel: str, key: str) -> str | None:
+        page = self.client.conversations_history(channel=channel, include_all_metadata=True, limit=ROOT_FIND_IN_LAST)
+        return next((m["ts"] for m in page.get("messages", []) if _key_of(m) == key), None)
 
     def map_root(self, session_id: str, channel: str, ts: str) -> None:
         self.store.map_message(PLATFORM, message_id(channel, ts), session_id, "root")
@@ -183,9 +196,12 @@ class SlackChat:
 
     # ------------------------------------------------------------------ internals
 
-    def _post(self, s: Session, **message) -> str:
-        return self._in_thread(s, lambda thread: self.client.chat_postMessage(
-            channel=s.channel, thread_ts=thread, **message))["ts"]
+    def _post(self, s: Session, key: str, **message) -> str:
+        """A message in the session's thread; its key rides in the message's metadata, so a retry
+        can tell whether a post cut short by a crash reached Slack (_thread_posts)."""
+        ts = self._in_thread(s, lambda thread: self.client.chat_postMessage(
+            channel=s.channel, thread_ts=thread, metadata=_metadata(key), **message))["ts"]
+        return message_id(s.channel, ts)
 
     def _in_thread(self, s: Session, call: Callable[[str], T]) -> T:
         """call(thread ts) in the session's thread; if Slack says the thread is gone, open a new one."""
@@ -208,3 +224,34 @@ class SlackChat:
                 "bot to the channel (/invite @kernelbot) or unarchive it. The session is kept; the message is "
                 "retried on the next event or recovery pass.")
         return e
+
+
+@dataclass
+class ThreadPosts:
+    keys: dict[str, str] = field(default_factory=dict)                 # post key -> message id
+    files: set[tuple[str, int]] = field(default_factory=set)           # (title, size) of files shared
+
+
+def card_files(card: Card) -> list[dict]:
+    """The files a card goes up with: its code when too long for a message, its chart."""
+    files = []
+    if sb.code_as_file(card):
+        files.append({"content": card.code, "filename": sb.code_file_name(card),
+                      "title": f"{card.title}: {sb.code_file_name(card)}"})
+    if card.image:
+        files.append({"content": card.image, "filename": card.image_name or "chart.png", "title": card.title})
+    return files
+
+
+def _metadata(key: str) -> dict | None:
+    return {"event_type": POST_EVENT, "event_payload": {"key": key}} if key else None
+
+
+def _key_of(message: dict) -> str | None:
+    """The post key a message of the bot's carries in its metadata, if any."""
+    meta = message.get("metadata") or {}
+    return (meta.get("event_payload") or {}).get("key") if meta.get("event_type") == POST_EVENT else None
+
+
+def _size(content: str | bytes) -> int:
+    return len(content.encode() if isinstance(content, str) else content)

@@ -434,6 +434,24 @@ def test_a_card_whose_answer_was_lost_is_not_posted_twice(make_bot, fake):
     assert bot.chat.card_at(int(ref["id"]))
 
 
+def test_a_card_posted_before_its_answer_was_cut_is_found_after_the_nonce_expired(make_bot, fake):
+    bot = make_bot()
+    dev, mate = fake.user("dev"), fake.user("mate")
+    spec = start(bot, dev)
+    # Discord makes the card, the connection drops before its answer, and the retry comes after
+    # Discord stopped enforcing the nonce: the bot finds the card in the thread instead of posting it again.
+    fake.nonce_window_s = 0.0
+    fake.fail("POST", rf"/channels/{spec['channel_id']}/messages$", 0, after_doing_it=True)
+    click(fake, mate, spec, "approve")
+    wait_until(lambda: bot.store.pending_effects() or fake.calls_to("GET", rf"/channels/{spec['channel_id']}/messages$"))
+    bot.svc.recover()                                   # unless a second drain of the session retried at once
+    ref = card(bot, "2/6 PyTorch reference · r1")
+    assert len([m for m in fake.channel_messages(spec["channel_id"]) if title(m) == "2/6 PyTorch reference · r1"]) == 1
+    assert fake.calls_to("GET", rf"/channels/{spec['channel_id']}/messages$")
+    click(fake, mate, ref, "approve")                   # the card found is the live one
+    card(bot, "3/6 Reference test · r1")
+
+
 # ------------------------------------------------------------------ rendering, parsing, setup
 
 def test_embeds_respect_discord_limits():

@@ -428,6 +428,47 @@ def test_a_card_whose_answer_was_lost_is_found_not_posted_again(make_bot, fake):
     card(bot, "3/6 Reference test · r1")
 
 
+def test_a_card_retried_after_its_files_went_up_does_not_upload_them_again(make_bot, fake):
+    bot = make_bot()
+    click(fake, TEAMMATE, start(bot), "approve")
+    ref = card(bot, "2/6 PyTorch reference · r1")
+    # The reference test's file goes up, then Slack refuses the card itself (a 500 before doing it).
+    fake.fail("chat.postMessage", "internal_error", status=500)
+    click(fake, TEAMMATE, ref, "approve")
+    uploaded(fake, "test_reference.py")
+    wait_until(lambda: bot.store.pending_effects()
+               or any(header(m) == "3/6 Reference test · r1" for m in list(fake.messages.values())))
+    bot.svc.recover()
+    card(bot, "3/6 Reference test · r1")
+    assert len([f for f in fake.files if f.filename.endswith("test_reference.py")]) == 1
+
+
+def test_a_notice_whose_answer_was_lost_is_said_once(make_bot, fake):
+    bot = make_bot()
+    spec = start(bot)
+    fake.fail("chat.postMessage", "internal_error", status=500, after_doing_it=True)
+    fake.deliver("event", fake.message(REQUESTER, "use shape 8x16 instead", thread_ts=spec["thread_ts"]))
+    wait_until(lambda: bot.store.pending_effects() or bot.session().latest("spec").rev == 2)
+    bot.svc.recover()
+    card(bot, "1/6 Spec · r2")
+    said = [m for m in fake.messages.values() if "asked for changes" in m.get("text", "")]
+    assert len(said) == 1 and said[0]["thread_ts"] == spec["thread_ts"]
+
+
+def test_a_request_whose_thread_root_answer_was_lost_opens_one_thread(make_bot, fake):
+    bot = make_bot()
+    # Slack posts the /kernel request's root message but its answer is lost: the request stays in
+    # the inbox, and its retry finds that root by its key in the channel instead of posting another.
+    fake.fail("chat.postMessage", "internal_error", status=500, after_doing_it=True)
+    assert fake.deliver("command", fake.command(REQUEST, REQUESTER)).status == 200
+    wait_until(lambda: bot.store.pending_inbox())
+    bot.svc.recover()
+    spec = card(bot, "1/6 Spec · r1")
+    roots = [m for m in fake.messages.values() if "asked for a kernel" in m.get("text", "") and "thread_ts" not in m]
+    assert len(roots) == 1 and spec["thread_ts"] == roots[0]["ts"]
+    assert bot.chat.session_in_thread(CHANNEL, roots[0]["ts"]) == bot.session().id
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 4 MiB tmpfs for the bot's home (root only: skipped where mount is refused)."""
@@ -441,11 +482,10 @@ def small_disk(tmp_path):
 
 def fill(disk: Path) -> Path:
     filler = disk / "filler"
-    with open(filler, "wb") as f:
+    with open(filler, "wb", buffering=0) as f:          # unbuffered: nothing left to flush on close
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError:
             pass
     return filler

@@ -87,6 +87,8 @@ class FakeDiscord(LoopbackServer):
         self.identified: list[dict] = []                         # IDENTIFY payloads
         self.resumed: list[dict] = []                            # RESUME payloads
         self.heartbeats = 0
+        self.nonce_window_s = 300.0                              # how long Discord enforces a nonce (minutes)
+        self._made_at: dict[str, float] = {}                     # message id -> when it was made
         self.connected = threading.Event()                       # a session is up on the socket
         self._faults: list[tuple[str, re.Pattern, int, dict, dict, bool]] = []
         self._changed = threading.Condition()
@@ -158,14 +160,19 @@ class FakeDiscord(LoopbackServer):
 
     def fail(self, method: str, path: str, status: int, body: dict | None = None, retry_after: float | None = None,
              times: int = 1, after_doing_it: bool = False) -> None:
-        """The next `times` calls matching answer with this error (429s carry retry_after as Discord sends it).
-        after_doing_it: the call is carried out first (a message posted); only its answer is lost."""
+        """The next `times` calls matching answer with this error (429s carry retry_after as Discord sends it;
+        status 0: the connection is cut instead of answered). after_doing_it: the call is carried out first
+        (a message posted); only its answer is lost."""
         headers = {}
         if retry_after is not None:
             body = {"message": "You are being rate limited.", "retry_after": retry_after, "global": False}
             headers = {"Retry-After": str(retry_after), "Via": "1.1 google", "X-RateLimit-Scope": "user"}
         self._faults += [(method, re.compile(path), status, body or {"message": "error", "code": 0}, headers,
                           after_doing_it)] * times
+
+    def clear_faults(self) -> None:
+        with self._changed:
+            self._faults.clear()
 
     def delete_thread(self, thread_id: str) -> None:
         """Someone deletes a thread: it and its messages are gone, and Discord says THREAD_DELETE."""
@@ -332,6 +339,8 @@ class FakeDiscord(LoopbackServer):
     async def _rest(self, request: web.Request) -> web.Response:
         method, path = request.method, "/" + request.match_info["path"]
         body, files = await _read_body(request)
+        if method == "GET":
+            body = dict(request.query)                       # a GET's parameters stand in for its body
         with self._changed:
             self.calls.append(Call(method, path, body, files, time.monotonic()))
             fault = next((f for f in self._faults if f[0] == method and f[1].search(path)), None)
@@ -340,6 +349,9 @@ class FakeDiscord(LoopbackServer):
                 if fault[5]:
                     self._route(method, path, body, files, request.headers.get("Authorization", ""))
                 self._changed.notify_all()
+                if fault[2] == 0:
+                    request.transport.close()
+                    return web.Response(status=500)
                 return _json(fault[3], fault[2], fault[4])
             answer = self._route(method, path, body, files, request.headers.get("Authorization", ""))
             self._changed.notify_all()
@@ -367,6 +379,7 @@ class FakeDiscord(LoopbackServer):
             (r"PUT /applications/\d+(?:/guilds/(\d+))?/commands", self._sync_commands),
             (r"GET /channels/(\d+)", lambda b, f, cid: self.channels.get(cid) or (404, _unknown("Channel", 10003))),
             (r"POST /channels/(\d+)/messages", self._post_message),
+            (r"GET /channels/(\d+)/messages", self._history),
             (r"PATCH /channels/(\d+)/messages/(\d+)", self._edit_message),
             (r"POST /channels/(\d+)/messages/(\d+)/threads", self._start_thread),
             (r"PUT /channels/(\d+)/messages/(\d+)/reactions/([^/]+)/@me", self._add_reaction),
@@ -394,14 +407,25 @@ class FakeDiscord(LoopbackServer):
         if cid not in self.channels:
             return 404, _unknown("Channel", 10003)
         nonce = body.get("nonce") if body.get("enforce_nonce") else None
+        recent = time.time() - self.nonce_window_s
         repeat = next((m for m in self.messages.values() if nonce and m.get("nonce") == nonce
-                       and m["channel_id"] == cid and m["author"]["id"] == BOT_ID), None)
+                       and m["channel_id"] == cid and m["author"]["id"] == BOT_ID
+                       and self._made_at[m["id"]] >= recent), None)
         if repeat is not None:            # Discord: an enforced nonce seen recently returns that message
             return repeat
         msg = self._message(cid, self.users[BOT_ID], body.get("content") or "", body, files,
                             **({"nonce": nonce} if nonce else {}))
         self._queue_dispatch("MESSAGE_CREATE", {**msg, "guild_id": GUILD, "member": self.member(BOT_ID, False)})
         return msg
+
+    def _history(self, query: dict, files, cid: str):
+        """A channel's messages, newest first: `limit` of them (at most 100), older than `before`."""
+        if cid not in self.channels:
+            return 404, _unknown("Channel", 10003)
+        before = int(query.get("before") or 1 << 63)
+        found = sorted((m for m in self.messages.values() if m["channel_id"] == cid and int(m["id"]) < before),
+                       key=lambda m: int(m["id"]), reverse=True)
+        return [{k: v for k, v in m.items() if k != "nonce"} for m in found[:min(int(query.get("limit", 50)), 100)]]
 
     def _edit_message(self, body: dict, files, cid: str, mid: str):
         msg = self.messages.get(mid)
@@ -475,6 +499,7 @@ class FakeDiscord(LoopbackServer):
                "attachments": [], "embeds": [], "components": [], "pinned": False, "type": 0, "flags": 0, **extra}
         self._apply(msg, body or {}, files or {})
         self.messages[msg["id"]] = msg
+        self._made_at[msg["id"]] = time.time()
         return msg
 
     def _apply(self, msg: dict, body: dict, files: dict[str, bytes]) -> None:

@@ -180,6 +180,17 @@ class FakeSlack(LoopbackServer):
         return {"ok": True, "messages": page, "has_more": more,
                 "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
 
+    def _conversations_history(self, args: dict, token: str) -> dict:
+        """The channel's top-level messages, newest first, `limit` of them; metadata only when asked for."""
+        channel = args.get("channel")
+        if channel not in self.channels:
+            return {"ok": False, "error": "channel_not_found"}
+        top = [m for (c, _), m in sorted(self.messages.items(), key=lambda kv: -float(kv[0][1]))
+               if c == channel and m.get("thread_ts", m["ts"]) == m["ts"]][:int(args.get("limit") or 100)]
+        with_meta = str(args.get("include_all_metadata")).lower() in ("1", "true")
+        return {"ok": True, "messages": [m if with_meta else {k: v for k, v in m.items() if k != "metadata"}
+                                         for m in top], "has_more": False}
+
     def _chat_update(self, args: dict, token: str) -> dict:
         key = (args.get("channel"), args.get("ts"))
         if key not in self.messages:
@@ -217,7 +228,10 @@ class FakeSlack(LoopbackServer):
                 return {"ok": False, "error": "file_upload_not_completed"}
             self.files.append(File(f["id"], f.get("title", ""), up["filename"], up["data"], channel, thread,
                                    args.get("initial_comment")))
-            done.append({"id": f["id"], "title": f.get("title", ""), "name": up["filename"]})
+            done.append({"id": f["id"], "title": f.get("title", ""), "name": up["filename"], "size": up["length"]})
+        if channel:                         # Slack shares the files as one message of the bot's
+            self._add_message(channel, BOT_USER, args.get("initial_comment") or "", thread, bot_id=BOT_ID,
+                              files=done, upload=True)
         return {"ok": True, "files": done}
 
     def _apps_connections_open(self, args: dict, token: str) -> dict:
