@@ -1,4 +1,5 @@
-"""Shared test setup: Triton's interpreter without a GPU, and the `gpu` marker."""
+"""Shared test setup: Triton's interpreter without a GPU, the `gpu` marker, and queue_url (each
+queue kind a test runs against)."""
 from __future__ import annotations
 
 import os
@@ -20,3 +21,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def queue_url(request, tmp_path):
+    """A fresh queue: a SQLite file, or a redis-server of the test's own on a free loopback port."""
+    if request.param == "sqlite":
+        yield f"sqlite://{tmp_path}/queue.db"
+        return
+    from fakes.real_runner import redis_server
+    with redis_server(tmp_path) as url:
+        yield url

@@ -12,7 +12,6 @@ import json
 import os
 import random
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import pytest
 
 pytest.importorskip("slack_bolt", reason="the Slack adapter needs the slack extra")
 
+from fakes.real_runner import free_port
 from fakes.runner import wait_until
 from fakes.slack import FakeSlack
 
@@ -33,12 +33,6 @@ from runner.queue import JobQueue
 
 ROOT = Path(__file__).resolve().parent.parent
 USER, MATE = "U0DEV00001", "U0MATE0001"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class BotProcess:

@@ -1,4 +1,4 @@
-"""Runners SIGKILLed at random points of a job: the real runner process on the real SQLite queue,
+"""Runners SIGKILLed at random points of a job: the real runner process on the real queue (SQLite, Redis),
 the bot's service polling it. Each trial's job must finish exactly once on a runner started after
 the kill (or before it, if the kill came late), its result posted once, nothing left queued. Two
 trials run in the regular suite; `python3 dev.py test -m soak` runs KERNELBOT_FAULT_TRIALS
@@ -34,11 +34,11 @@ def kill(proc: subprocess.Popen) -> None:
     proc.wait(10)
 
 
-def run_trials(tmp_path: Path, trials: int) -> list[str]:
+def run_trials(tmp_path: Path, trials: int, queue_url: str) -> list[str]:
     home = tmp_path / "home"
     home.mkdir()
     cfg = Config.from_env(backend="cpu")
-    cfg.home, cfg.db_path, cfg.queue_url = home, home / "kb.db", f"sqlite:///{home / 'queue.db'}"
+    cfg.home, cfg.db_path, cfg.queue_url = home, home / "kb.db", queue_url
     cfg.stale_s, cfg.heartbeat_s = 3.0, 0.3
     out = io.StringIO()
     svc = make_service(cfg, ConsoleChat(out))
@@ -68,10 +68,10 @@ def run_trials(tmp_path: Path, trials: int) -> list[str]:
     return problems
 
 
-def test_a_runner_killed_mid_job_has_its_job_finished_once(tmp_path):
-    assert run_trials(tmp_path, 2) == []
+def test_a_runner_killed_mid_job_has_its_job_finished_once(tmp_path, queue_url):
+    assert run_trials(tmp_path, 2, queue_url) == []
 
 
 @pytest.mark.soak
-def test_many_runner_kills_lose_nothing_and_repeat_nothing(tmp_path):
-    assert run_trials(tmp_path, int(os.environ.get("KERNELBOT_FAULT_TRIALS", 20))) == []
+def test_many_runner_kills_lose_nothing_and_repeat_nothing(tmp_path, queue_url):
+    assert run_trials(tmp_path, int(os.environ.get("KERNELBOT_FAULT_TRIALS", 20)), queue_url) == []

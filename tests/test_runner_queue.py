@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,31 +37,6 @@ def job(job_id: str, kind: str = "kernel_test", kernel: Path = ADD / "kernel.py"
     files = {n: (ADD / n).read_text() for n in names[kind]}
     return {"job_id": job_id, "session_id": "s-1", "kind": kind, "backend": "cpu", "attempt": attempt,
             "timeout_s": 120, "files": {**files, "kernel.py": kernel.read_text()}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def queue_url(request, tmp_path):
-    """A fresh queue: a SQLite file, or a redis-server of our own on a free loopback port."""
-    if request.param == "sqlite":
-        yield f"sqlite://{tmp_path}/queue.db"
-        return
-    if not shutil.which("redis-server"):
-        pytest.skip("redis-server is not installed (.ci/run installs Debian's redis-server)")
-    port = free_port()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or True, timeout_s=10)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 @pytest.fixture

@@ -1,12 +1,18 @@
-"""Not a fake: helpers for the tests that drive the real runner process on a real queue, and a
-bot service polling it."""
+"""Not a fake: helpers for the tests that drive the real runner process on a real queue (a SQLite
+file, or a redis-server of the test's own), and a bot service polling it."""
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
+
+import pytest
 
 from bot.autorun import awaiting_review
 from bot.events import Approve
@@ -35,3 +41,33 @@ def drive(svc, sid: str, until, timeout: float = 180.0, approve=lambda s: True):
             svc.dispatch(sid, Approve(s.stage, s.latest(s.stage).rev, "bob"))
         time.sleep(0.05)
     raise AssertionError(f"session stuck at {s.stage}: {[(j.id, j.status, j.attempt) for j in s.jobs]}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def redis_server(workdir: Path) -> Iterator[str]:
+    """A redis-server on a free loopback port, for one test; yields its queue URL."""
+    if not shutil.which("redis-server"):
+        pytest.skip("redis-server is not installed (.ci/run installs Debian's redis-server)")
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+    try:
+        end = time.time() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > end:
+                    raise
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(10)
