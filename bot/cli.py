@@ -89,6 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--table-only", action="store_true", help="run nothing: the table and targets from the "
                                                                  "reports an earlier run left in --out")
 
+    export = sub.add_parser("export", help="write a session's files and report into a directory, at any stage")
+    export.add_argument("session", help="the session id (kernelbot status lists them)")
+    export.add_argument("--out", type=Path, required=True, help="directory for the files (created if missing)")
+
     cancel = sub.add_parser("cancel", help="cancel a session (one whose run died, say)")
     cancel.add_argument("session", help="the session id (kernelbot status lists them)")
 
@@ -117,7 +121,7 @@ def _main(argv: list[str] | None) -> int:
     from bot.config import Config
     cfg = Config.from_env(backend=getattr(args, "backend", None), generator=getattr(args, "generator", None))
     commands = {"chat": _chat, "run": _run, "runner": _runner, "verify": _verify, "status": _status, "cancel": _cancel,
-                "slack": _slack, "discord": _discord, "bench": _bench}
+                "slack": _slack, "discord": _discord, "bench": _bench, "export": _export}
     return commands[args.command](args, cfg)
 
 
@@ -133,6 +137,24 @@ def _run(args, cfg) -> int:
         print(f"kernelbot run: --out {args.out}: {problem}", file=sys.stderr)
         return 2
     return run(args.request, args.out, cfg, yes=args.yes, timeout_s=args.timeout, resume=args.resume)
+
+
+def _export(args, cfg) -> int:
+    from bot import report
+    from bot.store import Store
+    s = Store(cfg.db_path).load(args.session)
+    if s is None:
+        print(f"kernelbot export: no session {args.session!r} in {cfg.db_path}; `kernelbot status` lists them",
+              file=sys.stderr)
+        return 1
+    problem = _unwritable(args.out)
+    if problem:
+        print(f"kernelbot export: --out {args.out}: {problem}", file=sys.stderr)
+        return 2
+    for path in report.export(s, args.out):
+        print(path)
+    print(f"session {s.id} ({s.status}, at {s.stage}): approved revisions, else the latest, and the report")
+    return 0
 
 
 def _unwritable(out: Path) -> str:

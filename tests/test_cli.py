@@ -63,3 +63,29 @@ def test_a_refused_run_ends_refused_says_what_to_change_and_starts_no_runner(tmp
     status = kernelbot("status", home=tmp_path)
     assert " refused " in status.stdout, status.stdout
     assert not (tmp_path / "runner-cpu.log").exists(), "a runner was started for a request that was refused"
+
+
+def test_a_session_is_exported_at_any_stage(tmp_path):
+    import io
+    from bot.app import make_service
+    from bot.config import Config
+    from bot.console import ConsoleChat
+    from bot.events import Approve
+    from fakes.runner import wait_until
+    cfg = Config.from_env(backend="cpu")
+    cfg.home, cfg.db_path = tmp_path, tmp_path / "kernelbot.db"
+    svc = make_service(cfg, ConsoleChat(io.StringIO()))
+    try:
+        s = svc.start("relu(x) for fp32 8x8", "alice")
+        wait_until(lambda: svc.store.load(s.id).latest("spec"))
+        svc.dispatch(s.id, Approve("spec", 1, "bob"))
+        wait_until(lambda: svc.store.load(s.id).latest("reference"))
+    finally:
+        svc.shutdown()
+    out = tmp_path / "export"
+    proc = kernelbot("export", s.id, "--out", str(out), home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert {"spec.json", "reference.py", "report.json", "REPORT.md"} <= {p.name for p in out.iterdir()}
+    assert "relu" in (out / "reference.py").read_text() and "at reference" in proc.stdout
+    assert kernelbot("export", "nope", "--out", str(out), home=tmp_path).returncode == 1
+    assert "is a file" in kernelbot("export", s.id, "--out", str(out / "REPORT.md"), home=tmp_path).stderr
