@@ -101,7 +101,7 @@ def _correct(s: Session, ev: Correct, now: float, policy: Policy) -> list[Effect
     s.feedback.setdefault(ev.stage, []).append(text)
     s.failure = None
     return effects + [notice(f"{ev.user} asked for changes to {stages.label(ev.stage)}: regenerating."),
-                      _request_generation(s)]
+                      _request_generation(s, text)]
 
 
 def _edit(s: Session, ev: Edit, now: float, policy: Policy) -> list[Effect]:
@@ -141,10 +141,10 @@ _ACTION_HANDLERS = {Approve: _approve, Correct: _correct, Edit: _edit, Regenerat
 
 # ------------------------------------------------------------------ generation
 
-def _request_generation(s: Session) -> Effect:
+def _request_generation(s: Session, correction: str | None = None) -> Effect:
     s.gen_token += 1
     s.generating = True
-    return generate(s.stage, s.gen_token)
+    return generate(s.stage, s.gen_token, correction)
 
 
 def _on_generated(s: Session, ev: Generated, now: float) -> list[Effect]:
@@ -152,6 +152,11 @@ def _on_generated(s: Session, ev: Generated, now: float) -> list[Effect]:
         return []
     s.generating = False
     _add_usage(s, ev.usage)
+    latest = s.latest(ev.stage)
+    if ev.correction and latest and latest.content == ev.content:
+        _forget(s, ev.stage, ev.correction)
+        return [notice(f"The correction {_quoted(ev.correction)} changes nothing: {stages.label(ev.stage)} "
+                       f"r{latest.rev} already says that, so it stays current{_approve_again(s, ev.stage)}.")]
     answered = s.failure or (s.feedback.get(ev.stage) or [None])[-1]
     for a in ev.attempts:                 # kept for inspection, not posted: the conversation had a line each
         _append_revision(s, ev.stage, a["content"], ev.author, "attempt", now, {VERIFICATION: a["verdict"]},
@@ -170,9 +175,33 @@ def _on_generation_failed(s: Session, ev: GenerationFailed) -> list[Effect]:
     s.generating = False
     _add_usage(s, ev.usage)
     latest = s.latest(ev.stage)
-    keep = (f" Revision r{latest.rev} stays current." if latest
-            else " Reply with a correction that fills in what is missing, or cancel.")
+    if ev.correction:                     # refused: forgotten, so the next correction starts from latest
+        _forget(s, ev.stage, ev.correction)
+    if latest:
+        keep = (f" The correction {_quoted(ev.correction)} is not applied (later ones do not carry it);"
+                if ev.correction else "") + f" Revision r{latest.rev} stays current{_approve_again(s, ev.stage)}."
+    else:
+        keep = " Reply with a correction that fills in what is missing, or cancel."
     return [notice(f"{stages.label(ev.stage)}: {ev.error}{keep}")]
+
+
+def _forget(s: Session, stage: str, correction: str) -> None:
+    """Drop a correction that was refused or changed nothing (its last mention) from the stage's feedback."""
+    said = s.feedback.get(stage, [])
+    if correction in said:
+        del said[len(said) - 1 - said[::-1].index(correction)]
+
+
+def _approve_again(s: Session, stage: str) -> str:
+    """For an execution stage whose approval the correction withdrew: how to run it after all."""
+    latest = s.latest(stage)
+    if stage in stages.EXECUTION and latest and not s.approval(stage, latest.rev) and not s.open_job(stage):
+        return f"; approve r{latest.rev} to run it"
+    return ""
+
+
+def _quoted(text: str) -> str:
+    return repr(text.strip()[:80])
 
 
 def _current_generation(s: Session, ev: Generated | GenerationFailed) -> bool:

@@ -62,6 +62,7 @@ class Generated:
     notes: list[str] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
     attempts: list[dict[str, str]] = field(default_factory=list)   # {"content", "verdict"}, oldest first
+    correction: str | None = None       # the correction this generation tried to apply, if one did
 
 
 @dataclass
@@ -70,6 +71,7 @@ class GenerationFailed:
     token: int
     error: str
     usage: dict[str, int] = field(default_factory=dict)
+    correction: str | None = None
 
 
 @dataclass
@@ -138,8 +140,9 @@ class Effect:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def generate(stage: str, token: int) -> Effect:
-    return Effect("generate", stage=stage, token=token)
+def generate(stage: str, token: int, correction: str | None = None) -> Effect:
+    """correction: the one this generation is to apply (text), so its outcome can answer it."""
+    return Effect("generate", stage=stage, token=token, text=correction)
 
 
 def post_revision(stage: str, rev: int) -> Effect:

@@ -309,13 +309,13 @@ class Service:
         try:
             art = self.generator.generate(req)
         except GenerationError as err:
-            return GenerationFailed(e.stage, e.token, str(err), err.usage)
+            return GenerationFailed(e.stage, e.token, str(err), err.usage, e.text)
         except Exception as err:                       # a generator bug must not kill the session
             log.error("generator crashed:\n%s", traceback.format_exc())
-            return GenerationFailed(e.stage, e.token, f"the generator failed unexpectedly ({err!r})")
+            return GenerationFailed(e.stage, e.token, f"the generator failed unexpectedly ({err!r})", {}, e.text)
         return Generated(e.stage, e.token, art.content, f"generator:{art.generator or self.generator.name}",
                          art.summary, art.notes, art.usage,
-                         [{"content": a.content, "verdict": a.verdict} for a in art.attempts])
+                         [{"content": a.content, "verdict": a.verdict} for a in art.attempts], e.text)
 
     def _progress(self, s: Session, line: str) -> None:
         """A line from a generation in flight; a chat fault loses the line, not the generation."""

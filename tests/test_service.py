@@ -236,3 +236,33 @@ def test_job_taken_but_never_reported_is_requeued(env):
     svc.poll_jobs()
     assert queue.jobs[-1]["job_id"] == job_id and queue.jobs[-1]["attempt"] == 2
     assert "never reported" in out.getvalue()
+
+
+def test_corrections_accumulate_and_a_refused_or_empty_one_is_forgotten(tmp_path):
+    from bot.events import Correct
+    from bot.offline import OfflineGenerator
+    cfg = Config(home=tmp_path, db_path=tmp_path / "kb.db", queue_url="", backend="cpu")
+    out = io.StringIO()
+    svc = Service(cfg, Store(cfg.db_path), OfflineGenerator(), ConsoleChat(out), lambda backend: MemoryQueue())
+
+    def correct(text: str) -> None:
+        svc.dispatch(sid, Correct("spec", latest_rev(svc, sid, "spec"), "alice", text))
+        wait_for(lambda: not svc.store.load(sid).generating)
+
+    def spec() -> dict:
+        return json.loads(svc.store.load(sid).latest("spec").content)
+
+    try:
+        sid = svc.start("softmax over the last dim of a 64x128 fp32 tensor", "alice").id
+        wait_for(lambda: latest_rev(svc, sid, "spec") == 1)
+        correct("please be careful")                            # refused: answered, then forgotten
+        assert "is not applied" in out.getvalue() and latest_rev(svc, sid, "spec") == 1
+        correct("make it fp16")
+        correct("shape 32x100")                                 # the next one keeps fp16
+        assert latest_rev(svc, sid, "spec") == 3
+        assert spec()["inputs"][0]["dtypes"] == ["float16"] and spec()["inputs"][0]["shapes"] == [[32, 100]]
+        correct("fp16")                                         # says what r3 already says
+        assert "changes nothing" in out.getvalue() and latest_rev(svc, sid, "spec") == 3
+        assert svc.store.load(sid).feedback["spec"] == ["make it fp16", "shape 32x100"]
+    finally:
+        svc.shutdown()
