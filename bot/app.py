@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ from bot.config import Config
 from bot.generator import Generator
 from bot.service import Chat, Service
 from bot.store import Store
+from runner import users as runner_users
 
 if TYPE_CHECKING:
     from runner.queue import JobQueue
@@ -68,14 +68,20 @@ def make_service(cfg: Config, chat: Chat) -> Service:
 
 
 class LocalRunner:
-    """A runner process this command started because none was alive; stopped with it."""
+    """A runner process a command started because none was alive. Commands sharing a home share
+    it: each that uses it is one of its users (runner.users), and it stops once none is alive."""
 
     def __init__(self, cfg: Config, backend: str) -> None:
         self.cfg, self.backend = cfg, backend
         self.proc: subprocess.Popen | None = None
         self.log_path = cfg.home / f"runner-{backend}.log"
+        self.users = cfg.home / f"runner-{backend}.users"
+        self._joined = False
 
     def ensure(self, svc: Service, out=sys.stdout) -> None:
+        if not self._joined:
+            runner_users.join(self.users)
+            self._joined = True
         queue = svc.queue_for(self.backend)
         if queue.runner_alive(RUNNER_ALIVE_S) or (self.proc and self.proc.poll() is None):
             return
@@ -88,11 +94,13 @@ class LocalRunner:
                   else f"  {isolation.summary()}\n")
         env = {**os.environ, "KERNELBOT_HEARTBEAT_S": str(self.cfg.heartbeat_s)}
         with open(self.log_path, "ab") as log:
-            # SIGTERM when this command dies, however it dies: a runner it started for itself ends with it.
+            # A session of its own, so a Ctrl-C meant for this command does not stop a runner
+            # another command uses; it stops once no user is alive, however they ended.
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "runner.worker", "--backend", self.backend, "--queue", self.cfg.queue_url],
+                [sys.executable, "-m", "runner.worker", "--backend", self.backend, "--queue", self.cfg.queue_url,
+                 "--users", str(self.users)],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(Path(__file__).resolve().parent.parent),
-                preexec_fn=sandbox.on_parent_death(signal.SIGTERM))
+                start_new_session=True)
         deadline = time.time() + 120
         while not queue.runner_alive(RUNNER_ALIVE_S):
             if self.proc.poll() is not None:
@@ -110,7 +118,9 @@ class LocalRunner:
                              "install kernelbot[runner], or start `kernelbot runner --backend NAME` on a GPU host")
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
+        """This command is done with the runner: stop it now if it is ours and nobody else uses it."""
+        runner_users.leave(self.users)
+        if self.proc and self.proc.poll() is None and not runner_users.alive(self.users):
             self.proc.terminate()
             try:
                 self.proc.wait(15)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import getpass
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -17,26 +16,16 @@ from bot import report, stages
 from bot.app import LocalRunner, make_service
 from bot.config import Config
 from bot.console import ConsoleChat
+from bot.drivers import Drivers, driver_alive
 from bot.events import Approve, Cancel
 from bot.generator import VERIFICATION, failed_verification
 from bot.model import DONE, FAILED, REFUSED, Session
 from bot.repl import Repl
 from bot.service import Service
 from bot.store import Store
-from runner import workdirs
 
 POLL_S = 0.2
 PROGRESS_EVERY_S = 15.0
-DRIVER_EVERY_S = 5.0        # how often a run refreshes its driver record
-DRIVER_FRESH_S = 30.0       # a driver record older than this belongs to a run that is gone
-HOST = socket.gethostname()
-
-
-def driver_alive(record: dict | None) -> bool:
-    """Whether the `kernelbot run` of a driver record still drives its session."""
-    if record is None or time.time() - record["seen_at"] > DRIVER_FRESH_S:
-        return False
-    return record["host"] != HOST or workdirs.process_alive(record["pid"])
 
 
 def resumable(store: Store, out_dir: str, request: str | None, resume: str | None) -> Session | None:
@@ -98,6 +87,7 @@ def run(request: str | None, out_dir: Path, cfg: Config, yes: bool, timeout_s: f
     chat = ConsoleChat(image_dir=cfg.home / "charts", full_code=not yes)
     svc = make_service(cfg, chat)
     out = str(out_dir.resolve())
+    svc.sessions = drivers = Drivers(svc.store, out)
     s = resumable(svc.store, out, request, resume)
     if s is None and not request:
         raise SystemExit(f"kernelbot run: no unfinished session exports to {out}; give a request to start one")
@@ -110,9 +100,8 @@ def run(request: str | None, out_dir: Path, cfg: Config, yes: bool, timeout_s: f
             print(f"resuming session {s.id} at {stages.label(s.stage)} ({s.request!r}): the run that drove it is gone")
         s = s or svc.start(request, user=user)
         sid = s.id
-        touch = lambda: svc.store.drive(sid, os.getpid(), HOST, out)   # noqa: E731
-        touch()
-        s = _drive(svc, runner, sid, None if yes else Repl(svc, user), timeout_s, touch)
+        drivers.take(sid)
+        s = _drive(svc, runner, sid, None if yes else Repl(svc, user), timeout_s)
         stopped = failed(s)
         if yes and s.active and stopped:            # nobody is there to correct it: it ends here
             s = svc.dispatch(sid, Cancel("kernelbot run --yes", *ending(s, stopped)))
@@ -124,6 +113,7 @@ def run(request: str | None, out_dir: Path, cfg: Config, yes: bool, timeout_s: f
               file=sys.stderr)
         return 1
     finally:
+        drivers.stop()
         svc.shutdown()
         runner.stop()
     if s is None:
@@ -147,15 +137,10 @@ def ending(s: Session, why: str) -> tuple[str, str]:
     return (REFUSED if s.stage == "spec" and s.latest("spec") is None else FAILED), why
 
 
-def _drive(svc: Service, runner: LocalRunner, sid: str, repl: Repl | None, timeout_s: float | None,
-           touch) -> Session:
-    """Poll until the session ends or fails; approve (repl None) or ask the person at each stage.
-    touch(): refresh this run's driver record, now and then."""
-    start = last_progress = last_touch = time.time()
+def _drive(svc: Service, runner: LocalRunner, sid: str, repl: Repl | None, timeout_s: float | None) -> Session:
+    """Poll until the session ends or fails; approve (repl None) or ask the person at each stage."""
+    start = last_progress = time.time()
     while True:
-        if time.time() - last_touch > DRIVER_EVERY_S:
-            touch()
-            last_touch = time.time()
         svc.poll_jobs()
         s = svc.store.load(sid)
         if s.open_job(s.stage) or s.stage not in ("spec", "reference"):

@@ -259,7 +259,7 @@ def _cancel(args, cfg) -> int:
 
 def _driver_note(store, s) -> str:
     """For an active session a `kernelbot run` drove: whether that run is gone, and what to do."""
-    from bot.autorun import driver_alive
+    from bot.drivers import driver_alive
     record = store.driver(s.id) if s.active else None
     if record is None:
         return ""

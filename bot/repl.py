@@ -18,6 +18,7 @@ from bot import cards, stages
 from bot.app import make_service, serving
 from bot.config import Config
 from bot.console import ConsoleChat, render
+from bot.drivers import Drivers
 from bot.events import Approve, Cancel, Correct, Edit, Regenerate
 from bot.service import Service
 
@@ -161,6 +162,7 @@ def computes(s) -> str:
 
 def chat(cfg: Config) -> int:
     svc = make_service(cfg, ConsoleChat(image_dir=cfg.home / "charts"))
+    svc.sessions = Drivers(svc.store)       # its own sessions, and any a dead command left
     with serving(cfg, svc):
         repl = Repl(svc, getpass.getuser() or "you")
         print(f"kernelbot chat · backend {cfg.backend} · store {cfg.db_path}\n{HELP}")

@@ -56,6 +56,22 @@ class Chat(Protocol):
         """A notice in the session's thread, or to `user` only; key and retry as for post."""
 
 
+class Ownership(Protocol):
+    """Which sessions this process carries on, when several processes share a store."""
+
+    def owns(self, session_id: str) -> bool: ...
+
+
+class PlatformSessions:
+    """A chat bot's sessions: every one of its platform."""
+
+    def __init__(self, store: Store, platform: str) -> None:
+        self.store, self.platform = store, platform
+
+    def owns(self, session_id: str) -> bool:
+        return self.store.platform_of(session_id) == self.platform
+
+
 class Queue(Protocol):
     def enqueue(self, job: dict) -> None: ...
 
@@ -83,6 +99,9 @@ class Service:
         self._inbox_tries: dict[int, int] = defaultdict(int)   # failed tries per inbox event, this process
         self._vanished: dict[str, float] = {}     # queued job id -> when it was first seen gone from the queue
         self.listeners: list[Callable[[Session], None]] = []   # told after every transition
+        # Which sessions this process carries on (effects, jobs): its platform's, by default; a
+        # terminal command sets bot.drivers.Drivers, so commands sharing a home keep apart.
+        self.sessions: Ownership = PlatformSessions(store, chat.platform)
 
     # ------------------------------------------------------------------ events
 
@@ -175,6 +194,7 @@ class Service:
                         backend=item.get("backend") or self.cfg.backend,
                         generator=item.get("generator") or self.generator.name, created_at=self.clock())
             effects = engine.handle(s, Start(item["request"], item["user"]), self.clock(), self.cfg.policy)
+            self.sessions.owns(s.id)                # this process makes it, so it carries it on
             self.store.save(s, effects, inbox_id, root=item.get("root"))
         self.drain(s.id)
         self._tell_listeners(s)
@@ -214,7 +234,10 @@ class Service:
     def recover(self) -> None:
         """After a restart (and now and then): apply every inbox event received but not yet
         applied, then carry out every effect stored but not yet done."""
-        for inbox_id in self.store.pending_inbox():
+        for inbox_id in self.store.pending_inbox(self.chat.platform):
+            item = (self.store.inbox_item(inbox_id) or ({}, None))[0]
+            if item.get("session") and not self.sessions.owns(item["session"]):
+                continue
             try:
                 self.process(inbox_id)
             except Exception:                       # logged and counted by process; the next pass retries
@@ -223,6 +246,8 @@ class Service:
             self.drain(sid)
 
     def drain(self, session_id: str) -> None:
+        if not self.sessions.owns(session_id):      # another process carries it on
+            return
         with self._lock(session_id):
             for effect_id, sid, effect in self.store.pending_effects(session_id):
                 if effect_id in self._generating:
@@ -329,6 +354,8 @@ class Service:
     def poll_jobs(self) -> None:
         """Results and heartbeats from the queue into the engine; re-queue dead runners' jobs."""
         for sid, job_id in self.store.open_jobs():
+            if not self.sessions.owns(sid):
+                continue
             job = self.store.load(sid).job(job_id)
             queue = self.queue_for(job.backend)
             result = queue.peek_result(job_id)

@@ -18,7 +18,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import sqlite_utils
 
@@ -147,6 +147,10 @@ class Store:
         finally:
             db.conn.execute("COMMIT")
 
+    def platform_of(self, session_id: str) -> str | None:
+        row = self._reads().execute("select platform from sessions where id = ?", [session_id]).fetchone()
+        return row[0] if row else None
+
     def session_ids(self, status: str | None = None, channel: str | None = None,
                     platform: str | None = None) -> list[str]:
         where, args = [], []
@@ -232,10 +236,11 @@ class Store:
             return None
         return json.loads(rows[0]["item"]), (rows[0]["outcome"] if rows[0]["done_at"] is not None else None)
 
-    def pending_inbox(self) -> list[int]:
-        """Inbox ids received but not yet applied, oldest first."""
+    def pending_inbox(self, platform: str | None = None) -> list[int]:
+        """Inbox ids received (from platform, or any) but not yet applied, oldest first."""
+        where, args = ("done_at is null and platform = ?", [platform]) if platform else ("done_at is null", [])
         db = self._reads()
-        return [r["id"] for r in db["inbox"].rows_where("done_at is null", order_by="id", select="id")]
+        return [r["id"] for r in db["inbox"].rows_where(where, args, order_by="id", select="id")]
 
     def update_inbox_item(self, inbox_id: int, item: dict) -> None:
         """Record what processing learnt on the way (a thread it opened) before it goes on."""
@@ -255,13 +260,27 @@ class Store:
     def _inbox_done(self, inbox_id: int, outcome: str) -> None:
         self.db.execute("update inbox set done_at = ?, outcome = ? where id = ?", [time.time(), outcome, inbox_id])
 
-    # ------------------------------------------------------------------ drivers (kernelbot run)
+    # ------------------------------------------------------------------ drivers (terminal commands)
 
     def drive(self, session_id: str, pid: int, host: str, out_dir: str) -> None:
         """Record (or refresh) the process that drives a session from a terminal, and where it exports."""
         with self._write():
             self.db["drivers"].upsert({"session_id": session_id, "pid": pid, "host": host, "out_dir": out_dir,
                                        "seen_at": time.time()}, pk="session_id")
+
+    def claim(self, session_id: str, pid: int, host: str, out_dir: str, alive: Callable[[dict], bool]) -> bool:
+        """Record this process as the session's driver unless another live one is (alive(record)
+        says), in one transaction, so two processes never both take a session over. An existing
+        record's out_dir is kept when out_dir is ''."""
+        with self._write():
+            rows = list(self.db["drivers"].rows_where("session_id = ?", [session_id]))
+            old = rows[0] if rows else None
+            if old and (old["pid"], old["host"]) != (pid, host) and alive(old):
+                return False
+            self.db["drivers"].upsert({"session_id": session_id, "pid": pid, "host": host,
+                                       "out_dir": out_dir or (old or {}).get("out_dir") or "",
+                                       "seen_at": time.time()}, pk="session_id")
+            return True
 
     def driver(self, session_id: str) -> dict | None:
         rows = list(self._reads()["drivers"].rows_where("session_id = ?", [session_id]))

@@ -473,12 +473,6 @@ def _bind_privately(binds: list[tuple[bytes, bytes]]) -> None:
             raise OSError(ctypes.get_errno(), f"binding {src.decode()} to stage it for the sandbox")
 
 
-def on_parent_death(signum: int) -> Callable[[], None]:
-    """A preexec_fn: the child gets signum when the thread that started it dies (PR_SET_PDEATHSIG),
-    so a process that is killed takes the helpers it started with it."""
-    return lambda: _LIBC.prctl(_PR_SET_PDEATHSIG, signum)
-
-
 def _clamp(res: int, soft: int, hard: int) -> tuple[int, int]:
     """An unprivileged process cannot raise its hard limit: stay within the runner's own."""
     _, current_hard = resource.getrlimit(res)

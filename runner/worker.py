@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from runner import integrity, jobfiles, protocol, sandbox, workdirs
+from runner import users as runner_users
 
 DEFAULT_TIMEOUT_S = 900.0
 MAX_TIMEOUT_S = 4 * 3600.0
@@ -485,9 +486,12 @@ def start_consumer(queue, runner: Runner):
     return consumer
 
 
-def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: float | None = None) -> None:
-    """Consume the backend's queue until SIGTERM or SIGINT. A job running then is stopped
-    (its sandbox killed) and gets no result: the bot re-queues it when its heartbeat goes stale."""
+def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: float | None = None,
+          users: Path | None = None) -> None:
+    """Consume the backend's queue until SIGTERM or SIGINT, or (users: a runner a command started
+    for itself) until no command in that users directory is alive (runner.users). A job running
+    then is stopped (its sandbox killed) and gets no result: the bot re-queues it when its
+    heartbeat goes stale."""
     from runner.queue import JobQueue   # huey only where a queue is served
     queue = JobQueue(queue_url, backend)
     runner = Runner(queue, gpu, heartbeat_s)
@@ -508,6 +512,9 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
             runner.say(f"the queue file {queue.path} was replaced or deleted: serving the one there now")
             consumer.stop(graceful=True)
             consumer, serving = start_consumer(queue, runner), queue.opened
+        if users and not runner_users.alive(users):
+            runner.say(f"no command that uses this runner is alive any more ({users})")
+            runner.stopping.set()
         if runner.stopping.wait(min(runner.heartbeat_s, 5.0)):
             break
     runner.say("stopping")
@@ -522,8 +529,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queue", required=True, help="sqlite:///path/queue.db or redis://host:6379/0")
     parser.add_argument("--gpu", type=int, default=None, help="GPU index this runner pins its jobs to")
     parser.add_argument("--heartbeat-s", type=float, default=None, help="default: KERNELBOT_HEARTBEAT_S or 5")
+    parser.add_argument("--users", type=Path, default=None,
+                        help="serve only while a command named in this directory is alive (runner.users)")
     args = parser.parse_args(argv)
-    serve(args.backend, args.queue, args.gpu, args.heartbeat_s)
+    serve(args.backend, args.queue, args.gpu, args.heartbeat_s, args.users)
     return 0
 
 

@@ -208,3 +208,34 @@ def test_run_killed_and_run_again_resumes_its_session(tmp_path):
     store = Store(home / "kernelbot.db")
     assert len(store.session_ids()) == 1
     assert (out / "kernel.py").is_file() and (out / "REPORT.md").is_file()
+
+
+def test_two_runs_sharing_a_home_keep_apart_and_share_one_runner(tmp_path):
+    """Two `kernelbot run` on one KERNELBOT_HOME at once: each prints only its own session's cards,
+    neither stops the runner the other uses (no job lost), no revision appears that nobody asked for."""
+    home = tmp_path / "home"
+    env = {**os.environ, "KERNELBOT_HOME": str(home), "KERNELBOT_BACKEND": "cpu", "KERNELBOT_HEARTBEAT_S": "1"}
+    requests = {"first": "relu(x) for fp32 64x48", "second": "sigmoid(x) for fp32 32x16"}
+    procs = {}
+    for name, request in requests.items():
+        procs[name] = subprocess.Popen([sys.executable, "-m", "bot.cli", "run", request, "--yes", "--out",
+                                        str(tmp_path / name)], cwd=ROOT, env=env, text=True,
+                                       stdout=open(tmp_path / f"{name}.log", "w"), stderr=subprocess.STDOUT)
+        time.sleep(3 if name == "first" else 0)        # the first has started its runner when the second comes
+    for proc in procs.values():
+        proc.wait(600)
+    from bot.store import Store
+    store = Store(home / "kernelbot.db")
+    sessions = {s.request: s for s in store.sessions(store.session_ids())}
+    for name, request in requests.items():
+        log = (tmp_path / f"{name}.log").read_text()
+        other = sessions[requests["second" if name == "first" else "first"]]
+        assert procs[name].returncode == 0, log[-3000:]
+        assert "all six stages passed" in log and "Runner lost" not in log, log[-3000:]
+        assert other.id not in log, f"the {name} run printed the other session's cards"
+        s = sessions[request]
+        assert all(r.rev == 1 for r in s.revisions if r.origin != "attempt"), [(r.stage, r.rev) for r in s.revisions]
+    end = time.time() + 30
+    while time.time() < end and subprocess.run(["pgrep", "-f", f"runner.worker.*{home}"]).returncode == 0:
+        time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-f", f"runner.worker.*{home}"]).returncode == 1, "the shared runner outlived both"
