@@ -84,7 +84,7 @@ def run(request: str | None, out_dir: Path, cfg: Config, yes: bool, timeout_s: f
         resume: str | None = None) -> int:
     """Drive a new session for request, or continue one whose run died (resume, or the same
     request into the same out_dir); export it into out_dir."""
-    chat = ConsoleChat(image_dir=cfg.home / "charts", full_code=not yes)
+    chat = ConsoleChat(image_dir=cfg.home / "charts")
     svc = make_service(cfg, chat)
     out = str(out_dir.resolve())
     svc.sessions = drivers = Drivers(svc.store, out)
@@ -153,7 +153,7 @@ def _drive(svc: Service, runner: LocalRunner, sid: str, repl: Repl | None, timeo
                 svc.dispatch(sid, Approve(s.stage, latest.rev, "you (--yes)"))
             else:
                 repl.current = sid
-                repl.handle(input(f"[{sid}] a / c TEXT / e / r / x > "))
+                repl.handle(input(f"[{sid}] a / c TEXT / e / r / x / show > "))
             continue
         now = time.time()
         if timeout_s and now - start > timeout_s:

@@ -21,8 +21,8 @@ CODE_PREVIEW_LINES = 30
 class ConsoleChat:
     platform = "console"
 
-    def __init__(self, out: TextIO = sys.stdout, image_dir: Path | None = None, full_code: bool = True) -> None:
-        self.out, self.image_dir, self.full_code = out, image_dir, full_code
+    def __init__(self, out: TextIO = sys.stdout, image_dir: Path | None = None) -> None:
+        self.out, self.image_dir = out, image_dir
         self._ids = itertools.count(1)
         self._last_status: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -30,7 +30,7 @@ class ConsoleChat:
     def post(self, s: Session, card: Card, key: str = "", retry: bool = False) -> str:
         # A terminal keeps nothing to look up: a card cut off by a crash prints again.
         mid = f"m{next(self._ids)}"
-        text = render(card, self.full_code, self._save_image(card))
+        text = render(card, False, self._save_image(card))      # the first lines: `show` prints the rest
         self._write("\n" + text + "\n")
         self._last_status[mid] = card.status
         return mid
@@ -88,7 +88,10 @@ def _code_lines(card: Card, full: bool) -> list[str]:
     code = card.code.rstrip("\n").splitlines()
     head = f"--- {card.code_filename or card.code_lang} ({len(code)} lines) ---"
     if not full and len(code) > CODE_PREVIEW_LINES:
-        return [head, *code[:CODE_PREVIEW_LINES], f"... {len(code) - CODE_PREVIEW_LINES} more lines"]
+        whole = f"`show {card.stage}` prints it whole" if card.stage else "`show` prints it whole"
+        if card.stage and card.rev:
+            whole += f", as does `kernelbot status {card.session_id} --show {card.stage}:{card.rev}`"
+        return [head, *code[:CODE_PREVIEW_LINES], f"... {len(code) - CODE_PREVIEW_LINES} more lines: {whole}"]
     return [head, *code]
 
 

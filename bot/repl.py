@@ -30,7 +30,8 @@ HELP = """commands:
   ```python ...``` a pasted code block replaces the current artifact
   r | regenerate   regenerate the current stage
   x | cancel       cancel the session
-  show             print the current card again     status   the session summary
+  show [STAGE[:N]]  the current card (or a stage's latest, or revision N) with its files whole
+  status           the session summary
   list             sessions in this store            switch ID   make ID the current session
   new REQUEST      start another session             help | quit"""
 
@@ -65,6 +66,8 @@ class Repl:
         simple = {"help": lambda: print(HELP), "list": self._list, "status": self._status, "show": self._show}
         if verb in simple and not arg:
             simple[verb]()
+        elif verb == "show":
+            self._show(arg.strip())
         elif verb == "switch":
             self._switch(arg.strip())
         elif verb in ACTION_WORDS and self._session() is None:
@@ -145,10 +148,18 @@ class Repl:
         s = self.svc.store.load(self.current) if self.current else None
         print(render(cards.summary_card(s)) if s else "no session yet; type a request")
 
-    def _show(self) -> None:
+    def _show(self, which: str = "") -> None:
+        """A revision in full: the current stage's latest, a stage's latest ('kernel'), or 'kernel:2'."""
         s = self.svc.store.load(self.current) if self.current else None
-        rev = s.latest(s.stage) if s else None
-        print(render(cards.revision_card(s, rev)) if rev else "nothing to show yet")
+        if s is None:
+            print("no session yet; type a request")
+            return
+        stage, _, n = (which or s.stage).partition(":")
+        if stage not in stages.STAGES or (n and not n.isdigit()):
+            print(f"show what? a stage ({', '.join(stages.STAGES)}), optionally with a revision: kernel:2")
+            return
+        rev = s.revision(stage, int(n)) if n else s.latest(stage)
+        print(render(cards.revision_card(s, rev)) if rev else f"no {which or stage} revision yet")
 
 
 def computes(s) -> str:

@@ -61,3 +61,23 @@ def test_action_keys_never_start_a_session_and_list_shows_the_corrected_request(
         repl.handle("list")
     listed = shown.getvalue().splitlines()[-1]
     assert repl._session().id in listed and "sigmoid(x)" in listed and "relu" not in listed, listed
+
+
+def test_cards_show_their_first_lines_and_show_prints_a_file_whole(tmp_path):
+    repl, out = make(tmp_path, [])
+    shown = io.StringIO()
+    with redirect_stdout(shown):
+        repl.handle("relu(x) for fp32 8x8")
+        for stage in ("spec", "reference", "reference_test"):
+            wait_for(lambda: repl._session().latest(stage))
+            if stage != "reference_test":
+                repl.handle("a")
+        repl.handle("show reference_test")
+        repl.handle("show kernel:7")
+    s = repl._session()
+    test_file = s.latest("reference_test").content.rstrip("\n").splitlines()
+    assert len(test_file) > 40, "the case needs a file longer than a card's preview"
+    assert f"more lines: `show reference_test` prints it whole, as does `kernelbot status {s.id} --show " \
+           "reference_test:1`" in out.getvalue()
+    assert test_file[-1] not in out.getvalue(), "the card printed the whole file"
+    assert test_file[-1] in shown.getvalue() and "no kernel:7 revision yet" in shown.getvalue()
