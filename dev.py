@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -29,8 +30,23 @@ def _wanted_stamp() -> str:
     return hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + TORCH.encode()).hexdigest()
 
 
-def _pip(*args: str) -> None:
-    subprocess.run([str(PY), "-m", "pip", "install", "--disable-pip-version-check", "-q", *args], check=True)
+PIP_PROGRESS = ("Collecting", "Downloading", "Installing collected", "Successfully installed", "Building")
+
+
+def _pip(step: str, *args: str) -> None:
+    """pip install, showing what it is fetching and installing as it goes (each line with the time
+    so far), and everything it said when it fails."""
+    print(step, flush=True)
+    start, said = time.monotonic(), []
+    with subprocess.Popen([str(PY), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
+                           *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as pip:
+        for line in pip.stdout:
+            said.append(line)
+            if line.lstrip().startswith(PIP_PROGRESS):
+                print(f"  [{time.monotonic() - start:5.0f} s] {line.strip()[:150]}", flush=True)
+    if pip.returncode:
+        sys.stderr.write("".join(said[-60:]))
+        sys.exit(f"pip install {' '.join(args)} failed (exit {pip.returncode}); its output is above")
 
 
 def ensure_venv() -> None:
@@ -39,12 +55,13 @@ def ensure_venv() -> None:
     if STAMP.exists() and STAMP.read_text() == _wanted_stamp():
         return
     if not PY.exists():
-        print(f"creating {VENV} ...", flush=True)
+        print(f"[1/3] creating {VENV} ...", flush=True)
         venv.create(VENV, with_pip=True)
-    print(f"installing kernelbot with {TORCH} into {VENV} (first run only; a few minutes) ...", flush=True)
+    print(f"installing kernelbot into {VENV} (first run only; a few minutes)", flush=True)
     # torch first and pinned: an unpinned resolve would pull a multi-GB build.
-    _pip(TORCH)
-    _pip("-e", f"{ROOT}[all,test]")
+    _pip(f"[2/3] {TORCH}, the largest part ...", TORCH)
+    _pip("[3/3] kernelbot with every extra (triton, slack-bolt, discord.py, huey, matplotlib, pytest) ...",
+         "-e", f"{ROOT}[all,test]")
     STAMP.write_text(_wanted_stamp())
 
 

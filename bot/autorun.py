@@ -140,6 +140,7 @@ def ending(s: Session, why: str) -> tuple[str, str]:
 def _drive(svc: Service, runner: LocalRunner, sid: str, repl: Repl | None, timeout_s: float | None) -> Session:
     """Poll until the session ends or fails; approve (repl None) or ask the person at each stage."""
     start = last_progress = time.time()
+    doing, doing_since = None, start                # the stage and job it waits on, and since when
     while True:
         svc.poll_jobs()
         s = svc.store.load(sid)
@@ -159,14 +160,18 @@ def _drive(svc: Service, runner: LocalRunner, sid: str, repl: Repl | None, timeo
         if timeout_s and now - start > timeout_s:
             print(f"timed out after {timeout_s:.0f} s", file=sys.stderr)
             return svc.dispatch(sid, Cancel("you (timeout)"))
+        job = s.open_job(s.stage)
+        if (s.stage, job and job.id) != doing:
+            doing, doing_since = (s.stage, job and job.id), now
         if now - last_progress > PROGRESS_EVERY_S:
-            _progress(s, now - start)
+            print(f"  … {waiting_on(s)} ({now - doing_since:.0f} s so far; {now - start:.0f} s in all)", flush=True)
             last_progress = now
         time.sleep(POLL_S)
 
 
-def _progress(s: Session, elapsed: float) -> None:
+def waiting_on(s: Session) -> str:
+    """What the session waits on now: its stage's job on a runner, or a generation."""
     job = s.open_job(s.stage)
     what = (f"{job.status} on {job.host or 'a ' + job.backend + ' runner'}"
             f"{': ' + job.detail if job.detail else ''}") if job else "generating"
-    print(f"  … {stages.label(s.stage)}: {what} ({elapsed:.0f} s)", flush=True)
+    return f"{stages.label(s.stage)}: {what}"

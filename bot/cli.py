@@ -213,9 +213,23 @@ def _verify(args, cfg) -> int:
         if not path.is_file():
             print(f"kernelbot verify: {path} is not a file", file=sys.stderr)
             return 2
-    result = verify(args.spec, args.reference, args.kernel, cfg.backend)
+    print(f"checking {args.kernel} against {args.reference} on {cfg.backend} (the trusted harness, sandboxed) ...",
+          file=sys.stderr, flush=True)
+    result = verify(args.spec, args.reference, args.kernel, cfg.backend, progress=_progress_printer())
     print(json.dumps(result, indent=2) if args.json else format_result(result))
     return 0 if result.get("status") == "pass" else 1
+
+
+def _progress_printer():
+    """A progress callback: each new line on stderr (stdout stays the result), with the time so far."""
+    import time
+    start, last = time.monotonic(), [""]
+
+    def show(line: str) -> None:
+        if line != last[0]:
+            last[0] = line
+            print(f"  [{time.monotonic() - start:4.0f} s] {line}", file=sys.stderr, flush=True)
+    return show
 
 
 def _status(args, cfg) -> int:

@@ -502,7 +502,8 @@ def bench_version(ctx: Context, plan: dict, row: dict, version: Version, first: 
     both first (a wrong one, or one that caches by address, is flagged and not timed)."""
     timing, config = plan.get("timing", {}), None
     label = row["version"]
-    if label == "torch.compile":
+    if label == "torch.compile":                      # its autotuning can take minutes: say so
+        progress("timing: torch.compile compiling for", *position, row["case"], row["dtype"])
         version.worker.ok({"op": "compile", "mode": plan.get("compile_mode", "max-autotune-no-cudagraphs")})
     if label == "kernel" and ctx.configs:
         tuning = tune(ctx, version, *first, (row["case"], row["dtype"]), position, timing)

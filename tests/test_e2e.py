@@ -80,6 +80,7 @@ def test_verify_passes_good_kernel_and_fails_bad_one(tmp_path):
     good = kernelbot(["verify", "--spec", str(add / "spec.json"), "--reference", str(add / "reference.py"),
                       "--kernel", str(add / "kernel.py")], tmp_path)
     assert good.returncode == 0, good.stdout + good.stderr
+    assert "s] correctness 1/" in good.stderr and "ghost replay" in good.stderr, "verify shows no progress"
     bad = kernelbot(["verify", "--spec", str(add / "spec.json"), "--reference", str(add / "reference.py"),
                      "--kernel", str(FIXTURES / "bad" / "wrong_math.py")], tmp_path)
     assert bad.returncode == 1 and "FAIL" in bad.stdout.upper()
