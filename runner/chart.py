@@ -8,6 +8,7 @@ is named once and each cell holds its ratio."""
 from __future__ import annotations
 
 import io
+import textwrap
 from datetime import datetime
 
 import matplotlib
@@ -20,7 +21,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from runner import protocol  # noqa: E402
 
-CPU_FOOTNOTE = "Triton interpreter on CPU: timings say nothing about GPU speed"
+NOTE_WIDTH = 150                # characters per footnote line
 SIDE_BY_SIDE_MAX_GROUPS = 4     # more (case, dtype) groups than this: panels stacked, full width each
 SLOW = 2.0                      # a config this many times slower than the best is full red
 
@@ -132,15 +133,15 @@ def _throughput_panel(ax, groups, versions, rows, colors, copy_gbps: float | Non
     _legend_below(ax)
 
 
-def _layout(n_groups: int, tuning: list[dict] | None, footnote: bool):
+def _layout(n_groups: int, tuning: list[dict] | None, footnote_lines: int):
     """The figure and its axes: speedup and throughput side by side (stacked past
     SIDE_BY_SIDE_MAX_GROUPS groups), then the tuning grid (None without tuning)."""
     stacked = n_groups > SIDE_BY_SIDE_MAX_GROUPS
     heights = [11.0 if stacked else 6.2]
     if tuning:
         heights.append(1.6 + 0.3 * len({e["label"] for t in tuning for e in t["configs"]}))
-    fig = plt.figure(figsize=(min(18.0, 3 + 1.3 * n_groups) if stacked else 14, sum(heights) + 0.4 * footnote),
-                     layout="constrained")
+    fig = plt.figure(figsize=(min(18.0, 3 + 1.3 * n_groups) if stacked else 14,
+                              sum(heights) + 0.25 * footnote_lines), layout="constrained")
     # Subfigures lay out apart: the tuning grid's long config labels widen its own left margin,
     # not the bar panels' above it (one shared grid pushed them a quarter of the width right).
     panels = fig.subfigures(len(heights), 1, height_ratios=heights) if tuning else [fig]
@@ -162,31 +163,77 @@ def _speedup_panel(ax, groups, versions, rows, colors, basis: str) -> None:
 
 
 def figure(bench: list[dict], copy_gbps: float | None, *, operator: str, device: str, backend: str,
-           when: datetime | None = None, tuning: list[dict] | None = None) -> Figure:
-    """The chart for a benchmark result's bench rows, and its tuning list if any."""
+           when: datetime | None = None, tuning: list[dict] | None = None, notes: list[str] = ()) -> Figure:
+    """The chart for a benchmark result's bench rows and its tuning list if any; with nothing
+    timed, a table of what was tried and why it has no time. notes: what the reader must know
+    (shrunk cases, what was not timed or was timed otherwise, implausible timings), under it."""
+    footnote = _footnote(backend, notes)
+    lines = footnote.count("\n") + 1 if footnote else 0
+    if any(r.get("time_ms") for r in bench):
+        fig = _bench_figure(bench, copy_gbps, tuning, lines)
+    else:
+        fig = _untimed_figure(bench, lines)
+    stamp = (when or datetime.now()).strftime("%Y-%m-%d %H:%M")
+    fig.suptitle(f"{operator} — {device} — {stamp}", fontsize=13, fontweight="bold")
+    if footnote:
+        fig.supxlabel(footnote, fontsize=10, color="crimson", ha="center")
+    return fig
+
+
+def _footnote(backend: str, notes: list[str]) -> str:
+    said = ([protocol.CPU_TIMING_NOTE] if protocol.device_type(backend) == "cpu" else []) + list(notes)
+    return "\n".join(line for note in said for line in textwrap.wrap(note, NOTE_WIDTH))
+
+
+def _bench_figure(bench: list[dict], copy_gbps: float | None, tuning: list[dict] | None, footnote_lines: int):
     groups = list(dict.fromkeys((r["case"], r["dtype"]) for r in bench))
     versions = list(dict.fromkeys(r["version"] for r in bench))
     rows = {(r["case"], r["dtype"], r["version"]): r for r in bench}
     palette = plt.get_cmap("tab10").colors
-    colors = {v: palette[i % len(palette)] for i, v in enumerate(versions)}
-    footnote = protocol.device_type(backend) == "cpu"
-    fig, left, right, tuning_ax = _layout(len(groups), tuning, footnote)
+    colors = {v: palette[i % len(palette)] for i, v in enumerate(versions)}   # one colour per version
+    fig, left, right, tuning_ax = _layout(len(groups), tuning, footnote_lines)
     basis = next((r["basis"] for r in bench if r.get("basis")), "")
     _speedup_panel(left, groups, versions, rows, colors, basis)
     _throughput_panel(right, groups, versions, rows, colors, copy_gbps, basis)
     if tuning:
         _tuning_panel(tuning_ax, tuning)
-    stamp = (when or datetime.now()).strftime("%Y-%m-%d %H:%M")
-    fig.suptitle(f"{operator} — {device} — {stamp}", fontsize=13, fontweight="bold")
-    if footnote:
-        fig.supxlabel(CPU_FOOTNOTE, fontsize=11, color="crimson", fontweight="bold")
     return fig
 
 
+def _untimed_figure(bench: list[dict], footnote_lines: int):
+    """Nothing was timed (each version failed, or every dtype was skipped here): what was tried."""
+    rows = [[r["version"], r["case"], r["dtype"], (r.get("error") or "")[:110]] for r in bench] or \
+        [["-", "-", "-", "no case or dtype could be timed here (see below)"]]
+    fig = plt.figure(figsize=(14, 1.8 + 0.32 * len(rows) + 0.25 * footnote_lines), layout="constrained")
+    ax = fig.subplots()
+    ax.axis("off")
+    ax.set_title("nothing was timed", fontsize=11)
+    table = ax.table(cellText=rows, colLabels=["version", "case", "dtype", "why it has no time"],
+                     loc="upper center", cellLoc="left")
+    table.auto_set_font_size(False)
+    table.set_fontsize(9)
+    table.auto_set_column_width(list(range(4)))
+    return fig
+
+
+def chart_notes(result: dict) -> list[str]:
+    """From a benchmark result: every case shrunk for the interpreter, what was not timed and why,
+    and every timing above the copy ceiling (implausible: not ranked, not trusted)."""
+    notes = [w for w in result.get("warnings", []) if any(said in w for said in (" shrunk to ", " not timed",
+                                                                                   " timed as float32"))]
+    for r in result.get("bench", []):
+        if r.get("implausible"):
+            notes.append(f"implausible: {r['version']} at {r['case']} {r['dtype']} reached {r['gbps']:.0f} GB/s, above "
+                         f"the measured copy bandwidth ({result.get('copy_gbps') or 0:.0f} GB/s), which no real "
+                         "kernel does: that timing is not trusted and not ranked")
+    return notes
+
+
 def render(bench: list[dict], copy_gbps: float | None, *, operator: str, device: str, backend: str,
-           when: datetime | None = None, tuning: list[dict] | None = None) -> bytes:
+           when: datetime | None = None, tuning: list[dict] | None = None, notes: list[str] = ()) -> bytes:
     """PNG bytes of the chart (figure's arguments)."""
-    fig = figure(bench, copy_gbps, operator=operator, device=device, backend=backend, when=when, tuning=tuning)
+    fig = figure(bench, copy_gbps, operator=operator, device=device, backend=backend, when=when, tuning=tuning,
+                 notes=notes)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)

@@ -42,7 +42,7 @@ BF16_SKIP = ("bfloat16 under the Triton CPU interpreter: it computes bfloat16 wr
              "a GPU runner checks it")
 BF16_AS_FP32 = ("checked as float32: Triton's CPU interpreter computes bfloat16 wrongly; "
                 "a GPU runner checks bfloat16 itself")
-CPU_NOTE = "Triton interpreter on CPU: timings say nothing about GPU speed"
+CPU_NOTE = protocol.CPU_TIMING_NOTE
 IMPLAUSIBLE = 1.05      # achieved bandwidth above this multiple of a plain copy means skipped work
 GHOST_FILE = "kernel_ghost.py"
 # A reference whose own dtype and float64 results differ by more than this (relative) computes
@@ -296,12 +296,11 @@ def check_row(ctx: Context, version: Version, case: Case, variant: dict[str, str
     """One case x dtype variant over every seed; stops at the first seed that fails."""
     dtype = protocol.variant_label(variant)
     row = new_row(case, dtype)
-    if INTERPRETER and not is_reference and "bfloat16" in variant.values():
-        if any("bfloat16" not in v.values() for v in protocol.dtype_variants(ctx.spec)):
+    if not is_reference and interpreter_bf16(variant):
+        stand_in = interpreter_stand_in(ctx, variant)
+        if stand_in is None:
             return {**row, "skipped": True, "reason": BF16_SKIP, "seeds": []}
-        # A bf16-only spec would check nothing here: run the same kernel on float32 instead.
-        variant = as_float32(variant)
-        row["reason"] = BF16_AS_FP32
+        variant, row["reason"] = stand_in, BF16_AS_FP32
     ids, before = None, None
     try:
         for k, seed in enumerate(SEEDS):
@@ -342,7 +341,16 @@ def check_row(ctx: Context, version: Version, case: Case, variant: dict[str, str
             version.worker.drop(ids)
 
 
-def as_float32(variant: dict[str, str]) -> dict[str, str]:
+def interpreter_bf16(variant: dict[str, str]) -> bool:
+    """A bfloat16 variant under Triton's CPU interpreter, which computes bfloat16 wrongly."""
+    return INTERPRETER and "bfloat16" in variant.values()
+
+
+def interpreter_stand_in(ctx: Context, variant: dict[str, str]) -> dict[str, str] | None:
+    """What to run there for such a variant: nothing (None) when the spec has other dtypes to
+    check; for a bfloat16-only spec, which would check nothing, the same with float32 in its place."""
+    if any("bfloat16" not in v.values() for v in protocol.dtype_variants(ctx.spec)):
+        return None
     return {name: "float32" if d == "bfloat16" else d for name, d in variant.items()}
 
 
@@ -387,8 +395,8 @@ def run_ghost(ctx: Context, source: str, worker: Worker) -> None:
         if row is None:
             continue
         progress("ghost replay", len(ctx.result["ghost"]) + 1, len(variants), row["case"], dtype)
-        if INTERPRETER and "bfloat16" in variant.values():      # checked as float32 there (check_row)
-            variant = as_float32(variant)
+        if interpreter_bf16(variant):                      # checked as float32 there (check_row)
+            variant = interpreter_stand_in(ctx, variant)
         outcomes = [ghost_outcome(ctx, version, cases[row["case"]], variant, seed) for seed in SEEDS[:2]]
         outcome = next((o for o in outcomes if o == "matches"), outcomes[-1])
         ctx.result["ghost"].append({"case": row["case"], "dtype": dtype, "outcome": outcome, "emptied": emptied})
@@ -674,9 +682,13 @@ def run_benchmark(ctx: Context, versions: dict) -> None:
     for i, (case, variant) in enumerate(todo, 1):
         dtype = protocol.variant_label(variant)
         progress("timing", i, len(todo), case.label, dtype)
-        if INTERPRETER and "bfloat16" in variant.values():
-            ctx.warn(f"{dtype} not timed: {BF16_SKIP}")
-            continue
+        if interpreter_bf16(variant):
+            variant = interpreter_stand_in(ctx, variant)
+            ctx.warn(f"{dtype} not timed: {BF16_SKIP}" if variant is None else
+                     f"{dtype} timed as float32 at {case.label}: Triton's CPU interpreter computes bfloat16 "
+                     "wrongly; a GPU runner times bfloat16 itself")
+            if variant is None:
+                continue
         try:
             rows = bench_case(ctx, plan, versions, case, variant, ceiling, (i, len(todo)))
         except DeviceLost as e:

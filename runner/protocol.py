@@ -140,6 +140,11 @@ def check_backend(name: str) -> str:
     return name
 
 
+# Said wherever a cpu backend's numbers are shown (result summary, report, chart).
+CPU_TIMING_NOTE = ("cpu backend (Triton's interpreter): it checks correctness only; its timings say nothing "
+                   "about GPU speed")
+
+
 def device_type(backend: str) -> str:
     """Where a backend runs kernels: 'cpu' (Triton's interpreter) or 'cuda' (for 'cuda', 'cuda-h200', ...)."""
     return "cpu" if backend.split("-")[0] == "cpu" else "cuda"

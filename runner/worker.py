@@ -161,7 +161,7 @@ def execute_job(job: dict, progress: Callable[[str], None], *, backend: str | No
             result["pytest"] = run_pytest(job, Path(tmp) / "pytest", backend, gpu,
                                           max(deadline - time.monotonic(), 10.0), cancel)
             status, summary = _combine(status, summary, *pytest_verdict(result["pytest"]))
-    if job["kind"] == "benchmark" and result["bench"]:
+    if job["kind"] == "benchmark" and harness is not None:      # with nothing timed too: it says why
         progress("chart")
         _add_chart(result, job)
     return {**result, "status": status, "summary": summary, "finished_at": time.time()}
@@ -341,7 +341,7 @@ def bench_verdict(res: dict) -> tuple[str, str]:
     if flagged:
         text += f"; {len(flagged)} timing(s) above the copy bandwidth, accepted by the bench plan"
     if protocol.device_type(res["backend"]) == "cpu":
-        text += " (Triton interpreter on CPU: timings say nothing about GPU speed)"
+        text += f" ({protocol.CPU_TIMING_NOTE})"
     return "pass", text
 
 
@@ -379,7 +379,8 @@ def _add_chart(result: dict, job: dict) -> None:
     from runner import chart   # matplotlib only where a benchmark needs it
     try:
         png = chart.render(result["bench"], result["copy_gbps"], operator=json.loads(job["files"]["spec.json"])["name"],
-                           device=result["device"], backend=result["backend"], tuning=result["tuning"])
+                           device=result["device"], backend=result["backend"], tuning=result["tuning"],
+                           notes=chart.chart_notes(result))
         result["chart_png_b64"] = base64.b64encode(png).decode()
     except Exception as e:   # a chart is a convenience: the numbers are in the result anyway
         result["warnings"].append(f"chart failed: {type(e).__name__}: {e}")

@@ -67,3 +67,28 @@ def test_long_config_labels_do_not_push_the_bar_panels_right():
     fig.canvas.draw()
     speedup, _, grid = fig.get_axes()
     assert speedup.get_position().x0 < 0.08 < grid.get_position().x0
+
+
+def test_cpu_notes_say_every_shrink_and_implausible_timing_under_the_chart():
+    rows = bench()
+    rows[1].update(implausible=True, gbps=999.0)
+    result = {"bench": rows, "copy_gbps": 30.0, "warnings": [
+        "cpu backend: case 1024x4096 shrunk to 256x256 for the interpreter",
+        "bfloat16 timed as float32 at 64x48: Triton's CPU interpreter computes bfloat16 wrongly",
+        "the reference is slow"]}
+    notes = chart.chart_notes(result)
+    assert len(notes) == 3 and "shrunk to 256x256" in notes[0] and "timed as float32" in notes[1]
+    assert "kernel at 4096x4096 float16 reached 999 GB/s" in notes[2] and "not trusted" in notes[2]
+    fig = chart.figure(rows, 30.0, operator="add", device="cpu", backend="cpu", notes=notes)
+    said = fig.get_supxlabel()
+    assert said.startswith("cpu backend (Triton's interpreter): it checks correctness only")
+    assert "256x256" in said and "999 GB/s" in said and "reference is slow" not in said
+
+
+def test_a_benchmark_with_nothing_timed_charts_what_was_tried_and_why():
+    tried = [{"case": "3x5", "dtype": "float16", "version": "kernel", "time_ms": None,
+              "error": "wrong result, not timed: 3 of 15 elements outside tolerance"}]
+    fig = chart.figure(tried, None, operator="add", device="cpu", backend="cpu")
+    table = fig.axes[0].tables[0]
+    assert "wrong result" in " ".join(c.get_text().get_text() for c in table.get_celld().values())
+    image(chart.render([], None, operator="add", device="cpu", backend="cpu", notes=["bfloat16 not timed: x"]))
