@@ -52,10 +52,19 @@ class Drivers:
             return True
         if self.store.platform_of(session_id) not in ("console", None):      # None: one being made here
             return False
-        if self.store.claim(session_id, self.pid, HOST, self.out_dir, driver_alive):
+        if self._driven_by_another(self.store.driver(session_id)):
+            return False                            # read first: no write lock on every poll of it
+        if self._claim(session_id):
             self.mine.add(session_id)
             return True
         return False
+
+    def _claim(self, session_id: str) -> bool:
+        return self.store.claim(session_id, self.pid, HOST, self.out_dir, self._driven_by_another)
+
+    def _driven_by_another(self, record: dict | None) -> bool:
+        """Whether a driver record names another process that still drives its session."""
+        return record is not None and (record["pid"], record["host"]) != (self.pid, HOST) and driver_alive(record)
 
     def _keep_fresh(self) -> None:
         while not self._stop.wait(DRIVER_EVERY_S):
@@ -68,5 +77,5 @@ class Drivers:
         """Renew this process's records; forget sessions that ended or were taken over meanwhile."""
         for sid in list(self.mine):
             s = self.store.load(sid)
-            if s is None or not s.active or not self.store.claim(sid, self.pid, HOST, self.out_dir, driver_alive):
+            if s is None or not s.active or not self._claim(sid):
                 self.mine.discard(sid)

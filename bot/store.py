@@ -268,14 +268,14 @@ class Store:
             self.db["drivers"].upsert({"session_id": session_id, "pid": pid, "host": host, "out_dir": out_dir,
                                        "seen_at": time.time()}, pk="session_id")
 
-    def claim(self, session_id: str, pid: int, host: str, out_dir: str, alive: Callable[[dict], bool]) -> bool:
-        """Record this process as the session's driver unless another live one is (alive(record)
-        says), in one transaction, so two processes never both take a session over. An existing
-        record's out_dir is kept when out_dir is ''."""
+    def claim(self, session_id: str, pid: int, host: str, out_dir: str, taken: Callable[[dict], bool]) -> bool:
+        """Record this process as the session's driver unless its record says another live process
+        drives it (taken(record)), in one transaction, so two processes never both take a session
+        over. An existing record's out_dir is kept when out_dir is ''."""
         with self._write():
             rows = list(self.db["drivers"].rows_where("session_id = ?", [session_id]))
             old = rows[0] if rows else None
-            if old and (old["pid"], old["host"]) != (pid, host) and alive(old):
+            if old and taken(old):
                 return False
             self.db["drivers"].upsert({"session_id": session_id, "pid": pid, "host": host,
                                        "out_dir": out_dir or (old or {}).get("out_dir") or "",

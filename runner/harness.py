@@ -42,7 +42,6 @@ BF16_SKIP = ("bfloat16 under the Triton CPU interpreter: it computes bfloat16 wr
              "a GPU runner checks it")
 BF16_AS_FP32 = ("checked as float32: Triton's CPU interpreter computes bfloat16 wrongly; "
                 "a GPU runner checks bfloat16 itself")
-CPU_NOTE = protocol.CPU_TIMING_NOTE
 IMPLAUSIBLE = 1.05      # achieved bandwidth above this multiple of a plain copy means skipped work
 GHOST_FILE = "kernel_ghost.py"
 # A reference whose own dtype and float64 results differ by more than this (relative) computes
@@ -629,7 +628,7 @@ def report_row(rows: list[dict], on_cpu: bool) -> dict:
     torch_row, compile_row, kernel = by.get("torch") or {}, by.get("torch.compile") or {}, by.get("kernel") or {}
     ranked = kernel.get("ok") and kernel.get("time_ms") and not kernel.get("implausible")
     kernel_ms = kernel.get("time_ms") if ranked else None
-    notes = [CPU_NOTE] if on_cpu else []
+    notes = [protocol.CPU_TIMING_NOTE] if on_cpu else []
     if kernel.get("implausible"):
         notes.append(f"implausible: {kernel['gbps']:.0f} GB/s is above the measured copy bandwidth; "
                      "the kernel may skip work, so no speedup is reported")
@@ -653,7 +652,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def timing_note(ctx: Context, timing: dict) -> str:
     if ctx.device == "cpu":
-        note = (f"{CPU_NOTE}. Median of {timing.get('cpu_runs', timers.CPU_RUNS)} interpreter calls on the judge's "
+        note = (f"{protocol.CPU_TIMING_NOTE}. Median of {timing.get('cpu_runs', timers.CPU_RUNS)} interpreter calls on the judge's "
                 "wall clock; copy ceiling from a 64 MiB host copy")
     else:
         note = (f"GPU time: median of {timing.get('gpu_reps', timers.GPU_REPS)} calls between CUDA events in the "
@@ -683,12 +682,13 @@ def run_benchmark(ctx: Context, versions: dict) -> None:
         dtype = protocol.variant_label(variant)
         progress("timing", i, len(todo), case.label, dtype)
         if interpreter_bf16(variant):
-            variant = interpreter_stand_in(ctx, variant)
-            ctx.warn(f"{dtype} not timed: {BF16_SKIP}" if variant is None else
-                     f"{dtype} timed as float32 at {case.label}: Triton's CPU interpreter computes bfloat16 "
-                     "wrongly; a GPU runner times bfloat16 itself")
-            if variant is None:
+            stand_in = interpreter_stand_in(ctx, variant)
+            if stand_in is None:
+                ctx.warn(f"{dtype} not timed: {BF16_SKIP}")
                 continue
+            ctx.warn(f"{dtype} timed as float32 at {case.label}: Triton's CPU interpreter computes bfloat16 "
+                     "wrongly; a GPU runner times bfloat16 itself")
+            variant = stand_in
         try:
             rows = bench_case(ctx, plan, versions, case, variant, ceiling, (i, len(todo)))
         except DeviceLost as e:
