@@ -1,4 +1,5 @@
-"""Compile every catalog kernel for an H100/H200 (sm_90) without a GPU: `python tests/sm90_compile.py`.
+"""Compile every catalog kernel for an H100/H200 (sm_90) without a GPU: `python tests/sm90_compile.py
+[ENTRY ...]`, or `--serve` to read entry names from stdin, one a line, answering each as it is done.
 
 The CPU interpreter runs kernels as NumPy and never compiles them, so it misses what only Triton's
 compiler rejects (a loop-carried value that changes shape, an op the GPU path lacks) and what only
@@ -7,7 +8,10 @@ every case x dtype x config of its catalog entry (small sizes), but every `kerne
 compiled with Triton's real pipeline for sm_90, down to a cubin by the bundled ptxas, instead of
 launched. Prints one JSON line per entry: kernels compiled, the most shared memory any needs,
 whether the PTX has NaN-keeping min/max (torch's semantics), how many aligned kernels (odd rows)
-compiled, which kernels load whole vectors anywhere, and the first error. Must run without TRITON_INTERPRET (tests/test_sm90_compile.py starts it so).
+compiled, which kernels load whole vectors anywhere, and the first error. Must run without
+TRITON_INTERPRET (tests/test_sm90_compile.py starts it so). Triton's own compile cache
+(~/.triton/cache, or TRITON_CACHE_DIR) keeps every cubin, so a second pass over unchanged kernels
+takes seconds instead of minutes.
 """
 from __future__ import annotations
 
@@ -85,12 +89,16 @@ def check_entry(entry: catalog.Entry, workdir: Path) -> dict:
             "error": error}
 
 
-def main(names: list[str]) -> None:
+def main(args: list[str]) -> None:
     JITFunction.run = compile_instead
+    known = {e.name: e for e in (*catalog.ENTRIES, MATMUL_EPILOGUE_TF32)}
+    names = (line.strip() for line in sys.stdin) if args == ["--serve"] else args or known
     with tempfile.TemporaryDirectory() as tmp:
-        known = {e.name: e for e in (*catalog.ENTRIES, MATMUL_EPILOGUE_TF32)}
-        for entry in [known[name] for name in names] if names else known.values():
-            print(json.dumps(check_entry(entry, Path(tmp))), flush=True)
+        for name in names:
+            if name not in known:
+                print(json.dumps({"entry": name, "error": f"no catalog entry named {name!r}"}), flush=True)
+                continue
+            print(json.dumps(check_entry(known[name], Path(tmp))), flush=True)
 
 
 if __name__ == "__main__":
