@@ -296,7 +296,8 @@ def test_session_keeps_attempts_posts_one_card_and_counts_tokens(fake_openai, tm
         svc.dispatch(s.id, Approve(stage, latest(stage).rev, "bob"))
     queue.results[queue.jobs[-1]["job_id"]] = {"status": "pass", "summary": "ok"}
     svc.poll_jobs()
-    wait_for(lambda: latest("kernel") is not None)
+    # The revision is stored before its card is posted: wait for the card itself.
+    wait_for(lambda: latest("kernel") is not None and "Triton kernel · r2" in out.getvalue())
     svc.shutdown()
 
     sess = svc.store.load(s.id)
