@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from bot.config import Config
-from bot.generator import Generator
-from bot.service import Chat, Service
-from bot.store import Store
+from bot.generators.interface import Generator
+from bot.workflow.messages import Messages
+from bot.workflow.service import Chat, Service
+from bot.workflow.store import Store
 from runner import users as runner_users
 
 if TYPE_CHECKING:
@@ -30,8 +31,8 @@ POLL_S, RECOVER_S = 0.5, 30.0
 def make_generator(cfg: Config, queue_for: Callable[[str], JobQueue] | None = None) -> Generator:
     """The offline generator, or with an LLM endpoint configured, offline and LLM behind the session's
     choice (hybrid by default). queue_for: the runners' queues, for the LLM's verify-and-repair loop."""
-    from bot.hybrid import MODES, HybridGenerator
-    from bot.offline import OfflineGenerator
+    from bot.generators.hybrid import MODES, HybridGenerator
+    from bot.generators.offline import OfflineGenerator
     if cfg.generator not in MODES:
         raise SystemExit(f"generator {cfg.generator!r} (KERNELBOT_GENERATOR or --generator) is not one of "
                          f"{', '.join(MODES)}")
@@ -40,9 +41,9 @@ def make_generator(cfg: Config, queue_for: Callable[[str], JobQueue] | None = No
             raise SystemExit(f"the {cfg.generator} generator needs an OpenAI-compatible endpoint: set "
                              "KERNELBOT_LLM_BASE_URL and KERNELBOT_LLM_MODEL (see README, LLM generation)")
         return OfflineGenerator()
-    from bot.llm import LLMClient
-    from bot.llm_generator import LLMGenerator
-    from bot.verifier import QueueVerifier
+    from bot.generators.llm import LLMGenerator
+    from bot.generators.llm_client import LLMClient
+    from bot.generators.verifier import QueueVerifier
     try:
         client = LLMClient(cfg.llm)
     except ImportError:
@@ -50,6 +51,11 @@ def make_generator(cfg: Config, queue_for: Callable[[str], JobQueue] | None = No
                          "pip install 'kernelbot[llm]'") from None
     verify = QueueVerifier(queue_for, cfg.llm.verify_timeout_s, RUNNER_ALIVE_S) if queue_for else None
     return HybridGenerator(OfflineGenerator(), LLMGenerator(client, verify, cfg.llm.rounds), cfg.generator)
+
+
+def messages(cfg: Config, platform: str) -> Messages:
+    """The platform's message records in the configured store, for its chat adapter."""
+    return Messages(Store(cfg.db_path), platform)
 
 
 def make_service(cfg: Config, chat: Chat) -> Service:
@@ -88,7 +94,7 @@ class LocalRunner:
         self._check_runner_deps()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         out.write(f"No {self.backend} runner is alive: starting one (log: {self.log_path})\n")
-        from runner import sandbox   # the runner's own probe: bubblewrap, or why jobs will be refused
+        from runner import sandbox  # the runner's own probe: bubblewrap, or why jobs will be refused
         isolation = sandbox.isolation()
         out.write(f"  generated code runs under {isolation.tool} (docs/INTEGRITY.md)\n" if isolation.available
                   else f"  {isolation.summary()}\n")

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from bot.catalog import Entry
-from bot.console import format_table
+from bot.workflow.cards import format_table
 
 COPY_TARGET = 90.0          # % of the measured copy bandwidth, memory-bound ops at 8192x8192
 COMPILE_GEOMEAN_TARGET = 1.0

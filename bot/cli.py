@@ -10,8 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bot.hybrid import MODES
-from bot.stages import STAGES
+from bot.generators.hybrid import MODES
+from bot.workflow.stages import STAGES
 from runner.protocol import check_backend
 
 GENERATOR_HELP = ("offline: the built-in generator; llm: the LLM endpoint (KERNELBOT_LLM_BASE_URL) for every stage; "
@@ -126,12 +126,12 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _chat(args, cfg) -> int:
-    from bot.repl import chat
+    from bot.chat.console.repl import chat
     return chat(cfg)
 
 
 def _run(args, cfg) -> int:
-    from bot.autorun import run
+    from bot.chat.console.autorun import run
     problem = _unwritable(args.out)
     if problem:
         print(f"kernelbot run: --out {args.out}: {problem}", file=sys.stderr)
@@ -140,8 +140,8 @@ def _run(args, cfg) -> int:
 
 
 def _export(args, cfg) -> int:
-    from bot import report
-    from bot.store import Store
+    from bot.workflow import report
+    from bot.workflow.store import Store
     s = Store(cfg.db_path).load(args.session)
     if s is None:
         print(f"kernelbot export: no session {args.session!r} in {cfg.db_path}; `kernelbot status` lists them",
@@ -192,12 +192,12 @@ def _bench(args, cfg) -> int:
 
 
 def _slack(args, cfg) -> int:
-    from bot.slack_app import main as slack_main
+    from bot.chat.slack.app import main as slack_main
     return slack_main(cfg, http=args.http, port=args.port)
 
 
 def _discord(args, cfg) -> int:
-    from bot.discord_app import main as discord_main
+    from bot.chat.discord.app import main as discord_main
     return discord_main(cfg, args.guild)
 
 
@@ -233,9 +233,10 @@ def _progress_printer():
 
 
 def _status(args, cfg) -> int:
-    from bot import cards
-    from bot.console import format_table, render
-    from bot.store import Store
+    from bot.chat.console.chat import render
+    from bot.workflow import cards
+    from bot.workflow.cards import format_table
+    from bot.workflow.store import Store
     store = Store(cfg.db_path)
     if args.session:
         s = store.load(args.session)
@@ -255,8 +256,8 @@ def _status(args, cfg) -> int:
 
 def _cancel(args, cfg) -> int:
     from bot.app import make_service
-    from bot.console import ConsoleChat
-    from bot.events import Cancel
+    from bot.chat.console.chat import ConsoleChat
+    from bot.workflow.events import Cancel
     svc = make_service(cfg, ConsoleChat())
     try:
         s = svc.store.load(args.session)
@@ -273,7 +274,7 @@ def _cancel(args, cfg) -> int:
 
 def _driver_note(store, s) -> str:
     """For an active session a `kernelbot run` drove: whether that run is gone, and what to do."""
-    from bot.drivers import driver_alive
+    from bot.workflow.drivers import driver_alive
     record = store.driver(s.id) if s.active else None
     if record is None:
         return ""
@@ -284,8 +285,8 @@ def _driver_note(store, s) -> str:
 
 
 def _revision_rows(s) -> list[list[str]]:
-    from bot import stages
-    from bot.generator import VERIFICATION
+    from bot.generators.interface import VERIFICATION
+    from bot.workflow import stages
     rows = [["stage", "rev", "origin", "author", "verification"]]
     for r in s.revisions:
         rows.append([stages.label(r.stage), f"r{r.rev}", r.origin, r.author, r.summary.get(VERIFICATION, "")[:90]])
@@ -293,8 +294,8 @@ def _revision_rows(s) -> list[list[str]]:
 
 
 def _show_revision(s, which: str) -> int:
-    from bot import cards
-    from bot.console import render
+    from bot.chat.console.chat import render
+    from bot.workflow import cards
     stage, _, rev = which.partition(":")
     r = s.revision(stage, int(rev)) if rev.isdigit() else None
     if r is None:

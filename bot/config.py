@@ -7,8 +7,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bot.engine import Policy
-from bot.llm import LLMSettings
+from bot.generators.llm_client import LLMSettings
+from bot.workflow.engine import Policy
 
 
 def detect_backend() -> str:

@@ -12,7 +12,7 @@ import re
 from typing import NamedTuple
 
 from bot import ir
-from bot.generator import GenerationError
+from bot.generators.interface import GenerationError
 
 # ---------------------------------------------------------------- text primitives
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from bot import ir
-from bot.generator import GenerationError
+from bot.generators.interface import GenerationError
 from bot.request_ops import FLAGS as _F
 
 SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}

@@ -20,14 +20,18 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from bot import ir
+from bot import ir, request_residue
 from bot import request_ops as ops
 from bot import request_order as order
-from bot import request_residue
 from bot import spec as specmod
-from bot.generator import GenerationError
+from bot.generators.interface import GenerationError
 from bot.lower_triton import RESERVED
-from bot.request_ops import DIM as _DIM, END as _END, FLAGS as _F, NUM as _NUM, blank as _blank, size as _dim
+from bot.request_ops import DIM as _DIM
+from bot.request_ops import END as _END
+from bot.request_ops import FLAGS as _F
+from bot.request_ops import NUM as _NUM
+from bot.request_ops import blank as _blank
+from bot.request_ops import size as _dim
 from runner import protocol
 
 DEFAULT_SHAPES: list[list[int]] = [[4096, 4096], [5333, 497]]   # square, and odd: no block size divides it

@@ -55,7 +55,7 @@ class JobQueue:
         self.url = url
         self.backend = backend
         self.path = sqlite_path(url)
-        # Set by runner.worker.serve; without it the task builds a default runner (huey immediate mode).
+        # Set by runner.worker.serve: the queue never imports the runner that consumes it.
         self.handler: Callable[[dict], None] | None = None
         self.opened = 0         # how many times the file was opened: a consumer serves the one it started on
         self._open()
@@ -99,11 +99,9 @@ class JobQueue:
         return self._task
 
     def _run_job(self, job: dict) -> None:
-        handler = self.handler
-        if handler is None:
-            from runner import worker   # lazily: a bot host never loads the runner's side
-            handler = worker.Runner(self).handle
-        handler(job)
+        if self.handler is None:
+            raise RuntimeError("this queue has no job handler: a runner sets one (runner.worker.serve) before consuming")
+        self.handler(job)
 
     # --- bot side -------------------------------------------------------------------
     def enqueue(self, job: dict) -> None:

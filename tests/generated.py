@@ -9,7 +9,7 @@ import importlib.util
 import pytest
 
 from bot import ir
-from bot.generator import GenerationError
+from bot.generators.interface import GenerationError
 from bot.request_parse import parse_request
 from bot.spec import validate
 

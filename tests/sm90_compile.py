@@ -29,7 +29,8 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource, make_backend  # noqa: E402
 from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
 
-from bot import catalog, offline  # noqa: E402
+from bot import catalog  # noqa: E402
+from bot.generators import offline
 from bot.request_parse import parse_request  # noqa: E402
 from bot.spec import parse_expression  # noqa: E402
 from runner import inputs, protocol  # noqa: E402

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from bot import catalog, integrity, ir, lower_torch, offline
+from bot import catalog, integrity, ir, lower_torch
+from bot.generators import offline
 from bot.request_parse import parse_request
 from bot.spec import parse_expression
 from runner.verify import verify

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from bot import cli
-from bot.model import Session
-from bot.stages import STAGES
-from bot.store import Store
+from bot.workflow.model import Session
+from bot.workflow.stages import STAGES
+from bot.workflow.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,11 +67,13 @@ def test_a_refused_run_ends_refused_says_what_to_change_and_starts_no_runner(tmp
 
 def test_a_session_is_exported_at_any_stage(tmp_path):
     import io
-    from bot.app import make_service
-    from bot.config import Config
-    from bot.console import ConsoleChat
-    from bot.events import Approve
+
     from fakes.runner import wait_until
+
+    from bot.app import make_service
+    from bot.chat.console.chat import ConsoleChat
+    from bot.config import Config
+    from bot.workflow.events import Approve
     cfg = Config.from_env(backend="cpu")
     cfg.home, cfg.db_path = tmp_path, tmp_path / "kernelbot.db"
     svc = make_service(cfg, ConsoleChat(io.StringIO()))

@@ -27,8 +27,8 @@ from fakes.real_runner import free_port
 from fakes.runner import wait_until
 from fakes.slack import FakeSlack
 
-from bot import slack_blocks as sb
-from bot.store import Store
+from bot.chat.slack import render as sb
+from bot.workflow.store import Store
 from runner.queue import JobQueue
 
 ROOT = Path(__file__).resolve().parent.parent

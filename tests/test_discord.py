@@ -14,19 +14,20 @@ import pytest
 discord = pytest.importorskip("discord", reason="the Discord adapter needs the discord extra")
 
 from discord.gateway import DiscordWebSocket
-from fakes.discord import (BOT_ID, CHANNEL, EPHEMERAL, GUILD, OTHER_CHANNEL, REVIEWER_ROLE, TOKEN, FakeDiscord)
+from fakes.discord import BOT_ID, CHANNEL, EPHEMERAL, GUILD, OTHER_CHANNEL, REVIEWER_ROLE, TOKEN, FakeDiscord
 from fakes.queue import MemoryQueue
 from fakes.runner import BENCH, chart_png, run_job, wait_until
 
 from bot import cli
-from bot import discord_app as da
-from bot import discord_embeds as de
-from bot.cards import Card
-from bot.chat_commands import is_thumbs_up, parse_command
+from bot.chat.commands import is_thumbs_up, parse_command
+from bot.chat.discord import app as da
+from bot.chat.discord import render as de
 from bot.config import Config
-from bot.offline import OfflineGenerator
-from bot.service import Service
-from bot.store import Store
+from bot.generators.offline import OfflineGenerator
+from bot.workflow.cards import Card
+from bot.workflow.messages import Messages
+from bot.workflow.service import Service
+from bot.workflow.store import Store
 
 REQUEST = "add two fp32 matrices of shape 4x8"
 THUMBS_UP = "\N{THUMBS UP SIGN}"
@@ -42,7 +43,7 @@ class Bot:
         da.point_at(fake.api_url, fake.gateway_url)
         self.svc, self.client = da.connect(
             lambda chat: Service(self.cfg, self.store, OfflineGenerator(), chat, lambda backend: self.queue),
-            self.store, [int(GUILD)], approver_role, guild_ready_timeout=0.05)
+            Messages(self.store, "discord"), [int(GUILD)], approver_role, guild_ready_timeout=0.05)
         self.chat = self.client.bot.chat
         self.gateway = da.Gateway(self.client, TOKEN).start(10)
 

@@ -6,9 +6,9 @@ import os
 import subprocess
 import sys
 
-from bot.drivers import Drivers
-from bot.model import Session
-from bot.store import Store
+from bot.workflow.drivers import Drivers
+from bot.workflow.model import Session
+from bot.workflow.store import Store
 from runner import users
 
 

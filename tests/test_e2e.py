@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from fakes.real_runner import drive, start_runner
 
 from bot.app import make_service
+from bot.chat.console.chat import ConsoleChat
 from bot.config import Config
-from bot.console import ConsoleChat
-from bot.events import Edit
-from fakes.real_runner import drive, start_runner
+from bot.workflow.events import Edit
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "runner"
@@ -115,7 +115,7 @@ class ChatProcess:
 
 
 def test_chat_killed_mid_session_resumes_after_restart(tmp_path):
-    from bot.store import Store
+    from bot.workflow.store import Store
     from runner.queue import JobQueue
     home = tmp_path / "home"
     first = ChatProcess(home, tmp_path / "first.log")
@@ -180,7 +180,7 @@ def test_runner_killed_mid_job_is_requeued_and_finishes(tmp_path):
 def test_run_killed_and_run_again_resumes_its_session(tmp_path):
     """`kernelbot run` SIGKILLed mid-session: status says its run died, the same command continues
     that session (no second one), the runner the killed run started is gone with it."""
-    from bot.store import Store
+    from bot.workflow.store import Store
     home, out, log = tmp_path / "home", tmp_path / "out", tmp_path / "first.log"
     request = "relu(x) for fp32 64x48"
     env = {**os.environ, "KERNELBOT_HOME": str(home), "KERNELBOT_BACKEND": "cpu", "KERNELBOT_HEARTBEAT_S": "1",
@@ -225,7 +225,7 @@ def test_two_runs_sharing_a_home_keep_apart_and_share_one_runner(tmp_path):
         time.sleep(3 if name == "first" else 0)        # the first has started its runner when the second comes
     for proc in procs.values():
         proc.wait(600)
-    from bot.store import Store
+    from bot.workflow.store import Store
     store = Store(home / "kernelbot.db")
     sessions = {s.request: s for s in store.sessions(store.session_ids())}
     for name, request in requests.items():

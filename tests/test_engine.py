@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from bot import engine, stages
-from bot.engine import Policy
-from bot.events import (Approve, Cancel, Correct, Edit, Generated, GenerationFailed, JobFinished, JobLost,
-                        JobProgress, Regenerate, Start)
-from bot.model import Session
+from bot.workflow import engine, stages
+from bot.workflow.engine import Policy
+from bot.workflow.events import (Approve, Cancel, Correct, Edit, Generated, GenerationFailed, JobFinished, JobLost,
+                                 JobProgress, Regenerate, Start)
+from bot.workflow.model import Session
 
 SPEC = json.dumps({"name": "add", "expression": "x + y",
                    "inputs": [{"name": "x", "dtypes": ["float32"], "shapes": [[4, 8]]},

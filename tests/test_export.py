@@ -1,5 +1,5 @@
-"""The exported kernel carries the benchmark's winning config per case (bot.export), and the
-session export (bot.report) writes it with the best configs listed. Kernels run on Triton's
+"""The exported kernel carries the benchmark's winning config per case (bot.workflow.export), and the
+session export (bot.workflow.report) writes it with the best configs listed. Kernels run on Triton's
 interpreter here (tests/conftest.py)."""
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import importlib.util
 import pytest
 import torch
 
-from bot import engine, integrity, lower_triton, report
-from bot.events import Cancel
-from bot.export import tuned_kernel
-from bot.model import Approval, Job, Revision, Session, sha256
+from bot import integrity, lower_triton
 from bot.spec import parse_expression, validate
+from bot.workflow import engine, report
+from bot.workflow.events import Cancel
+from bot.workflow.export import tuned_kernel
+from bot.workflow.model import Approval, Job, Revision, Session, sha256
 from runner import protocol
 
 SPEC = validate({"name": "op", "expression": "relu(x + y)", "inputs": [

@@ -14,12 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fakes.real_runner import drive, start_runner
 
 from bot.app import make_service
+from bot.chat.console.chat import ConsoleChat
 from bot.config import Config
-from bot.console import ConsoleChat
 
 
 def before_the_kernel(s) -> bool:

@@ -34,7 +34,7 @@ BOT_SESSION = """
 import io, time
 from bot.app import make_service
 from bot.config import Config
-from bot.console import ConsoleChat
+from bot.chat.console.chat import ConsoleChat
 out = io.StringIO()
 cfg = Config.from_env(backend="cpu")
 svc = make_service(cfg, ConsoleChat(out))
@@ -43,7 +43,7 @@ end = time.time() + 60
 while "Spec · r1" not in out.getvalue() and time.time() < end:
     time.sleep(0.1)
 svc.shutdown()
-import bot.slack_app, bot.discord_app, bot.llm, redis, importlib.util
+import bot.chat.slack.app, bot.chat.discord.app, bot.generators.llm_client, redis, importlib.util
 assert importlib.util.find_spec("torch") is None, "a bot-only host got torch"
 print("SPEC CARD" if "Spec · r1" in out.getvalue() else out.getvalue())
 """

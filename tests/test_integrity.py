@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from bot import catalog, engine, integrity, lower_torch, offline, testgen
-from bot.events import Edit, Generated, Start
-from bot.generator import GenRequest
-from bot.model import Session
-from bot.offline import OfflineGenerator
+from bot import catalog, integrity, lower_torch, testgen
+from bot.generators import offline
+from bot.generators.interface import GenRequest
+from bot.generators.offline import OfflineGenerator
 from bot.request_parse import parse_request
 from bot.spec import parse_expression
+from bot.workflow import engine
+from bot.workflow.events import Edit, Generated, Start
+from bot.workflow.model import Session
 from runner import integrity as rules
 
 FIXTURES = Path(__file__).parent / "fixtures"

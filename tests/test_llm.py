@@ -1,11 +1,11 @@
-"""The OpenAI-compatible client (bot.llm) against a loopback endpoint, with the real openai
+"""The OpenAI-compatible client (bot.generators.llm_client) against a loopback endpoint, with the real openai
 client on the wire: answers, token usage, retries with Retry-After, faults it cannot fix."""
 from __future__ import annotations
 
 import pytest
 from fakes.openai_server import Answer, code, error, fake_openai, garbage, reply  # noqa: F401
 
-from bot.llm import LLMClient, LLMError, LLMSettings, code_block, retry_after
+from bot.generators.llm_client import LLMClient, LLMError, LLMSettings, code_block, retry_after
 
 HELLO = [{"role": "user", "content": "hello"}]
 

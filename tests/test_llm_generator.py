@@ -13,19 +13,20 @@ from fakes.openai_server import code, error, fake_openai, garbage, reply  # noqa
 from fakes.queue import MemoryQueue
 from test_service import wait_for
 
-from bot import cards, cli, engine
+from bot import cli
+from bot.chat.console.chat import ConsoleChat
 from bot.config import Config
-from bot.console import ConsoleChat
-from bot.events import Approve, Generated, Start
-from bot.generator import VERIFICATION, GenerationError, GenRequest, failed_verification
-from bot.hybrid import HybridGenerator
-from bot.llm import LLMClient, LLMSettings
-from bot.llm_generator import LLMGenerator
-from bot.offline import OfflineGenerator
-from bot.model import Session
-from bot.service import Service, kernel_versions
-from bot.store import Store
-from bot.verifier import QueueVerifier
+from bot.generators.hybrid import HybridGenerator
+from bot.generators.interface import VERIFICATION, GenerationError, GenRequest, failed_verification
+from bot.generators.llm import LLMGenerator
+from bot.generators.llm_client import LLMClient, LLMSettings
+from bot.generators.offline import OfflineGenerator
+from bot.generators.verifier import QueueVerifier
+from bot.workflow import cards, engine
+from bot.workflow.events import Approve, Generated, Start
+from bot.workflow.model import Session
+from bot.workflow.service import Service, kernel_versions
+from bot.workflow.store import Store
 from runner.worker import execute_job
 
 HS = Path(__file__).parent / "fixtures" / "llm" / "hardswish"
@@ -333,8 +334,8 @@ def test_a_kernel_posted_failing_cannot_be_approved_or_benchmarked():
 
 
 def test_a_generated_bench_plan_may_not_accept_implausible_timings():
-    from bot.llm import Reply
-    from bot.llm_generator import Unusable, _read_plan
+    from bot.generators.llm import Unusable, _read_plan
+    from bot.generators.llm_client import Reply
     plan = '```json\n{"versions": ["torch", "kernel"], "accept_implausible": true}\n```'
     with pytest.raises(Unusable, match="only a person who has checked a timing"):
         _read_plan(Reply(plan, "stop", {}))

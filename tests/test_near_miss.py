@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.generator import GenerationError
+from bot.generators.interface import GenerationError
 from bot.request_parse import parse_request
 from tests.generated import canon, expr
 

@@ -22,4 +22,4 @@ def test_the_wheel_carries_the_prompt_templates(tmp_path):
     names = set(zipfile.ZipFile(next(tmp_path.glob("kernelbot-*.whl"))).namelist())
     templates = {f"prompts/{p.name}" for p in (REPO / "prompts").glob("*.md")}
     assert len(templates) >= 8 and templates <= names
-    assert {"prompts/__init__.py", "bot/prompts.py", "runner/harness.py"} <= names
+    assert {"prompts/__init__.py", "bot/generators/prompts.py", "runner/harness.py"} <= names

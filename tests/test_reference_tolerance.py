@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from bot import catalog
-from bot.generator import GenRequest
-from bot.offline import OfflineGenerator
+from bot.generators.interface import GenRequest
+from bot.generators.offline import OfflineGenerator
 
 SINGLE_OPS = ["gelu(x)", "gelu(x, approximate='tanh')", "silu(x)", "sigmoid(x)", "tanh(x)", "exp(x)",
               "log(x)", "sqrt(x)", "rsqrt(x)", "x * y + z", "x / y", "gelu(x + b) - y"]

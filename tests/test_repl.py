@@ -8,12 +8,12 @@ from contextlib import redirect_stdout
 
 from fakes.queue import MemoryQueue
 
+from bot.chat.console.chat import ConsoleChat
+from bot.chat.console.repl import Repl
 from bot.config import Config
-from bot.console import ConsoleChat
-from bot.offline import OfflineGenerator
-from bot.repl import Repl
-from bot.service import Service
-from bot.store import Store
+from bot.generators.offline import OfflineGenerator
+from bot.workflow.service import Service
+from bot.workflow.store import Store
 
 
 def make(tmp_path, typed: list[str]) -> tuple[Repl, io.StringIO]:

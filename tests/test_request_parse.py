@@ -6,7 +6,7 @@ from generated import canon, error, expr, shapes
 
 from bot import ir
 from bot import spec as specmod
-from bot.generator import GenerationError
+from bot.generators.interface import GenerationError
 from bot.request_parse import ASK_OP, parse_request
 from runner import protocol
 

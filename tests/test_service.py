@@ -10,13 +10,13 @@ import time
 import pytest
 from fakes.queue import MemoryQueue
 
+from bot.chat.console.chat import ConsoleChat
 from bot.config import Config
-from bot.console import ConsoleChat
-from bot.events import Approve, JobFinished
-from bot.generator import Artifact, GenerationError, GenRequest
-from bot.model import Approval, Job, Revision
-from bot.service import INBOX_TELL_AFTER, Service, event_item, job_payload
-from bot.store import Store
+from bot.generators.interface import Artifact, GenerationError, GenRequest
+from bot.workflow.events import Approve, JobFinished
+from bot.workflow.model import Approval, Job, Revision
+from bot.workflow.service import INBOX_TELL_AFTER, Service, event_item, job_payload
+from bot.workflow.store import Store
 
 SPEC = json.dumps({"name": "add", "expression": "x + y",
                    "inputs": [{"name": "x", "dtypes": ["float32"], "shapes": [[4, 8]]},
@@ -94,7 +94,7 @@ def test_effects_left_in_outbox_are_finished_after_restart(env):
     svc.shutdown()
     # Simulate a crash right after the transition was stored, before its effects ran.
     store = Store(svc.cfg.db_path)
-    from bot import engine
+    from bot.workflow import engine
     sess = store.load(s.id)
     effects = engine.handle(sess, Approve("spec", 1, "bob"), clock())
     store.save(sess, effects)
@@ -240,8 +240,8 @@ def test_job_taken_but_never_reported_is_requeued(env):
 
 
 def test_corrections_accumulate_and_a_refused_or_empty_one_is_forgotten(tmp_path):
-    from bot.events import Correct
-    from bot.offline import OfflineGenerator
+    from bot.generators.offline import OfflineGenerator
+    from bot.workflow.events import Correct
     cfg = Config(home=tmp_path, db_path=tmp_path / "kb.db", queue_url="", backend="cpu")
     out = io.StringIO()
     svc = Service(cfg, Store(cfg.db_path), OfflineGenerator(), ConsoleChat(out), lambda backend: MemoryQueue())

@@ -21,15 +21,16 @@ from fakes.runner import BENCH, chart_png, run_job, wait_until
 from fakes.slack import BOT_USER, FakeSlack, File
 
 from bot import app as wiring
-from bot import slack_blocks as sb
-from bot.cards import Card
-from bot.chat_commands import is_thumbs_up, reply_code
+from bot.chat.commands import is_thumbs_up, reply_code
+from bot.chat.slack import render as sb
+from bot.chat.slack.app import assemble, build_app, http_server, slack_text
+from bot.chat.slack.chat import SlackChat, web_client
 from bot.config import Config
-from bot.offline import OfflineGenerator
-from bot.service import Service
-from bot.slack_app import assemble, build_app, http_server, slack_text
-from bot.slack_chat import SlackChat, web_client
-from bot.store import Store
+from bot.generators.offline import OfflineGenerator
+from bot.workflow.cards import Card
+from bot.workflow.messages import Messages
+from bot.workflow.service import Service
+from bot.workflow.store import Store
 
 CHANNEL = "C0KERNELS1"
 REQUESTER, TEAMMATE, LEAD = "U0DEV00001", "U0MATE0001", "U0LEAD0001"
@@ -44,7 +45,7 @@ class Bot:
         self.fake, self.queue = fake, queue or MemoryQueue()
         self.cfg = Config(home=home, db_path=home / "kb.db", queue_url="", backend="cpu", **policy)
         self.store = Store(self.cfg.db_path)
-        self.chat = SlackChat(web_client("xoxb-test", fake.api_url), self.store)
+        self.chat = SlackChat(web_client("xoxb-test", fake.api_url), Messages(self.store, "slack"))
         self.svc = Service(self.cfg, self.store, OfflineGenerator(), self.chat, lambda backend: self.queue)
         self.app = build_app(self.svc, self.chat, fake.signing_secret)
         self.server = self.socket = None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from bot.events import notice
-from bot.model import Approval, Job, Revision, Session
-from bot.store import Store
+from bot.workflow.events import notice
+from bot.workflow.model import Approval, Job, Revision, Session
+from bot.workflow.store import Store
 
 
 def session(sid: str) -> Session:

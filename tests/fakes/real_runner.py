@@ -14,8 +14,8 @@ from typing import Iterator
 
 import pytest
 
-from bot.autorun import awaiting_review
-from bot.events import Approve
+from bot.chat.console.autorun import awaiting_review
+from bot.workflow.events import Approve
 
 ROOT = Path(__file__).resolve().parents[2]
 
