@@ -9,6 +9,7 @@ the tree; people read and edit the string.
 from __future__ import annotations
 
 import ast
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -40,6 +41,28 @@ _ALIASES = {
     "crossentropy": "cross_entropy",
 }
 _CONSTANTS = {"pi": math.pi, "e": math.e}
+# PyTorch activations written in the IR's own ops: (parameters with PyTorch's defaults, formula), from
+# PyTorch's documented definitions. Their kernels and generated references compute the formula; a
+# pasted module's reference is the pasted call itself, so the formula is checked against PyTorch.
+_SOFTPLUS = "where(x * beta > threshold, x, log(1.0 + exp(x * beta)) / beta)"
+COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
+    "leaky_relu": ((("x", None), ("negative_slope", 0.01)), "where(x > 0, x, x * negative_slope)"),
+    "elu": ((("x", None), ("alpha", 1.0)), "where(x > 0, x, alpha * (exp(x) - 1.0))"),
+    "celu": ((("x", None), ("alpha", 1.0)), "where(x > 0, x, alpha * (exp(x / alpha) - 1.0))"),
+    "selu": ((("x", None),), "1.0507009873554804934193349852946 * where(x > 0, x, "
+                             "1.6732632423543772848170429916717 * (exp(x) - 1.0))"),
+    "relu6": ((("x", None),), "clamp(x, 0.0, 6.0)"),
+    "hardtanh": ((("x", None), ("min_val", -1.0), ("max_val", 1.0)), "clamp(x, min_val, max_val)"),
+    "hardsigmoid": ((("x", None),), "clamp(x / 6.0 + 0.5, 0.0, 1.0)"),
+    "hardswish": ((("x", None),), "x * clamp(x + 3.0, 0.0, 6.0) / 6.0"),
+    "softsign": ((("x", None),), "x / (1.0 + abs(x))"),
+    "softplus": ((("x", None), ("beta", 1.0), ("threshold", 20.0)), _SOFTPLUS),
+    "mish": ((("x", None),), "x * tanh(where(x > 20.0, x, log(1.0 + exp(x))))"),
+    "logsigmoid": ((("x", None),), "-where(-x > 20.0, -x, log(1.0 + exp(-x)))"),
+    "tanhshrink": ((("x", None),), "x - tanh(x)"),
+    "softshrink": ((("x", None), ("lambd", 0.5)), "where(x > lambd, x - lambd, where(x < -lambd, x + lambd, 0.0))"),
+    "hardshrink": ((("x", None), ("lambd", 0.5)), "where(abs(x) > lambd, x, 0.0)"),
+}
 DEFAULT_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6}
 
 
@@ -149,6 +172,9 @@ def _convert(n: ast.expr) -> Node:
         if n.id in _CONSTANTS:
             return const(_CONSTANTS[n.id])
         return inp(n.id)
+    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in ("math", "torch") \
+            and n.attr in _CONSTANTS:                  # math.pi, torch.e
+        return const(_CONSTANTS[n.attr])
     if isinstance(n, ast.Constant):
         if isinstance(n.value, bool) or not isinstance(n.value, (int, float)):
             raise IRError(f"unsupported constant {n.value!r}: only numbers")
@@ -242,7 +268,34 @@ def _convert_call(n: ast.Call) -> Node:
         return call(MATMUL, _convert(args[0]), _convert(args[1]), tf32=_flag(kw.get("tf32")))
     if fname == "cross_entropy":
         return _convert_cross_entropy(args, kw)
+    if fname in COMPOSITES:
+        return _convert_composite(fname, args, kw)
     raise IRError(f"unsupported function {fname!r}. Supported: {SUPPORTED_TEXT}")
+
+
+def _convert_composite(fname: str, args: list, kw: dict) -> Node:
+    """A PyTorch activation written in the IR's own ops: its parameters bound (PyTorch's order and
+    defaults) and substituted into its formula."""
+    params, formula = COMPOSITES[fname]
+    if len(args) > len(params):
+        raise IRError(f"{fname} takes at most {len(params)} arguments ({', '.join(p for p, _ in params)})")
+    bound = dict(zip((p for p, _ in params), args))
+    for p, default in params:
+        if p in kw:
+            bound[p] = kw.pop(p)
+        bound.setdefault(p, None if default is None else ast.Constant(default))
+    if bound["x"] is None:
+        raise IRError(f"{fname} needs an input, e.g. {fname}(x)")
+    values = {p: bound["x"] if p == "x" else ast.Constant(_number(bound[p])) for p, _ in params}
+    return _convert(_Bind(values).visit(ast.parse(formula, mode="eval").body))
+
+
+class _Bind(ast.NodeTransformer):
+    def __init__(self, values: dict[str, ast.expr]):
+        self.values = values
+
+    def visit_Name(self, n: ast.Name) -> ast.expr:
+        return copy.deepcopy(self.values[n.id]) if n.id in self.values else n
 
 
 # The keywords each function is read with; any other (alpha=, dtype=, out=, rounding_mode=, ...) may
@@ -250,7 +303,12 @@ def _convert_call(n: ast.Call) -> Node:
 _KEYWORDS = {**dict.fromkeys(REDUCE | ARG_REDUCE | ROW_PRESERVING, {"dim", "axis", "keepdim"}),
              **dict.fromkeys(NORMS, {"eps", "weight", "bias", "normalized_shape"}),
              "gelu": {"approximate"}, "clamp": {"min", "max"}, MATMUL: {"tf32"},
-             "cross_entropy": {"reduction", "input", "target"}}
+             "cross_entropy": {"reduction", "input", "target"},
+             **{name: {p for p, _ in params[1:]} for name, (params, _) in COMPOSITES.items()}}
+
+
+_KNOWN = set(_KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "maximum", "minimum",
+                                                      "pow", "where"}
 
 
 def _check_keywords(fname: str, n: ast.Call, kw: dict) -> None:
@@ -259,6 +317,8 @@ def _check_keywords(fname: str, n: ast.Call, kw: dict) -> None:
     if "inplace" in kw and isinstance(kw["inplace"], ast.Constant) and kw["inplace"].value is False:
         del kw["inplace"]
     extra = sorted(set(kw) - _KEYWORDS.get(fname, set()))
+    if extra and fname not in _KNOWN:
+        raise IRError(f"unsupported function {fname!r}. Supported: {SUPPORTED_TEXT}")
     if extra:
         raise IRError(f"{fname} with {', '.join(f'{k}={ast.unparse(kw[k])}' for k in extra)} is not supported by the "
                       f"offline generator (it would change what {fname} computes)")
@@ -404,14 +464,22 @@ def _check_matmul(node: Node, body: Node, matmuls: list[Node]) -> None:
     if node is not body:
         raise IRError(f"a matmul inside {node.op} is not supported; a matmul takes a pointwise epilogue, "
                       "e.g. relu(a @ b + bias)")
-    if len(matmuls) > 1:
+    if len(set(matmuls)) > 1:            # one product used twice (a local named twice) is one matmul
         raise IRError("one matmul per kernel; chain them as separate operators")
     mm = matmuls[0]
     if any(a.op != "input" for a in mm.args):
         raise IRError("matmul operands must be inputs, e.g. a @ b; compute a prologue in a separate kernel")
-    used = [leaf.name for leaf in node.walk() if leaf.op == "input"]
-    if any(used.count(a.name) > 1 for a in mm.args):
+    if any(a.name in _inputs_outside(node, mm) for a in mm.args):
         raise IRError("matmul operands cannot also be used in the epilogue")
+
+
+def _inputs_outside(node: Node, inner: Node) -> list[str]:
+    """The input names node reads other than through the subtree inner."""
+    if node == inner:
+        return []
+    if node.op == "input":
+        return [node.name]
+    return [name for a in node.args for name in _inputs_outside(a, inner)]
 
 
 def input_names(node: Node) -> list[str]:

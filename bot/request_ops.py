@@ -202,6 +202,16 @@ def matmul_expression(epilogue: Epilogue, words: list[tuple[str, str, float | No
     return body + " + residual" * epilogue.residual
 
 
+def operand_problem(a: tuple[str, list[int]], b: tuple[str, list[int]]) -> list[int]:
+    """The problem [.., M, N, K] of operands (name, shape) a [.., M, K] @ b [.., K, N]; b may be one
+    2-D weight shared by every matrix of a 3-D a."""
+    (na, sa), (nb, sb) = a, b
+    if len(sa) not in (2, 3) or len(sb) not in (2, len(sa)) or sa[-1] != sb[-2] or (len(sb) == 3 and sa[0] != sb[0]):
+        raise GenerationError(f"{na} {_fmt(sa)} @ {nb} {_fmt(sb)} is not a product the offline matmul takes: "
+                              "[M, K] @ [K, N], [B, M, K] @ [B, K, N] or [B, M, K] @ [K, N]")
+    return [*sa[:-2], sa[-2], sb[-1], sa[-1]]
+
+
 def matmul_shapes(problem: list[int], a: str, b: str, epilogue: dict[str, bool]) -> dict[str, list[int]]:
     """Each input's shape for one problem [.., M, N, K]; epilogue inputs are [N] vectors (True)
     or the output's shape."""

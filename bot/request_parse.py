@@ -22,6 +22,7 @@ from typing import Sequence
 
 from bot import ir, request_residue
 from bot import request_ops as ops
+from bot import request_module
 from bot import request_order as order
 from bot import spec as specmod
 from bot.generators.interface import GenerationError
@@ -226,6 +227,7 @@ class _Reading:
     left: str = ""                           # prose no pass placed: must be filler (request_residue)
     pairwise: str | None = None              # "two tensors", "between", "x and y": more than one input
     typed: bool = False                      # the operator came from code or an expression typed in it
+    pasted: request_module.Pasted | None = None   # a pasted nn.Module (its reference is the pasted file)
 
 
 def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
@@ -803,7 +805,7 @@ def _norm_eps_given(tree: ast.AST) -> bool:
 # ---------------------------------------------------------------- pasted PyTorch functions
 
 _FENCE = re.compile(r"```[\w+-]*[ \t]*\n(.*?)```", re.S)
-_CODE_START = re.compile(r"^[ \t]*(?:import\s|from\s+\S+\s+import\s|@|def\s+\w+\s*\()", re.M)
+_CODE_START = re.compile(r"^[ \t]*(?:import\s|from\s+\S+\s+import\s|@|def\s+\w+\s*\(|class\s+\w+)", re.M)
 
 
 def _split_code(text: str) -> tuple[str | None, str]:
@@ -822,6 +824,24 @@ def _split_code(text: str) -> tuple[str | None, str]:
             continue
         return "\n".join(lines[:end]), text[:m.start()] + " ; " + "\n".join(lines[end:])
     return "\n".join(lines), text[:m.start()]
+
+
+def pasted_class(request: str, inputs: list[str]) -> str | None:
+    """The pasted module class a spec with these inputs (in order) can take as its reference, or None."""
+    code, _ = _split_code(request)
+    try:
+        built = request_module.buildable(ast.parse(code)) if code else None
+    except SyntaxError:
+        return None
+    return built[0] if built and built[1] == inputs else None
+
+
+def pasted_source(request: str) -> str:
+    """The code pasted in a request, as pasted: a pasted module's reference.py."""
+    code, _ = _split_code(request)
+    if code is None:
+        raise GenerationError("the request holds no pasted code to use as the reference")
+    return code if code.endswith("\n") else code + "\n"
 
 
 class _MaxParts(ast.NodeTransformer):
@@ -886,10 +906,15 @@ def _read_code(code: str, rd: _Reading) -> None:
         tree = ast.parse(code)
     except SyntaxError as e:
         raise GenerationError(f"the pasted code does not parse: {e.msg} (line {e.lineno})") from None
+    aliases = {a.asname for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names if a.asname}
+    if request_module.is_module(tree):       # a pasted nn.Module (shapes in get_inputs): read as one function
+        rd.pasted = request_module.read(tree)
+        tree = ast.parse(rd.pasted.function)
+    else:
+        _refuse_telling_comments(code, tree)
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
     if not funcs:
         raise GenerationError("paste a plain function, e.g. 'def fused(x, bias): return F.gelu(x + bias)'")
-    _refuse_telling_comments(code, tree)
     for stmt in tree.body:
         docstring = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
         if not (docstring or isinstance(stmt, (ast.FunctionDef, ast.Import, ast.ImportFrom))):
@@ -898,19 +923,22 @@ def _read_code(code: str, rd: _Reading) -> None:
                                   "the code, e.g. 'for fp16 8x16'.")
     fn = funcs[-1]
     env, tensors = _parameters(fn, rd)
-    inline = _Inline(env, {a.asname for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
-                           for a in n.names if a.asname})
+    inline = _Inline(env, aliases)
     ret = _returned(fn, inline)
     src = ast.unparse(ret)
-    _refuse_other_meanings(fn.name, ret)
+    where = f"line {rd.pasted.line}: forward" if rd.pasted else fn.name
+    _refuse_other_meanings(where, ret)
     try:
         node = ir.parse(src, as_written=True)
     except ir.IRError as e:
-        hint = " For a hand-written norm, call F.layer_norm or F.rms_norm instead." if "mean" in src else ""
+        hint = " For a hand-written norm, call F.layer_norm or F.rms_norm instead." if re.search(r"\bmean\(", src) else ""
+        if rd.pasted:                          # a module: its line and the one thing missing, briefly
+            brief = str(e).split(" Supported:")[0].split(". The offline generator supports")[0].rstrip(".")
+            raise GenerationError(f"{where} returns {src[:100]!r}: {brief}.{hint}") from None
         supported = "" if ir.SUPPORTED_TEXT in str(e) else f" {SUPPORTED}"
         raise GenerationError(f"{fn.name} returns {src!r}: {e}.{hint}{supported}") from None
     if node.op in ir.REDUCE | ir.ARG_REDUCE and node.attr("dim") is None:
-        raise GenerationError(f"{fn.name} returns {src!r}: {node.op} without a dim is over all elements (one value) "
+        raise GenerationError(f"{where} returns {src!r}: {node.op} without a dim is over all elements (one value) "
                               f"in PyTorch, which the offline generator does not support; give it a dim, e.g. "
                               f"dim=-1 for one value per row")
     used = ir.input_names(node)
@@ -933,6 +961,29 @@ def _read_code(code: str, rd: _Reading) -> None:
         raise GenerationError(f"{fn.name} calls rms_norm without an eps, which in PyTorch is the dtype's machine "
                               "epsilon (9.8e-4 in float16, 1.2e-7 in float32); give eps=..., e.g. eps=1e-6")
     rd.node, rd.name, rd.inputs = node, fn.name, tensors
+    if rd.pasted:
+        _take_pasted(rd)
+
+
+def _take_pasted(rd: _Reading) -> None:
+    """A pasted module's name, and the shapes and dtype its get_inputs makes (float32 unless it says)."""
+    pasted = rd.pasted
+    rd.name = pasted.name
+    if not pasted.shapes:
+        return
+    if missing := [n for n in rd.inputs if n not in pasted.shapes]:
+        raise GenerationError(f"get_inputs gives no tensor for {', '.join(missing)}")
+    if mm := ir.matmul_node(rd.node):
+        a, b = ((x.name, pasted.shapes[x.name]) for x in mm.args)
+        rd.shapes = [(None, ops.operand_problem(a, b))]
+        rd.batched = len(a[1]) == 3
+    else:
+        rd.shapes = [(n, pasted.shapes[n]) for n in rd.inputs]
+    if not rd.dtypes:
+        rd.dtypes = pasted.dtypes or ["float32"]
+        if not pasted.dtypes:
+            rd.op_notes.append("get_inputs makes float32 tensors (torch's default); say 'fp16', 'bf16' or "
+                               "'all dtypes' to test others")
 
 
 # Comments or docstrings that give shapes, dtypes or dims, which the code does not say.
@@ -1060,6 +1111,8 @@ class _State:
     tf32: bool | None = None
     batched: bool = False
     typed: bool = False                              # the operator came from code or a typed expression
+    pasted: request_module.Pasted | None = None      # the pasted module the operator came from
+    pasted_shapes: dict[str, list[int]] | None = None   # its get_inputs shapes, until a correction gives others
 
     @property
     def matmul(self) -> bool:
@@ -1072,6 +1125,10 @@ def _apply(st: _State, rd: _Reading, feedback: bool) -> None:
             st.shapes, st.input_shapes = None, {}        # a matmul's cases are M, N, K: not comparable
         st.node, st.name, st.inputs, st.scalars, st.op_notes = rd.node, rd.name, rd.inputs, rd.scalars, rd.op_notes
         st.eps, st.tf32, st.batched, st.typed = rd.eps, rd.tf32, rd.batched, rd.typed
+        st.pasted = rd.pasted
+        st.pasted_shapes = rd.pasted.shapes if rd.pasted and rd.pasted.shapes else None
+    elif rd.shapes:
+        st.pasted_shapes = None
     else:
         st.op_notes = st.op_notes + rd.op_notes          # how a correction's shapes were read
         st.eps = rd.eps if rd.eps is not None else st.eps
@@ -1180,13 +1237,32 @@ def parse_request(text: str, feedback: Sequence[str] = (), backend: str | None =
         raise GenerationError(f"I could not find an operation in {text.strip()[:80]!r}. {ASK_OP}. {SUPPORTED}")
     st = _State()
     _apply(st, rd, feedback=False)
+    pasted = st.pasted
     for fb in feedback:
         rd = _read(fb, feedback=True, context=st)
         if not _says_something(st, rd):
             raise GenerationError(f"I could not apply the correction {fb.strip()[:80]!r}. {CORRECTION_HELP}")
         _refuse_partial_operator(st, rd, fb)
         _apply(st, rd, feedback=True)
-    return _build(st, text, backend)
+    spec, notes = _build(st, text, backend)
+    if pasted and pasted.entry:
+        kept = st.pasted is pasted               # no correction replaced the pasted operation
+        _pasted_reference(spec, notes, pasted, kept and (not feedback or parse_request(text, (), backend)[0]))
+    return spec, notes
+
+
+def _pasted_reference(spec: dict, notes: list[str], pasted: request_module.Pasted, alone: dict | bool) -> None:
+    """The pasted module is the reference while the spec computes what it computes (alone: the spec
+    of the request without corrections, True for the spec itself, False where a correction replaced
+    the operation): a correction that changes it (an eps, a dim) leaves a generated reference."""
+    alone = spec if alone is True else alone
+    if alone and (alone["expression"], alone["params"]) == (spec["expression"], spec["params"]):
+        spec["reference_class"] = pasted.entry
+        notes.append(f"the reference is the pasted {pasted.entry}, verbatim, built as {pasted.entry}"
+                     f"(*get_init_inputs())")
+    else:
+        notes.append(f"a correction changed what the pasted {pasted.entry} computes, so the reference is "
+                     "generated from the spec")
 
 
 def _refuse_partial_operator(st: _State, rd: _Reading, correction: str) -> None:
@@ -1225,6 +1301,8 @@ def _build(st: _State, request: str, backend: str | None) -> tuple[dict, list[st
     node = _with_eps(st, st.node, notes)
     names = _input_names(st)
     shapes = _matmul_shapes(st, node, names, notes) if st.matmul else _input_shapes(st, node, names, notes)
+    if st.pasted_shapes:              # get_inputs' own shapes (a matmul's shared 2-D weight among them)
+        shapes = {n: [st.pasted_shapes[n]] for n in names}
     _refuse_class_dim_1(st, node, shapes)
     dtypes = st.dtypes
     if not dtypes:

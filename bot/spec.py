@@ -75,6 +75,10 @@ def validate(spec: dict) -> dict:
             protocol.check_backend(out["backend"])
         except ValueError as e:
             raise SpecError(str(e)) from None
+    ref = out.get("reference_class")
+    if ref is not None and not (isinstance(ref, str) and ref.isidentifier()):
+        raise SpecError(f"reference_class names the pasted nn.Module class reference.py defines, e.g. 'Model'; "
+                        f"got {ref!r}")
     node = parse_expression(out) if out.get("expression") else None
     if node:
         _check_dtypes(out["inputs"], node)

@@ -98,9 +98,17 @@ class _TestFile:
         self.names = local_names(self.order, _RESERVED)
         self.body = self.node.args[0] if self.node.op in ir.ROOT_OPS else self.node
 
+    def _entry(self, module: str) -> str:
+        """`reference = ...`: the spec's function, or a pasted nn.Module built once as the runner builds it."""
+        cls = self.spec.get("reference_class") if module == "reference" else None
+        if not cls:
+            return f'{module} = getattr(importlib.import_module("{module}"), "{self.spec["name"]}")\n'
+        found = f'importlib.import_module("{module}")'
+        return f'{module} = {found}.{cls}(*{found}.get_init_inputs())\n'
+
     def header(self, title: str, what: str, modules: tuple[str, ...]) -> str:
         name = self.spec["name"]
-        imports = "".join(f'{m} = getattr(importlib.import_module("{m}"), "{name}")\n' for m in modules)
+        imports = "".join(self._entry(m) for m in modules)
         return f'''"""{title} for {name} ({doc_text(self.spec["expression"])}): {what},
 on every case x dtype variant of spec.json.
 

@@ -147,13 +147,13 @@ def load(ctx: Context, worker: Worker, file: str, source: str | None = None, fn:
     source = (ctx.jobdir / file).read_text() if source is None else source
     # The ghost is the judge's own transform of a kernel already checked.
     checked = ctx.config.get("static_check", True) and file != GHOST_FILE
-    refused = refusal(file, source, ctx.spec["name"]) if checked else ""
+    refused = refusal(file, source, protocol.entry(ctx.spec, file)) if checked else ""
     if refused:
         raise LoadError(refused)
     module = Path(file).stem.replace("@", "_")
     try:
         reply = worker.ok({"op": "load", "file": file, "module": module, "source": source, "as": fn,
-                           "entry": ctx.spec["name"], "device": ctx.device, "tf32": bool(ctx.spec.get("tf32"))})
+                           "entry": protocol.entry(ctx.spec, file), "device": ctx.device, "tf32": bool(ctx.spec.get("tf32"))})
     except (CallFailed, WorkerDied) as e:
         raise LoadError(str(e)) from None
     kernels = ghost.jit_names(source) if file not in ("reference.py", GHOST_FILE) else frozenset()

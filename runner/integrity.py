@@ -392,6 +392,12 @@ def _run(source: str, mode: str, entry: str | None) -> list[Violation]:
     return _Check(tree, mode, entry).run()
 
 
+def _plain_super(args: list[ast.expr], classes: dict[str, ast.ClassDef]) -> bool:
+    """super() or super(<a class of the file>, self): both reach nn.Module.__init__."""
+    return not args or (len(args) == 2 and all(isinstance(a, ast.Name) for a in args)
+                        and args[0].id in classes and args[1].id == "self")
+
+
 # ====================================================================== kinds
 
 @dataclass(frozen=True)
@@ -669,6 +675,8 @@ class _Check:
         if self.test:
             return None
         if self.wanted is not None:
+            if self.reference and self.wanted in self.classes and self.wanted not in self.functions:
+                return self.wanted                        # a pasted nn.Module: the worker builds it
             fn = self.functions.get(self.wanted)
             if fn is None and self.wanted in self.applies:
                 return self.wanted                        # layer_norm = LayerNorm.apply
@@ -677,7 +685,9 @@ class _Check:
         return plain[-1] if plain else None
 
     def entry_node(self) -> ast.stmt:
-        return self.functions[self.entry] if self.entry in self.functions else self.applies[self.entry]
+        if self.entry in self.functions:
+            return self.functions[self.entry]
+        return self.classes[self.entry] if self.reference else self.applies[self.entry]
 
     def entry_start(self) -> str:
         """The launcher the harness's call runs first: the entry def, or the forward of the Function it applies."""
@@ -1981,7 +1991,7 @@ class _Check:
         return (self.reference and ctx.method == "__init__" and isinstance(func, ast.Attribute)
                 and func.attr == "__init__" and isinstance(func.value, ast.Call)
                 and isinstance(func.value.func, ast.Name) and func.value.func.id == "super"
-                and not func.value.args and "super" not in self.globals)
+                and _plain_super(func.value.args, self.classes) and "super" not in self.globals)
 
     def launch(self, node: ast.Call, ctx: _Fn) -> V:
         sub = node.func
@@ -2130,7 +2140,9 @@ class _Check:
             return VALUE
         if role == "jobfn":
             self.call_args(node, ctx)
-            return VALUE
+            last = path.rsplit(".", 1)[-1]
+            built = self.test and last.isidentifier() and last[:1].isupper()   # reference.Model(...): a module
+            return V("leaf", f"{path}()", role="jobfn") if built else VALUE
         if role == "syspath":
             return self.test_syspath(node, ctx)
         if role == "importjob":

@@ -67,6 +67,12 @@ def shrunk_sizes(shapes, max_elements):
     return sizes
 
 
+def entry(spec: dict, file: str) -> str:
+    """The name a file's callable goes by: the spec's name, or for reference.py a pasted nn.Module
+    class (spec "reference_class"), which its worker builds once as Class(*get_init_inputs())."""
+    return (spec.get("reference_class") or spec["name"]) if file == "reference.py" else spec["name"]
+
+
 def cases(spec: dict) -> list[Case]:
     inputs = spec["inputs"]
     n = len(inputs[0]["shapes"])

@@ -33,6 +33,14 @@ def describe_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0] if lines else ''}"[:240]
 
 
+def built_module(cls: type, init_inputs: Callable | None, device: str) -> torch.nn.Module:
+    """A pasted nn.Module as KernelBench-style code builds it, once per load: Class(*get_init_inputs()),
+    on the job's device. Built here, in the untrusted worker, like any of the file's own code."""
+    if not callable(init_inputs):
+        raise TypeError("it defines no get_init_inputs()")
+    return cls(*init_inputs()).to(device)
+
+
 @contextmanager
 def poisoned_memory(shape: torch.Size, dtype: torch.dtype, device: str):
     """Make memory the code allocates for its output hold NaN, so unwritten elements show.
@@ -117,6 +125,12 @@ class Worker:
         except (Exception, SystemExit) as e:
             return {"ok": False, "error": f"{msg['file']} does not import: {describe_error(e)}"}, []
         fn = module.__dict__.get(msg["entry"])
+        if inspect.isclass(fn) and issubclass(fn, torch.nn.Module):
+            try:
+                fn = built_module(fn, module.__dict__.get("get_init_inputs"), self.device)
+            except Exception as e:
+                return {"ok": False, "error": f"{msg['file']}: {msg['entry']}(*get_init_inputs()) fails: "
+                                              f"{describe_error(e)}"}, []
         if not callable(fn):
             return {"ok": False, "error": f"{msg['file']} defines no function {msg['entry']}()"}, []
         self.fns[msg.get("as", "main")] = fn

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session):
+    """Long background work of a selected test module starts now, beside the tests before it."""
+    for module in {getattr(item, "module", None) for item in session.items}:
+        if hasattr(module, "start_compiling"):
+            module.start_compiling(Path(tempfile.mkdtemp(prefix="kernelbot-sm90-")))
 
 
 @pytest.fixture(params=["sqlite", "redis"])

@@ -13,6 +13,8 @@ import dataclasses
 import json
 
 from bot.generators.interface import Artifact, GenerationError, Generator, GenRequest
+from bot import spec as specmod
+from bot.request_parse import pasted_class
 
 MODES = ("offline", "llm", "hybrid")
 
@@ -32,7 +34,34 @@ class HybridGenerator:
                 if req.progress:
                     req.progress(f"the offline generator cannot do this ({_first_sentence(e)}); asking the LLM")
                 req = dataclasses.replace(req, unplaced=e.unplaced)
-        return _by(self.offline if mode == "offline" else self.llm, req)
+        if mode != "offline" and req.stage == "reference" and _spec(req).get("reference_class"):
+            return _by(self.offline, req)         # the pasted module, verbatim, whoever wrote the spec
+        art = _by(self.offline if mode == "offline" else self.llm, req)
+        return _with_pasted_class(art, req.request) if req.stage == "spec" and mode != "offline" else art
+
+
+def _spec(req: GenRequest) -> dict:
+    try:
+        spec = json.loads(req.approved.get("spec") or "{}")
+    except ValueError:
+        return {}
+    return spec if isinstance(spec, dict) else {}
+
+
+def _with_pasted_class(art: Artifact, request: str) -> Artifact:
+    """An LLM's spec for a pasted module takes the module as its reference, as the offline one does,
+    when its inputs are forward's tensors in order."""
+    try:
+        spec = json.loads(art.content)
+        names = [i["name"] for i in spec["inputs"]]
+    except (ValueError, KeyError, TypeError):
+        return art
+    cls = pasted_class(request, names)
+    if not cls or spec.get("reference_class") == cls:
+        return art
+    spec["reference_class"] = cls
+    note = f"the reference is the pasted {cls}, verbatim, built as {cls}(*get_init_inputs())"
+    return dataclasses.replace(art, content=specmod.dumps(spec), notes=[*art.notes, note])
 
 
 def _by(gen: Generator, req: GenRequest) -> Artifact:

@@ -7,7 +7,7 @@ import json
 from bot import ir, lower_matmul, lower_reduce, lower_torch, lower_triton, testgen
 from bot import spec as specmod
 from bot.generators.interface import Artifact, GenerationError, GenRequest
-from bot.request_parse import parse_request
+from bot.request_parse import parse_request, pasted_source
 from runner import protocol
 
 
@@ -19,6 +19,10 @@ class OfflineGenerator:
             spec, notes = parse_request(req.request, req.feedback, req.backend)
             return Artifact(specmod.dumps(spec), specmod.summary(spec), notes)
         spec = self._approved_spec(req)
+        if req.stage == "reference" and spec.get("reference_class"):
+            self._refuse_free_text(req, "reference")
+            return Artifact(pasted_source(req.request), {"module": f"the pasted {spec['reference_class']}, verbatim",
+                                                         "computes": spec.get("expression") or spec["name"]})
         node = specmod.parse_expression(spec)
         if req.stage == "reference":
             self._refuse_free_text(req, "reference")

@@ -1,0 +1,209 @@
+"""Pasted PyTorch modules (bot.request_module): the KernelBench layout, a forward alone, submodules,
+constants, get_inputs' shapes and dtypes; the reference is the pasted file itself, run by the judge."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bot import ir, lower_torch, testgen
+from bot.generators.interface import GenerationError, GenRequest
+from bot.generators.offline import OfflineGenerator
+from bot.request_parse import parse_request
+from runner import worker
+from runner.integrity import check_reference, check_test
+
+
+def fenced(code: str, words: str = "") -> str:
+    return f"{words}\n```python\n{textwrap.dedent(code).strip()}\n```\n"
+
+
+SUM_MODULE = """
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        \"\"\"Sum over a dim; input of shape (batch, dim1, dim2).\"\"\"
+        def __init__(self, dim: int):
+            super(Model, self).__init__()
+            self.dim = dim
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.sum(x, dim=self.dim)
+
+    batch_size = 16
+    dim1 = 32
+    dim2 = 31
+    reduce_dim = 1
+
+    def get_inputs():
+        x = torch.rand(batch_size, dim1, dim2)
+        return [x]
+
+    def get_init_inputs():
+        return [reduce_dim]
+"""
+
+
+def test_kernelbench_layout_gives_shapes_dims_and_the_pasted_reference():
+    spec, notes = parse_request(fenced(SUM_MODULE))
+    assert spec["expression"] == "sum(x, dim=1)"
+    assert spec["inputs"][0]["shapes"] == [[16, 32, 31]] and spec["inputs"][0]["dtypes"] == ["float32"]
+    assert spec["reference_class"] == "Model"
+    assert any("get_inputs makes float32" in n for n in notes)
+    assert any("reference is the pasted Model, verbatim" in n for n in notes)
+
+
+def test_words_beside_the_module_choose_dtypes():
+    spec, _ = parse_request(fenced(SUM_MODULE, "make this fast for fp16 and bf16"))
+    assert spec["inputs"][0]["dtypes"] == ["float16", "bfloat16"] and spec["reference_class"] == "Model"
+
+
+def test_constants_submodules_and_folded_math():
+    code = """
+        import math
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        HIDDEN = 2 * 64
+        SHAPE = (8, HIDDEN)
+
+        class FusedAct(nn.Module):
+            def __init__(self, slope=0.2, scale=1.0):
+                super().__init__()
+                self.act = nn.LeakyReLU(slope)
+                self.softmax = nn.Softmax(dim=1)
+                self.scale = scale * math.sqrt(2.0 / math.pi)
+
+            def forward(self, x):
+                return self.softmax(self.act(x) * self.scale)
+
+        def get_inputs():
+            return [torch.randn(*SHAPE, dtype=torch.float16)]
+
+        def get_init_inputs():
+            return []
+    """
+    spec, _ = parse_request(fenced(code))
+    assert spec["name"] == "fused_act" and spec["inputs"][0]["dtypes"] == ["float16"]
+    assert spec["inputs"][0]["shapes"] == [[8, 128]]
+    node = ir.parse(spec["expression"])
+    assert node.op == "softmax" and node.attr("dim") == -1          # dim 1 of a 2-D input is its last
+    assert "0.2" in spec["expression"] and "0.797884" in spec["expression"]
+
+
+def test_a_local_used_twice_is_one_matmul_and_a_shared_weight_keeps_its_shape():
+    code = """
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x, w):
+                y = torch.matmul(x, w)
+                return y * torch.sigmoid(y)
+
+        def get_inputs():
+            return [torch.randn(4, 64, 32), torch.randn(32, 48)]
+
+        def get_init_inputs():
+            return []
+    """
+    spec, _ = parse_request(fenced(code))
+    assert [i["shapes"] for i in spec["inputs"]] == [[[4, 64, 32]], [[32, 48]]]
+    assert spec["outputs"][0]["shapes"] == [[4, 64, 48]]
+
+
+def module(init: str, forward: str, inputs: str = "torch.rand(4, 8)", init_inputs: str | None = "[]") -> str:
+    """A KernelBench-style file: class Model with __init__(self, <init>) and forward, get_inputs and
+    (unless None) get_init_inputs."""
+    params, _, body = init.partition(":")
+    code = (f"class Model(nn.Module):\n    def __init__(self{params}):\n        super().__init__()\n"
+            f"        {body.strip() or 'pass'}\n\n    def forward(self, {forward}\n\n"
+            f"def get_inputs():\n    return [{inputs}]\n")
+    return code + (f"\ndef get_init_inputs():\n    return {init_inputs}\n" if init_inputs else "")
+
+
+@pytest.mark.parametrize("code, says", [
+    (module(", c: self.conv = nn.Conv2d(c, c, 3)", "x):\n        return torch.relu(self.conv(x))",
+            "torch.rand(2, 3, 8, 8)", "[3]"), "line 7: nn.Conv2d (set on line 4) is a convolution"),
+    ("def forward(self, x):\n    return torch.softmax(x, dim=self.dim)\n",
+     "line 2: forward reads self.dim, which __init__ does not set"),
+    (module(", dim: self.dim = dim", "x):\n        return torch.cumsum(x, dim=self.dim)", init_inputs="[1]"),
+     "line 7: forward returns 'torch.cumsum(x, dim=1)': unsupported function 'cumsum'"),
+    (module(", dim: self.dim = dim", "x):\n        return torch.sum(x, dim=self.dim)", init_inputs=None),
+     "Model.__init__ takes dim, which nothing gives: add get_init_inputs()"),
+    (module(", d: self.norm = nn.LayerNorm(d)", "x):\n        return self.norm(x)", init_inputs="[8]"),
+     "nn.LayerNorm (set on line 4) holds a learned weight and bias"),
+    (module("", "a, s):\n        return a * s", "torch.rand(4, 8), 3.5"), "get_inputs gives s 3.5, which is not a tensor"),
+])
+def test_what_cannot_be_read_is_refused_by_line_and_briefly(code, says):
+    with pytest.raises(GenerationError) as e:
+        parse_request(fenced(code))
+    assert says in str(e.value)
+    assert len(str(e.value)) < 300 and ir.SUPPORTED_TEXT not in str(e.value)
+
+
+def test_a_correction_that_changes_the_operation_drops_the_pasted_reference():
+    code = SUM_MODULE.replace("torch.sum", "torch.mean")
+    spec, notes = parse_request(fenced(code), ["fp16 only"])
+    assert spec["reference_class"] == "Model" and spec["inputs"][0]["dtypes"] == ["float16"]
+    spec, notes = parse_request(fenced(code), ["make it max(x, dim=1)"])
+    assert "reference_class" not in spec and any("a correction changed what the pasted Model" in n for n in notes)
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("leaky_relu", {"negative_slope": 0.2}), ("elu", {"alpha": 0.5}), ("selu", {}), ("celu", {"alpha": 2.0}),
+    ("relu6", {}), ("hardtanh", {"min_val": -2.0, "max_val": 3.0}), ("hardsigmoid", {}), ("hardswish", {}),
+    ("softsign", {}), ("softplus", {"beta": 2.0}), ("mish", {}), ("logsigmoid", {}), ("tanhshrink", {}),
+    ("softshrink", {"lambd": 0.3}), ("hardshrink", {}),
+])
+def test_activations_written_in_ir_ops_match_pytorch(tmp_path, name, kwargs):
+    args = "".join(f", {k}={v}" for k, v in kwargs.items())
+    node = ir.parse(f"{name}(x{args})")
+    spec = {"name": "act", "expression": ir.to_text(node), "description": "",
+            "inputs": [{"name": "x", "dtypes": ["float32"], "shapes": [[8]]}]}
+    namespace: dict = {}
+    exec(lower_torch.reference_source(spec, node), namespace)
+    x = torch.linspace(-40, 40, 40001, dtype=torch.float64)
+    torch.testing.assert_close(namespace["act"](x), getattr(F, name)(x, **kwargs), rtol=1e-12, atol=1e-8)
+
+
+def test_the_pasted_file_is_the_reference_and_passes_the_judge_and_its_tests():
+    request = fenced(SUM_MODULE)
+    spec, _ = parse_request(request)
+    gen = OfflineGenerator()
+    approved = {"spec": __import__("json").dumps(spec)}
+    reference = gen.generate(GenRequest("reference", request, approved)).content
+    assert reference.strip() == textwrap.dedent(SUM_MODULE).strip()
+    assert check_reference(reference, "Model") == []
+    test = testgen.reference_test_source(spec)
+    assert check_test(test) == []
+    files = {"spec.json": approved["spec"], "reference.py": reference, "test_reference.py": test}
+    result = worker.execute_job({"job_id": "t-pasted", "kind": "reference_test", "backend": "cpu", "attempt": 1,
+                                 "timeout_s": 120, "files": files}, lambda line: None)
+    assert result["status"] == "pass", result["summary"]
+
+
+def test_a_reference_class_the_file_cannot_build_fails_with_why():
+    spec, _ = parse_request(fenced(SUM_MODULE))
+    broken = textwrap.dedent(SUM_MODULE).replace("return [reduce_dim]", "return [reduce_dim, 2]")
+    files = {"spec.json": __import__("json").dumps(spec), "reference.py": broken,
+             "test_reference.py": testgen.reference_test_source(spec)}
+    result = worker.execute_job({"job_id": "t-broken", "kind": "reference_test", "backend": "cpu", "attempt": 1,
+                                 "timeout_s": 120, "files": files}, lambda line: None)
+    assert result["status"] != "pass" and "Model(*get_init_inputs()) fails" in result["summary"]
+
+
+@pytest.mark.parametrize("code, words, expression", [
+    ("def forward(self, x):\n    return torch.max(x, dim=1)[0]\n", "fp16 64x128", "max(x, dim=-1)"),
+    ("def forward(self, x):\n    return torch.softmax(x, dim=1)\n", "64x128", "softmax(x)"),
+    ("def f(x):\n    return x * math.pi\n", "", "x * 3.141592653589793"),
+    ("def forward(self, a, b):\n    y = a @ b\n    return y + torch.relu(y)\n", "512x256 by 256x128",
+     "matmul(a, b) + relu(matmul(a, b))"),
+])
+def test_a_forward_alone_or_a_function(code, words, expression):
+    spec, _ = parse_request(fenced(code, words))
+    assert spec["expression"] == expression and "reference_class" not in spec
