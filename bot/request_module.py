@@ -58,7 +58,6 @@ class Pasted:
     line: int                                       # forward's return statement, for messages
     shapes: dict[str, list[int]] = field(default_factory=dict)   # per forward parameter, from get_inputs
     dtypes: list[str] = field(default_factory=list)  # the float dtype get_inputs gives, if it names one
-    notes: list[str] = field(default_factory=list)
 
 
 class _NotConstant(Exception):
@@ -380,7 +379,7 @@ class _Resolver(ast.NodeTransformer):
         if isinstance(f, ast.Attribute) and ast.unparse(f.value) == "self":
             sub = self.attrs.get(f.attr)
             if not isinstance(sub, _Sub):
-                what = f"a method of the class" if sub is None else "not a submodule"
+                what = "a method of the class" if sub is None else "not a submodule"
                 raise GenerationError(f"line {n.lineno}: self.{f.attr}(...) calls {what}; write what it computes "
                                       "in forward itself")
             args = [self.visit(a) for a in n.args]

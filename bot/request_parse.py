@@ -1127,9 +1127,9 @@ def _apply(st: _State, rd: _Reading, feedback: bool) -> None:
         st.eps, st.tf32, st.batched, st.typed = rd.eps, rd.tf32, rd.batched, rd.typed
         st.pasted = rd.pasted
         st.pasted_shapes = rd.pasted.shapes if rd.pasted and rd.pasted.shapes else None
-    elif rd.shapes:
-        st.pasted_shapes = None
     else:
+        if rd.shapes:                                # a correction's shapes replace get_inputs'
+            st.pasted_shapes = None
         st.op_notes = st.op_notes + rd.op_notes          # how a correction's shapes were read
         st.eps = rd.eps if rd.eps is not None else st.eps
         st.tf32 = rd.tf32 if rd.tf32 is not None else st.tf32

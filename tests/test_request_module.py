@@ -207,3 +207,10 @@ def test_a_reference_class_the_file_cannot_build_fails_with_why():
 def test_a_forward_alone_or_a_function(code, words, expression):
     spec, _ = parse_request(fenced(code, words))
     assert spec["expression"] == expression and "reference_class" not in spec
+
+
+def test_a_correction_with_shapes_keeps_its_other_words_and_replaces_get_inputs_shapes():
+    spec, _ = parse_request(fenced(SUM_MODULE), ["shape 8x9x10"])
+    assert spec["inputs"][0]["shapes"] == [[8, 9, 10]] and spec["reference_class"] == "Model"
+    spec, _ = parse_request("layernorm on 512x1000 fp32", ["eps 1e-3, shape 64x64"])
+    assert spec["expression"] == "layernorm(x, weight, bias, eps=0.001)" and spec["inputs"][0]["shapes"] == [[64, 64]]
