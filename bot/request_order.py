@@ -11,7 +11,7 @@ import re
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.request_ops import FLAGS as _F
+from bot.ops.text import FLAGS as _F
 
 SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 # Words that put operations in sequence: "add, then relu", "fused add + rmsnorm", "exp 再求和".

@@ -21,18 +21,20 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from bot import ir, request_residue
-from bot import request_ops as ops
 from bot import request_module
 from bot import request_order as order
 from bot import spec as specmod
 from bot.generators.interface import GenerationError
-from bot.lower_triton import RESERVED
-from bot.request_ops import DIM as _DIM
-from bot.request_ops import END as _END
-from bot.request_ops import FLAGS as _F
-from bot.request_ops import NUM as _NUM
-from bot.request_ops import blank as _blank
-from bot.request_ops import size as _dim
+from bot.ops import loss, norm, registry
+from bot.ops import matmul as mmf
+from bot.ops.pointwise import CLAMP_WORD as _CLAMP_WORD
+from bot.ops.text import DIM as _DIM
+from bot.ops.text import END as _END
+from bot.ops.text import FLAGS as _F
+from bot.ops.text import NUM as _NUM
+from bot.ops.text import blank as _blank
+from bot.ops.text import size as _dim
+from bot.ops.text import sizes_text
 from runner import protocol
 
 DEFAULT_SHAPES: list[list[int]] = [[4096, 4096], [5333, 497]]   # square, and odd: no block size divides it
@@ -76,7 +78,7 @@ _OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, 
     (r"\bbinary[\s_-]+cross[\s_-]?entropy\b|\bbce\w*|\bnll\w*|\bkl[\s_-]?div\w*|\bmse\b|\bhuber\b|\bl1[\s_-]?loss\b",
      "a loss other than cross entropy"),
     (r"\bleaky[\s_-]?relu\b|\bprelu\b|\brelu6\b|\b[sc]?elu\b|\bsoftplus\b|\bmish\b|"
-     r"\bhard[\s_-]?(?:swish|sigmoid|tanh)\b|\blogsumexp\b|\bsin\b|\bcos\b|(?<!gelu)(?<!gelu.)(?<!gelu..)\berf\b|"
+     r"\bhard[\s_-]?(?:swish|sigmoid|tanh)\b|\blogsumexp\b|\bsin\b|\bcos\b|"
      r"\bfloor\b|\bceil\b|\bround\b|\bsign\b|"
      r"\bprod\b|\bvar(?:iance)?\b|\bstd\b|\bl2[\s_-]?norm\b|\bnormali[sz]e\b", ""),
 ]]
@@ -99,7 +101,6 @@ _WHOLE = re.compile(r"\b(?:all|every)\s+elements\b|\b(?:whole|entire|full)\s+ten
                     r"全部元素|所有元素|整个张量", _F)
 
 _EPS = re.compile(rf"(?:\beps(?:ilon)?\b|ε)\s*(?:=|:|of|is|为|是|设为)?\s*({_NUM}){_END}", _F)
-_CLAMP_WORD = re.compile(r"\bclamp\w*|\bclip\w*|限幅|截断", _F)
 # A closed range only: "[0, 1)" is half open, which clamp cannot be, so it stays for the residue check.
 _RANGE = re.compile(rf"\[\s*({_NUM})\s*,\s*({_NUM})\s*\]|\(\s*({_NUM})\s*,\s*({_NUM})\s*\)|"
                     rf"\bbetween\s+({_NUM})\s+and\s+({_NUM}){_END}|"
@@ -129,48 +130,6 @@ _REPLACE = re.compile(r"\b(?:make|change|replace|switch|use|instead|rather|actua
 _WHERE_CLAUSE = re.compile(r"\bwhere\b(?=\s+[A-Za-z]\w*\s+(?:is|are|has)\b)", _F)
 _APPEND = re.compile(r"\b(?:also|add|plus|additionally|extra|too)\b|^\s*and\b|\bas\s+well\b|还要|再加|增加|加上|另外", _F)
 
-_OPS: list[tuple[re.Pattern, str, str]] = [(re.compile(p, _F), kind, op) for p, kind, op in [
-    # earlier entries win: "log softmax" before "log", "square root" before "square"
-    (r"\blog[\s_-]?softmax\b", "row", "log_softmax"),
-    (r"\bsoft[\s_-]?max\b|归一化指数", "row", "softmax"),
-    (r"\blayer[\s_-]?norm(?:ali[sz]ation)?\b|层归一化", "row", "layernorm"),
-    (r"\brms[\s_-]?norm(?:ali[sz]ation)?\b|\broot[\s-]mean[\s-]square[\s-]norm\w*|\brms\s*归一化|均方根归一化",
-     "row", "rmsnorm"),
-    (r"\barg[\s_-]?max\b|\bindex\s+of\s+(?:the\s+)?max\w*|最大值?(?:的)?(?:索引|下标|位置)", "row", "argmax"),
-    (r"\barg[\s_-]?min\b|\bindex\s+of\s+(?:the\s+)?min\w*|最小值?(?:的)?(?:索引|下标|位置)", "row", "argmin"),
-    (r"\bmean\b|\baverage\b|平均值?|均值", "row", "mean"),
-    (r"\bgelu[\s_-]*\(?\s*tanh(?:[\s_-]+approx\w*)?\b|\btanh[\s-]+approx\w*|\bapprox\w*\s*[=:]?\s*['\"]?tanh\b", "step", "gelu_tanh"),
-    (r"\b(?:exact\s+)?gelu(?:[\s_-]*\(?\s*(?:erf|exact))?\b", "step", "gelu"),
-    (r"\bsilu\b|\bswish\b", "step", "silu"),
-    (r"\bsigmoid\b", "step", "sigmoid"),
-    (r"\btanh\b", "step", "tanh"),
-    (r"\brelu\b", "step", "relu"),
-    (r"\brsqrt\b|\b(?:reciprocal|inverse)\s+(?:of\s+(?:the\s+)?)?square[\s-]root\b|平方根倒数|倒数平方根",
-     "step", "rsqrt"),
-    (r"\breciprocal\b|倒数", "step", "reciprocal"),
-    (r"\bsqrt\b|\bsquare[\s-]root\b|平方根|开方", "step", "sqrt"),
-    (r"\bexp(?:onential)?\b|指数", "step", "exp"),
-    (r"\blog(?:arithm)?\b|\bln\b|对数", "step", "log"),
-    (r"\babs(?:olute(?:\s+value)?)?\b|绝对值", "step", "abs"),
-    (r"\bneg(?:ate|ation)?\b|取负|相反数", "step", "neg"),
-    (rf"\bscal(?:e|ed|es|ing)\b(?:\s+[a-z]\w?)?\s+by\s+(?:alpha\s*=?\s*)?({_NUM}){_END}|"
-     rf"\b(?:scale(?:\s+factor)?|alpha)\s*(?:=|:|of|is)?\s*({_NUM}){_END}|"
-     rf"缩放\s*(?:系数|因子)?\s*(?:为|是|=|:)?\s*({_NUM}){_END}\s*倍?|乘以\s*({_NUM}){_END}", "step", "scale"),
-    (rf"\b(?:multipl(?:y|ied)|times)\s+(?:[a-z]\w?\s+)?(?:by\s+)?({_NUM}){_END}", "step", "scale"),
-    (rf"\bdivid(?:e|ed)\s+(?:[a-z]\w?\s+)?by\s+({_NUM}){_END}|除以\s*({_NUM}){_END}", "step", "divide"),
-    (rf"\b(?:pow(?:er)?|to\s+the\s+power(?:\s+of)?|exponent)\s*(?:of|=|:)?\s*({_NUM}){_END}", "step", "pow"),
-    (r"\bsquared?\b|平方", "step", "square"),
-    (r"\bcubed?\b|立方", "step", "cube"),
-    (_CLAMP_WORD.pattern, "step", "clamp"),
-    (r"\bbias[\s_-]?add\b|\badd(?:s|ed|ing|ition)?\b|\bplus\b|加法|相加", "binary", "add"),
-    (r"\bsub(?:tract\w*)?\b|\bdifference\b|\bminus\b|减法|相减|(?:的|之)差(?!异)|(?<![相])减(?!法)去?", "binary", "sub"),
-    (r"\bmul(?:tiply|tiplied|tiplication)?\b|\bproduct\b|\btimes\b|乘法|相乘", "binary", "mul"),
-    (r"\bdiv(?:ide[ds]?|ision)?\b|\bquotient\b|除法|相除|除以(?!\s*[-+.\d])", "binary", "div"),
-    (r"\bmax(?:imum)?\b|\bamax\b|最大值?", "extreme", "max"),
-    (r"\bmin(?:imum)?\b|\bamin\b|最小值?", "extreme", "min"),
-    (r"\bsum\b|求和", "sum", "sum"),
-    (r"\bwhere\b(?!\s+[A-Za-z]\w*\s+(?:is|are|has)\b)|\bselect\b", "where", "where"),
-]]
 _STEP_IR_OP = {"gelu_tanh": "gelu", "scale": "mul", "divide": "div", "square": "pow", "cube": "pow"}
 _SCALAR_STEPS = {"scale", "divide"}
 
@@ -182,13 +141,6 @@ _TWO_TENSORS = re.compile(r"\btwo\b|\b2\s+(?:tensors|matrices|inputs|arrays)\b|\
                           r"\b[a-z]\w?\s+and\s+[a-z]\w?\b", _F)
 _MATRIX = re.compile(r"\bmatri(?:x|ces)\b|矩阵", _F)
 
-_WEIGHT_WORD = re.compile(r"\bweights?\b|\bgamma\b|权重", _F)
-_BIAS_WORD = re.compile(r"\bbias\b|\bbeta\b|偏置", _F)
-_NO_WEIGHT = re.compile(r"\b(?:without|no|w/o)\s+(?:[\w/-]+\s+){0,3}?(?:weights?|gamma|affine)\b|"
-                        r"(?:无|不带|没有)权重", _F)
-_NO_BIAS = re.compile(r"\b(?:without|no|w/o)\s+(?:[\w/-]+\s+){0,3}?(?:bias|beta|affine)\b|"
-                      r"\b(?:weights?|gamma)\s+only\b|\bonly\s+(?:an?\s+)?(?:weights?|gamma)\b|"
-                      r"(?:无|不带|没有)(?:权重和)?偏置", _F)
 
 # A label that names a tensor: a shape given to one that is no input is refused, not taken as a case.
 _SHAPE_OWNER = re.compile(r"[A-Za-z]\d*|bias|weights?|gamma|beta|scale|shift|residual|mask|gate|other|"
@@ -234,11 +186,11 @@ def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
     """context: the state a correction applies to (its matmul reads shapes as M, N, K)."""
     rd = _Reading()
     code, prose = _split_code(text)
-    matmul = bool(ops.MATMUL_WORD.search(text)) or bool(context and context.node and ir.matmul_node(context.node))
-    rd.batched = bool(ops.BATCHED_WORD.search(text)) or bool(context and context.batched)
+    matmul = bool(mmf.MATMUL_WORD.search(text)) or bool(context and context.node and ir.matmul_node(context.node))
+    rd.batched = bool(mmf.BATCHED_WORD.search(text)) or bool(context and context.batched)
     if matmul:
-        prose, rd.tf32 = ops.take_tf32(prose)
-    prose = _take_dtypes(ops.take_index_dtype(prose), rd)
+        prose, rd.tf32 = mmf.take_tf32(prose)
+    prose = _take_dtypes(loss.take_index_dtype(prose), rd)
     _refuse_out_of_scope(prose)
     expr = None if code is not None else _find_expression(prose)
     if expr is not None:
@@ -246,10 +198,10 @@ def _read(text: str, feedback: bool, context: _State | None = None) -> _Reading:
     prose = _WHERE_CLAUSE.sub(_blank, _take_dims(prose, rd))
     prose = _take_scalars(prose, rd)
     if matmul:
-        prose, batch = ops.take_sizes(prose, rd.batched)
+        prose, batch = mmf.take_sizes(prose, rd.batched)
     prose = _take_shapes(prose, rd)
     if matmul:           # cases are problem sizes [B,] M, N, K: no shape belongs to one input
-        rd.shapes = [(None, p) for p in ops.problems(_operand_order(rd.shapes), rd.batched, batch, rd.op_notes)]
+        rd.shapes = [(None, p) for p in mmf.problems(_operand_order(rd.shapes), rd.batched, batch, rd.op_notes)]
     if feedback:                 # "gelu instead", "only 32x32": a correction replaces what it names
         prose = _CORRECTION_WORDS.sub(_blank, prose)
     if feedback and (rd.shapes or rd.dtypes) and _APPEND.search(prose):
@@ -605,10 +557,10 @@ def _longest_parse(text: str, span: list[tuple[str, int, int]], i: int) -> tuple
 def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
     """Compose the operator from an expression typed in the request and/or operator words."""
     if expr is not None and ir.matmul_node(expr[0]) and expr[0].op != ir.MATMUL:
-        prose = ops.MATMUL_WORD.sub(_blank, prose)       # "matmul a @ b + bias": the word names the expression
-    if (expr is None or expr[0].op == ir.MATMUL) and (expr or ops.MATMUL_WORD.search(prose)):
+        prose = mmf.MATMUL_WORD.sub(_blank, prose)       # "matmul a @ b + bias": the word names the expression
+    if (expr is None or expr[0].op == ir.MATMUL) and (expr or mmf.MATMUL_WORD.search(prose)):
         return _matmul_words(prose, expr, rd)
-    if expr is None and ops.CROSS_ENTROPY.search(prose):
+    if expr is None and loss.CROSS_ENTROPY.search(prose):
         return _cross_entropy_words(prose, rd)
     said, (found, prose) = prose, _find_op_words(prose)
     said_pair = _TWO_TENSORS.search(prose)
@@ -644,7 +596,7 @@ def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
                                   f"{', '.join(named)}; write the whole operation as one expression, "
                                   f"e.g. {example}.")
         _refuse_other_meanings("the expression", tree, torch_only=True)
-        if node.op in ir.NORMS and _norm_eps_given(tree):
+        if node.op in ir.NORMS and norm.eps_given(tree):
             rd.eps = _one_eps(rd.eps, node.attr("eps"))
         body = _text(node)
         if where and node.op in ir.COMPARE:                 # "where x > 0 take x, else y"
@@ -663,7 +615,7 @@ def _operator(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node | None:
     if rows:
         body = _wrap_row(rows[0], body, prose, rd)
         if rows[0] in ir.NORMS:
-            for pattern in (_NO_WEIGHT, _NO_BIAS, _WEIGHT_WORD, _BIAS_WORD):
+            for pattern in (norm.NO_WEIGHT, norm.NO_BIAS, norm.WEIGHT_WORD, norm.BIAS_WORD):
                 rd.left = pattern.sub(_blank, rd.left)
     return _parse(body)
 
@@ -678,19 +630,20 @@ def _parse(body: str) -> ir.Node:
 def _matmul_words(prose: str, expr: tuple | None, rd: _Reading) -> ir.Node:
     """A matmul named in words, or typed bare ('a @ b'), with its epilogue in words."""
     mm = expr[0] if expr else None
-    operands = (mm.args[0].name, mm.args[1].name) if mm else ("a", "b")
-    said, (prose, epilogue) = prose, ops.take_epilogue(prose)
+    operands = tuple(x.name + (f".{mm.attr(key)}" if mm.attr(key) else "") for x, key in zip(mm.args, ("ta", "tb"))) \
+        if mm else ("a", "b")
+    said, (prose, epilogue) = prose, mmf.take_epilogue(prose)
     found, rd.left = _find_op_words(prose)
-    ops.check_epilogue_order(said, [(pos, op) for pos, _, op, _ in found])
+    mmf.check_epilogue_order(said, [(pos, op) for pos, _, op, _ in found])
     words = [(kind, op, value) for _, kind, op, value in found]
-    body = ops.matmul_expression(epilogue, words, operands, tf32=bool(mm and mm.attr("tf32")))
+    body = mmf.matmul_expression(epilogue, words, operands, tf32=bool(mm and mm.attr("tf32")))
     if scales := [v for _, op, v in words if op == "scale"]:
         rd.scalars["scale"] = scales[0]
     return _parse(body)
 
 
 def _cross_entropy_words(prose: str, rd: _Reading) -> ir.Node:
-    body, prose, notes = ops.cross_entropy_words(prose)
+    body, prose, notes = loss.cross_entropy_words(prose)
     words, rd.left = _find_op_words(prose)
     if words:
         raise GenerationError(f"I read cross entropy but you also named {', '.join(w[2] for w in words)}; write "
@@ -702,7 +655,7 @@ def _cross_entropy_words(prose: str, rd: _Reading) -> ir.Node:
 def _find_op_words(prose: str) -> tuple[list[tuple[int, str, str, float | None]], str]:
     """The operator words in prose, in order, and prose with them blanked."""
     found = []
-    for pattern, kind, op in _OPS:
+    for pattern, kind, op in registry.WORDS:
         for m in pattern.finditer(prose):
             value = next((float(g) for g in m.groups() if g is not None), None)
             found.append((m.start(), kind, op, value))
@@ -723,7 +676,7 @@ def _base(prose: str, said: str, rows: list[str], binaries: list[str], where: bo
             rd.op_notes.append("read 'multiply' as elementwise x * y; for a matrix product say 'matmul'")
         # "add then rmsnorm": the fused residual add; "add a bias": x + bias, a vector
         other = ("residual" if op == "add" and set(rows) & ir.NORMS else
-                 "bias" if op == "add" and _BIAS_WORD.search(said) else "y")
+                 "bias" if op == "add" and norm.BIAS_WORD.search(said) else "y")
         first, other = order.operands(prose, op, other)
         return f"{first} {order.SYMBOL[op]} {other}" if op in order.SYMBOL else f"{op}({first}, {other})"
     if where and not rows:
@@ -761,45 +714,12 @@ def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: _Reading)
 def _wrap_row(op: str, body: str, prose: str, rd: _Reading) -> str:
     if op not in ir.NORMS:
         return f"{op}({body})"
-    extras = _norm_extras(op, prose, rd)
+    extras = norm.extras_in_words(op, prose, rd.op_notes)
     return f"{op}({', '.join([body, *extras])}, eps={ir.DEFAULT_EPS[op]!r})"   # eps is settled when building
 
 
-def _norm_extras(op: str, prose: str, rd: _Reading) -> list[str]:
-    """Weight and bias of a norm named in words; both (layernorm) or a weight (rmsnorm) unless told."""
-    no_w, no_b = bool(_NO_WEIGHT.search(prose)), bool(_NO_BIAS.search(prose))
-    said_w, said_b = bool(_WEIGHT_WORD.search(prose)), bool(_BIAS_WORD.search(prose))
-    if op == "rmsnorm":
-        if said_b and not no_b:
-            raise GenerationError("rmsnorm has no bias: rmsnorm(x, weight) scales by a weight only. Drop the bias, or "
-                                  "write the expression, e.g. 'rmsnorm(x, weight) + bias'.")
-        if not (said_w or no_w):
-            rd.op_notes.append("no weight named for rmsnorm: using one of shape [N] (like torch.nn.RMSNorm)")
-        return [] if no_w else ["weight"]
-    if not (said_w or said_b or no_w or no_b):
-        rd.op_notes.append("no weight or bias named for layernorm: using both, shape [N] (like torch.nn.LayerNorm)")
-        return ["weight", "bias"]
-    weight, bias = not no_w, said_b and not no_b
-    if bias and not weight:
-        raise GenerationError("layernorm with a bias but no weight cannot be written in the operator language; "
-                              "use 'layernorm with weight and bias' or 'layernorm without weight or bias'")
-    return [n for n, on in (("weight", weight), ("bias", bias)) if on]
 
 
-def _norm_eps_given(tree: ast.AST) -> bool:
-    """Whether a norm call spells its eps (else the norm's usual default applies and is noted)."""
-    for n in ast.walk(tree):
-        if not isinstance(n, ast.Call):
-            continue
-        fname = (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")).lower()
-        if fname not in ("layernorm", "layer_norm", "rmsnorm", "rms_norm"):
-            continue
-        args = n.args
-        if len(args) > 1 and isinstance(args[1], (ast.Tuple, ast.List, ast.Subscript, ast.Attribute)):
-            args = [args[0], *args[2:]]                      # F.layer_norm(x, shape, ...)
-        if any(k.arg == "eps" for k in n.keywords) or len(args) > (3 if fname.startswith("layer") else 2):
-            return True
-    return False
 
 
 # ---------------------------------------------------------------- pasted PyTorch functions
@@ -955,7 +875,7 @@ def _read_code(code: str, rd: _Reading) -> None:
                               "(.to(x.dtype)) or drop the cast.")
     if inline.casts:
         rd.op_notes.append("ignored dtype casts (.float(), .to(...)): inputs and output keep each tested dtype")
-    if node.op in ir.NORMS and _norm_eps_given(ret):
+    if node.op in ir.NORMS and norm.eps_given(ret):
         rd.eps = _one_eps(rd.eps, node.attr("eps"))
     elif node.op == "rmsnorm":
         raise GenerationError(f"{fn.name} calls rms_norm without an eps, which in PyTorch is the dtype's machine "
@@ -974,8 +894,8 @@ def _take_pasted(rd: _Reading) -> None:
     if missing := [n for n in rd.inputs if n not in pasted.shapes]:
         raise GenerationError(f"get_inputs gives no tensor for {', '.join(missing)}")
     if mm := ir.matmul_node(rd.node):
-        a, b = ((x.name, pasted.shapes[x.name]) for x in mm.args)
-        rd.shapes = [(None, ops.operand_problem(a, b))]
+        a, b = ((x.name, mmf.logical(pasted.shapes[x.name], mm.attr(key), x.name)) for x, key in zip(mm.args, ("ta", "tb")))
+        rd.shapes = [(None, mmf.operand_problem(a, b))]
         rd.batched = len(a[1]) == 3
     else:
         rd.shapes = [(n, pasted.shapes[n]) for n in rd.inputs]
@@ -1311,7 +1231,7 @@ def _build(st: _State, request: str, backend: str | None) -> tuple[dict, list[st
         more = " (float32 when asked for: fp32, or tf32 to allow TF32)" if "float32" not in dtypes else ""
         notes.append(f"no dtype named: testing {listed}{more}")
     if st.matmul:
-        node = ops.with_tf32(node, bool(st.tf32) and "float32" in dtypes)
+        node = mmf.with_tf32(node, bool(st.tf32) and "float32" in dtypes)
     node = _with_dim(st, node, shapes[_main_input(st, names)])
     domains, index = ir.domains(node), ir.index_inputs(node)
     spec = {
@@ -1357,13 +1277,13 @@ def _with_eps(st: _State, node: ir.Node, notes: list[str]) -> ir.Node:
 
 def _default_dtypes(st: _State) -> list[str]:
     if st.matmul:
-        return ["float32"] if st.tf32 else list(ops.MATMUL_DTYPES)
+        return ["float32"] if st.tf32 else list(mmf.MATMUL_DTYPES)
     return list(protocol.DTYPES)
 
 
 def _default_shapes(st: _State) -> list[list[int]]:
     if st.matmul:
-        return ops.BMM_DEFAULTS if st.batched else ops.MATMUL_DEFAULTS
+        return mmf.BMM_DEFAULTS if st.batched else mmf.MATMUL_DEFAULTS
     return DEFAULT_SHAPES
 
 
@@ -1392,9 +1312,10 @@ def _matmul_shapes(st: _State, node: ir.Node, names: list[str], notes: list[str]
     problems = st.shapes
     if not problems:
         problems = _default_shapes(st)
-        notes.append(f"no shape named: using {ops.sizes_text(problems[0])} and an odd {ops.sizes_text(problems[1])} "
+        notes.append(f"no shape named: using {sizes_text(problems[0])} and an odd {sizes_text(problems[1])} "
                      "(no block size divides it)")
-    a, b = (x.name for x in ir.matmul_node(node).args)
+    mm = ir.matmul_node(node)
+    a, b = (x.name for x in mm.args)
     epilogue = {n: _is_vector(st, n, names) for n in names if n not in (a, b)}
     if given := [n for n in st.input_shapes if n in epilogue or n in (a, b)]:
         raise GenerationError(f"the shape given for {given[0]} is not read: a matmul's shapes are its problem sizes "
@@ -1402,7 +1323,7 @@ def _matmul_shapes(st: _State, node: ir.Node, names: list[str], notes: list[str]
                               "the output's shape.")
     notes += [f"no shape named for {n}: using [N], the output's last dim, broadcast over its rows"
               for n, vector in epilogue.items() if vector]
-    cases = [ops.matmul_shapes(p, a, b, epilogue) for p in problems]
+    cases = [mmf.matmul_shapes(p, a, b, epilogue, mm.attr("ta"), mm.attr("tb")) for p in problems]
     return {n: [c[n] for c in cases] for n in names}
 
 
@@ -1463,7 +1384,7 @@ def _text(node: ir.Node) -> str:
 def _default_name(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
     k = ir.kind(node)
     if k == "matmul":
-        return ops.matmul_name(node, batched=_batched(node, shapes))
+        return mmf.matmul_name(node, batched=_batched(node, shapes))
     parts: list[str] = []
     for sub in node.walk():
         if sub.op in ("input", "const"):
@@ -1477,7 +1398,7 @@ def _default_name(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
         name += "_last_dim" if d == -1 else f"_dim{d}" if d >= 0 else f"_dim_neg{-d}"
     elif k == "loss" and node.attr("reduction") == "none":
         name += "_per_row"
-    return name + "_op" if name in RESERVED else name
+    return name
 
 
 def _batched(node: ir.Node, shapes: dict[str, list[list[int]]]) -> bool:

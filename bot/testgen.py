@@ -20,17 +20,14 @@ from __future__ import annotations
 import inspect
 
 from bot import ir
-from bot.lower_torch import doc_text, fold_constants, local_names, plain_text, torch_expression, torch_lines
+from bot.codegen.code import body_text, doc_text
+from bot.codegen.names import allocate
+from bot.lower_torch import torch_expression, torch_lines
+from bot.ops import registry
+from bot.ops.node import plain_text
+from bot.ops.pointwise import EXACT as _EXACT, fold_constants
 from bot.spec import parse_expression
 from runner import protocol
-
-# Ops whose result is exact on values already in the dtype: they add no rounding.
-_EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where"} | ir.COMPARE
-
-# Names the generated helpers use themselves; an input with one of these names is renamed there.
-_RESERVED = {"torch", "pytest", "math", "os", "sys", "json", "importlib", "r", "h", "inputs", "want", "dtype",
-             "rounded"}
-
 
 def bench_plan(spec: dict) -> dict:
     """bench_plan.json: every case and dtype, eager torch vs torch.compile vs the kernel."""
@@ -43,7 +40,23 @@ def bench_plan(spec: dict) -> dict:
 def reference_test_source(spec: dict) -> str:
     """test_reference.py: on every case x dtype, the reference's output shape and dtype,
     finite values, agreement with itself on float64 inputs, and the op's property if it has one."""
-    gen = _TestFile(spec)
+    return _allocated(spec, _reference_test)
+
+
+def kernel_test_source(spec: dict) -> str:
+    """test_kernel.py: on every case x dtype, kernel(inputs) against reference(float64 inputs),
+    output shape and dtype, NaN never passing, and the inputs left unchanged."""
+    return _allocated(spec, _kernel_test)
+
+
+def _allocated(spec: dict, write) -> str:
+    """A test file written with its inputs' names, each renamed where it clashes (bot.codegen.names)."""
+    order = [i["name"] for i in spec["inputs"]]
+    names = allocate(order, None, lambda locals_, _: write(_TestFile(spec, locals_)))
+    return write(_TestFile(spec, names))
+
+
+def _reference_test(gen: "_TestFile") -> str:
     prop = gen.property_check()
     checks = [
         "    inputs = make_inputs(case, variant)",
@@ -65,10 +78,7 @@ def reference_test_source(spec: dict) -> str:
         + gen.helpers() + gen.matmul_allowance() + prop + test
 
 
-def kernel_test_source(spec: dict) -> str:
-    """test_kernel.py: on every case x dtype, kernel(inputs) against reference(float64 inputs),
-    output shape and dtype, NaN never passing, and the inputs left unchanged."""
-    gen = _TestFile(spec)
+def _kernel_test(gen: "_TestFile") -> str:
     checks = [
         "    inputs = make_inputs(case, variant)",
         "    before = [t.clone() for t in inputs]",
@@ -91,11 +101,11 @@ def kernel_test_source(spec: dict) -> str:
 class _TestFile:
     """The parts both generated tests share, written from one place."""
 
-    def __init__(self, spec: dict):
+    def __init__(self, spec: dict, names: dict[str, str]):
         self.spec = spec
         self.node = parse_expression(spec)
         self.order = [i["name"] for i in spec["inputs"]]
-        self.names = local_names(self.order, _RESERVED)
+        self.names = names
         self.body = self.node.args[0] if self.node.op in ir.ROOT_OPS else self.node
 
     def _entry(self, module: str) -> str:
@@ -194,10 +204,10 @@ CPU_MAX_ELEMENTS = {protocol.CPU_MAX_ELEMENTS!r}
             return ""
         lines, terms = [], []
         for arg in args:
-            arg_lines, text = torch_expression(arg, self.names, self.names[self.order[0]], _RESERVED)
+            arg_lines, text = torch_expression(arg, self.names, self.names[self.order[0]], set(self.names.values()))
             lines += arg_lines
             terms.append(f"({text}).abs()")
-        body = "".join(f"    {line}\n" for line in lines)
+        body = body_text(lines)
         unpack = self._unpack("inputs")
         return f'''
 
@@ -212,7 +222,7 @@ def erf_error(inputs):
         if not self.has_steps():
             return ""
         lines, result = torch_lines(self.spec, self.node, self.names, round_with="r")
-        body = "".join(f"    {line}\n" for line in lines)
+        body = body_text(lines)
         return f'''
 
 def rounding_error(inputs, want, dtype):
@@ -242,7 +252,7 @@ def rounding_error(inputs, want, dtype):
         if not self.has_step_bound():
             return ""
         lines, result = torch_lines(self.spec, self.node, self.names, round_with="r")
-        body = "".join(f"        {line}\n" for line in lines)
+        body = body_text(lines, 2)
         return f'''
 
 def ulp(t, dtype):
@@ -285,13 +295,16 @@ def step_error(inputs, dtype):
         if not mm:
             return ""
         a, b = (self.order.index(arg.name) for arg in mm.args)
+        # a transposed operand (a.T @ b) squared as it lies in memory, then transposed as the product reads it
+        sa, sb = (f"({name} * {name}).{mm.attr(key)}" if mm.attr(key) else f"{name} * {name}"
+                  for name, key in (("a", "ta"), ("b", "tb")))
         return f'''
 
 def matmul_allowance(inputs, dtype):
     """torch's matmul in float16/bfloat16 may add partial sums in that dtype (cuBLAS split-K with
     reduced-precision reductions): allow 4 * rtol of the sum's size, sqrt((a * a) @ (b * b))."""
     a, b = inputs[{a}], inputs[{b}]
-    return 4 * RTOL[dtype] * torch.sqrt(torch.matmul(a * a, b * b))
+    return 4 * RTOL[dtype] * torch.sqrt(torch.matmul({sa}, {sb}))
 '''
 
     # ------------------------------------------------------------ properties (reference test)
@@ -300,8 +313,8 @@ def matmul_allowance(inputs, dtype):
         if not self._property_needs_body():
             return ""
         anchor = self.names[self.order[0]]
-        lines, expr = torch_expression(self.body, self.names, anchor, _RESERVED)
-        body = "".join(f"    {line}\n" for line in lines)
+        lines, expr = torch_expression(self.body, self.names, anchor, set(self.names.values()))
+        body = body_text(lines)
         return f'''
 
 def body({", ".join(self.names[n] for n in self.order)}):
@@ -310,52 +323,13 @@ def body({", ".join(self.names[n] for n in self.order)}):
 '''
 
     def _property_needs_body(self) -> bool:
-        op = self.node.op
-        return op in ("max", "min") or (op in ir.NORMS and not self.node.args[1:])
+        return registry.family(self.node).reference_property(self.node)[1]
 
     def property_check(self) -> str:
-        """check_property(got, inputs, inputs64, dtype) for ops that have a property, else ''."""
-        op, head = self.node.op, "\n\ndef check_property(got, inputs, inputs64, dtype):\n"
-        if op in ("max", "min"):
-            cmp, dim = ">=" if op == "max" else "<=", self.node.attr("dim", -1)
-            return head + f'''    """{op}: the result is {"at least" if op == "max" else "at most"} every element it reduces (dim {dim}) and equals one of them."""
-    values = body(*inputs)          # in the dtype, as the reference saw them
-    assert bool((got.unsqueeze({dim}) {cmp} values).all()), "{op} is {"below" if op == "max" else "above"} an element it reduces"
-    assert bool((got.unsqueeze({dim}) == values).any({dim}).all()), "{op} is none of the elements it reduces"
-'''
-        if op == "softmax":
-            return head + '''    """softmax: every row sums to 1 (each of its N terms may be off by rtol of itself)."""
-    sums = got.double().sum(-1)
-    check_close(sums, torch.ones_like(sums), dtype, got.shape[-1], 0.0, "softmax row sums vs 1")
-'''
-        if op == "log_softmax":
-            return head + '''    """log_softmax: logsumexp of every row is 0, to within the rounding of its largest term."""
-    out = got.double()
-    lse = torch.logsumexp(out, -1)
-    allowance = RTOL[dtype] * out.abs().amax(-1)
-    check_close(lse, torch.zeros_like(lse), dtype, got.shape[-1], allowance, "log_softmax row logsumexp vs 0")
-'''
-        if op in ir.NORMS and not self.node.args[1:]:
-            eps = repr(float(self.node.attr("eps")))
-            if op == "layernorm":
-                stat, spread, what = "out.var(-1, correction=0)", "h.var(-1, correction=0)", "variance"
-                lead = '''    check_close(out.mean(-1), torch.zeros(out.shape[:-1], dtype=out.dtype, device=out.device), dtype,
-                out.shape[-1], RTOL[dtype] * out.abs().mean(-1), "layernorm row means vs 0")
-'''
-                doc = ("layernorm without weight or bias: every row has mean 0 and variance v / (v + eps),\n"
-                       "    v the variance of the values normalised (so 1, less eps's share).")
-            else:
-                stat, spread, what, lead = "out.pow(2).mean(-1)", "h.pow(2).mean(-1)", "mean square", ""
-                doc = ("rmsnorm without weight: every row has mean square m / (m + eps), m the mean square\n"
-                       "    of the values normalised (so 1, less eps's share).")
-            return head + f'''    """{doc}"""
-    out = got.double()
-    h = body(*inputs64)
-{lead}    spread = {spread}
-    check_close({stat}, spread / (spread + {eps}), dtype, out.shape[-1],
-                2 * RTOL[dtype] * out.pow(2).mean(-1), "{op} row {what}s")
-'''
-        return ""
+        """check_property(got, inputs, inputs64, dtype) for ops that have a property (their family
+        writes it), else ''."""
+        text = registry.family(self.node).reference_property(self.node)[0]
+        return "\n\ndef check_property(got, inputs, inputs64, dtype):\n" + text if text else ""
 
 
 _COMMON = '''

@@ -30,7 +30,7 @@ from triton.compiler import ASTSource, make_backend  # noqa: E402
 from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
 
 from bot import catalog  # noqa: E402
-from bot.generators import offline
+from bot.ops import registry
 from bot.request_parse import parse_request  # noqa: E402
 from bot.spec import parse_expression  # noqa: E402
 from runner import inputs, protocol  # noqa: E402
@@ -68,7 +68,7 @@ def check_entry(entry: catalog.Entry, workdir: Path) -> dict:
         shapes += ", " + BIG_TILES.get(entry.name, "512x512 by 512x512")
     spec, _ = parse_request(entry.words.format(shapes=shapes, dtypes=dtypes))
     path = workdir / f"kernel_{entry.name}.py"
-    path.write_text(offline.kernel_source(spec, parse_expression(spec), {}))
+    path.write_text(registry.kernel_source(spec, parse_expression(spec), {}))
     module_spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[path.stem] = module

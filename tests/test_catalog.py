@@ -8,7 +8,7 @@ import json
 import pytest
 
 from bot import catalog, integrity, ir, lower_torch
-from bot.generators import offline
+from bot.ops import registry
 from bot.request_parse import parse_request
 from bot.spec import parse_expression
 from runner.verify import verify
@@ -25,7 +25,7 @@ def generate(tmp_path, request: str) -> dict:
     node = parse_expression(spec)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     (tmp_path / "reference.py").write_text(lower_torch.reference_source(spec, node))
-    kernel = offline.kernel_source(spec, node, {})
+    kernel = registry.kernel_source(spec, node, {})
     assert not integrity.check(kernel, spec["name"]), integrity.report(integrity.check(kernel, spec["name"]))
     (tmp_path / "kernel.py").write_text(kernel)
     return spec

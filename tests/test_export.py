@@ -8,7 +8,8 @@ import importlib.util
 import pytest
 import torch
 
-from bot import integrity, lower_triton
+from bot import integrity
+from bot.ops import pointwise
 from bot.spec import parse_expression, validate
 from bot.workflow import engine, report
 from bot.workflow.events import Cancel
@@ -18,14 +19,14 @@ from runner import protocol
 
 SPEC = validate({"name": "op", "expression": "relu(x + y)", "inputs": [
     {"name": n, "dtypes": ["float32", "float16"], "shapes": [[3, 5], [17, 33]]} for n in ("x", "y")]})
-SOURCE = lower_triton.kernel_source(SPEC, parse_expression(SPEC))
+SOURCE = pointwise.kernel_source(SPEC, parse_expression(SPEC), {})
 BIG = {"BLOCK": 2048, "num_warps": 8}
 
 
 def tuning_entry(shape: list[int], dtype: str, best: dict | None) -> dict:
     tensors = [torch.empty(shape, dtype=getattr(torch, dtype))] * 2
     configs = [{"config": c, "label": protocol.config_label(c), "time_ms": 1.0, "ok": True, "error": ""}
-               for c in lower_triton.POINTWISE_CONFIGS]
+               for c in pointwise.POINTWISE_CONFIGS]
     return {"case": "x".join(map(str, shape)), "dtype": dtype, "key": protocol.tuning_key(tensors),
             "configs": configs, "best": best}
 

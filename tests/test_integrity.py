@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bot import catalog, integrity, lower_torch, testgen
-from bot.generators import offline
+from bot.ops import registry
 from bot.generators.interface import GenRequest
 from bot.generators.offline import OfflineGenerator
 from bot.request_parse import parse_request
@@ -65,7 +65,7 @@ def catalog_files(size: str) -> list[tuple[str, str, dict[str, str]]]:
         spec, _ = parse_request(e.request(size))
         node = parse_expression(spec)
         out.append((e.name, spec["name"], {
-            "kernel.py": offline.kernel_source(spec, node, {}),
+            "kernel.py": registry.kernel_source(spec, node, {}),
             "reference.py": lower_torch.reference_source(spec, node),
             "test_reference.py": testgen.reference_test_source(spec),
             "test_kernel.py": testgen.kernel_test_source(spec)}))

@@ -116,6 +116,48 @@ def test_a_local_used_twice_is_one_matmul_and_a_shared_weight_keeps_its_shape():
     assert spec["outputs"][0]["shapes"] == [[4, 64, 48]]
 
 
+TRANSPOSED_B = """
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        def __init__(self):
+            super(Model, self).__init__()
+
+        def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+            return torch.matmul(A.T, B.T)
+
+    M = 24
+    K = 40
+    N = 16
+
+    def get_inputs():
+        A = torch.rand(K, M)
+        B = torch.rand(N, K)
+        return [A, B]
+
+    def get_init_inputs():
+        return []
+"""
+
+
+def test_transposed_operands_are_read_as_they_lie_and_judged_against_the_paste():
+    request = fenced(TRANSPOSED_B)
+    spec, _ = parse_request(request)
+    assert spec["expression"] == "matmul(A.T, B.T)" and spec["reduce"] == {"inputs": ["A"], "dim": -2}
+    assert [i["shapes"] for i in spec["inputs"]] == [[[40, 24]], [[16, 40]]]
+    assert spec["outputs"][0]["shapes"] == [[24, 16]]
+    gen, approved = OfflineGenerator(), {"spec": __import__("json").dumps(spec)}
+    files = {"spec.json": approved["spec"], "reference.py": gen.generate(GenRequest("reference", request, approved)).content}
+    for stage, kind in (("reference_test", "reference_test"), ("kernel_test", "kernel_test")):
+        if stage == "kernel_test":
+            files["kernel.py"] = gen.generate(GenRequest("kernel", request, approved)).content
+        files[f"test_{stage.split('_')[0]}.py"] = gen.generate(GenRequest(stage, request, approved)).content
+        result = worker.execute_job({"job_id": f"t-{kind}", "kind": kind, "backend": "cpu", "attempt": 1,
+                                     "timeout_s": 300, "files": dict(files)}, lambda line: None)
+        assert result["status"] == "pass", result["summary"]
+
+
 def module(init: str, forward: str, inputs: str = "torch.rand(4, 8)", init_inputs: str | None = "[]") -> str:
     """A KernelBench-style file: class Model with __init__(self, <init>) and forward, get_inputs and
     (unless None) get_init_inputs."""

@@ -1,4 +1,4 @@
-"""bot.request_parse for the issue 6 catalog operators (bot.request_ops): matmul with its epilogue,
+"""bot.request_parse for the issue 6 catalog operators (bot.ops.matmul, bot.ops.loss): matmul with its epilogue,
 batched matmul, reductions over any dim, argmax/argmin, fused add + rmsnorm and cross entropy, in
 English and Chinese, typed as expressions and pasted as PyTorch."""
 from __future__ import annotations

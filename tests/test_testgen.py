@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from bot import ir, lower_torch, lower_triton, testgen
+from bot import ir, lower_torch, testgen
+from bot.ops import registry
 from bot.spec import dumps, parse_expression, validate
 
 DTYPES = ["float16", "float32", "bfloat16"]
@@ -25,7 +26,7 @@ def write_session(path, spec: dict) -> None:
     node = parse_expression(spec)
     files = {"spec.json": dumps(spec),
              "reference.py": lower_torch.reference_source(spec, node),
-             "kernel.py": lower_triton.kernel_source(spec, node),
+             "kernel.py": registry.kernel_source(spec, node, {}),
              "test_reference.py": testgen.reference_test_source(spec),
              "test_kernel.py": testgen.kernel_test_source(spec)}
     for name, text in files.items():

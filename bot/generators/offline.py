@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
-from bot import ir, lower_matmul, lower_reduce, lower_torch, lower_triton, testgen
+from bot import lower_torch, testgen
 from bot import spec as specmod
 from bot.generators.interface import Artifact, GenerationError, GenRequest
+from bot.codegen.kernel_file import parse_options
+from bot.ops import registry
 from bot.request_parse import parse_request, pasted_source
 from runner import protocol
 
@@ -52,13 +54,13 @@ class OfflineGenerator:
 
     @staticmethod
     def _kernel(req: GenRequest, spec: dict, node) -> Artifact:
-        options = lower_triton.parse_options(req.feedback)
+        options = parse_options(req.feedback)
         if req.feedback and not options:
             raise GenerationError(
                 "the offline generator understands kernel corrections like 'block size 2048' or "
                 "'num_warps 8'; for anything else, edit the code (paste a ```python block) or correct the spec")
         try:
-            source = kernel_source(spec, node, options)
+            source = registry.kernel_source(spec, node, options)
         except ValueError as e:
             raise GenerationError(str(e)) from None
         notes = [f"the previous kernel failed its test; the offline generator is deterministic, so this "
@@ -74,25 +76,6 @@ class OfflineGenerator:
             raise GenerationError(
                 f"the offline generator cannot apply free-text corrections to the {what}; edit it "
                 "(paste a ```python or ```json block), or correct the spec, which it re-reads")
-
-
-def kernel_source(spec: dict, node: ir.Node, options: dict) -> str:
-    """kernel.py from the lowering that fits the operator: matmul with its epilogue; reductions
-    over a dim other than the last, argmax/argmin and cross-entropy; or the pointwise and
-    last-dim row kernels."""
-    kind = ir.kind(node)
-    if kind == "matmul":
-        return lower_matmul.kernel_source(spec, node, options)
-    if kind in ("argreduce", "loss") or (kind == "reduce" and not _over_last_dim(spec, node)):
-        return lower_reduce.kernel_source(spec, node, options)
-    return lower_triton.kernel_source(spec, node, options)
-
-
-def _over_last_dim(spec: dict, node: ir.Node) -> bool:
-    dim = node.attr("dim", -1)
-    body = ir.input_names(node.args[0])
-    ranks = {len(ir.broadcast_shapes([case.shapes[n] for n in body])) for case in protocol.cases(spec)}
-    return all(dim in (-1, rank - 1) for rank in ranks)
 
 
 def _matrix_summary(spec: dict) -> dict[str, str]:

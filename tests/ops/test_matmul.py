@@ -1,4 +1,4 @@
-"""The matmul lowering (bot.lower_matmul): generated kernel.py files, imported and run.
+"""The matmul family (bot.ops.matmul): generated kernel.py files, imported and run.
 
 Kernels run under Triton's interpreter here (tests/conftest.py), in float32 and float16 (the
 interpreter gets bfloat16 wrong), on small odd shapes, and are compared with the generated
@@ -10,7 +10,8 @@ import pytest
 import torch
 from generated import load
 
-from bot import integrity, ir, lower_matmul, lower_torch
+from bot import integrity, ir, lower_torch
+from bot.ops import matmul
 from bot.spec import parse_expression, validate
 from runner import protocol
 
@@ -26,14 +27,14 @@ def raw_spec(expression: str, shapes: dict, dtypes=("float32", "float16")) -> di
 
 
 def source(expression: str, shapes: dict, options: dict | None = None) -> str:
-    return lower_matmul.kernel_source(raw_spec(expression, shapes), ir.parse(expression), options)
+    return matmul.kernel_source(raw_spec(expression, shapes), ir.parse(expression), options)
 
 
 def generate(tmp_path, spec: dict, options: dict | None = None):
     """(reference, kernel) functions generated for the spec."""
     node = parse_expression(spec)
     reference = load(tmp_path, "reference.py", lower_torch.reference_source(spec, node))
-    kernel = load(tmp_path, "kernel.py", lower_matmul.kernel_source(spec, node, options))
+    kernel = load(tmp_path, "kernel.py", matmul.kernel_source(spec, node, options))
     return getattr(reference, spec["name"]), getattr(kernel, spec["name"])
 
 
@@ -43,14 +44,16 @@ def check(tmp_path, expression: str, shapes: dict, dtypes=("float32", "float16")
     launcher's own config and with each given one."""
     spec = validate(raw_spec(expression, shapes, dtypes))
     reference, kernel = generate(tmp_path, spec, options)
-    operand = ir.matmul_node(parse_expression(spec)).args[0].name
+    mm = ir.matmul_node(parse_expression(spec))
+    operand = mm.args[0].name
     for case in range(len(shapes[operand])):
+        k = matmul.logical(shapes[operand][case], mm.attr("ta"))[-1]
         gen = torch.Generator().manual_seed(case)
         tensors = {n: torch.randn(s[case], generator=gen) for n, s in shapes.items()}
         for dtype in dtypes:
             inputs = [t.to(device, getattr(torch, dtype)) for t in tensors.values()]
             want = reference(*[t.double() for t in inputs])
-            rtol, atol = protocol.tolerance(dtype, shapes[operand][case][-1], spec["tf32"], matmul=True)
+            rtol, atol = protocol.tolerance(dtype, k, spec["tf32"], matmul=True)
             for config in configs:
                 got = kernel(*inputs, config=config)
                 label = f"{expression} {shapes} {dtype} {config}"
@@ -105,7 +108,7 @@ def test_batched_epilogue(tmp_path, epilogue):
 
 def test_every_config_is_right_on_odd_cases(tmp_path):
     shapes = {"a": [[2, 33, 70], [1, 150, 40]], "b": [[70, 45], [1, 40, 270]], "bias": [[45], [270]]}
-    check(tmp_path, "relu(a @ b + bias)", shapes, configs=(None, *lower_matmul.CONFIGS))
+    check(tmp_path, "relu(a @ b + bias)", shapes, configs=(None, *matmul.CONFIGS))
 
 
 def test_persistent_programs_walk_many_tiles_and_a_partial_k_tile(tmp_path):
@@ -114,8 +117,8 @@ def test_persistent_programs_walk_many_tiles_and_a_partial_k_tile(tmp_path):
     # 6 stages and half an output tile. K = 40 fits a BLOCK_K of 64: TMA reads the part of the tile
     # past K as zeros.
     config = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 2, "num_warps": 1, "num_stages": 6}
-    assert [lower_matmul._per_sm(32, 32, 64, 6, size) for size in (4, 2)] == [2, 4]
-    assert lower_matmul._per_sm(128, 256, 64, 3, 2) == 1 and lower_matmul._per_sm(64, 64, 64, 3, 2) == 4
+    assert [matmul._per_sm(32, 32, 64, 6, size) for size in (4, 2)] == [2, 4]
+    assert matmul._per_sm(128, 256, 64, 3, 2) == 1 and matmul._per_sm(64, 64, 64, 3, 2) == 4
     # N = 96: float16 rows are 16-byte aligned, so its tiles go out by TMA store (the last row tile
     # partly past M); float32 stores through pointers.
     shapes = {"a": [[3, 100, 40]], "b": [[3, 40, 96]], "bias": [[96]]}
@@ -148,10 +151,10 @@ def test_float32_configs_are_listed_as_they_run(tmp_path):
     # as written.
     spec = validate(raw_spec("matmul(a, b, tf32=True)", {"a": [[4096, 4096]], "b": [[4096, 4096]]}, ("float32",)))
     configs = generate(tmp_path, spec)[1].__globals__["CONFIGS"]
-    assert all(lower_matmul._fit_config(c, 1 << 30, 1 << 30, 1 << 30, 4)[2] == c["BLOCK_K"] for c in configs)
+    assert all(matmul._fit_config(c, 1 << 30, 1 << 30, 1 << 30, 4)[2] == c["BLOCK_K"] for c in configs)
     assert {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32}.items() <= configs[1].items()
     spec = validate(raw_spec("a @ b", {"a": [[4096, 4096]], "b": [[4096, 4096]]}, ("float16",)))
-    assert generate(tmp_path, spec)[1].__globals__["CONFIGS"][:3] == lower_matmul.CONFIGS[:3]
+    assert generate(tmp_path, spec)[1].__globals__["CONFIGS"][:3] == matmul.CONFIGS[:3]
 
 
 @pytest.mark.parametrize("shapes", [ODD, BATCHED, SHARED_B, {"a": [[40, 96]], "b": [[96, 80]]}],
@@ -227,13 +230,13 @@ def epilogue_shapes(shapes: dict) -> dict:
 @pytest.mark.parametrize("shapes", PADDED.values(), ids=PADDED)
 def test_padded_operands_are_right_with_every_config(tmp_path, shapes):
     check(tmp_path, "relu(a @ b + bias) * r + res - s", {**shapes, **epilogue_shapes(shapes)},
-          configs=(None, *lower_matmul.CONFIGS))
+          configs=(None, *matmul.CONFIGS))
 
 
 @pytest.mark.parametrize("epilogue", EPILOGUES)
 def test_every_epilogue_on_padded_operands_with_every_config(tmp_path, epilogue):
     expression, extra = EPILOGUES[epilogue]
-    check(tmp_path, expression, {**ODD, **extra}, configs=(None, *lower_matmul.CONFIGS))
+    check(tmp_path, expression, {**ODD, **extra}, configs=(None, *matmul.CONFIGS))
 
 
 def pad_calls(monkeypatch, kernel) -> list:
@@ -277,15 +280,15 @@ def test_pad_copies_and_zero_fills(tmp_path, monkeypatch):
 def test_padded_lengths_keep_the_tiles_and_make_k_whole_tiles():
     for itemsize in (2, 4):
         for n in range(1, 600):
-            padded = lower_matmul._padded_length(n, itemsize)
+            padded = matmul._padded_length(n, itemsize)
             assert padded * itemsize % 16 == 0 and padded >= n
             if n * itemsize % 16 == 0:
                 assert padded == n
-            for config in lower_matmul.CONFIGS:     # configs() dedups configs on the unpadded K
-                fitted = lower_matmul._fit_config(config, 100, 100, padded, itemsize)
-                assert fitted == lower_matmul._fit_config(config, 100, 100, n, itemsize)
+            for config in matmul.CONFIGS:     # configs() dedups configs on the unpadded K
+                fitted = matmul._fit_config(config, 100, 100, padded, itemsize)
+                assert fitted == matmul._fit_config(config, 100, 100, n, itemsize)
                 assert padded == n or padded % fitted[2] == 0        # whole BLOCK_K tiles
-    assert [lower_matmul._padded_length(n, 2) for n in (5, 13, 29, 37, 70, 2999, 3007)] == [16, 16, 32, 64, 128,
+    assert [matmul._padded_length(n, 2) for n in (5, 13, 29, 37, 70, 2999, 3007)] == [16, 16, 32, 64, 128,
                                                                                             3008, 3008]
 
 
@@ -300,26 +303,26 @@ def test_kernels_pass_the_integrity_check(expression, shapes):
 # ---------------------------------------------------------------- config choice
 
 def test_default_config_and_fitting():
-    assert lower_matmul._default_config(1, 4096, 4096) == lower_matmul.CONFIGS[0]     # 128 x 256
-    assert lower_matmul._default_config(1, 33, 45) == lower_matmul.CONFIGS[-1]
-    smaller = lower_matmul._default_config(1, 2048, 2048)        # 128 x 256 tiles: 128 programs, < 132 SMs
+    assert matmul._default_config(1, 4096, 4096) == matmul.CONFIGS[0]     # 128 x 256
+    assert matmul._default_config(1, 33, 45) == matmul.CONFIGS[-1]
+    smaller = matmul._default_config(1, 2048, 2048)        # 128 x 256 tiles: 128 programs, < 132 SMs
     assert smaller["BLOCK_M"] * smaller["BLOCK_N"] < 128 * 256
-    for config in lower_matmul.CONFIGS:   # fp16 at 4096: every config runs as written
-        assert lower_matmul._fit_config(config, 4096, 4096, 4096, 2) == (
+    for config in matmul.CONFIGS:   # fp16 at 4096: every config runs as written
+        assert matmul._fit_config(config, 4096, 4096, 4096, 2) == (
             config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["num_stages"])
-        bm, bn, bk, stages = lower_matmul._fit_config(config, 4096, 4096, 4096, 4)
-        assert lower_matmul._shared_bytes(bm, bn, bk, stages, 4) <= 208 * 1024
+        bm, bn, bk, stages = matmul._fit_config(config, 4096, 4096, 4096, 4)
+        assert matmul._shared_bytes(bm, bn, bk, stages, 4) <= 208 * 1024
     wide = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
-    assert wide in lower_matmul.CONFIGS
-    assert lower_matmul._fit_config(wide, 33, 45, 20, 2) == (64, 64, 32, 3)
-    assert lower_matmul._fit_config(wide, 4096, 4096, 4096, 4) == (128, 256, 32, 3)     # fp32: half BLOCK_K
+    assert wide in matmul.CONFIGS
+    assert matmul._fit_config(wide, 33, 45, 20, 2) == (64, 64, 32, 3)
+    assert matmul._fit_config(wide, 4096, 4096, 4096, 4) == (128, 256, 32, 3)     # fp32: half BLOCK_K
 
 
 def test_configs_that_fit_every_case_alike_are_swept_once():
     big = source("a @ b", {"a": [[4096, 4096]], "b": [[4096, 4096]]})
     small = source("a @ b", {"a": [[20, 30]], "b": [[30, 40]]})
-    assert big.count('"GROUP_M": ') == len(lower_matmul.CONFIGS)
-    assert 1 < small.count('"GROUP_M": ') < len(lower_matmul.CONFIGS)
+    assert big.count('"GROUP_M": ') == len(matmul.CONFIGS)
+    assert 1 < small.count('"GROUP_M": ') < len(matmul.CONFIGS)
 
 
 # ---------------------------------------------------------------- refusals
@@ -354,10 +357,42 @@ def test_trees_that_are_not_one_matmul_with_a_pointwise_epilogue():
     spec = raw_spec("a @ b", {**ODD, "c": [[45, 45]]})
     for node, message in ((ir.call("matmul", ir.call("relu", ir.inp("a")), ir.inp("b"), tf32=False), "must be inputs"),
                           (ir.call("add", mm, ir.call("matmul", ir.inp("c"), ir.inp("c"), tf32=False)), "one matmul"),
-                          (ir.call("sum", mm, dim=-1), "matmul inside sum"),
                           (ir.call("add", ir.inp("a"), ir.inp("b")), "has no matmul")):
         with pytest.raises(ValueError, match=message):
-            lower_matmul.kernel_source(spec, node)
+            matmul.kernel_source(spec, node)
+    # sum(a @ b) is the reduce family's tree (bot.ops.registry): the IR driver refuses it, not the matmul lowering.
+    with pytest.raises(ValueError, match="matmul inside sum"):
+        ir.check(ir.call("sum", mm, dim=-1))
+
+
+# ---------------------------------------------------------------- transposed operands
+
+TRANSPOSED = {
+    "a.T": ("a.T @ b", {"a": [[70, 33]], "b": [[70, 45]]}),
+    "b.T": ("a @ b.T", {"a": [[33, 70]], "b": [[45, 70]]}),
+    "both, bias": ("relu(a.T @ b.T + bias)", {"a": [[70, 33]], "b": [[45, 70]], "bias": [[45]]}),
+    "batched a.mT": ("a.mT @ b", {"a": [[2, 70, 33]], "b": [[2, 70, 45]]}),
+    "shared b.mT": ("a @ b.mT", {"a": [[2, 33, 70]], "b": [[45, 70]]}),
+    "transpose(-2, -1), t()": ("a.t() @ b.transpose(-2, -1) * 0.5", {"a": [[70, 33]], "b": [[45, 70]]}),
+    "aligned": ("a.T @ b.T", {"a": [[64, 32]], "b": [[48, 64]]}),
+}
+
+
+@pytest.mark.parametrize("expression, shapes", TRANSPOSED.values(), ids=TRANSPOSED)
+def test_transposed_operands_are_read_as_they_lie(tmp_path, expression, shapes):
+    check(tmp_path, expression, shapes, configs=(None, matmul.CONFIGS[-1]))
+
+
+def test_transposes_print_parse_and_are_refused_where_they_mean_something_else():
+    node = ir.parse("torch.matmul(A.T, B.mT) + bias")
+    assert ir.to_text(node) == "(matmul(A.T, B.mT) + bias)" and ir.parse(ir.to_text(node)) == node
+    assert ir.reduced(ir.parse("a.T @ b")) == (["a"], -2)          # K is a's first dim
+    with pytest.raises(ir.IRError, match="x.T: a transpose is supported as a matmul operand"):
+        ir.parse("relu(x.T)")
+    with pytest.raises(ir.IRError, match="transpose over dims 0, 2"):
+        ir.parse("a @ b.transpose(0, 2)")
+    with pytest.raises(ir.IRError, match="a.T of a 3-D tensor reverses all its dims; write a.mT"):
+        ir.output_shape(ir.parse("a.T @ b"), {"a": [2, 70, 33], "b": [70, 45]})
 
 
 # ---------------------------------------------------------------- on a GPU
@@ -368,7 +403,7 @@ def test_trees_that_are_not_one_matmul_with_a_pointwise_epilogue():
 def test_every_config_compiles_and_is_right_on_a_gpu(tmp_path, dtype, tf32):
     shapes = {"a": [[2, 1000, 520]], "b": [[520, 1030]], "bias": [[1030]], "residual": [[2, 1000, 1030]]}
     check(tmp_path, f"relu(matmul(a, b, tf32={tf32}) + bias) + residual", shapes, dtypes=(dtype,),
-          configs=(None, *lower_matmul.CONFIGS), device="cuda")
+          configs=(None, *matmul.CONFIGS), device="cuda")
 
 
 @pytest.mark.gpu
@@ -378,7 +413,7 @@ def test_tma_store_with_an_epilogue_is_right_on_a_gpu(tmp_path, dtype, tf32):
     # the TMA store, float32 (TF32) the nested loop and the pointer store.
     shapes = {"a": [[2, 1000, 512]], "b": [[512, 1024]], "bias": [[1024]], "residual": [[2, 1000, 1024]]}
     check(tmp_path, f"relu(matmul(a, b, tf32={tf32}) + bias) + residual", shapes, dtypes=(dtype,),
-          configs=(None, *lower_matmul.CONFIGS), device="cuda")
+          configs=(None, *matmul.CONFIGS), device="cuda")
 
 
 @pytest.mark.gpu
@@ -388,4 +423,18 @@ def test_padded_operands_are_right_on_a_gpu(tmp_path, dtype, tf32):
     # K and N odd: both operands go through _pad before the TMA kernel reads them.
     shapes = {"a": [[2, 1001, 999]], "b": [[999, 1007]], "bias": [[1007]], "residual": [[2, 1001, 1007]]}
     check(tmp_path, f"relu(matmul(a, b, tf32={tf32}) + bias) + residual", shapes, dtypes=(dtype,),
-          configs=(None, *lower_matmul.CONFIGS), device="cuda")
+          configs=(None, *matmul.CONFIGS), device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, tf32", [("float16", False), ("bfloat16", False), ("float32", False),
+                                         ("float32", True)])
+@pytest.mark.parametrize("expression", ["relu(matmul(a.T, b, tf32={tf32}) + bias)",
+                                        "relu(matmul(a, b.T, tf32={tf32}) + bias)",
+                                        "relu(matmul(a.T, b.T, tf32={tf32}) + bias)"])
+def test_transposed_operands_are_right_on_a_gpu(tmp_path, expression, dtype, tf32):
+    # odd K and N: a transposed a is copied transposed, a transposed b read K-major (padded on K), or
+    # in IEEE float32 copied transposed too
+    a, b = [[999, 1001]] if "a.T" in expression else [[1001, 999]], [[1007, 999]] if "b.T" in expression else [[999, 1007]]
+    check(tmp_path, expression.format(tf32=tf32), {"a": a, "b": b, "bias": [[1007]]}, dtypes=(dtype,),
+          configs=(None, *matmul.CONFIGS), device="cuda")

@@ -1,0 +1,306 @@
+"""The row template: an op over the last dim of a pointwise body, as BLOCK_M rows of N per
+program. A row up to BLOCK_N long is one tile (one read); longer rows go through the looped
+kernel in BLOCK_N-wide chunks; reductions over rows of no whole number of 16-byte vectors take
+an aligned kernel. The family supplies the math (RowPlan: the statistics of a tile, their running
+fold over chunks, the output); the config space and the default rule (ROW_CONFIGS, _row_config)
+are the layout's, shared by every row family. Also the aligned-row pieces the cross-entropy
+kernel reuses."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from bot.codegen.code import Code, indented, jit_source, wrap
+from bot.codegen.kernel_file import Body, KernelFile, KernelInput, _require_full
+from bot.ops.node import Node, broadcast_shapes, input_names
+
+# Row ops, after the default's pick for each of the spec's cases: one row per program with 4, 8
+# or 16 warps, or two rows of 8K (BLOCK_N is the tile's width in elements: 16384 holds two);
+# rows longer than 4096, 2048 or 1024 read in chunks (1K chunks won on rows of 6007 elements,
+# which are not 16-byte aligned in fp16); short rows stacked into tiles of
+# up to 1K or 4K elements (see _row_tile for how a config fits a shape).
+ROW_CONFIGS = [
+    {"BLOCK_M": 1, "BLOCK_N": 8192, "num_warps": 4},
+    {"BLOCK_M": 1, "BLOCK_N": 8192, "num_warps": 8},
+    {"BLOCK_M": 1, "BLOCK_N": 8192, "num_warps": 16},
+    {"BLOCK_M": 2, "BLOCK_N": 16384, "num_warps": 8},
+    {"BLOCK_M": 1, "BLOCK_N": 4096, "num_warps": 8},
+    {"BLOCK_M": 1, "BLOCK_N": 1024, "num_warps": 4},
+    {"BLOCK_M": 1, "BLOCK_N": 2048, "num_warps": 4},
+    {"BLOCK_M": 16, "BLOCK_N": 1024, "num_warps": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 4096, "num_warps": 8},
+]
+
+
+def _row_config(rows, n):
+    # The default config for `rows` rows of n: a row up to 8192 long is one tile (one read); a
+    # longer one goes through the looped kernel in 8192-wide chunks. Short rows are stacked
+    # BLOCK_M to a tile of ~1K elements while at least ~256 programs remain (the 132 SMs of an
+    # H200 twice over): on an H200 that beat bigger tiles for e.g. 5333 rows of 497. Warps grow
+    # with the tile.
+    block_n = min(max(16, 1 << (n - 1).bit_length()), 8192)
+    block_m = 1
+    while block_m * block_n < 1024 and rows >= 2 * block_m * 256:
+        block_m *= 2
+    tile = block_m * block_n
+    return {"BLOCK_M": block_m, "BLOCK_N": 8192, "num_warps": 4 if tile <= 1024 else 8 if tile <= 4096 else 16}
+
+
+def _row_tile(rows, n, config):
+    # (BLOCK_M, BLOCK_N, num_warps) of a config fitted to `rows` rows of n. The config's BLOCK_N is
+    # the widest tile in elements: a row up to that long is one tile, a longer one is read in
+    # BLOCK_N-wide chunks; up to BLOCK_M rows share a tile while it stays that small and there
+    # are rows to fill it. So every config runs correctly on every shape.
+    block_n = min(max(16, 1 << (n - 1).bit_length()), config["BLOCK_N"])
+    block_m = min(config["BLOCK_M"], config["BLOCK_N"] // block_n, 1 << max(0, rows - 1).bit_length())
+    return max(1, block_m), block_n, config["num_warps"]
+
+
+def _row_strides(name, shape, full):
+    # (row stride, column stride) a row kernel reads an input with against rows of `full` ([..., N]):
+    # the whole tensor (N, 1), one vector shared by all rows (0, 1), one value per row (1, 0),
+    # or a single value (0, 0). Other broadcasts would need per-dim index math: refused.
+    shape = [1] * (len(full) - len(shape)) + list(shape)
+    if shape == list(full):
+        return full[-1], 1
+    if all(d == 1 for d in shape[:-1]) and shape[-1] == full[-1]:
+        return 0, 1
+    if shape[-1] == 1 and shape[:-1] == list(full[:-1]):
+        return 1, 0
+    if all(d == 1 for d in shape):
+        return 0, 0
+    raise ValueError(f"input {name} has shape {list(shape)}; a row op over the last dim of {list(full)} reads each "
+                     f"input as the full {list(full)}, a last-dim vector [{full[-1]}], one value per row "
+                     f"{list(full[:-1]) + [1]} or a single value [1]")
+
+
+def refuse_empty_dim(op: str, size: str, dim: str) -> str:
+    """Launcher lines: max/min/argmax/argmin over a dim of `size` 0 raise as torch does, where a
+    launch would answer -inf or a made-up index. dim: the launcher's expression for the dim."""
+    return (f"    if {size} == 0:\n"
+            f'        raise IndexError(f"{op} over dim {{{dim}}} of shape {{tuple(shape)}}, which is empty: torch '
+            'refuses that too")\n')
+
+
+def aligned_span(block: str, n: str) -> list[str]:
+    """An aligned kernel's first lines: one row of n elements per program (`block`, its tile's row
+    count, is 1), the row's flat span [base, end), and its first and last ALIGN-element (16-byte)
+    boundaries lo and hi. Chunk i of the body [lo, hi) is `aligned_chunk`; the head and the tail
+    outside it (each under ALIGN elements) share one edge tile, `EDGE_LINES`."""
+    return ["row = tl.program_id(0).to(tl.int64)",
+            f"rows = row + tl.arange(0, {block})[:, None]     # {block} is 1",
+            f"base = row * {n}",
+            f"end = base + {n}",
+            "# The first and the last ALIGN-element (16-byte) boundaries inside the row.",
+            "lo = tl.multiple_of((base + ALIGN - 1) // ALIGN * ALIGN, ALIGN)",
+            "hi = tl.multiple_of(end // ALIGN * ALIGN, ALIGN)"]
+
+
+def aligned_chunk(block: str) -> tuple[str, str]:
+    """(offs, mask) of chunk i of an aligned row's body: whole 16-byte vectors."""
+    return f"lo + i * {block} + tl.arange(0, {block})[None, :]", "offs < hi"
+
+
+EDGE_LINES = ["# The edge tile: the head [base, lo) in its first ALIGN lanes, the tail [hi, end) in the next.",
+              "lane = tl.arange(0, 2 * ALIGN)[None, :]",
+              "offs = tl.where(lane < ALIGN, base + lane, hi + lane - ALIGN)",
+              "mask = tl.where(lane < ALIGN, offs < lo, offs < end)"]
+
+
+def align_elements(inputs: list[KernelInput]) -> str:
+    """Launcher line: ALIGN, the elements in 16 bytes of the narrowest input."""
+    sizes = [f"{i.local}.element_size()" for i in inputs]
+    narrowest = sizes[0] if len(sizes) == 1 else f"min({', '.join(sizes)})"
+    return f"    ALIGN = 16 // {narrowest}     # elements per 16 bytes of the narrowest input\n"
+
+
+def sm_count_line(target: str, like: str, indent: str = "    ") -> str:
+    """A launcher line setting target to the SM count of the GPU tensor `like` is on (4 on the CPU
+    interpreter): what persistent kernels size their grids by."""
+    return (f"{indent}{target} = torch.cuda.get_device_properties({like}.device).multi_processor_count "
+            f"if {like}.is_cuda else 4\n")
+
+
+@dataclass
+class RowPlan:
+    """How one row op is computed from the tile `val` of body values (masked lanes hold fill)."""
+    fill: str
+    single: list[str]           # statistics from a tile holding whole rows
+    init: list[str]             # looped: before the first pass over the chunks
+    chunk: list[str]            # looped: fold one chunk into the statistics
+    final: list[str]            # looped: after the first pass
+    output: str                 # per element (softmax, norms) or per row ("result", reductions)
+    reduces: bool = False       # one value per row: stored from `result`, and the aligned kernel
+    edge: tuple[str, ...] = ()  # reductions: fold the aligned kernel's edge tile `val` into acc
+    guard: str = ""             # launcher lines before the launch (an empty dim torch refuses)
+
+
+class RowKernel(KernelFile):
+    description = ("BLOCK_M rows of N per program, each row one BLOCK_N tile when it fits (one read);\n"
+                   "longer rows go through the looped kernel in BLOCK_N chunks.")
+    block_key = "BLOCK_N"
+
+    def __init__(self, spec, node, inputs, options, plan: Callable[[Node, str | None, str | None], RowPlan],
+                 body: Callable[[Node, list[KernelInput]], Body]):
+        by_name = {i.name: i for i in inputs}
+        body_inputs = [i for i in inputs if i.name in input_names(node.args[0])]
+        extras = iter(by_name[a.name] for a in node.args[1:])
+        self.weight = next(extras) if node.attr("has_weight") else None
+        self.bias = next(extras) if node.attr("has_bias") else None
+        self.affine = [e for e in (self.weight, self.bias) if e]
+        super().__init__(spec, body(node.args[0], body_inputs), inputs, body_inputs, options)
+        self.plan = plan(node, self.weight and self.weight.local, self.bias and self.bias.local)
+        self.reduces = self.plan.reduces
+        # Inputs that are full in every case are read at the row's own offsets; the others get a
+        # row stride and a constexpr column stride, decided at launch. Every case is checked here.
+        fulls = [broadcast_shapes([i.shapes[c] for i in body_inputs]) for c in range(len(inputs[0].shapes))]
+        self.rows_of = [(math.prod(full[:-1]), full[-1] if full else 1) for full in fulls]    # (R, N) per case
+        self.partial = []
+        for i in body_inputs:
+            for shape, full in zip(i.shapes, fulls):
+                _row_strides(i.name, shape, full)
+            if any(math.prod(shape) != math.prod(full) for shape, full in zip(i.shapes, fulls)):
+                self.partial.append(i)
+
+    def configs(self) -> list[dict]:
+        defaults = [_row_config(rows, n) for rows, n in self.rows_of]
+        return self._space(defaults + ROW_CONFIGS, lambda config: [_row_tile(*case, config) for case in self.rows_of])
+
+    def source(self) -> str:
+        kernels = [self._kernel(looped=False), self._kernel(looped=True)]
+        kernels += [self._aligned_kernel()] if self._aligns() else []
+        return self._file(kernels, [_row_config, _row_tile, _row_strides, _require_full], self._launcher())
+
+    def _aligns(self) -> bool:
+        """Whether the file has the aligned kernel: reductions whose inputs are all read at the
+        row's own offsets (one offset serves every input)."""
+        return self.reduces and not self.partial
+
+    def _params(self) -> list[str]:
+        params = [f"{i.local}_ptr" for i in self.inputs] + ["out_ptr", "R", "N"]
+        params += [f"{i.local}_rs" for i in self.partial]
+        params += [f"{i.local}_cs: tl.constexpr" for i in self.partial]
+        params += ["ALIGN: tl.constexpr", "TAIL: tl.constexpr"] if self.affine else []
+        return params + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
+
+    def _tile(self, cols: str) -> list[str]:
+        """Load one [BLOCK_M, BLOCK_N] tile of every body input and compute val, the body's values."""
+        lines = [f"cols = {cols}", "mask = (rows < R) & (cols < N)"]
+        for i in self.body_inputs:
+            offs = f"rows * {i.local}_rs + cols * {i.local}_cs" if i in self.partial else "rows * N + cols"
+            lines.append(f"{i.local} = tl.load({i.local}_ptr + {offs}, mask=mask, other=0.0).to(tl.float32)")
+        lines.append(f"val = tl.where(mask, {self.body_call()}, {self.plan.fill})")
+        return lines
+
+    def _flat_tile(self, offs: str, mask: str) -> list[str]:
+        """_tile at element offsets `offs` shared by every input (the aligned kernel's)."""
+        return [f"offs = {offs}", f"mask = {mask}", *self.body_values("offs", self.plan.fill)]
+
+    def _write(self) -> list[str]:
+        """Store the output: one value per row, or the tile's output elements (with weights, the
+        columns before NV; `_tail` writes the rest)."""
+        if self.reduces:
+            return ["tl.store(out_ptr + rows, result[:, None].to(out_ptr.dtype.element_ty), mask=rows < R)"]
+        return self._store_tile("NV" if self.affine else "N")
+
+    def _store_tile(self, limit: str) -> list[str]:
+        """Load the weights, compute and store the tile's output, over its columns before `limit`."""
+        loads = [f"{e.local} = tl.load({e.local}_ptr + cols, mask=cols < {limit}, other=0.0).to(tl.float32)"
+                 for e in self.affine]
+        mask = "mask" if limit == "N" else f"mask & (cols < {limit})"
+        return loads + [f"res = {self.plan.output}",
+                        f"tl.store(out_ptr + rows * N + cols, res.to(out_ptr.dtype.element_ty), mask={mask})"]
+
+    def _tail(self) -> list[str]:
+        """With weights: the columns from NV to N (under ALIGN, odd N only) in one more tile. A mask
+        at N would split the weights' loads into single elements, as rows of odd N split the body's
+        anyway (on an H200, 7919x6007 fp16 layernorm: 146 -> 92 us). TAIL is constexpr: kernels
+        for whole vectors have no tail code (masked off, it cost 8192x8192 fp16 layernorm 3%)."""
+        if not self.affine:
+            return []
+        tile = self._tile("NV + tl.arange(0, ALIGN)[None, :]") + self._store_tile("N")
+        return ["if TAIL:     # the columns after the weights' last whole 16-byte vector", *indented(tile)]
+
+    def _kernel(self, looped: bool) -> str:
+        code = Code()("rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
+        if self.affine:
+            code("# The weights load in 16-byte vectors only under a mask that ends on one: the tile",
+                 "# writes the columns before NV, the tail tile (odd N only) the rest.",
+                 "NV = tl.multiple_of(N // ALIGN * ALIGN, ALIGN) if TAIL else N")
+        if not looped:
+            comment = "    # BLOCK_M whole rows per program (N <= BLOCK_N): every input is read once.\n"
+            code.extend(self._tile("tl.arange(0, BLOCK_N)[None, :]") + self.plan.single + self._write() + self._tail())
+        else:
+            comment = ("    # Rows longer than BLOCK_N, in BLOCK_N-wide chunks: the first pass gathers each row's\n"
+                       + ("    # statistics, the second recomputes each chunk and writes it.\n" if not self.reduces
+                          else "    # result.\n"))
+            chunk_loop = "for start in range(0, N, BLOCK_N):"
+            tile = self._tile("start + tl.arange(0, BLOCK_N)[None, :]")
+            code.extend(self.plan.init)
+            with code.block(chunk_loop):
+                code.extend(tile + self.plan.chunk)
+            code.extend(self.plan.final)
+            if self.reduces:
+                code.extend(self._write())
+            else:
+                with code.block(chunk_loop):
+                    code.extend(tile + self._write())
+                code.extend(self._tail())
+        suffix = "_looped_kernel" if looped else "_kernel"
+        return jit_source(f"{self.name}{suffix}", self._params(), code.lines, comment)
+
+    def _aligned_kernel(self) -> str:
+        lines = [*aligned_span("BLOCK_M", "N"),
+                 *self.plan.init,
+                 "for i in range(0, tl.cdiv(hi - lo, BLOCK_N)):",
+                 *indented(self._flat_tile(*aligned_chunk("BLOCK_N")) + self.plan.chunk),
+                 *EDGE_LINES, *self.body_values("offs", self.plan.fill),
+                 "# Reduced, then folded into the accumulators' first lane.",
+                 *self.plan.edge,
+                 *self.plan.final, *self._write()]
+        comment = ("    # One row per program, for rows of no whole number of 16-byte vectors (odd N), which start\n"
+                   "    # unaligned: the tiles of the kernels above then load element by element. Here the row's\n"
+                   "    # body, from its first to its last 16-byte boundary, loads in vectors whatever N is; the\n"
+                   "    # head and tail (each under ALIGN elements; N >= 2 * ALIGN) take one more masked tile.\n")
+        return jit_source(f"{self.name}_aligned_kernel", self._params() + ["ALIGN: tl.constexpr"], lines, comment)
+
+    def _aligned_launch(self) -> str:
+        """The launcher's branch to the aligned kernel: odd rows long enough (1024+ elements) that
+        one row is a program's worth of work, in tiles of at most 2048 (7919x6007 fp16 sum on an
+        H200: 31.6 us in 1024- or 2048-wide tiles on 4 warps, 37 us on 8; 34.3 us unaligned)."""
+        args = [i.local for i in self.inputs] + ["out", "R", "N", "BLOCK_M=1", "BLOCK_N=BLOCK_N", "ALIGN=ALIGN",
+                                                  "num_warps=num_warps"]
+        return (align_elements(self.body_inputs) +
+                "    if N % ALIGN and N >= 1024:\n"
+                "        BLOCK_N = min(BLOCK_N, 2048)\n"
+                "        num_warps = min(num_warps, max(1, BLOCK_N // 256))\n"
+                + wrap(f"{self.name}_aligned_kernel[(R,)]", args, "        ") + "\n"
+                "        return out\n")
+
+    def _launcher(self) -> str:
+        first = self.inputs[0].local
+        text = self._signature_and_prologue()
+        text += f"    shape = torch.broadcast_shapes({', '.join(f'{i.local}.shape' for i in self.body_inputs)})\n"
+        text += "    N = shape[-1]\n    R = shape[:-1].numel()\n"
+        for i in self.body_inputs:
+            if i in self.partial:
+                text += f'    {i.local}_rs, {i.local}_cs = _row_strides("{i.name}", {i.local}.shape, shape)\n'
+            else:
+                text += f'    _require_full("{i.name}", {i.local}.shape, shape)\n'
+        for e in self.affine:
+            text += f'    _require_full("{e.name}", {e.local}.shape, shape[-1:])\n'
+        text += align_elements(self.affine) if self.affine else ""
+        out_shape = "shape[:-1]" if self.reduces else "shape"
+        text += f"    out = torch.empty({out_shape}, dtype={first}.dtype, device={first}.device)\n"
+        text += self.plan.guard
+        text += self._config_line("_row_config(R, N)")
+        text += "    BLOCK_M, BLOCK_N, num_warps = _row_tile(R, N, config)\n"
+        text += self._aligned_launch() if self._aligns() else ""
+        text += f"    kernel = {self.name}_kernel if N <= BLOCK_N else {self.name}_looped_kernel\n"
+        args = [i.local for i in self.inputs] + ["out", "R", "N"]
+        args += [f"{i.local}_rs" for i in self.partial] + [f"{i.local}_cs={i.local}_cs" for i in self.partial]
+        args += ["ALIGN=ALIGN", "TAIL=N % ALIGN != 0"] if self.affine else []
+        text += "    grid = (triton.cdiv(R, BLOCK_M),)\n"
+        text += wrap("kernel[grid]", args + ["BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N", "num_warps=num_warps"], "    ") + "\n"
+        return text + "    return out\n"

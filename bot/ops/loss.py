@@ -1,0 +1,366 @@
+"""The loss family: cross_entropy(logits body, int64 target) over the last dim, with torch's
+default ignore_index (-100) and reduction 'mean' or 'none'. One kernel per BLOCK_R rows: an online
+logsumexp over BLOCK_V chunks, less the target's logit read directly; persistent programs for rows
+that fit one tile, an aligned kernel for odd vocabularies; 'mean' sums the per-row losses in one
+program, in a fixed order. Owns its words, IR rule, shape check, reference, kernel with its config
+space and default rule, and catalog entry.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import re
+
+from bot.codegen.code import indented, jit_source, wrap
+from bot.codegen.dim_kernel import ALIGNED_COMMENT, ALIGNED_LAUNCH, MAX_CONFIGS, ReducedBodyFile, _fit, _fit_stages
+from bot.codegen.kernel_file import NEG_INF, _require_full
+from bot.codegen.row_kernel import (EDGE_LINES, _row_config, _row_tile, align_elements, aligned_chunk, aligned_span,
+                                    sm_count_line)
+from bot.generators.interface import GenerationError
+from bot.ops import pointwise
+from bot.ops.entry import SMALL_LONG_ODD, Entry
+from bot.ops.node import Call, IRError, Node, arity, broadcast_shapes, call, input_names, prints, to_text
+from bot.ops.text import FLAGS as _F, blank as _blank
+from runner.protocol import IGNORE_INDEX
+
+NAME = "loss"
+OPS = {"cross_entropy"}
+ROOT = True
+SUPPORTED = ("over the last dim", "cross_entropy(logits, target)")
+ALIASES = {"crossentropy": "cross_entropy"}
+KEYWORDS = {"cross_entropy": {"reduction", "input", "target"}}
+OUTPUT_DTYPE = None
+WORDS: list = []                    # read apart, before the generic reader: CROSS_ENTROPY, cross_entropy_words
+
+# cross entropy: persistent programs (PER_SM per SM) for rows that fit one tile; one row per one-warp
+# program in pipelined 512-wide chunks (8192x8192 fp16 on an H200: 41.5 us, against 43.5 for one
+# 8192-wide tile on 4 warps), then one row per program in 1K to 8K chunks (vocabularies of
+# 32K-128K loop), with and without pipelined loads; short rows stacked.
+CROSS_ENTROPY_CONFIGS = [
+    {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 4, "num_stages": 1, "PER_SM": 4},
+    {"BLOCK_R": 1, "BLOCK_V": 512, "num_warps": 1, "num_stages": 3},
+    {"BLOCK_R": 1, "BLOCK_V": 512, "num_warps": 1, "num_stages": 4},
+    {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 8, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_V": 2048, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_R": 1, "BLOCK_V": 4096, "num_warps": 8, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_V": 1024, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_R": 16, "BLOCK_V": 256, "num_warps": 4, "num_stages": 1},
+]
+
+
+# ---------------------------------------------------------------- words
+
+CROSS_ENTROPY = re.compile(r"\b(?:softmax[\s_-]+)?cross[\s_-]?entropy(?:[\s_-]+loss)?\b|\bce[\s_-]loss\b|"
+                           r"交叉熵(?:损失)?", _F)
+
+
+_INDEX_DTYPE = re.compile(r"\b(?:torch\.)?(?:int64|long)\b|\bi64\b", _F)
+
+
+_PER_ROW = re.compile(r"\bper[\s-](?:row|sample|example|token)\b|\breduction\s*[=:]?\s*['\"]?none\b['\"]?|"
+                      r"\b(?:no|without)\s+reduction\b|\bunreduced\b|逐行|每行|不(?:做)?归约|无归约", _F)
+
+
+_MEAN = re.compile(r"\breduction\s*[=:]?\s*['\"]?mean\b['\"]?|\b(?:mean|average[ds]?)(?:\s+reduction)?\b|平均", _F)
+
+
+_SUM_REDUCTION = re.compile(r"\breduction\s*[=:]?\s*['\"]?sum\b|\bsummed\b|\bsum\b|求和", _F)
+
+
+_CE_NAMES = re.compile(r"\b(?:targets?|labels?|class(?:es)?(?:\s+ind(?:ices|ex))?|loss)\b|目标|标签|类别|损失", _F)
+
+
+_CE_EXTRAS = re.compile(r"\blabel[\s_-]?smoothing\b|\bignore[\s_-]?index\b|\b(?:class[\s_-])?weights?\b|"
+                        r"标签平滑|权重", _F)
+
+
+def take_index_dtype(text: str) -> str:
+    """'int64 targets' in a cross-entropy request: the target is int64 anyway; other dtype words
+    are about the logits."""
+    return _INDEX_DTYPE.sub(_blank, text) if CROSS_ENTROPY.search(text) else text
+
+
+def cross_entropy_words(text: str) -> tuple[str, str, list[str]]:
+    """(expression, text without the words read, notes) for 'cross entropy over 4096x32000 logits'."""
+    if m := _CE_EXTRAS.search(text):
+        raise GenerationError(f"cross entropy with {m.group(0)!r} is not supported: cross_entropy(logits, target) "
+                              "takes class indices, with reduction mean (the default) or none (per row)")
+    if m := _SUM_REDUCTION.search(text):
+        raise GenerationError(f"cross entropy with {m.group(0)!r} is not supported: use reduction mean (the default) "
+                              "or none ('per row')")
+    per_row = bool(_PER_ROW.search(text))
+    notes = [] if per_row or _MEAN.search(text) else [
+        "no reduction named: averaging the loss over rows (reduction='mean', like F.cross_entropy)"]
+    for pattern in (CROSS_ENTROPY, _PER_ROW, _MEAN, _CE_NAMES):
+        text = pattern.sub(_blank, text)
+    reduction = ", reduction='none'" if per_row else ""
+    return f"cross_entropy(logits, target{reduction})", text, notes
+
+
+# ---------------------------------------------------------------- IR rule
+
+def convert(c: Call) -> Node | None:
+    if c.fname not in OPS:
+        return None
+    args, kw = c.args, c.kw
+    # cross_entropy(logits, target, reduction='mean'|'none'), with torch's default ignore_index
+    # (-100); class weights, label smoothing and other ignore_index values are not supported.
+    extra = sorted(set(kw) - {"reduction", "input", "target"})
+    if extra:
+        raise IRError(f"cross_entropy supports reduction='mean' or 'none' only, not {', '.join(extra)}")
+    args = args + [kw[k] for k in ("input", "target") if k in kw]
+    arity("cross_entropy", args, 2)
+    node = kw.get("reduction")
+    reduction = "mean" if node is None else node.value if isinstance(node, ast.Constant) else None
+    if reduction not in ("mean", "none"):
+        raise IRError(f"cross_entropy reduction must be 'mean' or 'none', got {ast.unparse(node)!r}")
+    return call("cross_entropy", c.expr(args[0]), c.expr(args[1]), reduction=reduction)
+
+
+@prints(*OPS)
+def _print(node: Node, text) -> str:
+    if node.attr("reduction") != "mean":
+        return f"cross_entropy({text(node.args[0])}, {text(node.args[1])}, reduction='none')"
+    return f"cross_entropy({text(node.args[0])}, {text(node.args[1])})"
+
+
+def check(node: Node) -> None:
+    """The target is an input of its own, not part of the logits."""
+    target = node.args[1]
+    if target.op != "input":
+        raise IRError(f"{node.op} target must be inputs, got {to_text(target)!r}")
+    if target.name in input_names(node.args[0]):
+        raise IRError("cross_entropy's target (class indices) cannot also be part of the logits")
+
+
+def index_inputs(node: Node) -> dict[str, str]:
+    """Integer inputs: class-index input name -> the input whose last dim it indexes."""
+    return {node.args[1].name: input_names(node.args[0])[0]}
+
+
+def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    logits = broadcast_shapes([shapes[n] for n in input_names(node.args[0])])
+    target = list(shapes[node.args[1].name])
+    if target != logits[:-1]:
+        raise IRError(f"cross_entropy: target must have the logits' shape without the class dim, "
+                      f"{logits[:-1]}, got {target}")
+    return [] if node.attr("reduction") == "mean" else logits[:-1]
+
+
+# ---------------------------------------------------------------- reference
+
+def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str]) -> str:
+    # Classes are the last dim (torch's own cross_entropy takes them at dim 1): rows flattened.
+    if not body.isidentifier():
+        lines.append(f"h = {body}")
+        body = "h"
+    target = names[node.args[1].name]
+    reduction = node.attr("reduction")
+    loss = (f"torch.nn.functional.cross_entropy({body}.flatten(0, -2), {target}.flatten(), "
+            f"reduction={reduction!r})")
+    return loss if reduction == "mean" else f"{loss}.reshape({target}.shape)"
+
+
+# ---------------------------------------------------------------- kernel.py
+
+def _cross_entropy_config(R, V):
+    # The default config for R rows of V classes: row tiles as the row kernels choose them (a
+    # vocabulary longer than 8192 is read in 8192-wide chunks), on at most 4 warps (8192 classes
+    # on an H200: 45 us on 4 warps, 46 on 8, 53 on 16).
+    block_r, block_v, warps = _row_tile(R, V, _row_config(R, V))
+    return {"BLOCK_R": block_r, "BLOCK_V": block_v, "num_warps": min(warps, 4), "num_stages": 1}
+
+
+def _cross_entropy_tiles(config, R, V, elem_bytes):
+    # The config fitted to this case: (BLOCK_R, BLOCK_V, num_warps, num_stages).
+    block_r, block_v = _fit(config["BLOCK_R"], R), _fit(config["BLOCK_V"], V)
+    return block_r, block_v, config["num_warps"], _fit_stages(config["num_stages"], block_r * block_v * elem_bytes)
+
+
+
+def kernel_source(spec: dict, node: Node, options: dict) -> str:
+    return _CrossEntropyKernel.render(spec, node, options, pointwise.triton_body)
+
+
+class _CrossEntropyKernel(ReducedBodyFile):
+    description = ("BLOCK_R rows of V class logits per program, read in BLOCK_V chunks: an online logsumexp less\n"
+                   "the target's logit (read directly) gives loss = logsumexp(row) - row[target]. A target of\n"
+                   f"{IGNORE_INDEX} (torch's default ignore_index, padding) adds no loss and no count to 'mean';\n"
+                   "any other target outside [0, V) picks 0 (torch would raise). 'mean' writes float32 per-row\n"
+                   "losses that one program sums in a fixed order (deterministic), over the rows not ignored.")
+    block_key = "BLOCK_V"
+
+    def __init__(self, spec, node, inputs, options, body):
+        super().__init__(spec, node, inputs, options, body)
+        self.mean = node.attr("reduction", "mean") == "mean"
+        self.target = next(i for i in inputs if i.name == node.args[1].name)
+        if self.target in self.body_inputs:
+            raise ValueError("cross_entropy's target (class indices) cannot also be part of the logits")
+        self.rows_of = [(math.prod(full[:-1]), full[-1]) for full in self.fulls]     # (R, V) per case
+        for case, (full, (rows, _)) in enumerate(zip(self.fulls, self.rows_of)):
+            if math.prod(self.target.shapes[case]) != rows:
+                raise ValueError(f"cross_entropy's target {self.target.name} has shape {self.target.shapes[case]} in "
+                                 f"case {case + 1}; it needs one class index per row of the logits: {full[:-1]}")
+
+    def configs(self) -> list[dict]:
+        defaults = [_cross_entropy_config(*rows) for rows in self.rows_of]
+        return self._space(defaults + CROSS_ENTROPY_CONFIGS, lambda config: [
+            (*_cross_entropy_tiles(config, *rows, self.max_elem_bytes), config.get("PER_SM", 0))
+            for rows in self.rows_of])[:MAX_CONFIGS]
+
+    def source(self) -> str:
+        kernels = [self._kernel(), self._persistent_kernel(), self._aligned_kernel()]
+        kernels += [self._mean_kernel()] if self.mean else []
+        helpers = [_row_config, _row_tile, _fit, _fit_stages, _cross_entropy_config, _cross_entropy_tiles,
+                   _require_full]
+        return self._file(kernels, helpers, self._launcher())
+
+    def _params(self) -> list[str]:
+        return [f"{i.local}_ptr" for i in self.body_inputs] + [f"{self.target.local}_ptr", "dst_ptr", "R", "V",
+                                                               "BLOCK_R: tl.constexpr", "BLOCK_V: tl.constexpr"]
+
+    def _target(self) -> str:
+        return f"{self.target.local} = tl.load({self.target.local}_ptr + rows, mask=rows < R, other=0)"
+
+    def _loss(self) -> list[str]:
+        """From row_max and row_sum of `rows` and their targets: the target's logit, read directly
+        (a target outside [0, V) picks 0 and reads nothing), the loss (0 for an ignored row), and
+        its store."""
+        t = self.target.local
+        return [f"pick = (rows < R) & ({t} >= 0) & ({t} < V)",
+                *(f"{i.local} = tl.load({i.local}_ptr + rows * V + {t}, mask=pick, other=0.0).to(tl.float32)"
+                  for i in self.body_inputs),
+                f"picked = tl.sum(tl.where(pick, {self.body_call()}, 0.0), axis=1)",
+                f"loss = tl.where({t} == {IGNORE_INDEX}, 0.0, (row_max + tl.log(row_sum) - picked)[:, None])",
+                "tl.store(dst_ptr + rows, loss.to(dst_ptr.dtype.element_ty), mask=rows < R)"]
+
+    @staticmethod
+    def _online_update() -> list[str]:
+        """Fold the tile `val` into row_max and row_sum (online logsumexp)."""
+        return ["new_max = tl.maximum(row_max, tl.max(val, axis=1))",
+                "# exp(v - m) as exp2(v * log2(e) - m * log2(e)): one fused multiply-add before each exp2.",
+                "scaled_max = new_max * LOG2E",
+                "row_sum = (row_sum * tl.exp2(row_max * LOG2E - scaled_max)",
+                "           + tl.sum(tl.exp2(val * LOG2E - scaled_max[:, None]), axis=1))",
+                "row_max = new_max"]
+
+    def _looped(self, head: list[str], loop: str, tile: list[str], after: list[str]) -> list[str]:
+        """A looped kernel's lines: `head` (locating its rows), the targets, the online logsumexp
+        over `loop` of `tile` (the lines loading val), what comes `after` the loop, the loss."""
+        return [*head, f"LOG2E: tl.constexpr = {math.log2(math.e)!r}",
+                "# The targets first: their load is under way while the logits stream.",
+                self._target(),
+                f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
+                "row_sum = tl.zeros([BLOCK_R], tl.float32)",
+                "# Online logsumexp: the running sum is rescaled to each new running max. NUM_STAGES > 1",
+                "# pipelines the loads through shared memory (cp.async).",
+                loop, *indented(tile + self._online_update()), *after, *self._loss()]
+
+    def _kernel(self) -> str:
+        tile = ["cols = start + tl.arange(0, BLOCK_V)[None, :]", "mask = (rows < R) & (cols < V)",
+                *self.body_values("rows * V + cols", NEG_INF)]
+        lines = self._looped(["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]"],
+                             "for start in tl.range(0, V, BLOCK_V, num_stages=NUM_STAGES):", tile, [])
+        return jit_source(f"{self.name}_kernel", self._params() + ["NUM_STAGES: tl.constexpr"], lines,
+                          "    # BLOCK_R rows per program in BLOCK_V-wide chunks.\n")
+
+    def _aligned_kernel(self) -> str:
+        offs, mask = aligned_chunk("BLOCK_V")
+        tile = [f"offs = {offs}", f"mask = {mask}", *self.body_values("offs", NEG_INF)]
+        edge = [*EDGE_LINES, *self.body_values("offs", NEG_INF), *self._online_update()]
+        lines = self._looped(aligned_span("BLOCK_R", "V"),
+                             "for i in tl.range(0, tl.cdiv(hi - lo, BLOCK_V), num_stages=NUM_STAGES):", tile, edge)
+        return jit_source(f"{self.name}_aligned_kernel",
+                          self._params() + ["NUM_STAGES: tl.constexpr", "ALIGN: tl.constexpr"], lines, ALIGNED_COMMENT)
+
+    def _persistent_kernel(self) -> str:
+        # The prefetched raw tiles are named <input>_next, unless an input already has such a name.
+        suffix, names = "_next", {i.local for i in self.inputs}
+        while any(f"{i.local}{suffix}" in names for i in self.body_inputs):
+            suffix += "_"
+        fill = NEG_INF if self.is_bare_input else "0.0"
+        prefetch = [f"{i.local}{suffix} = tl.load({i.local}_ptr + next_rows * V + cols, mask=(next_rows < R) & "
+                    f"(cols < V), other={fill})" for i in self.body_inputs]
+        values = [f"{i.local} = {i.local}{suffix}.to(tl.float32)" for i in self.body_inputs]
+        values.append(f"val = {self.body_call()}" if self.is_bare_input
+                      else f"val = tl.where((rows < R) & (cols < V), {self.body_call()}, {NEG_INF})")
+        lines = [f"LOG2E: tl.constexpr = {math.log2(math.e)!r}",
+                 "cols = tl.arange(0, BLOCK_V)[None, :]",
+                 "first = tl.program_id(0) * BLOCK_R",
+                 "step = tl.num_programs(0) * BLOCK_R",
+                 "next_rows = first + tl.arange(0, BLOCK_R)[:, None].to(tl.int64)",
+                 *prefetch,
+                 "for r0 in range(first, R, step):",
+                 "    rows = next_rows",
+                 *indented(values),
+                 "    # The next rows' loads go out before these rows are reduced: they stay in flight",
+                 "    # through the reductions (a register double buffer).",
+                 "    next_rows = rows + step",
+                 *indented([*prefetch,
+                            "row_max = tl.max(val, axis=1)",
+                            "row_sum = tl.sum(tl.exp2(val * LOG2E - (row_max * LOG2E)[:, None]), axis=1)",
+                            self._target(), *self._loss()])]
+        comment = ("    # Persistent: this program takes rows pid, pid + G, ... (G programs), each in one\n"
+                   "    # BLOCK_V-wide tile (BLOCK_V >= V).\n")
+        return jit_source(f"{self.name}_persistent_kernel", self._params(), lines, comment)
+
+    def _mean_kernel(self) -> str:
+        t = self.target.local
+        lines = ["acc = tl.zeros([BLOCK], tl.float32)",
+                 "count = tl.zeros([BLOCK], tl.float32)",
+                 "for start in range(0, R, BLOCK):",
+                 "    offs = start + tl.arange(0, BLOCK)",
+                 "    acc += tl.load(losses_ptr + offs, mask=offs < R, other=0.0)",
+                 f"    kept = tl.load({t}_ptr + offs, mask=offs < R, other={IGNORE_INDEX}) != {IGNORE_INDEX}",
+                 "    count += kept.to(tl.float32)",
+                 "tl.store(dst_ptr, (tl.sum(acc, axis=0) / tl.sum(count, axis=0)).to(dst_ptr.dtype.element_ty))"]
+        comment = ("    # One program sums the per-row losses in a fixed order (deterministic, no atomics) and\n"
+                   "    # divides by the rows not ignored (none: 0 / 0, NaN, as in torch).\n")
+        return jit_source(f"{self.name}_mean_kernel", ["losses_ptr", f"{t}_ptr", "dst_ptr", "R", "BLOCK: tl.constexpr"],
+                          lines, comment)
+
+    def _launcher(self) -> str:
+        first, t = self.body_inputs[0].local, self.target
+        text = self._head()
+        text += ("    # R rows of V classes, one class index per row.\n"
+                 "    V = shape[-1]\n    R = shape[:-1].numel()\n"
+                 f'    _require_full("{t.name}", {t.local}.shape, shape[:-1])\n'
+                 f"    out = torch.empty({'()' if self.mean else 'shape[:-1]'}, dtype={first}.dtype, "
+                 f"device={first}.device)\n")
+        text += self._config_line("_cross_entropy_config(R, V)")
+        text += wrap("BLOCK_R, BLOCK_V, num_warps, num_stages = _cross_entropy_tiles",
+                      ["config", "R", "V", self._elem_bytes()], "    ") + "\n"
+        if self.mean:
+            text += f"    losses = torch.empty(R, dtype=torch.float32, device={first}.device)  # summed below\n"
+        tensors = [i.local for i in self.body_inputs] + [t.local, "losses" if self.mean else "out", "R", "V"]
+        args = tensors + ["BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "num_warps=num_warps"]
+        text += align_elements(self.body_inputs) + ALIGNED_LAUNCH.format(also="", n="V")
+        text += self._launch(f"{self.name}_aligned_kernel", "(R,)", tensors + [
+            "BLOCK_R=1", "BLOCK_V=BLOCK_V", "num_warps=num_warps", "NUM_STAGES=num_stages", "ALIGN=ALIGN"], "        ")
+        text += ("    # PER_SM > 0: that many persistent programs per SM (4 on the CPU interpreter), if a row\n"
+                 "    # fits one tile (H200, 8192 fp16 classes: 41.0 against 43.9 us one program per row in one\n"
+                 "    # sweep, 45.5 against 43.4 in another); else one program per BLOCK_R rows.\n"
+                 '    elif config.get("PER_SM", 0) and BLOCK_V >= V:\n' + sm_count_line("sms", "out", "        "))
+        text += self._launch(f"{self.name}_persistent_kernel", '(min(triton.cdiv(R, BLOCK_R), config["PER_SM"] * sms),)',
+                             args, "        ")
+        text += "    else:\n"
+        text += self._launch(f"{self.name}_kernel", "(triton.cdiv(R, BLOCK_R),)", args + ["NUM_STAGES=num_stages"],
+                             "        ")
+        if self.mean:
+            text += ("    # One program, 8192 rows a step: each step waits out a load's latency, and one step\n"
+                     "    # covers the usual batch of rows.\n"
+                     f"    {self.name}_mean_kernel[(1,)](losses, {t.local}, out, R, BLOCK=8192, num_warps=16)\n")
+        return text + "    return out\n"
+
+
+def reference_property(node: Node) -> tuple[str, bool]:
+    """The generated reference test's check_property body for this op, and whether it calls
+    body(): none here."""
+    return "", False
+
+
+ENTRIES = (
+    Entry("cross_entropy", "cross entropy over the last dim of logits on {shapes}, each in {dtypes}",
+          "cross_entropy(logits, target)", small=SMALL_LONG_ODD),
+)

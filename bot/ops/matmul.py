@@ -1,0 +1,795 @@
+"""The matmul family: a @ b (2-D, batched 3-D, or 3-D by a shared 2-D b) inside a pointwise
+epilogue, e.g. relu(a @ b + bias) * 0.5 + residual, as one tiled tl.dot kernel: a program computes
+a BLOCK_M x BLOCK_N tile of a [M, K] @ b [K, N] into a float32 accumulator, applies the epilogue to
+that tile, and stores it once in the output dtype.
+
+The kernel is persistent (a few programs per SM walk the tiles of the whole batch) and loads its
+operand tiles with TMA (host-made tensor descriptors). A float16/bfloat16 output with aligned rows
+is stored by TMA, in two halves, and its tile loop and K loop are flattened into one pipelined
+loop. TMA needs the operands' rows to start on 16-byte boundaries; an odd K or N breaks that, so
+(as Inductor's pad_mm does) the launcher first copies such operands into zero-padded buffers
+(bot/ops/matmul_pad.py).
+
+Owns its words (matmul, bmm, the epilogue's bias, activation, scale and residual, problem sizes
+M/N/K), its IR rule and shape check, the torch call, the kernel with its config space and default
+rule, and its catalog entries.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+from bot.codegen import fixed
+from bot.codegen.code import indented, jit_source, wrap
+from bot.codegen.expr import call_writer
+from bot.codegen.kernel_file import KernelFile, KernelInput, _expanded_strides
+from bot.codegen.row_kernel import sm_count_line
+from bot.generators.interface import GenerationError
+from bot.ops import pointwise
+from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry
+from bot.ops.node import Call, IRError, Node, arity, broadcast_shapes, call, flag, inp, input_names, prints, to_text
+from bot.ops.text import DIM, FLAGS as _F, blank as _blank, fmt_shape, size as _size
+from runner import protocol
+
+NAME = "matmul"
+MATMUL = "matmul"                   # one per expression; the rest is its epilogue
+TRANSPOSE = "transpose"             # x.T, x.mT, x.t(), x.transpose(-2, -1): a matmul operand only
+OPS = {MATMUL, TRANSPOSE}
+ROOT = False
+SUPPORTED = ("", "matmul a @ b (2-D, or batched 3-D; tf32=True for float32) with a pointwise epilogue, "
+             "e.g. relu(a @ b + bias)")
+ALIASES = {"mm": "matmul", "bmm": "matmul"}
+KEYWORDS = {MATMUL: {"tf32"}, TRANSPOSE: set(), "t": set()}
+OUTPUT_DTYPE = None
+WORDS: list = []                    # read apart, with their sizes: MATMUL_WORD, take_epilogue
+TORCH_OPS = {MATMUL: lambda node, a: call_writer("torch.matmul")(node, [
+    x + (f".{node.attr(key)}" if node.attr(key) else "") for x, key in zip(a, ("ta", "tb"))])}
+PAD = Path(__file__).with_name("matmul_pad.py")
+
+MAX_BLOCK = 256             # a wider tile's operands no longer fit in shared memory
+
+
+# The space the benchmark sweeps, biggest tile first (the order _default_config walks). Hopper
+# matmul tiles from Triton's tutorial and Inductor's mm configs: 128x256 and 256x128 with 8 warps
+# (two warpgroups) are the fastest at large sizes (128x256 with BLOCK_K 32 and 4 stages measured
+# 2% ahead of BLOCK_K 64 and 3 stages at 4096^3 fp16); 128x128 trades reuse for more
+# programs; the small tiles keep small matrices spread over the SMs. BLOCK_K 64 is 128 bytes of
+# fp16 per row, one full shared-memory swizzle line; GROUP_M 8 as in the tutorial.
+CONFIGS = [
+    {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s}
+    for bm, bn, bk, w, s in [(128, 256, 32, 8, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 8, 4),
+                             (128, 128, 64, 4, 4), (128, 128, 32, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
+                             (64, 64, 64, 4, 3), (64, 64, 32, 4, 4), (32, 32, 64, 2, 3)]
+]
+
+
+
+# ---------------------------------------------------------------- IR rule
+
+def convert(c: Call) -> Node | None:
+    if c.fname in (TRANSPOSE, "t"):
+        return _transpose_call(c)
+    if c.fname != MATMUL:
+        return None
+    arity(c.fname, c.args, 2)
+    return product(c.expr(c.args[0]), c.expr(c.args[1]), tf32=flag(c.kw.get("tf32")))
+
+
+def product(a: Node, b: Node, **attrs) -> Node:
+    """a @ b. A transposed operand is the input itself with the product's flag ta (tb) saying how
+    it was written: "T" (x.T, x.t(): a 2-D transpose) or "mT" (x.mT, x.transpose(-2, -1): the last two
+    dims), so the kernel reads the operand as it lies in memory."""
+    flags = {}
+    for key, operand in (("ta", a), ("tb", b)):
+        if operand.op == TRANSPOSE:
+            flags[key] = operand.attr("form")
+    a, b = (x.args[0] if x.op == TRANSPOSE else x for x in (a, b))
+    return call(MATMUL, a, b, **attrs, **flags)
+
+
+def transposed(x: Node, form: str) -> Node:
+    """x.T (form "T") or x.mT ("mT"), for a matmul to take as its operand."""
+    return call(TRANSPOSE, x, form=form)
+
+
+def _transpose_call(c: Call) -> Node:
+    """x.t() and x.transpose(d0, d1): the last two dims (or 0 and 1 of a 2-D x)."""
+    if c.fname == "t":
+        arity("t", c.args, 1)
+        return transposed(c.expr(c.args[0]), "T")
+    arity("transpose", c.args, 3)
+    dims = {ast.unparse(d) for d in c.args[1:]}
+    if dims == {"-2", "-1"}:
+        return transposed(c.expr(c.args[0]), "mT")
+    if dims == {"0", "1"}:
+        return transposed(c.expr(c.args[0]), "T")
+    raise IRError(f"transpose over dims {', '.join(sorted(dims))} is not supported: a matmul operand transposes its "
+                  "last two dims, e.g. b.transpose(-2, -1) or b.mT")
+
+
+@prints(MATMUL)
+def _print(node: Node, text) -> str:
+    a, b = (text(x) + (f".{node.attr(key)}" if node.attr(key) else "") for x, key in zip(node.args, ("ta", "tb")))
+    return f"matmul({a}, {b}{', tf32=True' * bool(node.attr('tf32'))})"
+
+
+@prints(TRANSPOSE)
+def _print_transpose(node: Node, text) -> str:
+    return f"{text(node.args[0])}.{node.attr('form')}"
+
+
+def logical(shape: list[int], form: str | None, name: str = "") -> list[int]:
+    """An operand's shape as the product reads it: transposed (form "T" or "mT") or as it is."""
+    if not form:
+        return list(shape)
+    if form == "T" and len(shape) != 2:
+        raise IRError(f"{name}.T of a {len(shape)}-D tensor reverses all its dims; write {name}.mT (or "
+                      f"{name}.transpose(-2, -1)) for its matrices' transpose")
+    return [*shape[:-2], shape[-1], shape[-2]]
+
+
+def matmul_node(node: Node) -> Node | None:
+    return next((sub for sub in node.walk() if sub.op == MATMUL), None)
+
+
+def check(node: Node) -> None:
+    """One matmul of two plain inputs, the root of its tree or inside a pointwise epilogue."""
+    matmuls = [sub for sub in node.walk() if sub.op == MATMUL]
+    if matmuls:
+        body = node if node.op == MATMUL or node.op in pointwise.OPS else None
+        _check_matmul(node, body, matmuls)
+
+
+def _check_matmul(node: Node, body: Node, matmuls: list[Node]) -> None:
+    if node is not body:
+        raise IRError(f"a matmul inside {node.op} is not supported; a matmul takes a pointwise epilogue, "
+                      "e.g. relu(a @ b + bias)")
+    if len(set(matmuls)) > 1:            # one product used twice (a local named twice) is one matmul
+        raise IRError("one matmul per kernel; chain them as separate operators")
+    mm = matmuls[0]
+    if any(a.op != "input" for a in mm.args):
+        raise IRError("matmul operands must be inputs, e.g. a @ b; compute a prologue in a separate kernel")
+    if any(a.name in _inputs_outside(node, mm) for a in mm.args):
+        raise IRError("matmul operands cannot also be used in the epilogue")
+
+
+def _inputs_outside(node: Node, inner: Node) -> list[str]:
+    """The input names node reads other than through the subtree inner."""
+    if node == inner:
+        return []
+    if node.op == "input":
+        return [node.name]
+    return [name for a in node.args for name in _inputs_outside(a, inner)]
+
+
+def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    mm = matmul_node(node)
+    a, b = (logical(shapes[x.name], mm.attr(key), x.name) for x, key in zip(mm.args, ("ta", "tb")))
+    full = broadcast_shapes([_matmul_shape(a, b)] + [shapes[n] for n in input_names(node)
+                                                     if n not in {x.name for x in mm.args}])
+    if full != _matmul_shape(a, b):
+        raise IRError(f"the epilogue's inputs broadcast the matmul's output to {full}; they must fit inside it")
+    return full
+
+
+def _matmul_shape(a: list[int], b: list[int]) -> list[int]:
+    if len(a) not in (2, 3) or len(b) not in (2, 3) or (len(a) == 2 and len(b) == 3):
+        raise IRError(f"matmul takes a [M, K] @ b [K, N], or batched a [B, M, K] @ b [B, K, N] or [K, N]; "
+                      f"got {a} @ {b}")
+    if a[-1] != b[-2]:
+        raise IRError(f"matmul: a {a} has K = {a[-1]} but b {b} has K = {b[-2]}; they must match")
+    if len(b) == 3 and b[0] != a[0]:
+        raise IRError(f"batched matmul: a {a} and b {b} have different batch sizes")
+    return a[:-1] + [b[-1]]
+
+
+# ---------------------------------------------------------------- words
+
+MATMUL_WORD = re.compile(r"\bmat[\s_-]?mul\b|\bmatrix[\s-]+(?:multipl\w*|mult|product)\b|\bgemm\b|\bb?mm\b|"
+                         r"矩阵乘法?|[\w)\]](?:@|[ \t]+@[ \t]+)[\w(]", _F)     # "a @ b", not "hi @bob"
+
+BATCHED_WORD = re.compile(r"\bbatch(?:ed|es)?\b|\bbmm\b|批(?:量|次)?", _F)
+
+MATMUL_DTYPES = ["float16", "bfloat16"]         # float32 only when asked for (fp32, tf32)
+
+
+# Problem sizes [M, N, K] / [B, M, N, K]: square, and odd and non-square (no block size divides
+# it, and a kernel that mixes up M, N and K fails on it).
+MATMUL_DEFAULTS = [[4096, 4096, 4096], [1000, 1500, 700]]
+
+BMM_DEFAULTS = [[32, 512, 512, 512], [3, 1000, 1500, 700]]
+
+ACTIVATIONS = {"relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"}
+
+_CONNECTIVES = {"add", "mul"}                  # "plus residual", "a times b": already read
+
+
+_TF32 = re.compile(r"\btf32\b", _F)
+
+
+_TF32_FLAG = re.compile(r",?\s*\btf32\s*=\s*(True|False)\b")      # typed: matmul(a, b, tf32=True)
+
+
+_NO_TF32 = re.compile(r"\b(?:no|without|disable|disallow)\s+tf32\b|(?:不用|禁用|不允许)\s*tf32", _F)
+
+_BIAS = re.compile(r"\bbias\b|偏置", _F)
+
+_NO_BIAS = re.compile(r"\b(?:without|no|w/o)\s+(?:a\s+)?bias\b|(?:无|不带|没有)偏置", _F)
+
+_RESIDUAL = re.compile(r"\bresidual\b|\bskip[\s-]connection\b|残差", _F)
+
+
+# Between a matmul's operands or its shapes: "a times b", "4096x4096 @ 4096x4096", "矩阵乘 A 乘 B".
+_OPERAND_JOINS = re.compile(r"@|\b(?:two|pair\s+of)\b|乘(?!以)|加|两个", _F)
+
+_ACTIVATION_WORD = re.compile(r"\bactivation\b|激活", _F)
+
+_SIZE_RUN = re.compile(rf"(?:\b[bmnk]\s*[=:]?\s*{DIM}(?![\w.])[\s,;]*(?:and\s+)?){{2,4}}", _F)
+
+_SIZE = re.compile(rf"\b([bmnk])\s*[=:]?\s*({DIM})", _F)
+
+_CUBE = re.compile(rf"(?<![\w.])({DIM})\s*(?:\^\s*3|\*\*\s*3|³)(?![\w.])|(?<![\w.])({DIM})\s+cubed\b", _F)
+
+_BATCH = re.compile(r"\bbatch(?:es)?(?:\s+(?:size|count|of))?\s*[=:]?\s*(\d+)\b(?!\s*[x×*])|"
+                    r"\b(\d+)\s+batch(?:es)?\b|批(?:量|次)?(?:大小)?\s*[=:为]?\s*(\d+)(?![\d\s]*[x×*])", _F)
+
+
+# "4096x4096 by 4096x4096" is two operands; the generic reader would take "by" as a dim separator.
+_OPERAND_BY = re.compile(rf"({DIM}\s*[x×*]\s*{DIM})(\s+by\s+)(?={DIM}\s*[x×*])", _F)
+
+_NO_BATCH = "a batched matmul needs a batch count, e.g. 'batch 32 of 512x512x512' or '32x512x512 by 32x512x512'"
+
+
+class Epilogue(NamedTuple):
+    bias: bool
+    residual: bool
+    activation_named: bool     # "activation"/"激活" said, whichever function it names
+
+
+def take_tf32(text: str) -> tuple[str, bool | None]:
+    """'tf32' names float32 that allows TF32: read it as fp32 in place (keeping the dtypes' order);
+    True/False when TF32 is asked for / refused, None when not mentioned."""
+    if m := _TF32_FLAG.search(text):
+        return text[:m.start()] + _blank(m) + text[m.end():], m.group(1) == "True"
+    if _NO_TF32.search(text):
+        return _NO_TF32.sub(_blank, text), False
+    if _TF32.search(text):
+        return _TF32.sub("fp32", text), True
+    return text, None
+
+
+def take_sizes(text: str, batched: bool) -> tuple[str, int | None]:
+    """(text, batch): a batch count ('batch 32 of ...') taken out, sizes spelled 'M=4096 N=4096
+    K=4096' or '4096^3' rewritten in place as MxNxK (BxMxNxK) for the generic shape reader, and
+    'A by B' operand pairs split apart."""
+    batch = None
+    if m := _BATCH.search(text):
+        batch = int(next(g for g in m.groups() if g))
+        text = text[:m.start()] + _blank(m) + text[m.end():]
+
+    def problem(sizes: list[int]) -> str:
+        if batched and batch is None and len(sizes) == 3:
+            raise GenerationError(_NO_BATCH)
+        return f" {fmt_shape(sizes)} "
+
+    def named(m: re.Match) -> str:
+        sizes = {k.upper(): _size(v) for k, v in _SIZE.findall(m.group(0))}
+        if not {"M", "N", "K"} <= sizes.keys():
+            raise GenerationError(f"{m.group(0).strip()!r}: name all of M, N and K, e.g. 'M=4096 N=4096 K=4096'")
+        return problem([sizes[k] for k in "BMNK" if k in sizes])
+
+    text = _CUBE.sub(lambda m: problem([_size(m.group(1) or m.group(2))] * 3), _SIZE_RUN.sub(named, text))
+    text = _OPERAND_BY.sub(lambda m: m.group(1) + ";" + " " * (len(m.group(2)) - 1), text)
+    return text, batch
+
+
+def problems(shapes: list[list[int]], batched: bool, batch: int | None, notes: list[str]) -> list[list[int]]:
+    """Problem sizes, one per case, from the shapes in a matmul request: MxNxK (BxMxNxK) as
+    written, a pair of operands [M, K] [K, N], or one square operand (both operands that shape)."""
+    operand_rank = 3 if batched and batch is None else 2
+    out: list[list[int]] = []
+    i = 0
+    while i < len(shapes):
+        s, nxt = shapes[i], shapes[i + 1] if i + 1 < len(shapes) else None
+        i += 1
+        pair = len(s) == operand_rank and nxt is not None and len(nxt) == operand_rank
+        if pair and s[-1] == nxt[-2] and s[:-2] == nxt[:-2]:
+            out.append([*s[:-2], s[-2], nxt[-1], s[-1]])
+            i += 1
+        elif len(s) == operand_rank and s[-1] == s[-2]:       # "4096x4096 and 1024x1024": two cases
+            notes.append(f"read {fmt_shape(s)} as the shape of both operands (M = N = K = {s[-1]})")
+            out.append([*s, s[-1]])
+        elif pair:
+            raise GenerationError(f"a {fmt_shape(s)} and b {fmt_shape(nxt)} do not multiply: a's K is {s[-1]} but b's "
+                                  f"is {nxt[-2]}{'' if s[:-2] == nxt[:-2] else ', and the batch sizes differ'}")
+        elif len(s) == 4 and nxt is not None and len(nxt) == 4 and s[:2] == nxt[:2] and s[3] == nxt[2]:
+            raise GenerationError(f"{fmt_shape(s)} by {fmt_shape(nxt)} reads as two 4-D operands, which the offline matmul does "
+                                  "not take; give a batch of 3-D operands ('batched matmul 16x128x64 by 16x64x128').")
+        elif not batched and len(s) == 3 and nxt is not None and len(nxt) == 3 and s[0] == nxt[0] and s[2] == nxt[1]:
+            raise GenerationError(f"is {fmt_shape(s)} by {fmt_shape(nxt)} a batched matmul ({s[0]} of {fmt_shape(s[1:])} by "
+                                  f"{fmt_shape(nxt[1:])})? Say 'batched matmul'; a single 3-number size reads as M x N x K.")
+        elif len(s) in (operand_rank + 1, 4):
+            if len(set(s)) > 1:
+                notes.append(f"read {fmt_shape(s)} as {' x '.join('BMNK'[4 - len(s):])}")
+            out.append(list(s))
+        else:
+            raise GenerationError(f"I cannot read {fmt_shape(s)} as a matmul shape. Give M, N and K ('4096x4096x4096', "
+                                  "'M=4096 N=4096 K=4096', '4096^3') or both operands ('1024x4096 by 4096x2048'); "
+                                  "batched: 'batch 32 of 512x512x512' or '32x512x512 by 32x512x512'.")
+    return [[batch, *p] if batch is not None and len(p) == 3 else p for p in out]
+
+
+def take_epilogue(text: str) -> tuple[str, Epilogue]:
+    """The matmul, bias, residual and activation words, blanked so that what is left are the
+    epilogue's functions and scale for the generic operator reader."""
+    epilogue = Epilogue(bool(_BIAS.search(text)) and not _NO_BIAS.search(text), bool(_RESIDUAL.search(text)),
+                        bool(_ACTIVATION_WORD.search(text)))
+    for pattern in (_NO_BIAS, _BIAS, _RESIDUAL, _ACTIVATION_WORD, MATMUL_WORD, BATCHED_WORD, _OPERAND_JOINS):
+        text = pattern.sub(_blank, text)
+    return text, epilogue
+
+
+def check_epilogue_order(text: str, found: list[tuple[int, str]]) -> None:
+    """The epilogue is activation(a @ b + bias) * scale + residual: words that name its parts in
+    another order ('plus residual then relu', 'scaled by 0.125 then gelu') are refused."""
+    parts = [(m.start(), 0, "bias") for m in _BIAS.finditer(text) if not _NO_BIAS.search(text)]
+    parts += [(m.start(), 3, "residual") for m in _RESIDUAL.finditer(text)]
+    parts += [(pos, 1 if op in ACTIVATIONS else 2, op) for pos, op in found if op in ACTIVATIONS or op == "scale"]
+    parts.sort()
+    for (_, r1, p1), (_, r2, p2) in zip(parts, parts[1:]):
+        if r1 > r2 and {r1, r2} != {0, 3}:          # bias and residual are both added: either order
+            raise GenerationError(f"you named {p1} before {p2}, but the epilogue applies {p2} first: it is "
+                                  "activation(a @ b + bias) * scale + residual. For another order write the "
+                                  "expression, e.g. 'relu(a @ b + residual)'.")
+
+
+def matmul_expression(epilogue: Epilogue, words: list[tuple[str, str, float | None]],
+                      operands: tuple[str, str] = ("a", "b"), tf32: bool = False) -> str:
+    """activation(a @ b + bias) * scale + residual from the epilogue and the other operator words
+    ((kind, op, value) as bot.request_parse finds them)."""
+    acts = list(dict.fromkeys(op for _, op, _ in words if op in ACTIVATIONS))
+    scales = [value for _, op, value in words if op == "scale"]
+    other = [op for kind, op, _ in words
+             if op not in ACTIVATIONS and op != "scale" and not (kind == "binary" and op in _CONNECTIVES)]
+    if other or len(scales) > 1:
+        raise GenerationError(f"a matmul's epilogue takes a bias, one activation (relu, gelu, silu, sigmoid, tanh), "
+                              f"a scale and a residual, not {', '.join(other) or 'two scales'}. Write other "
+                              "epilogues as an expression, e.g. 'relu(a @ b + bias) * 0.5 + residual'.")
+    if len(acts) > 1:
+        raise GenerationError(f"I found the activations {' and '.join(acts)}; which one do you want?")
+    if epilogue.activation_named and not acts:
+        raise GenerationError("which activation? relu, gelu, silu, sigmoid or tanh, e.g. 'matmul with bias and relu'")
+    a, b = operands
+    body = f"matmul({a}, {b}, tf32={tf32})" + " + bias" * epilogue.bias
+    if acts:
+        body = f"gelu({body}, approximate='tanh')" if acts[0] == "gelu_tanh" else f"{acts[0]}({body})"
+    if scales:
+        body = f"({body}) * {scales[0]!r}"
+    return body + " + residual" * epilogue.residual
+
+
+def operand_problem(a: tuple[str, list[int]], b: tuple[str, list[int]]) -> list[int]:
+    """The problem [.., M, N, K] of operands (name, shape) a [.., M, K] @ b [.., K, N]; b may be one
+    2-D weight shared by every matrix of a 3-D a."""
+    (na, sa), (nb, sb) = a, b
+    if len(sa) not in (2, 3) or len(sb) not in (2, len(sa)) or sa[-1] != sb[-2] or (len(sb) == 3 and sa[0] != sb[0]):
+        raise GenerationError(f"{na} {fmt_shape(sa)} @ {nb} {fmt_shape(sb)} is not a product the offline matmul takes: "
+                              "[M, K] @ [K, N], [B, M, K] @ [B, K, N] or [B, M, K] @ [K, N]")
+    return [*sa[:-2], sa[-2], sb[-1], sa[-1]]
+
+
+def matmul_shapes(problem: list[int], a: str, b: str, epilogue: dict[str, bool], ta: str | None = None,
+                  tb: str | None = None) -> dict[str, list[int]]:
+    """Each input's shape for one problem [.., M, N, K] (a transposed operand's as it lies in
+    memory: a.T is [K, M]); epilogue inputs are [N] vectors (True) or the output's shape."""
+    *batch, m, n, k = problem
+    shapes = {a: [*batch, *((k, m) if ta else (m, k))], b: [*batch, *((n, k) if tb else (k, n))]}
+    return shapes | {e: [n] if vector else [*batch, m, n] for e, vector in epilogue.items()}
+
+
+def with_tf32(node: Node, tf32: bool) -> Node:
+    """The expression with its matmul's tf32 flag set."""
+    if node.op == MATMUL:
+        return dataclasses.replace(node, attrs=tuple(sorted({**dict(node.attrs), "tf32": tf32}.items())))
+    return dataclasses.replace(node, args=tuple(with_tf32(a, tf32) for a in node.args))
+
+
+def matmul_name(node: Node, batched: bool) -> str:
+    """'matmul_bias_relu_scale_residual': the matmul, then its epilogue from the inside out."""
+    mm = matmul_node(node)
+    operands = {a.name for a in mm.args}
+    parts = ["bmm" if batched else "matmul"]
+    for sub in _inside_out(node):
+        if sub.op in ("input", "const", MATMUL):
+            continue
+        leaves = [a.name for a in sub.args if a.op == "input" and a.name not in operands]
+        if sub.op == "mul" and any(a.op == "const" for a in sub.args):
+            label = "scale"
+        elif sub.op in pointwise.BINARY and leaves:
+            label = leaves[0]                           # "+ bias", "+ residual"
+        else:
+            label = sub.op
+        if label not in parts:
+            parts.append(label)
+    return "_".join(parts[:5])
+
+
+def _inside_out(node: Node) -> list[Node]:
+    return [sub for a in node.args for sub in _inside_out(a)] + [node]
+
+
+# ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
+
+def _matmul_dims(a_name, a_shape, b_name, b_shape):
+    # (batch, M, N, K) of a [M, K] @ b [K, N], a [B, M, K] @ b [B, K, N] or a [B, M, K] @ b [K, N].
+    ok = len(a_shape) in (2, 3) and len(b_shape) in (2, len(a_shape)) and a_shape[-1] == b_shape[-2]
+    if not ok or (len(b_shape) == 3 and b_shape[0] != a_shape[0]):
+        raise ValueError(f"cannot multiply {a_name} {list(a_shape)} by {b_name} {list(b_shape)}: this kernel "
+                         "multiplies [M, K] @ [K, N], [B, M, K] @ [B, K, N] or [B, M, K] @ [K, N]")
+    batch = a_shape[0] if len(a_shape) == 3 else 1
+    return batch, a_shape[-2], b_shape[-1], a_shape[-1]
+
+
+def _epilogue_strides(name, shape, out_shape, along=(True, True)):
+    # The element strides the kernel reads an epilogue input with (0 where it broadcasts): over the
+    # batch, then over the output's rows and columns where the kernel was generated to read it
+    # along them (`along`); a bias [N] is read as one row, a per-row [M, 1] as one column.
+    m, n = out_shape[-2:]
+    if len(shape) > len(out_shape) or any(d not in (1, o) for d, o in zip(reversed(shape), reversed(out_shape))):
+        raise ValueError(f"input {name} has shape {list(shape)}, which does not broadcast to the matmul's output "
+                         f"{list(out_shape)}; the epilogue reads a vector [{n}], one value per row [{m}, 1], the full "
+                         f"{list(out_shape)}" + (f" or [{m}, {n}]" if len(out_shape) == 3 else "")
+                         + " or a single value [1]")
+    sb, sm, sn = _expanded_strides(shape, [1] * (3 - len(out_shape)) + list(out_shape))
+    if (sm and not along[0]) or (sn and not along[1]):
+        kind = {(False, True): f"a vector [{n}]", (True, False): f"one value per row [{m}, 1]"}.get(
+            tuple(along), "a single value [1]")
+        raise ValueError(f"input {name} has shape {list(shape)}, but this kernel was generated for {kind} there; "
+                         "regenerate it for these shapes")
+    return [sb] + [stride for stride, read in zip((sm, sn), along) if read]
+
+
+def _default_config(batch, M, N):
+    # The biggest tile of CONFIGS (listed biggest first) that still gives every one of an H200's
+    # 132 SMs a program: a bigger tile reuses each operand tile it loads more, a smaller one keeps
+    # a small problem spread over the GPU.
+    for config in CONFIGS:
+        if batch * -(-M // config["BLOCK_M"]) * -(-N // config["BLOCK_N"]) >= 132:
+            return config
+    return CONFIGS[-1]
+
+
+def _shared_bytes(bm, bn, bk, num_stages, itemsize):
+    # Shared memory a program of these tiles takes: num_stages buffered operand tiles, and half an
+    # output tile that a TMA store stages (float32 tiles take twice fp16's).
+    return ((bm + bn) * bk * num_stages + bm * bn // 2) * itemsize
+
+
+def _fit_config(config, M, N, K, itemsize):
+    # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages) of config for this problem, so any config runs any
+    # case: no tile side wider than its matrix needs (a power of two, at least 16, tl.dot's least),
+    # and BLOCK_K halved until the program fits in 208 KB of shared memory (an H200 has 227 KB per
+    # block, an A100 163 KB).
+    bm, bn, bk = (min(config[key], max(16, 1 << (n - 1).bit_length()))
+                  for key, n in (("BLOCK_M", M), ("BLOCK_N", N), ("BLOCK_K", K)))
+    while _shared_bytes(bm, bn, bk, config["num_stages"], itemsize) > 208 * 1024 and bk > 16:
+        bk //= 2
+    return bm, bn, bk, config["num_stages"]
+
+
+def _per_sm(bm, bn, bk, num_stages, itemsize):
+    # How many programs of these tiles one SM holds at once, by the shared memory they take (an
+    # H200 SM has 228 KB): the persistent grid starts that many per SM, so small tiles keep several
+    # programs' loads in flight (H200, 32 x 1024^3 fp16, 64 x 64 x 64 tiles in 3 stages: 2.9x the
+    # time of 128 x 256 tiles with one program per SM, 1.4x with 4).
+    return max(1, 224 * 1024 // _shared_bytes(bm, bn, bk, num_stages, itemsize))
+
+
+def _padded_length(n, itemsize):
+    # The length to store rows of n elements with: n where such rows start on 16-byte boundaries,
+    # else n rounded up to a multiple of 64 (to a power of two from 16 when shorter), so a padded K
+    # is a multiple of every BLOCK_K in CONFIGS: its K loop reads no tile past the padding.
+    # _fit_config picks the same tiles for the padded length as for n. An empty K becomes 16 zeros:
+    # TMA needs every dim positive, and the product is then zeros, as torch's is.
+    if n and n * itemsize % 16 == 0:
+        return n
+    return -(-n // 64) * 64 if n > 64 else max(16, 1 << (n - 1).bit_length())
+
+
+# ---------------------------------------------------------------- kernel.py
+
+def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
+    """kernel.py for a tree holding one matmul of two inputs inside a pointwise epilogue: the
+    tuning block, the @triton.jit kernel and a launcher `def <spec name>(<inputs>, *, config=None)`
+    with the reference's signature. options may carry {"block": int, "num_warps": int} from a
+    reviewer's correction ('block size 64': 64 x 64 output tiles), kept by every config."""
+    if (options or {}).get("block", 0) > MAX_BLOCK:
+        raise ValueError(f"a matmul tile side is at most {MAX_BLOCK} (the operand tiles live in shared memory), "
+                         f"got {options['block']}")
+    return _MatmulKernel.render(spec, node, options)
+
+
+def _substitute(node: Node, old: Node, new: Node) -> Node:
+    if node == old:
+        return new
+    return dataclasses.replace(node, args=tuple(_substitute(a, old, new) for a in node.args))
+
+
+class _MatmulKernel(KernelFile):
+    block_key = "BLOCK_M"
+    imports = "from triton.tools.tensor_descriptor import TensorDescriptor\n"
+    description = ("Persistent programs, as many per SM as fit, each computing BLOCK_M x BLOCK_N tiles of the\n"
+                   "output (of any matrix of the batch) in turn: a K loop of tl.dot on operand tiles that TMA\n"
+                   "copies into shared memory, into a float32 accumulator, then the epilogue on the tile and its\n"
+                   "store. A float16/bfloat16 output whose rows are 16-byte aligned is stored by TMA, and its tile\n"
+                   "loop and K loop are pipelined as one, so the next tile's loads overlap this tile's epilogue.\n"
+                   "Tiles are walked in groups of GROUP_M rows, so tiles loaded together are reused from L2.\n"
+                   "Operands whose rows do not start on 16-byte boundaries (odd K or N) are first copied\n"
+                   "into zero-padded buffers (_pad), as TMA requires.")
+
+    def __init__(self, spec, node, inputs, options):
+        check(node)         # one matmul of two inputs, inside a pointwise epilogue
+        matmul = matmul_node(node)
+        if matmul is None:
+            raise ValueError(f"{to_text(node)} has no matmul; lower it with bot.ops.pointwise")
+        by_name = {i.name: i for i in inputs}
+        self.a, self.b = (by_name[arg.name] for arg in matmul.args)
+        self.tf32 = bool(matmul.attr("tf32"))
+        # Transposed operands (a.T, b.mT): how each was written, None when not transposed.
+        self.ta, self.tb = matmul.attr("ta"), matmul.attr("tb")
+        # The epilogue is the tree with the matmul replaced by `acc`, its float32 tile. The
+        # placeholder's name cannot clash with an input's: it is no identifier.
+        placeholder = f"({self.a.name} @ {self.b.name})"
+        epilogue = _substitute(node, matmul, inp(placeholder))
+        names = input_names(epilogue)
+        self.epilogue_inputs = [i for i in inputs if i.name in names]
+        acc = KernelInput(placeholder, "acc", [])
+        super().__init__(spec, pointwise.triton_body(epilogue, [acc] + self.epilogue_inputs), inputs,
+                         [acc] + self.epilogue_inputs, options)
+        self.cases = []     # (M, N, K) per case; unsupported shapes are refused now, not at launch
+        strides = {e.name: [] for e in self.epilogue_inputs}
+        for case in range(len(self.a.shapes)):
+            a_shape, b_shape = logical(self.a.shapes[case], self.ta), logical(self.b.shapes[case], self.tb)
+            _, m, n, k = _matmul_dims(self.a.name, a_shape, self.b.name, b_shape)
+            self.cases.append((m, n, k))
+            for e in self.epilogue_inputs:
+                strides[e.name].append(_epilogue_strides(e.name, e.shapes[case], a_shape[:-1] + [n]))
+        # Whether the kernel reads each epilogue input along the rows and along the columns: only
+        # where some case varies there. A bias [N] is then one row of loads, not a whole tile.
+        self.along = {name: (any(s[1] for s in cases), any(s[2] for s in cases)) for name, cases in strides.items()}
+
+    def source(self) -> str:
+        helpers = [_matmul_dims, _default_config, _shared_bytes, _fit_config, _per_sm, _padded_length]
+        if self.epilogue_inputs:
+            helpers += [_expanded_strides, _epilogue_strides]
+        return self._file([self._kernel(), "\n\n".join(fixed.sources(PAD, {"_pad"}))], helpers, self._launcher())
+
+    def pins(self) -> dict[str, int]:
+        """A reviewer's 'block size N' is a square N x N output tile."""
+        pins = super().pins()
+        if "BLOCK_M" in pins:
+            pins["BLOCK_N"] = pins["BLOCK_M"]
+        return pins
+
+    def configs(self) -> list[dict]:
+        # Configs that every case shrinks to the same tiles as an earlier one are dropped: sweeping
+        # them would time one kernel twice. (Tiles equal at fp16's 2 bytes are equal at any width.)
+        # A float32-only spec lists each config with the BLOCK_K the launcher gives it in shared
+        # memory (128x256x64 in 3 stages runs with BLOCK_K 32), so tables and TUNED name it right.
+        widths = {protocol.ITEMSIZE[d] for i in self.spec["inputs"] if i["name"] == self.a.name for d in i["dtypes"]}
+        candidates = CONFIGS if widths != {4} else [
+            {**c, "BLOCK_K": _fit_config(c, 1 << 30, 1 << 30, 1 << 30, 4)[2]} for c in CONFIGS]
+        return self._space(candidates, lambda config: [
+            (_fit_config(config, m, n, k, 2), config["GROUP_M"], config["num_warps"]) for m, n, k in self.cases])
+
+    def _kernel(self) -> str:
+        params = ["a_desc", "b_desc"] + [f"{e.local}_ptr" for e in self.epilogue_inputs]
+        params += ["out_ptr", "out_desc", "M", "N", "K", "batches", "b_batched"]
+        params += [param for e in self.epilogue_inputs for param, _ in self._strides(e)]
+        constexprs = ("INPUT_PRECISION", "B_KMAJOR", "TMA_STORE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
+        params += [f"{c}: tl.constexpr" for c in constexprs]
+        lines = [
+            "# Persistent: program p computes output tiles p, p + P, p + 2P, ... of all the batch's (P",
+            "# programs: per SM, as many as its shared memory holds), so no last wave leaves SMs idle.",
+            "# With a TMA store, flatten merges this loop and the K loop into one pipelined loop: the",
+            "# next tile's operand loads are in flight during this tile's epilogue (H200, 32 x 1024^3",
+            "# fp16: 118.8 us nested, 109.7 us flattened; cuBLAS 107.9). A pointer store stays nested:",
+            "# flattened, its layout change could not reuse the operand buffers, and a float32 128 x 256",
+            "# tile with an epilogue then needed 272 KB of shared memory.",
+            "tiles_m = tl.cdiv(M, BLOCK_M)",
+            "tiles_n = tl.cdiv(N, BLOCK_N)",
+            "tiles = tiles_m * tiles_n",
+            "group_size = GROUP_M * tiles_n",
+            "for tile in tl.range(tl.program_id(0), batches * tiles, tl.num_programs(0), flatten=TMA_STORE):",
+            "    # Tiles run down GROUP_M row tiles before moving one column tile right, so the programs",
+            "    # running at once share their tiles of a and b in L2 instead of each streaming all of b.",
+            "    matrix = tile // tiles",
+            "    pid = tile % tiles",
+            "    first_m = (pid // group_size) * GROUP_M",
+            "    group_m = min(tiles_m - first_m, GROUP_M)",
+            "    pid_m = first_m + (pid % group_size) % group_m",
+            "    pid_n = (pid % group_size) // group_m",
+            "    # a is [batches, M, K] and b [1 or batches, K, N] (K-major: [.., N, K]), read by TMA: each",
+            "    # tile is one asynchronous copy into shared memory, pipelined over the K loop, and what lies",
+            "    # past an edge reads as zeros, so partial tiles need no masks. Where the launcher padded",
+            "    # them, K is the padded length and the added columns of a and rows of b are zeros too.",
+            "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+            "    for k in range(0, tl.cdiv(K, BLOCK_K)):",
+            "        a_tile = a_desc.load([matrix, pid_m * BLOCK_M, k * BLOCK_K]).reshape(BLOCK_M, BLOCK_K)",
+            "        if B_KMAJOR:",
+            "            # b was copied K-major, the layout TF32 tensor cores (wgmma) read float32 B in.",
+            "            b_tile = b_desc.load([matrix * b_batched, pid_n * BLOCK_N, k * BLOCK_K]).reshape(BLOCK_N, BLOCK_K)",
+            "            acc = tl.dot(a_tile, tl.trans(b_tile), acc, input_precision=INPUT_PRECISION)",
+            "        else:",
+            "            b_tile = b_desc.load([matrix * b_batched, k * BLOCK_K, pid_n * BLOCK_N]).reshape(BLOCK_K, BLOCK_N)",
+            "            acc = tl.dot(a_tile, b_tile, acc, input_precision=INPUT_PRECISION)",
+            "    # The epilogue and the store, in two halves of BLOCK_N // 2 columns: each half's epilogue",
+            "    # inputs and temporaries take half the registers (H200, gelu(a @ b + bias) + residual fp16:",
+            "    # 4096^3 223.0 -> 216.7 us, 3001x2999x3007 170.5 -> 154.1). int64 offsets, so outputs past",
+            "    # 2**31 elements are safe.",
+            "    batch = matrix.to(tl.int64)",
+            "    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None]",
+        ]
+        # Inputs that do not vary along the columns (one value per row or per matrix) load once
+        # for both halves; the others, per half.
+        per_half = [e for e in self.epilogue_inputs if self.along[e.name][1]]
+        for e in self.epilogue_inputs:
+            if e not in per_half:
+                lines += indented(self._epilogue_load(e))
+        lines += [
+            "    left, right = tl.split(tl.permute(acc.reshape(BLOCK_M, 2, BLOCK_N // 2), (0, 2, 1)))",
+            "    for half in tl.static_range(2):",
+            "        if half == 0:",
+            "            acc = left",
+            "        else:",
+            "            acc = right",
+            "        first_col = pid_n * BLOCK_N + half * (BLOCK_N // 2)",
+            "        cols = first_col + tl.arange(0, BLOCK_N // 2)[None, :]",
+            "        mask = (rows < M) & (cols < N)",
+        ]
+        for e in per_half:
+            lines += indented(self._epilogue_load(e), 2)
+        if not self.is_bare_input:
+            lines.append(f"        acc = {self.body_call()}")
+        lines += [
+            "        if TMA_STORE:",
+            "            # A TMA store of the half (what lies past an edge is not written): its staging",
+            "            # buffer in shared memory is half a tile, which leaves room for the operand stages",
+            "            # (32 x 1024^3 fp16: 111.6 us through pointers, 109.7 us so).",
+            "            out_desc.store([matrix, pid_m * BLOCK_M, first_col],",
+            "                           acc.to(out_ptr.dtype.element_ty).reshape(1, BLOCK_M, BLOCK_N // 2))",
+            "        else:",
+            "            tl.store(out_ptr + batch * M * N + rows * N + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)",
+        ]
+        return jit_source(f"{self.name}_kernel", params, lines)
+
+    def _strides(self, e: KernelInput) -> list[tuple[str, str]]:
+        """(kernel parameter, offset term) of each stride the kernel reads epilogue input e with."""
+        reads = zip(("sb", "sm", "sn"), ("batch", "rows", "cols"), (True, *self.along[e.name]))
+        return [(f"{e.local}_{s}", f"{index} * {e.local}_{s}") for s, index, read in reads if read]
+
+    def _epilogue_load(self, e: KernelInput) -> list[str]:
+        """Load an epilogue input over the tile: the whole tile, one row or one column of it
+        (broadcast by the arithmetic), or one value per matrix."""
+        mask = {(True, True): ", mask=mask, other=0.0", (True, False): ", mask=rows < M, other=0.0",
+                (False, True): ", mask=cols < N, other=0.0", (False, False): ""}[self.along[e.name]]
+        return [f"{e.local}_offs = {' + '.join(term for _, term in self._strides(e))}",
+                f"{e.local} = tl.load({e.local}_ptr + {e.local}_offs{mask}).to(tl.float32)"]
+
+    def _launcher(self) -> str:
+        a, b, first = self.a, self.b, self.inputs[0].local
+        # A transposed operand's shape as the product reads it (x.mT of [.., K, M] is [.., M, K]).
+        a_read, b_read = (f"{x.local}.mT" if flag else x.local for x, flag in ((a, self.ta), (b, self.tb)))
+        text = self._signature_and_prologue()
+        text += (f'    batch, M, N, K = _matmul_dims("{a.name}", {a_read}.shape, "{b.name}", {b_read}.shape)\n'
+                 f"    shape = (*{a_read}.shape[:-1], N)\n")
+        if self.epilogue_inputs:
+            text += ("    # The epilogue reads each input with its batch stride, and its row and column strides\n"
+                     "    # where the kernel reads it along rows and columns; 0 where it broadcasts.\n")
+            text += "".join(f'    {e.local}_strides = _epilogue_strides("{e.name}", {e.local}.shape, shape, '
+                            f'{self.along[e.name]})\n' for e in self.epilogue_inputs)
+        text += (f"    out = torch.empty(shape, dtype={first}.dtype, device={first}.device)\n"
+                 "    if out.numel() == 0:\n        return out      # no rows, columns or matrices: nothing to compute\n")
+        text += self._config_line("_default_config(batch, M, N)")
+        if self.tf32:
+            text += ("    # float32 inputs round to TF32 on the tensor cores (the spec allows it); float16 and\n"
+                     '    # bfloat16 take tl.dot\'s default, the tensor cores too.\n'
+                     f'    precision = "tf32" if {a.local}.dtype == torch.float32 else None\n')
+            text += ("    # TF32 tensor cores read float32 tiles of B only K-major: a row-major B would load\n"
+                     "    # element by element (4096^3 on an H200: 985 us). B is copied transposed (below).\n"
+                     "    b_kmajor = precision == \"tf32\"\n") if not self.tb else ""
+        else:
+            text += ("    # float32 inputs multiply in exact IEEE float32 (the spec does not allow TF32): right but\n"
+                     "    # slow. float16 and bfloat16 take tl.dot's default, the tensor cores.\n"
+                     f'    precision = "ieee" if {a.local}.dtype == torch.float32 else None\n')
+        if self.tb:
+            text += (f"    # {b.local} [.., N, K] lies K-major, as the tensor cores read B; float32 in IEEE precision\n"
+                     "    # (no tensor cores) reads it row-major, so it is copied transposed (below).\n"
+                     '    b_kmajor = precision != "ieee"\n')
+        text += self._padding()
+        text += ("    # The config's tiles, shrunk to this problem and to shared memory.\n"
+                 f"    BLOCK_M, BLOCK_N, BLOCK_K, num_stages = _fit_config(config, M, N, K_pad, "
+                 f"{a.local}.element_size())\n")
+        kmajor = self.tf32 or self.tb        # whether the launcher decides B's layout (b_kmajor)
+        b_block = "[1, BLOCK_N, BLOCK_K] if b_kmajor else [1, BLOCK_K, BLOCK_N]" if kmajor else "[1, BLOCK_K, BLOCK_N]"
+        text += ("    # TMA descriptors of the operands as [matrices, rows, columns] (one matrix when 2-d), in\n"
+                 "    # tiles of the config; tiles past an edge read as zeros.\n"
+                 f"    a_desc = TensorDescriptor.from_tensor({a.local}.reshape(-1, *{a.local}.shape[-2:]), "
+                 "[1, BLOCK_M, BLOCK_K])\n"
+                 f"    b_desc = TensorDescriptor.from_tensor({b.local}.reshape(-1, *{b.local}.shape[-2:]), {b_block})\n"
+                 "    # A float16 or bfloat16 output is stored by TMA too where its rows start on 16-byte\n"
+                 "    # boundaries, else (an odd N, or float32) through pointers. A float32 tile's epilogue with\n"
+                 "    # inputs took up to 336 KB of shared memory with the TMA store (128 x 256 compiled for\n"
+                 "    # sm_90), more than an SM has; through pointers, TF32 4096^3 ran as fast (351.2 against\n"
+                 "    # 349.4 us on an H200).\n"
+                 "    tma_store = out.element_size() == 2 and N * 2 % 16 == 0\n"
+                 "    out_desc = TensorDescriptor.from_tensor(out.reshape(-1, M, N), [1, BLOCK_M, BLOCK_N // 2]) if tma_store else None\n"
+                 "    # Persistent programs: as many as the SMs hold at once, or one per tile where there are fewer.\n"
+                 + sm_count_line("sms", "out")
+                 + f"    per_sm = _per_sm(BLOCK_M, BLOCK_N, BLOCK_K, num_stages, {a.local}.element_size())\n"
+                 + "    grid = (min(batch * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), sms * per_sm),)\n")
+        args = ["a_desc", "b_desc"] + [e.local for e in self.epilogue_inputs]
+        args += ["out", "out_desc", "M", "N", "K_pad", "batch", f"1 if {b.local}.dim() == 3 else 0"]
+        args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
+        args += ["INPUT_PRECISION=precision", f"B_KMAJOR={'b_kmajor' if kmajor else 'False'}", "TMA_STORE=tma_store",
+                 "BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", 'GROUP_M=config["GROUP_M"]',
+                 'num_warps=config["num_warps"]', "num_stages=num_stages"]
+        text += wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
+        return text + "    return out\n"
+
+    def _padding(self) -> str:
+        """The launcher's copy of operands whose rows are not 16-byte aligned into padded buffers."""
+        a, b = self.a.local, self.b.local
+        return ("    # TMA reads an operand only if its start and its rows start on 16-byte boundaries (an\n"
+                "    # odd K or N breaks that; the pointer loads this kernel had before fell back to scalar\n"
+                "    # loads there: 3001x2999 @ 2999x3007 fp16 on an H200, 889 us, cuBLAS 500 us). Such\n"
+                "    # operands are copied into zero-padded buffers with aligned rows first: zero columns of "
+                f"{a}\n"
+                f"    # times zero rows of {b} add nothing (so {b} takes K_pad rows whenever K is padded), and the\n"
+                "    # output stays [M, N]. Aligned operands are used as they are (4096 x 4096: no copy).\n"
+                f"    K_pad, N_pad = _padded_length(K, {a}.element_size()), _padded_length(N, {b}.element_size())\n"
+                + self._pad_a() + self._pad_b())
+
+    def _pad_a(self) -> str:
+        """The launcher's copy of a where it needs one; a transposed a is always copied, transposed."""
+        a = self.a.local
+        if self.ta:
+            return (f"    # {a} [.., K, M] (read transposed) is copied to [.., M, K_pad]: transposed and padded at once.\n"
+                    f"    {a} = _pad({a}, K_pad, M, transpose=True)\n")
+        return f"    if K_pad != K or {a}.data_ptr() % 16:\n        {a} = _pad({a}, M, K_pad)\n"
+
+    def _pad_b(self) -> str:
+        """The launcher's copy of b where it needs one; a TF32 kernel always copies b, transposed."""
+        b = self.b.local
+        if self.tb:
+            return (f"    if not b_kmajor:     # [.., K_pad, N_pad]: transposed and padded in one copy\n"
+                    f"        {b} = _pad({b}, N_pad, K_pad, transpose=True)\n"
+                    f"    elif K_pad != K or {b}.data_ptr() % 16:     # K-major as it lies: padded where K is\n"
+                    f"        {b} = _pad({b}, N, K_pad)\n")
+        pad = f"(K_pad, N_pad) != (K, N) or {b}.data_ptr() % 16:\n        {b} = _pad({b}, K_pad, N_pad)\n"
+        if not self.tf32:
+            return f"    if {pad}"
+        return (f"    if b_kmajor:     # [.., N, K_pad]: padded and transposed in one copy\n"
+                f"        {b} = _pad({b}, K_pad, N, transpose=True)\n"
+                f"    elif {pad}")
+
+
+def reference_property(node: Node) -> tuple[str, bool]:
+    """The generated reference test's check_property body for this op, and whether it calls
+    body(): none here."""
+    return "", False
+
+
+ENTRIES = (
+    Entry("matmul", "matmul {shapes}, each in {dtypes}", "a @ b", "matmul",
+          MATMUL_BIG, MATMUL_SMALL, "fp16, bf16"),
+    Entry("matmul_epilogue", "matmul with bias, gelu and residual, {shapes}, each in {dtypes}",
+          "gelu(a @ b + bias) + residual", "matmul", MATMUL_BIG, MATMUL_SMALL, "fp16, bf16"),
+    Entry("matmul_tf32", "matmul with tf32, {shapes}, in fp32", "matmul(a, b, tf32=True)", "matmul",
+          MATMUL_BIG, MATMUL_SMALL, "fp32", "fp32"),
+    Entry("bmm", "batched matmul {shapes}, each in {dtypes}", "a @ b", "matmul",
+          "32x1024x1024 by 32x1024x1024, 7x999x1003 by 7x1003x997", "3x20x30 by 3x30x10", "fp16, bf16"),
+)

@@ -1,0 +1,45 @@
+"""The copy of a matmul operand into a zero-padded buffer with 16-byte aligned rows, as TMA needs:
+kernel.py's _pad, carried by every matmul kernel.py (whether an operand needs it is known only at
+launch). Real code, imported and linted by the tests; the bot reads this file's text (bot.codegen.
+fixed) and never imports it. The kernel writes every element of the buffer, the zeros too, so
+the buffer is allocated with torch.empty and written once.
+"""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _pad_kernel(src_ptr, dst_ptr, R, C, R_pad, C_pad, TRANSPOSE: tl.constexpr, BLOCK_R: tl.constexpr,
+                BLOCK_C: tl.constexpr):
+    # One BLOCK_R x BLOCK_C tile of src [R, C] padded to [R_pad, C_pad] (of the matrix
+    # program_id(1) of a batch): src where it has elements, zeros past its last row and column.
+    # Stored into dst [R_pad, C_pad], or transposed into dst [C_pad, R_pad].
+    pid = tl.program_id(0)
+    tiles_c = tl.cdiv(C_pad, BLOCK_C)
+    batch = tl.program_id(1).to(tl.int64)
+    rows = ((pid // tiles_c) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)[:, None]
+    cols = (pid % tiles_c) * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]
+    x = tl.load(src_ptr + batch * R * C + rows * C + cols, mask=(rows < R) & (cols < C), other=0.0)
+    inside = (rows < R_pad) & (cols < C_pad)
+    if TRANSPOSE:
+        tl.store(dst_ptr + batch * R_pad * C_pad + tl.trans(cols) * R_pad + tl.trans(rows), tl.trans(x),
+                 mask=tl.trans(inside))
+    else:
+        tl.store(dst_ptr + batch * R_pad * C_pad + rows * C_pad + cols, x, mask=inside)
+
+
+def _pad(x, R_pad, C_pad, transpose=False):
+    # x [..., R, C] (contiguous) copied into a new [..., R_pad, C_pad] (transposed: [..., C_pad,
+    # R_pad]), zeros in the rows and columns added. Tiles of 16 x 256, 4096 elements a program:
+    # the tile does not matter here (3001 x 2999 fp16 on an H200: 11.8-12.4 us, 70% of copy, for
+    # 1 x 4096 to 64 x 64 tiles on 2-8 warps; torch's F.pad 30.9 us), since rows of odd length
+    # load element by element. Square 64 x 64 tiles to transpose (4096 x 4096 float32 on an
+    # H200: 34.7 us, where torch's x.t().contiguous() takes 125.4 us).
+    shape = (C_pad, R_pad) if transpose else (R_pad, C_pad)
+    padded = torch.empty((*x.shape[:-2], *shape), dtype=x.dtype, device=x.device)
+    BLOCK_R, BLOCK_C = (64, 64) if transpose else (16, 256)
+    grid = (triton.cdiv(R_pad, BLOCK_R) * triton.cdiv(C_pad, BLOCK_C), x.shape[0] if x.dim() == 3 else 1)
+    _pad_kernel[grid](x, padded, x.shape[-2], x.shape[-1], R_pad, C_pad, TRANSPOSE=transpose, BLOCK_R=BLOCK_R,
+                      BLOCK_C=BLOCK_C, num_warps=4)
+    return padded

@@ -1,0 +1,517 @@
+"""The pointwise family: elementwise arithmetic, comparisons, where, the activations and their
+compositions. It is also the body language every other family's prologue and epilogue is written
+in, so it owns the op tables both lowerings write bodies with (torch for the reference, Triton for
+the kernel) and the constant folding they share.
+
+Owns: its words (English and Chinese), its IR rules, the torch and Triton op tables, the flat
+elementwise kernel (one program per BLOCK outputs, broadcasting inputs by strides) with its config
+space and default rule, and its catalog entries.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import math
+import re
+from typing import Callable
+
+from bot.ops.entry import Entry
+from bot.codegen.code import Code, doc_text, jit_source, wrap
+from bot.codegen.expr import COMPARE, ExprWriter, OpWriter, call_writer, fmt_const
+from bot.codegen.kernel_file import Body, KernelFile, KernelInput, _expanded_strides, _require_full
+from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, const, fmt_num, input_names, number,
+                          plain_text, prints, to_text)
+from bot.ops.text import END as _END, FLAGS as _F, NUM as _NUM
+
+NAME = "pointwise"
+ROOT = False
+OUTPUT_DTYPE = None
+UNARY = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu", "gelu", "silu", "sigmoid", "tanh", "erf", "pow", "clamp"}
+BINARY = {"add", "sub", "mul", "div", "maximum", "minimum"}
+OPS = UNARY | BINARY | COMPARE | {"where"}
+# Inputs whose values reach these ops need a restricted domain.
+POSITIVE_DOMAIN_OPS = {"log", "sqrt", "rsqrt"}
+# Ops whose result is exact on values already in the dtype: they add no rounding (generated tests).
+EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where"} | COMPARE
+SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, erf, "
+             "gelu (approximate='none' or 'tanh'), silu, sigmoid, tanh, maximum, minimum, "
+             "where(cond, a, b), clamp(x, min, max), comparisons, constants")
+ALIASES = {"negative": "neg", "swish": "silu", "clip": "clamp", "multiply": "mul", "divide": "div",
+           "true_divide": "div", "subtract": "sub", "square": "square", "gelu_tanh": "gelu_tanh",
+           "reciprocal": "reciprocal"}
+
+# PyTorch activations written in the IR's own ops: (parameters with PyTorch's defaults, formula), from
+# PyTorch's documented definitions. Their kernels and generated references compute the formula; a
+# pasted module's reference is the pasted call itself, so the formula is checked against PyTorch.
+_SOFTPLUS = "where(x * beta > threshold, x, log(1.0 + exp(x * beta)) / beta)"
+
+
+COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
+    "leaky_relu": ((("x", None), ("negative_slope", 0.01)), "where(x > 0, x, x * negative_slope)"),
+    "elu": ((("x", None), ("alpha", 1.0)), "where(x > 0, x, alpha * (exp(x) - 1.0))"),
+    "celu": ((("x", None), ("alpha", 1.0)), "where(x > 0, x, alpha * (exp(x / alpha) - 1.0))"),
+    "selu": ((("x", None),), "1.0507009873554804934193349852946 * where(x > 0, x, "
+                             "1.6732632423543772848170429916717 * (exp(x) - 1.0))"),
+    "relu6": ((("x", None),), "clamp(x, 0.0, 6.0)"),
+    "hardtanh": ((("x", None), ("min_val", -1.0), ("max_val", 1.0)), "clamp(x, min_val, max_val)"),
+    "hardsigmoid": ((("x", None),), "clamp(x / 6.0 + 0.5, 0.0, 1.0)"),
+    "hardswish": ((("x", None),), "x * clamp(x + 3.0, 0.0, 6.0) / 6.0"),
+    "softsign": ((("x", None),), "x / (1.0 + abs(x))"),
+    "softplus": ((("x", None), ("beta", 1.0), ("threshold", 20.0)), _SOFTPLUS),
+    "mish": ((("x", None),), "x * tanh(where(x > 20.0, x, log(1.0 + exp(x))))"),
+    "logsigmoid": ((("x", None),), "-where(-x > 20.0, -x, log(1.0 + exp(-x)))"),
+    "tanhshrink": ((("x", None),), "x - tanh(x)"),
+    "softshrink": ((("x", None), ("lambd", 0.5)), "where(x > lambd, x - lambd, where(x < -lambd, x + lambd, 0.0))"),
+    "hardshrink": ((("x", None), ("lambd", 0.5)), "where(abs(x) > lambd, x, 0.0)"),
+}
+
+# The keywords each function is read with (any other is refused: it may change the result).
+KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"},
+            **{name: {p for p, _ in params[1:]} for name, (params, _) in COMPOSITES.items()}}
+# Functions read with no keyword at all.
+FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "pow", "where"}
+
+# tl.maximum/minimum drop NaN by default; torch's maximum, minimum, relu, clamp and max/min keep it.
+NAN_WINS = "propagate_nan=tl.PropagateNan.ALL"
+CLAMP_WORD = re.compile(r"\bclamp\w*|\bclip\w*|限幅|截断", _F)
+# Request words, in the order they are looked for (an earlier word wins: "square root" before
+# "square"): (pattern, kind, op). kind "step" applies to the operand so far, "binary" joins two
+# inputs, "where" selects.
+WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
+    (r"\bgelu[\s_-]*\(?\s*tanh(?:[\s_-]+approx\w*)?\b|\btanh[\s-]+approx\w*|\bapprox\w*\s*[=:]?\s*['\"]?tanh\b", "step", "gelu_tanh"),
+    (r"\b(?:exact\s+)?gelu(?:[\s_-]*\(?\s*(?:erf|exact))?\b", "step", "gelu"),
+    (r"\bsilu\b|\bswish\b", "step", "silu"),
+    (r"\bsigmoid\b", "step", "sigmoid"),
+    (r"\btanh\b", "step", "tanh"),
+    (r"\brelu\b", "step", "relu"),
+    (r"\brsqrt\b|\b(?:reciprocal|inverse)\s+(?:of\s+(?:the\s+)?)?square[\s-]root\b|平方根倒数|倒数平方根",
+     "step", "rsqrt"),
+    (r"\breciprocal\b|倒数", "step", "reciprocal"),
+    (r"\bsqrt\b|\bsquare[\s-]root\b|平方根|开方", "step", "sqrt"),
+    (r"\bexp(?:onential)?\b|指数", "step", "exp"),
+    (r"\berf\b|\berror\s+function\b|误差函数", "step", "erf"),
+    (r"\blog(?:arithm)?\b|\bln\b|对数", "step", "log"),
+    (r"\babs(?:olute(?:\s+value)?)?\b|绝对值", "step", "abs"),
+    (r"\bneg(?:ate|ation)?\b|取负|相反数", "step", "neg"),
+    (rf"\bscal(?:e|ed|es|ing)\b(?:\s+[a-z]\w?)?\s+by\s+(?:alpha\s*=?\s*)?({_NUM}){_END}|"
+     rf"\b(?:scale(?:\s+factor)?|alpha)\s*(?:=|:|of|is)?\s*({_NUM}){_END}|"
+     rf"缩放\s*(?:系数|因子)?\s*(?:为|是|=|:)?\s*({_NUM}){_END}\s*倍?|乘以\s*({_NUM}){_END}", "step", "scale"),
+    (rf"\b(?:multipl(?:y|ied)|times)\s+(?:[a-z]\w?\s+)?(?:by\s+)?({_NUM}){_END}", "step", "scale"),
+    (rf"\bdivid(?:e|ed)\s+(?:[a-z]\w?\s+)?by\s+({_NUM}){_END}|除以\s*({_NUM}){_END}", "step", "divide"),
+    (rf"\b(?:pow(?:er)?|to\s+the\s+power(?:\s+of)?|exponent)\s*(?:of|=|:)?\s*({_NUM}){_END}", "step", "pow"),
+    (r"\bsquared?\b|平方", "step", "square"),
+    (r"\bcubed?\b|立方", "step", "cube"),
+    (CLAMP_WORD.pattern, "step", "clamp"),
+    (r"\bbias[\s_-]?add\b|\badd(?:s|ed|ing|ition)?\b|\bplus\b|加法|相加", "binary", "add"),
+    (r"\bsub(?:tract\w*)?\b|\bdifference\b|\bminus\b|减法|相减|(?:的|之)差(?!异)|(?<![相])减(?!法)去?", "binary", "sub"),
+    (r"\bmul(?:tiply|tiplied|tiplication)?\b|\bproduct\b|\btimes\b|乘法|相乘", "binary", "mul"),
+    (r"\bdiv(?:ide[ds]?|ision)?\b|\bquotient\b|除法|相除|除以(?!\s*[-+.\d])", "binary", "div"),
+    (r"\bwhere\b(?!\s+[A-Za-z]\w*\s+(?:is|are|has)\b)|\bselect\b", "where", "where"),
+]]
+
+
+# ---------------------------------------------------------------- IR rules
+
+def convert(c: Call) -> Node | None:
+    """The IR of a pointwise call, or None when fname is not one of this family's."""
+    fname, args, kw = c.fname, c.args, c.kw
+    if fname in ("square",):
+        return call("pow", c.expr(args[0]), exponent=2.0)
+    if fname == "reciprocal":
+        return call("div", const(1.0), c.expr(args[0]))
+    if fname == "gelu_tanh":
+        return call("gelu", c.expr(args[0]), approximate="tanh")
+    if fname in BINARY | COMPARE:
+        arity(fname, args, 2)
+        return call(fname, c.expr(args[0]), c.expr(args[1]))
+    if fname == "pow":
+        arity(fname, args, 2)
+        return call("pow", c.expr(args[0]), exponent=number(args[1]))
+    if fname == "clamp":
+        if len(args) > 3:
+            raise IRError(f"clamp takes x, min and max, got {len(args)} arguments")
+        lo = _bound(args[1] if len(args) > 1 else kw.get("min"))
+        hi = _bound(args[2] if len(args) > 2 else kw.get("max"))
+        if lo is None and hi is None:
+            raise IRError("clamp needs min, max or both, e.g. clamp(x, -1.0, 1.0)")
+        return call("clamp", c.expr(args[0]), min=lo, max=hi)
+    if fname == "gelu":
+        arity(fname, args, 1)                        # approximate is keyword-only in PyTorch
+        approx = kw.get("approximate")
+        mode = approx.value if isinstance(approx, ast.Constant) else ("none" if approx is None else approx)
+        if mode not in ("none", "tanh"):
+            mode = ast.unparse(mode) if isinstance(mode, ast.AST) else mode
+            raise IRError(f"gelu approximate must be 'none' or 'tanh', got {mode!r}")
+        return call("gelu", c.expr(args[0]), approximate=mode)
+    if fname == "where":
+        arity(fname, args, 3)
+        return call("where", *(c.expr(a) for a in args))
+    if fname in UNARY:
+        arity(fname, args, 1)
+        return call(fname, c.expr(args[0]))
+    if fname in COMPOSITES:
+        return _convert_composite(c)
+    return None
+
+
+def _bound(n: ast.expr | None) -> float | None:
+    """A clamp bound: a number, or None for 'no bound'."""
+    if n is None or (isinstance(n, ast.Constant) and n.value is None):
+        return None
+    return number(n)
+
+
+def _convert_composite(c: Call) -> Node:
+    """A PyTorch activation written in the IR's own ops: its parameters bound (PyTorch's order and
+    defaults) and substituted into its formula."""
+    fname, args, kw = c.fname, c.args, c.kw
+    params, formula = COMPOSITES[fname]
+    if len(args) > len(params):
+        raise IRError(f"{fname} takes at most {len(params)} arguments ({', '.join(p for p, _ in params)})")
+    bound = dict(zip((p for p, _ in params), args))
+    for p, default in params:
+        if p in kw:
+            bound[p] = kw.pop(p)
+        bound.setdefault(p, None if default is None else ast.Constant(default))
+    if bound["x"] is None:
+        raise IRError(f"{fname} needs an input, e.g. {fname}(x)")
+    values = {p: bound["x"] if p == "x" else ast.Constant(number(bound[p])) for p, _ in params}
+    return c.expr(_Bind(values).visit(ast.parse(formula, mode="eval").body))
+
+
+class _Bind(ast.NodeTransformer):
+    def __init__(self, values: dict[str, ast.expr]):
+        self.values = values
+
+    def visit_Name(self, n: ast.Name) -> ast.expr:
+        return copy.deepcopy(self.values[n.id]) if n.id in self.values else n
+
+
+_INFIX_TEXT = {"add": "+", "sub": "-", "mul": "*", "div": "/", "gt": ">", "ge": ">=", "lt": "<", "le": "<=",
+               "eq": "==", "ne": "!="}
+
+
+@prints(*_INFIX_TEXT, "pow", "clamp", "gelu")
+def _print(node: Node, text: Callable[[Node], str]) -> str:
+    if node.op in _INFIX_TEXT:
+        return f"({text(node.args[0])} {_INFIX_TEXT[node.op]} {text(node.args[1])})"
+    if node.op == "pow":
+        return f"({text(node.args[0])} ** {fmt_num(node.attr('exponent'))})"
+    if node.op == "clamp":
+        return f"clamp({text(node.args[0])}, {node.attr('min')}, {node.attr('max')})"
+    if node.op == "gelu" and node.attr("approximate") == "tanh":
+        return f"gelu({text(node.args[0])}, approximate='tanh')"
+    return f"{node.op}({text(node.args[0])})"
+
+
+def domains(node: Node, mark: Callable[[Node, str], None]) -> None:
+    """Mark the inputs under node's domain-restricted ops: 'positive' under log/sqrt/rsqrt and a
+    fractional pow, 'nonzero' in a denominator or under a negative pow."""
+    if node.op in POSITIVE_DOMAIN_OPS:
+        mark(node.args[0], "positive")
+    elif node.op == "pow":
+        e = node.attr("exponent")
+        if e != int(e):
+            mark(node.args[0], "positive")
+        elif e < 0:
+            mark(node.args[0], "nonzero")
+    elif node.op == "div":
+        mark(node.args[1], "nonzero")
+
+
+def check(node: Node) -> None:
+    """Nothing beyond the IR's own rules: every op here takes any operands."""
+
+
+def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    return broadcast_shapes([shapes[n] for n in input_names(node)])
+
+
+# ---------------------------------------------------------------- constant folding (both lowerings)
+
+def fold_constants(node: Node) -> Node:
+    """Replace subtrees without inputs by their value, so `x / sqrt(2.0)` never asks
+    torch or Triton to apply a function to a bare Python number."""
+    if node.op in ("input", "const"):
+        return node
+    args = tuple(fold_constants(a) for a in node.args)
+    if node.op == "where" and args[0].op == "const":
+        return args[1] if args[0].value != 0 else args[2]
+    if any(a.op != "const" for a in args):
+        return Node(node.op, args, attrs=node.attrs)
+    try:
+        value = _CONST_OPS[node.op](*(a.value for a in args), **dict(node.attrs))
+    except (ValueError, TypeError, OverflowError, ZeroDivisionError):   # TypeError: a complex power
+        raise ValueError(f"the constant part {to_text(node)} has no finite value") from None
+    if not math.isfinite(value):
+        raise ValueError(f"the constant part {to_text(node)} has no finite value")
+    return const(value)
+
+
+def _gelu(v: float, approximate: str = "none") -> float:
+    if approximate == "tanh":
+        return 0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3)))
+    return 0.5 * v * (1 + math.erf(v / math.sqrt(2)))
+
+
+def _clamp(v: float, **bounds: float | None) -> float:
+    if bounds.get("min") is not None:
+        v = max(v, bounds["min"])
+    if bounds.get("max") is not None:
+        v = min(v, bounds["max"])
+    return v
+
+
+_CONST_OPS: dict[str, Callable[..., float]] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
+    "maximum": max, "minimum": min,
+    "gt": lambda a, b: float(a > b), "ge": lambda a, b: float(a >= b), "lt": lambda a, b: float(a < b),
+    "le": lambda a, b: float(a <= b), "eq": lambda a, b: float(a == b), "ne": lambda a, b: float(a != b),
+    "neg": lambda a: -a, "abs": abs, "exp": math.exp, "erf": math.erf, "log": math.log, "sqrt": math.sqrt,
+    "rsqrt": lambda a: 1 / math.sqrt(a), "relu": lambda a: max(a, 0.0), "gelu": _gelu,
+    "silu": lambda a: a / (1 + math.exp(-a)), "sigmoid": lambda a: 1 / (1 + math.exp(-a)), "tanh": math.tanh,
+    "pow": lambda a, exponent: float(a**exponent), "clamp": _clamp,
+}
+
+
+# ---------------------------------------------------------------- the torch op table (reference)
+
+def _torch_binary_max_min(fn: str, clamp_key: str) -> OpWriter:
+    # torch.maximum needs two tensors; against a constant, clamp does the same.
+    def write(node: Node, a: list[str]) -> str:
+        for tensor, other in ((0, 1), (1, 0)):
+            if node.args[other].op == "const":
+                return f"torch.clamp({a[tensor]}, {clamp_key}={a[other]})"
+        return f"{fn}({a[0]}, {a[1]})"
+    return write
+
+
+def _torch_clamp(node: Node, a: list[str]) -> str:
+    bounds = [f"{k}={fmt_const(node.attr(k))}" for k in ("min", "max") if node.attr(k) is not None]
+    return f"torch.clamp({a[0]}, {', '.join(bounds)})"
+
+
+def _torch_gelu(node: Node, a: list[str]) -> str:
+    mode = ", approximate='tanh'" if node.attr("approximate") == "tanh" else ""
+    return f"torch.nn.functional.gelu({a[0]}{mode})"
+
+
+def torch_ops(anchor: str) -> dict[str, OpWriter]:
+    """The torch op table; `anchor` is the first input, whose dtype and device a
+    where() of two constants takes (torch.where(c, 1.0, 0.0) alone would be float32)."""
+    def where(node: Node, a: list[str]) -> str:
+        if node.args[1].op == "const" and node.args[2].op == "const":
+            a = [a[0], f"{anchor}.new_tensor({a[1]})", a[2]]
+        return f"torch.where({', '.join(a)})"
+
+    return {
+        **{op: call_writer(f"torch.{op}") for op in ("abs", "exp", "log", "sqrt", "rsqrt", "relu", "sigmoid", "tanh",
+                                                      "erf")},
+        "silu": call_writer("torch.nn.functional.silu"),
+                "gelu": _torch_gelu,
+        "pow": lambda node, a: f"torch.pow({a[0]}, {fmt_const(node.attr('exponent'))})",
+        "clamp": _torch_clamp,
+        "maximum": _torch_binary_max_min("torch.maximum", "min"),
+        "minimum": _torch_binary_max_min("torch.minimum", "max"),
+        "where": where,
+    }
+
+
+# ---------------------------------------------------------------- the Triton op table (kernel)
+
+def _triton_pow(node: Node, a: list[str]) -> str:
+    e = node.attr("exponent")
+    if e == 0:
+        return f"({a[0]} * 0.0 + 1.0)"
+    if e == 0.5:
+        return f"tl.sqrt({a[0]})"
+    if e == -0.5:
+        return f"tl.rsqrt({a[0]})"
+    if e == int(e):
+        power = f"_powi({a[0]}, {abs(int(e))})"
+        return power if e > 0 else f"(1.0 / {power})"
+    return f"tl.exp2({fmt_const(e)} * tl.log2({a[0]}))"    # fractional: domain is positive
+
+
+def _triton_clamp(node: Node, a: list[str]) -> str:
+    text = a[0]
+    if node.attr("min") is not None:
+        text = f"tl.maximum({text}, {fmt_const(node.attr('min'))}, {NAN_WINS})"
+    if node.attr("max") is not None:
+        text = f"tl.minimum({text}, {fmt_const(node.attr('max'))}, {NAN_WINS})"
+    return text
+
+
+TRITON_OPS: dict[str, OpWriter] = {
+    **{op: call_writer(f"tl.{op}") for op in ("abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "where")},
+    "maximum": lambda node, a: f"tl.maximum({a[0]}, {a[1]}, {NAN_WINS})",
+    "minimum": lambda node, a: f"tl.minimum({a[0]}, {a[1]}, {NAN_WINS})",
+    "tanh": call_writer("_tanh"),
+    "erf": call_writer("_erf"),
+    "silu": call_writer("_silu"),
+    "relu": lambda node, a: f"tl.maximum({a[0]}, 0.0, {NAN_WINS})",
+    "gelu": lambda node, a: f"_gelu_tanh({a[0]})" if node.attr("approximate") == "tanh" else f"_gelu({a[0]})",
+    "pow": _triton_pow,
+    "clamp": _triton_clamp,
+}
+
+
+def triton_body(node: Node, inputs: list[KernelInput]) -> Body:
+    """A body in Triton (float32) over the inputs' local names, for any family's kernel."""
+    writer = ExprWriter(TRITON_OPS, {i.name: i.local for i in inputs}, as_number="to(tl.float32)", taken=set())
+    expr = writer.write(fold_constants(node))
+    return Body(writer.lines, expr, node.op == "input", doc_text(plain_text(node)))
+
+
+# ---------------------------------------------------------------- the elementwise kernel
+
+# The config spaces the benchmark stage sweeps on each case (docs/CONTRACTS.md, tuning contract).
+# Pointwise: block size x warps; the default (_pointwise_config) is one of them.
+POINTWISE_CONFIGS = [{"BLOCK": block, "num_warps": warps} for block in (1024, 2048, 4096) for warps in (4, 8)]
+
+
+def _pointwise_config(n):
+    # The default config for n outputs, as measured on an H200: 1024-element blocks; 8 warps
+    # while the grid is about one wave (more loads in flight per SM), 4 once there are many
+    # blocks (as fast for plain reads, and faster where broadcast index math costs registers).
+    # A 160x1024 output thus spreads over 160 programs.
+    return {"BLOCK": 1024, "num_warps": 4 if n >= 1 << 22 else 8}
+
+
+def _broadcast_layout(shape, shapes, rank=None):
+    # Output dims and each input's strides over them (0 where broadcast). Neighbouring dims that
+    # every input steps through contiguously are merged: fewer dims, fewer divisions per element.
+    # Padded with leading size-1 dims to `rank`, the number of dims the kernel was generated for.
+    strides = [_expanded_strides(s, shape) for s in shapes]
+    dims, merged = [], [[] for _ in shapes]
+    for d in reversed(range(len(shape))):
+        if shape[d] == 1:
+            continue
+        if dims and all(st[d] == m[0] * dims[0] for st, m in zip(strides, merged)):
+            dims[0] *= shape[d]
+            continue
+        dims.insert(0, shape[d])
+        for st, m in zip(strides, merged):
+            m.insert(0, st[d])
+    if rank is None:
+        return dims, merged
+    if len(dims) > rank:
+        raise ValueError(f"inputs of shapes {[list(s) for s in shapes]} broadcast over {len(dims)} separate dims of "
+                         f"{list(shape)}; this kernel was generated for at most {rank}: regenerate it for these shapes")
+    pad = rank - len(dims)
+    return [1] * pad + dims, [[0] * pad + m for m in merged]
+
+
+def kernel_source(spec: dict, node: Node, options: dict) -> str:
+    """kernel.py of a pointwise expression: one flat kernel over the output's elements."""
+    return _PointwiseKernel.render(spec, node, options)
+
+
+class _PointwiseKernel(KernelFile):
+    description = ("One program per BLOCK outputs of the flattened output. Full blocks load and store without a\n"
+                   "mask (vectorized whatever the size); only the last, partial block is masked.")
+    block_key = "BLOCK"
+
+    def __init__(self, spec, node, inputs, options):
+        super().__init__(spec, triton_body(node, inputs), inputs, inputs, options)
+        out_shapes = spec["outputs"][0]["shapes"]
+        # Inputs with every output element in every case are read at the flat offset (the fast
+        # path); the others get a constexpr flag and broadcast strides, decided at launch.
+        self.broadcast = [i for i in inputs if any(math.prod(s) != math.prod(o) for s, o in zip(i.shapes, out_shapes))]
+        self.rank = max([1] + [len(_broadcast_layout(o, [i.shapes[c] for i in self.broadcast])[0])
+                               for c, o in enumerate(out_shapes)])
+
+    def configs(self) -> list[dict]:
+        return self._space(POINTWISE_CONFIGS)
+
+    def source(self) -> str:
+        helpers = [_pointwise_config, _require_full] + ([_expanded_strides, _broadcast_layout] if self.broadcast else [])
+        return self._file([self._offsets_helper(), self._kernel()], helpers, self._launcher())
+
+    def _offsets_helper(self) -> str:
+        if not self.broadcast:
+            return ""
+        r = self.rank
+        lines = []
+        for k in range(r - 1, 0, -1):
+            lines += [f"off {'=' if k == r - 1 else '+='} (i % dim{k}) * s{k}", f"i = i // dim{k}"]
+        lines.append("return off + i * s0" if r > 1 else "return i * s0")
+        params = ["i"] + [f"dim{k}" for k in range(1, r)] + [f"s{k}" for k in range(r)]
+        comment = ("    # Offset into a broadcast input of output element i: split i into one index per output\n"
+                   "    # dim and weight each by the input's stride there (0 where it is broadcast).\n")
+        return jit_source("_broadcast_offsets", params, lines, comment)
+
+    def _kernel(self) -> str:
+        r = self.rank
+        params = [f"{i.local}_ptr" for i in self.inputs] + ["out_ptr", "n_elements"]
+        if self.broadcast:
+            params += [f"dim{k}" for k in range(1, r)]
+            params += [f"{i.local}_s{k}" for i in self.broadcast for k in range(r)]
+            params += [f"{i.local}_full: tl.constexpr" for i in self.broadcast] + ["INT32_INDEX: tl.constexpr"]
+        params.append("BLOCK: tl.constexpr")
+        code = Code()("# int64 offsets: more than 2**31 elements are safe.",
+                      "block_start = tl.program_id(0).to(tl.int64) * BLOCK",
+                      "offs = block_start + tl.arange(0, BLOCK)")
+        if self.broadcast:
+            code("# Broadcast index math in int32 when the output allows: int64 division is much slower.")
+            with code.block("if INT32_INDEX:"):
+                code("idx = offs.to(tl.int32)")
+            with code.block("else:"):
+                code("idx = offs")
+        for i in self.broadcast:
+            args = ", ".join(["idx"] + [f"dim{k}" for k in range(1, r)] + [f"{i.local}_s{k}" for k in range(r)])
+            with code.block(f"if {i.local}_full:"):
+                code(f"{i.local}_offs = offs")
+            with code.block("else:"):
+                code(f"{i.local}_offs = _broadcast_offsets({args})")
+        with code.block("if block_start + BLOCK <= n_elements:"):
+            code("# A full block: no mask, so loads and stores vectorize even when n_elements is odd.")
+            code.extend(self._load_compute_store(masked=False))
+        with code.block("else:"):
+            code("# The one partial block at the end.", "mask = offs < n_elements")
+            code.extend(self._load_compute_store(masked=True))
+        return jit_source(f"{self.name}_kernel", params, code.lines)
+
+    def _load_compute_store(self, masked: bool) -> list[str]:
+        mask = ", mask=mask" if masked else ""
+        lines = []
+        for i in self.inputs:
+            offs = f"{i.local}_offs" if i in self.broadcast else "offs"
+            lines.append(f"{i.local} = tl.load({i.local}_ptr + {offs}{mask}).to(tl.float32)")
+        lines.append(f"tl.store(out_ptr + offs, {self.body_call()}.to(out_ptr.dtype.element_ty){mask})")
+        return lines
+
+    def _launcher(self) -> str:
+        first = self.inputs[0].local
+        shapes = ", ".join(f"{i.local}.shape" for i in self.inputs)
+        text = self._signature_and_prologue()
+        text += f"    shape = torch.broadcast_shapes({shapes})\n"
+        text += "".join(f'    _require_full("{i.name}", {i.local}.shape, shape)\n'
+                        for i in self.inputs if i not in self.broadcast)
+        args = [i.local for i in self.inputs] + ["out", "n_elements"]
+        if self.broadcast:
+            strides = ", ".join(f"{i.local}_strides" for i in self.broadcast)
+            text += (f"    dims, ({strides},) = _broadcast_layout(shape, [{', '.join(f'{i.local}.shape' for i in self.broadcast)}], "
+                     f"rank={self.rank})\n")
+            args += ["*dims[1:]"] + [f"*{i.local}_strides" for i in self.broadcast]
+            args += [f"{i.local}_full={i.local}.numel() == n_elements" for i in self.broadcast]
+            args.append("INT32_INDEX=n_elements < 2**31")
+        text += f"    out = torch.empty(shape, dtype={first}.dtype, device={first}.device)\n"
+        text += "    n_elements = out.numel()\n"
+        text += self._config_line("_pointwise_config(n_elements)")
+        text += '    BLOCK, num_warps = config["BLOCK"], config["num_warps"]\n'
+        text += "    grid = (triton.cdiv(n_elements, BLOCK),)\n"
+        text += wrap(f"{self.name}_kernel[grid]", args + ["BLOCK=BLOCK", "num_warps=num_warps"], "    ") + "\n"
+        return text + "    return out\n"
+
+
+def reference_property(node: Node) -> tuple[str, bool]:
+    """The generated reference test's check_property body for this op, and whether it calls
+    body(): none here."""
+    return "", False
+
+
+ENTRIES = (
+    Entry("add", "add two matrices on {shapes}, each in {dtypes}", "x + y"),
+    Entry("swiglu", "silu(x) * y on {shapes}, each in {dtypes}", "silu(x) * y"),
+)

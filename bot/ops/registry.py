@@ -1,0 +1,80 @@
+"""The registry of operator families: the IR driver (bot.ir), the request reader, the reference and
+kernel lowerings and the catalog walk it instead of branching per operator.
+
+A family is a module of bot.ops with this interface (docs/ARCHITECTURE.md, "Operator families"):
+
+    NAME            its kind, e.g. "reduce" (ir.kind)
+    OPS             the IR ops it owns
+    ROOT            whether its ops stand only at the root of an expression, over a pointwise body
+    SUPPORTED       (group, text) for the supported-operations line of refusals
+    ALIASES         function names as people write them -> its IR op names
+    KEYWORDS        function -> the keyword arguments it is read with (any other is refused)
+    WORDS           request words, English and Chinese: (pattern, kind, op)
+    OUTPUT_DTYPE    the output's dtype when not the inputs' (argmax: int64), else None
+    convert(call)   the IR of a call of one of its functions (None: not one of them)
+    check(node)     its operand rules, on a tree whose root (or matmul) it owns
+    output_shape(node, shapes)
+    torch_result(node, names, body, lines)   root families: the PyTorch of the op over its body
+    kernel_source(spec, node, options)       kernel.py
+    ENTRIES         its catalog entries
+"""
+from __future__ import annotations
+
+from types import ModuleType
+
+from bot.codegen.expr import OpWriter
+from bot.ops import argreduce, loss, matmul, norm, pointwise, reduce, softmax
+from bot.ops.entry import Entry
+from bot.ops.node import Node
+
+FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, softmax, norm, loss, matmul)
+ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
+# Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
+# square norm', 'argmax' holds 'max').
+WORDS = [w for f in (softmax, norm, argreduce, reduce, pointwise) for w in f.WORDS]
+ALIASES = {k: v for f in FAMILIES for k, v in f.ALIASES.items()}
+KEYWORDS = {k: v for f in FAMILIES for k, v in f.KEYWORDS.items()}
+_OWNER = {**dict.fromkeys(pointwise.FUNCTIONS, pointwise),
+          **{fn: f for f in FAMILIES if f is not pointwise for fn in f.OPS | set(f.KEYWORDS)}}
+FUNCTIONS = set(_OWNER)
+ENTRIES: tuple[Entry, ...] = tuple(e for f in FAMILIES for e in f.ENTRIES)
+
+
+def owner(fname: str) -> ModuleType | None:
+    """The family whose IR rule reads a call of fname (aliases resolved)."""
+    return _OWNER.get(fname)
+
+
+def root_family(op: str) -> ModuleType | None:
+    """The root family owning op, if any."""
+    return next((f for f in ROOT_FAMILIES if op in f.OPS), None)
+
+
+def family(node: Node) -> ModuleType:
+    """The family that lowers the whole tree: its root's, else matmul's, else pointwise."""
+    found = root_family(node.op)
+    if found:
+        return found
+    return matmul if matmul.matmul_node(node) else pointwise
+
+
+def supported_text() -> str:
+    """The families' supported operations, one clause per group ('over any one dim: ...')."""
+    clauses: list[list[str]] = []
+    for f in FAMILIES:
+        group, text = f.SUPPORTED
+        if clauses and clauses[-1][0] == group and group:
+            clauses[-1].append(text)
+        else:
+            clauses.append([group, text])
+    return "; ".join((f"{c[0]}: " if c[0] else "") + ", ".join(c[1:]) for c in clauses)
+
+
+def torch_ops(anchor: str) -> dict[str, OpWriter]:
+    """The op table references write bodies with: the pointwise ops, and any family's own."""
+    return pointwise.torch_ops(anchor) | matmul.TORCH_OPS
+
+
+def kernel_source(spec: dict, node: Node, options: dict) -> str:
+    """kernel.py from the family the tree belongs to."""
+    return family(node).kernel_source(spec, node, options)

@@ -1,0 +1,90 @@
+"""The loss family (bot.ops.loss): cross_entropy over the last dim, generated kernel.py files
+imported and run on small odd shapes against the generated reference on float64 inputs, within
+runner.protocol's tolerance for the vocabulary's length."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from generated import make_spec
+from lowering import ALIGNED_CONFIG, MATRIX, ODD_ROWS, aligned_only, check_reduction, generate_reduction
+
+from bot import ir
+from bot.ops import loss
+from runner import protocol
+from runner.inputs import make_inputs
+
+# Masked lanes compute on placeholders (rows past the end reach -inf - -inf in cross entropy).
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("logits", ["x", "x * 0.5 + y"])
+def test_cross_entropy(tmp_path, logits, reduction):
+    names = ir.input_names(ir.parse(logits))
+    shapes = {n: [MATRIX, [2, 3, 50]] for n in names} | {"t": [[37], [2, 3]]}
+    check_reduction(tmp_path, make_spec(f"cross_entropy({logits}, t, reduction='{reduction}')", shapes))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cross_entropy_long_rows_in_chunks(tmp_path, reduction):
+    # Logits up to ~100: without the running max's rescaling exp() would overflow float32.
+    spec = make_spec(f"cross_entropy(x * 30.0, t, reduction='{reduction}')",
+                     {"x": [[5, 1000], MATRIX], "t": [[5], [37]]})
+    _, module = generate_reduction(tmp_path, spec)
+    chunked = [{"BLOCK_R": 2, "BLOCK_V": 64, "num_warps": 4, "num_stages": 2}]
+    check_reduction(tmp_path, spec, configs=(None, *chunked, *module.CONFIGS, *loss.CROSS_ENTROPY_CONFIGS))
+
+
+def test_cross_entropy_target_out_of_range_picks_zero(tmp_path):
+    # The target's logit is one direct load per row: a target outside [0, V) must read nothing
+    # (no out-of-bounds access) and count as a logit of 0, as documented in kernel.py.
+    spec = make_spec("cross_entropy(x, t, reduction='none')", {"x": [MATRIX], "t": [[37]]}, ("float32",))
+    reference, module = generate_reduction(tmp_path, spec)
+    x, t = torch.randn(MATRIX), torch.randint(0, 97, (37,))
+    t[3], t[10] = 97, -1
+    got, want = module.op(x, t), reference(x, t.clamp(0, 96))
+    inside = torch.ones(37, dtype=torch.bool)
+    inside[[3, 10]] = False
+    torch.testing.assert_close(got[inside], want[inside])
+    torch.testing.assert_close(got[~inside], torch.logsumexp(x[[3, 10]], dim=-1))
+
+
+@pytest.mark.parametrize("logits", ["x", "x * 0.5 + y", "x - x_next"])
+def test_cross_entropy_persistent_kernel(tmp_path, logits):
+    # PER_SM programs per SM (4 SMs on CPU) loop over rows that fit one tile, one or two at a time,
+    # the last step partly past R; the one-program-per-row kernel is removed to be sure.
+    names = ir.input_names(ir.parse(logits))
+    spec = make_spec(f"cross_entropy({logits}, t, reduction='none')", {n: [MATRIX] for n in names} | {"t": [[37]]},
+                     ("float32",))
+    reference, module = generate_reduction(tmp_path, spec)
+    module.op_kernel = None
+    inputs = make_inputs(spec, protocol.cases(spec)[0], protocol.dtype_variants(spec)[0], 0, "cpu")
+    want = reference(*[i.double() if i.is_floating_point() else i for i in inputs])
+    for block_r in (1, 2):
+        config = {"BLOCK_R": block_r, "BLOCK_V": 128, "num_warps": 1, "num_stages": 1, "PER_SM": 1}
+        torch.testing.assert_close(module.op(*inputs, config=config), want.float())
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cross_entropy_ignores_padding_as_torch_does(tmp_path, reduction):
+    # Target -100 (torch's default ignore_index): no loss, and 'mean' averages over the other rows;
+    # all of them padding makes 'mean' 0 / 0, NaN, in torch and here.
+    spec = make_spec(f"cross_entropy(x, t, reduction='{reduction}')", {"x": [[6, 97]], "t": [[6]]}, ("float32",))
+    reference, module = generate_reduction(tmp_path, spec)
+    x, t = torch.randn(6, 97), torch.randint(0, 97, (6,))
+    t[[1, 4]] = protocol.IGNORE_INDEX
+    torch.testing.assert_close(module.op(x, t), reference(x, t))
+    padding = torch.full_like(t, protocol.IGNORE_INDEX)
+    torch.testing.assert_close(module.op(x, padding), reference(x, padding), equal_nan=True)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cross_entropy_aligned_rows(tmp_path, reduction):
+    spec = make_spec(f"cross_entropy(x * 30.0, t, reduction='{reduction}')", {"x": [ODD_ROWS], "t": [[5]]})
+    reference, module = generate_reduction(tmp_path, spec)
+    aligned_only(module)
+    x, t = torch.randn(ODD_ROWS), torch.tensor([3, 1030, 0, protocol.IGNORE_INDEX, 1029])  # targets in head, tail
+    x[1, 1030] = x[2, 0] = 5.0                            # the running max set by the edge
+    for config in (None, ALIGNED_CONFIG):
+        torch.testing.assert_close(module.op(x, t, config=config), reference(x.double(), t).float())

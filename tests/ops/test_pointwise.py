@@ -1,0 +1,226 @@
+"""The pointwise family (bot.ops.pointwise): generated reference.py and kernel.py, imported and run,
+one op at a time and composed, over shapes and broadcasts; the review options and the tuning
+contract of kernel files (bot.codegen.kernel_file), and the reference's own folding."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from generated import load, make_spec
+from lowering import SQUARE, assert_close, check, generate, make_inputs
+
+from bot import integrity, ir, lower_torch
+from bot.codegen import kernel_file, row_kernel
+from bot.ops import pointwise, registry
+from bot.spec import parse_expression, validate
+from runner import protocol
+
+# The masked lanes of a tail block compute on placeholder values (log(0) and the like).
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+# ---------------------------------------------------------------- pointwise ops, one by one and composed
+
+POINTWISE = [
+    "x + y", "x - y", "x * y", "x / y", "-x", "abs(x)", "exp(x)", "log(x)", "sqrt(x)", "rsqrt(x)",
+    "x ** 2", "x ** 3", "x ** -2", "x ** 0.5", "x ** -0.5", "x ** 1.5", "x ** 0", "relu(x)", "gelu(x)",
+    "gelu(x, approximate='tanh')", "silu(x)", "sigmoid(x)", "tanh(x)", "maximum(x, y)", "minimum(x, 0.5)",
+    "where(x > y, x, y)", "where(x <= 0, 0.0, 1.0)", "(x < y) * 2.0 + (x != y)", "clamp(x, -0.5, 0.5)",
+    "clamp(x, min=0.1)", "clamp(x, max=0.1)", "x * sqrt(2.0) + pi", "erf(x)", "erf(x * 3.0) + erf(0.5)",
+    # compositions
+    "relu(x + y)", "silu(x) * y + exp(-abs(x))", "x / (1.0 + exp(-x))", "gelu(x * y - 1.0) ** 2",
+    "gelu(x * 8.0)",    # past erf's clamp at +-4 for most elements
+    "where(x >= y, tanh(x), sigmoid(y)) * (x - y)", "exp(x - y) / (1.0 + exp(x - y))",
+]
+
+
+@pytest.mark.parametrize("expression", POINTWISE)
+def test_pointwise_op(tmp_path, expression):
+    names = ir.input_names(ir.parse(expression))
+    check(tmp_path, make_spec(expression, {n: SQUARE for n in names}))
+
+
+BROADCASTS = {
+    "row vector": ("x + b", {"x": [[3, 5], [17, 33]], "b": [[5], [33]]}),
+    "per row 3-D": ("x * s", {"x": [[2, 3, 40]], "s": [[2, 3, 1]]}),
+    "scalar-shaped": ("x + y", {"x": [[1000]], "y": [[1]]}),
+    "both sides 4-D": ("x * y - x", {"x": [[2, 1, 3, 5]], "y": [[1, 4, 1, 5]]}),
+    "full in one case, broadcast in another": ("x * y + z", {"x": [[3, 5], [4, 3, 5]], "y": [[3, 5], [5]],
+                                                            "z": [[3, 5], [4, 1, 1]]}),
+    "odd 1-D over several blocks": ("gelu(x) + y", {"x": [[5001]], "y": [[5001]]}),
+    "4-D odd": ("sigmoid(x) * y", {"x": [[2, 3, 5, 7]], "y": [[2, 3, 5, 7]]}),
+}
+
+
+@pytest.mark.parametrize("pattern", BROADCASTS)
+def test_pointwise_shapes_and_broadcasting(tmp_path, pattern):
+    expression, shapes = BROADCASTS[pattern]
+    check(tmp_path, make_spec(expression, shapes))
+
+
+def test_pointwise_blocks_take_the_unmasked_path_except_the_tail(tmp_path):
+    spec = make_spec("x + y", {"x": [[1001]], "y": [[1001]]})
+    source = pointwise.kernel_source(spec, parse_expression(spec), {"block": 256})
+    assert "if block_start + BLOCK <= n_elements:" in source
+    assert "x = tl.load(x_ptr + offs).to(tl.float32)" in source           # no mask: vectorizable
+    assert "x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)" in source  # only the tail
+    assert "tl.program_id(0).to(tl.int64) * BLOCK" in source
+    check(tmp_path, spec, {"block": 256})   # 3 full blocks and a tail of 233
+
+
+def test_full_shape_inputs_are_read_at_the_flat_offset(tmp_path):
+    spec = make_spec("x + b", {"x": SQUARE, "b": [[5], [33]]})
+    source = pointwise.kernel_source(spec, parse_expression(spec), {})
+    assert "x = tl.load(x_ptr + offs)" in source and "b = tl.load(b_ptr + b_offs)" in source
+    assert "x_full" not in source and "b_full: tl.constexpr" in source
+
+
+def test_mixed_dtypes_give_the_first_inputs_dtype(tmp_path):
+    spec = validate({"name": "op", "expression": "x * y", "inputs": [
+        {"name": "x", "dtypes": ["float16"], "shapes": SQUARE}, {"name": "y", "dtypes": ["float32"], "shapes": SQUARE}]})
+    check(tmp_path, spec)
+
+
+def test_non_contiguous_inputs(tmp_path):
+    spec = make_spec("x * y + 1.0", {"x": [[5, 3]], "y": [[5, 3]]}, dtypes=("float32",))
+    reference, kernel = generate(tmp_path, spec)
+    x, y = torch.randn(3, 5).t(), torch.randn(5, 6)[:, ::2]
+    assert not x.is_contiguous() and not y.is_contiguous()
+    torch.testing.assert_close(kernel(x, y), reference(x, y))
+
+
+def test_inputs_named_like_generated_locals(tmp_path):
+    shapes = {"out": SQUARE, "mask": SQUARE, "n_elements": SQUARE, "t0": SQUARE}
+    check(tmp_path, make_spec("where(mask > 0, out, n_elements) * exp(t0) + exp(t0)", shapes))
+    check(tmp_path, make_spec("softmax(N + rows)", {"N": SQUARE, "rows": SQUARE}))
+
+
+def test_identity_returns_a_new_tensor(tmp_path):
+    reference, kernel = generate(tmp_path, make_spec("x", {"x": SQUARE}))
+    x = torch.randn(3, 5)
+    for fn in (reference, kernel):
+        out = fn(x)
+        assert torch.equal(out, x) and out.data_ptr() != x.data_ptr()
+
+
+def test_launcher_refuses_shapes_it_was_not_generated_for(tmp_path):
+    _, kernel = generate(tmp_path, make_spec("x + y", {"x": SQUARE, "y": SQUARE}))
+    with pytest.raises(ValueError, match=r"input y has shape \[5\].*regenerate"):
+        kernel(torch.randn(3, 5), torch.randn(5))
+
+
+# ---------------------------------------------------------------- options from review
+
+@pytest.mark.parametrize("words, options", [
+    (["use block size 2048"], {"block": 2048}),
+    (["BLOCK=4096, num_warps=8"], {"block": 4096, "num_warps": 8}),
+    (["try 8 warps", "actually num_warps 2"], {"num_warps": 2}),
+    (["BLOCK_SIZE: 512"], {"block": 512}),
+    (["looks good"], {}),
+])
+def test_parse_options(words, options):
+    assert kernel_file.parse_options(words) == options
+
+
+def test_options_reach_the_launcher(tmp_path):
+    spec = make_spec("relu(x)", {"x": SQUARE})
+    source = pointwise.kernel_source(spec, parse_expression(spec), {"block": 2048, "num_warps": 2})
+    assert 'or {**_pointwise_config(n_elements), "BLOCK": 2048, "num_warps": 2}' in source
+    assert "Asked for in review" in source
+    check(tmp_path, spec, {"block": 2048, "num_warps": 2})
+    with pytest.raises(ValueError, match="power of two"):
+        pointwise.kernel_source(spec, parse_expression(spec), {"block": 1000})
+    with pytest.raises(ValueError, match="num_warps"):
+        pointwise.kernel_source(spec, parse_expression(spec), {"num_warps": 3})
+
+
+# ---------------------------------------------------------------- the tuning contract
+
+def configs_of(tmp_path, spec: dict, options: dict | None = None) -> list[dict]:
+    return load(tmp_path, "kernel.py", registry.kernel_source(spec, parse_expression(spec), options or {})).CONFIGS
+
+
+def test_config_spaces_and_review_pins(tmp_path):
+    pointwise_spec = make_spec("x + y", {"x": SQUARE, "y": SQUARE})
+    assert configs_of(tmp_path, pointwise_spec) == pointwise.POINTWISE_CONFIGS
+    assert configs_of(tmp_path, pointwise_spec, {"block": 512}) == [{"BLOCK": 512, "num_warps": 4},
+                                                                    {"BLOCK": 512, "num_warps": 8}]
+    assert {c["num_warps"] for c in configs_of(tmp_path, pointwise_spec, {"num_warps": 2})} == {2}
+    rows = make_spec("softmax(x)", {"x": [[5333, 497], [8, 32768]]})
+    space = configs_of(tmp_path, rows)
+    # the default's pick for each case comes first, then the variants that differ on some case
+    assert space[:2] == [row_kernel._row_config(5333, 497), row_kernel._row_config(8, 32768)]
+    assert 6 <= len(space) <= len(row_kernel.ROW_CONFIGS) + 2
+    fitted = [[row_kernel._row_tile(r, n, c) for r, n in ((5333, 497), (8, 32768))] for c in space]
+    assert len(set(map(str, fitted))) == len(space)
+    assert all(c["BLOCK_N"] == 1024 for c in configs_of(tmp_path, rows, {"block": 1024}))
+
+
+# The layernorm case of this test is in test_norm.py (ids kept as they were).
+@pytest.mark.parametrize("expression, shapes", [
+    pytest.param("x * y + 1.0", {"x": [[3, 5], [2, 2500]], "y": [[5], [2500]]}, id="x * y + 1.0-shapes0"),
+])
+def test_every_config_is_correct_on_every_case(tmp_path, expression, shapes):
+    spec = make_spec(expression, shapes, dtypes=("float32",))
+    reference, kernel = generate(tmp_path, spec)
+    for case in protocol.cases(spec):
+        inputs = make_inputs(spec, case, {n: "float32" for n in shapes})
+        want = reference(*[t.double() for t in inputs])
+        reduce_len = case.shapes["x"][-1] if "norm" in expression else 1
+        for config in kernel.__globals__["CONFIGS"]:
+            assert_close(kernel(*inputs, config=config), want, "float32", reduce_len, f"{config} {case.label}")
+
+
+def test_generated_kernels_keep_the_integrity_rules():
+    for expression in ("relu(x + y)", "rmsnorm(x + y)"):
+        spec = make_spec(expression, {"x": SQUARE, "y": SQUARE})
+        source = registry.kernel_source(spec, parse_expression(spec), {})
+        assert not integrity.check(source, "op"), integrity.report(integrity.check(source, "op"))
+
+
+# ---------------------------------------------------------------- the generators themselves
+
+def test_constant_subexpressions_are_folded():
+    node = pointwise.fold_constants(ir.parse("x * sqrt(4.0) + where(1.0 > 0.0, y, x)"))
+    assert ir.to_text(node) == "((x * 2.0) + y)"
+    with pytest.raises(ValueError, match="no finite value"):
+        pointwise.fold_constants(ir.parse("x + log(0.0)"))
+
+
+def test_repeated_subexpressions_are_computed_once():
+    spec = make_spec("exp(x + y) / (1.0 + exp(x + y))", {"x": SQUARE, "y": SQUARE})
+    source = lower_torch.reference_source(spec, parse_expression(spec))
+    assert source.count("torch.exp(") == 1 and "t0 = torch.exp(x + y)" in source
+
+
+def test_lower_triton_needs_neither_torch_nor_triton():
+    # A bot-only host generates kernels without the runner's dependencies: the pointwise family and
+    # the row template and kernel-file code old bot.lower_triton held, and bot.testgen.
+    code = ("import sys, bot.ops.pointwise, bot.codegen.row_kernel, bot.codegen.kernel_file, bot.testgen; "
+            "assert not {'torch', 'triton'} & set(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# The max/min cases of this test (over rows) are in test_reduce.py.
+@pytest.mark.parametrize("expression, over_rows", [
+    ("relu(x)", False), ("clamp(x, min=-0.5, max=0.5)", False), ("maximum(x, y)", False), ("minimum(x, y)", False)])
+def test_nan_propagates_as_in_torch(tmp_path, expression, over_rows):
+    # torch's relu, clamp, maximum, minimum and max/min keep NaN; tl.maximum/minimum drop it
+    # unless asked. Row ops: one row with NaN in its first chunk, one row all NaN, long rows
+    # going through the looped kernel as well as the one-tile one.
+    names = sorted(ir.input_names(ir.parse(expression)))
+    shape = [4, 300] if over_rows else [4, 37]
+    spec = make_spec(expression, {n: [shape] for n in names}, dtypes=("float32",))
+    reference, kernel = generate(tmp_path, spec)
+    inputs = [torch.randn(shape) for _ in names]
+    inputs[0][1, 3] = inputs[0][3, 299 if over_rows else 36] = float("nan")
+    inputs[0][2] = float("nan")
+    want = reference(*inputs)
+    configs = [None] + ([{"BLOCK_M": 1, "BLOCK_N": 64, "num_warps": 4}] if over_rows else [])
+    for config in configs:
+        got = kernel(*inputs, config=config)
+        assert torch.equal(got.isnan(), want.isnan()), (config, got, want)
+        torch.testing.assert_close(got[~want.isnan()], want[~want.isnan()])

@@ -1,0 +1,48 @@
+"""The softmax family (bot.ops.softmax): softmax and log_softmax over the last dim through the row
+template (bot.codegen.row_kernel), generated kernel.py files imported and run against the
+generated reference on float64 inputs."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from generated import make_spec
+from lowering import SQUARE, check, generate
+
+from bot import ir
+from bot.ops import softmax
+from bot.spec import parse_expression
+
+# The masked lanes of a tail block compute on placeholder values (log(0) and the like).
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+# The reduce and norm cases of these row-op tests are in test_reduce.py and test_norm.py.
+ROW_OPS = ["softmax(x)", "softmax(x * 0.5)", "log_softmax(x)", "log_softmax(x * y)"]
+
+
+@pytest.mark.parametrize("expression", ROW_OPS)
+def test_row_op(tmp_path, expression):
+    names = ir.input_names(ir.parse(expression))
+    check(tmp_path, make_spec(expression, {n: SQUARE + [[2, 3, 40]] for n in names}))
+
+
+@pytest.mark.parametrize("expression", ["softmax(x)", "log_softmax(x - 1.0)"])
+def test_looped_row_path(tmp_path, expression):
+    # A 64-wide tile forces rows of 300 and 1000 through the looped kernel; more rows than one
+    # tile holds so partly filled row blocks are exercised too.
+    shapes = {"x": [[3, 300], [1000], [40, 70]]}
+    for extra in ("w", "b"):
+        if extra in expression:
+            shapes[extra] = [[300], [1000], [70]]
+    check(tmp_path, make_spec(expression, shapes), {"block": 64}, looped=True)
+
+
+def test_bad_row_broadcast_is_refused_clearly(tmp_path):
+    spec = make_spec("softmax(x + y)", {"x": [[2, 3, 4]], "y": [[2, 1, 4]]})
+    with pytest.raises(ValueError, match=r"input y has shape \[2, 1, 4\].*last-dim vector \[4\]"):
+        softmax.kernel_source(spec, parse_expression(spec), {})
+    # and at launch, for shapes the kernel was not generated for
+    spec = make_spec("softmax(x + y)", {"x": [[2, 3, 4]], "y": [[4]]})
+    _, kernel = generate(tmp_path, spec)
+    with pytest.raises(ValueError, match=r"input y has shape \[2, 1, 4\]"):
+        kernel(torch.randn(2, 3, 4), torch.randn(2, 1, 4))
