@@ -30,7 +30,8 @@ from triton.compiler import ASTSource, make_backend  # noqa: E402
 from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
 
 from bot import catalog  # noqa: E402
-from bot.ops import registry
+from bot.ops import registry  # noqa: E402
+from bot.ops.entry import ALL_DTYPES, MATMUL_BIG, MATMUL_SMALL, Entry  # noqa: E402
 from bot.request_parse import parse_request  # noqa: E402
 from bot.spec import parse_expression  # noqa: E402
 from runner import inputs, protocol  # noqa: E402
@@ -56,13 +57,13 @@ def compile_instead(self: JITFunction, *args, grid, warmup, **kwargs):
 # tiles, and only full-size tiles show what an epilogue's layout changes and a TMA store add to the
 # operand stages' shared memory. TF32 with an epilogue is no catalog entry but a spec like any.
 BIG_TILES = {"bmm": "2x512x512 by 2x512x512"}
-MATMUL_EPILOGUE_TF32 = catalog.Entry(
+MATMUL_EPILOGUE_TF32 = Entry(
     "matmul_epilogue_tf32", "matmul with tf32, bias, gelu and residual, {shapes}, in {dtypes}",
-    "gelu(matmul(a, b, tf32=True) + bias) + residual", "matmul", catalog.MATMUL_BIG, catalog.MATMUL_SMALL, "fp32", "fp32")
+    "gelu(matmul(a, b, tf32=True) + bias) + residual", "matmul", MATMUL_BIG, MATMUL_SMALL, "fp32", "fp32")
 
 
-def check_entry(entry: catalog.Entry, workdir: Path) -> dict:
-    dtypes = "fp32" if entry.dtypes == "fp32" else catalog.ALL_DTYPES
+def check_entry(entry: Entry, workdir: Path) -> dict:
+    dtypes = "fp32" if entry.dtypes == "fp32" else ALL_DTYPES
     shapes = entry.small
     if entry.kind == "matmul":
         shapes += ", " + BIG_TILES.get(entry.name, "512x512 by 512x512")
