@@ -64,8 +64,8 @@ def _reduce_config(A, D, B, arg_reduce=False):
     # pipelining) and each keeps 8+ BLOCK_D chunks. An 8192x8192 sum over dim 0 thus gets 8
     # column blocks x 128 splits of 64 rows. arg_reduce (argmax/argmin): small tiles instead,
     # 512 x 4 pipelined (two accumulators per tile element), or one row on one warp in 512-wide
-    # chunks, not pipelined: 3 stages gain 5% on 8192x8192 fp16 but lose 1.6x on 7919x6007 fp32,
-    # whose rows are not 16-byte aligned (H200).
+    # chunks, not pipelined: pipelining gained little on aligned rows and lost much on rows that
+    # are not 16-byte aligned (docs/BENCHMARKS.md).
     if B > 1:
         key, block = "BLOCK_B", _fit(512 if arg_reduce else 1024, B)
         block_d, warps, stages = (4, 2, 3) if arg_reduce else (max(8, 8192 // block), 4, 1)

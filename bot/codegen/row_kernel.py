@@ -37,7 +37,7 @@ def _row_config(rows, n):
     # The default config for `rows` rows of n: a row up to 8192 long is one tile (one read); a
     # longer one goes through the looped kernel in 8192-wide chunks. Short rows are stacked
     # BLOCK_M to a tile of ~1K elements while at least ~256 programs remain (the 132 SMs of an
-    # H200 twice over): on an H200 that beat bigger tiles for e.g. 5333 rows of 497. Warps grow
+    # H200 twice over), which beat bigger tiles on short rows (docs/BENCHMARKS.md). Warps grow
     # with the tile.
     block_n = min(max(16, 1 << (n - 1).bit_length()), 8192)
     block_m = 1

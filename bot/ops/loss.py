@@ -166,8 +166,8 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
 
 def _cross_entropy_config(R, V):
     # The default config for R rows of V classes: row tiles as the row kernels choose them (a
-    # vocabulary longer than 8192 is read in 8192-wide chunks), on at most 4 warps (8192 classes
-    # on an H200: 45 us on 4 warps, 46 on 8, 53 on 16).
+    # vocabulary longer than 8192 is read in 8192-wide chunks), on at most 4 warps (more were
+    # slower on 8192 classes).
     block_r, block_v, warps = _row_tile(R, V, _row_config(R, V))
     return {"BLOCK_R": block_r, "BLOCK_V": block_v, "num_warps": min(warps, 4), "num_stages": 1}
 
@@ -339,8 +339,7 @@ class _CrossEntropyKernel(ReducedBodyFile):
         text += self._launch(f"{self.name}_aligned_kernel", "(R,)", tensors + [
             "BLOCK_R=1", "BLOCK_V=BLOCK_V", "num_warps=num_warps", "NUM_STAGES=num_stages", "ALIGN=ALIGN"], "        ")
         text += ("    # PER_SM > 0: that many persistent programs per SM (4 on the CPU interpreter), if a row\n"
-                 "    # fits one tile (H200, 8192 fp16 classes: 41.0 against 43.9 us one program per row in one\n"
-                 "    # sweep, 45.5 against 43.4 in another); else one program per BLOCK_R rows.\n"
+                 "    # fits one tile (the sweep picks it where it wins); else one program per BLOCK_R rows.\n"
                  '    elif config.get("PER_SM", 0) and BLOCK_V >= V:\n' + sm_count_line("sms", "out", "        "))
         text += self._launch(f"{self.name}_persistent_kernel", '(min(triton.cdiv(R, BLOCK_R), config["PER_SM"] * sms),)',
                              args, "        ")

@@ -483,8 +483,7 @@ def _fit_config(config, M, N, K, itemsize):
 def _per_sm(bm, bn, bk, num_stages, itemsize):
     # How many programs of these tiles one SM holds at once, by the shared memory they take (an
     # H200 SM has 228 KB): the persistent grid starts that many per SM, so small tiles keep several
-    # programs' loads in flight (H200, 32 x 1024^3 fp16, 64 x 64 x 64 tiles in 3 stages: 2.9x the
-    # time of 128 x 256 tiles with one program per SM, 1.4x with 4).
+    # programs' loads in flight (one program per SM left small tiles far behind big ones).
     return max(1, 224 * 1024 // _shared_bytes(bm, bn, bk, num_stages, itemsize))
 
 
@@ -595,8 +594,7 @@ class _MatmulKernel(KernelFile):
             "# Persistent: program p computes output tiles p, p + P, p + 2P, ... of all the batch's (P",
             "# programs: per SM, as many as its shared memory holds), so no last wave leaves SMs idle.",
             "# With a TMA store, flatten merges this loop and the K loop into one pipelined loop: the",
-            "# next tile's operand loads are in flight during this tile's epilogue (H200, 32 x 1024^3",
-            "# fp16: 118.8 us nested, 109.7 us flattened; cuBLAS 107.9). A pointer store stays nested:",
+            "# next tile's operand loads are in flight during this tile's epilogue. A pointer store stays nested:",
             "# flattened, its layout change could not reuse the operand buffers, and a float32 128 x 256",
             "# tile with an epilogue then needed 272 KB of shared memory.",
             "tiles_m = tl.cdiv(M, BLOCK_M)",
@@ -627,9 +625,8 @@ class _MatmulKernel(KernelFile):
             "            b_tile = b_desc.load([matrix * b_batched, k * BLOCK_K, pid_n * BLOCK_N]).reshape(BLOCK_K, BLOCK_N)",
             "            acc = tl.dot(a_tile, b_tile, acc, input_precision=INPUT_PRECISION)",
             "    # The epilogue and the store, in two halves of BLOCK_N // 2 columns: each half's epilogue",
-            "    # inputs and temporaries take half the registers (H200, gelu(a @ b + bias) + residual fp16:",
-            "    # 4096^3 223.0 -> 216.7 us, 3001x2999x3007 170.5 -> 154.1). int64 offsets, so outputs past",
-            "    # 2**31 elements are safe.",
+            "    # inputs and temporaries take half the registers, which keeps epilogues with inputs from",
+            "    # spilling. int64 offsets, so outputs past 2**31 elements are safe.",
             "    batch = matrix.to(tl.int64)",
             "    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None]",
         ]
@@ -657,8 +654,7 @@ class _MatmulKernel(KernelFile):
         lines += [
             "        if TMA_STORE:",
             "            # A TMA store of the half (what lies past an edge is not written): its staging",
-            "            # buffer in shared memory is half a tile, which leaves room for the operand stages",
-            "            # (32 x 1024^3 fp16: 111.6 us through pointers, 109.7 us so).",
+            "            # buffer in shared memory is half a tile, which leaves room for the operand stages.",
             "            out_desc.store([matrix, pid_m * BLOCK_M, first_col],",
             "                           acc.to(out_ptr.dtype.element_ty).reshape(1, BLOCK_M, BLOCK_N // 2))",
             "        else:",
@@ -699,7 +695,7 @@ class _MatmulKernel(KernelFile):
                      '    # bfloat16 take tl.dot\'s default, the tensor cores too.\n'
                      f'    precision = "tf32" if {a.local}.dtype == torch.float32 else None\n')
             text += ("    # TF32 tensor cores read float32 tiles of B only K-major: a row-major B would load\n"
-                     "    # element by element (4096^3 on an H200: 985 us). B is copied transposed (below).\n"
+                     "    # element by element. B is copied transposed (below).\n"
                      "    b_kmajor = precision == \"tf32\"\n") if not self.tb else ""
         else:
             text += ("    # float32 inputs multiply in exact IEEE float32 (the spec does not allow TF32): right but\n"
@@ -723,8 +719,7 @@ class _MatmulKernel(KernelFile):
                  "    # A float16 or bfloat16 output is stored by TMA too where its rows start on 16-byte\n"
                  "    # boundaries, else (an odd N, or float32) through pointers. A float32 tile's epilogue with\n"
                  "    # inputs took up to 336 KB of shared memory with the TMA store (128 x 256 compiled for\n"
-                 "    # sm_90), more than an SM has; through pointers, TF32 4096^3 ran as fast (351.2 against\n"
-                 "    # 349.4 us on an H200).\n"
+                 "    # sm_90), more than an SM has; through pointers TF32 ran as fast.\n"
                  "    tma_store = out.element_size() == 2 and N * 2 % 16 == 0\n"
                  "    out_desc = TensorDescriptor.from_tensor(out.reshape(-1, M, N), [1, BLOCK_M, BLOCK_N // 2]) if tma_store else None\n"
                  "    # Persistent programs: as many as the SMs hold at once, or one per tile where there are fewer.\n"
@@ -744,8 +739,7 @@ class _MatmulKernel(KernelFile):
         """The launcher's copy of operands whose rows are not 16-byte aligned into padded buffers."""
         a, b = self.a.local, self.b.local
         return ("    # TMA reads an operand only if its start and its rows start on 16-byte boundaries (an\n"
-                "    # odd K or N breaks that; the pointer loads this kernel had before fell back to scalar\n"
-                "    # loads there: 3001x2999 @ 2999x3007 fp16 on an H200, 889 us, cuBLAS 500 us). Such\n"
+                "    # odd K or N breaks that, and pointer loads of such rows fall back to scalar loads). Such\n"
                 "    # operands are copied into zero-padded buffers with aligned rows first: zero columns of "
                 f"{a}\n"
                 f"    # times zero rows of {b} add nothing (so {b} takes K_pad rows whenever K is padded), and the\n"
