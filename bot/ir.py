@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from bot.ops import argreduce, loss, matmul, norm, pointwise, reduce, registry, softmax
-from bot.ops.node import (CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
+from bot.ops.node import (ALL, CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
                           is_int_literal, number, to_text)
 
 __all__ = ["IRError", "Node", "broadcast_shapes", "call", "const", "inp", "input_names", "is_int_literal", "to_text"]
@@ -185,7 +185,8 @@ def reduced(node: Node) -> tuple[list[str], int] | None:
     """(inputs, dim) whose broadcast length at dim the op accumulates over (its error grows with
     the sqrt of it), or None for ops that accumulate nothing."""
     if node.op in REDUCE | ARG_REDUCE:
-        return input_names(node.args[0]), node.attr("dim", -1)
+        dim = node.attr("dim", -1)
+        return input_names(node.args[0]), None if dim == ALL else dim      # None: every element
     if node.op in LOSSES:
         return input_names(node.args[0]), -1
     mm = matmul_node(node)

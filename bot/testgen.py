@@ -416,7 +416,8 @@ def reduced_length(inputs):
     if not reduce:
         return 1
     by_name = {i["name"]: t for i, t in zip(SPEC["inputs"], inputs)}
-    return torch.broadcast_shapes(*(by_name[n].shape for n in reduce["inputs"]))[reduce["dim"]]
+    shape = torch.broadcast_shapes(*(by_name[n].shape for n in reduce["inputs"]))
+    return shape.numel() if reduce["dim"] is None else shape[reduce["dim"]]     # None: every element
 
 
 def position(flat, shape):

@@ -168,7 +168,8 @@ def reduce_len(spec: dict, args: list[torch.Tensor], out_numel: int) -> int:
     if spec.get("reduce"):
         by_name = {i["name"]: a for i, a in zip(spec["inputs"], args)}
         reduce = spec["reduce"]
-        return torch.broadcast_shapes(*(by_name[n].shape for n in reduce["inputs"]))[reduce["dim"]]
+        shape = torch.broadcast_shapes(*(by_name[n].shape for n in reduce["inputs"]))
+        return shape.numel() if reduce["dim"] is None else shape[reduce["dim"]]     # None: every element
     largest = max(args, key=lambda t: t.numel())
     return largest.shape[-1] if largest.dim() and out_numel < largest.numel() else 1
 

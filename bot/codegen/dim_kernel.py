@@ -21,7 +21,7 @@ from bot.codegen.code import body_text, indented, jit_source, wrap
 from bot.codegen.kernel_file import Body, KernelFile, KernelInput, _require_full
 from bot.codegen.row_kernel import (EDGE_LINES, _row_config, _row_tile, align_elements, aligned_chunk, aligned_span,
                                     refuse_empty_dim)
-from bot.ops.node import Node, broadcast_shapes, input_names
+from bot.ops.node import ALL, Node, broadcast_shapes, input_names
 
 MAX_CONFIGS = 12            # a small, deliberate space: the benchmark times each config on each case
 
@@ -217,17 +217,22 @@ class DimKernel(ReducedBodyFile):
         super().__init__(spec, node, inputs, options, body)
         self.op, self.dim, self.arg, self.spaces = node.op, node.attr("dim", -1), arg, spaces
         self.reduction = reduction
-        if not isinstance(self.dim, int):
-            raise ValueError(f"{self.op} takes one integer dim, got {self.dim!r}")
-        self.views = []         # (A, D, B) per case
-        for case, full in enumerate(self.fulls):
-            if not -len(full) <= self.dim < len(full):
-                raise ValueError(f"{self.op} over dim {self.dim}, but case {case + 1} has shape {full}")
-            d = self.dim % len(full)
-            self.views.append((math.prod(full[:d]), full[d], math.prod(full[d + 1:])))
-            if self.arg and full[d] >= MAX_ARG_DIM:
-                raise ValueError(f"{self.op} over a dim of {full[d]} (case {case + 1}); this kernel indexes dims "
+        if not (isinstance(self.dim, int) or self.dim == ALL):
+            raise ValueError(f"{self.op} takes one integer dim, or every element, got {self.dim!r}")
+        self.views = [self._view(case, full) for case, full in enumerate(self.fulls)]     # (A, D, B) per case
+        for case, (_, d, _) in enumerate(self.views):
+            if self.arg and d >= MAX_ARG_DIM:
+                raise ValueError(f"{self.op} over a dim of {d} (case {case + 1}); this kernel indexes dims "
                                  f"shorter than {MAX_ARG_DIM}")
+
+    def _view(self, case: int, full: list[int]) -> tuple[int, int, int]:
+        """(A, D, B) of the body: D the reduced dim, or every element as [1, D, 1]."""
+        if self.dim == ALL:
+            return 1, math.prod(full), 1
+        if not -len(full) <= self.dim < len(full):
+            raise ValueError(f"{self.op} over dim {self.dim}, but case {case + 1} has shape {full}")
+        d = self.dim % len(full)
+        return math.prod(full[:d]), full[d], math.prod(full[d + 1:])
 
     def configs(self) -> list[dict]:
         defaults = [_reduce_config(*view, self.arg) for view in self.views]
@@ -389,10 +394,15 @@ class DimKernel(ReducedBodyFile):
         first = self.body_inputs[0].local
         dtype = "torch.int64" if self.arg else f"{first}.dtype"
         text = self._head()
-        text += ("    # The body as [A, D, B]: D the reduced dim (as written, for this rank), B what follows it.\n"
-                 f"    dim = {self.dim} % len(shape)\n"
-                 "    A, D, B = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])\n"
-                 f"    out = torch.empty(shape[:dim] + shape[dim + 1:], dtype={dtype}, device={first}.device)\n")
+        if self.dim == ALL:
+            text += ("    # Every element reduced: the body as [1, D, 1].\n"
+                     "    dim, A, D, B = None, 1, math.prod(shape), 1\n"
+                     f"    out = torch.empty((), dtype={dtype}, device={first}.device)\n")
+        else:
+            text += ("    # The body as [A, D, B]: D the reduced dim (as written, for this rank), B what follows it.\n"
+                     f"    dim = {self.dim} % len(shape)\n"
+                     "    A, D, B = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])\n"
+                     f"    out = torch.empty(shape[:dim] + shape[dim + 1:], dtype={dtype}, device={first}.device)\n")
         text += self._empty_dims()
         arg_reduce = ["arg_reduce=True"] if self.arg else []
         text += self._config_line(f"_reduce_config({', '.join(['A', 'D', 'B', *arg_reduce])})")

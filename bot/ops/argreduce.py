@@ -74,7 +74,7 @@ OUTPUT_DTYPE = "int64"
 
 
 def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str]) -> str:
-    return f"{_TORCH[node.op]}({body}, dim={node.attr('dim', -1)})"
+    return reduce.torch_reduction(_TORCH[node.op], node, body)      # over every element: the flat index
 
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:

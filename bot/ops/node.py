@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 CONSTANTS = {"pi": math.pi, "e": math.e}
+ALL = "all"          # a reduction's dim when it reduces every element (PyTorch: no dim, or dim=None)
 
 
 class IRError(ValueError):
@@ -151,7 +152,8 @@ def plain_text(node: Node) -> str:
 def over_dim(c: Call, all_by_default: bool) -> int | None:
     """The one dim a reduction or row op works over: dim=d, axis=d or a second positional int;
     keepdim=False is accepted, keepdim=True refused (torch.sum(x, -1, True) gives it by position).
-    Not given: None (all elements, as PyTorch reads a reduction) when all_by_default, else -1."""
+    Not given: None (all elements, as PyTorch reads a reduction: its caller settles it) when
+    all_by_default, else -1; dim=None written: ALL when all_by_default."""
     fname, args, kw = c.fname, c.args, c.kw
     if all_by_default and len(args) == 3 and isinstance(args[2], ast.Constant) and isinstance(args[2].value, bool):
         kw.setdefault("keepdim", args.pop())
@@ -168,8 +170,10 @@ def over_dim(c: Call, all_by_default: bool) -> int | None:
                           f"{ast.unparse(args[1])}? Write {fname}(x, dim={ast.unparse(args[1])}) or "
                           f"{'maximum' if fname == 'max' else 'minimum'}(x, {ast.unparse(args[1])}.0)")
         dim = args.pop()
-    if is_none(dim):
+    if dim is None:
         return None if all_by_default else -1
+    if is_none(dim):
+        return ALL if all_by_default else -1
     if not is_int_literal(dim):
         raise IRError(f"{fname} takes one dim as an integer, e.g. dim=0; got {ast.unparse(dim)!r} (a reduction "
                       "over several dims at once is not supported)")
@@ -186,12 +190,14 @@ def dim_text(node: Node, text: Callable[[Node], str]) -> str:
     """op(body, dim=d): a reduction always spells its dim (to a PyTorch reader sum(x) is over all
     elements), a row op when it is not the last."""
     dim = node.attr("dim")
-    return f"{node.op}({text(node.args[0])}{'' if dim is None else f', dim={dim}'})"
+    return f"{node.op}({text(node.args[0])}{'' if dim is None else ', dim=None' if dim == ALL else f', dim={dim}'})"
 
 
 def reduced_shape(node: Node, full: list[int]) -> list[int]:
-    """The shape of a reduction of a body of shape `full` over node's dim."""
+    """The shape of a reduction of a body of shape `full` over node's dim (a single value over ALL)."""
     dim = node.attr("dim", -1)
+    if dim == ALL:
+        return []
     if not -len(full) <= dim < len(full):
         raise IRError(f"{node.op} over dim {dim}, but the input has {len(full)} dims (shape {full})")
     return full[:dim % len(full)] + full[dim % len(full) + 1:]

@@ -16,7 +16,7 @@ from bot.codegen.kernel_file import NEG_INF, POS_INF
 from bot.codegen.row_kernel import RowKernel, RowPlan, refuse_empty_dim
 from bot.ops import pointwise
 from bot.ops.pointwise import NAN_WINS
-from bot.ops.node import (Call, Node, broadcast_shapes, call, dim_call, dim_text, input_names, over_dim, prints,
+from bot.ops.node import (ALL, Call, Node, broadcast_shapes, call, dim_call, dim_text, input_names, over_dim, prints,
                           reduced_shape)
 from bot.ops.text import FLAGS as _F
 from runner import protocol
@@ -126,7 +126,12 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
 
 
 def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str]) -> str:
-    return f"{_TORCH[node.op]}({body}, dim={node.attr('dim', -1)})"
+    return torch_reduction(_TORCH[node.op], node, body)
+
+
+def torch_reduction(fn: str, node: Node, body: str) -> str:
+    """fn(body, dim=d), or fn(body) over every element."""
+    return f"{fn}({body})" if node.attr("dim") == ALL else f"{fn}({body}, dim={node.attr('dim', -1)})"
 
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:
@@ -144,6 +149,8 @@ def dim_kernel_source(spec: dict, node: Node, options: dict) -> str:
 
 def over_last_dim(spec: dict, node: Node) -> bool:
     dim = node.attr("dim", -1)
+    if dim == ALL:
+        return False
     body = input_names(node.args[0])
     ranks = {len(broadcast_shapes([case.shapes[n] for n in body])) for case in protocol.cases(spec)}
     return all(dim in (-1, rank - 1) for rank in ranks)
@@ -169,6 +176,12 @@ def reference_property(node: Node) -> tuple[str, bool]:
     if op not in ("max", "min"):
         return "", False
     cmp, dim = ">=" if op == "max" else "<=", node.attr("dim", -1)
+    if dim == ALL:
+        return f'''    """{op}: the result is {"at least" if op == "max" else "at most"} every element and equals one of them."""
+    values = body(*inputs)          # in the dtype, as the reference saw them
+    assert bool((got {cmp} values).all()), "{op} is {"below" if op == "max" else "above"} an element"
+    assert bool((got == values).any()), "{op} is none of the elements"
+''', True
     return f'''    """{op}: the result is {"at least" if op == "max" else "at most"} every element it reduces (dim {dim}) and equals one of them."""
     values = body(*inputs)          # in the dtype, as the reference saw them
     assert bool((got.unsqueeze({dim}) {cmp} values).all()), "{op} is {"below" if op == "max" else "above"} an element it reduces"
