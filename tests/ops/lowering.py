@@ -15,6 +15,7 @@ Two ways in, as the lowerings were once split:
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 
@@ -122,7 +123,8 @@ def check_reduction(tmp_path, spec: dict, options: dict | None = None, configs=(
             inputs = draw(spec, case, variant) if draw else runner_inputs.make_inputs(spec, case, variant, 0, "cpu")
             want = reference(*[t.double() if t.is_floating_point() else t for t in inputs])
             reduced = spec["reduce"]
-            length = ir.broadcast_shapes([case.shapes[n] for n in reduced["inputs"]])[reduced["dim"]]
+            full = ir.broadcast_shapes([case.shapes[n] for n in reduced["inputs"]])
+            length = math.prod(full) if reduced["dim"] is None else full[reduced["dim"]]
             for config in configs:
                 got = kernel(*inputs, config=config)
                 label = f"{spec['expression']} {case.label} {protocol.variant_label(variant)} config={config}"

@@ -26,6 +26,13 @@ def test_arg_reduce_first_index_on_ties(tmp_path, op, dim):
 
 
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_arg_reduce_over_every_element_is_the_first_flat_index(tmp_path, op):
+    spec = make_spec(f"{op}(x, dim=None)", {"x": [MATRIX, CUBE, [3, 1031]]})
+    _, module = generate_reduction(tmp_path, spec)
+    check_reduction(tmp_path, spec, configs=(None, SPLIT, *module.CONFIGS), draw=ties)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
 def test_arg_reduce_treats_nan_as_torch_does(tmp_path, op):
     # NaN wins, the first one on ties, wherever the split boundaries fall.
     x = torch.randn(ROWS_CASE)

@@ -162,6 +162,26 @@ def test_reduce_of_a_body(tmp_path, expression):
     check_reduction(tmp_path, make_spec(expression, {n: [MATRIX, CUBE] for n in names}))
 
 
+@pytest.mark.parametrize("expression", ["sum(x, dim=None)", "mean((x - y) ** 2, dim=None)", "max(x, dim=None)",
+                                        "min(clamp(1.0 - x * y, min=0.0), dim=None)"])
+def test_reduce_over_every_element(tmp_path, expression):
+    # one value: the body as [1, numel, 1], split over programs and combined; every config of the space
+    names = ir.input_names(ir.parse(expression))
+    spec = make_spec(expression, {n: [MATRIX, CUBE, [3, 1031]] for n in names})
+    assert spec["outputs"][0]["shapes"] == [[], [], []] and spec["reduce"]["dim"] is None
+    _, module = generate_reduction(tmp_path, spec)
+    check_reduction(tmp_path, spec, configs=(None, *module.CONFIGS))
+
+
+def test_every_element_reads_and_prints_as_pytorch_writes_it():
+    node = ir.parse("torch.mean(x * y, dim=None)")
+    assert node.attr("dim") == "all" and ir.to_text(node) == "mean((x * y), dim=None)"
+    assert ir.parse(ir.to_text(node)) == node
+    assert ir.parse("sum(x)").attr("dim") == -1               # a spec's sum without a dim is over the last
+    assert ir.parse("sum(x)", as_written=True).attr("dim") is None      # as PyTorch reads it: settled by the caller
+    assert ir.output_shape(node, {"x": [4, 5], "y": [5]}) == [] and ir.reduced(node) == (["x", "y"], None)
+
+
 # ---------------------------------------------------------------- configs, splits, layouts
 
 # The argmax/argmin cases of this test are in test_argreduce.py (ids kept as they were).
