@@ -19,16 +19,31 @@ from bot.codegen.row_kernel import (EDGE_LINES, _row_config, _row_tile, align_el
 from bot.generators.interface import GenerationError
 from bot.ops import pointwise
 from bot.ops.entry import SMALL_LONG_ODD, Entry
-from bot.ops.node import Call, IRError, Node, arity, broadcast_shapes, call, input_names, prints, to_text
+from bot.ops.node import ALL, Call, IRError, Node, arity, broadcast_shapes, call, input_names, number, prints, to_text
 from bot.ops.text import FLAGS as _F, blank as _blank
 from runner.protocol import IGNORE_INDEX
 
 NAME = "loss"
 OPS = {"cross_entropy"}
+# Elementwise losses of input x and target y, as PyTorch defines them, written in the IR's own ops:
+# (parameters after input and target, with PyTorch's defaults; formula). reduction 'mean' and 'sum'
+# reduce every element (the reduce family lowers those), 'none' keeps them.
+ELEMENTWISE: dict[str, tuple[tuple[tuple[str, float], ...], str]] = {
+    "mse_loss": ((), "(x - y) ** 2"),
+    "l1_loss": ((), "abs(x - y)"),
+    "smooth_l1_loss": ((("beta", 1.0),), "where(abs(x - y) < beta, 0.5 * (x - y) ** 2 / beta, abs(x - y) - 0.5 * beta)"),
+    "huber_loss": ((("delta", 1.0),), "where(abs(x - y) < delta, 0.5 * (x - y) ** 2, delta * (abs(x - y) - 0.5 * delta))"),
+    "binary_cross_entropy_with_logits": ((), "maximum(x, 0.0) - x * y + log(1.0 + exp(-abs(x)))"),
+    "soft_margin_loss": ((), "log(1.0 + exp(-y * x))"),
+    "kl_div": ((), "where(y > 0.0, y * (log(y) - x), 0.0)"),
+}
+_REDUCED = {"mean": "mean", "sum": "sum"}
 ROOT = True
-SUPPORTED = ("over the last dim", "cross_entropy(logits, target)")
+SUPPORTED = ("over the last dim", "cross_entropy(logits, target); elementwise losses of input and target: "
+             f"{', '.join(ELEMENTWISE)} (reduction 'mean', 'sum' or 'none')")
 ALIASES = {"crossentropy": "cross_entropy"}
-KEYWORDS = {"cross_entropy": {"reduction", "input", "target"}}
+KEYWORDS = {"cross_entropy": {"reduction", "input", "target"},
+            **{name: {"reduction", "input", "target", *(p for p, _ in params)} for name, (params, _) in ELEMENTWISE.items()}}
 OUTPUT_DTYPE = None
 WORDS: list = []                    # read apart, before the generic reader: CROSS_ENTROPY, cross_entropy_words
 
@@ -101,6 +116,8 @@ def cross_entropy_words(text: str) -> tuple[str, str, list[str]]:
 # ---------------------------------------------------------------- IR rule
 
 def convert(c: Call) -> Node | None:
+    if c.fname in ELEMENTWISE:
+        return _elementwise(c)
     if c.fname not in OPS:
         return None
     args, kw = c.args, c.kw
@@ -116,6 +133,30 @@ def convert(c: Call) -> Node | None:
     if reduction not in ("mean", "none"):
         raise IRError(f"cross_entropy reduction must be 'mean' or 'none', got {ast.unparse(node)!r}")
     return call("cross_entropy", c.expr(args[0]), c.expr(args[1]), reduction=reduction)
+
+
+def _elementwise(c: Call) -> Node:
+    """An elementwise loss: its formula over input and target, then every element reduced (mean,
+    sum) or kept (none). Parameters by position after the two tensors, or by keyword."""
+    params, formula = ELEMENTWISE[c.fname]
+    args = c.args + [c.kw.pop(k) for k in ("input", "target") if k in c.kw]
+    if len(args) < 2 or len(args) > 2 + len(params):
+        raise IRError(f"{c.fname} takes input and target{''.join(f', {p}' for p, _ in params)}, got {len(args)} "
+                      "arguments")
+    values = {"x": args[0], "y": args[1]}
+    for (p, default), given in zip(params, args[2:] + [None] * len(params)):
+        written = c.kw.pop(p, given)
+        values[p] = ast.Constant(default if written is None else number(written))
+    if c.fname == "smooth_l1_loss" and values["beta"].value == 0:
+        formula = ELEMENTWISE["l1_loss"][1]             # PyTorch: beta 0 is the L1 loss
+    node = c.kw.pop("reduction", None)
+    reduction = "mean" if node is None else node.value if isinstance(node, ast.Constant) else None
+    if reduction not in ("mean", "sum", "none"):
+        extra = ", and 'batchmean' needs the batch size" if reduction == "batchmean" else ""
+        raise IRError(f"{c.fname} reduction must be 'mean', 'sum' or 'none'{extra}, got "
+                      f"{ast.unparse(node) if node is not None else None!r}")
+    body = c.expr(pointwise.Bind(values).visit(ast.parse(formula, mode="eval").body))
+    return body if reduction == "none" else call(_REDUCED[reduction], body, dim=ALL)
 
 
 @prints(*OPS)

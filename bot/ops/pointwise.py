@@ -176,10 +176,12 @@ def _convert_composite(c: Call) -> Node:
     if bound["x"] is None:
         raise IRError(f"{fname} needs an input, e.g. {fname}(x)")
     values = {p: bound["x"] if p == "x" else ast.Constant(number(bound[p])) for p, _ in params}
-    return c.expr(_Bind(values).visit(ast.parse(formula, mode="eval").body))
+    return c.expr(Bind(values).visit(ast.parse(formula, mode="eval").body))
 
 
-class _Bind(ast.NodeTransformer):
+class Bind(ast.NodeTransformer):
+    """Substitutes arguments (Python syntax) for a formula's names."""
+
     def __init__(self, values: dict[str, ast.expr]):
         self.values = values
 

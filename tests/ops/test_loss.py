@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from generated import make_spec
-from lowering import ALIGNED_CONFIG, MATRIX, ODD_ROWS, aligned_only, check_reduction, generate_reduction
+from lowering import ALIGNED_CONFIG, MATRIX, ODD_ROWS, aligned_only, check, check_reduction, generate_reduction
 
-from bot import ir
+from bot import ir, lower_torch
 from bot.ops import loss
 from runner import protocol
 from runner.inputs import make_inputs
@@ -88,3 +88,51 @@ def test_cross_entropy_aligned_rows(tmp_path, reduction):
     x[1, 1030] = x[2, 0] = 5.0                            # the running max set by the edge
     for config in (None, ALIGNED_CONFIG):
         torch.testing.assert_close(module.op(x, t, config=config), reference(x.double(), t).float())
+
+
+# ---------------------------------------------------------------- elementwise losses
+
+ELEMENTWISE = [("mse_loss", {}), ("l1_loss", {}), ("smooth_l1_loss", {"beta": 0.5}), ("smooth_l1_loss", {"beta": 0.0}),
+               ("huber_loss", {"delta": 2.0}), ("binary_cross_entropy_with_logits", {}), ("soft_margin_loss", {}),
+               ("kl_div", {})]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("name, params", ELEMENTWISE, ids=[f"{n}{p}" for n, p in ELEMENTWISE])
+def test_elementwise_losses_are_pytorchs(name, params, reduction):
+    # The formula the family writes against torch.nn.functional's own, in float64, on inputs
+    # where every branch is taken (|x - y| on both sides of beta and delta, positive targets for KL).
+    keywords = "".join(f", {k}={v!r}" for k, v in params.items())
+    node = ir.parse(f"{name}(x, y{keywords}, reduction='{reduction}')", as_written=True)
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 33, generator=gen, dtype=torch.float64) * 3, torch.rand(64, 33, generator=gen, dtype=torch.float64)
+    names = {"x": "x", "y": "y"}
+    spec = {"inputs": [{"name": "x", "dtypes": ["float64"]}, {"name": "y", "dtypes": ["float64"]}]}
+    lines, result = lower_torch.torch_lines(spec, node, names)
+    scope = {"torch": torch, "x": x, "y": y}
+    for line in lines:
+        exec(line, scope)
+    got = eval(result, scope)
+    want = getattr(torch.nn.functional, name)(x, y, reduction=reduction, **params)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("expression", ["mse_loss(x, y)", "smooth_l1_loss(x, y, beta=0.5, reduction='sum')",
+                                        "binary_cross_entropy_with_logits(x, y, reduction='none')"])
+def test_elementwise_losses_lower_to_one_kernel_and_pass(tmp_path, expression):
+    spec = make_spec(expression, {"x": [MATRIX, [3, 1031]], "y": [MATRIX, [3, 1031]]})
+    if "none" in expression:            # one loss per element: the pointwise kernel
+        assert ir.kind(ir.parse(spec["expression"])) == "pointwise"
+        check(tmp_path, spec)
+    else:                               # every element reduced: the dim template, [1, numel, 1]
+        assert ir.kind(ir.parse(spec["expression"])) == "reduce"
+        check_reduction(tmp_path, spec)
+
+
+def test_elementwise_loss_refusals_name_what_works():
+    with pytest.raises(ir.IRError, match="'batchmean' needs the batch size"):
+        ir.parse("kl_div(x, y, reduction='batchmean')")
+    with pytest.raises(ir.IRError, match="size_average=True is not supported"):
+        ir.parse("mse_loss(x, y, size_average=True)")
+    with pytest.raises(ir.IRError, match="mse_loss takes input and target, got 1 arguments"):
+        ir.parse("mse_loss(x)")
