@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from bot.ops import argreduce, loss, matmul, norm, pointwise, reduce, registry, softmax
+from bot.ops import argreduce, loss, matmul, norm, pointwise, reduce, registry, scan, softmax
 from bot.ops.node import (ALL, CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
                           is_int_literal, number, to_text)
 
@@ -22,6 +22,7 @@ __all__ = ["IRError", "Node", "broadcast_shapes", "call", "const", "inp", "input
 UNARY, BINARY, COMPARE, POINTWISE = pointwise.UNARY, pointwise.BINARY, pointwise.COMPARE, pointwise.OPS
 COMPOSITES, POSITIVE_DOMAIN_OPS = pointwise.COMPOSITES, pointwise.POSITIVE_DOMAIN_OPS
 REDUCE, ARG_REDUCE, ROW_PRESERVING, NORMS, LOSSES = reduce.OPS, argreduce.OPS, softmax.OPS, norm.OPS, loss.OPS
+SCANS = scan.OPS
 ROW_OPS = REDUCE | ROW_PRESERVING | NORMS       # lowered over whole rows when over the last dim
 ROOT_OPS = {op for f in registry.ROOT_FAMILIES for op in f.OPS}     # ops that may only stand at the root
 MATMUL = matmul.MATMUL                          # one per expression; the rest is its epilogue
@@ -41,7 +42,7 @@ def parse(text: str, as_written: bool = False) -> Node:
         raise IRError(f"cannot parse expression {text!r}: {e.msg}. Write it like 'relu(x + y)'.") from None
     node = _convert(tree.body)
     if not as_written:
-        node = with_dim(node, -1) if node.op in REDUCE | ARG_REDUCE and node.attr("dim") is None else node
+        node = with_dim(node, -1) if node.op in REDUCE | ARG_REDUCE | SCANS and node.attr("dim") is None else node
         if node.op in ROW_PRESERVING and node.attr("dim") != -1:
             raise IRError(f"{node.op} is supported over the last dim (dim=-1) only")
     check(node)
@@ -155,6 +156,9 @@ def check(node: Node) -> None:
     for sub in body.walk():
         if sub.op == matmul.TRANSPOSE:
             raise IRError(f"{to_text(sub)}: a transpose is supported as a matmul operand, e.g. a @ b.T, not elsewhere")
+        if sub.op == scan.FLIP:
+            raise IRError(f"{to_text(sub)}: a flip is supported around a scan, x.flip(d).cumsum(d).flip(d) (a reversed "
+                          "cumsum), not elsewhere")
         if sub.op in ROOT_OPS:
             raise IRError(f"{sub.op} must be the outermost operation (e.g. softmax(x * 2) is fine, softmax(x) * 2 is not)")
         if sub.op not in POINTWISE | {"input", "const", MATMUL}:
@@ -184,7 +188,7 @@ def index_inputs(node: Node) -> dict[str, str]:
 def reduced(node: Node) -> tuple[list[str], int] | None:
     """(inputs, dim) whose broadcast length at dim the op accumulates over (its error grows with
     the sqrt of it), or None for ops that accumulate nothing."""
-    if node.op in REDUCE | ARG_REDUCE:
+    if node.op in REDUCE | ARG_REDUCE | SCANS:
         dim = node.attr("dim", -1)
         return input_names(node.args[0]), None if dim == ALL else dim      # None: every element
     if node.op in LOSSES:

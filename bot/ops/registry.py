@@ -23,15 +23,15 @@ from __future__ import annotations
 from types import ModuleType
 
 from bot.codegen.expr import OpWriter
-from bot.ops import argreduce, loss, matmul, norm, pointwise, reduce, softmax
+from bot.ops import argreduce, loss, matmul, norm, pointwise, reduce, scan, softmax
 from bot.ops.entry import Entry
 from bot.ops.node import Node
 
-FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, softmax, norm, loss, matmul)
+FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax, norm, loss, matmul)
 ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
 # Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
-# square norm', 'argmax' holds 'max').
-WORDS = [w for f in (softmax, norm, argreduce, reduce, pointwise) for w in f.WORDS]
+# square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum').
+WORDS = [w for f in (softmax, norm, argreduce, scan, reduce, pointwise) for w in f.WORDS]
 ALIASES = {k: v for f in FAMILIES for k, v in f.ALIASES.items()}
 KEYWORDS = {k: v for f in FAMILIES for k, v in f.KEYWORDS.items()}
 _OWNER = {**dict.fromkeys(pointwise.FUNCTIONS, pointwise),

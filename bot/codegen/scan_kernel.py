@@ -1,0 +1,166 @@
+"""The scan template: a cumulative op (a running sum, product, max or min) over any one dim of a
+pointwise body, the body viewed as [A, D, B] with D scanned; the output has the body's shape.
+
+B > 1, the cols kernel: tiles [BLOCK_D, BLOCK_B] of BLOCK_B neighbouring columns of one a, so each
+tile row is one coalesced load, scanned over axis 0. B == 1 (the last dim), the rows kernel: tiles
+[BLOCK_R, BLOCK_D] of BLOCK_R rows, scanned over axis 1. Both walk D in BLOCK_D chunks in order,
+each chunk scanned in registers (Triton's associative scan) and combined with the running value
+the chunks before it left (`carry`), which the chunk's last lane then holds. A reverse scan walks
+D from its end (lane i of a chunk reads d = D - 1 - (start + i)), so the same forward scan of the
+tile runs backwards over D; an exclusive scan reads each lane's value one step behind (the first
+reads the op's identity). The math is the family's (bot.ops.scan.scan_math), in float32."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from bot.codegen.code import body_text, indented, jit_source
+from bot.codegen.dim_kernel import ReducedBodyFile, _fit
+from bot.codegen.kernel_file import _require_full
+
+
+@dataclass(frozen=True)
+class ScanMath:
+    """The family's math for one op: its identity (what masked lanes and an exclusive scan's first
+    lane hold), the scan of a tile over an axis (x, axis) and the combine of two values (a, b)."""
+    identity: str
+    scan: Callable[[str, int], str]
+    combine: Callable[[str, str], str]
+
+
+# ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
+
+def _scan_config(A, D, B):
+    # The default config for a body viewed as [A, D, B], D scanned. B > 1: tiles of up to 128
+    # columns, 32-deep chunks (each step a [32, 128] tile, one coalesced 128-column row per warp).
+    # B == 1: rows up to 1024 long in one chunk with a program per row; longer rows in 1024-wide
+    # chunks; short rows several per program so a tile holds some 1K elements.
+    if B > 1:
+        return {"BLOCK_B": _fit(128, B), "BLOCK_D": _fit(32, D), "num_warps": 4}
+    block_d = _fit(1024, D)
+    return {"BLOCK_R": max(1, min(16, 1024 // block_d)), "BLOCK_D": block_d, "num_warps": 4 if block_d >= 512 else 2}
+
+
+def _scan_tiles(config, A, D, B):
+    # The config fitted to this case, so any config runs on any case: (block, BLOCK_D, num_warps),
+    # block being BLOCK_B (B > 1) or BLOCK_R. Keys a config lacks (one made for the other layout)
+    # come from the default.
+    config = {**_scan_config(A, D, B), **config}
+    block = _fit(config["BLOCK_B"], B) if B > 1 else _fit(config["BLOCK_R"], A)
+    return block, _fit(config["BLOCK_D"], D), config["num_warps"]
+
+
+# ---------------------------------------------------------------- kernel.py
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where a scan kernel's tile lies in the body's [A, D, B] view."""
+    name: str                # kernel suffix
+    block: str               # the tile's extent across D: BLOCK_B or BLOCK_R
+    comment: str
+    locate: tuple[str, ...]  # the program's columns or rows
+    carry: str               # the running value's shape: one per column or row, kept 2-d
+    lane: str                # each lane's step along D in the tile
+    keep: str                # which columns or rows exist
+    offs: str                # the elements' offsets, from `d`
+    axis: int                # the tile's D axis
+
+
+_COLS = _Layout(
+    "cols", "BLOCK_B",
+    "# BLOCK_B neighbouring columns of one a, scanned down D in [BLOCK_D, BLOCK_B] tiles: each tile\n"
+    "# row is one coalesced load.",
+    ("n_cols = tl.cdiv(B, BLOCK_B)", "a = (tl.program_id(0) // n_cols).to(tl.int64)",
+     "cols = (tl.program_id(0) % n_cols) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]"),
+    "[1, BLOCK_B]", "tl.arange(0, BLOCK_D)[:, None]", "(cols < B)", "(a * D + {d}) * B + cols", 0)
+
+
+_ROWS = _Layout(
+    "rows", "BLOCK_R",
+    "# BLOCK_R rows (the scanned dim is the last), each scanned along itself in [BLOCK_R, BLOCK_D] tiles.",
+    ("rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",),
+    "[BLOCK_R, 1]", "tl.arange(0, BLOCK_D)[None, :]", "(rows < A)", "rows * D + {d}", 1)
+
+
+class ScanKernel(ReducedBodyFile):
+    description = ("The body viewed as [A, D, B], D scanned: tiles [BLOCK_D, BLOCK_B] of neighbouring columns when\n"
+                   "B > 1 (cols kernel), [BLOCK_R, BLOCK_D] of whole rows when B == 1 (rows kernel). D is read in\n"
+                   "BLOCK_D chunks in order, each scanned in registers and combined with the running value.")
+    block_key = "BLOCK_D"
+
+    def __init__(self, spec, node, inputs, options, body, spaces: tuple[list[dict], list[dict]], math_: ScanMath):
+        super().__init__(spec, node, inputs, options, body)
+        self.op, self.dim, self.spaces, self.math = node.op, node.attr("dim"), spaces, math_
+        self.reverse, self.exclusive = bool(node.attr("reverse")), bool(node.attr("exclusive"))
+        if not isinstance(self.dim, int):
+            raise ValueError(f"{self.op} runs over one integer dim, got {self.dim!r}")
+        self.views = [self._view(case, full) for case, full in enumerate(self.fulls)]     # (A, D, B) per case
+
+    def _view(self, case: int, full: list[int]) -> tuple[int, int, int]:
+        if not -len(full) <= self.dim < len(full):
+            raise ValueError(f"{self.op} over dim {self.dim}, but case {case + 1} has shape {full}")
+        d = self.dim % len(full)
+        return math.prod(full[:d]), full[d], math.prod(full[d + 1:])
+
+    def configs(self) -> list[dict]:
+        defaults = [_scan_config(*view) for view in self.views]
+        layouts = {b > 1 for _, _, b in self.views}
+        cols, rows = self.spaces
+        candidates = (cols if True in layouts else []) + (rows if False in layouts else [])
+        return self._space(defaults + candidates, lambda config: [_scan_tiles(config, *view) for view in self.views])
+
+    def source(self) -> str:
+        return self._file([self._kernel(_COLS), self._kernel(_ROWS)], [_fit, _scan_config, _scan_tiles, _require_full],
+                          self._launcher())
+
+    def _position(self) -> str:
+        """Lane i's position along D in the chunk starting at step `start`: from the end when reversed."""
+        return "D - 1 - (start + lane)" if self.reverse else "start + lane"
+
+    def _loads(self, layout: _Layout) -> list[str]:
+        """val: the body at each lane's position, or (exclusive) one step behind it, where the first
+        reads the identity; masked lanes hold the identity, which changes no scan."""
+        read = "d + 1" if self.exclusive and self.reverse else "d - 1" if self.exclusive else "d"
+        inside = "(src < D)" if self.exclusive and self.reverse else "(src >= 0)" if self.exclusive else ""
+        src = [f"src = {read}"] if self.exclusive else []
+        mask = " & ".join(p for p in ("in_d", inside, layout.keep) if p)
+        offs = layout.offs.format(d="src" if self.exclusive else "d")
+        return [*src, f"mask = {mask}", f"offs = {offs}", *self.body_values("offs", self.math.identity)]
+
+    def _kernel(self, layout: _Layout) -> str:
+        params = [f"{i.local}_ptr" for i in self.body_inputs] + ["dst_ptr", "A", "D", "B"]
+        params += [f"{layout.block}: tl.constexpr", "BLOCK_D: tl.constexpr"]
+        last = "BLOCK_D - 1"
+        step = [f"d = {self._position()}", "in_d = d >= 0" if self.reverse else "in_d = d < D",
+                *self._loads(layout),
+                f"scanned = {self.math.combine('carry', self.math.scan('val', layout.axis))}",
+                f"tl.store(dst_ptr + {layout.offs.format(d='d')}, scanned.to(dst_ptr.dtype.element_ty), "
+                f"mask=in_d & {layout.keep})",
+                "# The running value through this chunk: its last lane (masked lanes hold the identity).",
+                f"carry = tl.sum(tl.where(lane == {last}, scanned, 0.0), axis={layout.axis}, keep_dims=True)"]
+        lines = [*layout.locate, f"lane = {layout.lane}",
+                 f"carry = tl.full({layout.carry}, {self.math.identity}, tl.float32)",
+                 "for start in tl.range(0, D, BLOCK_D):", *indented(step)]
+        comment = body_text(layout.comment.split("\n"))
+        return jit_source(f"{self.name}_{layout.name}_kernel", params, lines, comment)
+
+    def _launcher(self) -> str:
+        first = self.body_inputs[0].local
+        text = self._head()
+        text += ("    # The body as [A, D, B]: D the scanned dim (as written, for this rank), B what follows it.\n"
+                 f"    dim = {self.dim} % len(shape)\n"
+                 "    A, D, B = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])\n"
+                 f"    out = torch.empty(shape, dtype={first}.dtype, device={first}.device)\n"
+                 "    if out.numel() == 0:\n        return out\n")
+        text += self._config_line("_scan_config(A, D, B)")
+        text += "    block, BLOCK_D, num_warps = _scan_tiles(config, A, D, B)\n"
+        args = [i.local for i in self.body_inputs] + ["out", "A", "D", "B"]
+        text += "    if B > 1:\n"
+        text += self._launch(f"{self.name}_cols_kernel", "(A * triton.cdiv(B, block),)",
+                             args + ["BLOCK_B=block", "BLOCK_D=BLOCK_D", "num_warps=num_warps"], "        ")
+        text += "    else:\n"
+        text += self._launch(f"{self.name}_rows_kernel", "(triton.cdiv(A, block),)",
+                             args + ["BLOCK_R=block", "BLOCK_D=BLOCK_D", "num_warps=num_warps"], "        ")
+        return text + "    return out\n"
+

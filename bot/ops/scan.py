@@ -1,0 +1,189 @@
+"""The scan family: cumsum, cumprod, cummax and cummin over any one dim of a pointwise body, forward
+or reversed, inclusive or exclusive; the output has the body's shape and dtype.
+
+PyTorch writes a reversed scan as x.flip(d).cumsum(d).flip(d) (torch has no reverse flag): the IR
+reads that pattern as one reversed scan, and a flip anywhere else is refused. Lowered by the scan
+template (bot.codegen.scan_kernel) with this family's config spaces; owns its words, IR rule,
+reference and catalog entries.
+"""
+from __future__ import annotations
+
+import ast
+import re
+
+from bot.codegen.scan_kernel import ScanKernel, ScanMath
+from bot.ops import pointwise
+from bot.ops.entry import Entry
+from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, flag, input_names, is_int_literal,
+                          number, prints)
+from bot.ops.text import FLAGS as _F
+
+NAME = "scan"
+OPS = {"cumsum", "cumprod", "cummax", "cummin"}
+ROOT = True
+SUPPORTED = ("over any one dim", "cumsum, cumprod, cummax, cummin (also reversed: x.flip(d).cumsum(d).flip(d); "
+             "cumsum and cumprod also exclusive=True)")
+ALIASES: dict[str, str] = {}
+FLIP = "flip"
+KEYWORDS = {**dict.fromkeys(OPS, {"dim", "reverse", "exclusive"}), FLIP: {"dims"}}
+OUTPUT_DTYPE = None
+# Looked for before the reduce family's words, which these hold ("sum", "max").
+WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
+    (r"\bcum(?:ulative)?[\s_-]?sums?\b|\bprefix[\s-]sums?\b|\brunning\s+(?:sum|total)s?\b|\bscan\b|前缀和|累加和?|累积和",
+     "row", "cumsum"),
+    (r"\bcum(?:ulative)?[\s_-]?prod(?:uct)?s?\b|\bprefix[\s-]products?\b|\brunning\s+products?\b|累积乘积|累乘",
+     "row", "cumprod"),
+    (r"\bcum(?:ulative)?[\s_-]?max(?:imum)?\b|\brunning\s+max(?:imum)?\b|累积最大值?", "row", "cummax"),
+    (r"\bcum(?:ulative)?[\s_-]?min(?:imum)?\b|\brunning\s+min(?:imum)?\b|累积最小值?", "row", "cummin"),
+]]
+# Flags in words: "reverse cumsum", "exclusive prefix sum" (suffix sums are reversed prefix sums).
+REVERSE_WORD = re.compile(r"\brevers(?:e|ed)\b|\bbackwards?\b|\bfrom\s+the\s+(?:end|right)\b|\bsuffix\b|反向|逆序", _F)
+EXCLUSIVE_WORD = re.compile(r"\bexclusive\b|不含当前|不包含当前|排他", _F)
+
+_IDENTITY = {"cumsum": "0.0", "cumprod": "1.0", "cummax": 'float("-inf")', "cummin": 'float("inf")'}
+
+# Config spaces, after the default's pick for each case (_scan_config). cols: tiles up to 256
+# columns wide and 8-64 deep; rows: one to 16 rows per program in 256-4096-wide chunks.
+COLS_CONFIGS = [
+    {"BLOCK_B": 128, "BLOCK_D": 32, "num_warps": 4},
+    {"BLOCK_B": 256, "BLOCK_D": 16, "num_warps": 4},
+    {"BLOCK_B": 64, "BLOCK_D": 64, "num_warps": 4},
+    {"BLOCK_B": 128, "BLOCK_D": 8, "num_warps": 2},
+    {"BLOCK_B": 256, "BLOCK_D": 32, "num_warps": 8},
+    {"BLOCK_B": 32, "BLOCK_D": 64, "num_warps": 2},
+]
+ROWS_CONFIGS = [
+    {"BLOCK_R": 1, "BLOCK_D": 1024, "num_warps": 4},
+    {"BLOCK_R": 1, "BLOCK_D": 2048, "num_warps": 8},
+    {"BLOCK_R": 1, "BLOCK_D": 4096, "num_warps": 8},
+    {"BLOCK_R": 2, "BLOCK_D": 1024, "num_warps": 4},
+    {"BLOCK_R": 1, "BLOCK_D": 512, "num_warps": 2},
+    {"BLOCK_R": 4, "BLOCK_D": 256, "num_warps": 2},
+    {"BLOCK_R": 16, "BLOCK_D": 64, "num_warps": 2},
+]
+
+
+def scan_math(op: str) -> ScanMath:
+    """op's identity, tile scan and combine in Triton (max/min keep NaN, as torch's do)."""
+    if op == "cumsum":
+        return ScanMath("0.0", lambda x, axis: f"tl.cumsum({x}, axis={axis})", lambda a, b: f"{a} + {b}")
+    if op == "cumprod":
+        return ScanMath("1.0", lambda x, axis: f"tl.cumprod({x}, axis={axis})", lambda a, b: f"{a} * {b}")
+    helper = f"_{op[3:]}_nan"
+    return ScanMath(_IDENTITY[op], lambda x, axis: f"tl.associative_scan({x}, {axis}, {helper})",
+                    lambda a, b: f"{helper}({a}, {b})")
+
+
+# ---------------------------------------------------------------- IR rule
+
+def _dim(c: Call, key: str = "dim") -> int:
+    """The one integer dim of a scan (torch requires it) or a flip (dims=[d], (d,) or d)."""
+    given = c.kw.pop(key, c.kw.pop("dims", None) if key == "dim" else None)
+    if given is None and len(c.args) == 2:
+        given = c.args.pop()
+    if isinstance(given, (ast.List, ast.Tuple)) and len(given.elts) == 1:
+        given = given.elts[0]
+    if given is None or not is_int_literal(given):
+        shown = "nothing" if given is None else repr(ast.unparse(given))
+        raise IRError(f"{c.fname} takes one integer dim, e.g. {c.fname}(x, dim=1); got {shown}")
+    return int(number(given))
+
+
+def convert(c: Call) -> Node | None:
+    """cumsum(x, dim=d) (also x.cumsum(d)), reverse= and exclusive= flags; flip(scan(flip(x, d)), d)."""
+    if c.fname == FLIP:
+        return _flip(c)
+    if c.fname not in OPS:
+        return None
+    reverse, exclusive = flag(c.kw.pop("reverse", None)), flag(c.kw.pop("exclusive", None))
+    if exclusive and c.fname in ("cummax", "cummin"):
+        raise IRError(f"{c.fname} with exclusive=True is not supported: its first step would be the identity, "
+                      f"{'-inf' if c.fname == 'cummax' else 'inf'}; exclusive scans are cumsum's and cumprod's")
+    dim = _dim(c) if len(c.args) == 2 or "dim" in c.kw else None       # words leave it to the reader
+    arity(c.fname, c.args, 1)
+    body = c.expr(c.args[0])
+    if body.op == FLIP:                                  # x.flip(d).cumsum(d): flipped back by an outer flip
+        if body.attr("dim") != dim:
+            raise IRError(f"{c.fname} over dim {dim} of a tensor flipped over dim {body.attr('dim')}: flip and scan "
+                          "over the same dim (x.flip(d).cumsum(d).flip(d) is a reversed cumsum)")
+        return call(c.fname, body.args[0], dim=dim, reverse=not reverse, exclusive=exclusive, unflipped=True)
+    return call(c.fname, body, dim=dim, reverse=reverse, exclusive=exclusive)
+
+
+def _flip(c: Call) -> Node:
+    dim = _dim(c, "dims")
+    arity(FLIP, c.args, 1)
+    inner = c.expr(c.args[0])
+    if inner.op in OPS and inner.attr("unflipped"):
+        if inner.attr("dim") != dim:
+            raise IRError(f"a scan over dim {inner.attr('dim')} flipped back over dim {dim}: flip over the same dim")
+        return call(inner.op, *inner.args, **{k: v for k, v in inner.attrs if k != "unflipped"})
+    return call(FLIP, inner, dim=dim)
+
+
+@prints(*OPS)
+def _text(node: Node, text) -> str:
+    flags = "".join(f", {k}=True" for k in ("reverse", "exclusive") if node.attr(k))
+    dim = node.attr("dim")
+    return f"{node.op}({text(node.args[0])}{'' if dim is None else f', dim={dim}'}{flags})"
+
+
+@prints(FLIP)
+def _flip_text(node: Node, text) -> str:
+    return f"flip({text(node.args[0])}, dims=[{node.attr('dim')}])"
+
+
+def check(node: Node) -> None:
+    """A scan of a flipped tensor must be flipped back (else it is a reversed scan, reordered)."""
+    if node.attr("unflipped"):
+        raise IRError(f"{node.op} of a flipped tensor is returned in flipped order: flip it back "
+                      f"(x.flip(d).{node.op}(d).flip(d) is a reversed {node.op}), or flip the result yourself")
+
+
+def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    return broadcast_shapes([shapes[n] for n in input_names(node.args[0])])
+
+
+def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str]) -> str:
+    """torch's scan over the body; reversed between flips, exclusive as the inclusive result moved
+    one step along the dim, the first step the op's identity."""
+    dim, op = node.attr("dim"), node.op
+    values = ".values" if op in ("cummax", "cummin") else ""
+    if node.attr("reverse"):
+        body = f"torch.flip({body}, [{dim}])"
+    result = f"torch.{op}({body}, dim={dim}){values}"
+    if node.attr("exclusive"):
+        anchor = names[input_names(node)[0]]
+        first = f"torch.zeros(1, dtype=torch.long, device={anchor}.device)"
+        result = f"torch.roll({result}, 1, {dim}).index_fill({dim}, {first}, {_IDENTITY[op]})"
+    return f"torch.flip({result}, [{dim}])" if node.attr("reverse") else result
+
+
+def kernel_source(spec: dict, node: Node, options: dict) -> str:
+    return ScanKernel.render(spec, node, options, pointwise.triton_body, (COLS_CONFIGS, ROWS_CONFIGS),
+                             scan_math(node.op))
+
+
+def reference_property(node: Node) -> tuple[str, bool]:
+    """cumsum: the last step (first, reversed) is the sum over the dim; cummax/cummin never go down
+    (up) along it. Checked on the reference's own output, in its dtype."""
+    dim, op = node.attr("dim"), node.op
+    if node.attr("exclusive") or op == "cumprod":
+        return "", False
+    end = 0 if node.attr("reverse") else -1
+    if op == "cumsum":
+        return f'''    """cumsum: its {"first" if end == 0 else "last"} step along dim {dim} is the sum over the dim."""
+    total = body(*inputs64).sum({dim})
+    step = got.double().select({dim}, {end})
+    assert torch.allclose(step, total, rtol=1e-2, atol=1e-2 * max(1.0, got.shape[{dim}] ** 0.5)), \\
+        "cumsum's {"first" if end == 0 else "last"} step is not the sum over the dim"
+''', True
+    rising = (op == "cummax") != bool(node.attr("reverse"))
+    cmp = ">=" if rising else "<="
+    return f'''    """{op}: it never {"falls" if rising else "rises"} along dim {dim} (NaN aside)."""
+    ahead, behind = got.narrow({dim}, 1, got.shape[{dim}] - 1), got.narrow({dim}, 0, got.shape[{dim}] - 1)
+    assert bool(((ahead {cmp} behind) | ahead.isnan() | behind.isnan()).all()), "{op} is not monotone along dim {dim}"
+''', False
+
+
+ENTRIES: tuple[Entry, ...] = ()     # in words once the request reader reads scans (next commit)

@@ -1,0 +1,133 @@
+"""The scan family (bot.ops.scan): cumsum, cumprod, cummax and cummin over any dim, forward or
+reversed, inclusive or exclusive, through the scan template (bot.codegen.scan_kernel: its cols and
+rows kernels, chunks carried across, every config), on small odd shapes, against the generated
+reference on float64 inputs, which is itself checked against torch's own scans here."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from generated import make_spec
+from lowering import CUBE, MATRIX, VECTOR, check_reduction, generate_reduction
+
+from bot import ir
+from bot.ops import scan
+from bot.spec import parse_expression
+from runner import inputs as runner_inputs
+from runner import protocol
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+DIMS = {0: [MATRIX, CUBE, VECTOR], 1: [MATRIX, CUBE], -1: [MATRIX, CUBE, VECTOR], -2: [MATRIX, CUBE], 2: [CUBE]}
+LONG = [[3, 301], [301, 5]]        # D = 301: chunks of 16-64 carry across many steps
+SMALL_CHUNKS = [{"BLOCK_B": 4, "BLOCK_R": 2, "BLOCK_D": 16, "num_warps": 2}, {"BLOCK_B": 64, "BLOCK_D": 8, "num_warps": 4},
+                {"BLOCK_R": 1, "BLOCK_D": 32, "num_warps": 1}]
+
+
+def _spec(expression: str, shapes: list[list[int]], dtypes=("float32", "float16")) -> dict:
+    return make_spec(expression, {n: shapes for n in ir.input_names(ir.parse(expression))}, dtypes)
+
+
+@pytest.mark.parametrize("op", sorted(scan.OPS))
+@pytest.mark.parametrize("dim", sorted(DIMS))
+def test_scan_over_every_dim(tmp_path, op, dim):
+    check_reduction(tmp_path, _spec(f"{op}(x, dim={dim})", DIMS[dim]), configs=(None, *SMALL_CHUNKS))
+
+
+@pytest.mark.parametrize("op, flags", [(op, ", reverse=True") for op in sorted(scan.OPS)] + [
+    (op, flags) for op in ("cumsum", "cumprod") for flags in (", exclusive=True", ", reverse=True, exclusive=True")])
+def test_reversed_and_exclusive_scans(tmp_path, op, flags):
+    for dim in (0, -1):
+        check_reduction(tmp_path, _spec(f"{op}(x, dim={dim}{flags})", LONG), configs=(None, *SMALL_CHUNKS))
+
+
+@pytest.mark.parametrize("expression", ["cumsum(x * y, dim=1)", "cumprod(1.0 + 0.01 * x, dim=0)",
+                                        "cummax(relu(x) - y, dim=-1)", "cumsum(exp(x), dim=0, reverse=True)"])
+def test_scan_of_a_body(tmp_path, expression):
+    check_reduction(tmp_path, _spec(expression, LONG), configs=(None, *SMALL_CHUNKS))
+
+
+@pytest.mark.parametrize("op, flags", [(op, flags) for op in sorted(scan.OPS) for flags in ("", ", reverse=True")] + [
+    (op, flags) for op in ("cumsum", "cumprod") for flags in (", exclusive=True", ", reverse=True, exclusive=True")])
+def test_the_reference_is_torch_s_own_scan(tmp_path, op, flags):
+    # The reference's exclusive and reversed forms, against the definition step by step.
+    spec = _spec(f"{op}(x, dim=1{flags})", [[4, 9, 3]], ("float32",))
+    reference, _ = generate_reduction(tmp_path, spec)
+    x = torch.randn(4, 9, 3, dtype=torch.float64)
+    combine = {"cumsum": torch.add, "cumprod": torch.mul, "cummax": torch.maximum, "cummin": torch.minimum}[op]
+    identity = {"cumsum": 0.0, "cumprod": 1.0, "cummax": float("-inf"), "cummin": float("inf")}[op]
+    steps = range(8, -1, -1) if "reverse" in flags else range(9)
+    running, want = torch.full((4, 3), identity, dtype=torch.float64), torch.empty_like(x)
+    for d in steps:
+        if "exclusive" in flags:
+            want[:, d], running = running, combine(running, x[:, d])
+        else:
+            running = combine(running, x[:, d])
+            want[:, d] = running
+    torch.testing.assert_close(reference(x), want)
+
+
+def test_nan_propagates_as_in_torch(tmp_path):
+    for op in ("cummax", "cummin", "cumsum"):
+        spec = _spec(f"{op}(x, dim=-1)", [[3, 50]], ("float32",))
+        reference, module = generate_reduction(tmp_path, spec)
+        x = torch.randn(3, 50)
+        x[1, 7] = float("nan")
+        for config in (None, *SMALL_CHUNKS):
+            torch.testing.assert_close(module.op(x, config=config), reference(x), equal_nan=True)
+
+
+def test_a_flip_pair_reads_as_a_reversed_scan_and_prints_back():
+    node = ir.parse("torch.cumsum(x.flip(1), dim=1).flip(1)", as_written=True)
+    assert (node.op, node.attr("dim"), node.attr("reverse")) == ("cumsum", 1, True)
+    assert ir.to_text(node) == "cumsum(x, dim=1, reverse=True)"
+    assert ir.parse(ir.to_text(node)) == node
+    assert ir.parse("torch.flip(torch.cummax(torch.flip(x, dims=[0]), 0), [0])", as_written=True).attr("reverse")
+
+
+@pytest.mark.parametrize("text, says", [
+    ("cumsum(x.flip(1), dim=1)", "flipped order"),
+    ("cumsum(x.flip(0), dim=1).flip(0)", "same dim"),
+    ("cumsum(x, dim=1).flip(0)", "around a scan"),
+    ("relu(x).flip(1)", "around a scan"),
+    ("torch.cumsum(x, dim=d)", "integer dim"),
+    ("torch.cumsum(x, dim=1, dtype=torch.float64)", "dtype"),
+    ("cumsum(x, dim=1) * 2.0", "outermost"),
+    ("cummax(x, dim=1, exclusive=True)", "exclusive scans are cumsum's"),
+])
+def test_what_is_not_a_scan_is_refused_naming_it(text, says):
+    with pytest.raises(ir.IRError, match=says):
+        ir.parse(text, as_written=True)
+
+
+def test_the_spec_says_what_each_output_accumulates_over():
+    spec = _spec("cumsum(x, dim=0)", [[7, 3]])
+    assert spec["reduce"] == {"inputs": ["x"], "dim": 0}
+    assert spec["outputs"][0]["shapes"] == [[7, 3]]
+    assert parse_expression(spec).attr("reverse") is False
+
+
+def test_cases_of_both_layouts_share_one_space(tmp_path):
+    spec = _spec("cumsum(x, dim=0)", [[37, 97], [97]])          # B > 1 then B == 1
+    _, module = generate_reduction(tmp_path, spec)
+    keys = {k for config in module.CONFIGS for k in config}
+    assert {"BLOCK_B", "BLOCK_R"} <= keys
+    check_reduction(tmp_path, spec, configs=tuple(module.CONFIGS))
+
+
+def test_empty_inputs_give_an_empty_output(tmp_path):
+    spec = _spec("cumsum(x, dim=0)", [[2, 5]], ("float32",))
+    _, module = generate_reduction(tmp_path, spec)
+    assert module.op(torch.empty(0, 5)).shape == (0, 5)
+
+
+def test_inputs_from_the_runner_s_own_draw(tmp_path):
+    # The runner's inputs (its seeds and domains), as the harness runs the kernel.
+    spec = _spec("cumsum(x, dim=-1, reverse=True)", [[5, 300]])
+    reference, module = generate_reduction(tmp_path, spec)
+    for case in protocol.cases(spec):
+        for variant in protocol.dtype_variants(spec):
+            (x,) = runner_inputs.make_inputs(spec, case, variant, 3, "cpu")
+            want = reference(x.double())
+            rtol, atol = protocol.tolerance(variant["x"], x.shape[-1])
+            assert bool(((module.op(x).double() - want).abs() <= atol + rtol * want.abs()).all())
