@@ -10,7 +10,7 @@ import pytest
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.request_parse import parse_request
+from bot.request import parse_request
 from bot.spec import validate
 
 

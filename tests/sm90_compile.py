@@ -32,7 +32,7 @@ from triton.runtime.jit import JITFunction, create_function_from_signature  # no
 from bot import catalog  # noqa: E402
 from bot.ops import registry  # noqa: E402
 from bot.ops.entry import ALL_DTYPES, MATMUL_BIG, MATMUL_SMALL, Entry  # noqa: E402
-from bot.request_parse import parse_request  # noqa: E402
+from bot.request import parse_request  # noqa: E402
 from bot.spec import parse_expression  # noqa: E402
 from runner import inputs, protocol  # noqa: E402
 

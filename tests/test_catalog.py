@@ -9,7 +9,7 @@ import pytest
 
 from bot import catalog, integrity, ir, lower_torch
 from bot.ops import registry
-from bot.request_parse import parse_request
+from bot.request import parse_request
 from bot.spec import parse_expression
 from runner.verify import verify
 

@@ -16,7 +16,7 @@ from bot import catalog, integrity, lower_torch, testgen
 from bot.ops import registry
 from bot.generators.interface import GenRequest
 from bot.generators.offline import OfflineGenerator
-from bot.request_parse import parse_request
+from bot.request import parse_request
 from bot.spec import parse_expression
 from bot.workflow import engine
 from bot.workflow.events import Edit, Generated, Start

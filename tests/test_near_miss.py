@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from bot.generators.interface import GenerationError
-from bot.request_parse import parse_request
+from bot.request import parse_request
 from tests.generated import canon, expr
 
 # (request, a word the refusal must name)

@@ -1,4 +1,4 @@
-"""Pasted PyTorch modules (bot.request_module): the KernelBench layout, a forward alone, submodules,
+"""Pasted PyTorch modules (bot.request.pasted_module): the KernelBench layout, a forward alone, submodules,
 constants, get_inputs' shapes and dtypes; the reference is the pasted file itself, run by the judge."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from bot import ir, lower_torch, testgen
 from bot.generators.interface import GenerationError, GenRequest
 from bot.generators.offline import OfflineGenerator
-from bot.request_parse import parse_request
+from bot.request import parse_request
 from runner import worker
 from runner.integrity import check_reference, check_test
 

@@ -1,4 +1,4 @@
-"""bot.request_parse: request words (English, Chinese, pasted PyTorch) and corrections -> spec."""
+"""bot.request: request words (English, Chinese, pasted PyTorch) and corrections -> spec."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,7 @@ from generated import canon, error, expr, shapes
 from bot import ir
 from bot import spec as specmod
 from bot.generators.interface import GenerationError
-from bot.request_parse import ASK_OP, parse_request
+from bot.request import ASK_OP, parse_request
 from runner import protocol
 
 ALL = ["float16", "bfloat16", "float32"]

@@ -1,4 +1,4 @@
-"""bot.request_parse for the issue 6 catalog operators (bot.ops.matmul, bot.ops.loss): matmul with its epilogue,
+"""bot.request for the issue 6 catalog operators (bot.ops.matmul, bot.ops.loss): matmul with its epilogue,
 batched matmul, reductions over any dim, argmax/argmin, fused add + rmsnorm and cross entropy, in
 English and Chinese, typed as expressions and pasted as PyTorch."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from generated import canon, error, expr, shapes
 
 from bot import ir
-from bot.request_parse import SUPPORTED, parse_request
+from bot.request import SUPPORTED, parse_request
 
 SQUARE = {"a": [[4096, 4096]], "b": [[4096, 4096]]}
 DEFAULT_MM = {"a": [[4096, 4096], [1000, 700]], "b": [[4096, 4096], [700, 1500]]}

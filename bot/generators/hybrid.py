@@ -14,7 +14,7 @@ import json
 
 from bot.generators.interface import Artifact, GenerationError, Generator, GenRequest
 from bot import spec as specmod
-from bot.request_parse import pasted_class
+from bot.request import pasted_class
 
 MODES = ("offline", "llm", "hybrid")
 

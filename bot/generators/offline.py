@@ -1,4 +1,4 @@
-"""The offline generator: deterministic, no network. Request words -> spec (bot.request_parse);
+"""The offline generator: deterministic, no network. Request words -> spec (bot.request);
 spec expression -> IR -> PyTorch reference, Triton kernel, tests and bench plan."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from bot import spec as specmod
 from bot.generators.interface import Artifact, GenerationError, GenRequest
 from bot.codegen.kernel_file import parse_options
 from bot.ops import registry
-from bot.request_parse import parse_request, pasted_source
+from bot.request import parse_request, pasted_source
 from runner import protocol
 
 

@@ -349,7 +349,7 @@ def check_epilogue_order(text: str, found: list[tuple[int, str]]) -> None:
 def matmul_expression(epilogue: Epilogue, words: list[tuple[str, str, float | None]],
                       operands: tuple[str, str] = ("a", "b"), tf32: bool = False) -> str:
     """activation(a @ b + bias) * scale + residual from the epilogue and the other operator words
-    ((kind, op, value) as bot.request_parse finds them)."""
+    ((kind, op, value) as bot.request.operation finds them)."""
     acts = list(dict.fromkeys(op for _, op, _ in words if op in ACTIVATIONS))
     scales = [value for _, op, value in words if op == "scale"]
     other = [op for kind, op, _ in words

@@ -1,0 +1,166 @@
+"""The State of a request and its corrections -> the spec: the eps settled (a norm's default said
+in the notes), each input's shapes one per case (the main input's cases, broadcast vectors' last
+dim, class indices; a matmul's from its problem sizes), the dtypes (defaults said in the notes),
+the dim the words name, a name, a description and the params, validated by bot.spec.
+"""
+from __future__ import annotations
+
+from bot import ir
+from bot import spec as specmod
+from bot.generators.interface import GenerationError
+from bot.ops import matmul as mmf
+from bot.ops.text import sizes_text
+from bot.request.describe import default_name, describe, spec_params
+from bot.request.messages import SUPPORTED, node_text
+from bot.request.state import (DEFAULT_SHAPES, State, default_dtypes, default_shapes, input_names, is_vector,
+                               main_input, per_case)
+from runner import protocol
+
+
+def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]]:
+    """The spec and its notes (the defaults taken, in plain words) from what the request and its corrections say."""
+    notes = list(st.op_notes)
+    node = _with_eps(st, st.node, notes)
+    names = input_names(st)
+    shapes = _matmul_shapes(st, node, names, notes) if st.matmul else _input_shapes(st, node, names, notes)
+    if st.pasted_shapes:              # get_inputs' own shapes (a matmul's shared 2-D weight among them)
+        shapes = {n: [st.pasted_shapes[n]] for n in names}
+    _refuse_class_dim_1(st, node, shapes)
+    dtypes = st.dtypes
+    if not dtypes:
+        dtypes = default_dtypes(st)
+        listed = ", ".join(dtypes[:-1]) + " and " * (len(dtypes) > 1) + dtypes[-1]
+        more = " (float32 when asked for: fp32, or tf32 to allow TF32)" if "float32" not in dtypes else ""
+        notes.append(f"no dtype named: testing {listed}{more}")
+    if st.matmul:
+        node = mmf.with_tf32(node, bool(st.tf32) and "float32" in dtypes)
+    node = _with_dim(st, node, shapes[main_input(st, names)])
+    domains, index = ir.domains(node), ir.index_inputs(node)
+    spec = {
+        "name": st.name or default_name(node, shapes),
+        "expression": node_text(node),
+        "description": describe(node, shapes),
+        "inputs": [{"name": n, "dtypes": [protocol.INDEX_DTYPE] * len(dtypes) if n in index else list(dtypes),
+                    "shapes": shapes[n], "domain": domains[n], **({"index_of": index[n]} if n in index else {})}
+                   for n in names],
+        "outputs": [],                        # filled in by spec.validate from the expression
+        "params": spec_params(node, st.scalars),
+        "backend": backend,
+        "defaults_used": notes,
+        "request": request,
+    }
+    try:
+        return specmod.validate(spec), notes
+    except specmod.SpecError as e:
+        raise GenerationError(str(e)) from None
+
+
+def _refuse_class_dim_1(st: State, node: ir.Node, shapes: dict[str, list[list[int]]]) -> None:
+    """Pasted F.cross_entropy takes N-D logits' classes on dim 1; the kernel takes them on the last."""
+    if node.op in ir.LOSSES and (st.inputs or -1 not in st.dims):
+        logits = ir.input_names(node.args[0])[0]
+        if any(len(s) != 2 for s in shapes[logits]):
+            raise GenerationError(f"{st.name or 'cross entropy'} on {len(shapes[logits][0])}-D logits, whose classes "
+                                  "PyTorch takes on dim 1; the offline kernel takes 2-D logits [rows, classes]. "
+                                  "Give 2-D shapes, e.g. 'for 4096x32000'.")
+
+
+def _with_eps(st: State, node: ir.Node, notes: list[str]) -> ir.Node:
+    if node.op not in ir.NORMS:
+        if st.eps is not None:
+            raise GenerationError(f"you gave eps {st.eps!r}, but {node_text(node)!r} has no eps: only layernorm and "
+                                  "rmsnorm take one")
+        return node
+    eps = st.eps if st.eps is not None else ir.DEFAULT_EPS[node.op]
+    if st.eps is None:
+        notes.append(f"no eps named: using {eps!r}, the usual {node.op} default")
+    return ir.call(node.op, *node.args, **{**dict(node.attrs), "eps": eps})
+
+
+def _input_shapes(st: State, node: ir.Node, names: list[str], notes: list[str]) -> dict[str, list[list[int]]]:
+    """One shape per case for each input: the main input's cases; broadcast vectors get the last
+    dim, class indices the cases without it, the rest the main input's shape."""
+    main = main_input(st, names)
+    cases = _cases(st, names, main, notes)
+    index = ir.index_inputs(node)
+    shapes = {main: cases}
+    for n in names:
+        if n == main:
+            continue
+        given = per_case(st.input_shapes[n], len(cases), n) if n in st.input_shapes else [None] * len(cases)
+        vector = is_vector(st, n, names)
+        shapes[n] = [g or (c[:-1] if n in index else [c[-1]] if vector else list(c)) for g, c in zip(given, cases)]
+        if vector and None in given and node.op not in ir.NORMS:
+            notes.append(f"no shape named for {n}: using [N], the last dim of {main}, broadcast over the rows")
+        elif st.inputs and not vector and n not in index and None in given:     # a pasted function's parameter
+            notes.append(f"no shape named for {n}: using {main}'s shape")
+    return shapes
+
+
+def _matmul_shapes(st: State, node: ir.Node, names: list[str], notes: list[str]) -> dict[str, list[list[int]]]:
+    """Each input's shapes from the cases' problem sizes [B,] M, N, K."""
+    problems = st.shapes
+    if not problems:
+        problems = default_shapes(st)
+        notes.append(f"no shape named: using {sizes_text(problems[0])} and an odd {sizes_text(problems[1])} "
+                     "(no block size divides it)")
+    mm = ir.matmul_node(node)
+    a, b = (x.name for x in mm.args)
+    epilogue = {n: is_vector(st, n, names) for n in names if n not in (a, b)}
+    if given := [n for n in st.input_shapes if n in epilogue or n in (a, b)]:
+        raise GenerationError(f"the shape given for {given[0]} is not read: a matmul's shapes are its problem sizes "
+                              "('64x128 by 128x256', or M, N and K), and its epilogue inputs take [N] (a bias) or "
+                              "the output's shape.")
+    notes += [f"no shape named for {n}: using [N], the output's last dim, broadcast over its rows"
+              for n, vector in epilogue.items() if vector]
+    cases = [mmf.matmul_shapes(p, a, b, epilogue, mm.attr("ta"), mm.attr("tb")) for p in problems]
+    return {n: [c[n] for c in cases] for n in names}
+
+
+def _cases(st: State, names: list[str], main: str, notes: list[str]) -> list[list[int]]:
+    if st.shapes:
+        return st.shapes
+    given = [s for n, lst in st.input_shapes.items() if n in names for s in lst if s]
+    if given:                 # "b: [1024]" alone: keep the default rows, take the last dim from b
+        n_last = given[0][-1]
+        cases = [[rows, n_last] for rows, _ in DEFAULT_SHAPES]
+        notes.append(f"no shape named for {main}: using {cases[0][0]}x{n_last} and {cases[1][0]}x{n_last} "
+                     f"to match the shapes given")
+        return cases
+    notes.append("no shape named: using 4096x4096 and an odd 5333x497 (no block size divides it)")
+    return [list(s) for s in DEFAULT_SHAPES]
+
+
+def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
+    """The dim named in words: any one for a reduction (written -1 when it is the last dim of
+    every case), the last one only for softmax, norms and cross entropy."""
+    k = ir.kind(node)
+    if k in ("pointwise", "matmul") and st.whole:
+        raise GenerationError(f"you said {st.whole!r}, but {node_text(node)!r} is elementwise; a reduction over all "
+                              "elements (one value) is not supported by the offline generator.", unplaced=[st.whole])
+    if k in ("pointwise", "matmul"):
+        if st.dims:
+            raise GenerationError(f"you named a dim ({', '.join(map(str, st.dims))}), but {node_text(node)!r} is "
+                                  "elementwise and runs over no dim. Which reduction or row operation over it did "
+                                  f"you mean? {SUPPORTED}", unplaced=[f"over dim {d}" for d in st.dims])
+        return node
+    reduces = k in ("reduce", "argreduce")
+    if st.whole:
+        raise GenerationError(f"{node.op} over {st.whole!r} is not supported: {node.op} runs over one dim"
+                              f"{' at a time, e.g. dim 0 or the last dim' if reduces else ', the last'}. {SUPPORTED}")
+    written = node.attr("dim", -1)
+    if st.dims and written is not None and st.typed and written not in st.dims:
+        raise GenerationError(f"{node_text(node)!r} is over dim {written}, but the words say dim {st.dims[0]}; which one?")
+    dims = list(dict.fromkeys(st.dims)) or ([] if written is None else [written])
+    if not dims:
+        raise GenerationError(f"{node.op} over which dim? Say e.g. '{node.op} over the last dim' or 'over dim 0'. "
+                              f"A {node.op} over all elements (one value) is not supported by the offline generator.")
+    if len(dims) > 1:
+        raise GenerationError(f"I found dims {', '.join(map(str, dims))}: {node.op} runs over one dim; which one?")
+    last = all(dims[0] in (-1, len(c) - 1) for c in cases)
+    if reduces:
+        return ir.with_dim(node, -1 if last else dims[0])
+    if not last:
+        raise GenerationError(f"{node.op} over dim {dims[0]} is not supported: {node.op} runs over the last dim "
+                              f"(dim=-1) only. {SUPPORTED}")
+    return ir.with_dim(node, -1) if node.op in ir.ROW_PRESERVING else node

@@ -1,0 +1,76 @@
+"""What a spec says of its operator besides the expression: the name it takes when none is given
+('gelu_add', 'sum_dim0'), its one-line description, and its params (scalars, eps, clamp bounds,
+exponent, approximation, reduction, tf32, a reduction's dim).
+"""
+from __future__ import annotations
+
+from bot import ir
+from bot.ops import matmul as mmf
+from bot.request.messages import node_text
+
+
+def default_name(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
+    """The spec's name where none is given: the first ops of the tree ('gelu_add'), a reduction's dim."""
+    k = ir.kind(node)
+    if k == "matmul":
+        return mmf.matmul_name(node, batched=_batched(node, shapes))
+    parts: list[str] = []
+    for sub in node.walk():
+        if sub.op in ("input", "const"):
+            continue
+        label = "scale" if sub.op == "mul" and any(a.op == "const" for a in sub.args) else sub.op
+        if label not in parts:
+            parts.append(label)
+    name = "_".join(parts[:3])
+    if k in ("reduce", "argreduce"):       # "sum" alone would shadow the builtin in the generated files
+        d = node.attr("dim")
+        name += "_last_dim" if d == -1 else f"_dim{d}" if d >= 0 else f"_dim_neg{-d}"
+    elif k == "loss" and node.attr("reduction") == "none":
+        name += "_per_row"
+    return name
+
+
+def _batched(node: ir.Node, shapes: dict[str, list[list[int]]]) -> bool:
+    return any(len(s) == 3 for s in shapes[ir.matmul_node(node).args[0].name])
+
+
+def describe(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
+    """A one-line description of the operator, for the spec."""
+    k = ir.kind(node)
+    if k == "pointwise":
+        return f"elementwise {node_text(node)}"
+    if k == "matmul":
+        a, b = (x.name for x in ir.matmul_node(node).args)
+        title = f"{'batched ' * _batched(node, shapes)}matrix multiplication {a} @ {b}"
+        return title if node.op == ir.MATMUL else f"{title} with epilogue {node_text(node)}"
+    inner = node_text(node.args[0])
+    if k == "norm":
+        title = {"layernorm": "layer norm", "rmsnorm": "RMS norm"}[node.op]
+        extras = " and ".join(a.name for a in node.args[1:])
+        return f"{title} of {inner} over the last dim{f' with {extras}' if extras else ''}, eps={node.attr('eps')!r}"
+    if k == "loss":
+        return (f"cross entropy of logits {inner} against class indices {node.args[1].name} over the last dim, "
+                f"reduction {node.attr('reduction')}")
+    d = node.attr("dim", -1)
+    return f"{node.op} of {inner} over {'the last dim' if d == -1 else f'dim {d}'}"
+
+
+def spec_params(node: ir.Node, scalars: dict[str, float]) -> dict:
+    """The spec's params: the scalars read and the attributes of the ops in the tree."""
+    params: dict = dict(scalars)
+    for sub in node.walk():
+        if sub.op in ir.NORMS:
+            params["eps"] = sub.attr("eps")
+        elif sub.op == "clamp":
+            params.update({k: sub.attr(k) for k in ("min", "max") if sub.attr(k) is not None})
+        elif sub.op == "pow":
+            params["exponent"] = sub.attr("exponent")
+        elif sub.op == "gelu" and sub.attr("approximate") == "tanh":
+            params["approximate"] = "tanh"
+        elif sub.op in ir.LOSSES:
+            params["reduction"] = sub.attr("reduction")
+        elif sub.op == ir.MATMUL and sub.attr("tf32"):
+            params["tf32"] = True
+    if ir.kind(node) in ("reduce", "argreduce") and node.attr("dim") != -1:
+        params["dim"] = node.attr("dim")
+    return params

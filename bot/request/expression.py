@@ -1,0 +1,126 @@
+"""An expression typed among a request's words ('relu(x + y) for fp16 4096x4096'): the longest run
+of tokens that Python parses as an operation and the IR accepts, and where it stands in the text,
+so that the reader blanks it out. A call meant as code that the IR refuses is refused with the IR's
+reason; prose that merely parses ('input/output', 'by - 1') is not taken.
+"""
+from __future__ import annotations
+
+import ast
+import keyword
+import re
+
+from bot import ir
+from bot.generators.interface import GenerationError
+from bot.request import residue
+from bot.request.messages import SUPPORTED
+from bot.request.torch_code import MaxParts
+from bot.request.vocabulary import TENSOR_NAME
+
+_TOKEN = re.compile(r"""
+    (?P<rank>\d+-[dD]\b)                             # "1024-d", "3-D": words, not subtractions
+  | (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
+  | (?P<prose>[A-Za-z_]\w+(?:-[A-Za-z]\w+)+)        # row-wise, log-softmax: words, not subtractions
+  | (?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)
+  | (?P<str>'(?:tanh|none)'|"(?:tanh|none)")
+  | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@])
+  | (?P<dot>\.(?=[A-Za-z_]))                         # a method chained on a call: x.pow(2).sum(-1)
+  | (?P<sub>\[\s*\d\s*\])                              # torch.max(x, 1)[0]
+  | (?P<lpar>\()
+  | (?P<rpar>\))
+  | (?P<other>\S)
+""", re.X | re.A)
+_OPERAND = {"name", "num", "str"}
+_STARTS = {"name", "num", "lpar", "op"}
+_ENDS = {"name", "num", "str", "rpar", "sub"}
+
+
+def _spans(text: str) -> list[list[tuple[str, int, int]]]:
+    """Runs of tokens that could be one expression: two operands in a row ('x for') end a run."""
+    spans: list[list[tuple[str, int, int]]] = []
+    cur: list[tuple[str, int, int]] = []
+    prev = None
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup
+        if kind == "name" and keyword.iskeyword(m.group()) and m.group() != "None":
+            kind = "other"
+        breaks = (prev in _ENDS and kind in _OPERAND) or (prev in ("num", "str", "rpar") and kind == "lpar")
+        if kind in ("other", "prose", "rank") or breaks:
+            if cur:
+                spans.append(cur)
+            cur = []
+        if kind in ("other", "prose", "rank"):
+            prev = None
+            continue
+        cur.append((kind, m.start(), m.end()))
+        prev = kind
+    if cur:
+        spans.append(cur)
+    return spans
+
+
+def find_expression(text: str) -> tuple[ir.Node, ast.expr, int, int] | None:
+    """The longest IR expression typed in the text: (node, its ast, start, end)."""
+    best: tuple[int, ir.Node, ast.expr, int, int] | None = None
+    rejected: tuple[int, str] | None = None
+    for span in _spans(text):
+        i = 0
+        while i < len(span):
+            hit = _longest_parse(text, span, i)
+            if hit is None:
+                i += 1
+                continue
+            j, tree = hit
+            src = text[span[i][1]:span[j - 1][2]]
+            tree = MaxParts().visit(tree)
+            try:
+                node = ir.parse(ast.unparse(tree), as_written=True)
+            except ir.IRError as e:
+                # a call like "softmax(x, dim=0)" was meant as an expression: say why it is refused
+                meant = any(isinstance(t, ast.Call) or _names_matmul(t) for t in ast.walk(tree))
+                if meant and re.search(r"\w\(|@", src) and (rejected is None or j - i > rejected[0]):
+                    rejected = (j - i, str(e))
+                i += 1
+                continue
+            if not _plausible(node, tree):
+                i += 1
+                continue
+            if best is None or j - i > best[0]:
+                best = (j - i, node, tree, span[i][1], span[j - 1][2])
+            i = j
+    if rejected and (best is None or rejected[0] > best[0]):
+        msg = rejected[1]
+        raise GenerationError(msg if ir.SUPPORTED_TEXT in msg else f"{msg}. {SUPPORTED}")
+    return best[1:] if best else None
+
+
+def _names_matmul(t: ast.AST) -> bool:
+    """'silu(x @ w1) * (x @ w2)' is meant as code; '4096x4096 @ 4096x4096' is shapes."""
+    return (isinstance(t, ast.BinOp) and isinstance(t.op, ast.MatMult)
+            and not any(isinstance(side, ast.Constant) for side in (t.left, t.right)))
+
+
+def _plausible(node: ir.Node, tree: ast.expr) -> bool:
+    if node.op in ("input", "const"):
+        return False
+    names = ir.input_names(node)
+    if any(len(n) > 1 and n.lower() in residue.FILLER_WORDS for n in names):
+        return False                        # "by - 1", "of - x": prose around a number, not names
+    has_call = any(isinstance(n, ast.Call) for n in ast.walk(tree))
+    return has_call or all(TENSOR_NAME.fullmatch(n) for n in names)
+
+
+def _longest_parse(text: str, span: list[tuple[str, int, int]], i: int) -> tuple[int, ast.expr] | None:
+    """The longest run of tokens from span[i] that Python parses as an operation (not a bare name)."""
+    if span[i][0] not in _STARTS or (span[i][0] == "op" and text[span[i][1]] not in "+-"):
+        return None
+    for j in range(len(span), i, -1):
+        if span[j - 1][0] not in _ENDS:
+            continue
+        try:
+            tree = ast.parse(text[span[i][1]:span[j - 1][2]], mode="eval").body
+        except SyntaxError:
+            continue
+        part = isinstance(tree, (ast.Subscript, ast.Attribute)) and isinstance(tree.value, ast.Call)
+        if isinstance(tree, (ast.Call, ast.BinOp, ast.UnaryOp, ast.Compare)) or part:    # part: max(x, 1)[0]
+            return j, tree
+    return None

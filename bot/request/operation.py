@@ -1,0 +1,198 @@
+"""The operation a request names in words ('softmax of x scaled by 0.5', 'matmul with bias, then
+relu', 'cross entropy'), or types as an expression with words beside it. The operator words are
+the families' (bot.ops.registry.WORDS) and compose as row(step(binary(x, y))); their order and the
+operands they name are read by bot.request.order.
+"""
+from __future__ import annotations
+
+from bot import ir
+from bot.generators.interface import GenerationError
+from bot.ops import loss, norm, registry
+from bot.ops import matmul as mmf
+from bot.ops.text import blank as _blank
+from bot.request import order
+from bot.request.messages import SUPPORTED, node_text
+from bot.request.reading import Reading
+from bot.request.torch_code import refuse_other_meanings
+from bot.request.vocabulary import MATRIX, PAIRWISE, SCALAR_STEPS, STEP_IR_OP, TWO_TENSORS
+from bot.request.words import one_eps
+
+
+def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
+    """Compose the operator from an expression typed in the request and/or operator words."""
+    if expr is not None and ir.matmul_node(expr[0]) and expr[0].op != ir.MATMUL:
+        prose = mmf.MATMUL_WORD.sub(_blank, prose)       # "matmul a @ b + bias": the word names the expression
+    if (expr is None or expr[0].op == ir.MATMUL) and (expr or mmf.MATMUL_WORD.search(prose)):
+        return _matmul_words(prose, expr, rd)
+    if expr is None and loss.CROSS_ENTROPY.search(prose):
+        return _cross_entropy_words(prose, rd)
+    said, (found, prose) = prose, _find_op_words(prose)
+    said_pair = TWO_TENSORS.search(prose)
+    pair = bool(PAIRWISE.search(prose))
+    rd.left = PAIRWISE.sub(_blank, prose)
+    rd.pairwise = said_pair.group(0) if said_pair else None
+    rows, binaries, steps, where = _by_kind(found, pair)
+    if expr is not None:
+        rows, body = _expression_body(expr, said, rows, binaries, steps, where, rd)
+    else:
+        if not (rows or binaries or steps or where):
+            return None
+        order.refuse_unclear_order(found, prose, said, pair)
+        body = _base(prose, said, rows, binaries, where, rd)
+        body = _apply_steps(body, steps, rd)
+    if len(rows) > 1:
+        raise GenerationError(f"I found {' and '.join(rows)}: one row operation per kernel. Which one do you want? "
+                              f"Or write it as an expression, e.g. 'softmax(x * 0.5)'.")
+    if rows:
+        body = _wrap_row(rows[0], body, prose, rd)
+        if rows[0] in ir.NORMS:
+            for pattern in (norm.NO_WEIGHT, norm.NO_BIAS, norm.WEIGHT_WORD, norm.BIAS_WORD):
+                rd.left = pattern.sub(_blank, rd.left)
+    return _parse(body)
+
+
+def _by_kind(found: list[tuple[int, str, str, float | None]],
+             pair: bool) -> tuple[list[str], list[str], list[tuple[str, float | None]], bool]:
+    """The operator words found, by kind: (row ops, binaries, steps with their numbers, whether a
+    where is named); max, min and sum of a pair are elementwise binaries, of one tensor row ops."""
+    rows, binaries, steps, where = [], [], [], False
+    for _, kind, op, value in found:
+        if kind == "extreme":
+            kind, op = ("binary", {"max": "maximum", "min": "minimum"}[op]) if pair else ("row", op)
+        elif kind == "sum":
+            kind, op = ("binary", "add") if pair else ("row", "sum")
+        if kind == "row" and op not in rows:
+            rows.append(op)
+        elif kind == "binary" and op not in binaries:
+            binaries.append(op)
+        elif kind == "step" and all(op != s[0] for s in steps):
+            steps.append((op, value))
+        elif kind == "where":
+            where = True
+    return rows, binaries, steps, where
+
+
+def _expression_body(expr: tuple, said: str, rows: list[str], binaries: list[str],
+                     steps: list[tuple[str, float | None]], where: bool, rd: Reading) -> tuple[list[str], str]:
+    """(the row words left to apply, the body) for an expression typed in the words: words that merely
+    describe it are dropped, and a step or binary named besides it is refused."""
+    node, tree = expr[0], expr[1]
+    used = {n.op for n in node.walk()}
+    numbers = {n.value for n in node.walk() if n.op == "const"} | {n.attr("exponent") for n in node.walk()}
+    rows = [r for r in rows if r not in used]           # words that merely describe the expression
+    # a step or binary the words name must be one the expression holds, with the same number
+    steps = [s for s in steps if STEP_IR_OP.get(s[0], s[0]) not in used or
+             (s[1] is not None and s[1] not in numbers)]
+    named = [s[0] for s in steps] + [b for b in binaries if b not in used]
+    example = f"'{named[0]}({node_text(node)})'" if named and named[0] in ir.UNARY else "'relu(x) + y' or '(x * y) * 0.5'"
+    if named:
+        raise GenerationError(f"I read the expression {node_text(node)!r} but you also named "
+                              f"{', '.join(named)}; write the whole operation as one expression, "
+                              f"e.g. {example}.")
+    refuse_other_meanings("the expression", tree, torch_only=True)
+    if node.op in ir.NORMS and norm.eps_given(tree):
+        rd.eps = one_eps(rd.eps, node.attr("eps"))
+    body = node_text(node)
+    if where and node.op in ir.COMPARE:                 # "where x > 0 take x, else y"
+        a, b = order.where_branches(said, body)
+        body = f"where({body}, {a}, {b})"
+        rd.op_notes.append(f"where: taking {a} where {node_text(node)}, else {b}")
+    return rows, body
+
+
+def _parse(body: str) -> ir.Node:
+    try:
+        return ir.parse(body, as_written=True)
+    except ir.IRError as e:
+        raise GenerationError(f"{e}. {SUPPORTED}") from None
+
+
+def _matmul_words(prose: str, expr: tuple | None, rd: Reading) -> ir.Node:
+    """A matmul named in words, or typed bare ('a @ b'), with its epilogue in words."""
+    mm = expr[0] if expr else None
+    operands = tuple(x.name + (f".{mm.attr(key)}" if mm.attr(key) else "") for x, key in zip(mm.args, ("ta", "tb"))) \
+        if mm else ("a", "b")
+    said, (prose, epilogue) = prose, mmf.take_epilogue(prose)
+    found, rd.left = _find_op_words(prose)
+    mmf.check_epilogue_order(said, [(pos, op) for pos, _, op, _ in found])
+    words = [(kind, op, value) for _, kind, op, value in found]
+    body = mmf.matmul_expression(epilogue, words, operands, tf32=bool(mm and mm.attr("tf32")))
+    if scales := [v for _, op, v in words if op == "scale"]:
+        rd.scalars["scale"] = scales[0]
+    return _parse(body)
+
+
+def _cross_entropy_words(prose: str, rd: Reading) -> ir.Node:
+    body, prose, notes = loss.cross_entropy_words(prose)
+    words, rd.left = _find_op_words(prose)
+    if words:
+        raise GenerationError(f"I read cross entropy but you also named {', '.join(w[2] for w in words)}; write "
+                              "the whole operation as an expression, e.g. 'cross_entropy(logits * 0.5, target)'.")
+    rd.op_notes += notes
+    return _parse(body)
+
+
+def _find_op_words(prose: str) -> tuple[list[tuple[int, str, str, float | None]], str]:
+    """The operator words in prose, in order, and prose with them blanked."""
+    found = []
+    for pattern, kind, op in registry.WORDS:
+        for m in pattern.finditer(prose):
+            value = next((float(g) for g in m.groups() if g is not None), None)
+            found.append((m.start(), kind, op, value))
+        prose = pattern.sub(_blank, prose)
+    if any(op == "gelu_tanh" for _, _, op, _ in found):      # "gelu with tanh approximation" is one gelu
+        found = [f for f in found if f[2] != "gelu"]
+    return sorted(found), prose
+
+
+def _base(prose: str, said: str, rows: list[str], binaries: list[str], where: bool, rd: Reading) -> str:
+    """The operand(s) the words name: x, or a binary of the inputs they name in their order."""
+    if len(binaries) > 1:
+        raise GenerationError(f"I found {' and '.join(binaries)}; which one do you want? "
+                              f"Or write it as an expression, e.g. 'x * y + z'.")
+    if binaries:
+        op = binaries[0]
+        if op == "mul" and MATRIX.search(prose):
+            rd.op_notes.append("read 'multiply' as elementwise x * y; for a matrix product say 'matmul'")
+        # "add then rmsnorm": the fused residual add; "add a bias": x + bias, a vector
+        other = ("residual" if op == "add" and set(rows) & ir.NORMS else
+                 "bias" if op == "add" and norm.BIAS_WORD.search(said) else "y")
+        first, other = order.operands(prose, op, other)
+        return f"{first} {order.SYMBOL[op]} {other}" if op in order.SYMBOL else f"{op}({first}, {other})"
+    if where and not rows:
+        raise GenerationError("where needs a condition: which one? e.g. 'where(x > 0, x, y)'")
+    named = list(dict.fromkeys(order.named_inputs(prose)))
+    if len(named) > 1:
+        raise GenerationError(f"I read one input but you named {', '.join(named)}; write the operation as an "
+                              f"expression of them, e.g. 'relu({named[0]} + {named[1]})'.")
+    return named[0] if named else "x"
+
+
+def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: Reading) -> str:
+    plain = [op for op, _ in steps if op not in SCALAR_STEPS]
+    if len(plain) > 1 or len(steps) - len(plain) > 1:
+        raise GenerationError(f"I found {', '.join(op for op, _ in steps)}; in which order? Write it as an "
+                              f"expression, e.g. '{steps[1][0]}({steps[0][0]}({body}))'.")
+    for op, value in steps:
+        if op == "scale":
+            body, rd.scalars["scale"] = f"({body}) * {value!r}", value
+        elif op == "divide":
+            body, rd.scalars["divisor"] = f"({body}) / {value!r}", value
+        elif op in ("square", "cube", "pow"):
+            body = f"({body}) ** {({'square': 2.0, 'cube': 3.0}.get(op, value))!r}"
+        elif op == "gelu_tanh":
+            body = f"gelu({body}, approximate='tanh')"
+        elif op == "clamp":
+            if "min" not in rd.scalars and "max" not in rd.scalars:
+                raise GenerationError("clamp needs bounds: which range? e.g. 'clamp x to [-1, 1]'")
+            body = f"clamp({body}, {rd.scalars.pop('min', None)!r}, {rd.scalars.pop('max', None)!r})"
+        else:
+            body = f"{op}({body})"
+    return body
+
+
+def _wrap_row(op: str, body: str, prose: str, rd: Reading) -> str:
+    if op not in ir.NORMS:
+        return f"{op}({body})"
+    extras = norm.extras_in_words(op, prose, rd.op_notes)
+    return f"{op}({', '.join([body, *extras])}, eps={ir.DEFAULT_EPS[op]!r})"   # eps is settled when building

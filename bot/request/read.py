@@ -1,0 +1,118 @@
+"""One text (the request or one correction) -> a Reading.
+
+The passes run in order: the code split from the prose, dtypes, what is out of scope, an expression
+typed in the words, dims, scalars, shapes (a matmul's as its problem sizes), the words of a
+correction; then the operator, from pasted code (bot.request.pasted) or from the expression and the
+operator words (bot.request.operation). What no pass placed must be filler (bot.request.residue),
+else the text is refused naming it. A correction is read against the state it applies to: its
+inputs' names, its matmul.
+"""
+from __future__ import annotations
+
+import re
+
+from bot import ir
+from bot.generators.interface import GenerationError
+from bot.ops import loss
+from bot.ops import matmul as mmf
+from bot.ops.text import blank as _blank
+from bot.request import residue
+from bot.request.expression import find_expression
+from bot.request.messages import CORRECTION_HELP, SUPPORTED, node_text
+from bot.request.operation import operator
+from bot.request.pasted import read_code, split_code
+from bot.request.reading import Reading
+from bot.request.state import State, input_names
+from bot.request.vocabulary import APPEND, CORRECTION_WORDS, WHERE_CLAUSE
+from bot.request.words import (bare_shape_phrase, blank_range, operand_order, refuse_out_of_scope, take_dims,
+                               take_dtypes, take_scalars, take_shapes, vector_phrase)
+
+
+def read(text: str, feedback: bool, context: State | None = None) -> Reading:
+    """context: the state a correction applies to (its matmul reads shapes as M, N, K)."""
+    rd = Reading()
+    code, prose = split_code(text)
+    matmul = bool(mmf.MATMUL_WORD.search(text)) or bool(context and context.node and ir.matmul_node(context.node))
+    rd.batched = bool(mmf.BATCHED_WORD.search(text)) or bool(context and context.batched)
+    if matmul:
+        prose, rd.tf32 = mmf.take_tf32(prose)
+    prose = take_dtypes(loss.take_index_dtype(prose), rd)
+    refuse_out_of_scope(prose)
+    expr = None if code is not None else find_expression(prose)
+    if expr is not None:
+        prose = blank_range(prose, expr[2], expr[3])
+    prose = WHERE_CLAUSE.sub(_blank, take_dims(prose, rd))
+    prose = take_scalars(prose, rd)
+    if matmul:
+        prose, batch = mmf.take_sizes(prose, rd.batched)
+    prose = take_shapes(prose, rd)
+    if matmul:           # cases are problem sizes [B,] M, N, K: no shape belongs to one input
+        rd.shapes = [(None, p) for p in mmf.problems(operand_order(rd.shapes), rd.batched, batch, rd.op_notes)]
+    if feedback:                 # "gelu instead", "only 32x32": a correction replaces what it names
+        prose = CORRECTION_WORDS.sub(_blank, prose)
+    if feedback and (rd.shapes or rd.dtypes) and APPEND.search(prose):
+        rd.append = True
+        prose = APPEND.sub(_blank, prose)
+    rd.typed = code is not None or expr is not None
+    if code is not None:
+        read_code(code, rd)
+        rd.left = prose
+    else:
+        rd.node = operator(prose, expr, rd)
+    if rd.tf32 is None and rd.node is not None and (mm := ir.matmul_node(rd.node)) and mm.attr("tf32"):
+        rd.tf32 = True
+    rd.rest = prose
+    if rd.node is not None:
+        _refuse_mask_inputs(rd.node)
+        if rd.typed:
+            _refuse_other_dtypes(rd.node)
+    if rd.node is not None or feedback:
+        names = ir.input_names(rd.node) if rd.node is not None else input_names(context) if context else []
+        _refuse_unplaced(rd, names, text, feedback)
+    return rd
+
+
+def _refuse_other_dtypes(node: ir.Node) -> None:
+    """Code whose PyTorch result is not a float of the inputs' dtype: a comparison (bool), a sum or
+    mean of one (int64, or an error), a where of two constants (the constants' dtype)."""
+    body = node.args[0] if node.op in ir.ROOT_OPS else node
+    if body.op in ir.COMPARE:
+        what = "a bool tensor" if body is node else f"{node.op} of a bool tensor (int64, or an error)"
+        raise GenerationError(f"{node_text(node)!r} gives {what} in PyTorch, and the offline kernels return the inputs' "
+                              "float dtype; multiply by 1.0 or use where(cond, x, y) to stay in it.")
+    for sub in node.walk():
+        if sub.op == "where" and sub.args[1].op == sub.args[2].op == "const":
+            raise GenerationError(f"{node_text(sub)!r} takes the dtype of its constants in PyTorch, not the inputs'; "
+                                  "write one branch with an input, e.g. where(x > 0, x * 0.0 + 1.0, x * 0.0).")
+
+
+def _refuse_mask_inputs(node: ir.Node) -> None:
+    """where(mask, ...) over an input: a boolean mask, which the test inputs (floats) cannot be."""
+    for sub in node.walk():
+        if sub.op == "where" and sub.args[0].op == "input":
+            raise GenerationError(f"where({sub.args[0].name}, ...) takes {sub.args[0].name} as a boolean mask, and "
+                                  "mask inputs are not supported by the offline generator; write the condition as a "
+                                  f"comparison, e.g. where({sub.args[0].name} > 0, ...).")
+
+
+def _refuse_unplaced(rd: Reading, names: list[str], text: str, feedback: bool) -> None:
+    """Every word must be placed in the spec: refuse, naming them, where some are not."""
+    left = rd.left
+    for n in names:
+        left = re.sub(vector_phrase(n), _blank, left, flags=re.I)
+        left = re.sub(bare_shape_phrase(n), _blank, left, flags=re.I)
+    words = residue.unplaced(left, set(names))
+    if words:
+        quoted = ", ".join(repr(w.strip()) for w in words[:6])
+        if feedback:
+            raise GenerationError(f"I could not apply the correction {text.strip()[:80]!r}: I could not place {quoted}. "
+                                  f"{CORRECTION_HELP}", unplaced=[w.strip() for w in words])
+        sizes = next((w for w in words if re.fullmatch(r"[\d\sx×*]+", w.strip())), None)
+        ask = (f" If {sizes.strip()} is a tensor's shape, say so ('of a {sizes.strip()} tensor'); the sizes of windows, "
+               "kernels and strides are not shapes." if sizes else "")
+        raise GenerationError(f"I could not place {quoted} of {text.strip()[:80]!r} in any operation I know, so I did "
+                              f"not guess.{ask} {SUPPORTED}", unplaced=[w.strip() for w in words])
+    if rd.pairwise and rd.node is not None and len(ir.input_names(rd.node)) < 2:
+        raise GenerationError(f"you named two tensors, but I read {node_text(rd.node)!r}, which has one input; "
+                              f"write the operation as an expression of both, e.g. 'mean(abs(x - y), "
+                              f"dim=-1)'. {SUPPORTED}", unplaced=[rd.pairwise])

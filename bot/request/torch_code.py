@@ -1,0 +1,123 @@
+"""Python code as the IR reads it: a function's returned expression with its local names inlined
+and dtype casts dropped (Inline), torch.max(x, dim)'s parts read as amax and argmax (MaxParts), and
+calls whose PyTorch meaning is not the IR op of that name refused (max/min over a dim, softmax
+without one). For pasted functions (bot.request.pasted) and expressions typed in the words
+(bot.request.expression, bot.request.operation).
+"""
+from __future__ import annotations
+
+import ast
+import copy
+
+from bot import ir
+from bot.generators.interface import GenerationError
+
+
+# Casts in pasted code: the kernel computes in float32 and returns the input dtype anyway.
+_CASTS = {"float", "half", "bfloat16", "to", "type_as", "contiguous", "clone", "detach"}
+_MODULES = {"torch", "F", "nn", "functional", "math"}
+
+
+class MaxParts(ast.NodeTransformer):
+    """torch.max(x, dim)'s parts: [0] or .values is amax, [1] or .indices argmax (min alike)."""
+
+    def visit_Subscript(self, n: ast.Subscript) -> ast.expr:
+        self.generic_visit(n)
+        part = n.slice.value if isinstance(n.slice, ast.Constant) else None
+        return _max_part(n.value, {0: "values", 1: "indices"}.get(part)) or n
+
+    def visit_Attribute(self, n: ast.Attribute) -> ast.expr:
+        self.generic_visit(n)
+        return _max_part(n.value, n.attr) or n
+
+
+class Inline(MaxParts):
+    """Replace local names by their values and drop dtype casts (and read max's parts)."""
+
+    def __init__(self, env: dict[str, ast.expr], aliases: set[str] = frozenset()):
+        self.env, self.aliases = env, aliases      # aliases: "import torch.nn.functional as fn"
+        self.casts = False
+        self.fixed: list[str] = []                 # casts to one dtype: .float(), .to(torch.float32)
+        self.back: set[int] = set()                # ids of nodes cast back to an input's dtype
+
+    def visit_Name(self, n: ast.Name) -> ast.expr:
+        if n.id in self.aliases:
+            return ast.Name("torch", ast.Load())
+        return copy.deepcopy(self.env[n.id]) if n.id in self.env else n
+
+    def visit_Call(self, n: ast.Call) -> ast.expr:
+        self.generic_visit(n)
+        f = n.func
+        if isinstance(f, ast.Attribute) and f.attr in _CASTS:
+            is_function = isinstance(f.value, ast.Name) and f.value.id in _MODULES
+            if not is_function or n.args:
+                self.casts = True
+                inner = n.args[0] if is_function else f.value
+                args = n.args[1:] if is_function else n.args
+                if f.attr in ("float", "half", "bfloat16", "double") or any(
+                        "torch." in ast.unparse(a) for a in [*args, *(k.value for k in n.keywords)]):
+                    self.fixed.append(ast.unparse(n)[:40])
+                elif f.attr in ("to", "type_as") and (args or n.keywords):
+                    self.back.add(id(inner))
+                return inner
+        return n
+
+
+def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
+    """torch.max(x, dim=d).values -> torch.amax(x, dim=d); .indices -> torch.argmax(x, dim=d)."""
+    if not (isinstance(call, ast.Call) and part in ("values", "indices")):
+        return None
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    if name not in ("max", "min"):
+        return None
+    new = ("a" if part == "values" else "arg") + name
+    func = ast.Attribute(call.func.value, new, ast.Load()) if isinstance(call.func, ast.Attribute) else ast.Name(new)
+    return ast.Call(func, call.args, call.keywords)
+
+
+def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
+    """The returned expression with every local name inlined."""
+    for stmt in fn.body:
+        docstring = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+        if docstring or isinstance(stmt, (ast.Pass, ast.Assert)):
+            continue
+        if isinstance(stmt, ast.Return) and stmt.value is not None:
+            return inline.visit(stmt.value)
+        target, value = _assignment(stmt)
+        if target is None:
+            raise GenerationError(f"line {stmt.lineno} of {fn.name}: {ast.unparse(stmt)[:60]!r} is not supported; "
+                                  "the function may assign local names and return one expression")
+        inline.env[target] = inline.visit(value)
+    raise GenerationError(f"{fn.name} returns nothing; end it with 'return <expression>'")
+
+
+def _assignment(stmt: ast.stmt) -> tuple[str | None, ast.expr | None]:
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        return stmt.targets[0].id, stmt.value
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+        return stmt.target.id, stmt.value
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+        return stmt.target.id, ast.BinOp(ast.Name(stmt.target.id, ast.Load()), stmt.op, stmt.value)
+    return None, None
+
+
+def refuse_other_meanings(fname: str, ret: ast.expr, torch_only: bool = False) -> None:
+    """Calls whose PyTorch meaning is not the IR op of that name: max/min over a dim return values
+    and indices, and softmax without a dim picks one by the input's rank. torch_only: in a typed
+    expression, only torch.max(...) and x.max(...) (a bare max(x, dim=0) is the IR's)."""
+    for n in ast.walk(ret):
+        if not isinstance(n, ast.Call) or (torch_only and not isinstance(n.func, ast.Attribute)):
+            continue
+        name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+        method = isinstance(n.func, ast.Attribute) and not (isinstance(n.func.value, ast.Name)
+                                                             and n.func.value.id in _MODULES)
+        args = len(n.args) + method
+        dims = [k.value for k in n.keywords if k.arg == "dim"]
+        given_dim = any(not (isinstance(d, ast.Constant) and d.value is None) for d in dims) or \
+            (args == 2 and ir.is_int_literal(n.args[-1]))
+        if name in ("max", "min") and given_dim:
+            raise GenerationError(f"{fname} returns {ast.unparse(n)!r}: {name} over a dim returns (values, indices) "
+                                  f"in PyTorch; write torch.a{name}(..., dim=...) for the values alone")
+        if name in ("softmax", "log_softmax") and args == 1 and not given_dim:
+            raise GenerationError(f"{fname} returns {ast.unparse(n)!r}: {name} without a dim picks one by the "
+                                  f"input's rank in PyTorch; give it one, e.g. dim=-1")

@@ -1,0 +1,130 @@
+"""The request reader's word tables: patterns over a request's English and Chinese words for dtypes
+(and what a dtype word is there for), operations out of scope, dims, eps, clamp ranges and bounds,
+shapes and the labels they belong to, the words of a correction, the names that name a tensor, and
+the IR op of each step word. The passes of bot.request.words and bot.request.read take what these
+match out of the text.
+"""
+from __future__ import annotations
+
+import re
+
+from bot.ops.text import DIM as _DIM
+from bot.ops.text import END as _END
+from bot.ops.text import FLAGS as _F
+from bot.ops.text import NUM as _NUM
+
+DTYPE = re.compile(r"\b(?:torch\.)?(float16|fp16|f16|half|bfloat16|bf16|float32|fp32|f32|float|single)\b"
+                   r"(?:\s+precision)?|半精度|单精度", _F)
+CN_DTYPE = {"半精度": "float16", "单精度": "float32"}
+ALL_DTYPES = re.compile(r"\b(?:all|each|every|any)\s+(?:of\s+the\s+)?(?:three\s+|3\s+|supported\s+)?"
+                        r"(?:dtypes?|types|precisions?|data\s*types?)\b|"
+                        r"(?:所有|全部|三种)(?:数据)?(?:类型|精度)", _F)
+BAD_DTYPE = re.compile(r"\b(?:u?int(?:4|8|16|32|64)|fp8\w*|float8\w*|fp64|float64|double\s+precision|tf32|fp4|"
+                       r"nvfp4|mxfp\d+|complex\d*)\b|双精度", _F)
+
+OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, what in [
+    (r"\baddmm\b|\beinsum\b|\bdot[\s-]product\b|\blinear\s+layer\b",
+     "this form of matrix multiplication (say 'matmul a @ b with bias' instead)"),
+    (r"\bconv(?:olution\w*|olve|[123]d)?\b|卷积", "convolution"),
+    (r"\battention\b|\bsdpa\b|注意力", "attention"),
+    (r"\b(?:arg)?sort\w*|排序", "sorting"),
+    (r"\btop[\s_-]?k\b", "top-k"),
+    (r"\bcum(?:sum|prod|max|min|ulative\w*)\b|\bprefix[\s-]sums?\b|\bscan\b|\brunning\s+(?:sum|total|max|min)\b|"
+     r"累加|累积|前缀和", "a scan (cumulative sum, product, max or min)"),
+    (r"\brotary\b|\brope\b", "rotary position embedding (RoPE)"),
+    (r"\b(?:quick|fast)[\s_-]?gelu\b", "a fast or quick GELU (an approximation: say 'gelu with tanh approximation', or "
+     "write x * sigmoid(1.702 * x))"),
+    (r"\bgather\b|\bscatter\b|\bindex_\w+|\bembedding\b", "indexing (gather, scatter, embedding)"),
+    (r"\bpool(?:s|ed|ing)?\b|\w*pool[123]d\b|池化", "pooling"),
+    (r"\bbackward\b|\bbackprop\w*|\bgrad(?:ient)?s?\b|\btraining\b|\bautograd\b|反向|梯度",
+     "a backward (gradient) kernel (the offline generator writes forward kernels)"),
+    (r"\btranspose\b|\bpermute\b|\bconcat\w*|\breshape\b", "a layout change (transpose, concat, reshape)"),
+    (r"\bdropout\b", "dropout"),
+    (r"\b(?:batch|group|instance)[\s_-]?norm\w*", "batch, group or instance norm"),
+    (r"\bbinary[\s_-]+cross[\s_-]?entropy\b|\bbce\w*|\bnll\w*|\bkl[\s_-]?div\w*|\bmse\b|\bhuber\b|\bl1[\s_-]?loss\b",
+     "a loss other than cross entropy"),
+    (r"\bleaky[\s_-]?relu\b|\bprelu\b|\brelu6\b|\b[sc]?elu\b|\bsoftplus\b|\bmish\b|"
+     r"\bhard[\s_-]?(?:swish|sigmoid|tanh)\b|\blogsumexp\b|\bsin\b|\bcos\b|"
+     r"\bfloor\b|\bceil\b|\bround\b|\bsign\b|"
+     r"\bprod\b|\bvar(?:iance)?\b|\bstd\b|\bl2[\s_-]?norm\b|\bnormali[sz]e\b", ""),
+]]
+
+# Dimension phrases. Reductions run over any one dim, other row ops over the last one only.
+DIM_N = re.compile(r"\b(?:dim|axis|dimension)\s*[=:]?\s*(-?\d)\b|第\s*(-?\d)\s*维|维度\s*(-?\d)(?!\d)", _F)  # "dim 4096" is a size
+_D = r"\s+(?:dim|axis|dimension)\w*"
+DIM_WORDS: list[tuple[re.Pattern, int]] = [(re.compile(p, _F), d) for p, d in [
+    # earlier entries win: "second to last dim" before "last dim"
+    # ("across the columns" is left out: it means dim -2 to some and one value per row to others)
+    (rf"\b(?:second[\s-]+(?:to[\s-]+)?last|penultimate){_D}|\bcolumn[\s-]?wise\b|\b(?:per|each|every)[\s-]+column\b|"
+     r"按列|每一?列|倒数第二维", -2),
+    (rf"\b(?:first|1st|0th|leading|batch){_D}|第一维", 0),
+    (rf"\b(?:second|2nd){_D}|第二维", 1),
+    (rf"\b(?:third|3rd){_D}|第三维", 2),
+    (rf"\b(?:last|trailing|innermost|final){_D}|\brow[\s-]?wise\b|\b(?:of\s+each|for\s+each|each|every|of\s+every)\s+row\b|"
+     r"\brow\s+by\s+row\b|最后一(?:个)?维(?:度)?|按行|每一?行", -1),
+]]
+WHOLE = re.compile(r"\b(?:all|every)\s+elements\b|\b(?:whole|entire|full)\s+tensor\b|\bglobal(?:ly)?\b|"
+                   r"全部元素|所有元素|整个张量", _F)
+
+EPS = re.compile(rf"(?:\beps(?:ilon)?\b|ε)\s*(?:=|:|of|is|为|是|设为)?\s*({_NUM}){_END}", _F)
+# A closed range only: "[0, 1)" is half open, which clamp cannot be, so it stays for the residue check.
+RANGE = re.compile(rf"\[\s*({_NUM})\s*,\s*({_NUM})\s*\]|\(\s*({_NUM})\s*,\s*({_NUM})\s*\)|"
+                   rf"\bbetween\s+({_NUM})\s+and\s+({_NUM}){_END}|"
+                   rf"\b(?:from|range(?:\s+of)?)\s+({_NUM})\s+to\s+({_NUM}){_END}|({_NUM})\s*(?:到|至)\s*({_NUM})", _F)
+BOUND = re.compile(rf"\b(min|max)(?:imum)?\s*(?:=|:|of|is)?\s*({_NUM}){_END}|"
+                   rf"\b(?:at|no)\s+(most|least|more\s+than|less\s+than)\s+({_NUM}){_END}", _F)
+BOUND_KEY = {"min": "min", "max": "max", "least": "min", "most": "max", "more than": "max", "less than": "min"}
+
+SHAPE = re.compile(
+    rf"(?<![\w.-])(?P<multi>{_DIM}(?:(?:\s*[x×]\s*|\*|\s+by\s+){_DIM})+)(?![\w]|\.\w)"
+    rf"|(?<![\w)\]])[\(\[](?P<tuple>\s*{_DIM}(?:\s*,\s*{_DIM})*\s*,?\s*)[\)\]]"
+    rf"|(?:\bshape[ds]?|\bsize|\blength|形状|长度)\s*(?:of|is|=|:|为|是)?\s*"
+    rf"(?P<one>{_DIM})(?![\w.]|\s*[x×,*]|\s+by\s)",
+    _F)
+# Numbers that size something other than a tensor: "3x3 kernel", "2x2 max pool", "kernel size 3".
+_PARAM_NOUN = (r"(?:kernels?|windows?|filters?|patch(?:es)?|strides?|pool\w*|tiles?|blocks?|grids?|stencils?|"
+               r"conv\w*|neighbou?rhoods?|dilations?|paddings?|groups?|chunks?|steps?|heads?|窗口|卷积核|核|池化|步长)")
+PARAM_AFTER = re.compile(rf"[\s-]*(?:(?:max|min|avg|average|mean|sum)\s+)?{_PARAM_NOUN}(?![a-z])", _F)
+PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:\s*(?:size|shape|is|=|:|为|大小))*\s*$", _F)
+# The word a shape belongs to: "b: [4096]", "bias of shape 4096", "x 1024x4096".
+LABEL = re.compile(r"(?<![-\w])([A-Za-z_]\w*)\s*(?:(?:\b(?:is|has|with|of|shape[ds]?|size|length|a|an|the|1-?d|vector|"
+                   r"tensor|matrix|array)\b|[:=]|的|形状|为|是|大小)\s*)*[(\[]?\s*$", _F)
+CORRECTION_WORDS = re.compile(r"\binstead\b(?!\s+of)|\bonly\b|\brather\b(?!\s+than)|改成|改为|换成", _F)
+# Words that say a correction replaces the operation.
+REPLACE = re.compile(r"\b(?:make|change|replace|switch|use|instead|rather|actually|turn|want)\b|改成|改为|换成|改用", _F)
+# "gelu(x + b) where b is a vector": a clause about an input, not where(cond, a, b).
+WHERE_CLAUSE = re.compile(r"\bwhere\b(?=\s+[A-Za-z]\w*\s+(?:is|are|has)\b)", _F)
+APPEND = re.compile(r"\b(?:also|add|plus|additionally|extra|too)\b|^\s*and\b|\bas\s+well\b|还要|再加|增加|加上|另外", _F)
+
+STEP_IR_OP = {"gelu_tanh": "gelu", "scale": "mul", "divide": "div", "square": "pow", "cube": "pow"}
+SCALAR_STEPS = {"scale", "divide"}
+
+# "max"/"sum" of two tensors is elementwise; of one tensor it is a reduction.
+PAIRWISE = re.compile(r"\btwo\b|\b2\s+(?:tensors|matrices|inputs|arrays)\b|\bpair(?:s|wise)?\b|两个|"
+                      r"element[\s_-]?wise|逐元素|\bbetween\b|\b[a-z]\w?\s+and\s+[a-z]\w?\b", _F)
+# Words that say there are two tensors (not "elementwise", which a one-input op is too).
+TWO_TENSORS = re.compile(r"\btwo\b|\b2\s+(?:tensors|matrices|inputs|arrays)\b|\bpair(?:s|wise)?\b|两个|\bbetween\b|"
+                         r"\b[a-z]\w?\s+and\s+[a-z]\w?\b", _F)
+MATRIX = re.compile(r"\bmatri(?:x|ces)\b|矩阵", _F)
+
+
+# A label that names a tensor: a shape given to one that is no input is refused, not taken as a case.
+SHAPE_OWNER = re.compile(r"[A-Za-z]\d*|bias|weights?|gamma|beta|scale|shift|residual|mask|gate|other|"
+                         r"out(?:put)?s?|results?|hidden|targets?|labels?|logits|predictions?", re.I)
+OWNER_AFTER = re.compile(rf"\s+({SHAPE_OWNER.pattern})\b(?!\s*[:=(\[])", re.I)
+# Inputs named like this are broadcast vectors of the last dim when no shape is given.
+VECTOR_NAME = re.compile(r"(?:bias|b|weight|w|gamma|beta|scale|shift)\d*")
+# An expression without a function call is only taken when its names look like tensors, so
+# prose like "input/output" or "sum/mean" is not read as a division.
+TENSOR_NAME = re.compile(r"[A-Za-z]\w?\d*|bias|weight|gamma|beta|scale|shift|residual|mask|gate|other", re.A)
+
+
+COMPUTE_AFTER = re.compile(r"\s*(?:accumulat\w*|compute|computation|math|internal\w*|acc)\b", _F)
+COMPUTE_BEFORE = re.compile(r"\b(?:accumulat\w*|comput\w*|math|internally)\s+(?:in\s+|with\s+)?$", _F)
+OUTPUT_NEAR = re.compile(r"\s*(?:outputs?|results?)\b", _F)
+OUTPUT_BEFORE = re.compile(r"\b(?:outputs?|results?|returns?)\s+(?:is\s+|in\s+|as\s+)*$", _F)
+TYPE_CONTEXT = re.compile(r"\s+(?:precision|floats?|tensors?|inputs?|matri\w*|arrays?|dtypes?|values?|data)\b", _F)
+# "x in fp16 and y in fp32", "bias fp32": a dtype said of one input.
+DTYPE_OWNER = re.compile(r"(?<![-\w])([A-Za-z]\d*|bias|weight|residual)\s+(?:is\s+|in\s+|as\s+)?$")
+# "bf16 only", "only fp16": the dtype list said, not a qualifier of the operation.
+ONLY = re.compile(r"(;\s*)\bonly\b|\bonly\b(?=\s*;)", _F)
