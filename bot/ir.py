@@ -49,8 +49,8 @@ def parse(text: str, as_written: bool = False) -> Node:
     return node
 
 
-def with_dim(node: Node, dim: int) -> Node:
-    """The root reduction over dim."""
+def with_dim(node: Node, dim: int | str) -> Node:
+    """The root reduction (or scan) over dim: an int, or ALL (every element)."""
     return call(node.op, *node.args, **{**dict(node.attrs), "dim": dim})
 
 

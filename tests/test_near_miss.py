@@ -14,11 +14,11 @@ from tests.generated import canon, expr
 # (request, a word the refusal must name)
 REFUSED = [
     # scans
-    ("cumulative sum over the last dim of a 64x1024 fp32 tensor", "scan"),
-    ("running total along dim 1 of 8x256", "scan"),
-    ("exclusive prefix sum of x", "scan"),
-    ("reverse cumsum over the last dim", "scan"),
-    ("沿最后一维累加 64x1024", "scan"),
+    ("exclusive prefix sum of x", "which dim"),
+    ("cumsum of x over all elements", "one dim"),
+    ("exclusive running max over dim 0", "exclusive"),
+    ("log cumsum exp over the last dim", "logcumsumexp"),
+    ("沿最后一维累加 64x1024", "累加"),          # a sum or a running sum: not guessed
     # reductions the catalog does not have
     ("sum of squares over the last dim of a 64x512 fp32 tensor", "squares"),
     ("product over the last dim of a 32x16 fp32 tensor", "elementwise"),
@@ -27,7 +27,7 @@ REFUSED = [
     ("logsumexp over the last dim", "logsumexp"),
     ("L2 norm of each row of a 64x128 tensor", "l2"),
     ("normalize x by its L2 norm", "normalize"),
-    ("sum over all elements of a 64x64 tensor", "all elements"),
+    ("sum over all elements and dim 0 of a 64x64 tensor", "every element"),
     ("mean of a 4096x4096 tensor", "which dim"),
     ("argmax of x", "which dim"),
     ("求和 4096x4096", "which dim"),
@@ -154,12 +154,12 @@ REFUSED = [
     ("带温度的softmax", "温度"),
     ("对每行求方差", "方差"),
     ("两个张量的平均绝对误差", "误差"),
-    ("def f(p, t):\n    return torch.mean((p - t) ** 2)", "all elements"),
-    ("def f(x):\n    return x.sum()", "all elements"),
+    ("def f(x):\n    return torch.cumsum(x)", "needs a dim"),
+    ("def f(x):\n    return torch.cummax(x, 1)", "values, indices"),
     ("def f(x):\n    return torch.sum(x, dim=-1, keepdim=True)", "keepdim"),
     ("def f(x):\n    return torch.max(x, dim=1)", "values, indices"),
     ("def f(x):\n    return F.softmax(x)", "dim"),
-    ("def f(x):\n    return x.argmax()", "all elements"),
+    ("def f(x):\n    return x.flip(1).cumsum(1)", "flip it back"),
     ("relu with a 3x3 kernel on 64x64", "3x3"),
     ("softmax over the last dim of 64x64, block size 2048", "block"),
 ]
@@ -233,6 +233,23 @@ SOLVED = [
     ("def f(x):\n    return torch.max(x, dim=0)[0]\nfor 8x16", "max(x, dim=0)", [[16]]),
     ("def f(x):\n    return torch.min(x, 1).indices\nfor 8x16", "argmin(x, dim=-1)", [[8]]),
     ("def f(p, t):\n    return torch.mean((p - t) ** 2, dim=-1)\nfor 8x16", "mean((p - t) ** 2, dim=-1)", [[8]]),
+    # scans
+    ("cumulative sum over the last dim of a 64x1024 fp32 tensor", "cumsum(x, dim=-1)", [[64, 1024]]),
+    ("running total along dim 1 of 8x256", "cumsum(x, dim=-1)", [[8, 256]]),
+    ("reverse cumsum over dim 0 of 300x45", "cumsum(x, dim=0, reverse=True)", [[300, 45]]),
+    ("exclusive prefix sum over dim 1 of 4x8x16", "cumsum(x, dim=1, exclusive=True)", [[4, 8, 16]]),
+    ("cumulative product of each row of 16x64", "cumprod(x, dim=-1)", [[16, 64]]),
+    ("running min over dim 0 of 32x32", "cummin(x, dim=0)", [[32, 32]]),
+    ("沿最后一维求前缀和 64x1024", "cumsum(x, dim=-1)", [[64, 1024]]),
+    ("def f(x):\n    return torch.cumsum(x.flip(1), dim=1).flip(1)\nfor 8x16", "cumsum(x, dim=-1, reverse=True)", [[8, 16]]),
+    ("def f(x):\n    return torch.cummax(x, dim=0).values\nfor 8x16", "cummax(x, dim=0)", [[8, 16]]),
+    ("def f(x, y):\n    return (x * y).cumprod(0)\nfor 8x16", "cumprod(x * y, dim=0)", [[8, 16]]),
+    # every element: PyTorch's reduction without a dim, or the words
+    ("sum over all elements of a 64x64 tensor", "sum(x, dim=None)", [[]]),
+    ("argmax over every element of 100x50", "argmax(x, dim=None)", [[]]),
+    ("def f(p, t):\n    return torch.mean((p - t) ** 2)\nfor 8x16", "mean((p - t) ** 2, dim=None)", [[]]),
+    ("def f(x):\n    return x.sum()\nfor 8x16", "sum(x, dim=None)", [[]]),
+    ("def f(x):\n    return x.argmax()\nfor 8x16", "argmax(x, dim=None)", [[]]),
 ]
 
 

@@ -411,7 +411,7 @@ def test_out_of_scope_operations_say_what_is_supported(text, what):
 @pytest.mark.parametrize("text, words", [
     ("softmax over dim 0 of a 1024x4096 tensor", ["dim 0", "last dim"]),
     ("column-wise layernorm", ["dim -2", "last dim"]),
-    ("mean over all elements", ["all elements", "one dim"]),
+    ("softmax over all elements", ["all elements", "the last"]),
     ("softmax(x, dim=0)", ["dim=-1"]),
 ])
 def test_row_ops_over_other_dims_and_whole_tensor_reductions_are_refused(text, words):

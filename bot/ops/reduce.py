@@ -194,4 +194,5 @@ ENTRIES = (
     Entry("mean_dim0", "mean over dim 0 on {shapes}, each in {dtypes}", "mean(x, dim=0)"),
     Entry("max", "max over the last dim on {shapes}, each in {dtypes}", "max(x)", small=SMALL_LONG_ODD),
     Entry("min_dim0", "min over dim 0 on {shapes}, each in {dtypes}", "min(x, dim=0)"),
+    Entry("sum_all", "sum over all elements on {shapes}, each in {dtypes}", "sum(x, dim=None)"),
 )

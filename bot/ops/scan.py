@@ -23,13 +23,14 @@ OPS = {"cumsum", "cumprod", "cummax", "cummin"}
 ROOT = True
 SUPPORTED = ("over any one dim", "cumsum, cumprod, cummax, cummin (also reversed: x.flip(d).cumsum(d).flip(d); "
              "cumsum and cumprod also exclusive=True)")
-ALIASES: dict[str, str] = {}
+# torch.cummax(x, d).values, as the request reader writes it (bot.request.torch_code)
+ALIASES = {"cummax_values": "cummax", "cummin_values": "cummin"}
 FLIP = "flip"
 KEYWORDS = {**dict.fromkeys(OPS, {"dim", "reverse", "exclusive"}), FLIP: {"dims"}}
 OUTPUT_DTYPE = None
 # Looked for before the reduce family's words, which these hold ("sum", "max").
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
-    (r"\bcum(?:ulative)?[\s_-]?sums?\b|\bprefix[\s-]sums?\b|\brunning\s+(?:sum|total)s?\b|\bscan\b|前缀和|累加和?|累积和",
+    (r"\bcum(?:ulative)?[\s_-]?sums?\b|\bprefix[\s-]sums?\b|\brunning\s+(?:sum|total)s?\b|\bscan\b|前缀和|累积和",
      "row", "cumsum"),
     (r"\bcum(?:ulative)?[\s_-]?prod(?:uct)?s?\b|\bprefix[\s-]products?\b|\brunning\s+products?\b|累积乘积|累乘",
      "row", "cumprod"),
@@ -37,8 +38,9 @@ WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     (r"\bcum(?:ulative)?[\s_-]?min(?:imum)?\b|\brunning\s+min(?:imum)?\b|累积最小值?", "row", "cummin"),
 ]]
 # Flags in words: "reverse cumsum", "exclusive prefix sum" (suffix sums are reversed prefix sums).
-REVERSE_WORD = re.compile(r"\brevers(?:e|ed)\b|\bbackwards?\b|\bfrom\s+the\s+(?:end|right)\b|\bsuffix\b|反向|逆序", _F)
+REVERSE_WORD = re.compile(r"\brevers(?:e|ed)\b|\bbackwards?\b|\bfrom\s+the\s+(?:end|right)\b|反向|逆序", _F)
 EXCLUSIVE_WORD = re.compile(r"\bexclusive\b|不含当前|不包含当前|排他", _F)
+FLAG_WORDS = re.compile(f"{REVERSE_WORD.pattern}|{EXCLUSIVE_WORD.pattern}", _F)
 
 _IDENTITY = {"cumsum": "0.0", "cumprod": "1.0", "cummax": 'float("-inf")', "cummin": 'float("inf")'}
 
@@ -72,6 +74,12 @@ def scan_math(op: str) -> ScanMath:
     helper = f"_{op[3:]}_nan"
     return ScanMath(_IDENTITY[op], lambda x, axis: f"tl.associative_scan({x}, {axis}, {helper})",
                     lambda a, b: f"{helper}({a}, {b})")
+
+
+def flags_in_words(prose: str, op: str) -> str:
+    """The flags the words give a scan, as its keyword arguments (', reverse=True')."""
+    flags = [k for k, pattern in (("reverse", REVERSE_WORD), ("exclusive", EXCLUSIVE_WORD)) if pattern.search(prose)]
+    return "".join(f", {k}=True" for k in flags)
 
 
 # ---------------------------------------------------------------- IR rule
@@ -186,4 +194,9 @@ def reference_property(node: Node) -> tuple[str, bool]:
 ''', False
 
 
-ENTRIES: tuple[Entry, ...] = ()     # in words once the request reader reads scans (next commit)
+ENTRIES = (
+    Entry("cumsum", "cumsum over the last dim on {shapes}, each in {dtypes}", "cumsum(x, dim=-1)"),
+    Entry("cumsum_dim0_reverse", "reversed cumsum over dim 0 on {shapes}, each in {dtypes}",
+          "cumsum(x, dim=0, reverse=True)"),
+    Entry("cummax", "cummax over the last dim on {shapes}, each in {dtypes}", "cummax(x, dim=-1)"),
+)

@@ -9,7 +9,9 @@ placed must be filler (bot.request.residue), else the request is refused naming 
 operation words and the operands they name are read by bot.request.order.
 
 One module a job; each imports only modules to its left (the first four import none of the package):
-residue, order, messages, vocabulary < pasted_constants < pasted_layers < pasted_inputs < pasted_module < reading < words < torch_code < expression < operation < pasted < state < read < merge < describe < build < parse
+    residue, order, messages, vocabulary < pasted_constants < pasted_layers < pasted_inputs
+    < pasted_module < reading < words < torch_code < expression < operation < pasted < state
+    < read < merge < describe < build < parse
 """
 from bot.request.messages import ASK_OP, CORRECTION_HELP, SUPPORTED
 from bot.request.parse import parse_request

@@ -144,7 +144,14 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
                                   "elementwise and runs over no dim. Which reduction or row operation over it did "
                                   f"you mean? {SUPPORTED}", unplaced=[f"over dim {d}" for d in st.dims])
         return node
-    reduces = k in ("reduce", "argreduce")
+    reduces = k in ("reduce", "argreduce", "scan")          # over any one dim
+    if st.whole and k in ("reduce", "argreduce"):
+        written = node.attr("dim")
+        dims = st.dims or ([] if written in (None, ir.ALL) else [written])
+        if dims:
+            raise GenerationError(f"you said {st.whole!r} and dim {dims[0]}: {node.op} over every element (one "
+                                  f"value) or over dim {dims[0]}? Say one of them.")
+        return ir.with_dim(node, ir.ALL)
     if st.whole:
         raise GenerationError(f"{node.op} over {st.whole!r} is not supported: {node.op} runs over one dim"
                               f"{' at a time, e.g. dim 0 or the last dim' if reduces else ', the last'}. {SUPPORTED}")
@@ -153,8 +160,8 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
         raise GenerationError(f"{node_text(node)!r} is over dim {written}, but the words say dim {st.dims[0]}; which one?")
     dims = list(dict.fromkeys(st.dims)) or ([] if written is None else [written])
     if not dims:
-        raise GenerationError(f"{node.op} over which dim? Say e.g. '{node.op} over the last dim' or 'over dim 0'. "
-                              f"A {node.op} over all elements (one value) is not supported by the offline generator.")
+        every = " or 'over all elements' (one value)" if k in ("reduce", "argreduce") else ""
+        raise GenerationError(f"{node.op} over which dim? Say e.g. '{node.op} over the last dim', 'over dim 0'{every}.")
     if len(dims) > 1:
         raise GenerationError(f"I found dims {', '.join(map(str, dims))}: {node.op} runs over one dim; which one?")
     last = all(dims[0] in (-1, len(c) - 1) for c in cases)

@@ -22,9 +22,10 @@ def default_name(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
         if label not in parts:
             parts.append(label)
     name = "_".join(parts[:3])
-    if k in ("reduce", "argreduce"):       # "sum" alone would shadow the builtin in the generated files
+    if k in ("reduce", "argreduce", "scan"):    # "sum" alone would shadow the builtin in the generated files
         d = node.attr("dim")
-        name += "_last_dim" if d == -1 else f"_dim{d}" if d >= 0 else f"_dim_neg{-d}"
+        name += "_all" if d == ir.ALL else "_last_dim" if d == -1 else f"_dim{d}" if d >= 0 else f"_dim_neg{-d}"
+        name += "".join(f"_{flag}" for flag in ("reverse", "exclusive") if node.attr(flag))
     elif k == "loss" and node.attr("reduction") == "none":
         name += "_per_row"
     return name
@@ -52,7 +53,9 @@ def describe(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
         return (f"cross entropy of logits {inner} against class indices {node.args[1].name} over the last dim, "
                 f"reduction {node.attr('reduction')}")
     d = node.attr("dim", -1)
-    return f"{node.op} of {inner} over {'the last dim' if d == -1 else f'dim {d}'}"
+    flags = " and ".join(flag + "d" * (flag == "reverse") for flag in ("reverse", "exclusive") if node.attr(flag))
+    over = "every element" if d == ir.ALL else "the last dim" if d == -1 else f"dim {d}"
+    return f"{flags + ' ' if flags else ''}{node.op} of {inner} over {over}"
 
 
 def spec_params(node: ir.Node, scalars: dict[str, float]) -> dict:
@@ -71,6 +74,7 @@ def spec_params(node: ir.Node, scalars: dict[str, float]) -> dict:
             params["reduction"] = sub.attr("reduction")
         elif sub.op == ir.MATMUL and sub.attr("tf32"):
             params["tf32"] = True
-    if ir.kind(node) in ("reduce", "argreduce") and node.attr("dim") != -1:
-        params["dim"] = node.attr("dim")
+    if ir.kind(node) in ("reduce", "argreduce", "scan") and node.attr("dim") != -1:
+        params["dim"] = None if node.attr("dim") == ir.ALL else node.attr("dim")
+    params.update({flag: True for flag in ("reverse", "exclusive") if ir.kind(node) == "scan" and node.attr(flag)})
     return params

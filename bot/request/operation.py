@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.ops import loss, norm, registry
+from bot.ops import loss, norm, registry, scan
 from bot.ops import matmul as mmf
 from bot.ops.text import blank as _blank
 from bot.request import order
@@ -45,6 +45,8 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
                               f"Or write it as an expression, e.g. 'softmax(x * 0.5)'.")
     if rows:
         body = _wrap_row(rows[0], body, prose, rd)
+        if rows[0] in ir.SCANS:
+            rd.left = scan.FLAG_WORDS.sub(_blank, rd.left)
         if rows[0] in ir.NORMS:
             for pattern in (norm.NO_WEIGHT, norm.NO_BIAS, norm.WEIGHT_WORD, norm.BIAS_WORD):
                 rd.left = pattern.sub(_blank, rd.left)
@@ -192,6 +194,8 @@ def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: Reading) 
 
 
 def _wrap_row(op: str, body: str, prose: str, rd: Reading) -> str:
+    if op in ir.SCANS:
+        return f"{op}({body}{scan.flags_in_words(prose, op)})"
     if op not in ir.NORMS:
         return f"{op}({body})"
     extras = norm.extras_in_words(op, prose, rd.op_notes)

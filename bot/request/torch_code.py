@@ -64,13 +64,17 @@ class Inline(MaxParts):
 
 
 def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
-    """torch.max(x, dim=d).values -> torch.amax(x, dim=d); .indices -> torch.argmax(x, dim=d)."""
+    """torch.max(x, dim=d).values -> torch.amax(x, dim=d); .indices -> torch.argmax(x, dim=d);
+    torch.cummax(x, d).values -> cummax_values(x, d), the IR's cummax (its indices are not read)."""
     if not (isinstance(call, ast.Call) and part in ("values", "indices")):
         return None
     name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-    if name not in ("max", "min"):
+    if name in ("cummax", "cummin") and part == "values":
+        new = f"{name}_values"
+    elif name in ("max", "min"):
+        new = ("a" if part == "values" else "arg") + name
+    else:
         return None
-    new = ("a" if part == "values" else "arg") + name
     func = ast.Attribute(call.func.value, new, ast.Load()) if isinstance(call.func, ast.Attribute) else ast.Name(new)
     return ast.Call(func, call.args, call.keywords)
 
@@ -118,6 +122,9 @@ def refuse_other_meanings(fname: str, ret: ast.expr, torch_only: bool = False) -
         if name in ("max", "min") and given_dim:
             raise GenerationError(f"{fname} returns {ast.unparse(n)!r}: {name} over a dim returns (values, indices) "
                                   f"in PyTorch; write torch.a{name}(..., dim=...) for the values alone")
+        if name in ("cummax", "cummin"):
+            raise GenerationError(f"{fname} returns {ast.unparse(n)!r}: {name} returns (values, indices) in PyTorch; "
+                                  f"take .values (the running {name[3:]}) or [0]")
         if name in ("softmax", "log_softmax") and args == 1 and not given_dim:
             raise GenerationError(f"{fname} returns {ast.unparse(n)!r}: {name} without a dim picks one by the "
                                   f"input's rank in PyTorch; give it one, e.g. dim=-1")

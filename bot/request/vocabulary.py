@@ -29,8 +29,7 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
     (r"\battention\b|\bsdpa\b|注意力", "attention"),
     (r"\b(?:arg)?sort\w*|排序", "sorting"),
     (r"\btop[\s_-]?k\b", "top-k"),
-    (r"\bcum(?:sum|prod|max|min|ulative\w*)\b|\bprefix[\s-]sums?\b|\bscan\b|\brunning\s+(?:sum|total|max|min)\b|"
-     r"累加|累积|前缀和", "a scan (cumulative sum, product, max or min)"),
+    (r"\blog[\s_-]?cum[\s_-]?sum[\s_-]?exp\b", "logcumsumexp"),
     (r"\brotary\b|\brope\b", "rotary position embedding (RoPE)"),
     (r"\b(?:quick|fast)[\s_-]?gelu\b", "a fast or quick GELU (an approximation: say 'gelu with tanh approximation', or "
      "write x * sigmoid(1.702 * x))"),
@@ -42,7 +41,8 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
     (r"\bdropout\b", "dropout"),
     (r"\b(?:batch|group|instance)[\s_-]?norm\w*", "batch, group or instance norm"),
     (r"\bbinary[\s_-]+cross[\s_-]?entropy\b|\bbce\w*|\bnll\w*|\bkl[\s_-]?div\w*|\bmse\b|\bhuber\b|\bl1[\s_-]?loss\b",
-     "a loss other than cross entropy"),
+     "a loss other than cross entropy named in words (write it as PyTorch does, e.g. "
+     "'F.mse_loss(x, y)' or 'F.kl_div(x, y, reduction=\"sum\")', or paste the module)"),
     (r"\bleaky[\s_-]?relu\b|\bprelu\b|\brelu6\b|\b[sc]?elu\b|\bsoftplus\b|\bmish\b|"
      r"\bhard[\s_-]?(?:swish|sigmoid|tanh)\b|\blogsumexp\b|\bsin\b|\bcos\b|"
      r"\bfloor\b|\bceil\b|\bround\b|\bsign\b|"
@@ -63,7 +63,7 @@ DIM_WORDS: list[tuple[re.Pattern, int]] = [(re.compile(p, _F), d) for p, d in [
     (rf"\b(?:last|trailing|innermost|final){_D}|\brow[\s-]?wise\b|\b(?:of\s+each|for\s+each|each|every|of\s+every)\s+row\b|"
      r"\brow\s+by\s+row\b|最后一(?:个)?维(?:度)?|按行|每一?行", -1),
 ]]
-WHOLE = re.compile(r"\b(?:all|every)\s+elements\b|\b(?:whole|entire|full)\s+tensor\b|\bglobal(?:ly)?\b|"
+WHOLE = re.compile(r"\b(?:all|every)\s+elements?\b|\b(?:whole|entire|full)\s+tensor\b|\bglobal(?:ly)?\b|"
                    r"全部元素|所有元素|整个张量", _F)
 
 EPS = re.compile(rf"(?:\beps(?:ilon)?\b|ε)\s*(?:=|:|of|is|为|是|设为)?\s*({_NUM}){_END}", _F)
