@@ -90,7 +90,7 @@ def validate(spec: dict) -> dict:
     return out
 
 
-DERIVED = ("reduce", "matmul", "tf32")
+DERIVED = ("reduce", "matmul", "tf32", "scan")
 
 
 def _with_derived(spec: dict, node: ir.Node) -> dict:
@@ -104,6 +104,8 @@ def _with_derived(spec: dict, node: ir.Node) -> dict:
     if mm:
         out["matmul"] = True
         out["tf32"] = bool(mm.attr("tf32"))
+    if node.op in ir.SCANS:
+        out["scan"] = True
     return out
 
 

@@ -231,9 +231,9 @@ def modified(ctx: Context, positions: list[int]) -> str:
 
 def compare_to_reference(ctx: Context, args: list[torch.Tensor], out, expected: torch.Tensor,
                          want_dtype: torch.dtype) -> Check:
-    """compare() with what the spec says of the op: its reduced length, TF32, matmul."""
+    """compare() with what the spec says of the op: its reduced length, TF32, matmul, scan."""
     return compare(out, expected, want_dtype, reduce_len(ctx.spec, args, expected.numel()),
-                   bool(ctx.spec.get("tf32")), bool(ctx.spec.get("matmul")))
+                   bool(ctx.spec.get("tf32")), bool(ctx.spec.get("matmul")), bool(ctx.spec.get("scan")))
 
 
 def _index(flat: int, shape: torch.Size) -> str:
@@ -245,7 +245,7 @@ def _index(flat: int, shape: torch.Size) -> str:
 
 
 def compare(out, expected: torch.Tensor, want_dtype: torch.dtype, rlen: int, tf32: bool = False,
-            matmul: bool = False) -> Check:
+            matmul: bool = False, scan: bool = False) -> Check:
     """The output against the float64 reference: shape, dtype, then every element within
     atol + rtol * |ref| (NaN never passes unless the reference is NaN there too)."""
     if not isinstance(out, torch.Tensor):
@@ -257,7 +257,7 @@ def compare(out, expected: torch.Tensor, want_dtype: torch.dtype, rlen: int, tf3
     if out.device != expected.device:
         return Check(f"output on {out.device} but the inputs are on {expected.device}")
     name = inputs.dtype_name(out.dtype) or "float32"
-    rtol, atol = protocol.tolerance(name, rlen, tf32, matmul) if out.is_floating_point() else (0.0, 0.0)
+    rtol, atol = protocol.tolerance(name, rlen, tf32, matmul, scan) if out.is_floating_point() else (0.0, 0.0)
     got, want = out.double(), expected.double()
     err, tol = (got - want).abs(), atol + rtol * want.abs()
     ok = (err <= tol) | (got == want) | (got.isnan() & want.isnan())

@@ -126,15 +126,17 @@ TF32_TOL: tuple[float, float] = (1e-3, 2e-3)
 ERF_ULPS = 4.0
 
 
-def tolerance(dtype: str, reduce_len: int = 1, tf32: bool = False, matmul: bool = False) -> tuple[float, float]:
+def tolerance(dtype: str, reduce_len: int = 1, tf32: bool = False, matmul: bool = False,
+              scan: bool = False) -> tuple[float, float]:
     """(rtol, atol) for comparing an output of this dtype against a float64 reference.
 
     atol grows with sqrt(reduce_len): rounding errors of a sum's terms add up like a random walk.
     A float32 matmul's partial sums themselves grow like sqrt(k), and each addition rounds at
     that size, so its error grows like K: visible only when the output keeps float32 precision
-    (float16 and bfloat16 outputs round far more coarsely than that)."""
+    (float16 and bfloat16 outputs round far more coarsely than that). A scan (cumsum) is the same
+    walk with every partial sum an output, so it grows the same way."""
     rtol, atol = TF32_TOL if tf32 and dtype == "float32" else (RTOL[dtype], ATOL[dtype])
-    growth = reduce_len if matmul and dtype == "float32" and not tf32 else reduce_len ** 0.5
+    growth = reduce_len if (matmul or scan) and dtype == "float32" and not tf32 else reduce_len ** 0.5
     return rtol, atol * max(1, growth)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from bot import catalog, integrity, ir, lower_torch
 from bot.ops import registry
+from bot.ops.entry import ALL_DTYPES
 from bot.request import parse_request
 from bot.spec import parse_expression
 from runner.verify import verify
@@ -52,6 +53,6 @@ def test_catalog_kernels_pass_the_harness_under_the_interpreter(entry, tmp_path)
 @pytest.mark.gpu
 @pytest.mark.parametrize("entry", catalog.ENTRIES, ids=IDS)
 def test_catalog_kernels_pass_the_harness_on_the_gpu(entry, tmp_path):
-    generate(tmp_path, entry.request("small", dtypes="fp32" if entry.dtypes == "fp32" else catalog.ALL_DTYPES))
+    generate(tmp_path, entry.request("small", dtypes="fp32" if entry.dtypes == "fp32" else ALL_DTYPES))
     result = harness(tmp_path, "cuda")
     assert result["status"] == "pass", (result["summary"], result.get("correctness"))

@@ -156,12 +156,15 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
     """torch's scan over the body; reversed between flips, exclusive as the inclusive result moved
     one step along the dim, the first step the op's identity."""
     dim, op = node.attr("dim"), node.op
-    values = ".values" if op in ("cummax", "cummin") else ""
+    anchor = names[input_names(node)[0]]
     if node.attr("reverse"):
         body = f"torch.flip({body}, [{dim}])"
-    result = f"torch.{op}({body}, dim={dim}){values}"
+    if op in ("cummax", "cummin"):
+        result = f"torch.{op}({body}, dim={dim}).values"
+    else:       # torch's float16/bfloat16 scans add in that dtype: these add in float32 (float64 stays)
+        wide = f"torch.promote_types({anchor}.dtype, torch.float32)"
+        result = f"torch.{op}({body}, dim={dim}, dtype={wide}).to({anchor}.dtype)"
     if node.attr("exclusive"):
-        anchor = names[input_names(node)[0]]
         first = f"torch.zeros(1, dtype=torch.long, device={anchor}.device)"
         result = f"torch.roll({result}, 1, {dim}).index_fill({dim}, {first}, {_IDENTITY[op]})"
     return f"torch.flip({result}, [{dim}])" if node.attr("reverse") else result

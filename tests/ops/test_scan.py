@@ -13,8 +13,9 @@ from lowering import CUBE, MATRIX, VECTOR, check_reduction, generate_reduction
 from bot import ir
 from bot.ops import scan
 from bot.spec import parse_expression
+from bot.spec import validate
+from runner import harness, protocol
 from runner import inputs as runner_inputs
-from runner import protocol
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -102,9 +103,23 @@ def test_what_is_not_a_scan_is_refused_naming_it(text, says):
 
 def test_the_spec_says_what_each_output_accumulates_over():
     spec = _spec("cumsum(x, dim=0)", [[7, 3]])
-    assert spec["reduce"] == {"inputs": ["x"], "dim": 0}
+    assert spec["reduce"] == {"inputs": ["x"], "dim": 0} and spec["scan"] is True
+    assert "scan" not in validate({**_spec("sum(x, dim=0)", [[7, 3]]), "scan": True})     # derived, never taken
     assert spec["outputs"][0]["shapes"] == [[7, 3]]
     assert parse_expression(spec).attr("reverse") is False
+
+
+def test_the_judge_allows_a_float32_scan_its_walk_and_no_more():
+    # Every partial sum is an output: float32's atol grows with the scanned length, as for a matmul's K.
+    x = torch.randn(4, 8192, dtype=torch.float64)
+    want = x.cumsum(-1)
+    honest = x.float().cumsum(-1)                    # torch's own float32 scan
+    assert harness.compare(honest, want, torch.float32, 8192, scan=True).problem == ""
+    wrong = honest.clone()
+    wrong[2, 5000] += 0.05
+    assert harness.compare(wrong, want, torch.float32, 8192, scan=True).problem != ""
+    assert protocol.tolerance("float32", 8192, scan=True)[1] == pytest.approx(8192 * protocol.ATOL["float32"])
+    assert protocol.tolerance("float16", 8192, scan=True) == protocol.tolerance("float16", 8192)
 
 
 def test_cases_of_both_layouts_share_one_space(tmp_path):
