@@ -255,7 +255,7 @@ def test_hybrid_sends_an_operator_outside_the_catalog_to_the_llm_for_the_whole_s
 
 
 @pytest.mark.parametrize("request_text, words", [
-    ("cumulative sum over the last dim of 64x1024", ["'cumulative'"]),
+    ("running average over the last dim of 64x1024", ["'running'"]),
     ("sum of squares over the last dim of 64x512", ["'squares'"]),
     ("relu with a 3x3 kernel on 64x64", ["'3x3'"]),
 ])
