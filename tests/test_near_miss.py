@@ -84,7 +84,8 @@ REFUSED = [
     ("fast gelu of a 1024x1024 tensor", "approximation"),
     ("product of all elements of a 64x64 tensor", "all elements"),
     ("def f(x):\n    return torch.sum(x, (0, 1))", "several dims"),
-    ("def f(x):\n    return torch.mean(x, -1, True)", "keepdim"),
+    ("def f(x):\n    return torch.mean(x, keepdim=True)", "keepdim"),
+    ("def f(x):\n    return torch.sum(x, -1, keepdim=x)", "keepdim=True or False"),
     ("def f(x, e):\n    return x * e", "constant"),
     ("def f(logits, labels):\n    return F.cross_entropy(logits.float(), labels)", "casts"),
     ("def f(x):\n    return torch.softmax(x.float(), dim=-1)", "casts"),
@@ -156,7 +157,6 @@ REFUSED = [
     ("两个张量的平均绝对误差", "误差"),
     ("def f(x):\n    return torch.cumsum(x)", "needs a dim"),
     ("def f(x):\n    return torch.cummax(x, 1)", "values, indices"),
-    ("def f(x):\n    return torch.sum(x, dim=-1, keepdim=True)", "keepdim"),
     ("def f(x):\n    return torch.max(x, dim=1)", "values, indices"),
     ("def f(x):\n    return F.softmax(x)", "dim"),
     ("def f(x):\n    return x.flip(1).cumsum(1)", "flip it back"),
@@ -250,6 +250,10 @@ SOLVED = [
     ("def f(p, t):\n    return torch.mean((p - t) ** 2)\nfor 8x16", "mean((p - t) ** 2, dim=None)", [[]]),
     ("def f(x):\n    return x.sum()\nfor 8x16", "sum(x, dim=None)", [[]]),
     ("def f(x):\n    return x.argmax()\nfor 8x16", "argmax(x, dim=None)", [[]]),
+    # keepdim: the reduced dim kept as size 1
+    ("def f(x):\n    return torch.sum(x, dim=-1, keepdim=True)\nfor 8x16", "sum(x, dim=-1, keepdim=True)", [[8, 1]]),
+    ("def f(x):\n    return torch.mean(x, 1, True)\nfor 4x8x16", "mean(x, dim=1, keepdim=True)", [[4, 1, 16]]),
+    ("def f(x):\n    return x.argmax(0, keepdim=True)\nfor 8x16", "argmax(x, dim=0, keepdim=True)", [[1, 16]]),
 ]
 
 

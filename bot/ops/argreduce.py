@@ -10,7 +10,7 @@ import re
 from bot.codegen.dim_kernel import DimKernel
 from bot.ops import pointwise, reduce
 from bot.ops.entry import SMALL_LONG_ODD, Entry
-from bot.ops.node import Call, IRError, Node, dim_call, dim_text, over_dim, prints
+from bot.ops.node import Call, IRError, Node, dim_call, dim_text, keepdim, over_dim, prints
 from bot.ops.text import FLAGS as _F
 
 NAME = "argreduce"
@@ -57,7 +57,10 @@ ARG_ROWS_CONFIGS = [
 
 
 def convert(c: Call) -> Node | None:
-    return dim_call(c, over_dim(c, all_by_default=True)) if c.fname in OPS else None
+    if c.fname not in OPS:
+        return None
+    kept = keepdim(c)
+    return dim_call(c, over_dim(c, all_by_default=True), kept)
 
 
 prints(*OPS)(dim_text)
@@ -79,6 +82,8 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:
     # The running extreme is max's (min's), masked lanes holding -inf (inf): they never win.
+    if node.attr("keepdim"):
+        return reduce.kept_dim(kernel_source, spec, node, options)
     return DimKernel.render(spec, node, options, pointwise.triton_body, (ARG_COLS_CONFIGS, ARG_ROWS_CONFIGS), True,
                             reduce.reduction(node.op[3:]))
 

@@ -149,6 +149,17 @@ def plain_text(node: Node) -> str:
     return text[1:-1] if text.startswith("(") and text.endswith(")") else text
 
 
+def keepdim(c: Call) -> bool:
+    """A reduction's keepdim, by keyword or as torch.sum(x, -1, True) gives it by position (then
+    gone from the call); True keeps the reduced dim as size 1."""
+    if len(c.args) == 3 and isinstance(c.args[2], ast.Constant) and isinstance(c.args[2].value, bool):
+        c.kw.setdefault("keepdim", c.args.pop())
+    given = c.kw.pop("keepdim", None)
+    if given is not None and not (isinstance(given, ast.Constant) and isinstance(given.value, bool)):
+        raise IRError(f"{c.fname} takes keepdim=True or False, got {ast.unparse(given)!r}")
+    return bool(given is not None and given.value)
+
+
 def over_dim(c: Call, all_by_default: bool) -> int | None:
     """The one dim a reduction or row op works over: dim=d, axis=d or a second positional int;
     keepdim=False is accepted, keepdim=True refused (torch.sum(x, -1, True) gives it by position).
@@ -180,17 +191,22 @@ def over_dim(c: Call, all_by_default: bool) -> int | None:
     return int(number(dim))
 
 
-def dim_call(c: Call, dim: int | None) -> Node:
-    """The node of op(x) over dim: one operand."""
+def dim_call(c: Call, dim: int | None, kept: bool = False) -> Node:
+    """The node of op(x) over dim: one operand; kept (keepdim=True) only when given, so nodes and
+    their text stay as they were without it."""
     arity(c.fname, c.args, 1)
-    return call(c.fname, c.expr(c.args[0]), dim=dim)
+    if kept and dim == ALL:
+        raise IRError(f"{c.fname} over every element with keepdim=True is not supported; reduce over a dim, "
+                      "or drop keepdim (one value)")
+    return call(c.fname, c.expr(c.args[0]), dim=dim, **({"keepdim": True} if kept else {}))
 
 
 def dim_text(node: Node, text: Callable[[Node], str]) -> str:
     """op(body, dim=d): a reduction always spells its dim (to a PyTorch reader sum(x) is over all
     elements), a row op when it is not the last."""
     dim = node.attr("dim")
-    return f"{node.op}({text(node.args[0])}{'' if dim is None else ', dim=None' if dim == ALL else f', dim={dim}'})"
+    kept = ", keepdim=True" if node.attr("keepdim") else ""
+    return f"{node.op}({text(node.args[0])}{'' if dim is None else ', dim=None' if dim == ALL else f', dim={dim}'}{kept})"
 
 
 def reduced_shape(node: Node, full: list[int]) -> list[int]:
@@ -200,5 +216,6 @@ def reduced_shape(node: Node, full: list[int]) -> list[int]:
         return []
     if not -len(full) <= dim < len(full):
         raise IRError(f"{node.op} over dim {dim}, but the input has {len(full)} dims (shape {full})")
-    return full[:dim % len(full)] + full[dim % len(full) + 1:]
+    kept = [1] if node.attr("keepdim") else []
+    return full[:dim % len(full)] + kept + full[dim % len(full) + 1:]
 

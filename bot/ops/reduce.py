@@ -9,6 +9,7 @@ the dim template's config spaces for it, and its catalog entries.
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 from bot.ops.entry import SMALL_LONG_ODD, Entry
 from bot.codegen.dim_kernel import DimKernel, Reduction
@@ -16,8 +17,8 @@ from bot.codegen.kernel_file import NEG_INF, POS_INF
 from bot.codegen.row_kernel import RowKernel, RowPlan, refuse_empty_dim
 from bot.ops import pointwise
 from bot.ops.pointwise import NAN_WINS
-from bot.ops.node import (ALL, Call, Node, broadcast_shapes, call, dim_call, dim_text, input_names, over_dim, prints,
-                          reduced_shape)
+from bot.ops.node import (ALL, Call, Node, broadcast_shapes, call, dim_call, dim_text, input_names, keepdim, over_dim,
+                          prints, reduced_shape)
 from bot.ops.text import FLAGS as _F
 from runner import protocol
 
@@ -108,10 +109,11 @@ def convert(c: Call) -> Node | None:
     """sum/mean/max/min(x, dim=d); max/min of two tensors is the elementwise maximum/minimum."""
     if c.fname not in OPS:
         return None
+    kept = keepdim(c)
     dim = over_dim(c, all_by_default=True)
     if c.fname in ("max", "min") and len(c.args) == 2 and dim is None:
         return call({"max": "maximum", "min": "minimum"}[c.fname], c.expr(c.args[0]), c.expr(c.args[1]))
-    return dim_call(c, dim)
+    return dim_call(c, dim, kept)
 
 
 prints(*OPS)(dim_text)
@@ -130,19 +132,38 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
 
 
 def torch_reduction(fn: str, node: Node, body: str) -> str:
-    """fn(body, dim=d), or fn(body) over every element."""
-    return f"{fn}({body})" if node.attr("dim") == ALL else f"{fn}({body}, dim={node.attr('dim', -1)})"
+    """fn(body, dim=d) (keepdim=True when kept), or fn(body) over every element."""
+    if node.attr("dim") == ALL:
+        return f"{fn}({body})"
+    return f"{fn}({body}, dim={node.attr('dim', -1)}{', keepdim=True' if node.attr('keepdim') else ''})"
 
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:
     """Over the last dim (in every case): the row template; over another dim: the dim template."""
+    if node.attr("keepdim"):
+        return kept_dim(kernel_source, spec, node, options)
     if over_last_dim(spec, node):
         return RowKernel.render(spec, node, options, row_plan, pointwise.triton_body)
     return dim_kernel_source(spec, node, options)
 
 
+def kept_dim(source: Callable[[dict, Node, dict], str], spec: dict, node: Node, options: dict) -> str:
+    """kernel.py of a reduction with keepdim=True: source's file for the reduction without it, its
+    launcher renamed, and a launcher of the spec's name that gives the result its kept size-1 dim
+    (a view)."""
+    inner = f"{spec['name']}_reduced"
+    params = ", ".join(i["name"] for i in spec["inputs"])
+    plain = call(node.op, *node.args, **{k: v for k, v in node.attrs if k != "keepdim"})
+    return source({**spec, "name": inner}, plain, options) + (
+        f"\n\ndef {spec['name']}({params}, *, config=None):\n"
+        "    # keepdim=True: the reduced dim stays, as size 1 (the output is a view of the reduced one).\n"
+        f"    return {inner}({params}, config=config).unsqueeze({node.attr('dim')})\n")
+
+
 def dim_kernel_source(spec: dict, node: Node, options: dict) -> str:
     """kernel.py from the dim template, over any dim (the last included: its rows kernel)."""
+    if node.attr("keepdim"):
+        return kept_dim(dim_kernel_source, spec, node, options)
     return DimKernel.render(spec, node, options, pointwise.triton_body, (COLS_CONFIGS, ROWS_CONFIGS), False,
                             reduction(node.op))
 
@@ -176,6 +197,7 @@ def reference_property(node: Node) -> tuple[str, bool]:
     if op not in ("max", "min"):
         return "", False
     cmp, dim = ">=" if op == "max" else "<=", node.attr("dim", -1)
+    kept = "got" if node.attr("keepdim") else f"got.unsqueeze({dim})"
     if dim == ALL:
         return f'''    """{op}: the result is {"at least" if op == "max" else "at most"} every element and equals one of them."""
     values = body(*inputs)          # in the dtype, as the reference saw them
@@ -184,8 +206,8 @@ def reference_property(node: Node) -> tuple[str, bool]:
 ''', True
     return f'''    """{op}: the result is {"at least" if op == "max" else "at most"} every element it reduces (dim {dim}) and equals one of them."""
     values = body(*inputs)          # in the dtype, as the reference saw them
-    assert bool((got.unsqueeze({dim}) {cmp} values).all()), "{op} is {"below" if op == "max" else "above"} an element it reduces"
-    assert bool((got.unsqueeze({dim}) == values).any({dim}).all()), "{op} is none of the elements it reduces"
+    assert bool(({kept} {cmp} values).all()), "{op} is {"below" if op == "max" else "above"} an element it reduces"
+    assert bool(({kept} == values).any({dim}).all()), "{op} is none of the elements it reduces"
 ''', True
 
 

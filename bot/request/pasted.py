@@ -123,6 +123,9 @@ def _returned_node(fn: ast.FunctionDef, ret: ast.expr, where: str, rd: Reading) 
         supported = "" if ir.SUPPORTED_TEXT in str(e) else f" {SUPPORTED}"
         raise GenerationError(f"{fn.name} returns {src!r}: {e}.{hint}{supported}") from None
     if node.op in ir.REDUCE | ir.ARG_REDUCE and node.attr("dim") is None:
+        if node.attr("keepdim"):
+            raise GenerationError(f"{where} returns {src!r}: {node.op} over every element with keepdim=True is "
+                                  "not supported; reduce over a dim, or drop keepdim (one value)")
         return ir.with_dim(node, ir.ALL)        # as PyTorch reads it: over every element
     if node.op in ir.SCANS and node.attr("dim") is None:
         raise GenerationError(f"{where} returns {src!r}: torch.{node.op} needs a dim, e.g. dim=-1")
