@@ -33,11 +33,15 @@ class ScanMath:
 
 def _scan_config(A, D, B):
     # The default config for a body viewed as [A, D, B], D scanned. B > 1: tiles of up to 128
-    # columns, 32-deep chunks (each step a [32, 128] tile, one coalesced 128-column row per warp).
-    # B == 1: rows up to 1024 long in one chunk with a program per row; longer rows in 1024-wide
-    # chunks; short rows several per program so a tile holds some 1K elements.
+    # columns, narrowed (to 16) while fewer than 512 programs would run, since each program walks
+    # all of D alone; some 4K elements a tile (a [32, 128] tile: one coalesced 128-column row per
+    # warp). B == 1: rows up to 1024 long in one chunk with a program per row; longer rows in
+    # 1024-wide chunks; short rows several per program so a tile holds some 1K elements.
     if B > 1:
-        return {"BLOCK_B": _fit(128, B), "BLOCK_D": _fit(32, D), "num_warps": 4}
+        block = _fit(128, B)
+        while block > 16 and A * -(-B // block) < 512:
+            block //= 2
+        return {"BLOCK_B": block, "BLOCK_D": _fit(min(64, 4096 // block), D), "num_warps": 4}
     block_d = _fit(1024, D)
     return {"BLOCK_R": max(1, min(16, 1024 // block_d)), "BLOCK_D": block_d, "num_warps": 4 if block_d >= 512 else 2}
 

@@ -44,8 +44,9 @@ FLAG_WORDS = re.compile(f"{REVERSE_WORD.pattern}|{EXCLUSIVE_WORD.pattern}", _F)
 
 _IDENTITY = {"cumsum": "0.0", "cumprod": "1.0", "cummax": 'float("-inf")', "cummin": 'float("inf")'}
 
-# Config spaces, after the default's pick for each case (_scan_config). cols: tiles up to 256
-# columns wide and 8-64 deep; rows: one to 16 rows per program in 256-4096-wide chunks.
+# Config spaces, after the default's pick for each case (_scan_config), not yet swept on a GPU.
+# cols: tiles 16-256 columns wide and 8-64 deep; rows: one to 16 rows per program in 64-4096-wide
+# chunks.
 COLS_CONFIGS = [
     {"BLOCK_B": 128, "BLOCK_D": 32, "num_warps": 4},
     {"BLOCK_B": 256, "BLOCK_D": 16, "num_warps": 4},
@@ -53,6 +54,7 @@ COLS_CONFIGS = [
     {"BLOCK_B": 128, "BLOCK_D": 8, "num_warps": 2},
     {"BLOCK_B": 256, "BLOCK_D": 32, "num_warps": 8},
     {"BLOCK_B": 32, "BLOCK_D": 64, "num_warps": 2},
+    {"BLOCK_B": 16, "BLOCK_D": 64, "num_warps": 2},
 ]
 ROWS_CONFIGS = [
     {"BLOCK_R": 1, "BLOCK_D": 1024, "num_warps": 4},
