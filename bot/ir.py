@@ -221,6 +221,14 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     return registry.family(node).output_shape(node, shapes)
 
 
+def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
+    """(sizes the runner may not change, the least size any dim may take) when it makes odd-sized
+    and shrunk cases: a convolution's channels and kernel, a pooling window's extent. The family's
+    rule where it has one."""
+    rule = getattr(registry.family(node), "size_rules", None)
+    return rule(node, cases) if rule else (set(), 1)
+
+
 def output_dtype(node: Node, float_dtype: str) -> str:
     """The output's dtype: int64 indices for argmax/argmin, else the float inputs' dtype."""
     return registry.family(node).OUTPUT_DTYPE or float_dtype

@@ -70,6 +70,7 @@ def validate(spec: dict) -> dict:
     out = dict(spec)
     out["inputs"] = [_validate_input(i, inp) for i, inp in enumerate(inputs)]
     _check_counts(out["inputs"])
+    _check_parameters(out["inputs"])
     if out.get("backend") is not None:
         try:
             protocol.check_backend(out["backend"])
@@ -90,7 +91,7 @@ def validate(spec: dict) -> dict:
     return out
 
 
-DERIVED = ("reduce", "matmul", "tf32", "scan")
+DERIVED = ("reduce", "matmul", "tf32", "scan", "fixed_sizes", "least_size")
 
 
 def _with_derived(spec: dict, node: ir.Node) -> dict:
@@ -106,7 +107,32 @@ def _with_derived(spec: dict, node: ir.Node) -> dict:
         out["tf32"] = bool(mm.attr("tf32"))
     if node.op in ir.SCANS:
         out["scan"] = True
+    fixed, least = ir.size_rules(node, [c.shapes for c in protocol.cases(spec)])
+    fixed |= {d for i in spec["inputs"] if i.get("parameter") for s in i["shapes"] for d in s}
+    if fixed:
+        out["fixed_sizes"] = sorted(fixed)
+    if least > 1:
+        out["least_size"] = least
     return out
+
+
+def _check_parameters(inputs: list[dict]) -> None:
+    """A pasted module's learned tensors ("parameter": "conv.weight") are its last inputs, one shape
+    for every case (a module has one weight), so the judge binds them after forward's tensors."""
+    seen = False
+    for inp in inputs:
+        path = inp.get("parameter")
+        if path is None:
+            if seen:
+                raise SpecError(f"input {inp['name']} comes after a module parameter; forward's tensors come first, "
+                                "then the parameters")
+            continue
+        seen = True
+        if not isinstance(path, str) or not all(p.isidentifier() or p.isdigit() for p in path.split(".")):
+            raise SpecError(f"input {inp['name']}: 'parameter' names a tensor of the pasted module as a dotted path, "
+                            f"e.g. 'conv.weight'; got {path!r}")
+        if any(s != inp["shapes"][0] for s in inp["shapes"]):
+            raise SpecError(f"input {inp['name']} is the module's {path}: one shape in every case, got {inp['shapes']}")
 
 
 def _check_index_of(inputs: list[dict]) -> None:

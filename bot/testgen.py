@@ -108,17 +108,24 @@ class _TestFile:
         self.names = names
         self.body = self.node.args[0] if self.node.op in ir.ROOT_OPS else self.node
 
+    def _is_built(self, module: str) -> bool:
+        return module == "reference" and bool(self.spec.get("reference_class"))
+
     def _entry(self, module: str) -> str:
-        """`reference = ...`: the spec's function, or a pasted nn.Module built once as the runner builds it."""
+        """`reference = ...`: the spec's function, or a pasted nn.Module built once as the runner builds
+        it, called with its learned tensors (the spec's parameter inputs) bound in (module_call)."""
         cls = self.spec.get("reference_class") if module == "reference" else None
         if not cls:
             return f'{module} = getattr(importlib.import_module("{module}"), "{self.spec["name"]}")\n'
         found = f'importlib.import_module("{module}")'
-        return f'{module} = {found}.{cls}(*{found}.get_init_inputs())\n'
+        return (f'{module} = importlib.import_module("module_call").module_call(\n'
+                f'    {found}.{cls}(*{found}.get_init_inputs()), {protocol.parameters(self.spec)!r}, DEVICE)\n')
 
     def header(self, title: str, what: str, modules: tuple[str, ...]) -> str:
         name = self.spec["name"]
-        imports = "".join(self._entry(m) for m in modules)
+        # A pasted module is built on DEVICE, so it comes after it.
+        imports = "".join(self._entry(m) for m in modules if not self._is_built(m))
+        built = "".join(self._entry(m) for m in modules if self._is_built(m))
         return f'''"""{title} for {name} ({doc_text(self.spec["expression"])}): {what},
 on every case x dtype variant of spec.json.
 
@@ -142,7 +149,7 @@ sys.path.insert(0, HERE)
     SPEC = json.load(f)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+{built}INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 BF16_SKIP = "Triton's interpreter computes bfloat16 wrongly; bf16 is tested on the GPU"
 SEED = 0
 # runner.protocol's tolerances (FlagGems' rtol per dtype).
@@ -341,7 +348,7 @@ def case_shapes(case):
     out = SPEC["outputs"][0]["shapes"][case]
     if DEVICE != "cpu":
         return shapes, out
-    sizes = shrunk_sizes(list(shapes.values()), CPU_MAX_ELEMENTS)
+    sizes = shrunk_sizes(list(shapes.values()), CPU_MAX_ELEMENTS, SPEC.get("fixed_sizes", ()), SPEC.get("least_size", 1))
     return {n: [sizes[d] for d in s] for n, s in shapes.items()}, [sizes.get(d, d) for d in out]
 
 

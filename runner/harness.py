@@ -153,7 +153,8 @@ def load(ctx: Context, worker: Worker, file: str, source: str | None = None, fn:
     module = Path(file).stem.replace("@", "_")
     try:
         reply = worker.ok({"op": "load", "file": file, "module": module, "source": source, "as": fn,
-                           "entry": protocol.entry(ctx.spec, file), "device": ctx.device, "tf32": bool(ctx.spec.get("tf32"))})
+                           "entry": protocol.entry(ctx.spec, file), "parameters": protocol.parameters(ctx.spec),
+                           "device": ctx.device, "tf32": bool(ctx.spec.get("tf32"))})
     except (CallFailed, WorkerDied) as e:
         raise LoadError(str(e)) from None
     kernels = ghost.jit_names(source) if file not in ("reference.py", GHOST_FILE) else frozenset()

@@ -67,22 +67,23 @@ def _remap(case: Case, sizes: dict[int, int], index: int) -> Case:
     return Case(index, {n: [sizes.get(d, d) for d in s] for n, s in case.shapes.items()})
 
 
-def odd_case(first: Case, index: int) -> Case:
+def odd_case(first: Case, index: int, fixed: list[int] = (), least: int = 1) -> Case:
     """The first case with every size other than 1 replaced by an odd one: the largest size
-    becomes 97, the next 37, and so on (x [M, N], b [N] -> x [37, 97], b [97])."""
-    distinct = sorted({d for s in first.shapes.values() for d in s if d != 1}, reverse=True)
-    return _remap(first, dict(zip(distinct, ODD_SIZES)), index)
+    becomes 97, the next 37, and so on (x [M, N], b [N] -> x [37, 97], b [97]). Fixed sizes (a
+    pasted module's channels, a kernel's sizes) stay; none goes below least."""
+    distinct = sorted({d for s in first.shapes.values() for d in s if d != 1 and d not in fixed}, reverse=True)
+    return _remap(first, {d: max(odd, least) for d, odd in zip(distinct, ODD_SIZES)}, index)
 
 
-def shrink(case: Case, max_elements: int) -> Case:
+def shrink(case: Case, max_elements: int, fixed: list[int] = (), least: int = 1) -> Case:
     """The case with its sizes shrunk by protocol.shrunk_sizes until every tensor fits."""
-    return _remap(case, protocol.shrunk_sizes(list(case.shapes.values()), max_elements), case.index)
+    return _remap(case, protocol.shrunk_sizes(list(case.shapes.values()), max_elements, fixed, least), case.index)
 
 
 def correctness_cases(spec: dict, backend: str, max_elements: int = CPU_MAX_ELEMENTS) -> tuple[list[Case], list[str]]:
     """The spec's cases (shrunk on the cpu backend) plus an odd-sized one; and warnings to show."""
     cases, warnings = bench_cases(spec, backend, max_elements)
-    extra = odd_case(protocol.cases(spec)[0], len(cases))
+    extra = odd_case(protocol.cases(spec)[0], len(cases), *protocol.size_rules(spec))
     if all(extra.shapes != c.shapes for c in cases):
         cases.append(extra)
     return cases, warnings
@@ -93,7 +94,7 @@ def bench_cases(spec: dict, backend: str, max_elements: int = CPU_MAX_ELEMENTS) 
     cases = protocol.cases(spec)
     if protocol.device_type(backend) != "cpu":
         return cases, []
-    shrunk = [shrink(c, max_elements) for c in cases]
+    shrunk = [shrink(c, max_elements, *protocol.size_rules(spec)) for c in cases]
     warnings = [f"cpu backend: case {c.label} shrunk to {s.label} for the interpreter"
                 for c, s in zip(cases, shrunk) if s.shapes != c.shapes]
     return shrunk, warnings

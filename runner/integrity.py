@@ -213,7 +213,10 @@ REFERENCE_REFUSED_METHODS = _words("""item tolist cpu numpy tofile storage untyp
 TEST_REFUSED_METHODS = REFERENCE_REFUSED_METHODS - _words("item tolist cpu")
 REFERENCE_BUILTINS = KERNEL_BUILTINS - {"print"} | {"sum"}
 TEST_BUILTINS = KERNEL_BUILTINS | _words("sum next iter filter getattr open")
-JOB_MODULES = _words("kernel reference")
+JOB_MODULES = _words("kernel reference module_call")
+# Functions of the job's modules whose result a test calls: the runner's own module_call.py, which
+# the runner writes into every job directory itself (over any file of that name a job brings).
+RUNNER_CALLABLES = _words("module_call.module_call")
 HELD_FIXTURES: frozenset[str] = frozenset()     # pytest's own fixtures a test may take (none: tmp_path, monkeypatch ...)
 
 
@@ -2141,7 +2144,8 @@ class _Check:
         if role == "jobfn":
             self.call_args(node, ctx)
             last = path.rsplit(".", 1)[-1]
-            built = self.test and last.isidentifier() and last[:1].isupper()   # reference.Model(...): a module
+            # reference.Model(...): a module; module_call.module_call(...): the runner's caller of one
+            built = self.test and last.isidentifier() and (last[:1].isupper() or path in RUNNER_CALLABLES)
             return V("leaf", f"{path}()", role="jobfn") if built else VALUE
         if role == "syspath":
             return self.test_syspath(node, ctx)

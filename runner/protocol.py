@@ -57,13 +57,18 @@ class Case:
 CPU_MAX_ELEMENTS = 65536
 
 
-def shrunk_sizes(shapes, max_elements):
+def shrunk_sizes(shapes, max_elements, fixed=(), least=1):
     # Halve the largest size (every dim of that size together, so equal sizes stay equal and
-    # broadcasting and a matmul's K survive) until no tensor has more than max_elements: old -> new.
+    # broadcasting and a matmul's K survive) until no tensor has more than max_elements, or no size
+    # can shrink further: sizes in `fixed` (a pasted module's channels, its kernel's sizes) never
+    # change, and none goes below `least` (a convolution's or pooling window's extent): old -> new.
     sizes = {d: d for s in shapes for d in s}
     while max(math.prod(sizes[d] for d in s) for s in shapes) > max_elements:
-        largest = max(sizes, key=sizes.get)
-        sizes[largest] = math.ceil(sizes[largest] / 2)
+        movable = [d for d in sizes if d not in fixed and sizes[d] > max(least, 1)]
+        if not movable:
+            break
+        largest = max(movable, key=sizes.get)
+        sizes[largest] = max(least, math.ceil(sizes[largest] / 2))
     return sizes
 
 
@@ -71,6 +76,18 @@ def entry(spec: dict, file: str) -> str:
     """The name a file's callable goes by: the spec's name, or for reference.py a pasted nn.Module
     class (spec "reference_class"), which its worker builds once as Class(*get_init_inputs())."""
     return (spec.get("reference_class") or spec["name"]) if file == "reference.py" else spec["name"]
+
+
+def size_rules(spec: dict) -> tuple[list[int], int]:
+    """(fixed sizes, least size) of the spec (derived by bot.spec): what shrinking and the odd-sized
+    case may not change, and the size no dim goes below."""
+    return list(spec.get("fixed_sizes", [])), int(spec.get("least_size", 1))
+
+
+def parameters(spec: dict) -> list[str]:
+    """The pasted module's learned tensors the spec takes as its last inputs ("conv.weight"), in order:
+    the judge makes them like any input, and binds them into the module it calls as the reference."""
+    return [i["parameter"] for i in spec["inputs"] if i.get("parameter")]
 
 
 def cases(spec: dict) -> list[Case]:

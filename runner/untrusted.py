@@ -26,6 +26,7 @@ import torch
 import torch.utils.deterministic
 
 from runner import channel, timers
+from runner.module_call import module_call
 
 
 def describe_error(e: BaseException) -> str:
@@ -97,6 +98,7 @@ class Worker:
         self.sock = sock
         self.device = "cpu"
         self.fns: dict[str, Callable] = {}
+        self.modules: dict[str, tuple[torch.nn.Module, list[str]]] = {}    # pasted modules, with their parameters
         self.tensors: dict[str, torch.Tensor] = {}
         self.switch: Callable[[int], int] | None = None
 
@@ -127,10 +129,13 @@ class Worker:
         fn = module.__dict__.get(msg["entry"])
         if inspect.isclass(fn) and issubclass(fn, torch.nn.Module):
             try:
-                fn = built_module(fn, module.__dict__.get("get_init_inputs"), self.device)
+                built = built_module(fn, module.__dict__.get("get_init_inputs"), self.device)
+                parameters = list(msg.get("parameters", []))
+                fn = module_call(built, parameters)
             except Exception as e:
                 return {"ok": False, "error": f"{msg['file']}: {msg['entry']}(*get_init_inputs()) fails: "
                                               f"{describe_error(e)}"}, []
+            self.modules[msg.get("as", "main")] = (built, parameters)
         if not callable(fn):
             return {"ok": False, "error": f"{msg['file']} defines no function {msg['entry']}()"}, []
         self.fns[msg.get("as", "main")] = fn
@@ -148,7 +153,12 @@ class Worker:
         # A fresh compile per case x dtype (after reset) so dynamo's recompile limit never
         # silently falls back to eager.
         torch.compiler.reset()
-        self.fns["compiled"] = torch.compile(self.fns["main"], mode=msg["mode"], dynamic=False)
+        if "main" in self.modules:      # a pasted module: compiled itself, its parameters bound around it
+            module, parameters = self.modules["main"]
+            compiled = torch.compile(module, mode=msg["mode"], dynamic=False)
+            self.fns["compiled"] = module_call(module, parameters, forward=compiled)
+        else:
+            self.fns["compiled"] = torch.compile(self.fns["main"], mode=msg["mode"], dynamic=False)
         return {"ok": True}, []
 
     # --- tensors ------------------------------------------------------------------------------

@@ -95,10 +95,14 @@ def _check_spec(spec: dict) -> None:
     protocol.dtype_variants(spec)
 
 
+MODULE_CALL = Path(__file__).with_name("module_call.py")
+
+
 def job_files(job: dict) -> dict[str, str]:
-    """The job's files plus each kernel revision as kernel_rN.py."""
+    """The job's files plus each kernel revision as kernel_rN.py, and the runner's own
+    module_call.py (the generated tests call a pasted module through it), over any a job brings."""
     revisions = {jobfiles.kernel_file(f"kernel@{label}"): text for label, text in job["kernels"].items()}
-    return {**job["files"], **revisions}
+    return {**job["files"], **revisions, MODULE_CALL.name: MODULE_CALL.read_text()}
 
 
 def new_result(job, backend: str, gpu: int | None) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -283,6 +284,22 @@ SPEC = json.loads((ADD / "spec.json").read_text())
 def test_odd_case_keeps_broadcast_relations():
     first = Case(0, {"x": [64, 128], "b": [128], "s": [1, 128]})
     assert inputs.odd_case(first, 1).shapes == {"x": [37, 97], "b": [97], "s": [1, 97]}
+
+
+def test_odd_and_shrunk_cases_keep_fixed_sizes_and_the_least_size():
+    first = Case(0, {"x": [16, 64, 256, 256], "w": [128, 64, 3, 3]})
+    assert inputs.odd_case(first, 1, [128, 64, 3], 11).shapes == {"x": [37, 64, 97, 97], "w": [128, 64, 3, 3]}
+    shrunk = inputs.shrink(first, 65536, [128, 64, 3], 5)
+    assert shrunk.shapes["w"] == [128, 64, 3, 3] and shrunk.shapes["x"][1] == 64
+    assert 16 * 64 * 256 * 256 > math.prod(shrunk.shapes["x"]) and min(shrunk.shapes["x"]) >= 5
+    # Fixed sizes alone over the limit: shrinking stops rather than loop.
+    assert inputs.shrink(Case(0, {"w": [512, 512, 3, 3]}), 1000, [512, 3]).shapes == {"w": [512, 512, 3, 3]}
+
+
+def test_the_runner_writes_its_own_module_call_over_any_a_job_brings():
+    files = worker.job_files({"files": {"module_call.py": "def module_call(*a):\n    return lambda *x: 0\n"},
+                              "kernels": {}})
+    assert files["module_call.py"] == (Path(worker.__file__).with_name("module_call.py")).read_text()
 
 
 def test_cpu_shrinks_big_cases_and_says_so():

@@ -177,8 +177,10 @@ def module(init: str, forward: str, inputs: str = "torch.rand(4, 8)", init_input
      "line 7: forward returns 'torch.logcumsumexp(x, dim=1)': unsupported function 'logcumsumexp'"),
     (module(", dim: self.dim = dim", "x):\n        return torch.sum(x, dim=self.dim)", init_inputs=None),
      "Model.__init__ takes dim, which nothing gives: add get_init_inputs()"),
-    (module(", d: self.norm = nn.LayerNorm(d)", "x):\n        return self.norm(x)", init_inputs="[8]"),
-     "nn.LayerNorm (set on line 4) holds a learned weight and bias"),
+    (module(", d: self.norm = nn.LayerNorm((4, d))", "x):\n        return self.norm(x)", "torch.rand(2, 4, 8)",
+            init_inputs="[8]"), "layernorm over normalized_shape '(4, 8)' is not supported"),
+    (module(", d: self.norm = nn.RMSNorm(d)", "x):\n        return self.norm(x)", init_inputs="[8]"),
+     "nn.RMSNorm (set on line 4) without eps uses the input dtype's machine epsilon"),
     (module("", "a, s):\n        return a * s", "torch.rand(4, 8), 3.5"), "get_inputs gives s 3.5, which is not a tensor"),
 ])
 def test_what_cannot_be_read_is_refused_by_line_and_briefly(code, says):
@@ -227,6 +229,43 @@ def test_the_pasted_file_is_the_reference_and_passes_the_judge_and_its_tests():
     result = worker.execute_job({"job_id": "t-pasted", "kind": "reference_test", "backend": "cpu", "attempt": 1,
                                  "timeout_s": 120, "files": files}, lambda line: None)
     assert result["status"] == "pass", result["summary"]
+
+
+LEARNED = {
+    "linear": (module(", k, n: self.fc = nn.Linear(k, n)", "x):\n        return torch.relu(self.fc(x)) * 0.5",
+                      "torch.randn(24, 40)", "[40, 16]"), "relu(matmul(x, fc_weight.T) + fc_bias) * 0.5",
+               {"fc_weight": ([16, 40], "fc.weight"), "fc_bias": ([16], "fc.bias")}),
+    "layernorm": (module(", d: self.ln = nn.LayerNorm(d, eps=1e-6)", "x):\n        return self.ln(x + 1.0)",
+                         "torch.randn(8, 6, 50)", "[50]"), "layernorm(x + 1.0, ln_weight, ln_bias, eps=1e-06)",
+                  {"ln_weight": ([50], "ln.weight"), "ln_bias": ([50], "ln.bias")}),
+    "linear without bias, called twice": (
+        module(", d: self.fc = nn.Linear(d, d, bias=False)", "x):\n        y = self.fc(x)\n        return y + y",
+               "torch.randn(32, 20)", "[20]"), "matmul(x, fc_weight.T) + matmul(x, fc_weight.T)",
+        {"fc_weight": ([20, 20], "fc.weight")}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEARNED))
+def test_learned_weights_are_inputs_the_judge_makes_and_binds_into_the_pasted_module(name):
+    code, expression, learned = LEARNED[name]
+    request = fenced("import torch\nimport torch.nn as nn\n\n" + code)
+    spec, _ = parse_request(request)
+    assert spec["expression"] == expression and spec["reference_class"] == "Model"
+    params = {i["name"]: (i["shapes"][0], i["parameter"]) for i in spec["inputs"] if i.get("parameter")}
+    assert params == learned
+    # The module's sizes stay as they are in the odd and shrunk cases: its weights are built with them.
+    assert {d for shape, _ in learned.values() for d in shape} <= set(spec["fixed_sizes"])
+    gen, approved = OfflineGenerator(), {"spec": __import__("json").dumps(spec)}
+    files = {"spec.json": approved["spec"], "reference.py": gen.generate(GenRequest("reference", request, approved)).content,
+             "kernel.py": gen.generate(GenRequest("kernel", request, approved)).content}
+    for kind in ("reference_test", "kernel_test"):
+        test = gen.generate(GenRequest(kind, request, approved)).content
+        assert check_test(test) == []
+        files[f"test_{kind.split('_')[0]}.py"] = test
+        result = worker.execute_job({"job_id": f"t-{kind}", "kind": kind, "backend": "cpu", "attempt": 1,
+                                     "timeout_s": 300, "files": dict(files)}, lambda line: None)
+        assert result["status"] == "pass", result["summary"]
+        assert result["pytest"]["passed"] >= 1 and not result["pytest"]["failed"], result["pytest"]
 
 
 def test_a_reference_class_the_file_cannot_build_fails_with_why():

@@ -36,9 +36,20 @@ def test_validate_normalises_dtypes_and_computes_outputs():
     (lambda s: s.update(expression="x + y"), "make them match"),
     (lambda s: s.update(name="1bad"), "Python identifier"),
     (lambda s: s.update(backend="gpu"), "cuda-NAME"),
+    (lambda s: s["inputs"][0].update(parameter="fc.weight", shapes=[[5, 7]] * 2), "input b comes after a module parameter"),
+    (lambda s: s["inputs"][1].update(parameter="fc.weight; import os"), "names a tensor of the pasted module"),
+    (lambda s: s["inputs"][1].update(parameter="fc.bias"), "one shape in every case"),
 ])
 def test_bad_specs_name_the_problem(change, message):
     s = add_spec()
     change(s)
     with pytest.raises(spec.SpecError, match=message.replace("(", r"\(").replace("[", r"\[")):
         spec.validate(s)
+
+
+def test_a_modules_learned_tensors_fix_their_sizes_whatever_an_edit_says():
+    s = add_spec(fixed_sizes=[], least_size=1)
+    s["inputs"][1].update(parameter="fc.bias", shapes=[[128], [128]])
+    s["inputs"][0]["shapes"] = [[64, 128], [5, 128]]
+    assert spec.validate(s)["fixed_sizes"] == [128] and "least_size" not in spec.validate(s)
+    assert "fixed_sizes" not in spec.validate(add_spec(fixed_sizes=[64]))

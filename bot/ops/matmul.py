@@ -30,7 +30,8 @@ from bot.codegen.row_kernel import sm_count_line
 from bot.generators.interface import GenerationError
 from bot.ops import pointwise
 from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry
-from bot.ops.node import Call, IRError, Node, arity, broadcast_shapes, call, flag, inp, input_names, prints, to_text
+from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, flag, inp, input_names, is_none, prints,
+                          to_text)
 from bot.ops.text import DIM, FLAGS as _F, blank as _blank, fmt_shape, size as _size
 from runner import protocol
 
@@ -42,7 +43,7 @@ ROOT = False
 SUPPORTED = ("", "matmul a @ b (2-D, or batched 3-D; tf32=True for float32) with a pointwise epilogue, "
              "e.g. relu(a @ b + bias)")
 ALIASES = {"mm": "matmul", "bmm": "matmul"}
-KEYWORDS = {MATMUL: {"tf32"}, TRANSPOSE: set(), "t": set()}
+KEYWORDS = {MATMUL: {"tf32"}, TRANSPOSE: set(), "t": set(), "linear": {"weight", "bias"}}
 OUTPUT_DTYPE = None
 WORDS: list = []                    # read apart, with their sizes: MATMUL_WORD, take_epilogue
 TORCH_OPS = {MATMUL: lambda node, a: call_writer("torch.matmul")(node, [
@@ -72,10 +73,25 @@ CONFIGS = [
 def convert(c: Call) -> Node | None:
     if c.fname in (TRANSPOSE, "t"):
         return _transpose_call(c)
+    if c.fname == "linear":
+        return _linear(c)
     if c.fname != MATMUL:
         return None
     arity(c.fname, c.args, 2)
     return product(c.expr(c.args[0]), c.expr(c.args[1]), tf32=flag(c.kw.get("tf32")))
+
+
+def _linear(c: Call) -> Node:
+    """F.linear(x, weight, bias=None): x @ weight.T (+ bias), weight [N, K] read K-major as it lies."""
+    if "weight" in c.kw:
+        c.args.append(c.kw.pop("weight"))
+    if "bias" in c.kw:
+        c.args.append(c.kw.pop("bias"))
+    if len(c.args) not in (2, 3):
+        raise IRError(f"linear takes (input, weight, bias=None), got {len(c.args)} arguments")
+    out = product(c.expr(c.args[0]), transposed(c.expr(c.args[1]), "T"), tf32=False)
+    bias = c.args[2] if len(c.args) == 3 else None
+    return out if is_none(bias) else call("add", out, c.expr(bias))
 
 
 def product(a: Node, b: Node, **attrs) -> Node:

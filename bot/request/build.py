@@ -36,12 +36,14 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
         node = mmf.with_tf32(node, bool(st.tf32) and "float32" in dtypes)
     node = _with_dim(st, node, shapes[main_input(st, names)])
     domains, index = ir.domains(node), ir.index_inputs(node)
+    learned = st.pasted.parameters if st.pasted and st.pasted_shapes else {}
     spec = {
         "name": st.name or default_name(node, shapes),
         "expression": node_text(node),
         "description": describe(node, shapes),
         "inputs": [{"name": n, "dtypes": [protocol.INDEX_DTYPE] * len(dtypes) if n in index else list(dtypes),
-                    "shapes": shapes[n], "domain": domains[n], **({"index_of": index[n]} if n in index else {})}
+                    "shapes": shapes[n], "domain": domains[n], **({"index_of": index[n]} if n in index else {}),
+                    **({"parameter": learned[n]} if n in learned else {})}
                    for n in names],
         "outputs": [],                        # filled in by spec.validate from the expression
         "params": spec_params(node, st.scalars),

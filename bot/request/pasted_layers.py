@@ -1,13 +1,15 @@
-"""The submodules a pasted module's __init__ sets (nn.ReLU(), nn.Softmax(dim=1),
-nn.LayerNorm(..., elementwise_affine=False)), each call written as the torch function it computes;
-classes holding learned weights, and those the reader does not know, are refused naming what they
-are.
+"""The submodules a pasted module's __init__ sets (nn.ReLU(), nn.Softmax(dim=1), nn.Linear(64, 32),
+nn.LayerNorm(64)), each call written as the torch function it computes. A layer's learned tensors
+become inputs of that function (Param: `fc_weight` for self.fc.weight), which the judge makes and
+binds into the pasted module it runs as the reference (runner.module_call). Classes the reader does
+not know, or whose op no family lowers yet, are refused naming what they are.
 """
 from __future__ import annotations
 
 import ast
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from bot.generators.interface import GenerationError
 from bot.request.pasted_constants import literal
@@ -22,9 +24,17 @@ class Sub:
     line: int
 
 
+@dataclass(frozen=True)
+class Param:
+    """A learned tensor of a submodule, as an input of the function: its name there, its path in
+    the pasted module ('fc.weight') and its shape."""
+    name: str
+    path: str
+    shape: list[int]
+
+
 # Parameter-free nn classes -> the torch function each computes, and the constructor's positional
-# parameters in PyTorch's order (passed on as keywords). Classes holding learned weights (Linear,
-# Conv*, BatchNorm, affine LayerNorm) are refused: their kernel takes the weights as inputs.
+# parameters in PyTorch's order (passed on as keywords).
 _FUNCTIONAL = {
     "ReLU": ("torch.relu", ()), "Sigmoid": ("torch.sigmoid", ()), "Tanh": ("torch.tanh", ()),
     "SiLU": ("F.silu", ()), "GELU": ("F.gelu", ("approximate",)), "Identity": ("", ()),
@@ -35,42 +45,82 @@ _FUNCTIONAL = {
     "Softsign": ("F.softsign", ()), "Mish": ("F.mish", ()), "Tanhshrink": ("F.tanhshrink", ()),
     "LogSigmoid": ("F.logsigmoid", ()), "Softshrink": ("F.softshrink", ("lambd",)), "Hardshrink": ("F.hardshrink", ("lambd",)),
     "CrossEntropyLoss": ("F.cross_entropy", ("weight", "size_average", "ignore_index", "reduce", "reduction")),
-    "LayerNorm": ("F.layer_norm", ("normalized_shape", "eps", "elementwise_affine", "bias")),
-    "RMSNorm": ("F.rms_norm", ("normalized_shape", "eps", "elementwise_affine")),
 }
-_WEIGHTED = {"Linear": "a linear layer (x @ W.T + b) with learned weights", "Bilinear": "a bilinear layer",
-             "Embedding": "an embedding lookup", "MultiheadAttention": "attention",
-             "Dropout": "dropout (random in training mode)"}
+_OTHER = {"Bilinear": "a bilinear layer", "Embedding": "an embedding lookup", "MultiheadAttention": "attention",
+          "Dropout": "dropout (random in training mode)"}
 _FAMILIES = [(r"Conv", "a convolution"), (r"ConvTranspose", "a transposed convolution"), (r"BatchNorm", "batch norm"),
              (r"InstanceNorm", "instance norm"), (r"GroupNorm", "group norm"), (r"Pool", "pooling"),
              (r"LSTM|GRU|RNN", "a recurrent layer"), (r"Loss$", "a loss"), (r"Transformer", "a transformer block")]
 
 
-def functional(sub: Sub, args: list[ast.expr], keywords: list[ast.keyword], line: int) -> ast.expr:
-    """The call of the function nn.<cls>(...) computes on args."""
+def functional(sub: Sub, attr: str, args: list[ast.expr], keywords: list[ast.keyword], line: int,
+               name_of: Callable[[str], str]) -> tuple[ast.expr, list[Param]]:
+    """The call of the function nn.<cls>(...) computes on args, and the learned tensors it takes
+    (self.<attr>'s; name_of gives each path, 'fc.weight', its input name)."""
+    if sub.cls in _LAYERS:
+        return _LAYERS[sub.cls](sub, attr, args, keywords, line, name_of)
     if sub.cls not in _FUNCTIONAL:
         raise GenerationError(f"line {line}: nn.{sub.cls} (set on line {sub.line}) is {_what(sub.cls)}, which the "
                               "offline generator does not lower")
     path, params = _FUNCTIONAL[sub.cls]
-    options = {k: v for k, v in {**dict(zip(params, sub.args)), **sub.kwargs}.items()
-               if v is not None and k != "inplace"}
-    if sub.cls in ("LayerNorm", "RMSNorm"):
-        if options.pop("elementwise_affine", True) or options.pop("bias", False):
-            raise GenerationError(f"line {line}: nn.{sub.cls} (set on line {sub.line}) holds a learned weight"
-                                  f"{' and bias' if sub.cls == 'LayerNorm' else ''}, which the offline generator "
-                                  "takes as kernel inputs: write F.layer_norm(x, shape, weight, bias, eps=...) "
-                                  "in a function taking them, or give elementwise_affine=False")
-        shape = options.pop("normalized_shape", ())
-        args = [args[0], literal(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), ast.Constant(0))]
     if not path:
-        return args[0]
-    kw = [ast.keyword(k, literal(v, ast.Constant(0))) for k, v in options.items()]
-    return ast.Call(_path(path), args, kw + keywords)
+        return args[0], []
+    kw = [ast.keyword(k, literal(v, ast.Constant(0))) for k, v in _options(sub, params).items()]
+    return ast.Call(_path(path), args, kw + keywords), []
+
+
+def _options(sub: Sub, params: tuple[str, ...], defaults: dict | None = None) -> dict:
+    """The constructor's arguments by name (positional ones named in PyTorch's order), with
+    defaults for those not given; None and inplace dropped."""
+    given = {**(defaults or {}), **dict(zip(params, sub.args)), **sub.kwargs}
+    return {k: v for k, v in given.items() if v is not None and k != "inplace"}
+
+
+def _param(attr: str, leaf: str, shape: list[int], name_of: Callable[[str], str]) -> Param:
+    return Param(name_of(f"{attr}.{leaf}"), f"{attr}.{leaf}", [int(d) for d in shape])
+
+
+def _names(params: list[Param | None]) -> list[ast.expr]:
+    return [ast.Name(p.name, ast.Load()) if p else ast.Constant(None) for p in params]
+
+
+def _linear(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int, name_of: Callable[[str], str]):
+    """nn.Linear(in, out, bias=True): F.linear(x, weight [out, in], bias [out])."""
+    o = _options(sub, ("in_features", "out_features", "bias"), {"bias": True})
+    weight = _param(attr, "weight", [o["out_features"], o["in_features"]], name_of)
+    bias = _param(attr, "bias", [o["out_features"]], name_of) if o["bias"] else None
+    return ast.Call(_path("F.linear"), [*args, *_names([weight, bias])], keywords), [p for p in (weight, bias) if p]
+
+
+def _norm(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int, name_of: Callable[[str], str]):
+    """nn.LayerNorm(shape, eps=1e-5, elementwise_affine=True, bias=True) and nn.RMSNorm(shape,
+    eps=None, elementwise_affine=True): F.layer_norm / F.rms_norm with the weight (and bias) over
+    the normalized shape. RMSNorm's eps=None is torch's: the input dtype's machine epsilon."""
+    layer = sub.cls == "LayerNorm"
+    o = _options(sub, ("normalized_shape", "eps", "elementwise_affine", "bias"),
+                 {"elementwise_affine": True, "bias": layer})
+    shape = o["normalized_shape"]
+    shape = list(shape) if isinstance(shape, (tuple, list)) else [shape]
+    if not layer and "eps" not in o:
+        raise GenerationError(f"line {line}: nn.RMSNorm (set on line {sub.line}) without eps uses the input dtype's "
+                              "machine epsilon, which differs per dtype; give eps, e.g. nn.RMSNorm(dim, eps=1e-6)")
+    affine = o["elementwise_affine"]
+    weight = _param(attr, "weight", shape, name_of) if affine else None
+    bias = _param(attr, "bias", shape, name_of) if affine and o["bias"] else None
+    tensors = [weight, bias] if layer else [weight]
+    call_args = [args[0], literal(tuple(shape), ast.Constant(0)), *_names(tensors)]
+    eps = [ast.keyword("eps", literal(o["eps"], ast.Constant(0)))] if "eps" in o else []
+    return (ast.Call(_path("F.layer_norm" if layer else "F.rms_norm"), call_args, eps + keywords),
+            [p for p in tensors if p])
+
+
+# nn classes holding learned tensors -> what writes their call.
+_LAYERS = {"Linear": _linear, "LayerNorm": _norm, "RMSNorm": _norm}
 
 
 def _what(cls: str) -> str:
-    if cls in _WEIGHTED:
-        return _WEIGHTED[cls]
+    if cls in _OTHER:
+        return _OTHER[cls]
     return next((what for pattern, what in _FAMILIES if re.search(pattern, cls)), "a module the reader does not know")
 
 

@@ -21,7 +21,7 @@ from bot.generators.interface import GenerationError
 from bot.request.pasted_constants import (NotConstant, Opaque, assigned, const, literal, module_constants,
                                           refuse_constant, returned_constant)
 from bot.request.pasted_inputs import read_inputs
-from bot.request.pasted_layers import Sub, functional
+from bot.request.pasted_layers import Param, Sub, functional
 
 
 @dataclass
@@ -33,6 +33,7 @@ class Pasted:
     line: int                                       # forward's return statement, for messages
     shapes: dict[str, list[int]] = field(default_factory=dict)   # per forward parameter, from get_inputs
     dtypes: list[str] = field(default_factory=list)  # the float dtype get_inputs gives, if it names one
+    parameters: dict[str, str] = field(default_factory=dict)     # learned tensor input -> its path ("fc.weight")
 
 
 # ---------------------------------------------------------------- the pasted layout
@@ -75,13 +76,16 @@ def read(tree: ast.Module) -> Pasted:
         raise GenerationError(f"{where} has no forward(self, ...): paste the module's forward with its class")
     attrs = _init_attributes(methods.get("__init__"), functions.get("get_init_inputs"), env, cls)
     tensors = [a.arg for a in forward.args.args[1:]]
-    fn = _Resolver(env, attrs, set(tensors) | _local_names(forward)).function(forward)
+    resolver = _Resolver(env, attrs, set(tensors) | _local_names(forward))
+    fn = resolver.function(forward)
     name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", cls.name).lower() if cls and cls.name != "Model" else None
     line = next((s.lineno for s in ast.walk(forward) if isinstance(s, ast.Return)), forward.lineno)
     built = buildable(tree)
     pasted = Pasted(ast.unparse(fn), built[0] if built else None, name, line)
     if "get_inputs" in functions:
         pasted.shapes, pasted.dtypes = read_inputs(functions["get_inputs"], env, tensors)
+        pasted.shapes.update({p.name: p.shape for p in resolver.params})
+    pasted.parameters = {p.name: p.path for p in resolver.params}
     return pasted
 
 
@@ -186,12 +190,23 @@ class _Resolver(ast.NodeTransformer):
 
     def __init__(self, env: dict, attrs: dict, shadowed: set[str]):
         self.env, self.attrs, self.shadowed = env, attrs, shadowed
+        self.params: list[Param] = []           # learned tensors the submodule calls take, as inputs
+        self.names: dict[str, str] = {}         # their paths ('fc.weight') -> input names ('fc_weight')
+
+    def _name(self, path: str) -> str:
+        if path not in self.names:
+            name = path.replace(".", "_")
+            while name in self.shadowed or name in self.names.values():
+                name += "_"
+            self.names[path] = name
+        return self.names[path]
 
     def function(self, forward: ast.FunctionDef) -> ast.FunctionDef:
-        args = ast.arguments(posonlyargs=[], args=[ast.arg(a.arg) for a in forward.args.args[1:]],
-                             kwonlyargs=[], kw_defaults=[], defaults=[])
+        """forward as a plain function of its tensors and then the learned tensors it reads."""
         body = [self.visit(s) for s in forward.body
                 if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        names = [a.arg for a in forward.args.args[1:]] + [p.name for p in self.params]
+        args = ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in names], kwonlyargs=[], kw_defaults=[], defaults=[])
         fn = ast.FunctionDef("forward", args, body, [], None, type_params=[])
         return ast.fix_missing_locations(fn)
 
@@ -228,7 +243,9 @@ class _Resolver(ast.NodeTransformer):
                 raise GenerationError(f"line {n.lineno}: self.{f.attr}(...) calls {what}; write what it computes "
                                       "in forward itself")
             args = [self.visit(a) for a in n.args]
-            return functional(sub, args, [self.visit(k) for k in n.keywords], n.lineno)
+            call, params = functional(sub, f.attr, args, [self.visit(k) for k in n.keywords], n.lineno, self._name)
+            self.params += [p for p in params if p not in self.params]      # a layer called twice: its tensors once
+            return call
         return self._folded(self.generic_visit(n))
 
     def visit_BinOp(self, n: ast.BinOp) -> ast.expr:

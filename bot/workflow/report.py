@@ -14,6 +14,8 @@ from bot.workflow.export import tuned_kernel
 from bot.workflow.model import Session
 from runner import protocol
 
+MODULE_CALL = Path(protocol.__file__).with_name("module_call.py")
+
 
 def stage_status(s: Session, stage: str) -> str:
     """passed / failed / approved / pending / not reached, for one stage."""
@@ -68,6 +70,9 @@ def export(s: Session, out_dir: Path) -> list[Path]:
         if rev:
             content = _with_tuning(s, rev.content) if stage == "kernel" and rev is s.approved(stage) else rev.content
             written.append(_write(out_dir / stages.FILENAMES[stage], content))
+    spec = s.approved("spec") or s.latest("spec")
+    if spec and '"parameter"' in spec.content:      # the generated tests call the pasted module through it
+        written.append(_write(out_dir / MODULE_CALL.name, MODULE_CALL.read_text()))
     rep = report(s)
     written.append(_write(out_dir / "report.json", json.dumps(rep, indent=2) + "\n"))
     bench = _bench_result(s)
