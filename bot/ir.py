@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from bot.ops import argreduce, loss, matmul, norm, pointwise, reduce, registry, scan, softmax
+from bot.ops import argreduce, conv, loss, matmul, norm, pointwise, reduce, registry, scan, softmax
 from bot.ops.node import (ALL, CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
                           is_int_literal, number, to_text)
 
@@ -26,6 +26,7 @@ SCANS = scan.OPS
 ROW_OPS = REDUCE | ROW_PRESERVING | NORMS       # lowered over whole rows when over the last dim
 ROOT_OPS = {op for f in registry.ROOT_FAMILIES for op in f.OPS}     # ops that may only stand at the root
 MATMUL = matmul.MATMUL                          # one per expression; the rest is its epilogue
+CONV = conv.CONV                                # likewise
 DEFAULT_EPS = norm.DEFAULT_EPS
 SUPPORTED_TEXT = registry.supported_text()
 
@@ -161,11 +162,14 @@ def check(node: Node) -> None:
                           "cumsum), not elsewhere")
         if sub.op in ROOT_OPS:
             raise IRError(f"{sub.op} must be the outermost operation (e.g. softmax(x * 2) is fine, softmax(x) * 2 is not)")
-        if sub.op not in POINTWISE | {"input", "const", MATMUL}:
+        if sub.op not in POINTWISE | {"input", "const", MATMUL, CONV}:
             raise IRError(f"unsupported op {sub.op!r}. Supported: {SUPPORTED_TEXT}")
     if root:
         root.check(node)
+    if matmul.matmul_node(node) and conv.conv_node(node):
+        raise IRError("one matmul or convolution per kernel; chain them as separate operators")
     matmul.check(node)
+    conv.check(node)
     if not input_names(node):
         raise IRError("the expression has no inputs; name at least one tensor, e.g. relu(x)")
 
@@ -185,16 +189,24 @@ def index_inputs(node: Node) -> dict[str, str]:
     return loss.index_inputs(node) if node.op in LOSSES else {}
 
 
-def reduced(node: Node) -> tuple[list[str], int] | None:
-    """(inputs, dim) whose broadcast length at dim the op accumulates over (its error grows with
-    the sqrt of it), or None for ops that accumulate nothing."""
+def reduced(node: Node) -> tuple[list[str], int | list[int] | None] | None:
+    """(inputs, dim) whose broadcast length at dim (the product of the lengths of a list of dims)
+    the op accumulates over (its error grows with the sqrt of it), or None for ops that accumulate
+    nothing."""
     if node.op in REDUCE | ARG_REDUCE | SCANS:
         dim = node.attr("dim", -1)
         return input_names(node.args[0]), None if dim == ALL else dim      # None: every element
     if node.op in LOSSES:
         return input_names(node.args[0]), -1
     mm = matmul_node(node)
-    return ([mm.args[0].name], -2 if mm.attr("ta") else -1) if mm else None      # a's K dim
+    if mm:
+        return [mm.args[0].name], -2 if mm.attr("ta") else -1      # a's K dim
+    cv = conv.conv_node(node)
+    if cv is None:
+        return None
+    # a convolution's K, dims of its weight: C_in / groups and the taps ([C_out, C_in / groups, *taps]),
+    # or a transposed one's C_in and taps ([C_in, C_out / groups, *taps]: every group's channels)
+    return [cv.args[1].name], [0 if cv.attr("transposed") else 1, *range(2, cv.attr("nd") + 2)]
 
 
 def domains(node: Node) -> dict[str, str]:
@@ -227,6 +239,11 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
     rule where it has one."""
     rule = getattr(registry.family(node), "size_rules", None)
     return rule(node, cases) if rule else (set(), 1)
+
+
+def max_rank(node: Node) -> int:
+    """The most dims an input may have: the family's MAX_RANK, else 4."""
+    return getattr(registry.family(node), "MAX_RANK", 4)
 
 
 def output_dtype(node: Node, float_dtype: str) -> str:

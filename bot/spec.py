@@ -18,9 +18,10 @@ import math
 import re
 
 from bot import ir
+from bot.ops import conv
 from runner import protocol
 
-MAX_RANK = 4
+MAX_RANK = 5                     # a 3-d convolution's or pooling's [N, C, D, H, W]
 MAX_NUMEL = 2**31 - 1            # per tensor; beyond this int32 indexing in torch itself gets fragile
 MAX_CASE_BYTES = 32 * 2**30      # inputs plus output of one case
 
@@ -82,6 +83,7 @@ def validate(spec: dict) -> dict:
                         f"got {ref!r}")
     node = parse_expression(out) if out.get("expression") else None
     if node:
+        _check_rank(out["inputs"], node)
         _check_dtypes(out["inputs"], node)
     _check_index_of(out["inputs"])
     if node:
@@ -99,10 +101,10 @@ def _with_derived(spec: dict, node: ir.Node) -> dict:
     accumulates over, and whether it is a matmul (and may use TF32). Recomputed on every
     validation, so an edit cannot loosen a tolerance."""
     out = {k: v for k, v in spec.items() if k not in DERIVED}
-    reduced, mm = ir.reduced(node), ir.matmul_node(node)
+    reduced, mm = ir.reduced(node), ir.matmul_node(node) or conv.conv_node(node)
     if reduced:
         out["reduce"] = {"inputs": reduced[0], "dim": reduced[1]}
-    if mm:
+    if mm:               # a matmul or a convolution: float32 sums of K products
         out["matmul"] = True
         out["tf32"] = bool(mm.attr("tf32"))
     if node.op in ir.SCANS:
@@ -133,6 +135,16 @@ def _check_parameters(inputs: list[dict]) -> None:
                             f"e.g. 'conv.weight'; got {path!r}")
         if any(s != inp["shapes"][0] for s in inp["shapes"]):
             raise SpecError(f"input {inp['name']} is the module's {path}: one shape in every case, got {inp['shapes']}")
+
+
+def _check_rank(inputs: list[dict], node: ir.Node) -> None:
+    """Ranks up to 4, or up to 5 where the family takes [N, C, D, H, W] (a 3-d convolution)."""
+    most = ir.max_rank(node)
+    for inp in inputs:
+        for shape in inp["shapes"]:
+            if len(shape) > most:
+                raise SpecError(f"input {inp['name']}: shape {shape} has rank {len(shape)}; supported ranks are 1 to "
+                                f"{most} ({MAX_RANK} for convolutions)")
 
 
 def _check_index_of(inputs: list[dict]) -> None:

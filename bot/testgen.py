@@ -23,7 +23,7 @@ from bot import ir
 from bot.codegen.code import body_text, doc_text
 from bot.codegen.names import allocate
 from bot.lower_torch import torch_expression, torch_lines
-from bot.ops import registry
+from bot.ops import conv, registry
 from bot.ops.node import plain_text
 from bot.ops.pointwise import EXACT as _EXACT, fold_constants
 from bot.spec import parse_expression
@@ -295,10 +295,14 @@ def step_error(inputs, dtype):
     # ------------------------------------------------------------ torch's own matmul (reference test)
 
     def matmul_term(self) -> str:
-        return " + matmul_allowance(inputs64, dtype)" if ir.matmul_node(self.node) else ""
+        if ir.matmul_node(self.node) or conv.conv_node(self.node):
+            return " + matmul_allowance(inputs64, dtype)"
+        return ""
 
     def matmul_allowance(self) -> str:
         mm = ir.matmul_node(self.node)
+        if conv.conv_node(self.node):
+            return self._conv_allowance(conv.conv_node(self.node))
         if not mm:
             return ""
         a, b = (self.order.index(arg.name) for arg in mm.args)
@@ -312,6 +316,18 @@ def matmul_allowance(inputs, dtype):
     reduced-precision reductions): allow 4 * rtol of the sum's size, sqrt((a * a) @ (b * b))."""
     a, b = inputs[{a}], inputs[{b}]
     return 4 * RTOL[dtype] * torch.sqrt(torch.matmul({sa}, {sb}))
+'''
+
+    def _conv_allowance(self, node: ir.Node) -> str:
+        x, w = (self.order.index(arg.name) for arg in node.args[:2])
+        squares = conv.TORCH_OPS[conv.CONV](node, ["x * x", "w * w"])
+        return f'''
+
+def matmul_allowance(inputs, dtype):
+    """torch's convolution may round float32 operands to TF32 (cuDNN's default) and add float16/bfloat16
+    partial sums in that dtype: allow that rounding of the sum's size, sqrt(conv(x * x, w * w))."""
+    x, w = inputs[{x}], inputs[{w}]
+    return (2.0 ** -10 if dtype == "float32" else 4 * RTOL[dtype]) * torch.sqrt({squares})
 '''
 
     # ------------------------------------------------------------ properties (reference test)
@@ -424,6 +440,8 @@ def reduced_length(inputs):
         return 1
     by_name = {i["name"]: t for i, t in zip(SPEC["inputs"], inputs)}
     shape = torch.broadcast_shapes(*(by_name[n].shape for n in reduce["inputs"]))
+    if isinstance(reduce["dim"], list):        # several dims (a convolution's channels and taps)
+        return math.prod(shape[d] for d in reduce["dim"])
     return shape.numel() if reduce["dim"] is None else shape[reduce["dim"]]     # None: every element
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import sys
 import time
@@ -170,7 +171,10 @@ def reduce_len(spec: dict, args: list[torch.Tensor], out_numel: int) -> int:
         by_name = {i["name"]: a for i, a in zip(spec["inputs"], args)}
         reduce = spec["reduce"]
         shape = torch.broadcast_shapes(*(by_name[n].shape for n in reduce["inputs"]))
-        return shape.numel() if reduce["dim"] is None else shape[reduce["dim"]]     # None: every element
+        dim = reduce["dim"]
+        if isinstance(dim, list):           # several dims (a convolution's channels and taps)
+            return math.prod(shape[d] for d in dim)
+        return shape.numel() if dim is None else shape[dim]     # None: every element
     largest = max(args, key=lambda t: t.numel())
     return largest.shape[-1] if largest.dim() and out_numel < largest.numel() else 1
 

@@ -113,7 +113,8 @@ class Worker:
     def op_load(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         """Import the source as a module of its own and keep its function under msg['as'] ('main')."""
         self.device = msg["device"]
-        torch.backends.cuda.matmul.allow_tf32 = bool(msg.get("tf32"))
+        # torch's float32 matmuls and convolutions (cuDNN's default allows TF32) round as the spec allows
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(msg.get("tf32"))
         folder = Path(tempfile.gettempdir()) / "kernelbot_src"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{msg['module']}.py"

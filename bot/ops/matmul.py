@@ -30,8 +30,8 @@ from bot.codegen.row_kernel import sm_count_line
 from bot.generators.interface import GenerationError
 from bot.ops import pointwise
 from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry
-from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, flag, inp, input_names, is_none, prints,
-                          to_text)
+from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, flag, inp, input_names, inputs_outside,
+                          is_none, prints, substitute, to_text)
 from bot.ops.text import DIM, FLAGS as _F, blank as _blank, fmt_shape, size as _size
 from runner import protocol
 
@@ -168,17 +168,8 @@ def _check_matmul(node: Node, body: Node, matmuls: list[Node]) -> None:
     mm = matmuls[0]
     if any(a.op != "input" for a in mm.args):
         raise IRError("matmul operands must be inputs, e.g. a @ b; compute a prologue in a separate kernel")
-    if any(a.name in _inputs_outside(node, mm) for a in mm.args):
+    if any(a.name in inputs_outside(node, mm) for a in mm.args):
         raise IRError("matmul operands cannot also be used in the epilogue")
-
-
-def _inputs_outside(node: Node, inner: Node) -> list[str]:
-    """The input names node reads other than through the subtree inner."""
-    if node == inner:
-        return []
-    if node.op == "input":
-        return [node.name]
-    return [name for a in node.args for name in _inputs_outside(a, inner)]
 
 
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
@@ -527,12 +518,6 @@ def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
     return _MatmulKernel.render(spec, node, options)
 
 
-def _substitute(node: Node, old: Node, new: Node) -> Node:
-    if node == old:
-        return new
-    return dataclasses.replace(node, args=tuple(_substitute(a, old, new) for a in node.args))
-
-
 class _MatmulKernel(KernelFile):
     block_key = "BLOCK_M"
     imports = "from triton.tools.tensor_descriptor import TensorDescriptor\n"
@@ -558,7 +543,7 @@ class _MatmulKernel(KernelFile):
         # The epilogue is the tree with the matmul replaced by `acc`, its float32 tile. The
         # placeholder's name cannot clash with an input's: it is no identifier.
         placeholder = f"({self.a.name} @ {self.b.name})"
-        epilogue = _substitute(node, matmul, inp(placeholder))
+        epilogue = substitute(node, matmul, inp(placeholder))
         names = input_names(epilogue)
         self.epilogue_inputs = [i for i in inputs if i.name in names]
         acc = KernelInput(placeholder, "acc", [])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
 CONSTANTS = {"pi": math.pi, "e": math.e}
@@ -63,6 +63,22 @@ def input_names(node: Node) -> list[str]:
         if sub.op == "input" and sub.name not in seen:
             seen.append(sub.name)
     return seen
+
+
+def substitute(node: Node, old: Node, new: Node) -> Node:
+    """node with every occurrence of the subtree old replaced by new."""
+    if node == old:
+        return new
+    return replace(node, args=tuple(substitute(a, old, new) for a in node.args))
+
+
+def inputs_outside(node: Node, inner: Node) -> list[str]:
+    """The input names node reads other than through the subtree inner."""
+    if node == inner:
+        return []
+    if node.op == "input":
+        return [node.name]
+    return [name for a in node.args for name in inputs_outside(a, inner)]
 
 
 def broadcast_shapes(shapes: list[list[int]]) -> list[int]:

@@ -23,11 +23,11 @@ from __future__ import annotations
 from types import ModuleType
 
 from bot.codegen.expr import OpWriter
-from bot.ops import argreduce, loss, matmul, norm, pointwise, reduce, scan, softmax
+from bot.ops import argreduce, conv, loss, matmul, norm, pointwise, reduce, scan, softmax
 from bot.ops.entry import Entry
 from bot.ops.node import Node
 
-FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax, norm, loss, matmul)
+FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax, norm, loss, matmul, conv)
 ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
 # Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
 # square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum').
@@ -51,11 +51,11 @@ def root_family(op: str) -> ModuleType | None:
 
 
 def family(node: Node) -> ModuleType:
-    """The family that lowers the whole tree: its root's, else matmul's, else pointwise."""
+    """The family that lowers the whole tree: its root's, else matmul's or convolution's, else pointwise."""
     found = root_family(node.op)
     if found:
         return found
-    return matmul if matmul.matmul_node(node) else pointwise
+    return matmul if matmul.matmul_node(node) else conv if conv.conv_node(node) else pointwise
 
 
 def supported_text() -> str:
@@ -72,7 +72,7 @@ def supported_text() -> str:
 
 def torch_ops(anchor: str) -> dict[str, OpWriter]:
     """The op table references write bodies with: the pointwise ops, and any family's own."""
-    return pointwise.torch_ops(anchor) | matmul.TORCH_OPS
+    return pointwise.torch_ops(anchor) | matmul.TORCH_OPS | conv.TORCH_OPS
 
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:

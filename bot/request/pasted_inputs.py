@@ -49,6 +49,12 @@ def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dic
     return shapes, sorted(dtypes)
 
 
+def made_shape(expr: ast.expr, env: dict, name: str) -> list[int]:
+    """The shape of a tensor an expression makes the way get_inputs does (torch.randn(64, 1, 1) * 0.02);
+    GenerationError where it cannot be told."""
+    return _tensor(expr, env, name)[0]
+
+
 @dataclass(frozen=True)
 class _Made:
     """A local tensor of get_inputs: its shape and dtype (None: torch's default)."""

@@ -114,8 +114,37 @@ def _norm(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int, 
             [p for p in tensors if p])
 
 
+def _conv(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int, name_of: Callable[[str], str]):
+    """nn.Conv1d/2d/3d(in, out, kernel_size, stride, padding, dilation, groups, bias) and
+    nn.ConvTranspose1d/2d/3d(in, out, kernel_size, stride, padding, output_padding, groups, bias,
+    dilation): F.conv<n>d / F.conv_transpose<n>d with weight [out, in / groups, *kernel] (transposed:
+    [in, out / groups, *kernel]) and bias [out]."""
+    transposed, nd = sub.cls.startswith("ConvTranspose"), int(sub.cls[-2])
+    order = ("in_channels", "out_channels", "kernel_size", "stride", "padding") + (
+        ("output_padding", "groups", "bias", "dilation") if transposed else ("dilation", "groups", "bias"))
+    o = _options(sub, order, {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "bias": True,
+                              "output_padding": 0, "padding_mode": "zeros"})
+    if o["padding_mode"] != "zeros":
+        raise GenerationError(f"line {line}: nn.{sub.cls} (set on line {sub.line}) pads with "
+                              f"{o['padding_mode']!r}; the offline kernel pads with zeros only")
+    kernel = o["kernel_size"]
+    kernel = list(kernel) if isinstance(kernel, (tuple, list)) else [kernel] * nd
+    groups, c_in, c_out = o["groups"], o["in_channels"], o["out_channels"]
+    if c_in % groups or c_out % groups:
+        raise GenerationError(f"line {line}: nn.{sub.cls} (set on line {sub.line}) has {groups} groups, which do not "
+                              f"divide its {c_in} input and {c_out} output channels")
+    shape = [c_in, c_out // groups, *kernel] if transposed else [c_out, c_in // groups, *kernel]
+    weight = _param(attr, "weight", shape, name_of)
+    bias = _param(attr, "bias", [c_out], name_of) if o["bias"] else None
+    keys = ("stride", "padding") + (("output_padding", "groups", "dilation") if transposed else ("dilation", "groups"))
+    kw = [ast.keyword(k, literal(o[k], ast.Constant(0))) for k in keys]
+    fn = f"F.conv_transpose{nd}d" if transposed else f"F.conv{nd}d"
+    return ast.Call(_path(fn), [*args, *_names([weight, bias])], kw + keywords), [p for p in (weight, bias) if p]
+
+
 # nn classes holding learned tensors -> what writes their call.
-_LAYERS = {"Linear": _linear, "LayerNorm": _norm, "RMSNorm": _norm}
+_LAYERS = {"Linear": _linear, "LayerNorm": _norm, "RMSNorm": _norm,
+           **{f"Conv{n}d": _conv for n in (1, 2, 3)}, **{f"ConvTranspose{n}d": _conv for n in (1, 2, 3)}}
 
 
 def _what(cls: str) -> str:

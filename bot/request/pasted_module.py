@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from bot.generators.interface import GenerationError
 from bot.request.pasted_constants import (NotConstant, Opaque, assigned, const, literal, module_constants,
                                           refuse_constant, returned_constant)
-from bot.request.pasted_inputs import read_inputs
+from bot.request.pasted_inputs import made_shape, read_inputs
 from bot.request.pasted_layers import Param, Sub, functional
 
 
@@ -166,11 +166,20 @@ def _is_super_init(stmt: ast.stmt) -> bool:
         re.fullmatch(r"super\((\w+, self)?\)\.__init__", ast.unparse(stmt.value.func)) is not None
 
 
+@dataclass(frozen=True)
+class Learned:
+    """A tensor __init__ makes a Parameter of (self.bias = nn.Parameter(torch.randn(c, 1, 1))): its shape."""
+    shape: list[int]
+    line: int
+
+
 def _attribute(value: ast.expr, env: dict, line: int):
     try:
         return const(value, env)
     except NotConstant:
         pass
+    if isinstance(value, ast.Call) and ast.unparse(value.func) in ("nn.Parameter", "torch.nn.Parameter") and value.args:
+        return Learned(made_shape(value.args[0], env, "a parameter"), line)
     if isinstance(value, ast.Call) and (path := ast.unparse(value.func)).split(".")[0] in ("nn", "torch") \
             and "." in path:
         try:
@@ -223,6 +232,11 @@ class _Resolver(ast.NodeTransformer):
         if isinstance(value, Sub):
             raise GenerationError(f"line {n.lineno}: self.{n.attr} is nn.{value.cls}, used here other than by "
                                   f"calling it; write {n.attr}'s call, self.{n.attr}(x)")
+        if isinstance(value, Learned):      # a Parameter of the module itself: an input like a layer's weight
+            param = Param(self._name(n.attr), n.attr, value.shape)
+            if param not in self.params:
+                self.params.append(param)
+            return ast.Name(param.name, ast.Load())
         return literal(value, n)
 
     def visit_Name(self, n: ast.Name) -> ast.expr:

@@ -1,0 +1,451 @@
+"""The convolution family: conv1d/2d/3d and their transposed forms, with stride, padding, dilation,
+groups (depthwise and pointwise included), bias and output padding as torch.nn.functional defines
+them, inside a pointwise epilogue (relu(conv2d(x, w, b) + residual)), as one implicit-GEMM kernel.
+
+The kernel reads NC[D]HW tensors as they lie. Per group, the output is a GEMM: M output positions
+(N x OD x OH x OW) by N output channels, over K = input channels x kernel taps. A program computes a
+BLOCK_M x BLOCK_N tile: each K step gathers a tile of input values (the taps of BLOCK_M positions,
+zero outside the padding; for a transposed convolution, the inputs whose stride lands on the
+position) and a tile of weights, multiplies them with tl.dot into a float32 accumulator, then adds
+the bias, applies the epilogue and stores. Where a group has fewer than 16 output channels or taps
+(depthwise), tl.dot's least tile would be mostly padding: the kernel then accumulates one tap at a
+time with multiply-adds instead. 1-D and 2-D convolutions run as 3-D ones with unit dims.
+
+Owns its IR rule (the functions, their arguments as torch reads them), shape check, the torch call,
+the kernel with its config space and default rule, the sizes the runner may not change (channels
+and kernel) and its catalog entries.
+"""
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+from bot.codegen import fixed
+from bot.codegen.code import jit_source, wrap
+from bot.codegen.kernel_file import KernelFile, KernelInput, _expanded_strides
+from bot.ops import pointwise
+from bot.ops.entry import Entry
+from bot.ops.node import (Call, IRError, Node, call, flag, inp, input_names, inputs_outside, is_none, number, prints,
+                          substitute, to_text)
+
+NAME = "conv"
+CONV = "conv"                       # one per expression; the rest is its epilogue
+OPS = {CONV}
+ROOT = False
+SUPPORTED = ("", "conv1d/conv2d/conv3d and conv_transpose1d/2d/3d(x, weight, bias, stride, padding, dilation, "
+             "groups) with a pointwise epilogue")
+# torch.nn.functional's names -> (spatial dims, transposed)
+FUNCTIONS = {f"conv{n}d": (n, False) for n in (1, 2, 3)} | {f"conv_transpose{n}d": (n, True) for n in (1, 2, 3)}
+_ORDER = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+_ORDER_T = ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation")
+ALIASES: dict[str, str] = {}
+KEYWORDS = {fn: set(_ORDER_T[1:]) | {"tf32"} for fn in FUNCTIONS}
+OUTPUT_DTYPE = None
+MAX_RANK = 5                        # x [N, C, D, H, W] of a 3-d convolution
+WORDS: list = []
+DTYPES = ["float16", "bfloat16", "float32"]
+GATHER = Path(__file__).with_name("conv_gather.py")
+
+# The space the benchmark sweeps. tl.dot tiles: output positions x output channels x K step, from
+# Triton's and Inductor's convolution templates; BLOCK_N follows the channels (the launcher caps it
+# at the group's), so one config serves 32 to 256 channels. The multiply-add path (fewer than 16
+# channels or taps a group: depthwise) takes BLOCK_M positions of up to 16 channels.
+CONFIGS = [
+    {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": s}
+    for bm, bn, bk, w, s in [(128, 128, 32, 8, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3), (128, 128, 64, 8, 2),
+                             (64, 64, 64, 4, 3), (64, 64, 32, 4, 4), (256, 64, 32, 8, 3), (32, 32, 32, 2, 3),
+                             (512, 16, 16, 4, 1), (1024, 16, 16, 8, 1)]
+]
+
+
+# ---------------------------------------------------------------- IR rule
+
+def convert(c: Call) -> Node | None:
+    if c.fname not in FUNCTIONS:
+        return None
+    nd, transposed = FUNCTIONS[c.fname]
+    order = _ORDER_T if transposed else _ORDER
+    if len(c.args) > len(order):
+        raise IRError(f"{c.fname} takes at most {len(order)} arguments ({', '.join(order)}), got {len(c.args)}")
+    given = dict(zip(order, c.args))
+    for key in list(c.kw):
+        if key in given:
+            raise IRError(f"{c.fname} got {key} twice")
+        given[key] = c.kw.pop(key)
+    if "weight" not in given:
+        raise IRError(f"{c.fname} needs an input and a weight, e.g. {c.fname}(x, weight, bias)")
+    attrs = {"nd": nd, "stride": _ints(c.fname, "stride", given.get("stride"), nd, 1),
+             "padding": _padding(c.fname, given.get("padding"), nd, transposed),
+             "dilation": _ints(c.fname, "dilation", given.get("dilation"), nd, 1),
+             "groups": int(_ints(c.fname, "groups", given.get("groups"), 1, 1)[0])}
+    if transposed:
+        attrs["transposed"] = True
+        attrs["output_padding"] = _ints(c.fname, "output_padding", given.get("output_padding"), nd, 0)
+    if flag(given.get("tf32")):
+        attrs["tf32"] = True
+    args = [c.expr(given["input"]), c.expr(given["weight"])]
+    if not is_none(given.get("bias")):
+        args.append(c.expr(given["bias"]))
+    return call(CONV, *args, **attrs)
+
+
+def _ints(fname: str, what: str, value: ast.expr | None, n: int, default: int) -> tuple[int, ...]:
+    """An int or a tuple of n ints, as torch takes stride, padding and dilation."""
+    if is_none(value):
+        return (default,) * n
+    elts = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [value]
+    try:
+        numbers = [number(e) for e in elts]
+    except IRError:
+        numbers = []
+    if not numbers or any(v != int(v) for v in numbers) or len(numbers) not in (1, n):
+        raise IRError(f"{fname} takes {what} as an integer or {n} integers, got {ast.unparse(value)!r}")
+    least = 1 if what in ("stride", "dilation", "groups") else 0
+    if any(v < least for v in numbers):
+        raise IRError(f"{fname}: {what} must be at least {least}, got {ast.unparse(value)!r}")
+    return tuple(int(v) for v in numbers) * (n if len(numbers) == 1 else 1)
+
+
+def _padding(fname: str, value: ast.expr | None, nd: int, transposed: bool) -> tuple[int, ...]:
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        if value.value == "valid" and not transposed:
+            return (0,) * nd
+        raise IRError(f"{fname} with padding={value.value!r} is not supported by the offline generator; give the "
+                      "padding as numbers, e.g. padding=1")
+    return _ints(fname, "padding", value, nd, 0)
+
+
+def function_name(node: Node) -> str:
+    return f"conv{'_transpose' * bool(node.attr('transposed'))}{node.attr('nd')}d"
+
+
+def _keywords(node: Node) -> list[tuple[str, object]]:
+    """The node's arguments as torch's keywords, in torch's order, each written out."""
+    keys = ["stride", "padding", "output_padding", "groups", "dilation"] if node.attr("transposed") else \
+        ["stride", "padding", "dilation", "groups"]
+    return [(k, node.attr(k)) for k in keys]
+
+
+@prints(CONV)
+def _print(node: Node, text) -> str:
+    """Only what differs from torch's defaults, so the text reads as the call people write."""
+    defaults = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "output_padding": 0}
+    args = [text(a) for a in node.args]
+    for key, value in _keywords(node):
+        values = value if isinstance(value, tuple) else (value,)
+        if set(values) != {defaults[key]}:
+            args.append(f"{key}={values[0] if len(set(values)) == 1 else values}")
+    if node.attr("tf32"):
+        args.append("tf32=True")
+    return f"{function_name(node)}({', '.join(args)})"
+
+
+def _torch_conv(node: Node, a: list[str]) -> str:
+    bias = a[2] if len(a) > 2 else "None"
+    kw = ", ".join(f"{k}={v}" for k, v in _keywords(node))
+    return f"torch.nn.functional.{function_name(node)}({a[0]}, {a[1]}, {bias}, {kw})"
+
+
+TORCH_OPS = {CONV: _torch_conv}
+
+
+def conv_node(node: Node) -> Node | None:
+    return next((sub for sub in node.walk() if sub.op == CONV), None)
+
+
+def check(node: Node) -> None:
+    """One convolution of plain inputs, the root of its tree or inside a pointwise epilogue."""
+    convs = {sub for sub in node.walk() if sub.op == CONV}
+    if not convs:
+        return
+    if node.op != CONV and node.op not in pointwise.OPS:
+        raise IRError(f"a convolution inside {node.op} is not supported; a convolution takes a pointwise epilogue, "
+                      "e.g. relu(conv2d(x, w, b) + residual)")
+    if len(convs) > 1:
+        raise IRError("one convolution per kernel; chain them as separate operators")
+    conv = convs.pop()
+    if any(a.op != "input" for a in conv.args):
+        raise IRError(f"{function_name(conv)}'s input, weight and bias must be inputs; compute a prologue in a "
+                      "separate kernel")
+    outside = inputs_outside(node, conv)
+    if any(a.name in outside for a in conv.args):
+        raise IRError(f"{function_name(conv)}'s operands cannot also be used in the epilogue")
+
+
+def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    conv = conv_node(node)
+    names = [a.name for a in conv.args]
+    try:
+        out = conv_shape(shapes[names[0]], shapes[names[1]], shapes[names[2]] if len(names) > 2 else None,
+                         **_geometry(conv))
+    except ValueError as e:
+        raise IRError(str(e)) from None
+    others = [shapes[n] for n in input_names(node) if n not in names]
+    for name, shape in zip([n for n in input_names(node) if n not in names], others):
+        if len(shape) > len(out) or any(d not in (1, o) for d, o in zip(reversed(shape), reversed(out))):
+            raise IRError(f"the epilogue's input {name} {shape} does not broadcast to the convolution's output {out}")
+    return out
+
+
+def _geometry(conv: Node) -> dict:
+    return {"nd": conv.attr("nd"), "transposed": bool(conv.attr("transposed")), "stride": conv.attr("stride"),
+            "padding": conv.attr("padding"), "dilation": conv.attr("dilation"), "groups": conv.attr("groups"),
+            "output_padding": conv.attr("output_padding") or (0,) * conv.attr("nd")}
+
+
+def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
+    """The runner keeps the channels and the kernel's sizes (a weight is built with them) and no
+    spatial size goes below the kernel's reach (dilated extent less both paddings)."""
+    conv = conv_node(node)
+    x, w = (a.name for a in conv.args[:2])
+    fixed = {d for case in cases for d in [*case[w], case[x][1]]}
+    if conv.attr("transposed"):
+        return fixed, 1
+    reach = [d * (k - 1) + 1 - 2 * p for case in cases
+             for k, d, p in zip(case[w][2:], conv.attr("dilation"), conv.attr("padding"))]
+    return fixed, max([1, *reach])
+
+
+# ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
+
+def conv_shape(x_shape, w_shape, b_shape, nd, transposed, stride, padding, dilation, groups, output_padding):
+    # The output shape [N, C_out, *spatial] of this convolution of x by w, as torch computes it.
+    x_shape, w_shape = list(x_shape), list(w_shape)
+    if len(x_shape) != nd + 2 or len(w_shape) != nd + 2:
+        raise ValueError(f"a {nd}-d convolution takes x [N, C, {', '.join('DHW'[3 - nd:])}] and a weight of "
+                         f"{nd + 2} dims; got x {x_shape} and weight {w_shape}")
+    c_in = x_shape[1]
+    if c_in % groups:
+        raise ValueError(f"x has {c_in} channels, which {groups} groups do not divide")
+    if transposed:
+        c_out = w_shape[1] * groups
+        if w_shape[0] != c_in:
+            raise ValueError(f"a transposed convolution's weight is [C_in, C_out / groups, ...]: {w_shape} does not "
+                             f"take x's {c_in} channels")
+        if any(p >= max(s, d) for p, s, d in zip(output_padding, stride, dilation)):
+            raise ValueError(f"output_padding {list(output_padding)} must be smaller than the stride or the dilation")
+        spatial = [(i - 1) * s - 2 * p + d * (k - 1) + op + 1 for i, s, p, d, k, op in
+                   zip(x_shape[2:], stride, padding, dilation, w_shape[2:], output_padding)]
+    else:
+        c_out = w_shape[0]
+        if w_shape[1] * groups != c_in or c_out % groups:
+            raise ValueError(f"weight {w_shape} with {groups} groups takes {w_shape[1] * groups} input channels and "
+                             f"{groups} groups of output channels; x has {c_in} channels")
+        spatial = [(i + 2 * p - d * (k - 1) - 1) // s + 1 for i, s, p, d, k in
+                   zip(x_shape[2:], stride, padding, dilation, w_shape[2:])]
+    if b_shape is not None and list(b_shape) != [c_out]:
+        raise ValueError(f"the bias must have shape [{c_out}] (one per output channel), got {list(b_shape)}")
+    if any(o < 1 for o in spatial):
+        raise ValueError(f"x {x_shape} is smaller than the kernel's reach: the output would be {spatial}")
+    return [x_shape[0], c_out, *spatial]
+
+
+def _conv_config(positions, channels, taps):
+    # The default config: the multiply-add tile where tl.dot's 16-wide tiles would be mostly
+    # padding (under 16 channels or taps a group), else 128 x 128 tiles down to 64 x 64 while
+    # fewer than two waves of programs would run on an H200's 132 SMs.
+    if channels < 16 or taps < 16:
+        return CONFIGS[-2]
+    for config in CONFIGS[:6]:
+        if -(-positions // config["BLOCK_M"]) * -(-channels // config["BLOCK_N"]) >= 264:
+            return config
+    return CONFIGS[7]
+
+
+def _fit_conv_config(config, channels, taps, itemsize):
+    # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, dot) of config for a group's channels and taps: the
+    # multiply-add path (dot False) takes up to 16 channels a tile; tl.dot tiles are no wider than
+    # the channels need and BLOCK_K halves until the stages fit in 200 KB of shared memory.
+    dot = channels >= 16 and taps >= 16
+    bn = min(config["BLOCK_N"], max(16 if dot else 1, 1 << (channels - 1).bit_length()))
+    if not dot:
+        return config["BLOCK_M"], min(bn, 16), 1, 1, False
+    bm, bk, stages = config["BLOCK_M"], min(config["BLOCK_K"], max(16, 1 << (taps - 1).bit_length())), config["num_stages"]
+    while (bm + bn) * bk * stages * itemsize > 200 * 1024 and bk > 16:
+        bk //= 2
+    return bm, bn, bk, stages, True
+
+
+def _as_3d(values, fill):
+    # A 1-d or 2-d convolution's per-dim values as a 3-d one's: unit dims first.
+    return (fill,) * (3 - len(values)) + tuple(values)
+
+
+# ---------------------------------------------------------------- kernel.py
+
+def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
+    """kernel.py for a tree holding one convolution inside a pointwise epilogue."""
+    return _ConvKernel.render(spec, node, options)
+
+
+class _ConvKernel(KernelFile):
+    block_key = "BLOCK_M"
+    description = ("Implicit GEMM, per group: BLOCK_M output positions x BLOCK_N output channels a program,\n"
+                   "over K = input channels x kernel taps: each K step gathers the taps of the positions from\n"
+                   "x (zero in the padding) and the weights, multiplied by tl.dot into a float32 tile; then\n"
+                   "the bias, the epilogue and one store. Groups of under 16 channels or taps (depthwise)\n"
+                   "accumulate tap by tap with multiply-adds instead. NC[D]HW as it lies; 1-d and 2-d run\n"
+                   "as 3-d with unit dims.")
+
+    def __init__(self, spec, node, inputs, options):
+        check(node)
+        conv = conv_node(node)
+        if conv is None:
+            raise ValueError(f"{to_text(node)} has no convolution; lower it with bot.ops.pointwise")
+        by_name = {i.name: i for i in inputs}
+        self.x, self.w = by_name[conv.args[0].name], by_name[conv.args[1].name]
+        self.bias = by_name[conv.args[2].name] if len(conv.args) > 2 else None
+        self.geometry = _geometry(conv)
+        self.tf32 = bool(conv.attr("tf32"))
+        placeholder = f"conv({self.x.name})"       # no identifier: cannot clash with an input's name
+        epilogue = substitute(node, conv, inp(placeholder))
+        names = input_names(epilogue)
+        self.epilogue_inputs = [i for i in inputs if i.name in names]
+        acc = KernelInput(placeholder, "acc", [])
+        super().__init__(spec, pointwise.triton_body(epilogue, [acc] + self.epilogue_inputs), inputs,
+                         [acc] + self.epilogue_inputs, options)
+        self.cases = []     # (positions, channels a group, taps a group) per case
+        for case in range(len(self.x.shapes)):
+            out = conv_shape(self.x.shapes[case], self.w.shapes[case], None, **self.geometry)
+            groups, w_shape = self.geometry["groups"], self.w.shapes[case]
+            c_in_g = self.x.shapes[case][1] // groups
+            self.cases.append((out[0] * math.prod(out[2:]), out[1] // groups, c_in_g * math.prod(w_shape[2:])))
+
+    def source(self) -> str:
+        helpers = [conv_shape, _conv_config, _fit_conv_config, _as_3d]
+        if self.epilogue_inputs:
+            helpers.append(_expanded_strides)
+        return self._file([self._kernel()], helpers, self._launcher())
+
+    def configs(self) -> list[dict]:
+        return self._space(CONFIGS, lambda config: [_fit_conv_config(config, c, t, 2) + (config["num_warps"],)
+                                                    for _, c, t in self.cases])
+
+    def _kernel(self) -> str:
+        e_ptrs = [f"{e.local}_ptr" for e in self.epilogue_inputs]
+        e_strides = [f"{e.local}_s{d}" for e in self.epilogue_inputs for d in "ncdhw"]
+        params = ["x_ptr", "w_ptr", "b_ptr", *e_ptrs, "out_ptr", "N", "C_in", "D", "H", "W", "C_out", "OD", "OH", "OW",
+                  *e_strides]
+        constexprs = ["CIN_G", "COUT_G", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW",
+                      "TRANSPOSED", "HAS_BIAS", "DOT", "INPUT_PRECISION", "BLOCK_M", "BLOCK_N", "BLOCK_K"]
+        params += [f"{c}: tl.constexpr" for c in constexprs]
+        lines = [
+            "# Program (pid_m, pid_n, group): BLOCK_M output positions x BLOCK_N of the group's output channels.",
+            "pid_m = tl.program_id(0)",
+            "pid_n = tl.program_id(1)",
+            "group = tl.program_id(2)",
+            "P = OD * OH * OW",
+            "M = N * P",
+            "rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+            "cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+            "row_ok = rows < M",
+            "col_ok = cols < COUT_G",
+            "ow = rows % OW",
+            "oh = (rows // OW) % OH",
+            "od = (rows // (OW * OH)) % OD",
+            "n = rows // P",
+            "# Output channels of this group, and the first input channel it reads.",
+            "co = group * COUT_G + cols",
+            "ci0 = group * CIN_G",
+            "TAPS = KD * KH * KW",
+            "K = CIN_G * TAPS",
+            "# Weight columns: output channel co of [C_out, C_in / groups, taps], or channel j of the",
+            "# group in a transposed convolution's [C_in, C_out / groups, taps].",
+            "if TRANSPOSED:",
+            "    w_cols = cols * TAPS",
+            "else:",
+            "    w_cols = co * (CIN_G * TAPS)",
+            "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+            "if DOT:",
+            "    for k0 in range(0, K, BLOCK_K):",
+            "        ks = k0 + tl.arange(0, BLOCK_K)",
+            "        a, w_offs, k_ok = _gather(x_ptr, ks, n, od, oh, ow, row_ok, ci0, C_in, D, H, W, CIN_G, COUT_G,",
+            "                                  KD, KH, KW, SD, SH, SW, PD, PH, PW, DD, DH, DW, TRANSPOSED)",
+            "        b = tl.load(w_ptr + w_offs[:, None] + w_cols[None, :], mask=k_ok[:, None] & col_ok[None, :], other=0.0)",
+            "        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)",
+            "else:",
+            "    # Few channels or taps a group (depthwise): one tap at a time, a multiply-add per output.",
+            "    for k in range(0, K):",
+            "        ks = k + tl.arange(0, 1)",
+            "        a, w_offs, k_ok = _gather(x_ptr, ks, n, od, oh, ow, row_ok, ci0, C_in, D, H, W, CIN_G, COUT_G,",
+            "                                  KD, KH, KW, SD, SH, SW, PD, PH, PW, DD, DH, DW, TRANSPOSED)",
+            "        b = tl.load(w_ptr + w_offs[:, None] + w_cols[None, :], mask=col_ok[None, :], other=0.0)",
+            "        acc += a.to(tl.float32) * b.to(tl.float32)",
+            "if HAS_BIAS:",
+            "    acc += tl.load(b_ptr + co, mask=col_ok, other=0.0).to(tl.float32)[None, :]",
+            "mask = row_ok[:, None] & col_ok[None, :]",
+        ]
+        for e in self.epilogue_inputs:
+            s = [f"{e.local}_s{d}" for d in "ncdhw"]
+            lines += [f"{e.local}_offs = (n * {s[0]} + od * {s[2]} + oh * {s[3]} + ow * {s[4]})[:, None] + "
+                      f"co[None, :] * {s[1]}",
+                      f"{e.local} = tl.load({e.local}_ptr + {e.local}_offs, mask=mask, other=0.0).to(tl.float32)"]
+        if not self.is_bare_input:
+            lines.append(f"acc = {self.body_call()}")
+        lines += [
+            "# NC[D]HW output: position p of sample n, channel co.",
+            "out_offs = (n.to(tl.int64) * C_out * P + rows % P)[:, None] + co.to(tl.int64)[None, :] * P",
+            "tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=mask)",
+        ]
+        return "\n\n".join([*fixed.sources(GATHER, {"_gather"}), jit_source(f"{self.name}_kernel", params, lines)])
+
+    def _launcher(self) -> str:
+        g = self.geometry
+        x, w, first = self.x.local, self.w.local, self.inputs[0].local
+        b = self.bias.local if self.bias else "None"
+        text = self._signature_and_prologue()
+        text += (f"    # This kernel's convolution: {function_name_of(g)}, stride {list(g['stride'])}, padding "
+                 f"{list(g['padding'])}, dilation {list(g['dilation'])}, groups {g['groups']}"
+                 + (f", output padding {list(g['output_padding'])}" if g["transposed"] else "") + ".\n"
+                 f"    shape = conv_shape({x}.shape, {w}.shape, {'None' if b == 'None' else b + '.shape'}, "
+                 f"{g['nd']}, {g['transposed']}, {g['stride']}, {g['padding']}, {g['dilation']}, {g['groups']}, "
+                 f"{g['output_padding']})\n"
+                 f"    out = torch.empty(shape, dtype={first}.dtype, device={first}.device)\n"
+                 "    if out.numel() == 0:\n        return out\n"
+                 f"    groups = {g['groups']}\n"
+                 f"    c_in_g = {x}.shape[1] // groups\n"
+                 "    c_out_g = shape[1] // groups\n"
+                 f"    taps = math.prod({w}.shape[2:])\n"
+                 "    positions = shape[0] * math.prod(shape[2:])\n")
+        text += self._config_line("_conv_config(positions, c_out_g, c_in_g * taps)")
+        text += (f"    BLOCK_M, BLOCK_N, BLOCK_K, num_stages, dot = _fit_conv_config(config, c_out_g, c_in_g * taps, "
+                 f"{x}.element_size())\n"
+                 "    # 1-d and 2-d convolutions run as 3-d ones with unit dims in front.\n"
+                 f"    D, H, W = _as_3d({x}.shape[2:], 1)\n"
+                 "    OD, OH, OW = _as_3d(shape[2:], 1)\n"
+                 f"    KD, KH, KW = _as_3d({w}.shape[2:], 1)\n"
+                 f"    SD, SH, SW = _as_3d({g['stride']}, 1)\n"
+                 f"    PD, PH, PW = _as_3d({g['padding']}, 0)\n"
+                 f"    DD, DH, DW = _as_3d({g['dilation']}, 1)\n")
+        if self.tf32:
+            text += ("    # float32 rounds to TF32 on the tensor cores (the spec allows it).\n"
+                     f'    precision = "tf32" if {x}.dtype == torch.float32 else None\n')
+        else:
+            text += ("    # float32 multiplies in exact IEEE float32 (the spec does not allow TF32).\n"
+                     f'    precision = "ieee" if {x}.dtype == torch.float32 else None\n')
+        for e in self.epilogue_inputs:
+            text += (f"    # {e.local} broadcast over the output: its strides over [N, C, D, H, W], 0 where it broadcasts.\n"
+                     f"    {e.local}_strides = _expanded_strides({e.local}.shape, shape)\n"
+                     f"    {e.local}_strides = [*{e.local}_strides[:2], *_as_3d({e.local}_strides[2:], 0)]\n")
+        text += ("    grid = (triton.cdiv(positions, BLOCK_M), triton.cdiv(c_out_g, BLOCK_N), groups)\n")
+        args = [x, w, b if b != "None" else x] + [e.local for e in self.epilogue_inputs]
+        args += ["out", "shape[0]", f"{x}.shape[1]", "D", "H", "W", "shape[1]", "OD", "OH", "OW"]
+        args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
+        args += ["CIN_G=c_in_g", "COUT_G=c_out_g", "KD=KD", "KH=KH", "KW=KW", "SD=SD", "SH=SH", "SW=SW", "PD=PD",
+                 "PH=PH", "PW=PW", "DD=DD", "DH=DH", "DW=DW", f"TRANSPOSED={g['transposed']}",
+                 f"HAS_BIAS={self.bias is not None}", "DOT=dot", "INPUT_PRECISION=precision", "BLOCK_M=BLOCK_M",
+                 "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", 'num_warps=config["num_warps"]', "num_stages=num_stages"]
+        text += wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
+        return text + "    return out\n"
+
+
+def function_name_of(geometry: dict) -> str:
+    return f"conv{'_transpose' * geometry['transposed']}{geometry['nd']}d"
+
+
+def reference_property(node: Node) -> tuple[str, bool]:
+    return "", False
+
+
+ENTRIES: tuple[Entry, ...] = ()

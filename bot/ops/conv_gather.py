@@ -1,0 +1,43 @@
+"""The convolution kernel's input gather, a fixed Triton helper that kernel.py carries (copied by
+name, bot.codegen.fixed). Imported and linted by the tests."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gather(x_ptr, ks, n, od, oh, ow, row_ok, ci0, C_in, D, H, W, CIN_G: tl.constexpr, COUT_G: tl.constexpr,
+            KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SD: tl.constexpr, SH: tl.constexpr,
+            SW: tl.constexpr, PD: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DD: tl.constexpr,
+            DH: tl.constexpr, DW: tl.constexpr, TRANSPOSED: tl.constexpr):
+    # The input tile of one K step: for each output position (n, od, oh, ow) and each k = (input
+    # channel of the group, kd, kh, kw), the value that tap multiplies, zero outside x; and each k's
+    # offset in the weight. A convolution reads x at position * stride - padding + tap * dilation;
+    # a transposed one reads input i where i * stride - padding + tap * dilation is the position.
+    TAPS = KD * KH * KW
+    k_ok = ks < CIN_G * TAPS
+    c = ks // TAPS
+    tap = ks % TAPS
+    kd = tap // (KH * KW)
+    kh = (tap // KW) % KH
+    kw = tap % KW
+    if TRANSPOSED:
+        td = od[:, None] + PD - (kd * DD)[None, :]
+        th = oh[:, None] + PH - (kh * DH)[None, :]
+        tw = ow[:, None] + PW - (kw * DW)[None, :]
+        ok = (td >= 0) & (th >= 0) & (tw >= 0) & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)
+        i_d = td // SD
+        i_h = th // SH
+        i_w = tw // SW
+        # weight [C_in, C_out / groups, KD, KH, KW]: input channel ci0 + c, then the tap
+        w_offs = (ci0 + c) * (COUT_G * TAPS) + tap
+    else:
+        i_d = (od * SD - PD)[:, None] + (kd * DD)[None, :]
+        i_h = (oh * SH - PH)[:, None] + (kh * DH)[None, :]
+        i_w = (ow * SW - PW)[:, None] + (kw * DW)[None, :]
+        ok = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
+        # weight [C_out, C_in / groups, KD, KH, KW]: k is the offset within an output channel's row
+        w_offs = ks
+    ok = ok & (i_d < D) & (i_h < H) & (i_w < W) & row_ok[:, None] & k_ok[None, :]
+    x_offs = ((n.to(tl.int64)[:, None] * C_in + (ci0 + c)[None, :]) * D + i_d) * (H * W) + i_h * W + i_w
+    a = tl.load(x_ptr + x_offs, mask=ok, other=0.0)
+    return a, w_offs, k_ok

@@ -1,0 +1,165 @@
+"""The convolution family (bot.ops.conv): generated kernel.py files, imported and run.
+
+Kernels run under Triton's interpreter here (tests/conftest.py), in float32 and float16, on small odd
+shapes, against torch.nn.functional's convolution on float64 inputs (and the generated reference,
+which must be the same thing) within runner.protocol's tolerance.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from generated import load
+
+from bot import ir, lower_torch
+from bot.ops import conv
+from bot.spec import SpecError, parse_expression, validate
+from runner import inputs, protocol
+
+# (expression, x, weight, bias or None): every dim, stride, padding, dilation, groups, transposed.
+GEOMETRIES = [
+    ("conv1d(x, w, b, stride=2, padding=1)", [2, 4, 17], [16, 4, 3], [16]),
+    ("conv1d(x, w, dilation=2, groups=3)", [3, 6, 23], [18, 2, 5], None),
+    ("conv2d(x, w, b, stride=(2, 1), padding=(1, 2))", [2, 3, 9, 12], [16, 3, 3, 5], [16]),
+    ("conv2d(x, w, b, groups=8)", [2, 8, 10, 9], [8, 1, 3, 3], [8]),                # depthwise
+    ("conv2d(x, w, b, padding=1, groups=8)", [2, 8, 10, 9], [16, 1, 3, 3], [16]),   # depthwise, 2 per channel
+    ("conv2d(x, w)", [2, 16, 7, 5], [32, 16, 1, 1], None),                          # pointwise
+    ("conv3d(x, w, b, padding=1)", [2, 3, 5, 6, 7], [16, 3, 3, 3, 3], [16]),
+    ("conv3d(x, w, b, stride=(1, 2, 2), dilation=(2, 1, 1))", [1, 4, 6, 7, 8], [8, 4, 2, 3, 1], [8]),
+    ("conv_transpose1d(x, w, b, stride=2, padding=1, output_padding=1)", [2, 4, 9], [4, 16, 3], [16]),
+    ("conv_transpose2d(x, w, b, stride=(2, 3), padding=(1, 2), groups=2, dilation=(2, 1))",
+     [2, 8, 5, 6], [8, 8, 3, 4], [16]),
+    ("conv_transpose2d(x, w, b, stride=2, groups=4)", [2, 4, 6, 6], [4, 1, 3, 3], [4]),
+    ("conv_transpose3d(x, w, b, stride=2, padding=(1, 2, 1), output_padding=1, groups=4)",
+     [2, 4, 3, 4, 5], [4, 2, 3, 5, 3], [8]),
+]
+DOT_CASE = GEOMETRIES[2]            # 16 channels, 45 taps: tl.dot tiles
+FMA_CASE = GEOMETRIES[3]            # depthwise: tap by tap
+
+
+def raw_spec(expression: str, shapes: dict[str, list[int]], dtypes=("float32", "float16")) -> dict:
+    return {"name": "conv_op", "expression": expression,
+            "inputs": [{"name": n, "dtypes": list(dtypes), "shapes": [s]} for n, s in shapes.items()]}
+
+
+def shapes_of(x, w, b) -> dict[str, list[int]]:
+    return {"x": x, "w": w, **({"b": b} if b else {})}
+
+
+def torch_conv(expression: str, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    """torch.nn.functional's own call of the expression's convolution (not the generated reference)."""
+    node = conv.conv_node(ir.parse(expression))
+    kwargs = dict(conv._keywords(node))
+    return getattr(F, conv.function_name(node))(tensors["x"], tensors["w"], tensors.get("b"), **kwargs)
+
+
+def check(tmp_path, expression: str, shapes: dict, configs=(None,), dtypes=("float32", "float16"), extra=None):
+    """The kernel against torch's convolution (and the generated reference) on float64 inputs, in
+    each dtype, with the launcher's config and each given one; extra: the epilogue around it, as a
+    function of the convolution's float64 output and the tensors."""
+    spec = validate(raw_spec(expression, shapes, dtypes))
+    node = parse_expression(spec)
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "conv_op")
+    kernel = getattr(load(tmp_path, "kernel.py", conv.kernel_source(spec, node, {})), "conv_op")
+    gen = torch.Generator().manual_seed(0)
+    tensors = {n: torch.randn(s, generator=gen) for n, s in shapes.items()}
+    wide = {n: t.double() for n, t in tensors.items()}
+    want = torch_conv(expression, wide)
+    want = extra(want, wide) if extra else want
+    torch.testing.assert_close(reference(*wide.values()), want, rtol=1e-12, atol=1e-12)
+    k = math.prod(shapes["w"][1:])
+    for dtype in dtypes:
+        args = [t.to(getattr(torch, dtype)) for t in tensors.values()]
+        want = reference(*[a.double() for a in args])
+        rtol, atol = protocol.tolerance(dtype, k, matmul=True)
+        for config in configs:
+            got = kernel(*args, config=config)
+            assert got.shape == want.shape and got.dtype == args[0].dtype, (expression, dtype, config)
+            err = (got.double() - want).abs()
+            bad = ~(err <= atol + rtol * want.abs())
+            assert not bool(bad.any()), f"{expression} {dtype} {config}: {int(bad.sum())} bad, max err {err.max():.3g}"
+
+
+@pytest.mark.parametrize("expression, x, w, b", GEOMETRIES, ids=[g[0] for g in GEOMETRIES])
+def test_every_geometry_matches_torch(tmp_path, expression, x, w, b):
+    check(tmp_path, expression, shapes_of(x, w, b))
+
+
+@pytest.mark.parametrize("case", [DOT_CASE, FMA_CASE], ids=["dot", "multiply-add"])
+def test_every_config_is_right(tmp_path, case):
+    expression, x, w, b = case
+    check(tmp_path, expression, shapes_of(x, w, b), configs=tuple(conv.CONFIGS), dtypes=("float32",))
+
+
+def test_a_pointwise_epilogue_is_fused_with_broadcast_inputs(tmp_path):
+    shapes = {"x": [2, 8, 9, 7], "w": [32, 8, 3, 3], "b": [32], "scale": [32, 1, 1], "residual": [2, 32, 7, 5]}
+    check(tmp_path, "relu(conv2d(x, w, b) * scale + residual)", shapes,
+          extra=lambda out, t: torch.relu(out * t["scale"] + t["residual"]))
+
+
+def test_the_text_reads_back_as_the_same_convolution():
+    for expression, *_ in GEOMETRIES:
+        node = ir.parse(expression)
+        assert ir.parse(ir.to_text(node)) == node
+    assert ir.to_text(ir.parse("conv2d(x, w, None, 1, (1, 1), 1, 1)")) == "conv2d(x, w, padding=1)"
+    assert ir.to_text(ir.parse("conv_transpose1d(x, w, b, 2, 0, 1)")) == \
+        "conv_transpose1d(x, w, b, stride=2, output_padding=1)"       # torch's positional order for each
+
+
+@pytest.mark.parametrize("expression, shapes, says", [
+    ("softmax(conv2d(x, w))", {"x": [1, 2, 5, 5], "w": [4, 2, 3, 3]}, "a convolution inside softmax"),
+    ("conv2d(x, w) + conv2d(x, v)", {"x": [1, 2, 5, 5], "w": [4, 2, 3, 3], "v": [4, 2, 3, 3]}, "one convolution"),
+    ("conv2d(x, w) + x", {"x": [1, 4, 5, 5], "w": [4, 4, 1, 1]}, "cannot also be used in the epilogue"),
+    ("conv2d(x * 2.0, w)", {"x": [1, 2, 5, 5], "w": [4, 2, 3, 3]}, "must be inputs"),
+    ("conv2d(x, w, padding='same')", {"x": [1, 2, 5, 5], "w": [4, 2, 3, 3]}, "padding='same' is not supported"),
+    ("conv2d(x, w, groups=3)", {"x": [1, 4, 5, 5], "w": [6, 2, 3, 3]}, "which 3 groups do not divide"),
+    ("conv2d(x, w)", {"x": [1, 3, 5, 5], "w": [4, 2, 3, 3]}, "takes 2 input channels"),
+    ("conv2d(x, w)", {"x": [1, 2, 2, 5], "w": [4, 2, 3, 3]}, "smaller than the kernel's reach"),
+    ("conv2d(x, w, b)", {"x": [1, 2, 5, 5], "w": [4, 2, 3, 3], "b": [2]}, "bias must have shape [4]"),
+    ("conv3d(x, w)", {"x": [1, 2, 5, 5], "w": [4, 2, 3, 3]}, "a 3-d convolution takes x"),
+    ("conv2d(x, w, stride=0)", {"x": [1, 2, 5, 5], "w": [4, 2, 3, 3]}, "stride must be at least 1"),
+    ("conv_transpose2d(x, w, stride=2, output_padding=2)", {"x": [1, 2, 5, 5], "w": [2, 4, 3, 3]},
+     "output_padding [2, 2] must be smaller"),
+])
+def test_what_cannot_be_lowered_is_refused_naming_it(expression, shapes, says):
+    with pytest.raises(SpecError) as e:
+        validate(raw_spec(expression, shapes))
+    assert says in str(e.value)
+
+
+def test_the_runner_keeps_channels_and_kernel_and_the_kernels_reach():
+    spec = validate(raw_spec("conv2d(x, w, b, padding=1, dilation=2)",
+                             {"x": [8, 16, 64, 64], "w": [32, 16, 5, 5], "b": [32]}))
+    assert spec["fixed_sizes"] == [5, 16, 32] and spec["least_size"] == 7      # 2 * (5 - 1) + 1 - 2 * 1
+    assert spec["reduce"] == {"inputs": ["w"], "dim": [1, 2, 3]} and spec["matmul"]
+    odd = inputs.odd_case(protocol.cases(spec)[0], 1, *protocol.size_rules(spec))
+    assert odd.shapes == {"x": [37, 16, 97, 97], "w": [32, 16, 5, 5], "b": [32]}
+    shrunk = inputs.shrink(protocol.cases(spec)[0], protocol.CPU_MAX_ELEMENTS, *protocol.size_rules(spec))
+    assert shrunk.shapes["x"][1:2] == [16] and min(shrunk.shapes["x"][2:]) >= 7
+    conv.conv_shape(shrunk.shapes["x"], [32, 16, 5, 5], [32], 2, False, (1, 1), (1, 1), (2, 2), 1, (0, 0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("expression, x, w, b", [
+    ("relu(conv2d(x, w, b, padding=1))", [8, 64, 56, 56], [128, 64, 3, 3], [128]),
+    ("conv2d(x, w, b, padding=1, groups=64)", [8, 64, 56, 56], [64, 1, 3, 3], [64]),
+    ("conv2d(x, w, stride=2)", [4, 32, 33, 31], [64, 32, 1, 1], None),
+    ("conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1)", [4, 32, 17, 19], [32, 16, 3, 3], [16]),
+    ("conv3d(x, w, b, padding=1)", [2, 16, 9, 10, 11], [32, 16, 3, 3, 3], [32]),
+])
+def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, x, w, b):
+    spec = validate(raw_spec(expression, shapes_of(x, w, b), (dtype,)))
+    node = parse_expression(spec)
+    kernel = getattr(load(tmp_path, "kernel.py", conv.kernel_source(spec, node, {})), "conv_op")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    tensors = {n: torch.randn(s, generator=gen, device="cuda") for n, s in shapes_of(x, w, b).items()}
+    args = [t.to(getattr(torch, dtype)) for t in tensors.values()]
+    want = torch_conv(expression, {n: a.double() for n, a in zip(tensors, args)})
+    want = torch.relu(want) if expression.startswith("relu") else want
+    rtol, atol = protocol.tolerance(dtype, math.prod(w[1:]), matmul=True)
+    got = kernel(*args)
+    err = (got.double() - want).abs()
+    assert bool((err <= atol + rtol * want.abs()).all()), f"max err {err.max():.3g}"
