@@ -169,8 +169,10 @@ def module(init: str, forward: str, inputs: str = "torch.rand(4, 8)", init_input
 
 
 @pytest.mark.parametrize("code, says", [
-    (module(", c: self.conv = nn.Conv2d(c, c, 3)", "x):\n        return torch.relu(self.conv(x))",
-            "torch.rand(2, 3, 8, 8)", "[3]"), "line 7: nn.Conv2d (set on line 4) is a convolution"),
+    (module(", c: self.emb = nn.Embedding(c, 8)", "x):\n        return torch.relu(self.emb(x))",
+            "torch.rand(2, 3)", "[3]"), "line 7: nn.Embedding (set on line 4) is an embedding lookup"),
+    (module(", c: self.conv = nn.Conv2d(c, c, 3, padding_mode='reflect')", "x):\n        return self.conv(x)",
+            "torch.rand(2, 3, 8, 8)", "[3]"), "line 7: nn.Conv2d (set on line 4) pads with 'reflect'"),
     ("def forward(self, x):\n    return torch.softmax(x, dim=self.dim)\n",
      "line 2: forward reads self.dim, which __init__ does not set"),
     (module(", dim: self.dim = dim", "x):\n        return torch.logcumsumexp(x, dim=self.dim)", init_inputs="[1]"),

@@ -241,30 +241,35 @@ def conv_shape(x_shape, w_shape, b_shape, nd, transposed, stride, padding, dilat
     return [x_shape[0], c_out, *spatial]
 
 
-def _conv_config(positions, channels, taps):
-    # The default config: the multiply-add tile where tl.dot's 16-wide tiles would be mostly
-    # padding (under 16 channels or taps a group), else 128 x 128 tiles down to 64 x 64 while
-    # fewer than two waves of programs would run on an H200's 132 SMs.
-    if channels < 16 or taps < 16:
+def _conv_config(positions, out_channels, in_channels, taps):
+    # The default config, for one group's channels: the multiply-add tile where tl.dot's 16-wide
+    # tiles would be mostly padding (under 16 output channels, or under 16 products a sum), else
+    # 128 x 128 tiles down to 64 x 64 while fewer than two waves of programs would run on an
+    # H200's 132 SMs.
+    if out_channels < 16 or in_channels * taps < 16:
         return CONFIGS[-2]
     for config in CONFIGS[:6]:
-        if -(-positions // config["BLOCK_M"]) * -(-channels // config["BLOCK_N"]) >= 264:
+        if -(-positions // config["BLOCK_M"]) * -(-out_channels // config["BLOCK_N"]) >= 264:
             return config
     return CONFIGS[7]
 
 
-def _fit_conv_config(config, channels, taps, itemsize):
-    # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, dot) of config for a group's channels and taps: the
-    # multiply-add path (dot False) takes up to 16 channels a tile; tl.dot tiles are no wider than
-    # the channels need and BLOCK_K halves until the stages fit in 200 KB of shared memory.
-    dot = channels >= 16 and taps >= 16
-    bn = min(config["BLOCK_N"], max(16 if dot else 1, 1 << (channels - 1).bit_length()))
+def _fit_conv_config(config, out_channels, in_channels, taps, itemsize):
+    # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, dot, tap_outer) of config for one group's channels:
+    # the multiply-add path (dot False) takes up to 16 channels a tile; tl.dot tiles are no wider
+    # than the channels need. With 16 or more input channels K runs tap by tap, BLOCK_K channels
+    # a step (tap_outer), else over (channel, tap) flattened; BLOCK_K halves until the stages fit
+    # in 200 KB of shared memory.
+    dot = out_channels >= 16 and in_channels * taps >= 16
+    bn = min(config["BLOCK_N"], max(16 if dot else 1, 1 << (out_channels - 1).bit_length()))
     if not dot:
-        return config["BLOCK_M"], min(bn, 16), 1, 1, False
-    bm, bk, stages = config["BLOCK_M"], min(config["BLOCK_K"], max(16, 1 << (taps - 1).bit_length())), config["num_stages"]
+        return config["BLOCK_M"], min(bn, 16), 1, 1, False, False
+    tap_outer = in_channels >= 16
+    k = in_channels if tap_outer else in_channels * taps
+    bm, bk, stages = config["BLOCK_M"], min(config["BLOCK_K"], max(16, 1 << (k - 1).bit_length())), config["num_stages"]
     while (bm + bn) * bk * stages * itemsize > 200 * 1024 and bk > 16:
         bk //= 2
-    return bm, bn, bk, stages, True
+    return bm, bn, bk, stages, True, tap_outer
 
 
 def _as_3d(values, fill):
@@ -305,12 +310,11 @@ class _ConvKernel(KernelFile):
         acc = KernelInput(placeholder, "acc", [])
         super().__init__(spec, pointwise.triton_body(epilogue, [acc] + self.epilogue_inputs), inputs,
                          [acc] + self.epilogue_inputs, options)
-        self.cases = []     # (positions, channels a group, taps a group) per case
+        self.cases = []     # (output channels, input channels, taps) of a group, per case
         for case in range(len(self.x.shapes)):
             out = conv_shape(self.x.shapes[case], self.w.shapes[case], None, **self.geometry)
-            groups, w_shape = self.geometry["groups"], self.w.shapes[case]
-            c_in_g = self.x.shapes[case][1] // groups
-            self.cases.append((out[0] * math.prod(out[2:]), out[1] // groups, c_in_g * math.prod(w_shape[2:])))
+            groups = self.geometry["groups"]
+            self.cases.append((out[1] // groups, self.x.shapes[case][1] // groups, math.prod(self.w.shapes[case][2:])))
 
     def source(self) -> str:
         helpers = [conv_shape, _conv_config, _fit_conv_config, _as_3d]
@@ -319,8 +323,8 @@ class _ConvKernel(KernelFile):
         return self._file([self._kernel()], helpers, self._launcher())
 
     def configs(self) -> list[dict]:
-        return self._space(CONFIGS, lambda config: [_fit_conv_config(config, c, t, 2) + (config["num_warps"],)
-                                                    for _, c, t in self.cases])
+        return self._space(CONFIGS, lambda config: [_fit_conv_config(config, *case, 2) + (config["num_warps"],)
+                                                    for case in self.cases])
 
     def _kernel(self) -> str:
         e_ptrs = [f"{e.local}_ptr" for e in self.epilogue_inputs]
@@ -328,23 +332,36 @@ class _ConvKernel(KernelFile):
         params = ["x_ptr", "w_ptr", "b_ptr", *e_ptrs, "out_ptr", "N", "C_in", "D", "H", "W", "C_out", "OD", "OH", "OW",
                   *e_strides]
         constexprs = ["CIN_G", "COUT_G", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW",
-                      "TRANSPOSED", "HAS_BIAS", "DOT", "INPUT_PRECISION", "BLOCK_M", "BLOCK_N", "BLOCK_K"]
+                      "TRANSPOSED", "HAS_BIAS", "DOT", "TAP_OUTER", "INPUT_PRECISION", "BLOCK_M", "BLOCK_N", "BLOCK_K"]
         params += [f"{c}: tl.constexpr" for c in constexprs]
         lines = [
-            "# Program (pid_m, pid_n, group): BLOCK_M output positions x BLOCK_N of the group's output channels.",
+            "# Program (pid_m, pid_n, pid_g): BLOCK_M output positions x BLOCK_N of a group's output channels.",
+            "# A transposed convolution's outputs are split by phase (position mod stride, per dim): every",
+            "# output of a phase takes input from the same taps, so a program skips the other taps whole.",
             "pid_m = tl.program_id(0)",
             "pid_n = tl.program_id(1)",
-            "group = tl.program_id(2)",
-            "P = OD * OH * OW",
-            "M = N * P",
+            "PHASES = SD * SH * SW if TRANSPOSED else 1",
+            "group = tl.program_id(2) // PHASES",
+            "phase = tl.program_id(2) % PHASES",
+            "rd = phase // (SH * SW) if TRANSPOSED else 0",
+            "rh = (phase // SW) % SH if TRANSPOSED else 0",
+            "rw = phase % SW if TRANSPOSED else 0",
+            "# The grid of this phase's positions: every position, or one in `stride` of a transposed one's.",
+            "QD = tl.cdiv(OD - rd, SD) if TRANSPOSED else OD",
+            "QH = tl.cdiv(OH - rh, SH) if TRANSPOSED else OH",
+            "QW = tl.cdiv(OW - rw, SW) if TRANSPOSED else OW",
             "rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
             "cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-            "row_ok = rows < M",
+            "row_ok = rows < N * QD * QH * QW",
+            "# (a phase with no outputs has an empty grid: its divisors stay 1)",
+            "QD = tl.maximum(QD, 1)",
+            "QH = tl.maximum(QH, 1)",
+            "QW = tl.maximum(QW, 1)",
             "col_ok = cols < COUT_G",
-            "ow = rows % OW",
-            "oh = (rows // OW) % OH",
-            "od = (rows // (OW * OH)) % OD",
-            "n = rows // P",
+            "ow = rw + (rows % QW) * (SW if TRANSPOSED else 1)",
+            "oh = rh + ((rows // QW) % QH) * (SH if TRANSPOSED else 1)",
+            "od = rd + ((rows // (QW * QH)) % QD) * (SD if TRANSPOSED else 1)",
+            "n = rows // (QD * QH * QW)",
             "# Output channels of this group, and the first input channel it reads.",
             "co = group * COUT_G + cols",
             "ci0 = group * CIN_G",
@@ -357,7 +374,33 @@ class _ConvKernel(KernelFile):
             "else:",
             "    w_cols = co * (CIN_G * TAPS)",
             "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-            "if DOT:",
+            "if DOT and TAP_OUTER:",
+            "    # Tap by tap, BLOCK_K input channels a step: each tap's input positions are worked out once.",
+            "    for tap in range(0, TAPS):",
+            "        kd = tap // (KH * KW)",
+            "        kh = (tap // KW) % KH",
+            "        kw = tap % KW",
+            "        lands = True",
+            "        if TRANSPOSED:       # this tap reaches this phase's outputs only where the stride lands",
+            "            lands = ((rd + PD - kd * DD) % SD == 0) & ((rh + PH - kh * DH) % SH == 0) & "
+            "((rw + PW - kw * DW) % SW == 0)",
+            "        if lands:",
+            "            row_offs, valid = _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD, SH, SW,",
+            "                                        PD, PH, PW, DD, DH, DW, TRANSPOSED)",
+            "            for c0 in range(0, CIN_G, BLOCK_K):",
+            "                cs = c0 + tl.arange(0, BLOCK_K)",
+            "                c_ok = cs < CIN_G",
+            "                a = tl.load(x_ptr + row_offs[:, None] + (cs * (D * H * W))[None, :],",
+            "                            mask=valid[:, None] & c_ok[None, :], other=0.0)",
+            "                if TRANSPOSED:",
+            "                    w_rows = (ci0 + cs) * (COUT_G * TAPS) + tap",
+            "                else:",
+            "                    w_rows = cs * TAPS + tap",
+            "                b = tl.load(w_ptr + w_rows[:, None] + w_cols[None, :], mask=c_ok[:, None] & col_ok[None, :],",
+            "                            other=0.0)",
+            "                acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)",
+            "elif DOT:",
+            "    # Few input channels a group: K = (channel, tap) flattened, BLOCK_K of them a step.",
             "    for k0 in range(0, K, BLOCK_K):",
             "        ks = k0 + tl.arange(0, BLOCK_K)",
             "        a, w_offs, k_ok = _gather(x_ptr, ks, n, od, oh, ow, row_ok, ci0, C_in, D, H, W, CIN_G, COUT_G,",
@@ -384,11 +427,13 @@ class _ConvKernel(KernelFile):
         if not self.is_bare_input:
             lines.append(f"acc = {self.body_call()}")
         lines += [
-            "# NC[D]HW output: position p of sample n, channel co.",
-            "out_offs = (n.to(tl.int64) * C_out * P + rows % P)[:, None] + co.to(tl.int64)[None, :] * P",
+            "# NC[D]HW output: position (od, oh, ow) of sample n, channel co.",
+            "P = OD * OH * OW",
+            "out_offs = (n.to(tl.int64) * C_out * P + (od * OH + oh) * OW + ow)[:, None] + co.to(tl.int64)[None, :] * P",
             "tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=mask)",
         ]
-        return "\n\n".join([*fixed.sources(GATHER, {"_gather"}), jit_source(f"{self.name}_kernel", params, lines)])
+        return "\n\n".join([*fixed.sources(GATHER, {"_gather", "_tap_rows"}),
+                             jit_source(f"{self.name}_kernel", params, lines)])
 
     def _launcher(self) -> str:
         g = self.geometry
@@ -407,10 +452,6 @@ class _ConvKernel(KernelFile):
                  f"    c_in_g = {x}.shape[1] // groups\n"
                  "    c_out_g = shape[1] // groups\n"
                  f"    taps = math.prod({w}.shape[2:])\n"
-                 "    positions = shape[0] * math.prod(shape[2:])\n")
-        text += self._config_line("_conv_config(positions, c_out_g, c_in_g * taps)")
-        text += (f"    BLOCK_M, BLOCK_N, BLOCK_K, num_stages, dot = _fit_conv_config(config, c_out_g, c_in_g * taps, "
-                 f"{x}.element_size())\n"
                  "    # 1-d and 2-d convolutions run as 3-d ones with unit dims in front.\n"
                  f"    D, H, W = _as_3d({x}.shape[2:], 1)\n"
                  "    OD, OH, OW = _as_3d(shape[2:], 1)\n"
@@ -418,6 +459,16 @@ class _ConvKernel(KernelFile):
                  f"    SD, SH, SW = _as_3d({g['stride']}, 1)\n"
                  f"    PD, PH, PW = _as_3d({g['padding']}, 0)\n"
                  f"    DD, DH, DW = _as_3d({g['dilation']}, 1)\n")
+        if g["transposed"]:
+            text += ("    # Outputs by phase (position mod stride): the programs of a phase walk every stride-th\n"
+                     "    # position of it, and there are stride phases a dim.\n"
+                     "    phases = SD * SH * SW\n"
+                     "    positions = shape[0] * triton.cdiv(OD, SD) * triton.cdiv(OH, SH) * triton.cdiv(OW, SW)\n")
+        else:
+            text += "    phases = 1\n    positions = shape[0] * OD * OH * OW\n"
+        text += self._config_line("_conv_config(positions, c_out_g, c_in_g, taps)")
+        text += (f"    BLOCK_M, BLOCK_N, BLOCK_K, num_stages, dot, tap_outer = _fit_conv_config(config, c_out_g, c_in_g, "
+                 f"taps, {x}.element_size())\n")
         if self.tf32:
             text += ("    # float32 rounds to TF32 on the tensor cores (the spec allows it).\n"
                      f'    precision = "tf32" if {x}.dtype == torch.float32 else None\n')
@@ -428,13 +479,13 @@ class _ConvKernel(KernelFile):
             text += (f"    # {e.local} broadcast over the output: its strides over [N, C, D, H, W], 0 where it broadcasts.\n"
                      f"    {e.local}_strides = _expanded_strides({e.local}.shape, shape)\n"
                      f"    {e.local}_strides = [*{e.local}_strides[:2], *_as_3d({e.local}_strides[2:], 0)]\n")
-        text += ("    grid = (triton.cdiv(positions, BLOCK_M), triton.cdiv(c_out_g, BLOCK_N), groups)\n")
+        text += "    grid = (triton.cdiv(positions, BLOCK_M), triton.cdiv(c_out_g, BLOCK_N), groups * phases)\n"
         args = [x, w, b if b != "None" else x] + [e.local for e in self.epilogue_inputs]
         args += ["out", "shape[0]", f"{x}.shape[1]", "D", "H", "W", "shape[1]", "OD", "OH", "OW"]
         args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
         args += ["CIN_G=c_in_g", "COUT_G=c_out_g", "KD=KD", "KH=KH", "KW=KW", "SD=SD", "SH=SH", "SW=SW", "PD=PD",
                  "PH=PH", "PW=PW", "DD=DD", "DH=DH", "DW=DW", f"TRANSPOSED={g['transposed']}",
-                 f"HAS_BIAS={self.bias is not None}", "DOT=dot", "INPUT_PRECISION=precision", "BLOCK_M=BLOCK_M",
+                 f"HAS_BIAS={self.bias is not None}", "DOT=dot", "TAP_OUTER=tap_outer", "INPUT_PRECISION=precision", "BLOCK_M=BLOCK_M",
                  "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", 'num_warps=config["num_warps"]', "num_stages=num_stages"]
         text += wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
         return text + "    return out\n"

@@ -41,3 +41,28 @@ def _gather(x_ptr, ks, n, od, oh, ow, row_ok, ci0, C_in, D, H, W, CIN_G: tl.cons
     x_offs = ((n.to(tl.int64)[:, None] * C_in + (ci0 + c)[None, :]) * D + i_d) * (H * W) + i_h * W + i_w
     a = tl.load(x_ptr + x_offs, mask=ok, other=0.0)
     return a, w_offs, k_ok
+
+
+@triton.jit
+def _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD: tl.constexpr, SH: tl.constexpr,
+              SW: tl.constexpr, PD: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DD: tl.constexpr,
+              DH: tl.constexpr, DW: tl.constexpr, TRANSPOSED: tl.constexpr):
+    # For one tap (kd, kh, kw) of the kernel: the offset of x[n, ci0, i_d, i_h, i_w] each output
+    # position reads (its group's first input channel; the channels follow at D * H * W apart), and
+    # whether that input exists (inside x; for a transposed convolution, where the stride lands).
+    if TRANSPOSED:
+        td = od + PD - kd * DD
+        th = oh + PH - kh * DH
+        tw = ow + PW - kw * DW
+        ok = (td >= 0) & (th >= 0) & (tw >= 0) & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)
+        i_d = td // SD
+        i_h = th // SH
+        i_w = tw // SW
+    else:
+        i_d = od * SD - PD + kd * DD
+        i_h = oh * SH - PH + kh * DH
+        i_w = ow * SW - PW + kw * DW
+        ok = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
+    ok = ok & (i_d < D) & (i_h < H) & (i_w < W) & row_ok
+    offs = ((n.to(tl.int64) * C_in + ci0) * D + i_d) * (H * W) + i_h * W + i_w
+    return offs, ok

@@ -37,8 +37,10 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
     if matmul:
         prose, rd.tf32 = mmf.take_tf32(prose)
     prose = take_dtypes(loss.take_index_dtype(prose), rd)
-    refuse_out_of_scope(prose)
     expr = None if code is not None else find_expression(prose)
+    # A typed call (conv2d(x, w)) is read as written, whatever words it holds; 'top-k' is no call.
+    called = expr is not None and "(" in prose[expr[2]:expr[3]]
+    refuse_out_of_scope(blank_range(prose, expr[2], expr[3]) if called else prose)
     if expr is not None:
         prose = blank_range(prose, expr[2], expr[3])
     prose = WHERE_CLAUSE.sub(_blank, take_dims(prose, rd))

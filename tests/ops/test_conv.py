@@ -33,10 +33,16 @@ GEOMETRIES = [
      [2, 8, 5, 6], [8, 8, 3, 4], [16]),
     ("conv_transpose2d(x, w, b, stride=2, groups=4)", [2, 4, 6, 6], [4, 1, 3, 3], [4]),
     ("conv_transpose3d(x, w, b, stride=2, padding=(1, 2, 1), output_padding=1, groups=4)",
-     [2, 4, 3, 4, 5], [4, 2, 3, 5, 3], [8]),
+     [1, 4, 2, 3, 4], [4, 2, 2, 5, 3], [8]),
+    # 16 or more input channels a group: K runs tap by tap, a transposed one's outputs by phase
+    ("conv2d(x, w, b, stride=2, padding=1)", [2, 20, 9, 8], [32, 20, 3, 3], [32]),
+    ("conv_transpose2d(x, w, b, stride=(2, 3), padding=1, output_padding=(1, 0))", [2, 24, 5, 4], [24, 16, 3, 3], [16]),
+    ("conv_transpose3d(x, w, stride=2, groups=2)", [1, 32, 2, 2, 2], [32, 8, 1, 2, 2], None),
+    ("conv_transpose1d(x, w, stride=3)", [2, 16, 1], [16, 16, 1], None),      # phases 1 and 2 have no outputs
 ]
-DOT_CASE = GEOMETRIES[2]            # 16 channels, 45 taps: tl.dot tiles
+DOT_CASE = GEOMETRIES[2]            # 3 input channels, 15 taps: tl.dot over (channel, tap)
 FMA_CASE = GEOMETRIES[3]            # depthwise: tap by tap
+TAP_CASE = GEOMETRIES[13]           # transposed, 24 input channels, phases: tl.dot tap by tap
 
 
 def raw_spec(expression: str, shapes: dict[str, list[int]], dtypes=("float32", "float16")) -> dict:
@@ -87,7 +93,7 @@ def test_every_geometry_matches_torch(tmp_path, expression, x, w, b):
     check(tmp_path, expression, shapes_of(x, w, b))
 
 
-@pytest.mark.parametrize("case", [DOT_CASE, FMA_CASE], ids=["dot", "multiply-add"])
+@pytest.mark.parametrize("case", [DOT_CASE, FMA_CASE, TAP_CASE], ids=["dot", "multiply-add", "tap by tap"])
 def test_every_config_is_right(tmp_path, case):
     expression, x, w, b = case
     check(tmp_path, expression, shapes_of(x, w, b), configs=tuple(conv.CONFIGS), dtypes=("float32",))
