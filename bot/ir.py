@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from bot.ops import argreduce, conv, loss, matmul, norm, pointwise, reduce, registry, scan, softmax
+from bot.ops import argreduce, channel_norm, conv, loss, matmul, norm, pointwise, reduce, registry, scan, softmax
 from bot.ops.node import (ALL, CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
                           is_int_literal, number, to_text)
 
@@ -189,7 +189,7 @@ def index_inputs(node: Node) -> dict[str, str]:
     return loss.index_inputs(node) if node.op in LOSSES else {}
 
 
-def reduced(node: Node) -> tuple[list[str], int | list[int] | None] | None:
+def reduced(node: Node, rank: int = 0) -> tuple[list[str], int | list[int] | None] | None:
     """(inputs, dim) whose broadcast length at dim (the product of the lengths of a list of dims)
     the op accumulates over (its error grows with the sqrt of it), or None for ops that accumulate
     nothing."""
@@ -198,6 +198,8 @@ def reduced(node: Node) -> tuple[list[str], int | list[int] | None] | None:
         return input_names(node.args[0]), None if dim == ALL else dim      # None: every element
     if node.op in LOSSES:
         return input_names(node.args[0]), -1
+    if node.op in channel_norm.OPS:       # rank: the body's, for the dims a statistic spans
+        return input_names(node.args[0]), channel_norm.reduced_dims(node, rank)
     mm = matmul_node(node)
     if mm:
         return [mm.args[0].name], -2 if mm.attr("ta") else -1      # a's K dim
@@ -239,6 +241,11 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
     rule where it has one."""
     rule = getattr(registry.family(node), "size_rules", None)
     return rule(node, cases) if rule else (set(), 1)
+
+
+def max_numel(node: Node) -> int:
+    """The most elements a tensor may have: the family's MAX_NUMEL (kernels indexing with int64), else 2**31 - 1."""
+    return getattr(registry.family(node), "MAX_NUMEL", 2**31 - 1)
 
 
 def max_rank(node: Node) -> int:

@@ -61,8 +61,11 @@ def reference_source(spec: dict, node: Node) -> str:
 
 def over_text(node: Node) -> str:
     """' over the last dim', ' over dim 0' or '' for the docstrings of generated files."""
-    if registry.root_family(node.op) is None:
+    root = registry.root_family(node.op)
+    if root is None:
         return ""
+    if hasattr(root, "over_text"):
+        return root.over_text(node)
     dim = node.attr("dim", -1)
     return " over the last dim" if dim == -1 else f" over dim {dim}"
 

@@ -22,7 +22,7 @@ from bot.ops import conv
 from runner import protocol
 
 MAX_RANK = 5                     # a 3-d convolution's or pooling's [N, C, D, H, W]
-MAX_NUMEL = 2**31 - 1            # per tensor; beyond this int32 indexing in torch itself gets fragile
+MAX_NUMEL = 2**31 - 1            # per tensor, where the family's kernels index with int32 (most do)
 MAX_CASE_BYTES = 32 * 2**30      # inputs plus output of one case
 
 
@@ -82,6 +82,7 @@ def validate(spec: dict) -> dict:
         raise SpecError(f"reference_class names the pasted nn.Module class reference.py defines, e.g. 'Model'; "
                         f"got {ref!r}")
     node = parse_expression(out) if out.get("expression") else None
+    _check_numel(out["inputs"], node)
     if node:
         _check_rank(out["inputs"], node)
         _check_dtypes(out["inputs"], node)
@@ -101,8 +102,9 @@ def _with_derived(spec: dict, node: ir.Node) -> dict:
     accumulates over, and whether it is a matmul (and may use TF32). Recomputed on every
     validation, so an edit cannot loosen a tolerance."""
     out = {k: v for k, v in spec.items() if k not in DERIVED}
-    reduced, mm = ir.reduced(node), ir.matmul_node(node) or conv.conv_node(node)
-    if reduced:
+    rank = max(len(s) for i in spec["inputs"] for s in i["shapes"][:1])
+    reduced, mm = ir.reduced(node, rank), ir.matmul_node(node) or conv.conv_node(node)
+    if reduced and reduced[1] != []:
         out["reduce"] = {"inputs": reduced[0], "dim": reduced[1]}
     if mm:               # a matmul or a convolution: float32 sums of K products
         out["matmul"] = True
@@ -135,6 +137,16 @@ def _check_parameters(inputs: list[dict]) -> None:
                             f"e.g. 'conv.weight'; got {path!r}")
         if any(s != inp["shapes"][0] for s in inp["shapes"]):
             raise SpecError(f"input {inp['name']} is the module's {path}: one shape in every case, got {inp['shapes']}")
+
+
+def _check_numel(inputs: list[dict], node: ir.Node | None) -> None:
+    """Elements a tensor: MAX_NUMEL, or more where the family's kernel indexes with int64."""
+    most = ir.max_numel(node) if node else MAX_NUMEL
+    for inp in inputs:
+        for shape in inp["shapes"]:
+            if math.prod(shape) > most:
+                raise SpecError(f"input {inp['name']}: shape {shape} has {math.prod(shape):,} elements; the limit is "
+                                f"{most:,}")
 
 
 def _check_rank(inputs: list[dict], node: ir.Node) -> None:
@@ -203,8 +215,6 @@ def _validate_shape(name: str, shape) -> list[int]:
         raise SpecError(f"input {name}: shape {shape} has rank {len(shape)}; supported ranks are 1 to {MAX_RANK}")
     if any(d < 1 for d in shape):
         raise SpecError(f"input {name}: shape {shape} has a dimension below 1; every dim must be a positive size")
-    if math.prod(shape) > MAX_NUMEL:
-        raise SpecError(f"input {name}: shape {shape} has {math.prod(shape):,} elements; the limit is {MAX_NUMEL:,}")
     return shape
 
 

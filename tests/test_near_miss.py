@@ -62,7 +62,7 @@ REFUSED = [
     ("def f(logits, target):\n    return F.cross_entropy(logits, target)\nfor 8x16x32", "dim 1"),
     ("def f(x):\n    return torch.relu(x)\ncumulative", "not read"),
     ("def f(x, y):\n    return torch.add(x, y, alpha=2)", "alpha"),
-    ("def f(x):\n    return F.layer_norm(x, x.shape[-2:])", "last dim only"),
+    ("def f(x):\n    return F.rms_norm(x, x.shape[-2:], eps=1e-6)", "last dim only"),
     ("x * y plus z", "also named add"),
     ("softmax(x * y) scaled by 0.125", "also named scale"),
     ("x times sigmoid of x", "one operand or to the result"),

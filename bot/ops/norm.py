@@ -13,7 +13,7 @@ import re
 from bot.codegen.expr import fmt_const
 from bot.codegen.row_kernel import RowKernel, RowPlan
 from bot.generators.interface import GenerationError
-from bot.ops import pointwise
+from bot.ops import channel_norm, pointwise
 from bot.ops.entry import SMALL_LONG_ODD, Entry
 from bot.ops.node import (Call, IRError, Node, broadcast_shapes, call, input_names, is_int_literal, is_none, number,
                           prints, to_text)
@@ -55,11 +55,17 @@ def convert(c: Call) -> Node | None:
         return None
     fname, args, kw = c.fname, c.args, c.kw
     # layernorm(x, weight, bias, eps=..); F.layer_norm(x, shape, weight, bias, eps)
+    shape = None
     if args and len(args) > 1 and isinstance(args[1], (ast.Tuple, ast.List, ast.Subscript, ast.Attribute)):
-        _last_dim_only(fname, args[1])
+        shape = args[1]
         args = [args[0]] + args[2:]
     if "normalized_shape" in kw:
-        _last_dim_only(fname, kw.pop("normalized_shape"))
+        shape = kw.pop("normalized_shape")
+    dims = _normalized_dims(shape)
+    if dims > 1 and fname == "layernorm":             # over several trailing dims: the channel-norm family's
+        return _layer_norm_nd(c, args, dims)
+    if shape is not None:
+        _last_dim_only(fname, shape)
     eps_node = kw.pop("eps", None)
     max_args = 3 if fname == "layernorm" else 2
     if len(args) > max_args + 1:
@@ -81,6 +87,27 @@ def convert(c: Call) -> Node | None:
     bias = conv[2] if len(conv) > 2 else None
     return call(fname, conv[0], *(a for a in (weight, bias) if a is not None),
                 eps=eps, has_weight=weight is not None, has_bias=bias is not None)
+
+
+def _normalized_dims(shape: ast.expr | None) -> int:
+    """How many trailing dims a normalized_shape names: a tuple or list's length, x.shape[-k:]'s k (1 otherwise)."""
+    if isinstance(shape, (ast.Tuple, ast.List)) and shape.elts:
+        return len(shape.elts)
+    index = shape.slice if isinstance(shape, ast.Subscript) else None
+    if isinstance(index, ast.Slice) and index.upper is None and index.step is None and index.lower is not None \
+            and is_int_literal(index.lower) and number(index.lower) < 0:
+        return -int(number(index.lower))
+    return 1
+
+
+def _layer_norm_nd(c: Call, args: list, dims: int) -> Node:
+    """F.layer_norm(x, (D1, D2, ...), weight, bias, eps): layer norm over the last dims."""
+    slots = args[1:] + [None] * (3 - len(args[1:]))
+    weight, bias = (c.kw.pop(k, slots[i]) for i, k in enumerate(("weight", "bias")))
+    eps = c.kw.pop("eps", slots[2])
+    return channel_norm.layer_norm_nd(c.expr(args[0]), dims, None if is_none(weight) else c.expr(weight),
+                                      None if is_none(bias) else c.expr(bias),
+                                      number(eps) if not is_none(eps) else DEFAULT_EPS["layernorm"])
 
 
 def _last_dim_only(fname: str, shape: ast.expr) -> None:

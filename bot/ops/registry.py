@@ -23,11 +23,12 @@ from __future__ import annotations
 from types import ModuleType
 
 from bot.codegen.expr import OpWriter
-from bot.ops import argreduce, conv, loss, matmul, norm, pointwise, reduce, scan, softmax
+from bot.ops import argreduce, channel_norm, conv, loss, matmul, norm, pointwise, pool, reduce, scan, softmax
 from bot.ops.entry import Entry
 from bot.ops.node import Node
 
-FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax, norm, loss, matmul, conv)
+FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax, norm, channel_norm, loss, pool, matmul,
+                                    conv)
 ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
 # Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
 # square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum').

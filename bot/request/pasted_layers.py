@@ -45,6 +45,12 @@ _FUNCTIONAL = {
     "Softsign": ("F.softsign", ()), "Mish": ("F.mish", ()), "Tanhshrink": ("F.tanhshrink", ()),
     "LogSigmoid": ("F.logsigmoid", ()), "Softshrink": ("F.softshrink", ("lambd",)), "Hardshrink": ("F.hardshrink", ("lambd",)),
     "CrossEntropyLoss": ("F.cross_entropy", ("weight", "size_average", "ignore_index", "reduce", "reduction")),
+    **{f"MaxPool{n}d": (f"F.max_pool{n}d", ("kernel_size", "stride", "padding", "dilation", "return_indices",
+                                              "ceil_mode")) for n in (1, 2, 3)},
+    **{f"AvgPool{n}d": (f"F.avg_pool{n}d", ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                                              "divisor_override")) for n in (1, 2, 3)},
+    **{f"Adaptive{k}Pool{n}d": (f"F.adaptive_{k.lower()}_pool{n}d", ("output_size", "return_indices"))
+       for k in ("Avg", "Max") for n in (1, 2, 3)},
 }
 _OTHER = {"Bilinear": "a bilinear layer", "Embedding": "an embedding lookup", "MultiheadAttention": "attention",
           "Dropout": "dropout (random in training mode)"}
@@ -142,9 +148,37 @@ def _conv(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int, 
     return ast.Call(_path(fn), [*args, *_names([weight, bias])], kw + keywords), [p for p in (weight, bias) if p]
 
 
+def _channel_norm(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int,
+                  name_of: Callable[[str], str]):
+    """nn.BatchNorm1d/2d/3d(num_features, eps, momentum, affine, track_running_stats) in training mode
+    (as a pasted module is built and run: the batch's statistics), nn.GroupNorm(num_groups,
+    num_channels, eps, affine), nn.InstanceNorm1d/2d/3d(num_features, eps, momentum, affine,
+    track_running_stats): F.batch_norm / F.group_norm / F.instance_norm with weight and bias of the
+    channels when affine."""
+    group = sub.cls == "GroupNorm"
+    order = ("num_groups", "num_channels", "eps", "affine") if group else (
+        "num_features", "eps", "momentum", "affine", "track_running_stats")
+    o = _options(sub, order, {"eps": 1e-5, "affine": not sub.cls.startswith("Instance")})
+    channels = o["num_channels" if group else "num_features"]
+    weight = _param(attr, "weight", [channels], name_of) if o["affine"] else None
+    bias = _param(attr, "bias", [channels], name_of) if o["affine"] else None
+    eps = ast.keyword("eps", literal(o["eps"], ast.Constant(0)))
+    w, b = _names([weight, bias])
+    if group:
+        call = ast.Call(_path("F.group_norm"), [args[0], literal(o["num_groups"], ast.Constant(0)), w, b], [eps])
+    elif sub.cls.startswith("Batch"):
+        call = ast.Call(_path("F.batch_norm"), [args[0], ast.Constant(None), ast.Constant(None), w, b],
+                        [ast.keyword("training", ast.Constant(True)), eps])
+    else:
+        call = ast.Call(_path("F.instance_norm"), [args[0]], [ast.keyword("weight", w), ast.keyword("bias", b), eps])
+    return call, [p for p in (weight, bias) if p]
+
+
 # nn classes holding learned tensors -> what writes their call.
 _LAYERS = {"Linear": _linear, "LayerNorm": _norm, "RMSNorm": _norm,
-           **{f"Conv{n}d": _conv for n in (1, 2, 3)}, **{f"ConvTranspose{n}d": _conv for n in (1, 2, 3)}}
+           **{f"Conv{n}d": _conv for n in (1, 2, 3)}, **{f"ConvTranspose{n}d": _conv for n in (1, 2, 3)},
+           **{f"{kind}Norm{n}d": _channel_norm for kind in ("Batch", "Instance") for n in (1, 2, 3)},
+           "GroupNorm": _channel_norm}
 
 
 def _what(cls: str) -> str:

@@ -1,0 +1,386 @@
+"""The channel-norm family: norms whose statistics span more than one dim, as torch.nn.functional
+computes them over a pointwise body: batch_norm (training mode: each channel's mean and variance
+over the batch and spatial dims; eval mode: the running statistics given), group_norm (each
+sample's groups of channels), instance_norm (each sample's channels), and layer norm over several
+trailing dims; each with optional per-channel (or per-element) weight and bias.
+
+The input is viewed as [P, R, Q]: the statistics of row r cover its P x Q elements (batch norm: P
+the batch, R the channels, Q the spatial size; group and instance norm and layer norm: P = 1, R
+the rows of contiguous elements). Two kernels, as the dependency allows no fewer without leaving
+SMs idle on few rows: the first computes partial statistics of each row's chunks (mean and squared
+deviations, merged by Chan et al.'s formula), the second merges a row's partials (the same formula
+over all of them at once) and writes its chunk normalised, scaled and shifted. Eval-mode batch norm
+needs only the second.
+
+Owns its IR rule (the functions and their arguments as torch reads them), shape checks, the torch
+call, both kernels with their config space and default rule, and what the runner may not change
+(the channels a weight is sized by, the normalized dims).
+"""
+from __future__ import annotations
+
+import ast
+import math
+
+from bot.codegen.code import jit_source, wrap
+from bot.codegen.expr import fmt_const
+from bot.codegen.kernel_file import KernelFile
+from bot.ops import pointwise
+from bot.ops.entry import Entry
+from bot.ops.node import Call, IRError, Node, broadcast_shapes, call, input_names, is_none, number, prints
+
+NAME = "channel_norm"
+OPS = {"batch_norm", "group_norm", "instance_norm", "layer_norm_nd"}
+ROOT = True
+MAX_RANK = 5
+MAX_NUMEL = 2**34                   # the kernels index with int64
+SUPPORTED = ("", "batch_norm (training or eval), group_norm, instance_norm, layer_norm over several trailing dims")
+ALIASES: dict[str, str] = {}
+_ORDER = {"batch_norm": ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
+          "group_norm": ("input", "num_groups", "weight", "bias", "eps"),
+          "instance_norm": ("input", "running_mean", "running_var", "weight", "bias", "use_input_stats", "momentum",
+                            "eps")}
+KEYWORDS = {**{fn: set(order[1:]) for fn, order in _ORDER.items()}, "layer_norm_nd": {"weight", "bias", "dims", "eps"}}
+OUTPUT_DTYPE = None
+WORDS: list = []
+DEFAULT_EPS = 1e-5
+
+# The space the benchmark sweeps: elements a tile and warps (both kernels), and how many programs
+# share one row's statistics at least (the launcher splits rows further to fill the GPU).
+CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(2048, 8), (1024, 4), (4096, 8), (512, 4), (256, 2)]]
+
+
+# ---------------------------------------------------------------- IR rule
+
+def convert(c: Call) -> Node | None:
+    if c.fname == "layer_norm_nd":             # as its text prints: layer_norm_nd(x, weight, bias, dims=2, eps=...)
+        given = dict(zip(("input", "weight", "bias"), c.args)) | c.kw
+        dims = given.get("dims")
+        if not (isinstance(dims, ast.Constant) and isinstance(dims.value, int) and dims.value >= 1):
+            raise IRError("layer_norm_nd takes dims=<the number of trailing dims>, e.g. dims=2")
+        tensors = [None if is_none(given.get(k)) else c.expr(given[k]) for k in ("weight", "bias")]
+        eps = number(given["eps"]) if not is_none(given.get("eps")) else DEFAULT_EPS
+        c.kw.clear()
+        return layer_norm_nd(c.expr(given["input"]), dims.value, *tensors, eps)
+    if c.fname not in _ORDER:
+        return None
+    order = _ORDER[c.fname]
+    if len(c.args) > len(order):
+        raise IRError(f"{c.fname} takes at most {len(order)} arguments ({', '.join(order)}), got {len(c.args)}")
+    given = dict(zip(order, c.args))
+    for key in list(c.kw):
+        if key in given:
+            raise IRError(f"{c.fname} got {key} twice")
+        given[key] = c.kw.pop(key)
+    if "input" not in given:
+        raise IRError(f"{c.fname} needs an input")
+    eps = number(given["eps"]) if not is_none(given.get("eps")) else DEFAULT_EPS
+    tensors = {k: None if is_none(given.get(k)) else c.expr(given[k]) for k in ("running_mean", "running_var",
+                                                                                 "weight", "bias")}
+    attrs = {"eps": eps, "has_weight": tensors["weight"] is not None, "has_bias": tensors["bias"] is not None}
+    if c.fname == "group_norm":
+        groups = given.get("num_groups")
+        if groups is None or not (isinstance(groups, ast.Constant) and isinstance(groups.value, int)) or groups.value < 1:
+            raise IRError(f"group_norm takes num_groups as a positive integer, got "
+                          f"{ast.unparse(groups) if groups is not None else 'nothing'}")
+        attrs["groups"] = groups.value
+    stats = []
+    if c.fname == "batch_norm":
+        training = _flag(given.get("training"), False)
+        attrs["training"] = training
+        if not training:
+            if tensors["running_mean"] is None or tensors["running_var"] is None:
+                raise IRError("batch_norm in eval mode (training=False) normalises by running_mean and running_var; "
+                              "give both, or training=True")
+            stats = [tensors["running_mean"], tensors["running_var"]]
+    if c.fname == "instance_norm" and not _flag(given.get("use_input_stats"), True):
+        raise IRError("instance_norm with use_input_stats=False (running statistics) is not supported; the offline "
+                      "kernel normalises each instance by its own statistics")
+    extras = [t for t in (tensors["weight"], tensors["bias"]) if t is not None]
+    return call(c.fname, c.expr(given["input"]), *stats, *extras, **attrs)
+
+
+def layer_norm_nd(x: Node, dims: int, weight: Node | None, bias: Node | None, eps: float) -> Node:
+    """layer norm over the last `dims` dims (bot.ops.norm reads F.layer_norm; one dim stays its)."""
+    return call("layer_norm_nd", x, *(t for t in (weight, bias) if t is not None), eps=eps, dims=dims,
+                has_weight=weight is not None, has_bias=bias is not None)
+
+
+def _flag(value, default: bool) -> bool:
+    if is_none(value):
+        return default
+    if isinstance(value, ast.Constant) and isinstance(value.value, bool):
+        return value.value
+    raise IRError(f"expected True or False, got {ast.unparse(value)!r}")
+
+
+def _tensors(node: Node) -> dict[str, Node]:
+    """The node's tensor arguments by role: running_mean, running_var (eval batch norm), weight, bias."""
+    roles = (["running_mean", "running_var"] if node.op == "batch_norm" and not node.attr("training") else [])
+    roles += ["weight"] * bool(node.attr("has_weight")) + ["bias"] * bool(node.attr("has_bias"))
+    return dict(zip(roles, node.args[1:]))
+
+
+@prints(*OPS)
+def _print(node: Node, text) -> str:
+    t = {k: text(v) for k, v in _tensors(node).items()}
+    x = text(node.args[0])
+    eps = f"eps={node.attr('eps')!r}"
+    if node.op == "layer_norm_nd":
+        tensors = ", ".join([x, t.get("weight", "None"), t.get("bias", "None")])
+        return f"layer_norm_nd({tensors}, dims={node.attr('dims')}, {eps})"
+    if node.op == "group_norm":
+        return f"group_norm({x}, {node.attr('groups')}, {t.get('weight', 'None')}, {t.get('bias', 'None')}, {eps})"
+    if node.op == "instance_norm":
+        return f"instance_norm({x}, weight={t.get('weight', 'None')}, bias={t.get('bias', 'None')}, {eps})"
+    return (f"batch_norm({x}, {t.get('running_mean', 'None')}, {t.get('running_var', 'None')}, "
+            f"{t.get('weight', 'None')}, {t.get('bias', 'None')}, training={node.attr('training')}, {eps})")
+
+
+def check(node: Node) -> None:
+    for extra in node.args[1:]:
+        if extra.op != "input":
+            raise IRError(f"{node.op}'s statistics, weight and bias must be inputs")
+
+
+def _view(node: Node, shape: list[int]) -> tuple[int, int, int, int]:
+    """(P, R, Q, channels): the [P, R, Q] view of the body's shape and the per-row tensors' length."""
+    if node.op == "layer_norm_nd":
+        k = node.attr("dims")
+        if len(shape) < k:
+            raise IRError(f"layer norm over the last {k} dims of a {len(shape)}-d input")
+        q = math.prod(shape[-k:])
+        return 1, math.prod(shape) // q, q, q
+    if len(shape) < 2:
+        raise IRError(f"{node.op} takes x [N, C, ...] with a channel dim, got {shape}")
+    n, c, s = shape[0], shape[1], math.prod(shape[2:])
+    if node.op == "batch_norm":
+        return n, c, s, c
+    if node.op == "instance_norm":
+        return 1, n * c, s, c
+    groups = node.attr("groups")
+    if c % groups:
+        raise IRError(f"group_norm: {groups} groups do not divide the {c} channels")
+    return 1, n * groups, c // groups * s, c
+
+
+def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    full = broadcast_shapes([shapes[n] for n in input_names(node.args[0])])
+    _, _, _, length = _view(node, full)
+    if node.op == "batch_norm" and node.attr("training") and full[0] * math.prod(full[2:]) < 2:
+        raise IRError("batch_norm in training mode needs more than one value per channel (torch refuses one)")
+    want = list(full[-node.attr("dims"):]) if node.op == "layer_norm_nd" else [length]
+    for role, extra in _tensors(node).items():
+        if list(shapes[extra.name]) != want:
+            raise IRError(f"{node.op}'s {role} {extra.name} must have shape {want}, got {shapes[extra.name]}")
+    return full
+
+
+def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
+    """The channels (and a layer norm's normalized dims) stay: weights and groups are sized by them."""
+    x = input_names(node.args[0])[0]
+    if node.op == "layer_norm_nd":
+        return {d for case in cases for d in case[x][-node.attr("dims"):]}, 1
+    return {case[x][1] for case in cases}, 1
+
+
+def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str]) -> str:
+    t = {k: names[v.name] for k, v in _tensors(node).items()}
+    eps = fmt_const(node.attr("eps"))
+    w, b = t.get("weight", "None"), t.get("bias", "None")
+    if node.op == "layer_norm_nd":
+        if not body.isidentifier():
+            lines.append(f"h = {body}")
+            body = "h"
+        return f"torch.nn.functional.layer_norm({body}, {body}.shape[-{node.attr('dims')}:], {w}, {b}, eps={eps})"
+    if node.op == "group_norm":
+        return f"torch.nn.functional.group_norm({body}, {node.attr('groups')}, {w}, {b}, eps={eps})"
+    if node.op == "instance_norm":
+        return f"torch.nn.functional.instance_norm({body}, weight={w}, bias={b}, eps={eps})"
+    return (f"torch.nn.functional.batch_norm({body}, {t.get('running_mean', 'None')}, {t.get('running_var', 'None')}, "
+            f"{w}, {b}, training={node.attr('training')}, eps={eps})")
+
+
+def reduced_dims(node: Node, rank: int) -> list[int]:
+    """The dims each statistic spans, for the tolerance (a group's share of the channels counted whole)."""
+    if node.op == "layer_norm_nd":
+        return list(range(rank - node.attr("dims"), rank))
+    if node.op == "batch_norm":
+        return [0, *range(2, rank)] if node.attr("training") else []
+    return list(range(1 if node.op == "group_norm" else 2, rank))
+
+
+def reference_property(node: Node) -> tuple[str, bool]:
+    return "", False
+
+
+def over_text(node: Node) -> str:
+    return ""
+
+
+# ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
+
+def _norm_view(op, shape, groups, dims):
+    # (P, R, Q, WR, WM, WQ): x as [P, R, Q], each row r's statistics over its P x Q elements; and
+    # the weight index of element (r, q), (r % WR) * WM + q // WQ: the channel, or q itself.
+    n, c = shape[0], shape[1] if len(shape) > 1 else 1
+    s = math.prod(shape[2:])
+    if op == "layer_norm_nd":
+        q = math.prod(shape[len(shape) - dims:])
+        return 1, math.prod(shape) // q, q, 1, 0, 1
+    if op == "batch_norm":
+        return n, c, s, c, 1, n * c * s + 1
+    if op == "instance_norm":
+        return 1, n * c, s, c, 1, s + 1
+    return 1, n * groups, c // groups * s, groups, c // groups, s
+
+
+def _norm_split(rows, per_row, block, sms):
+    # How many programs share one row's statistics: enough that about four waves of programs run
+    # on the GPU's SMs, none taking less than one tile.
+    return max(1, min(-(-4 * sms // rows), -(-per_row // block)))
+
+
+def _norm_config(numel):
+    # The default: 2048-element tiles in 8 warps, 1024 in 4 on small inputs.
+    return CONFIGS[0] if numel >= 1 << 22 else CONFIGS[1]
+
+
+# ---------------------------------------------------------------- kernel.py
+
+def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
+    return _ChannelNormKernel.render(spec, node, options)
+
+
+class _ChannelNormKernel(KernelFile):
+    block_key = "BLOCK"
+    description = ("x as [P, R, Q], row r's statistics over its P x Q elements. Kernel 1: each program's chunk\n"
+                   "of a row, in tiles, gives its count, mean and squared deviations (Chan et al.'s merge).\n"
+                   "Kernel 2: each program merges its row's partials at once, then writes its chunk\n"
+                   "normalised, scaled and shifted. Eval-mode batch norm takes the running statistics.")
+
+    def __init__(self, spec, node, inputs, options):
+        if node.op not in OPS:
+            raise ValueError(f"{node.op} is not a channel norm")
+        self.node = node
+        body_names = input_names(node.args[0])
+        body_inputs = [i for i in inputs if i.name in body_names]
+        super().__init__(spec, pointwise.triton_body(node.args[0], body_inputs), inputs, body_inputs, options)
+        by_name = {i.name: i for i in inputs}
+        self.tensors = {role: by_name[n.name] for role, n in _tensors(node).items()}
+        full = broadcast_shapes([i.shapes[0] for i in body_inputs])
+        for i in body_inputs:
+            if list(i.shapes[0]) != list(full):
+                raise IRError(f"{node.op} reads its body's inputs at the same positions: {i.name} {i.shapes[0]} must "
+                              f"have the full shape {full}")
+        self.first = body_inputs[0]
+        self.training = not (node.op == "batch_norm" and not node.attr("training"))
+
+    def source(self) -> str:
+        kernels = [self._stats_kernel()] if self.training else []
+        return self._file(kernels + [self._norm_kernel()], [_norm_view, _norm_split, _norm_config], self._launcher())
+
+    def configs(self) -> list[dict]:
+        return self._space(CONFIGS)
+
+    def _row_offsets(self) -> list[str]:
+        return ["    e = start + first + tl.arange(0, BLOCK)",
+                "    mask = e < stop",
+                "    at = ((e // Q) * R + r) * Q + e % Q",
+                *(f"    {i.local} = tl.load({i.local}_ptr + at, mask=mask, other=0.0).to(tl.float32)"
+                  for i in self.body_inputs),
+                f"    val = {self.body_call()}"]
+
+    def _chunk(self) -> list[str]:
+        return ["r = tl.program_id(0)",
+                "part = tl.program_id(1)",
+                "CHUNK = tl.cdiv(tl.cdiv(P * Q, SPLIT), BLOCK) * BLOCK",
+                "start = part.to(tl.int64) * CHUNK",
+                "stop = tl.minimum(start + CHUNK, P * Q)"]
+
+    def _stats_kernel(self) -> str:
+        params = [*(f"{i.local}_ptr" for i in self.body_inputs), "stats_ptr", "P", "R", "Q", "SPLIT",
+                  "BLOCK: tl.constexpr"]
+        lines = [*self._chunk(),
+                 "count = tl.full([], 0.0, tl.float32)",
+                 "mean = tl.full([], 0.0, tl.float32)",
+                 "m2 = tl.full([], 0.0, tl.float32)",
+                 "for first in range(0, CHUNK, BLOCK):",
+                 *self._row_offsets(),
+                 "    # Chan et al.: the tile's own mean and squared deviations, merged into the running ones",
+                 "    n_tile = tl.sum(mask.to(tl.float32), axis=0)",
+                 "    tile_mean = tl.sum(tl.where(mask, val, 0.0), axis=0) / tl.maximum(n_tile, 1.0)",
+                 "    dev = tl.where(mask, val - tile_mean, 0.0)",
+                 "    delta = tile_mean - mean",
+                 "    total = count + n_tile",
+                 "    mean += delta * (n_tile / tl.maximum(total, 1.0))",
+                 "    m2 += tl.sum(dev * dev, axis=0) + delta * delta * (count * n_tile / tl.maximum(total, 1.0))",
+                 "    count = total",
+                 "at = (r * SPLIT + part) * 3",
+                 "tl.store(stats_ptr + at, count)",
+                 "tl.store(stats_ptr + at + 1, mean)",
+                 "tl.store(stats_ptr + at + 2, m2)"]
+        return jit_source(f"{self.name}_stats_kernel", params, lines)
+
+    def _norm_kernel(self) -> str:
+        t = self.tensors
+        params = [*(f"{i.local}_ptr" for i in self.body_inputs), "stats_ptr",
+                  *(f"{t[role].local}_ptr" for role in ("running_mean", "running_var", "weight", "bias") if role in t),
+                  "out_ptr", "P", "R", "Q", "SPLIT", "WR", "WM", "WQ", "SPLIT_P2: tl.constexpr", "BLOCK: tl.constexpr"]
+        eps = fmt_const(self.node.attr("eps"))
+        if self.training:
+            stats = ["# The row's partials merged at once: n = sum n_j, mean = sum n_j mean_j / n,",
+                     "# m2 = sum m2_j + sum n_j (mean_j - mean)^2.",
+                     "j = tl.arange(0, SPLIT_P2)",
+                     "have = j < SPLIT",
+                     "n_j = tl.load(stats_ptr + (r * SPLIT + j) * 3, mask=have, other=0.0)",
+                     "mean_j = tl.load(stats_ptr + (r * SPLIT + j) * 3 + 1, mask=have, other=0.0)",
+                     "m2_j = tl.load(stats_ptr + (r * SPLIT + j) * 3 + 2, mask=have, other=0.0)",
+                     "n = tl.sum(n_j, axis=0)",
+                     "mean = tl.sum(n_j * mean_j, axis=0) / n",
+                     "var = (tl.sum(m2_j, axis=0) + tl.sum(n_j * (mean_j - mean) * (mean_j - mean), axis=0)) / n"]
+        else:
+            stats = [f"mean = tl.load({t['running_mean'].local}_ptr + r).to(tl.float32)",
+                     f"var = tl.load({t['running_var'].local}_ptr + r).to(tl.float32)"]
+        affine = []
+        if "weight" in t or "bias" in t:
+            affine.append("    w_at = (r % WR) * WM + (e % Q) // WQ")
+        if "weight" in t:
+            affine.append(f"    y = y * tl.load({t['weight'].local}_ptr + w_at, mask=mask, other=0.0).to(tl.float32)")
+        if "bias" in t:
+            affine.append(f"    y = y + tl.load({t['bias'].local}_ptr + w_at, mask=mask, other=0.0).to(tl.float32)")
+        lines = [*self._chunk(), *stats,
+                 f"rstd = 1.0 / tl.sqrt(var + {eps})",
+                 "for first in range(0, CHUNK, BLOCK):",
+                 *self._row_offsets(),
+                 "    y = (val - mean) * rstd",
+                 *affine,
+                 "    tl.store(out_ptr + at, y.to(out_ptr.dtype.element_ty), mask=mask)"]
+        return jit_source(f"{self.name}_kernel", params, lines)
+
+    def _launcher(self) -> str:
+        node, x, first, t = self.node, self.first.local, self.inputs[0].local, self.tensors
+        text = self._signature_and_prologue()
+        text += (f"    out = torch.empty_like({x})\n"
+                 "    if out.numel() == 0:\n        return out\n"
+                 f'    P, R, Q, WR, WM, WQ = _norm_view("{node.op}", list({x}.shape), {node.attr("groups") or 0}, '
+                 f'{node.attr("dims") or 0})\n')
+        text += self._config_line("_norm_config(out.numel())")
+        text += ("    # Programs per row: enough to fill the GPU however few rows there are.\n"
+                 f"    sms = torch.cuda.get_device_properties({first}.device).multi_processor_count if {first}.is_cuda else 4\n"
+                 f"    split = _norm_split(R, P * Q, config[\"BLOCK\"], sms)\n")
+        body = [i.local for i in self.body_inputs]
+        if self.training:
+            text += (f"    stats = torch.empty((R, split, 3), dtype=torch.float32, device={first}.device)\n"
+                     + wrap(f"{self.name}_stats_kernel[(R, split)]",
+                            body + ["stats", "P", "R", "Q", "split", 'BLOCK=config["BLOCK"]',
+                                    'num_warps=config["num_warps"]'], "    ") + "\n")
+        else:
+            text += f"    stats = {x}\n"
+        extras = [t[role].local for role in ("running_mean", "running_var", "weight", "bias") if role in t]
+        args = body + ["stats", *extras, "out", "P", "R", "Q", "split", "WR", "WM", "WQ",
+                       "SPLIT_P2=triton.next_power_of_2(split)", 'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
+        text += wrap(f"{self.name}_kernel[(R, split)]", args, "    ") + "\n"
+        return text + "    return out\n"
+
+
+ENTRIES: tuple[Entry, ...] = ()

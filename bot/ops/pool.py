@@ -1,0 +1,382 @@
+"""The pooling family: max and average pooling in 1-D, 2-D and 3-D with kernel size, stride, padding,
+dilation (max), ceil_mode, count_include_pad and divisor_override (average) as torch.nn.functional
+defines them, and adaptive average and max pooling to an output size, over a pointwise body
+(max_pool2d(relu(x), 2)).
+
+One kernel: each program computes BLOCK outputs (neighbours along the last dim), walking its window
+tap by tap in registers, with the body applied to each value loaded and the padding left out
+(max: -inf, average: not counted unless count_include_pad says so, as torch divides). Adaptive
+pooling walks the widest window any output has, each output masking the taps past its own. The
+leading dims (batch, channels, or channels alone for unbatched input) are planes.
+
+Owns its IR rule (the functions, their arguments as torch reads them), the output shape as torch
+computes it (ceil_mode's last window included only where it starts inside the input or the left
+padding), the torch call, the kernel with its config space and default rule, and what the runner
+may not shrink (no spatial size below the window's reach).
+"""
+from __future__ import annotations
+
+import ast
+
+from bot.codegen.code import jit_source, wrap
+from bot.codegen.kernel_file import NEG_INF, KernelFile
+from bot.ops import pointwise
+from bot.ops.entry import Entry
+from bot.ops.node import Call, IRError, Node, broadcast_shapes, call, input_names, is_none, number, prints
+from bot.ops.pointwise import NAN_WINS
+
+NAME = "pool"
+POOL, ADAPTIVE = "pool", "adaptive_pool"
+OPS = {POOL, ADAPTIVE}
+ROOT = True
+MAX_RANK = 5                        # x [N, C, D, H, W] of a 3-d pooling
+MAX_NUMEL = 2**34                   # the kernel indexes with int64
+SUPPORTED = ("", "max_pool1d/2d/3d and avg_pool1d/2d/3d (kernel_size, stride, padding, dilation, ceil_mode, "
+             "count_include_pad), adaptive_avg_pool and adaptive_max_pool (output_size)")
+ALIASES: dict[str, str] = {}
+# torch.nn.functional's names -> (kind, spatial dims) and their parameters in torch's order
+FUNCTIONS = {f"{kind}_pool{n}d": (kind, n) for kind in ("max", "avg") for n in (1, 2, 3)}
+ADAPTIVE_FUNCTIONS = {f"adaptive_{kind}_pool{n}d": (kind, n) for kind in ("max", "avg") for n in (1, 2, 3)}
+_ORDER = {"max": ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"),
+          "avg": ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")}
+KEYWORDS = {**{fn: set(_ORDER[kind][1:]) for fn, (kind, _) in FUNCTIONS.items()},
+            **{fn: {"output_size", "return_indices"} for fn in ADAPTIVE_FUNCTIONS}}
+OUTPUT_DTYPE = None
+WORDS: list = []
+
+# The space the benchmark sweeps: outputs a program (neighbours along the last dim) and warps.
+CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(256, 2), (512, 4), (1024, 4), (1024, 8), (2048, 8), (128, 1)]]
+
+
+# ---------------------------------------------------------------- IR rule
+
+def convert(c: Call) -> Node | None:
+    if c.fname in ADAPTIVE_FUNCTIONS:
+        return _adaptive(c)
+    if c.fname not in FUNCTIONS:
+        return None
+    kind, nd = FUNCTIONS[c.fname]
+    given = _arguments(c, _ORDER[kind])
+    if _true(given.get("return_indices")):
+        raise IRError(f"{c.fname} with return_indices=True returns two tensors; the offline kernel returns the "
+                      "pooled values only")
+    kernel = _ints(c.fname, "kernel_size", given.get("kernel_size"), nd, None, 1)
+    attrs = {"kind": kind, "nd": nd, "kernel": kernel,
+             "stride": _ints(c.fname, "stride", given.get("stride"), nd, kernel, 1),
+             "padding": _ints(c.fname, "padding", given.get("padding"), nd, (0,) * nd, 0),
+             "ceil_mode": _true(given.get("ceil_mode"))}
+    if kind == "max":
+        attrs["dilation"] = _ints(c.fname, "dilation", given.get("dilation"), nd, (1,) * nd, 1)
+    else:
+        attrs["count_include_pad"] = not _false(given.get("count_include_pad"))
+        if not is_none(given.get("divisor_override")):
+            attrs["divisor"] = int(_ints(c.fname, "divisor_override", given["divisor_override"], 1, None, 1)[0])
+    if any(p * 2 > k for p, k in zip(attrs["padding"], kernel)):
+        raise IRError(f"{c.fname}: padding {list(attrs['padding'])} must be at most half the kernel size "
+                      f"{list(kernel)}, as torch requires")
+    return call(POOL, c.expr(given["input"]), **attrs)
+
+
+def _adaptive(c: Call) -> Node:
+    kind, nd = ADAPTIVE_FUNCTIONS[c.fname]
+    given = _arguments(c, ("input", "output_size", "return_indices"))
+    if _true(given.get("return_indices")):
+        raise IRError(f"{c.fname} with return_indices=True returns two tensors; the offline kernel returns the "
+                      "pooled values only")
+    size = given.get("output_size")
+    elts = size.elts if isinstance(size, (ast.Tuple, ast.List)) else [size]
+    if size is None or len(elts) not in (1, nd) or any(not is_none(e) and _int(e) is None for e in elts):
+        raise IRError(f"{c.fname} takes output_size as an integer or {nd} integers (None keeps that size), got "
+                      f"{ast.unparse(size) if size is not None else 'nothing'}")
+    out = tuple(None if is_none(e) else _int(e) for e in elts) * (nd if len(elts) == 1 else 1)
+    if any(o is not None and o < 1 for o in out):
+        raise IRError(f"{c.fname}: output_size must be at least 1, got {ast.unparse(size)}")
+    return call(ADAPTIVE, c.expr(given["input"]), kind=kind, nd=nd, output=out)
+
+
+def _arguments(c: Call, order: tuple[str, ...]) -> dict:
+    if len(c.args) > len(order):
+        raise IRError(f"{c.fname} takes at most {len(order)} arguments ({', '.join(order)}), got {len(c.args)}")
+    given = dict(zip(order, c.args))
+    for key in list(c.kw):
+        if key in given:
+            raise IRError(f"{c.fname} got {key} twice")
+        given[key] = c.kw.pop(key)
+    if "input" not in given:
+        raise IRError(f"{c.fname} needs an input")
+    return given
+
+
+def _int(e: ast.expr) -> int | None:
+    try:
+        v = number(e)
+    except IRError:
+        return None
+    return int(v) if v == int(v) else None
+
+
+def _ints(fname: str, what: str, value, n: int, default, least: int) -> tuple[int, ...]:
+    if is_none(value):
+        if default is None:
+            raise IRError(f"{fname} needs {what}, e.g. {what}=2")
+        return tuple(default)
+    elts = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [value]
+    numbers = [_int(e) for e in elts]
+    if not numbers or None in numbers or len(numbers) not in (1, n):
+        raise IRError(f"{fname} takes {what} as an integer or {n} integers, got {ast.unparse(value)!r}")
+    if any(v < least for v in numbers):
+        raise IRError(f"{fname}: {what} must be at least {least}, got {ast.unparse(value)!r}")
+    return tuple(numbers) * (n if len(numbers) == 1 else 1)
+
+
+def _true(value) -> bool:
+    if is_none(value):
+        return False
+    if isinstance(value, ast.Constant) and isinstance(value.value, bool):
+        return value.value
+    raise IRError(f"expected True or False, got {ast.unparse(value)!r}")
+
+
+def _false(value) -> bool:
+    return value is not None and not is_none(value) and not _true(value)
+
+
+def function_name(node: Node) -> str:
+    if node.op == ADAPTIVE:
+        return f"adaptive_{node.attr('kind')}_pool{node.attr('nd')}d"
+    return f"{node.attr('kind')}_pool{node.attr('nd')}d"
+
+
+def _keywords(node: Node) -> list[tuple[str, object]]:
+    """The node's arguments as torch's keywords, each written out."""
+    if node.op == ADAPTIVE:
+        return [("output_size", node.attr("output"))]
+    keys = [("kernel_size", "kernel"), ("stride", "stride"), ("padding", "padding")]
+    keys += [("dilation", "dilation")] if node.attr("kind") == "max" else []
+    keys += [("ceil_mode", "ceil_mode")]
+    keys += [("count_include_pad", "count_include_pad")] if node.attr("kind") == "avg" else []
+    keys += [("divisor_override", "divisor")] if node.attr("divisor") else []
+    return [(k, node.attr(a)) for k, a in keys]
+
+
+@prints(POOL, ADAPTIVE)
+def _print(node: Node, text) -> str:
+    """What differs from torch's defaults (the kernel size always), so the text reads as the call people write."""
+    parts = [text(node.args[0])]
+    defaults = {"stride": node.attr("kernel"), "padding": 0, "dilation": 1, "ceil_mode": False,
+                "count_include_pad": True}
+    for key, value in _keywords(node):
+        values = value if isinstance(value, tuple) else (value,)
+        default = defaults.get(key)
+        if key in ("kernel_size", "output_size", "divisor_override") or (
+                values != default and set(values) != {default}):
+            shown = values[0] if len(set(values)) == 1 and key != "output_size" else value
+            parts.append(f"{key}={shown}")
+    return f"{function_name(node)}({', '.join(parts)})"
+
+
+def check(node: Node) -> None:
+    """Nothing beyond the root rule: the body is pointwise."""
+
+
+def _spatial(node: Node, full: list[int]) -> tuple[list[int], list[int]]:
+    """(leading dims, spatial dims) of the body's shape, as torch reads nd-d pooling's input."""
+    nd = node.attr("nd")
+    if len(full) not in (nd + 1, nd + 2):
+        raise IRError(f"{function_name(node)} takes x [N, C, {', '.join('DHW'[3 - nd:])}] or [C, "
+                      f"{', '.join('DHW'[3 - nd:])}]; got {full}")
+    return full[:-nd], full[-nd:]
+
+
+def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    full = broadcast_shapes([shapes[n] for n in input_names(node.args[0])])
+    lead, spatial = _spatial(node, full)
+    if node.op == ADAPTIVE:
+        return [*lead, *(s if o is None else o for o, s in zip(node.attr("output"), spatial))]
+    try:
+        return [*lead, *pooled_sizes(spatial, node.attr("kernel"), node.attr("stride"), node.attr("padding"),
+                                     node.attr("dilation") or (1,) * len(spatial), node.attr("ceil_mode"))]
+    except ValueError as e:
+        raise IRError(f"{function_name(node)}: {e}") from None
+
+
+def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
+    """No spatial size below the window's reach less both paddings (the output keeps a position)."""
+    if node.op == ADAPTIVE:
+        return set(), 1
+    dilation = node.attr("dilation") or (1,) * node.attr("nd")
+    reach = [d * (k - 1) + 1 - 2 * p for k, d, p in zip(node.attr("kernel"), dilation, node.attr("padding"))]
+    return set(), max([1, *reach])
+
+
+def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str]) -> str:
+    kw = ", ".join(f"{k}={v}" for k, v in _keywords(node))
+    return f"torch.nn.functional.{function_name(node)}({body}, {kw})"
+
+
+def over_text(node: Node) -> str:
+    return ""
+
+
+def reference_property(node: Node) -> tuple[str, bool]:
+    return "", False
+
+
+# ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
+
+def pooled_sizes(sizes, kernel, stride, padding, dilation, ceil_mode):
+    # Each spatial output size as torch computes it: windows of the dilated kernel every stride
+    # over the padded input; with ceil_mode a last partial window counts if it starts inside the
+    # input or its left padding.
+    out = []
+    for size, k, s, p, d in zip(sizes, kernel, stride, padding, dilation):
+        span = size + 2 * p - d * (k - 1) - 1
+        if span < 0:
+            raise ValueError(f"the input's size {size} is smaller than the window's reach {d * (k - 1) + 1} "
+                             f"less the padding {2 * p}")
+        o = (span + (s - 1 if ceil_mode else 0)) // s + 1
+        if ceil_mode and (o - 1) * s >= size + p:
+            o -= 1
+        out.append(o)
+    return out
+
+
+def _adaptive_window(size, out):
+    # The widest window adaptive pooling of `size` to `out` positions takes: output o covers
+    # [o * size // out, ceil((o + 1) * size / out)).
+    return max(-(-(o + 1) * size // out) - o * size // out for o in range(out))
+
+
+def _pool_config(n):
+    # The default: 1024 outputs a program in 4 warps, 256 in 2 while fewer than 1024 programs would run.
+    return CONFIGS[2] if n >= 1024 * 1024 else CONFIGS[0]
+
+
+def _as_3d(values, fill):
+    # A 1-d or 2-d pooling's per-dim values as a 3-d one's: unit dims first.
+    return (fill,) * (3 - len(values)) + tuple(values)
+
+
+# ---------------------------------------------------------------- kernel.py
+
+def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
+    """kernel.py for pooling of a pointwise body."""
+    return _PoolKernel.render(spec, node, options)
+
+
+class _PoolKernel(KernelFile):
+    block_key = "BLOCK"
+    description = ("One program computes BLOCK outputs, neighbours along the last dim: each walks its window tap\n"
+                   "by tap (an adaptive pooling's widest window, masking the taps past its own), applies the\n"
+                   "body to the values it loads, keeps padding out, and divides an average as torch does.\n"
+                   "The leading dims are planes; 1-d and 2-d run as 3-d with unit dims.")
+
+    def __init__(self, spec, node, inputs, options):
+        if node.op not in OPS:
+            raise ValueError(f"{node.op} is not pooling")
+        self.node = node
+        body_names = input_names(node.args[0])
+        body_inputs = [i for i in inputs if i.name in body_names]
+        super().__init__(spec, pointwise.triton_body(node.args[0], body_inputs), inputs, body_inputs, options)
+        for i in body_inputs:
+            full = broadcast_shapes([j.shapes[0] for j in body_inputs])
+            if list(i.shapes[0]) != list(full):
+                raise IRError(f"pooling reads its body's inputs at the same positions: {i.name} {i.shapes[0]} must "
+                              f"have the full shape {full}")
+        self.first = body_inputs[0]
+
+    def source(self) -> str:
+        helpers = [pooled_sizes, _adaptive_window, _pool_config, _as_3d]
+        return self._file([self._kernel()], helpers, self._launcher())
+
+    def configs(self) -> list[dict]:
+        return self._space(CONFIGS)
+
+    def _kernel(self) -> str:
+        node = self.node
+        is_max = node.attr("kind") == "max"
+        params = [*(f"{i.local}_ptr" for i in self.body_inputs), "out_ptr", "total", "D", "H", "W", "OD", "OH", "OW"]
+        constexprs = ["KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "ADAPTIVE",
+                      "COUNT_PAD", "DIVISOR", "BLOCK"]
+        params += [f"{c}: tl.constexpr" for c in constexprs]
+        fill = NEG_INF if is_max else "0.0"
+        lines = [
+            "offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+            "mask = offs < total",
+            "ow = offs % OW",
+            "oh = (offs // OW) % OH",
+            "od = (offs // (OW * OH)) % OD",
+            "plane = offs // (OW * OH * OD)",
+            "if ADAPTIVE:",
+            "    # output o covers [o * size // out, ceil((o + 1) * size / out)) of each dim",
+            "    d0, d1 = (od * D) // OD, ((od + 1) * D + OD - 1) // OD",
+            "    h0, h1 = (oh * H) // OH, ((oh + 1) * H + OH - 1) // OH",
+            "    w0, w1 = (ow * W) // OW, ((ow + 1) * W + OW - 1) // OW",
+            "else:",
+            "    d0, h0, w0 = od * SD - PD, oh * SH - PH, ow * SW - PW",
+            f"acc = tl.full([BLOCK], {fill}, tl.float32)",
+            "for kd in tl.static_range(KD):",
+            "    for kh in tl.static_range(KH):",
+            "        for kw in tl.static_range(KW):",
+            "            i_d, i_h, i_w = d0 + kd * DD, h0 + kh * DH, w0 + kw * DW",
+            "            inside = (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H) & (i_w >= 0) & (i_w < W) & mask",
+            "            if ADAPTIVE:",
+            "                inside = inside & (i_d < d1) & (i_h < h1) & (i_w < w1)",
+            "            at = ((plane * D + i_d) * H + i_h) * W + i_w",
+            *(f"            {i.local} = tl.load({i.local}_ptr + at, mask=inside, other=0.0).to(tl.float32)"
+              for i in self.body_inputs),
+            f"            val = tl.where(inside, {self.body_call()}, {fill})",
+            f"            acc = tl.maximum(acc, val, {NAN_WINS})" if is_max else "            acc += val",
+        ]
+        if not is_max:
+            lines += [
+                "if DIVISOR:",
+                "    acc = acc / DIVISOR",
+                "elif ADAPTIVE:",
+                "    acc = acc / ((d1 - d0) * (h1 - h0) * (w1 - w0)).to(tl.float32)",
+                "else:",
+                "    # torch's divisor: the window clipped to the padded input (count_include_pad), or to",
+                "    # the input itself",
+                "    d1, h1, w1 = tl.minimum(d0 + KD, D + PD), tl.minimum(h0 + KH, H + PH), tl.minimum(w0 + KW, W + PW)",
+                "    if not COUNT_PAD:",
+                "        d0, h0, w0 = tl.maximum(d0, 0), tl.maximum(h0, 0), tl.maximum(w0, 0)",
+                "        d1, h1, w1 = tl.minimum(d1, D), tl.minimum(h1, H), tl.minimum(w1, W)",
+                "    acc = acc / ((d1 - d0) * (h1 - h0) * (w1 - w0)).to(tl.float32)",
+            ]
+        lines.append("tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)")
+        return jit_source(f"{self.name}_kernel", params, lines)
+
+    def _launcher(self) -> str:
+        node, x, first = self.node, self.first.local, self.inputs[0].local
+        nd = node.attr("nd")
+        text = self._signature_and_prologue()
+        text += f"    lead, spatial = list({x}.shape[:-{nd}]), list({x}.shape[-{nd}:])\n"
+        if node.op == ADAPTIVE:
+            text += (f"    # adaptive: output {list(node.attr('output'))} (None keeps that size)\n"
+                     f"    out_sizes = [s if o is None else o for o, s in zip({node.attr('output')}, spatial)]\n"
+                     "    window = [_adaptive_window(s, o) for s, o in zip(spatial, out_sizes)]\n"
+                     "    KD, KH, KW = _as_3d(window, 1)\n"
+                     "    SD = SH = SW = PD = PH = PW = 0\n    DD = DH = DW = 1\n")
+        else:
+            dilation = node.attr("dilation") or (1,) * nd
+            text += (f"    out_sizes = pooled_sizes(spatial, {node.attr('kernel')}, {node.attr('stride')}, "
+                     f"{node.attr('padding')}, {dilation}, {node.attr('ceil_mode')})\n"
+                     f"    KD, KH, KW = _as_3d({node.attr('kernel')}, 1)\n"
+                     f"    SD, SH, SW = _as_3d({node.attr('stride')}, 1)\n"
+                     f"    PD, PH, PW = _as_3d({node.attr('padding')}, 0)\n"
+                     f"    DD, DH, DW = _as_3d({dilation}, 1)\n")
+        text += (f"    out = torch.empty([*lead, *out_sizes], dtype={first}.dtype, device={first}.device)\n"
+                 "    if out.numel() == 0:\n        return out\n"
+                 f"    D, H, W = _as_3d(spatial, 1)\n"
+                 "    OD, OH, OW = _as_3d(out_sizes, 1)\n")
+        text += self._config_line("_pool_config(out.numel())")
+        text += "    grid = (triton.cdiv(out.numel(), config[\"BLOCK\"]),)\n"
+        args = [i.local for i in self.body_inputs] + ["out", "out.numel()", "D", "H", "W", "OD", "OH", "OW"]
+        args += ["KD=KD", "KH=KH", "KW=KW", "SD=SD", "SH=SH", "SW=SW", "PD=PD", "PH=PH", "PW=PW", "DD=DD", "DH=DH",
+                 "DW=DW", f"ADAPTIVE={node.op == ADAPTIVE}", f"COUNT_PAD={node.attr('count_include_pad') is not False}", f"DIVISOR={node.attr('divisor') or 0}",
+                 'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
+        text += wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
+        return text + "    return out\n"
+
+
+ENTRIES: tuple[Entry, ...] = ()

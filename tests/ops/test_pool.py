@@ -1,0 +1,126 @@
+"""The pooling family (bot.ops.pool): generated kernel.py files, imported and run under Triton's
+interpreter, against torch.nn.functional's pooling on float64 inputs (and the generated reference,
+which must be the same thing), in float32 and float16, on small odd shapes."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from generated import load
+
+from bot import ir, lower_torch
+from bot.ops import pool
+from bot.spec import SpecError, parse_expression, validate
+from runner import inputs, protocol
+
+# (expression, x's shape): every dim, stride, padding, dilation, ceil_mode, count_include_pad,
+# divisor_override, adaptive sizes, unbatched input, and a body.
+GEOMETRIES = [
+    ("max_pool1d(x, kernel_size=3, stride=2, padding=1)", [2, 3, 17]),
+    ("max_pool1d(x, kernel_size=4, stride=1, padding=2, dilation=3, ceil_mode=True)", [2, 3, 19]),
+    ("max_pool2d(x, kernel_size=2)", [2, 3, 9, 11]),
+    ("max_pool2d(x, kernel_size=(3, 2), stride=(2, 1), padding=(1, 1), ceil_mode=True)", [2, 3, 10, 7]),
+    ("max_pool2d(relu(x) * y, kernel_size=3, stride=2)", [2, 3, 9, 8]),
+    ("max_pool3d(x, kernel_size=3, stride=2, padding=1, dilation=2)", [1, 2, 7, 8, 9]),
+    ("avg_pool1d(x, kernel_size=4, stride=1, padding=2)", [2, 3, 13]),
+    ("avg_pool2d(x, kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)", [2, 3, 10, 9]),
+    ("avg_pool2d(x, kernel_size=3, stride=2, padding=1, ceil_mode=True)", [2, 3, 10, 9]),
+    ("avg_pool2d(x, kernel_size=2, divisor_override=3)", [3, 7, 9]),                        # unbatched
+    ("avg_pool3d(x, kernel_size=(2, 3, 3), stride=(1, 2, 2), padding=(1, 1, 0))", [1, 2, 5, 7, 8]),
+    ("adaptive_avg_pool2d(x, output_size=(3, 4))", [2, 3, 10, 7]),
+    ("adaptive_avg_pool1d(x, output_size=5)", [2, 3, 12]),
+    ("adaptive_max_pool3d(x, output_size=(2, None, 3))", [1, 2, 5, 4, 7]),
+    ("adaptive_avg_pool2d(x, output_size=1)", [2, 5, 6, 9]),                                 # global average
+]
+
+
+def raw_spec(expression: str, shape: list[int], dtypes=("float32", "float16")) -> dict:
+    names = ir.input_names(ir.parse(expression))
+    return {"name": "pool_op", "expression": expression,
+            "inputs": [{"name": n, "dtypes": list(dtypes), "shapes": [shape]} for n in names]}
+
+
+def torch_pool(expression: str, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    """torch.nn.functional's own pooling of the expression's body (the body computed here)."""
+    node = ir.parse(expression)
+    body = tensors["x"] if node.args[0].op == "input" else torch.relu(tensors["x"]) * tensors["y"]
+    return getattr(F, pool.function_name(node))(body, **dict(pool._keywords(node)))
+
+
+@pytest.mark.parametrize("expression, shape", GEOMETRIES, ids=[g[0] for g in GEOMETRIES])
+def test_every_geometry_matches_torch(tmp_path, expression, shape):
+    spec = validate(raw_spec(expression, shape))
+    node = parse_expression(spec)
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "pool_op")
+    kernel = getattr(load(tmp_path, "kernel.py", pool.kernel_source(spec, node, {})), "pool_op")
+    gen = torch.Generator().manual_seed(0)
+    tensors = {i["name"]: torch.randn(shape, generator=gen) for i in spec["inputs"]}
+    wide = {n: t.double() for n, t in tensors.items()}
+    torch.testing.assert_close(reference(*wide.values()), torch_pool(expression, wide), rtol=1e-12, atol=1e-12)
+    for dtype in ("float32", "float16"):
+        args = [t.to(getattr(torch, dtype)) for t in tensors.values()]
+        want = reference(*[a.double() for a in args])
+        rtol, atol = protocol.tolerance(dtype)
+        for config in (None, pool.CONFIGS[-1]):
+            got = kernel(*args, config=config)
+            assert got.shape == want.shape and got.dtype == args[0].dtype
+            err = (got.double() - want).abs()
+            assert bool((err <= atol + rtol * want.abs()).all()), f"{dtype} {config}: max err {err.max():.3g}"
+
+
+def test_max_pooling_keeps_nan_as_torch_does(tmp_path):
+    spec = validate(raw_spec("max_pool2d(x, kernel_size=2)", [1, 1, 4, 4], ("float32",)))
+    kernel = getattr(load(tmp_path, "kernel.py", pool.kernel_source(spec, parse_expression(spec), {})), "pool_op")
+    x = torch.arange(16.0).reshape(1, 1, 4, 4)
+    x[0, 0, 0, 1] = float("nan")
+    assert torch.equal(kernel(x).isnan(), F.max_pool2d(x, 2).isnan())
+
+
+def test_the_text_reads_back_as_the_same_pooling():
+    for expression, _ in GEOMETRIES:
+        node = ir.parse(expression)
+        assert ir.parse(ir.to_text(node)) == node
+    assert ir.to_text(ir.parse("F.max_pool2d(x, 2, 2, 0, 1, False)")) == "max_pool2d(x, kernel_size=2)"
+    assert ir.to_text(ir.parse("F.avg_pool1d(x, 3, 1, 1, False, False)")) == \
+        "avg_pool1d(x, kernel_size=3, stride=1, padding=1, count_include_pad=False)"
+
+
+@pytest.mark.parametrize("expression, shape, says", [
+    ("max_pool2d(x, kernel_size=2, return_indices=True)", [1, 1, 4, 4], "returns two tensors"),
+    ("max_pool2d(x, kernel_size=2, padding=2)", [1, 1, 8, 8], "at most half the kernel size"),
+    ("max_pool2d(x, kernel_size=5)", [1, 1, 4, 8], "smaller than the window's reach"),
+    ("max_pool2d(x)", [1, 1, 4, 8], "needs kernel_size"),
+    ("max_pool3d(x, kernel_size=2)", [4, 8], "takes x [N, C, D, H, W]"),
+    ("relu(max_pool2d(x, kernel_size=2))", [1, 1, 4, 8], "must be the outermost operation"),
+    ("adaptive_avg_pool2d(x, output_size=0)", [1, 1, 4, 8], "output_size must be at least 1"),
+])
+def test_what_cannot_be_lowered_is_refused_naming_it(expression, shape, says):
+    with pytest.raises((SpecError, ir.IRError)) as e:
+        validate(raw_spec(expression, shape))
+    assert says in str(e.value)
+
+
+def test_the_runner_never_shrinks_below_the_windows_reach():
+    spec = validate(raw_spec("max_pool2d(x, kernel_size=5, stride=2, padding=1, dilation=2)", [16, 64, 512, 512]))
+    assert spec["least_size"] == 7 and "fixed_sizes" not in spec
+    case = inputs.shrink(protocol.cases(spec)[0], protocol.CPU_MAX_ELEMENTS, *protocol.size_rules(spec))
+    assert min(case.shapes["x"][2:]) >= 7
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("expression, shape", [
+    ("max_pool2d(x, kernel_size=3, stride=2, padding=1)", [32, 64, 112, 112]),
+    ("avg_pool2d(x, kernel_size=2)", [32, 64, 56, 57]),
+    ("max_pool3d(x, kernel_size=3, stride=2, padding=1)", [4, 16, 32, 32, 31]),
+    ("adaptive_avg_pool2d(x, output_size=1)", [64, 512, 7, 7]),
+])
+def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, shape):
+    spec = validate(raw_spec(expression, shape, (dtype,)))
+    kernel = getattr(load(tmp_path, "kernel.py", pool.kernel_source(spec, parse_expression(spec), {})), "pool_op")
+    x = torch.randn(shape, device="cuda").to(getattr(torch, dtype))
+    want = torch_pool(expression, {"x": x.double()})
+    got = kernel(x)
+    rtol, atol = protocol.tolerance(dtype)
+    err = (got.double() - want).abs()
+    assert bool((err <= atol + rtol * want.abs()).all()), f"max err {err.max():.3g}"
