@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import ast
 
-from bot.ops import argreduce, channel_norm, conv, loss, matmul, norm, pointwise, reduce, registry, scan, softmax
+from bot.ops import (argreduce, channel_norm, conv, fused, loss, matmul, norm, pointwise, reduce, registry, scan,
+                     softmax)
 from bot.ops.node import (ALL, CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
                           is_int_literal, number, to_text)
 
@@ -42,12 +43,21 @@ def parse(text: str, as_written: bool = False) -> Node:
     except SyntaxError as e:
         raise IRError(f"cannot parse expression {text!r}: {e.msg}. Write it like 'relu(x + y)'.") from None
     node = _convert(tree.body)
+    if fused.claims(node):          # a reduction inside an expression without a dim is over every element
+        node = _settled(node)
     if not as_written:
         node = with_dim(node, -1) if node.op in REDUCE | ARG_REDUCE | SCANS and node.attr("dim") is None else node
         if node.op in ROW_PRESERVING and node.attr("dim") != -1:
             raise IRError(f"{node.op} is supported over the last dim (dim=-1) only")
     check(node)
     return node
+
+
+def _settled(node: Node) -> Node:
+    """The tree with each reduction below its root that names no dim over every element, as PyTorch reads it."""
+    args = tuple(_settled(a) for a in node.args)
+    node = Node(node.op, args, node.name, node.value, node.attrs)
+    return node if node.op not in fused.REDUCTIONS or node.attr("dim") is not None else with_dim(node, ALL)
 
 
 def with_dim(node: Node, dim: int | str) -> Node:
@@ -152,6 +162,11 @@ def check(node: Node) -> None:
     """Root ops (reductions, row ops, losses) may only stand at the root, over a pointwise body,
     and their family checks their operands; a matmul has plain-input operands, and everything
     around it is its epilogue (the matmul family checks it)."""
+    if fused.claims(node):
+        fused.check(node)
+        if not input_names(node):
+            raise IRError("the expression has no inputs; name at least one tensor, e.g. relu(x)")
+        return
     root = registry.root_family(node.op)
     body = node.args[0] if root else node
     for sub in body.walk():
@@ -198,6 +213,8 @@ def reduced(node: Node, rank: int = 0) -> tuple[list[str], int | list[int] | Non
         return input_names(node.args[0]), None if dim == ALL else dim      # None: every element
     if node.op in LOSSES:
         return input_names(node.args[0]), -1
+    if fused.claims(node):
+        return input_names(node), fused.reduced_dim(node)
     if node.op in channel_norm.OPS:       # rank: the body's, for the dims a statistic spans
         return input_names(node.args[0]), channel_norm.reduced_dims(node, rank)
     mm = matmul_node(node)

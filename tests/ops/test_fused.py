@@ -1,0 +1,109 @@
+"""The fused-reduction family (bot.ops.fused): expressions holding reductions that keep their dim (or
+reduce every element), and prod, var, std, logsumexp and norm; generated and run under Triton's
+interpreter against torch on float64 inputs, in float32 and float16, whole-row and split."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from generated import load
+
+from bot import ir, lower_torch
+from bot.ops import fused
+from bot.spec import SpecError, parse_expression, validate
+from runner import protocol
+
+# (expression as pasted, shapes, torch's own computation over float64 tensors t)
+CASES = [
+    ("x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)", {"x": [3, 5, 4, 6]},
+     lambda t: t["x"] / torch.sqrt(torch.mean(t["x"] ** 2, dim=1, keepdim=True) + 1e-5)),
+    ("x / torch.norm(x, p='fro')", {"x": [7, 9, 5]}, lambda t: t["x"] / torch.norm(t["x"], p="fro")),
+    ("x / torch.mean(torch.abs(x), dim=1, keepdim=True)", {"x": [6, 301]},
+     lambda t: t["x"] / torch.mean(torch.abs(t["x"]), dim=1, keepdim=True)),
+    ("F.normalize(x, p=2.0, dim=-1)", {"x": [5, 37]}, lambda t: F.normalize(t["x"], dim=-1)),
+    ("torch.exp(x - torch.amax(x, dim=0, keepdim=True)) / torch.sum(torch.exp(x - torch.amax(x, dim=0, keepdim=True)), "
+     "dim=0, keepdim=True)", {"x": [33, 10]}, lambda t: torch.softmax(t["x"], dim=0)),
+    ("(x - x.mean(dim=2, keepdim=True)) * y", {"x": [3, 4, 11], "y": [3, 4, 11]},
+     lambda t: (t["x"] - t["x"].mean(dim=2, keepdim=True)) * t["y"]),
+    ("x - torch.amax(x, 1, keepdim=True) + b", {"x": [4, 9, 5], "b": [9, 1]},
+     lambda t: t["x"] - torch.amax(t["x"], 1, keepdim=True) + t["b"]),
+    ("torch.var(x, dim=1)", {"x": [6, 50, 3]}, lambda t: torch.var(t["x"], dim=1)),
+    ("torch.std(x, dim=-1, correction=0, keepdim=True)", {"x": [5, 70]},
+     lambda t: torch.std(t["x"], dim=-1, correction=0, keepdim=True)),
+    ("torch.logsumexp(x * 3.0, dim=0)", {"x": [40, 7]}, lambda t: torch.logsumexp(t["x"] * 3, dim=0)),
+    ("torch.prod(x, dim=1)", {"x": [3, 8, 5]}, lambda t: torch.prod(t["x"], dim=1)),
+    ("torch.linalg.vector_norm(x, ord=3.0, dim=1)", {"x": [4, 13]},
+     lambda t: torch.linalg.vector_norm(t["x"], ord=3, dim=1)),
+    ("x.norm(p=float('inf'), dim=0, keepdim=True)", {"x": [9, 4]}, lambda t: t["x"].norm(p=float("inf"), dim=0,
+                                                                                          keepdim=True)),
+    ("torch.var(x)", {"x": [6, 11]}, lambda t: torch.var(t["x"])),
+]
+
+
+def spec_of(code: str, shapes: dict, dtypes=("float32", "float16")) -> dict:
+    node = ir.parse(code, as_written=True)
+    return validate({"name": "fused_op", "expression": ir.to_text(node),
+                     "inputs": [{"name": n, "dtypes": list(dtypes), "shapes": [s], "domain": d}
+                                for n, s in shapes.items()
+                                for d in [ir.domains(node).get(n, "normal")]]})
+
+
+def tensors_for(spec: dict) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+    for i in spec["inputs"]:
+        t = torch.randn(i["shapes"][0], generator=gen)
+        out[i["name"]] = t if i["domain"] == "normal" else t.sign() * (0.5 + t.abs())
+    return out
+
+
+@pytest.mark.parametrize("code, shapes, torch_fn", CASES, ids=[c[0][:60] for c in CASES])
+def test_every_expression_matches_torch_whole_and_split(tmp_path, code, shapes, torch_fn):
+    spec = spec_of(code, shapes)
+    node = parse_expression(spec)
+    assert ir.kind(node) == "fused" and ir.parse(ir.to_text(node)) == node
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "fused_op")
+    kernel = getattr(load(tmp_path, "kernel.py", fused.kernel_source(spec, node, {})), "fused_op")
+    tensors = tensors_for(spec)
+    wide = {n: t.double() for n, t in tensors.items()}
+    torch.testing.assert_close(reference(*wide.values()), torch_fn(wide), rtol=1e-10, atol=1e-10)
+    length = max(shapes["x"])
+    for dtype in ("float32", "float16"):
+        args = [t.to(getattr(torch, dtype)) for t in tensors.values()]
+        want = reference(*[a.double() for a in args])
+        rtol, atol = protocol.tolerance(dtype, length)
+        for config in (None, *fused.CONFIGS):                # 16-deep chunks split short rows too
+            got = kernel(*args, config=config)
+            assert got.shape == want.shape and got.dtype == args[0].dtype, (dtype, config)
+            err = (got.double() - want).abs()
+            assert bool((err <= atol + rtol * want.abs()).all()), f"{dtype} {config}: max err {err.max():.3g}"
+
+
+@pytest.mark.parametrize("code, shapes, says", [
+    ("x / x.sum(dim=1)", {"x": [4, 5]}, "must keep its dim (keepdim=True)"),
+    ("x.sum(dim=0, keepdim=True) + x.sum(dim=1, keepdim=True)", {"x": [4, 5]}, "one reduced dim"),
+    ("torch.softmax(x.sum(dim=1, keepdim=True), dim=-1)", {"x": [4, 5]}, "softmax inside an expression"),
+    ("x / y.sum(dim=1, keepdim=True)", {"x": [4, 5], "y": [5]}, "the offline kernel takes reductions of the full"),
+    ("torch.norm(x, p=0)", {"x": [4, 5]}, "norm of order 0 is not supported"),
+    ("torch.logsumexp(x)", {"x": [4, 5]}, "logsumexp needs a dim"),
+])
+def test_what_cannot_be_lowered_is_refused_naming_it(code, shapes, says):
+    with pytest.raises((SpecError, ir.IRError)) as e:
+        spec_of(code, shapes)
+    assert says in str(e.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("case", [0, 1, 2, 7, 9])
+def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, case):
+    code, shapes, torch_fn = CASES[case]
+    shapes = {n: [s[0] * 64, *s[1:]] for n, s in shapes.items()}
+    spec = spec_of(code, shapes, (dtype,))
+    kernel = getattr(load(tmp_path, "kernel.py", fused.kernel_source(spec, parse_expression(spec), {})), "fused_op")
+    tensors = {n: t.cuda().to(getattr(torch, dtype)) for n, t in tensors_for(spec).items()}
+    want = torch_fn({n: t.double() for n, t in tensors.items()})
+    got = kernel(*tensors.values())
+    rtol, atol = protocol.tolerance(dtype, max(shapes["x"]))
+    err = (got.double() - want).abs()
+    assert bool((err <= atol + rtol * want.abs()).all()), f"max err {err.max():.3g}"
