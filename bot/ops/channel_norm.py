@@ -242,7 +242,7 @@ def _norm_split(rows, per_row, block, sms):
 
 def _norm_config(numel):
     # The default: 2048-element tiles in 8 warps, 1024 in 4 on small inputs.
-    return CONFIGS[0] if numel >= 1 << 22 else CONFIGS[1]
+    return {"BLOCK": 2048, "num_warps": 8} if numel >= 1 << 22 else {"BLOCK": 1024, "num_warps": 4}
 
 
 # ---------------------------------------------------------------- kernel.py

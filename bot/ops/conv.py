@@ -242,16 +242,16 @@ def conv_shape(x_shape, w_shape, b_shape, nd, transposed, stride, padding, dilat
 
 
 def _conv_config(positions, out_channels, in_channels, taps):
-    # The default config, for one group's channels: the multiply-add tile where tl.dot's 16-wide
-    # tiles would be mostly padding (under 16 output channels, or under 16 products a sum), else
-    # 128 x 128 tiles down to 64 x 64 while fewer than two waves of programs would run on an
-    # H200's 132 SMs.
+    # The default config, for one group's channels: 512 positions x up to 16 channels a
+    # multiply-add tile where tl.dot's 16-wide tiles would be mostly padding (under 16 output
+    # channels, or under 16 products a sum), else 128 x 128 tiles, then 128 x 64 and 64 x 128,
+    # while two waves of programs still run on an H200's 132 SMs, else 64 x 64 (then 32 x 32).
     if out_channels < 16 or in_channels * taps < 16:
-        return CONFIGS[-2]
-    for config in CONFIGS[:6]:
-        if -(-positions // config["BLOCK_M"]) * -(-out_channels // config["BLOCK_N"]) >= 264:
-            return config
-    return CONFIGS[7]
+        return {"BLOCK_M": 512, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1}
+    for bm, bn, bk, warps in ((128, 128, 32, 8), (128, 64, 32, 4), (64, 128, 32, 4), (64, 64, 32, 4)):
+        if -(-positions // bm) * -(-out_channels // bn) >= 264:
+            return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": 3}
+    return {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 2, "num_stages": 3}
 
 
 def _fit_conv_config(config, out_channels, in_channels, taps, itemsize):

@@ -383,8 +383,10 @@ def _fused_config(A, D, B):
     # The default config: whole rows of the last dim a program (a chunk as deep as the row, up to
     # 8K), or 64 neighbouring rows x 64-deep chunks where rows lie side by side (B > 1).
     if B > 1:
-        return CONFIGS[3] if B >= 64 else CONFIGS[2]
-    return CONFIGS[5] if D > 4096 else CONFIGS[0] if D > 512 else CONFIGS[2]
+        return {"BLOCK_X": 64, "BLOCK_D": 64, "num_warps": 4} if B >= 64 else {"BLOCK_X": 16, "BLOCK_D": 256, "num_warps": 4}
+    if D > 4096:
+        return {"BLOCK_X": 1, "BLOCK_D": 8192, "num_warps": 8}
+    return {"BLOCK_X": 1, "BLOCK_D": 2048, "num_warps": 4} if D > 512 else {"BLOCK_X": 16, "BLOCK_D": 256, "num_warps": 4}
 
 
 def _fused_tiles(config, rows, D, sms):

@@ -249,7 +249,7 @@ def _adaptive_window(size, out):
 
 def _pool_config(n):
     # The default: 1024 outputs a program in 4 warps, 256 in 2 while fewer than 1024 programs would run.
-    return CONFIGS[2] if n >= 1024 * 1024 else CONFIGS[0]
+    return {"BLOCK": 1024, "num_warps": 4} if n >= 1024 * 1024 else {"BLOCK": 256, "num_warps": 2}
 
 
 def _as_3d(values, fill):

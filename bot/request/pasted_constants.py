@@ -47,18 +47,22 @@ def module_constants(tree: ast.Module) -> dict:
         target, value = assigned(n)
         if target is None:
             continue
+        targets = n.targets if isinstance(n, ast.Assign) else [target]     # height = width = 128: both
         try:
-            bind(target, const(value, env), env)
+            value = const(value, env)
+            for t in targets:
+                bind(t, value, env)
         except NotConstant:
-            for t in ast.walk(target):
+            for t in (t for target in targets for t in ast.walk(target)):
                 if isinstance(t, ast.Name):
                     env[t.id] = Opaque(n.lineno, ast.unparse(n)[:60])
     return env
 
 
 def assigned(n: ast.stmt) -> tuple[ast.expr | None, ast.expr | None]:
-    """(target, value) of a plain or annotated assignment, else (None, None)."""
-    if isinstance(n, ast.Assign) and len(n.targets) == 1:
+    """(target, value) of a plain or annotated assignment (the first target of a = b = value), else
+    (None, None)."""
+    if isinstance(n, ast.Assign):
         return n.targets[0], n.value
     if isinstance(n, ast.AnnAssign) and n.value is not None:
         return n.target, n.value
