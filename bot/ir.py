@@ -11,9 +11,10 @@ and edit the string.
 from __future__ import annotations
 
 import ast
+import functools
 
-from bot.ops import (argreduce, channel_norm, conv, fused, loss, matmul, norm, pointwise, reduce, registry, scan,
-                     softmax)
+from bot.ops import (argreduce, chain, channel_norm, conv, fused, loss, matmul, norm, pointwise, reduce, registry,
+                     scan, softmax)
 from bot.ops.node import (ALL, CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
                           is_int_literal, number, to_text)
 
@@ -159,6 +160,26 @@ def _is_module_path(v: ast.expr) -> bool:
 # ---------------------------------------------------------------- checks and queries
 
 def check(node: Node) -> None:
+    """The tree is one family's kernel (check_single), or a chain of them (bot.ops.chain): raises
+    IRError naming what no split avoids."""
+    stages(node)
+
+
+@functools.cache
+def stages(node: Node) -> tuple[chain.Stage, ...]:
+    """The tree's stages: one where one family lowers it whole, else the fewest chain.plan finds."""
+    try:
+        check_single(node)
+        return (chain.Stage("", node),)
+    except IRError:
+        return tuple(chain.plan(node, check_single))
+
+
+def is_chain(node: Node) -> bool:
+    return len(stages(node)) > 1
+
+
+def check_single(node: Node) -> None:
     """Root ops (reductions, row ops, losses) may only stand at the root, over a pointwise body,
     and their family checks their operands; a matmul has plain-input operands, and everything
     around it is its epilogue (the matmul family checks it)."""
@@ -191,8 +212,21 @@ def check(node: Node) -> None:
 
 def kind(node: Node) -> str:
     """'pointwise', 'matmul' (with its epilogue), 'reduce', 'argreduce', 'softmax'
-    (softmax/log_softmax), 'norm' or 'loss': the name of the family that lowers the tree."""
-    return registry.family(node).NAME
+    (softmax/log_softmax), 'norm', 'loss', ...: the name of the family that lowers the tree, or
+    'chain' where it takes several kernels."""
+    return chain.NAME if is_chain(node) else registry.family(node).NAME
+
+
+def kernel_source(spec: dict, node: Node, options: dict) -> str:
+    """kernel.py: the family's file, or a chain's stages in one file."""
+    if not is_chain(node):
+        return registry.kernel_source(spec, node, options)
+    return chain.kernel_source(spec, list(stages(node)), lambda s, n: registry.kernel_source(s, n, {}), output_shape)
+
+
+def stage_cases(node: Node, cases: list[dict[str, list[int]]]) -> list[dict[str, list[int]]]:
+    """Each case's shapes with every stage output's beside the inputs'."""
+    return [chain.stage_shapes(list(stages(node)), c, output_shape) for c in cases]
 
 
 def matmul_node(node: Node) -> Node | None:
@@ -249,6 +283,9 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     missing = [n for n in input_names(node) if n not in shapes]
     if missing:
         raise IRError(f"no shape given for input(s) {', '.join(missing)}")
+    if is_chain(node):
+        steps = list(stages(node))
+        return output_shape(steps[-1].node, chain.stage_shapes(steps, shapes, output_shape))
     return registry.family(node).output_shape(node, shapes)
 
 
@@ -256,20 +293,30 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
     """(sizes the runner may not change, the least size any dim may take) when it makes odd-sized
     and shrunk cases: a convolution's channels and kernel, a pooling window's extent. The family's
     rule where it has one."""
+    if is_chain(node):          # every stage's rules, each over the shapes it sees
+        fixed, least = set(), 1
+        for stage, per_case in ((s, stage_cases(node, cases)) for s in stages(node)):
+            f, n = size_rules(stage.node, per_case)
+            fixed, least = fixed | f, max(least, n)
+        return fixed, least
     rule = getattr(registry.family(node), "size_rules", None)
     return rule(node, cases) if rule else (set(), 1)
 
 
 def max_numel(node: Node) -> int:
     """The most elements a tensor may have: the family's MAX_NUMEL (kernels indexing with int64), else 2**31 - 1."""
+    if is_chain(node):
+        return min(max_numel(s.node) for s in stages(node))
     return getattr(registry.family(node), "MAX_NUMEL", 2**31 - 1)
 
 
 def max_rank(node: Node) -> int:
     """The most dims an input may have: the family's MAX_RANK, else 4."""
+    if is_chain(node):
+        return max(max_rank(s.node) for s in stages(node))
     return getattr(registry.family(node), "MAX_RANK", 4)
 
 
 def output_dtype(node: Node, float_dtype: str) -> str:
     """The output's dtype: int64 indices for argmax/argmin, else the float inputs' dtype."""
-    return registry.family(node).OUTPUT_DTYPE or float_dtype
+    return registry.family(stages(node)[-1].node).OUTPUT_DTYPE or float_dtype

@@ -14,6 +14,7 @@ def torch_expression(node: Node, names: dict[str, str], anchor: str, taken: set[
     """(statements, expression) computing a pointwise node (a matmul epilogue included) with torch,
     in the inputs' dtype."""
     writer = ExprWriter(registry.torch_ops(anchor), names, f"to({anchor}.dtype)", taken, round_with)
+    writer.ops.update(registry.nested_torch_ops(writer))      # a chain's root ops inside its expression
     text = writer.write(pointwise.fold_constants(node), round_result)
     return writer.lines, text
 

@@ -94,7 +94,7 @@ def validate(spec: dict) -> dict:
     return out
 
 
-DERIVED = ("reduce", "matmul", "tf32", "scan", "fixed_sizes", "least_size")
+DERIVED = ("reduce", "matmul", "tf32", "scan", "fixed_sizes", "least_size", "chain")
 
 
 def _with_derived(spec: dict, node: ir.Node) -> dict:
@@ -102,21 +102,50 @@ def _with_derived(spec: dict, node: ir.Node) -> dict:
     accumulates over, and whether it is a matmul (and may use TF32). Recomputed on every
     validation, so an edit cannot loosen a tolerance."""
     out = {k: v for k, v in spec.items() if k not in DERIVED}
-    rank = max(len(s) for i in spec["inputs"] for s in i["shapes"][:1])
-    reduced, mm = ir.reduced(node, rank), ir.matmul_node(node) or conv.conv_node(node)
-    if reduced and reduced[1] != []:
-        out["reduce"] = {"inputs": reduced[0], "dim": reduced[1]}
-    if mm:               # a matmul or a convolution: float32 sums of K products
-        out["matmul"] = True
-        out["tf32"] = bool(mm.attr("tf32"))
-    if node.op in ir.SCANS:
-        out["scan"] = True
+    if ir.is_chain(node):
+        out.update(_chain_derived(spec, node))
+    else:
+        rank = max(len(s) for i in spec["inputs"] for s in i["shapes"][:1])
+        reduced, mm = ir.reduced(node, rank), ir.matmul_node(node) or conv.conv_node(node)
+        if reduced and reduced[1] != []:
+            out["reduce"] = {"inputs": reduced[0], "dim": reduced[1]}
+        if mm:               # a matmul or a convolution: float32 sums of K products
+            out["matmul"] = True
+            out["tf32"] = bool(mm.attr("tf32"))
+        if node.op in ir.SCANS:
+            out["scan"] = True
     fixed, least = ir.size_rules(node, [c.shapes for c in protocol.cases(spec)])
     fixed |= {d for i in spec["inputs"] if i.get("parameter") for s in i["shapes"] for d in s}
     if fixed:
         out["fixed_sizes"] = sorted(fixed)
     if least > 1:
         out["least_size"] = least
+    return out
+
+
+def _chain_derived(spec: dict, node: ir.Node) -> dict:
+    """A chain's fields: its stage count; the longest sum any stage accumulates, per case (its error
+    reaches the output: the tolerance grows with it); matmul, tf32 and scan where any stage is one."""
+    cases = ir.stage_cases(node, [c.shapes for c in protocol.cases(spec)])
+    lengths, out = [1] * len(cases), {"chain": len(ir.stages(node))}
+    for stage in ir.stages(node):
+        mm = ir.matmul_node(stage.node) or conv.conv_node(stage.node)
+        if mm:
+            out["matmul"] = True
+            out["tf32"] = out.get("tf32", False) or bool(mm.attr("tf32"))
+        if stage.node.op in ir.SCANS:
+            out["scan"] = True
+        for k, shapes in enumerate(cases):
+            reduced = ir.reduced(stage.node, max(len(shapes[n]) for n in ir.input_names(stage.node)))
+            if not reduced:
+                continue
+            shape = ir.broadcast_shapes([shapes[n] for n in reduced[0]])
+            dims = reduced[1]
+            length = math.prod(shape) if dims is None else math.prod(shape[d] for d in dims) \
+                if isinstance(dims, list) else shape[dims]
+            lengths[k] = max(lengths[k], length)
+    if max(lengths) > 1:
+        out["reduce"] = {"lengths": lengths}
     return out
 
 

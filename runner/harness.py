@@ -167,6 +167,8 @@ def load(ctx: Context, worker: Worker, file: str, source: str | None = None, fn:
 def reduce_len(spec: dict, args: list[torch.Tensor], out_numel: int) -> int:
     """How many elements each output accumulates over (the spec's "reduce": a dim of some inputs,
     a matmul's K); without it, the last dim when the output is smaller than the largest input."""
+    if spec.get("reduce", {}).get("lengths"):     # a chain's: the longest sum a stage takes, per spec case
+        return max(spec["reduce"]["lengths"])
     if spec.get("reduce"):
         by_name = {i["name"]: a for i, a in zip(spec["inputs"], args)}
         reduce = spec["reduce"]
@@ -489,7 +491,9 @@ def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: di
         ctx.warn(f"{case.label} {dtype} not timed: the reference {problem}")
         return []
     nbytes = sum(map(_nbytes, args)) + _nbytes(native)
-    flops = 2 * native.numel() * reduce_len(ctx.spec, args, native.numel()) if ctx.spec.get("matmul") else 0
+    # A chain's output is no matmul's: its flops are not 2 x out x K.
+    flops = 2 * native.numel() * reduce_len(ctx.spec, args, native.numel()) \
+        if ctx.spec.get("matmul") and not ctx.spec.get("chain") else 0
     fresh = inputs.make_inputs(ctx.spec, case, variant, SEEDS[1], ctx.device)
     fresh_out = reference_outputs(ctx, fresh)
     rows = []

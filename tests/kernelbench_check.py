@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bot.generators.interface import GenerationError  # noqa: E402
-from bot.ops import registry  # noqa: E402
+from bot import ir  # noqa: E402
 from bot.request import parse_request  # noqa: E402
 from bot.spec import parse_expression  # noqa: E402
 from runner import integrity  # noqa: E402
@@ -53,7 +53,7 @@ def check(path: Path, workdir: Path, timed: bool, device: str) -> dict:
     except GenerationError as e:
         return {**row, "status": "refused", "detail": str(e).splitlines()[0][:200]}
     try:
-        source = registry.kernel_source(spec, parse_expression(spec), {})
+        source = ir.kernel_source(spec, parse_expression(spec), {})
     except Exception as e:                  # a generator bug: named, never hidden
         return {**row, "status": "generator error", "detail": f"{type(e).__name__}: {e}"[:200]}
     found = integrity.check_kernel(source, spec["name"])

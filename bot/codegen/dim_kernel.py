@@ -392,7 +392,7 @@ class DimKernel(ReducedBodyFile):
 
     def _launcher(self) -> str:
         first = self.body_inputs[0].local
-        dtype = "torch.int64" if self.arg else f"{first}.dtype"
+        dtype = "torch.int64" if self.arg else self.out_dtype(first)
         text = self._head()
         if self.dim == ALL:
             text += ("    # Every element reduced: the body as [1, D, 1].\n"

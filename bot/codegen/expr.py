@@ -82,7 +82,7 @@ class ExprWriter:
         if self.round_with and node.args and node.op not in COMPARE and node is not self._unrounded:
             text, prec = f"{self.round_with}({text})", _ATOM
         if node in self._repeated:
-            name = self._fresh()
+            name = self.fresh()
             self.lines.append(f"{name} = {text}")
             self._temps[node] = name
             return name, _ATOM
@@ -112,7 +112,8 @@ class ExprWriter:
         text, own = self._value(node)
         return f"({text})" if own < prec or (strict and own == prec) else text
 
-    def _fresh(self) -> str:
+    def fresh(self) -> str:
+        """A temporary's name no other name takes."""
         i = 0
         while f"t{i}" in self.taken:
             i += 1

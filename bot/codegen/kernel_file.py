@@ -129,6 +129,11 @@ class KernelFile:
 
         return write(allocate([i["name"] for i in spec["inputs"]], spec["name"], write), spec["name"])
 
+    def out_dtype(self, like: str) -> str:
+        """The output's dtype in the launcher: like's (the first input's), or float32 for a chain's
+        stage before the last (spec "float32_out": stages between kernels keep float32)."""
+        return "torch.float32" if self.spec.get("float32_out") else f"{like}.dtype"
+
     def body_call(self) -> str:
         """The float32 body on the loaded inputs: a call of the _body helper, or the input itself."""
         if self.is_bare_input:

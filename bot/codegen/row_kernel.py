@@ -292,7 +292,7 @@ class RowKernel(KernelFile):
             text += f'    _require_full("{e.name}", {e.local}.shape, shape[-1:])\n'
         text += align_elements(self.affine) if self.affine else ""
         out_shape = "shape[:-1]" if self.reduces else "shape"
-        text += f"    out = torch.empty({out_shape}, dtype={first}.dtype, device={first}.device)\n"
+        text += f"    out = torch.empty({out_shape}, dtype={self.out_dtype(first)}, device={first}.device)\n"
         text += self.plan.guard
         text += self._config_line("_row_config(R, N)")
         text += "    BLOCK_M, BLOCK_N, num_warps = _row_tile(R, N, config)\n"

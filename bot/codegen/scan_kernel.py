@@ -155,7 +155,7 @@ class ScanKernel(ReducedBodyFile):
         text += ("    # The body as [A, D, B]: D the scanned dim (as written, for this rank), B what follows it.\n"
                  f"    dim = {self.dim} % len(shape)\n"
                  "    A, D, B = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])\n"
-                 f"    out = torch.empty(shape, dtype={first}.dtype, device={first}.device)\n"
+                 f"    out = torch.empty(shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if out.numel() == 0:\n        return out\n")
         text += self._config_line("_scan_config(A, D, B)")
         text += "    block, BLOCK_D, num_warps = _scan_tiles(config, A, D, B)\n"

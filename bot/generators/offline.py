@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-from bot import lower_torch, testgen
+from bot import ir, lower_torch, testgen
 from bot import spec as specmod
 from bot.generators.interface import Artifact, GenerationError, GenRequest
 from bot.codegen.kernel_file import parse_options
-from bot.ops import registry
 from bot.request import parse_request, pasted_source
 from runner import protocol
 
@@ -60,7 +59,7 @@ class OfflineGenerator:
                 "the offline generator understands kernel corrections like 'block size 2048' or "
                 "'num_warps 8'; for anything else, edit the code (paste a ```python block) or correct the spec")
         try:
-            source = registry.kernel_source(spec, node, options)
+            source = ir.kernel_source(spec, node, options)
         except ValueError as e:
             raise GenerationError(str(e)) from None
         notes = [f"the previous kernel failed its test; the offline generator is deterministic, so this "

@@ -360,7 +360,7 @@ class _ChannelNormKernel(KernelFile):
     def _launcher(self) -> str:
         node, x, first, t = self.node, self.first.local, self.inputs[0].local, self.tensors
         text = self._signature_and_prologue()
-        text += (f"    out = torch.empty_like({x})\n"
+        text += (f"    out = torch.empty_like({x}, dtype={self.out_dtype(x)})\n"
                  "    if out.numel() == 0:\n        return out\n"
                  f'    P, R, Q, WR, WM, WQ = _norm_view("{node.op}", list({x}.shape), {node.attr("groups") or 0}, '
                  f'{node.attr("dims") or 0})\n')

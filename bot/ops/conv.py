@@ -446,7 +446,7 @@ class _ConvKernel(KernelFile):
                  f"    shape = conv_shape({x}.shape, {w}.shape, {'None' if b == 'None' else b + '.shape'}, "
                  f"{g['nd']}, {g['transposed']}, {g['stride']}, {g['padding']}, {g['dilation']}, {g['groups']}, "
                  f"{g['output_padding']})\n"
-                 f"    out = torch.empty(shape, dtype={first}.dtype, device={first}.device)\n"
+                 f"    out = torch.empty(shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if out.numel() == 0:\n        return out\n"
                  f"    groups = {g['groups']}\n"
                  f"    c_in_g = {x}.shape[1] // groups\n"

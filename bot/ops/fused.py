@@ -199,12 +199,28 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
         dim = r.attr("dim")
         if dim != ALL and not -len(full) <= dim < len(full):
             raise IRError(f"{r.op} over dim {dim}, but the input has {len(full)} dims (shape {full})")
-    if node.op not in REDUCTIONS:
-        return full
-    dim = node.attr("dim")
-    if dim == ALL:
+    return _shape(node, shapes, full)
+
+
+def _shape(node: Node, shapes: dict[str, list[int]], full: list[int]) -> list[int]:
+    """The shape of a subtree: an input's, a reduction's of the full shape, the broadcast of the rest."""
+    if node.op == "input":
+        return list(shapes[node.name])
+    if node.op in REDUCTIONS:
+        dim = node.attr("dim")
+        if dim == ALL:
+            return [1] * len(full) if node.attr("keepdim") else []
+        return full[:dim % len(full)] + ([1] if node.attr("keepdim") else []) + full[dim % len(full) + 1:]
+    return broadcast_shapes([_shape(a, shapes, full) for a in node.args] or [[]])
+
+
+def outer_inputs(node: Node) -> list[str]:
+    """The inputs the expression reads outside its reductions."""
+    if node.op == "input":
+        return [node.name]
+    if node.op in REDUCTIONS:
         return []
-    return full[:dim % len(full)] + ([1] if node.attr("keepdim") else []) + full[dim % len(full) + 1:]
+    return list(dict.fromkeys(n for a in node.args for n in outer_inputs(a)))
 
 
 def reduced_dim(node: Node) -> int | None:
@@ -423,12 +439,24 @@ class _FusedKernel(KernelFile):
             self.level[r] = 1 + max(inner, default=-1)
         self.levels = 1 + max(self.level.values())
         self.root_reduces = node.op in REDUCTIONS
+        # one value a row: no input read but through the reductions (a broadcast one aside)
+        self.per_row = self.root_reduces or not outer_inputs(node) or self._outer_broadcast(spec, node)
         names = input_names(node)
         self.used = [i for i in inputs if i.name in names]
         placeholders = [KernelInput(f"<r{i}>", f"r{i}", []) for i in range(len(self.reds))]
         self.bodies = [self._body(r.args[0], placeholders) for r in self.reds]
         super().__init__(spec, self._body(node, placeholders), inputs, self.used, options)
         self.dim = self.reds[0].attr("dim")
+
+    @staticmethod
+    def _outer_broadcast(spec: dict, node: Node) -> bool:
+        """Whether every input outside the reductions is broadcast over the reduced dim (size 1 there)."""
+        dim = reductions(node)[0].attr("dim")
+        if dim == ALL:
+            return all(math.prod(s) == 1 for i in spec["inputs"] if i["name"] in outer_inputs(node) for s in i["shapes"])
+        rank = max(len(s) for i in spec["inputs"] for s in i["shapes"][:1])
+        return all(len(s) - rank + dim % rank < 0 or s[len(s) - rank + dim % rank] == 1
+                   for i in spec["inputs"] if i["name"] in outer_inputs(node) for s in i["shapes"])
 
     def _body(self, node: Node, placeholders: list[KernelInput]):
         """node in Triton over the inputs' values and the reductions' (r0, r1, ...)."""
@@ -530,12 +558,17 @@ class _FusedKernel(KernelFile):
         return lines + self._finish(level)
 
     def _output(self) -> list[str]:
-        """The last pass: the expression over this program's chunk (or the root reduction's value)."""
-        if self.root_reduces:
-            i = self.reds.index(self.node)
-            return ["# The root reduction's value: one per row.",
+        """The last pass: the expression over this program's chunk; or, where it reads no input but
+        through its reductions (a reduction at the root, sum(x, keepdim=True) * 2), its value a row,
+        reading what else it takes at d = 0 (broadcast over D)."""
+        if self.per_row:
+            outer = [i for i in self.used if i.name in outer_inputs(self.node)]
+            return ["# The expression's value: one per row.",
                     "if part == 0:",
-                    f"    tl.store(out_ptr + xs, r{i}.to(out_ptr.dtype.element_ty), mask=x_ok)"]
+                    *(f"    {i.local} = tl.load({i.local}_ptr + {i.local}_at, mask=x_ok, other=0.0).to(tl.float32)"
+                      for i in outer),
+                    *(f"    {t}" for t in self.body_lines),
+                    f"    tl.store(out_ptr + xs, ({self.body_expr}).to(out_ptr.dtype.element_ty), mask=x_ok)"]
         return ["for d0 in range(start, stop, BLOCK_D):",
                 *self._loads(),
                 *(f"    {t}" for t in self.body_lines),
@@ -571,14 +604,17 @@ class _FusedKernel(KernelFile):
     def _launcher(self) -> str:
         first = self.inputs[0].local
         dim = None if self.dim == ALL else self.dim
-        out_shape = "[]" if self.root_reduces and self.dim == ALL else (
-            "shape" if not self.root_reduces else
-            f"[*shape[:{dim} % len(shape)], *([1] if {bool(self.node.attr('keepdim'))} else []), "
-            f"*shape[{dim} % len(shape) + 1:]]")
+        # inner reductions keep their dim (over every element: one value, no dims)
+        kept = bool(self.node.attr("keepdim")) if self.root_reduces else self.dim != ALL
+        reduced = ("[1] * len(shape)" if kept else "[]") if self.dim == ALL else (
+            f"[*shape[:{dim} % len(shape)], *([1] if {kept} else []), *shape[{dim} % len(shape) + 1:]]")
+        outer = [i.local for i in self.used if i.name in outer_inputs(self.node)]
+        out_shape = ("shape" if not self.per_row else reduced if self.root_reduces or not outer else
+                     f"list(torch.broadcast_shapes({reduced}, {', '.join(o + '.shape' for o in outer)}))")
         text = self._signature_and_prologue()
         text += (f"    shape = list(torch.broadcast_shapes({', '.join(i.local + '.shape' for i in self.used)}))\n"
                  f"    A, D, B = _adb(shape, {dim})\n"
-                 f"    out = torch.empty({out_shape}, dtype={first}.dtype, device={first}.device)\n"
+                 f"    out = torch.empty({out_shape}, dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if A * D * B == 0:\n        return out\n")
         for i in self.used:
             text += f'    {i.local}_strides = _adb_strides("{i.name}", {i.local}.shape, shape, {dim})\n'

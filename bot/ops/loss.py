@@ -367,7 +367,7 @@ class _CrossEntropyKernel(ReducedBodyFile):
         text += ("    # R rows of V classes, one class index per row.\n"
                  "    V = shape[-1]\n    R = shape[:-1].numel()\n"
                  f'    _require_full("{t.name}", {t.local}.shape, shape[:-1])\n'
-                 f"    out = torch.empty({'()' if self.mean else 'shape[:-1]'}, dtype={first}.dtype, "
+                 f"    out = torch.empty({'()' if self.mean else 'shape[:-1]'}, dtype={self.out_dtype(first)}, "
                  f"device={first}.device)\n")
         text += self._config_line("_cross_entropy_config(R, V)")
         text += wrap("BLOCK_R, BLOCK_V, num_warps, num_stages = _cross_entropy_tiles",

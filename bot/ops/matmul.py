@@ -688,7 +688,7 @@ class _MatmulKernel(KernelFile):
                      "    # where the kernel reads it along rows and columns; 0 where it broadcasts.\n")
             text += "".join(f'    {e.local}_strides = _epilogue_strides("{e.name}", {e.local}.shape, shape, '
                             f'{self.along[e.name]})\n' for e in self.epilogue_inputs)
-        text += (f"    out = torch.empty(shape, dtype={first}.dtype, device={first}.device)\n"
+        text += (f"    out = torch.empty(shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if out.numel() == 0:\n        return out      # no rows, columns or matrices: nothing to compute\n")
         text += self._config_line("_default_config(batch, M, N)")
         if self.tf32:

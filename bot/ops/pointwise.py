@@ -498,7 +498,7 @@ class _PointwiseKernel(KernelFile):
             args += ["*dims[1:]"] + [f"*{i.local}_strides" for i in self.broadcast]
             args += [f"{i.local}_full={i.local}.numel() == n_elements" for i in self.broadcast]
             args.append("INT32_INDEX=n_elements < 2**31")
-        text += f"    out = torch.empty(shape, dtype={first}.dtype, device={first}.device)\n"
+        text += f"    out = torch.empty(shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
         text += "    n_elements = out.numel()\n"
         text += self._config_line("_pointwise_config(n_elements)")
         text += '    BLOCK, num_warps = config["BLOCK"], config["num_warps"]\n'

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 
 from bot.codegen.code import jit_source, wrap
-from bot.codegen.kernel_file import NEG_INF, KernelFile
+from bot.codegen.kernel_file import NEG_INF, KernelFile, _expanded_strides
 from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, broadcast_shapes, call, input_names, is_none, number, prints
@@ -278,15 +278,10 @@ class _PoolKernel(KernelFile):
         body_names = input_names(node.args[0])
         body_inputs = [i for i in inputs if i.name in body_names]
         super().__init__(spec, pointwise.triton_body(node.args[0], body_inputs), inputs, body_inputs, options)
-        for i in body_inputs:
-            full = broadcast_shapes([j.shapes[0] for j in body_inputs])
-            if list(i.shapes[0]) != list(full):
-                raise IRError(f"pooling reads its body's inputs at the same positions: {i.name} {i.shapes[0]} must "
-                              f"have the full shape {full}")
         self.first = body_inputs[0]
 
     def source(self) -> str:
-        helpers = [pooled_sizes, _adaptive_window, _pool_config, _as_3d]
+        helpers = [pooled_sizes, _adaptive_window, _pool_config, _as_3d, _expanded_strides]
         return self._file([self._kernel()], helpers, self._launcher())
 
     def configs(self) -> list[dict]:
@@ -295,7 +290,8 @@ class _PoolKernel(KernelFile):
     def _kernel(self) -> str:
         node = self.node
         is_max = node.attr("kind") == "max"
-        params = [*(f"{i.local}_ptr" for i in self.body_inputs), "out_ptr", "total", "D", "H", "W", "OD", "OH", "OW"]
+        params = [*(f"{i.local}_ptr" for i in self.body_inputs), "out_ptr", "total", "P1", "D", "H", "W", "OD", "OH",
+                  "OW", *(f"{i.local}_s{k}" for i in self.body_inputs for k in ("p0", "p1", "d", "h", "w"))]
         constexprs = ["KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "ADAPTIVE",
                       "COUNT_PAD", "DIVISOR", "BLOCK"]
         params += [f"{c}: tl.constexpr" for c in constexprs]
@@ -307,6 +303,9 @@ class _PoolKernel(KernelFile):
             "oh = (offs // OW) % OH",
             "od = (offs // (OW * OH)) % OD",
             "plane = offs // (OW * OH * OD)",
+            "# the leading dims as (p0, p1): a body input broadcast over some of them steps by 0 there",
+            "p0 = plane // P1",
+            "p1 = plane % P1",
             "if ADAPTIVE:",
             "    # output o covers [o * size // out, ceil((o + 1) * size / out)) of each dim",
             "    d0, d1 = (od * D) // OD, ((od + 1) * D + OD - 1) // OD",
@@ -322,8 +321,8 @@ class _PoolKernel(KernelFile):
             "            inside = (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H) & (i_w >= 0) & (i_w < W) & mask",
             "            if ADAPTIVE:",
             "                inside = inside & (i_d < d1) & (i_h < h1) & (i_w < w1)",
-            "            at = ((plane * D + i_d) * H + i_h) * W + i_w",
-            *(f"            {i.local} = tl.load({i.local}_ptr + at, mask=inside, other=0.0).to(tl.float32)"
+            *(f"            {i.local} = tl.load({i.local}_ptr + p0 * {i.local}_sp0 + p1 * {i.local}_sp1 + "
+              f"i_d * {i.local}_sd + i_h * {i.local}_sh + i_w * {i.local}_sw, mask=inside, other=0.0).to(tl.float32)"
               for i in self.body_inputs),
             f"            val = tl.where(inside, {self.body_call()}, {fill})",
             f"            acc = tl.maximum(acc, val, {NAN_WINS})" if is_max else "            acc += val",
@@ -347,10 +346,16 @@ class _PoolKernel(KernelFile):
         return jit_source(f"{self.name}_kernel", params, lines)
 
     def _launcher(self) -> str:
-        node, x, first = self.node, self.first.local, self.inputs[0].local
+        node, first = self.node, self.inputs[0].local
         nd = node.attr("nd")
         text = self._signature_and_prologue()
-        text += f"    lead, spatial = list({x}.shape[:-{nd}]), list({x}.shape[-{nd}:])\n"
+        body = [i.local for i in self.body_inputs]
+        text += (f"    full = list(torch.broadcast_shapes({', '.join(b + '.shape' for b in body)}))\n"
+                 f"    lead, spatial = full[:-{nd}], full[-{nd}:]\n"
+                 "    # Each body input's strides over (p0, p1, d, h, w), 0 where it broadcasts.\n")
+        for b in body:
+            text += (f"    {b}_strides = _expanded_strides({b}.shape, full)\n"
+                     f"    {b}_strides = [*([0, 0] + {b}_strides[:-{nd}])[-2:], *_as_3d({b}_strides[-{nd}:], 0)]\n")
         if node.op == ADAPTIVE:
             text += (f"    # adaptive: output {list(node.attr('output'))} (None keeps that size)\n"
                      f"    out_sizes = [s if o is None else o for o, s in zip({node.attr('output')}, spatial)]\n"
@@ -365,13 +370,14 @@ class _PoolKernel(KernelFile):
                      f"    SD, SH, SW = _as_3d({node.attr('stride')}, 1)\n"
                      f"    PD, PH, PW = _as_3d({node.attr('padding')}, 0)\n"
                      f"    DD, DH, DW = _as_3d({dilation}, 1)\n")
-        text += (f"    out = torch.empty([*lead, *out_sizes], dtype={first}.dtype, device={first}.device)\n"
+        text += (f"    out = torch.empty([*lead, *out_sizes], dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if out.numel() == 0:\n        return out\n"
                  f"    D, H, W = _as_3d(spatial, 1)\n"
                  "    OD, OH, OW = _as_3d(out_sizes, 1)\n")
         text += self._config_line("_pool_config(out.numel())")
         text += "    grid = (triton.cdiv(out.numel(), config[\"BLOCK\"]),)\n"
-        args = [i.local for i in self.body_inputs] + ["out", "out.numel()", "D", "H", "W", "OD", "OH", "OW"]
+        args = [i.local for i in self.body_inputs] + ["out", "out.numel()", "lead[-1]", "D", "H", "W", "OD", "OH", "OW"]
+        args += [f"*{i.local}_strides" for i in self.body_inputs]
         args += ["KD=KD", "KH=KH", "KW=KW", "SD=SD", "SH=SH", "SW=SW", "PD=PD", "PH=PH", "PW=PW", "DD=DD", "DH=DH",
                  "DW=DW", f"ADAPTIVE={node.op == ADAPTIVE}", f"COUNT_PAD={node.attr('count_include_pad') is not False}", f"DIVISOR={node.attr('divisor') or 0}",
                  'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']

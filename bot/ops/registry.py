@@ -80,6 +80,23 @@ def torch_ops(anchor: str) -> dict[str, OpWriter]:
     return pointwise.torch_ops(anchor) | matmul.TORCH_OPS | conv.TORCH_OPS | fused.TORCH_OPS
 
 
+def nested_torch_ops(writer) -> dict[str, OpWriter]:
+    """Writers for the root families' ops where a chain's expression holds them inside others
+    (relu(group_norm(...))): the family's own torch call over its operand, bound first to a
+    temporary of writer's (the call may read it twice, as layer_norm(h, h.shape[-1:]) does)."""
+    def written_by(fam: ModuleType) -> OpWriter:
+        def write(node: Node, a: list[str]) -> str:
+            body = a[0]
+            if not body.isidentifier():
+                name = writer.fresh()
+                writer.lines.append(f"{name} = {body}")
+                body = name
+            names = {arg.name: text for arg, text in zip(node.args[1:], a[1:]) if arg.op == "input"}
+            return fam.torch_result(node, names, body, writer.lines)
+        return write
+    return {op: written_by(f) for f in ROOT_FAMILIES for op in f.OPS if op not in writer.ops}
+
+
 def kernel_source(spec: dict, node: Node, options: dict) -> str:
     """kernel.py from the family the tree belongs to."""
     return family(node).kernel_source(spec, node, options)

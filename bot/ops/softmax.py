@@ -11,7 +11,7 @@ from bot.codegen.kernel_file import NEG_INF
 from bot.codegen.row_kernel import RowKernel, RowPlan
 from bot.ops import pointwise
 from bot.ops.entry import Entry
-from bot.ops.node import Call, Node, broadcast_shapes, dim_call, dim_text, input_names, over_dim, prints
+from bot.ops.node import Call, Node, broadcast_shapes, call, dim_call, dim_text, input_names, over_dim, prints
 from bot.ops.text import FLAGS as _F
 
 NAME = "softmax"
@@ -30,6 +30,20 @@ WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
 def convert(c: Call) -> Node | None:
     """softmax(x, dim=-1): the last dim only (parsing a spec and the request reader check it)."""
     return dim_call(c, over_dim(c, all_by_default=False)) if c.fname in OPS else None
+
+
+def settled(node: Node, rank: int) -> Node:
+    """softmax/log_softmax over dim d of a rank-`rank` body: over the last dim (dim -1, this family's
+    row kernel), else written out as the fused family's reductions that keep d: exp(x - max) / sum(...),
+    x - logsumexp(x)."""
+    dim = node.attr("dim", -1)
+    if dim % rank == rank - 1:
+        return call(node.op, node.args[0], dim=-1)
+    x = node.args[0]
+    if node.op == "log_softmax":
+        return call("sub", x, call("logsumexp", x, dim=dim, keepdim=True))
+    e = call("exp", call("sub", x, call("max", x, dim=dim, keepdim=True)))
+    return call("div", e, call("sum", e, dim=dim, keepdim=True))
 
 
 @prints(*OPS)

@@ -9,6 +9,7 @@ from bot import ir
 from bot import spec as specmod
 from bot.generators.interface import GenerationError
 from bot.ops import matmul as mmf
+from bot.ops import registry, softmax
 from bot.ops.text import sizes_text
 from bot.request.describe import default_name, describe, spec_params
 from bot.request.messages import SUPPORTED, node_text
@@ -22,9 +23,10 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
     notes = list(st.op_notes)
     node = _with_eps(st, st.node, notes)
     names = input_names(st)
-    shapes = _matmul_shapes(st, node, names, notes) if st.matmul else _input_shapes(st, node, names, notes)
     if st.pasted_shapes:              # get_inputs' own shapes (a matmul's shared 2-D weight among them)
         shapes = {n: [st.pasted_shapes[n]] for n in names}
+    else:
+        shapes = _matmul_shapes(st, node, names, notes) if st.matmul else _input_shapes(st, node, names, notes)
     _refuse_class_dim_1(st, node, shapes)
     dtypes = st.dtypes
     if not dtypes:
@@ -34,7 +36,7 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
         notes.append(f"no dtype named: testing {listed}{more}")
     if st.matmul:
         node = mmf.with_tf32(node, bool(st.tf32) and "float32" in dtypes)
-    node = _with_dim(st, node, shapes[main_input(st, names)])
+    node = _with_dim(st, _rows_settled(node, {n: s[0] for n, s in shapes.items()}), shapes[main_input(st, names)])
     domains, index = ir.domains(node), ir.index_inputs(node)
     learned = st.pasted.parameters if st.pasted and st.pasted_shapes else {}
     spec = {
@@ -55,6 +57,18 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
         return specmod.validate(spec), notes
     except specmod.SpecError as e:
         raise GenerationError(str(e)) from None
+
+
+def _rows_settled(node: ir.Node, shapes: dict[str, list[int]]) -> ir.Node:
+    """Each softmax/log_softmax below the root over its body's last dim as dim -1, over another
+    dim written out as the fused family's reductions (bot.ops.softmax.settled); the root's dim the
+    words may still name (_with_dim settles it)."""
+    def settle(n: ir.Node, root: bool) -> ir.Node:
+        n = ir.Node(n.op, tuple(settle(a, False) for a in n.args), n.name, n.value, n.attrs)
+        if n.op not in ir.ROW_PRESERVING or (root and n.attr("dim", -1) == -1):
+            return n
+        return softmax.settled(n, len(ir.output_shape(n.args[0], shapes)))
+    return settle(node, True)
 
 
 def _refuse_class_dim_1(st: State, node: ir.Node, shapes: dict[str, list[list[int]]]) -> None:
@@ -137,10 +151,13 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
     """The dim named in words: any one for a reduction (written -1 when it is the last dim of
     every case), the last one only for softmax, norms and cross entropy."""
     k = ir.kind(node)
-    if k in ("conv", "pool", "fused"):
+    root = registry.root_family(node.op)
+    if k == "chain" and root is not None and root.NAME in ("reduce", "argreduce", "scan", "softmax", "norm"):
+        k = root.NAME                   # a chain ending in an op over a dim: the words may name its dim
+    if k in ("conv", "pool", "fused", "chain"):
         if st.dims or st.whole:
-            raise GenerationError(f"you named a dim, but {node_text(node)!r} works over its input's spatial dims "
-                                  "as its arguments say; drop the dim", unplaced=[f"over dim {d}" for d in st.dims])
+            raise GenerationError(f"you named a dim, but {node_text(node)!r} works over the dims its arguments "
+                                  "say; drop the dim", unplaced=[f"over dim {d}" for d in st.dims])
         return node
     if k in ("pointwise", "matmul") and st.whole:
         raise GenerationError(f"you said {st.whole!r}, but {node_text(node)!r} is elementwise; a reduction over all "
@@ -174,6 +191,8 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
     last = all(dims[0] in (-1, len(c) - 1) for c in cases)
     if reduces:
         return ir.with_dim(node, -1 if last else dims[0])
+    if not last and node.op in ir.ROW_PRESERVING:       # softmax over another dim: the fused reductions'
+        return softmax.settled(ir.with_dim(node, dims[0]), len(cases[0]))
     if not last:
         raise GenerationError(f"{node.op} over dim {dims[0]} is not supported: {node.op} runs over the last dim "
                               f"(dim=-1) only. {SUPPORTED}")

@@ -168,7 +168,8 @@ def _take_pasted(rd: Reading) -> None:
         return
     if missing := [n for n in rd.inputs if n not in pasted.shapes]:
         raise GenerationError(f"get_inputs gives no tensor for {', '.join(missing)}")
-    if mm := ir.matmul_node(rd.node):
+    mm = ir.matmul_node(rd.node)
+    if mm and all(x.op == "input" for x in mm.args):       # a chain's matmul of a computed operand: by input
         a, b = ((x.name, mmf.logical(pasted.shapes[x.name], mm.attr(key), x.name)) for x, key in zip(mm.args, ("ta", "tb")))
         rd.shapes = [(None, mmf.operand_problem(a, b))]
         rd.batched = len(a[1]) == 3

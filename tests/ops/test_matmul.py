@@ -360,9 +360,10 @@ def test_trees_that_are_not_one_matmul_with_a_pointwise_epilogue():
                           (ir.call("add", ir.inp("a"), ir.inp("b")), "has no matmul")):
         with pytest.raises(ValueError, match=message):
             matmul.kernel_source(spec, node)
-    # sum(a @ b) is the reduce family's tree (bot.ops.registry): the IR driver refuses it, not the matmul lowering.
+    # sum(a @ b) is no one family's tree: the IR driver refuses it as one kernel and splits it into a chain.
     with pytest.raises(ValueError, match="matmul inside sum"):
-        ir.check(ir.call("sum", mm, dim=-1))
+        ir.check_single(ir.call("sum", mm, dim=-1))
+    assert [s.node.op for s in ir.stages(ir.call("sum", mm, dim=-1))] == ["matmul", "sum"]
 
 
 # ---------------------------------------------------------------- transposed operands

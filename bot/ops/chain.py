@@ -1,0 +1,211 @@
+"""Chains: an expression no one family lowers as one kernel (relu(group_norm(conv2d(x, w, b), 8, g, gb)),
+max_pool2d(conv2d(x, w)), softmax(x @ w.T + b) * 2) split into the fewest stages the families' rules
+allow, each one kernel of its family, the later ones reading the earlier ones' outputs.
+
+The plan walks the tree from its leaves: a subtree any family takes whole stays whole; where a node
+is refused, its computed operands become stages of their own (those holding a matmul, convolution or
+root op first, then any), and the node reads their outputs as inputs. Stages between kernels keep
+float32 (as a kernel keeps its own intermediates), so the chain rounds once, at its output, like any
+kernel; a matmul or convolution stage reads them in its weight's dtype, for the tensor cores.
+
+kernel.py holds every stage's file, each module-level name of a stage suffixed with its number so
+none meets another's, and an entry of the spec's name calling the stages in order. Stages keep their
+own default configs: a chain carries no config space of its own to sweep.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from dataclasses import dataclass
+
+from bot.ops import conv, matmul, registry
+from bot.ops.entry import Entry
+from bot.ops.node import IRError, Node, inp, input_names, to_text
+
+NAME = "chain"
+OPS: set[str] = set()
+ROOT = False
+SUPPORTED = ("", "chains of these (a convolution or matmul, then norms, pooling, softmax and pointwise ops) as "
+             "the fewest kernels their rules allow")
+ALIASES: dict[str, str] = {}
+KEYWORDS: dict[str, set[str]] = {}
+OUTPUT_DTYPE = None
+MAX_RANK = 5
+MAX_NUMEL = 2**31 - 1
+WORDS: list = []
+ENTRIES: tuple[Entry, ...] = ()
+TEMP = "stage{}"            # a stage's output as the next stage's input
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str               # its output's name as an input of later stages; the last: the chain's output
+    node: Node              # over the chain's inputs and earlier stages' outputs
+
+
+def is_anchor(node: Node) -> bool:
+    """Whether a subtree holds an op that needs a kernel of its own kind (matmul, convolution, a root op)."""
+    return any(sub.op in (matmul.MATMUL, conv.CONV) or registry.root_family(sub.op) is not None
+               for sub in node.walk())
+
+
+def plan(node: Node, check_single) -> list[Stage]:
+    """The stages of node, the last computing it; check_single(tree) raises IRError where no one
+    family lowers the tree whole. Raises the first refusal no split can avoid. A stage tried and
+    not taken leaves no trace: stages are made only for the cut that is kept."""
+    stages: list[Stage] = []
+    taken = set(input_names(node))
+
+    def name_for(sub: Node, pending: dict[Node, str]) -> str:
+        """The stage name of sub: an existing stage's (a subtree used twice is one stage), else a new one."""
+        for s in stages:
+            if s.node == sub:
+                return s.name
+        if sub not in pending:
+            k = len(stages) + len(pending)
+            while TEMP.format(k) in taken or TEMP.format(k) in pending.values():
+                k += 1
+            pending[sub] = TEMP.format(k)
+        return pending[sub]
+
+    def walk(n: Node) -> Node:
+        if n.op in ("input", "const"):
+            return n
+        n = Node(n.op, tuple(walk(a) for a in n.args), n.name, n.value, n.attrs)
+        try:
+            check_single(n)
+            return n
+        except IRError as refused:
+            computed = [a for a in n.args if a.op not in ("input", "const")]
+            heavy = [a for a in computed if is_anchor(a)]
+            # the fewest stages first: one heavy operand its own, then every heavy one, then every computed one
+            for cut in ([[a] for a in heavy] if len(heavy) > 1 else []) + [heavy, computed]:
+                if not cut:
+                    continue
+                pending: dict[Node, str] = {}
+                trial = Node(n.op, tuple(inp(name_for(a, pending)) if a in cut else a for a in n.args), n.name,
+                             n.value, n.attrs)
+                try:
+                    check_single(trial)
+                except IRError:
+                    continue
+                for sub, name in pending.items():
+                    taken.add(name)
+                    stages.append(Stage(name, sub))
+                return trial
+            raise refused
+
+    last = walk(node)
+    return [*stages, Stage("", last)]
+
+
+def stage_shapes(stages: list[Stage], shapes: dict[str, list[int]], output_shape) -> dict[str, list[int]]:
+    """Every input's and every stage output's shape, for one case."""
+    out = dict(shapes)
+    for s in stages[:-1]:
+        out[s.name] = output_shape(s.node, out)
+    return out
+
+
+# ---------------------------------------------------------------- kernel.py
+
+def kernel_source(spec: dict, stages: list[Stage], stage_source, output_shape) -> str:
+    """kernel.py: each stage's file from its family (stage_source(stage spec, node)), renamed apart,
+    and the entry calling them in order."""
+    cases = [{i["name"]: i["shapes"][c] for i in spec["inputs"]} for c in range(len(spec["inputs"][0]["shapes"]))]
+    all_shapes = [stage_shapes(stages, case, output_shape) for case in cases]
+    dtypes = {i["name"]: i["dtypes"] for i in spec["inputs"]}
+    n_dtypes = len(spec["inputs"][0]["dtypes"])
+    bodies, imports = [], []
+    for k, stage in enumerate(stages):
+        names = input_names(stage.node)
+        last = k == len(stages) - 1
+        stage_spec = {"name": f"{spec['name']}_s{k}", "expression": to_text(stage.node),
+                      "description": f"stage {k + 1} of {len(stages)} of {spec['name']}",
+                      "inputs": [{"name": n, "shapes": [s[n] for s in all_shapes],
+                                  "dtypes": dtypes.get(n, ["float32"] * n_dtypes)} for n in names],
+                      "outputs": [{"name": "out", "dtypes": ["float32"] * n_dtypes,
+                                   "shapes": [output_shape(stage.node, s) for s in all_shapes]}],
+                      **({} if last else {"float32_out": True})}
+        head, body = _split_imports(stage_source(stage_spec, stage.node))
+        imports += [line for line in head if line not in imports]
+        bodies.append(_suffixed(body, f"_s{k}", keep=stage_spec["name"]))
+    return ('"""Triton kernels for ' + spec["name"] + ": " + _doc(spec.get("description") or spec["expression"])
+            + f".\n\nGenerated by kernelbot from `{_doc(spec['expression'])}`, in {len(stages)} stages: the fewest "
+            "kernels the\nfamilies' rules allow. Each stage below is a file of its family, its names suffixed _s<k>; "
+            "the\nentry at the end calls them in order. Stages between kernels keep float32."
+            + '"""\n' + "\n".join(imports) + "\n\n\n" + "\n\n".join(b.strip("\n") + "\n" for b in bodies)
+            + "\n\n" + _entry(spec, stages))
+
+
+def _entry(spec: dict, stages: list[Stage]) -> str:
+    inputs = [i["name"] for i in spec["inputs"]]
+    first = inputs[0]
+    lines = [f"def {spec['name']}({', '.join(inputs)}):",
+             f"    # {len(stages)} stages, each a kernel; the ones between keep float32."]
+    for k, stage in enumerate(stages):
+        args = []
+        anchor = matmul.matmul_node(stage.node) or conv.conv_node(stage.node)
+        operands = [a.name for a in anchor.args] if anchor else []
+        weight = [n for n in operands if n in inputs]
+        for n in input_names(stage.node):
+            if n in operands and n not in inputs and weight:     # the tensor cores take the weight's dtype
+                args.append(f"{n}.to({weight[0]}.dtype)")
+            else:
+                args.append(n)
+        target = stage.name or "out"
+        lines.append(f"    {target} = {spec['name']}_s{k}({', '.join(args)})")
+    lines.append(f"    return out.to({first}.dtype)      # the chain's output in the inputs' dtype")
+    return "\n".join(lines) + "\n"
+
+
+def _split_imports(source: str) -> tuple[list[str], str]:
+    """(the file's import lines, the rest without its docstring)."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    imports, skip = [], set()
+    for n in tree.body:
+        if isinstance(n, (ast.Import, ast.ImportFrom)) or (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+                                                           and isinstance(n.value.value, str)):
+            if isinstance(n, (ast.Import, ast.ImportFrom)):
+                imports += [line.rstrip("\n") for line in lines[n.lineno - 1:n.end_lineno]]
+            skip |= set(range(n.lineno - 1, n.end_lineno))
+    return imports, "".join(line for i, line in enumerate(lines) if i not in skip)
+
+
+def _suffixed(source: str, suffix: str, keep: str) -> str:
+    """source with each name it defines at module level (functions, assignments) but `keep` renamed
+    name + suffix wherever it is used as a name (not an attribute, not a keyword argument)."""
+    tree = ast.parse(source)
+    defined = set()
+    for n in tree.body:
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef)):
+            defined.add(n.name)
+        elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                defined |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
+    defined.discard(keep)
+    lines = source.splitlines(keepends=True)
+    edits: list[tuple[int, int, int]] = []          # (row, start col, end col) of each name to rename
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
+              if t.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)]
+    for i, tok in enumerate(tokens):
+        before = tokens[i - 1].string if i else ""
+        after = tokens[i + 1].string if i + 1 < len(tokens) else ""
+        keyword_arg = after == "=" and before in ("(", ",")
+        if tok.type == tokenize.NAME and tok.string in defined and before != "." and not keyword_arg:
+            edits.append((tok.start[0] - 1, tok.start[1], tok.end[1]))
+    for row, start, end in sorted(edits, reverse=True):
+        lines[row] = lines[row][:end] + suffix + lines[row][end:]
+    return "".join(lines)
+
+
+def _doc(text: str) -> str:
+    return re.sub(r"\s+", " ", str(text)).replace("\\", "/").replace('"', "'")
+
+
+def reference_property(node: Node) -> tuple[str, bool]:
+    return "", False
+

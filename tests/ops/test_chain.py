@@ -1,0 +1,76 @@
+"""Chains (bot.ops.chain): expressions no one family lowers whole, split into the fewest stages the
+families' rules allow; kernel.py runs them in order. Generated and run under Triton's interpreter
+against torch on float64 inputs, in float32 and float16 (stages between kernels keep float32)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from generated import load
+
+from bot import ir, lower_torch
+from bot.spec import parse_expression, validate
+from runner import integrity, protocol
+
+X, W = [2, 4, 7, 6], [8, 4, 3, 3]
+# (expression, shapes, stages, torch's own computation over float64 tensors t)
+CASES = [
+    ("softmax(conv2d(x, w))", {"x": X, "w": W}, 2, lambda t: torch.softmax(F.conv2d(t["x"], t["w"]), -1)),
+    ("conv2d(x, w) + conv2d(x, v)", {"x": X, "w": W, "v": W}, 2,
+     lambda t: F.conv2d(t["x"], t["w"]) + F.conv2d(t["x"], t["v"])),
+    ("conv2d(x, w, padding=1) + x", {"x": [2, 8, 5, 6], "w": [8, 8, 3, 3]}, 2,
+     lambda t: F.conv2d(t["x"], t["w"], padding=1) + t["x"]),
+    ("conv2d(x * 2.0, w)", {"x": X, "w": W}, 2, lambda t: F.conv2d(t["x"] * 2, t["w"])),
+    ("relu(group_norm(conv2d(x, w, b), 2, g, gb, eps=1e-05))", {"x": X, "w": W, "b": [8], "g": [8], "gb": [8]}, 3,
+     lambda t: torch.relu(F.group_norm(F.conv2d(t["x"], t["w"], t["b"]), 2, t["g"], t["gb"]))),
+    ("max_pool2d(relu(conv2d(x, w)), kernel_size=2)", {"x": X, "w": W}, 2,
+     lambda t: F.max_pool2d(torch.relu(F.conv2d(t["x"], t["w"])), 2)),
+    ("sum(matmul(a, b) / 2.0, dim=1, keepdim=True) * 1.5", {"a": [9, 20], "b": [20, 24]}, 2,
+     lambda t: torch.sum(t["a"] @ t["b"] / 2, dim=1, keepdim=True) * 1.5),
+    ("exp(conv2d(x, w) - max(conv2d(x, w), dim=1, keepdim=True)) / sum(exp(conv2d(x, w) - max(conv2d(x, w), dim=1, "
+     "keepdim=True)), dim=1, keepdim=True)", {"x": X, "w": W}, 2, lambda t: torch.softmax(F.conv2d(t["x"], t["w"]), 1)),
+]
+
+
+def raw_spec(expression: str, shapes: dict, dtypes=("float32", "float16")) -> dict:
+    return validate({"name": "chain_op", "expression": expression,
+                     "inputs": [{"name": n, "dtypes": list(dtypes), "shapes": [s]} for n, s in shapes.items()]})
+
+
+@pytest.mark.parametrize("expression, shapes, stages, torch_fn", CASES, ids=[c[0][:50] for c in CASES])
+def test_every_chain_matches_torch_in_its_fewest_stages(tmp_path, expression, shapes, stages, torch_fn):
+    spec = raw_spec(expression, shapes)
+    node = parse_expression(spec)
+    assert ir.kind(node) == "chain" and len(ir.stages(node)) == stages and spec["chain"] == stages
+    source = ir.kernel_source(spec, node, {})
+    assert integrity.check_kernel(source, "chain_op") == []
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "chain_op")
+    kernel = getattr(load(tmp_path, "kernel.py", source), "chain_op")
+    gen = torch.Generator().manual_seed(0)
+    tensors = {n: torch.randn(s, generator=gen) for n, s in shapes.items()}
+    wide = {n: t.double() for n, t in tensors.items()}
+    torch.testing.assert_close(reference(*wide.values()), torch_fn(wide), rtol=1e-10, atol=1e-10)
+    for dtype in ("float32", "float16"):
+        args = [t.to(getattr(torch, dtype)) for t in tensors.values()]
+        want = reference(*[a.double() for a in args])
+        got = kernel(*args)
+        assert got.shape == want.shape and got.dtype == args[0].dtype
+        rtol, atol = protocol.tolerance(dtype, max(spec.get("reduce", {}).get("lengths", [1])), matmul=True)
+        err = (got.double() - want).abs()
+        assert bool((err <= atol + rtol * want.abs()).all()), f"{dtype}: max err {err.max():.3g}"
+
+
+def test_a_chain_refuses_what_no_split_avoids():
+    with pytest.raises(ir.IRError, match="padding='same' is not supported"):
+        ir.check(ir.parse("relu(conv2d(x * 2.0, w, padding='same'))"))
+
+
+def test_the_chain_spec_says_its_stages_and_its_longest_sum():
+    spec = raw_spec("relu(group_norm(conv2d(x, w, b), 2, g, gb, eps=1e-05))",
+                    {"x": [2, 4, 9, 9], "w": [8, 4, 3, 3], "b": [8], "g": [8], "gb": [8]})
+    # the conv sums 4 x 9 products; the group norm 4 channels x 7 x 7 positions, counted as all 8 channels
+    assert spec["chain"] == 3 and spec["reduce"] == {"lengths": [8 * 7 * 7]} and spec["matmul"]
+    assert {4, 8, 3} <= set(spec["fixed_sizes"])
+    assert math.prod([1]) == 1
