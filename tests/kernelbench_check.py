@@ -123,13 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         extra = " ".join(f"{k}={row[k]:.3g}" for k in ("max_rel_err", "speedup") if k in row)
         print(f"{row['status']:16} {path.name[:60]:60} {extra} {row['detail']}", flush=True)
+        if args.json:           # after every problem: a run cut short keeps what it checked
+            args.json.write_text(json.dumps(rows, indent=1))
         gc.collect()
         if args.device == "cuda":
             torch.cuda.empty_cache()
     counts = {s: sum(r["status"] == s for r in rows) for s in dict.fromkeys(r["status"] for r in rows)}
     print(f"{len(rows)} problems: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
     return 0
 
 
