@@ -187,12 +187,17 @@ def check(node: Node) -> None:
         if r is not node and not r.attr("keepdim") and r.attr("dim") != ALL:
             raise IRError(f"{to_text(r)} inside an expression must keep its dim (keepdim=True) so it broadcasts "
                           "back over it")
+        if not outer_inputs(r.args[0]):
+            # a reduction of values that are already one a row (logsumexp(mean(x, 1, keepdim=True), 1)) reduces
+            # a dim of size 1, not D copies of them: a kernel of its own does that
+            raise IRError(f"{to_text(r)} reduces a value that is already reduced over dim {r.attr('dim')}; it runs "
+                          "as a kernel of its own")
 
 
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     full = broadcast_shapes([shapes[n] for n in input_names(node)])
     for r in reductions(node):
-        body = broadcast_shapes([shapes[n] for n in input_names(r.args[0])])
+        body = _shape(r.args[0], shapes, full)
         if body != full:
             raise IRError(f"{to_text(r)} reduces a body of shape {body}, but the expression's shape is {full}; "
                           "the offline kernel takes reductions of the full shape")
