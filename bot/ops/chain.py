@@ -142,7 +142,7 @@ def kernel_source(spec: dict, stages: list[Stage], stage_source, output_shape) -
 
 def _entry(spec: dict, stages: list[Stage]) -> str:
     inputs = [i["name"] for i in spec["inputs"]]
-    first = inputs[0]
+    first = next(i["name"] for i in spec["inputs"] if i.get("domain") != "index")      # a float input
     lines = [f"def {spec['name']}({', '.join(inputs)}):",
              f"    # {len(stages)} stages, each a kernel; the ones between keep float32."]
     for k, stage in enumerate(stages):
@@ -157,7 +157,10 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
                 args.append(n)
         target = stage.name or "out"
         lines.append(f"    {target} = {spec['name']}_s{k}({', '.join(args)})")
-    lines.append(f"    return out.to({first}.dtype)      # the chain's output in the inputs' dtype")
+    if registry.family(stages[-1].node).OUTPUT_DTYPE:          # indices (argmax) stay as they are
+        lines.append("    return out")
+    else:
+        lines.append(f"    return out.to({first}.dtype)      # the chain's output in the inputs' dtype")
     return "\n".join(lines) + "\n"
 
 

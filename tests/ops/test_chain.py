@@ -3,8 +3,6 @@ families' rules allow; kernel.py runs them in order. Generated and run under Tri
 against torch on float64 inputs, in float32 and float16 (stages between kernels keep float32)."""
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -65,6 +63,14 @@ def test_every_chain_matches_torch_in_its_fewest_stages(tmp_path, expression, sh
         assert bool((err <= atol + rtol * want.abs()).all()), f"{dtype}: max err {err.max():.3g}"
 
 
+def test_a_chain_ending_in_indices_returns_them(tmp_path):
+    spec = raw_spec("argmax(conv2d(x, w), dim=1)", {"x": X, "w": W}, ("float32",))
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), "chain_op")
+    x, w = torch.randn(X), torch.randn(W)
+    got = kernel(x, w)
+    assert got.dtype == torch.int64 and torch.equal(got, torch.argmax(F.conv2d(x.double(), w.double()), dim=1))
+
+
 def test_a_chain_refuses_what_no_split_avoids():
     with pytest.raises(ir.IRError, match="padding='same' is not supported"):
         ir.check(ir.parse("relu(conv2d(x * 2.0, w, padding='same'))"))
@@ -76,4 +82,3 @@ def test_the_chain_spec_says_its_stages_and_its_longest_sum():
     # the conv sums 4 x 9 products; the group norm 4 channels x 7 x 7 positions, counted as all 8 channels
     assert spec["chain"] == 3 and spec["reduce"] == {"lengths": [8 * 7 * 7]} and spec["matmul"]
     assert {4, 8, 3} <= set(spec["fixed_sizes"])
-    assert math.prod([1]) == 1
