@@ -94,7 +94,6 @@ def run(path: Path, kernel_path: Path, spec: dict, timed: bool, device: str) -> 
             out["kernel_ms"] = do_bench(lambda: kernel(*inputs, *params), return_mode="median")
             out["torch_ms"] = do_bench(lambda: model(*inputs), return_mode="median")
         out["speedup"] = out["torch_ms"] / out["kernel_ms"]
-    del model, inputs, params, want, got
     return out
 
 
