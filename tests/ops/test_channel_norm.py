@@ -66,7 +66,8 @@ def test_every_norm_matches_torch(tmp_path, expression, shapes, torch_call):
         want = reference(*[a.double() for a in args])
         length = protocol.cases(spec)[0].shapes["x"]
         rtol, atol = protocol.tolerance(dtype, max(length))
-        for config in (None, *channel_norm.CONFIGS):          # 256-element tiles split the rows many ways
+        # every config in float32 (256-element tiles split the rows many ways); float16 with the default
+        for config in (None, *channel_norm.CONFIGS) if dtype == "float32" else (None,):
             got = kernel(*args, config=config)
             assert got.shape == want.shape and got.dtype == args[0].dtype
             err = (got.double() - want).abs()

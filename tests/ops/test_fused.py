@@ -72,7 +72,8 @@ def test_every_expression_matches_torch_whole_and_split(tmp_path, code, shapes, 
         args = [t.to(getattr(torch, dtype)) for t in tensors.values()]
         want = reference(*[a.double() for a in args])
         rtol, atol = protocol.tolerance(dtype, length)
-        for config in (None, *fused.CONFIGS):                # 16-deep chunks split short rows too
+        # every config in float32 (16-deep chunks split short rows too); float16 with the default
+        for config in (None, *fused.CONFIGS) if dtype == "float32" else (None,):
             got = kernel(*args, config=config)
             assert got.shape == want.shape and got.dtype == args[0].dtype, (dtype, config)
             err = (got.double() - want).abs()
