@@ -242,13 +242,13 @@ def reduced(node: Node, rank: int = 0) -> tuple[list[str], int | list[int] | Non
     """(inputs, dim) whose broadcast length at dim (the product of the lengths of a list of dims)
     the op accumulates over (its error grows with the sqrt of it), or None for ops that accumulate
     nothing."""
+    if fused.claims(node):
+        return input_names(node), fused.reduced_dim(node)
     if node.op in REDUCE | ARG_REDUCE | SCANS:
         dim = node.attr("dim", -1)
         return input_names(node.args[0]), None if dim == ALL else dim      # None: every element
     if node.op in LOSSES:
         return input_names(node.args[0]), -1
-    if fused.claims(node):
-        return input_names(node), fused.reduced_dim(node)
     if node.op in channel_norm.OPS:       # rank: the body's, for the dims a statistic spans
         return input_names(node.args[0]), channel_norm.reduced_dims(node, rank)
     mm = matmul_node(node)

@@ -62,13 +62,13 @@ def convert(c: Call) -> Node | None:
     if c.fname == "norm":
         p = _order(c)
         kept = keepdim(c)
-        dim = over_dim(c, all_by_default=True)
+        dim = over_dim(c, all_by_default=True, several=True)
         return _reduction("norm", c, ALL if dim is None else dim, kept, p=p)
     correction = None
     if c.fname in ("var", "std"):
         correction = _correction(c)
     kept = keepdim(c)
-    dim = over_dim(c, all_by_default=True)
+    dim = over_dim(c, all_by_default=True, several=c.fname != "prod")      # torch.prod takes one dim
     if c.fname == "logsumexp" and dim is None:
         raise IRError("logsumexp needs a dim, e.g. torch.logsumexp(x, dim=-1)")
     return _reduction(c.fname, c, ALL if dim is None else dim, kept,
@@ -152,9 +152,22 @@ def _print(node: Node, text) -> str:
 
 
 def claims(node: Node) -> bool:
-    """Whether the tree is this family's: one of its reductions anywhere, or a reduction below the root."""
-    return any(sub.op in OPS for sub in node.walk()) or any(sub.op in REDUCTIONS for a in node.args
-                                                            for sub in a.walk())
+    """Whether the tree is this family's: one of its reductions anywhere, a reduction below the root,
+    or a reduction over several dims at once."""
+    return any(sub.op in OPS or (sub.op in REDUCTIONS and isinstance(sub.attr("dim"), tuple)) for sub in node.walk()) \
+        or any(sub.op in REDUCTIONS for a in node.args for sub in a.walk())
+
+
+def reduced_dims(dim, rank: int) -> list[int]:
+    """A reduction's dims, non-negative and sorted (one dim, or several given as a tuple); IRError
+    where several are not neighbours: the kernel reduces one run of neighbouring dims."""
+    dims = sorted(d % rank for d in (dim if isinstance(dim, tuple) else (dim,)))
+    if any(not -rank <= d < rank for d in (dim if isinstance(dim, tuple) else (dim,))):
+        raise IRError(f"reduction over dim {dim}, but the input has {rank} dims")
+    if dims != list(range(dims[0], dims[0] + len(dims))):
+        raise IRError(f"a reduction over dims {dim} is not supported: the offline kernel reduces neighbouring dims "
+                      "(e.g. dim=(2, 3)); reduce them in two steps")
+    return dims
 
 
 def reductions(node: Node) -> list[Node]:
@@ -202,8 +215,10 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
             raise IRError(f"{to_text(r)} reduces a body of shape {body}, but the expression's shape is {full}; "
                           "the offline kernel takes reductions of the full shape")
         dim = r.attr("dim")
-        if dim != ALL and not -len(full) <= dim < len(full):
+        if dim != ALL and not all(-len(full) <= d < len(full) for d in (dim if isinstance(dim, tuple) else (dim,))):
             raise IRError(f"{r.op} over dim {dim}, but the input has {len(full)} dims (shape {full})")
+        if dim != ALL:
+            reduced_dims(dim, len(full))
     return _shape(node, shapes, full)
 
 
@@ -215,7 +230,9 @@ def _shape(node: Node, shapes: dict[str, list[int]], full: list[int]) -> list[in
         dim = node.attr("dim")
         if dim == ALL:
             return [1] * len(full) if node.attr("keepdim") else []
-        return full[:dim % len(full)] + ([1] if node.attr("keepdim") else []) + full[dim % len(full) + 1:]
+        dims = reduced_dims(dim, len(full))
+        kept = [1] * len(dims) if node.attr("keepdim") else []
+        return full[:dims[0]] + kept + full[dims[-1] + 1:]
     return broadcast_shapes([_shape(a, shapes, full) for a in node.args] or [[]])
 
 
@@ -228,10 +245,10 @@ def outer_inputs(node: Node) -> list[str]:
     return list(dict.fromkeys(n for a in node.args for n in outer_inputs(a)))
 
 
-def reduced_dim(node: Node) -> int | None:
-    """The dim the expression reduces (None: every element), for the tolerance."""
+def reduced_dim(node: Node) -> int | list[int] | None:
+    """The dim the expression reduces (several: a list; None: every element), for the tolerance."""
     dim = reductions(node)[0].attr("dim")
-    return None if dim == ALL else dim
+    return None if dim == ALL else list(dim) if isinstance(dim, tuple) else dim
 
 
 # ---------------------------------------------------------------- the reference
@@ -367,12 +384,26 @@ def _value(r: Node, i: int) -> str:
 
 # ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
 
+def _reduced_run(shape, dim):
+    # The reduced dims as a run (first, last), non-negative: one dim, or a tuple of neighbours.
+    dims = sorted(d % len(shape) for d in (dim if isinstance(dim, tuple) else (dim,)))
+    return dims[0], dims[-1]
+
+
 def _adb(shape, dim):
-    # (A, D, B): the shape viewed around the reduced dim (None: every element, [1, N, 1]).
+    # (A, D, B): the shape viewed around the reduced dims (None: every element, [1, N, 1]).
     if dim is None:
         return 1, math.prod(shape), 1
-    dim %= len(shape)
-    return math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
+    first, last = _reduced_run(shape, dim)
+    return math.prod(shape[:first]), math.prod(shape[first:last + 1]), math.prod(shape[last + 1:])
+
+
+def _reduced_shape(shape, dim, kept):
+    # The shape with the reduced dims kept as 1s, or gone (None: every element).
+    if dim is None:
+        return [1] * len(shape) if kept else []
+    first, last = _reduced_run(shape, dim)
+    return [*shape[:first], *([1] * (last - first + 1) if kept else []), *shape[last + 1:]]
 
 
 def _adb_strides(name, shape, full, dim):
@@ -383,8 +414,8 @@ def _adb_strides(name, shape, full, dim):
     if dim is None:
         groups = [[], list(range(len(full))), []]
     else:
-        dim %= len(full)
-        groups = [list(range(dim)), [dim], list(range(dim + 1, len(full)))]
+        first, last = _reduced_run(full, dim)
+        groups = [list(range(first)), list(range(first, last + 1)), list(range(last + 1, len(full)))]
     out = []
     for dims in groups:
         live = [d for d in dims if full[d] > 1]
@@ -460,8 +491,9 @@ class _FusedKernel(KernelFile):
         if dim == ALL:
             return all(math.prod(s) == 1 for i in spec["inputs"] if i["name"] in outer_inputs(node) for s in i["shapes"])
         rank = max(len(s) for i in spec["inputs"] for s in i["shapes"][:1])
-        return all(len(s) - rank + dim % rank < 0 or s[len(s) - rank + dim % rank] == 1
-                   for i in spec["inputs"] if i["name"] in outer_inputs(node) for s in i["shapes"])
+        dims = reduced_dims(dim, rank)
+        return all(len(s) - rank + d < 0 or s[len(s) - rank + d] == 1
+                   for i in spec["inputs"] if i["name"] in outer_inputs(node) for s in i["shapes"] for d in dims)
 
     def _body(self, node: Node, placeholders: list[KernelInput]):
         """node in Triton over the inputs' values and the reductions' (r0, r1, ...)."""
@@ -477,7 +509,8 @@ class _FusedKernel(KernelFile):
 
     def source(self) -> str:
         kernels = [self._whole_kernel(), *(self._level_kernel(k) for k in range(self.levels)), self._out_kernel()]
-        return self._file(kernels, [_adb, _adb_strides, _fused_config, _fused_tiles, _expanded_strides],
+        return self._file(kernels, [_reduced_run, _adb, _reduced_shape, _adb_strides, _fused_config, _fused_tiles,
+                                    _expanded_strides],
                           self._launcher())
 
     def configs(self) -> list[dict]:
@@ -611,8 +644,7 @@ class _FusedKernel(KernelFile):
         dim = None if self.dim == ALL else self.dim
         # inner reductions keep their dim (over every element: one value, no dims)
         kept = bool(self.node.attr("keepdim")) if self.root_reduces else self.dim != ALL
-        reduced = ("[1] * len(shape)" if kept else "[]") if self.dim == ALL else (
-            f"[*shape[:{dim} % len(shape)], *([1] if {kept} else []), *shape[{dim} % len(shape) + 1:]]")
+        reduced = f"_reduced_shape(shape, {dim}, {kept})"
         outer = [i.local for i in self.used if i.name in outer_inputs(self.node)]
         out_shape = ("shape" if not self.per_row else reduced if self.root_reduces or not outer else
                      f"list(torch.broadcast_shapes({reduced}, {', '.join(o + '.shape' for o in outer)}))")

@@ -176,11 +176,12 @@ def keepdim(c: Call) -> bool:
     return bool(given is not None and given.value)
 
 
-def over_dim(c: Call, all_by_default: bool) -> int | None:
+def over_dim(c: Call, all_by_default: bool, several: bool = False) -> int | tuple[int, ...] | None:
     """The one dim a reduction or row op works over: dim=d, axis=d or a second positional int;
     keepdim=False is accepted, keepdim=True refused (torch.sum(x, -1, True) gives it by position).
     Not given: None (all elements, as PyTorch reads a reduction: its caller settles it) when
-    all_by_default, else -1; dim=None written: ALL when all_by_default."""
+    all_by_default, else -1; dim=None written: ALL when all_by_default. several: a tuple or list
+    of dims is read too (a tuple of two or more; one dim alone is that int)."""
     fname, args, kw = c.fname, c.args, c.kw
     if all_by_default and len(args) == 3 and isinstance(args[2], ast.Constant) and isinstance(args[2].value, bool):
         kw.setdefault("keepdim", args.pop())
@@ -201,6 +202,11 @@ def over_dim(c: Call, all_by_default: bool) -> int | None:
         return None if all_by_default else -1
     if is_none(dim):
         return ALL if all_by_default else -1
+    if several and isinstance(dim, (ast.Tuple, ast.List)) and dim.elts and all(is_int_literal(e) for e in dim.elts):
+        dims = tuple(int(number(e)) for e in dim.elts)
+        if len(set(dims)) != len(dims):
+            raise IRError(f"{fname} over dims {ast.unparse(dim)}: a dim appears twice")
+        return dims[0] if len(dims) == 1 else dims
     if not is_int_literal(dim):
         raise IRError(f"{fname} takes one dim as an integer, e.g. dim=0; got {ast.unparse(dim)!r} (a reduction "
                       "over several dims at once is not supported)")

@@ -66,10 +66,10 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
 }
 
 # The keywords each function is read with (any other is refused: it may change the result).
-KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"},
+KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "tensor": {"device"},
             **{name: {p for p, _ in params[1:]} for name, (params, _) in COMPOSITES.items()}}
 # Functions read with no keyword at all.
-FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "pow", "where"}
+FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "pow", "where", "tensor"}
 
 # tl.maximum/minimum drop NaN by default; torch's maximum, minimum, relu, clamp and max/min keep it.
 NAN_WINS = "propagate_nan=tl.PropagateNan.ALL"
@@ -115,6 +115,10 @@ WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
 def convert(c: Call) -> Node | None:
     """The IR of a pointwise call, or None when fname is not one of this family's."""
     fname, args, kw = c.fname, c.args, c.kw
+    if fname == "tensor":            # torch.tensor(2.5): a number, broadcast as PyTorch broadcasts a 0-d tensor
+        kw.pop("device", None)       # where it lives changes no value
+        arity(fname, args, 1)
+        return const(number(args[0]))
     if fname in ("square",):
         return call("pow", c.expr(args[0]), exponent=2.0)
     if fname == "reciprocal":

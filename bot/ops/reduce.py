@@ -110,7 +110,7 @@ def convert(c: Call) -> Node | None:
     if c.fname not in OPS:
         return None
     kept = keepdim(c)
-    dim = over_dim(c, all_by_default=True)
+    dim = over_dim(c, all_by_default=True, several=True)       # several dims: the fused family's
     if c.fname in ("max", "min") and len(c.args) == 2 and dim is None:
         return call({"max": "maximum", "min": "minimum"}[c.fname], c.expr(c.args[0]), c.expr(c.args[1]))
     return dim_call(c, dim, kept)

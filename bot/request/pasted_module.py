@@ -179,7 +179,14 @@ def _attribute(value: ast.expr, env: dict, line: int):
     except NotConstant:
         pass
     if isinstance(value, ast.Call) and ast.unparse(value.func) in ("nn.Parameter", "torch.nn.Parameter") and value.args:
-        return Learned(made_shape(value.args[0], env, "a parameter"), line)
+        made = value.args[0]
+        if isinstance(made, ast.Call) and ast.unparse(made.func) == "torch.tensor":
+            try:                     # a 0-d parameter of a number: one element, broadcast as the 0-d one is
+                const(made.args[0], env)
+                return Learned([1], line)
+            except (NotConstant, IndexError):
+                pass
+        return Learned(made_shape(made, env, "a parameter"), line)
     if isinstance(value, ast.Call) and (path := ast.unparse(value.func)).split(".")[0] in ("nn", "torch") \
             and "." in path:
         try:

@@ -37,6 +37,9 @@ CASES = [
     ("x.norm(p=float('inf'), dim=0, keepdim=True)", {"x": [9, 4]}, lambda t: t["x"].norm(p=float("inf"), dim=0,
                                                                                           keepdim=True)),
     ("torch.var(x)", {"x": [6, 11]}, lambda t: torch.var(t["x"])),
+    ("torch.mean(x, dim=[2, 3], keepdim=True) + x", {"x": [2, 3, 5, 7]},         # neighbouring dims at once
+     lambda t: torch.mean(t["x"], dim=[2, 3], keepdim=True) + t["x"]),
+    ("torch.amax(x, dim=(0, 1))", {"x": [4, 3, 9]}, lambda t: torch.amax(t["x"], dim=(0, 1))),
 ]
 
 
@@ -85,6 +88,7 @@ def test_every_expression_matches_torch_whole_and_split(tmp_path, code, shapes, 
     ("x / x.sum(dim=2, keepdim=True)", {"x": [4, 5]}, "over dim 2, but the input has 2 dims"),
     ("torch.norm(x, p=0)", {"x": [4, 5]}, "norm of order 0 is not supported"),
     ("torch.logsumexp(x)", {"x": [4, 5]}, "logsumexp needs a dim"),
+    ("torch.sum(x, dim=(0, 2))", {"x": [4, 5, 6]}, "reduces neighbouring dims"),
 ])
 def test_what_cannot_be_lowered_is_refused_naming_it(code, shapes, says):
     with pytest.raises((SpecError, ir.IRError)) as e:
