@@ -165,7 +165,7 @@ def check(node: Node) -> None:
     stages(node)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=512)         # bounded: a long-running bot parses new trees all day
 def stages(node: Node) -> tuple[chain.Stage, ...]:
     """The tree's stages: one where one family lowers it whole, else the fewest chain.plan finds."""
     try:

@@ -137,13 +137,9 @@ def _chain_derived(spec: dict, node: ir.Node) -> dict:
             out["scan"] = True
         for k, shapes in enumerate(cases):
             reduced = ir.reduced(stage.node, max(len(shapes[n]) for n in ir.input_names(stage.node)))
-            if not reduced:
-                continue
-            shape = ir.broadcast_shapes([shapes[n] for n in reduced[0]])
-            dims = reduced[1]
-            length = math.prod(shape) if dims is None else math.prod(shape[d] for d in dims) \
-                if isinstance(dims, list) else shape[dims]
-            lengths[k] = max(lengths[k], length)
+            if reduced:
+                reduce = {"inputs": reduced[0], "dim": reduced[1]}
+                lengths[k] = max(lengths[k], protocol.accumulated_length(reduce, shapes))
     if max(lengths) > 1:
         out["reduce"] = {"lengths": lengths}
     return out

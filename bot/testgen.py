@@ -162,7 +162,7 @@ ERF_ULPS = {protocol.ERF_ULPS!r}
 CPU_MAX_ELEMENTS = {protocol.CPU_MAX_ELEMENTS!r}
 
 
-''' + inspect.getsource(protocol.shrunk_sizes)
+''' + inspect.getsource(protocol.shrunk_sizes) + "\n\n" + inspect.getsource(protocol.accumulated_length)
 
     def helpers(self) -> str:
         return _COMMON + self._rounding_error() + self._step_error() + self._erf_error() + self._body_function()
@@ -453,13 +453,7 @@ def reduced_length(inputs):
     reduce = SPEC.get("reduce")
     if not reduce:
         return 1
-    if reduce.get("lengths"):         # a chain's: the longest sum a stage takes
-        return max(reduce["lengths"])
-    by_name = {i["name"]: t for i, t in zip(SPEC["inputs"], inputs)}
-    shape = torch.broadcast_shapes(*(by_name[n].shape for n in reduce["inputs"]))
-    if isinstance(reduce["dim"], list):        # several dims (a convolution's channels and taps)
-        return math.prod(shape[d] for d in reduce["dim"])
-    return shape.numel() if reduce["dim"] is None else shape[reduce["dim"]]     # None: every element
+    return accumulated_length(reduce, {i["name"]: t.shape for i, t in zip(SPEC["inputs"], inputs)})
 
 
 def position(flat, shape):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import sys
 import time
@@ -167,16 +166,8 @@ def load(ctx: Context, worker: Worker, file: str, source: str | None = None, fn:
 def reduce_len(spec: dict, args: list[torch.Tensor], out_numel: int) -> int:
     """How many elements each output accumulates over (the spec's "reduce": a dim of some inputs,
     a matmul's K); without it, the last dim when the output is smaller than the largest input."""
-    if spec.get("reduce", {}).get("lengths"):     # a chain's: the longest sum a stage takes, per spec case
-        return max(spec["reduce"]["lengths"])
     if spec.get("reduce"):
-        by_name = {i["name"]: a for i, a in zip(spec["inputs"], args)}
-        reduce = spec["reduce"]
-        shape = torch.broadcast_shapes(*(by_name[n].shape for n in reduce["inputs"]))
-        dim = reduce["dim"]
-        if isinstance(dim, list):           # several dims (a convolution's channels and taps)
-            return math.prod(shape[d] for d in dim)
-        return shape.numel() if dim is None else shape[dim]     # None: every element
+        return protocol.accumulated_length(spec["reduce"], {i["name"]: a.shape for i, a in zip(spec["inputs"], args)})
     largest = max(args, key=lambda t: t.numel())
     return largest.shape[-1] if largest.dim() and out_numel < largest.numel() else 1
 

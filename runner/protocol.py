@@ -78,6 +78,22 @@ def entry(spec: dict, file: str) -> str:
     return (spec.get("reference_class") or spec["name"]) if file == "reference.py" else spec["name"]
 
 
+def accumulated_length(reduce, shapes):
+    # How many elements each output accumulates over, from the spec's "reduce" and the inputs'
+    # shapes by name: a chain's longest sum, else the named inputs' broadcast shape at its dim
+    # (None: every element; a list: the product over those dims). Copied verbatim into the
+    # generated tests (bot.testgen), so both sides size the tolerance alike.
+    if reduce.get("lengths"):
+        return max(reduce["lengths"])
+    named = [list(shapes[n]) for n in reduce["inputs"]]
+    rank = max(len(s) for s in named)
+    shape = [max(s[i - rank + len(s)] if i - rank + len(s) >= 0 else 1 for s in named) for i in range(rank)]
+    dim = reduce["dim"]
+    if dim is None:
+        return math.prod(shape)
+    return math.prod(shape[d] for d in dim) if isinstance(dim, list) else shape[dim]
+
+
 def size_rules(spec: dict) -> tuple[list[int], int]:
     """(fixed sizes, least size) of the spec (derived by bot.spec): what shrinking and the odd-sized
     case may not change, and the size no dim goes below."""

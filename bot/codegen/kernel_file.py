@@ -56,6 +56,11 @@ def _expanded_strides(shape_in, shape):
     return strides
 
 
+def _as_3d(values, fill):
+    # A 1-d or 2-d op's per-dim values (sizes, strides, paddings) as a 3-d one's: unit dims first.
+    return (fill,) * (3 - len(values)) + tuple(values)
+
+
 def _require_full(name, shape, full):
     # The kernel reads this input at the output's own offsets: it must hold every output element.
     if math.prod(shape) != math.prod(full):

@@ -26,7 +26,7 @@ from bot.codegen.expr import fmt_const
 from bot.codegen.kernel_file import KernelFile
 from bot.ops import pointwise
 from bot.ops.entry import Entry
-from bot.ops.node import Call, IRError, Node, broadcast_shapes, call, input_names, is_none, number, prints
+from bot.ops.node import Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_none, number, prints
 
 NAME = "channel_norm"
 OPS = {"batch_norm", "group_norm", "instance_norm", "layer_norm_nd"}
@@ -63,14 +63,7 @@ def convert(c: Call) -> Node | None:
         return layer_norm_nd(c.expr(given["input"]), dims.value, *tensors, eps)
     if c.fname not in _ORDER:
         return None
-    order = _ORDER[c.fname]
-    if len(c.args) > len(order):
-        raise IRError(f"{c.fname} takes at most {len(order)} arguments ({', '.join(order)}), got {len(c.args)}")
-    given = dict(zip(order, c.args))
-    for key in list(c.kw):
-        if key in given:
-            raise IRError(f"{c.fname} got {key} twice")
-        given[key] = c.kw.pop(key)
+    given = arguments(c, _ORDER[c.fname])
     if "input" not in given:
         raise IRError(f"{c.fname} needs an input")
     eps = number(given["eps"]) if not is_none(given.get("eps")) else DEFAULT_EPS
@@ -120,20 +113,26 @@ def _tensors(node: Node) -> dict[str, Node]:
     return dict(zip(roles, node.args[1:]))
 
 
+def _call(node: Node, x: str, t: dict[str, str]) -> str:
+    """group_norm, instance_norm or batch_norm of x, as torch.nn.functional takes it (t: the tensors' texts)."""
+    w, b, eps = t.get("weight", "None"), t.get("bias", "None"), f"eps={fmt_const(node.attr('eps'))}"
+    if node.op == "group_norm":
+        return f"group_norm({x}, {node.attr('groups')}, {w}, {b}, {eps})"
+    if node.op == "instance_norm":
+        return f"instance_norm({x}, weight={w}, bias={b}, {eps})"
+    return (f"batch_norm({x}, {t.get('running_mean', 'None')}, {t.get('running_var', 'None')}, {w}, {b}, "
+            f"training={node.attr('training')}, {eps})")
+
+
 @prints(*OPS)
 def _print(node: Node, text) -> str:
+    """As torch.nn.functional's call, but layer norm's: layer_norm_nd(x, w, b, dims=k, eps=...)."""
     t = {k: text(v) for k, v in _tensors(node).items()}
     x = text(node.args[0])
-    eps = f"eps={node.attr('eps')!r}"
     if node.op == "layer_norm_nd":
         tensors = ", ".join([x, t.get("weight", "None"), t.get("bias", "None")])
-        return f"layer_norm_nd({tensors}, dims={node.attr('dims')}, {eps})"
-    if node.op == "group_norm":
-        return f"group_norm({x}, {node.attr('groups')}, {t.get('weight', 'None')}, {t.get('bias', 'None')}, {eps})"
-    if node.op == "instance_norm":
-        return f"instance_norm({x}, weight={t.get('weight', 'None')}, bias={t.get('bias', 'None')}, {eps})"
-    return (f"batch_norm({x}, {t.get('running_mean', 'None')}, {t.get('running_var', 'None')}, "
-            f"{t.get('weight', 'None')}, {t.get('bias', 'None')}, training={node.attr('training')}, {eps})")
+        return f"layer_norm_nd({tensors}, dims={node.attr('dims')}, eps={fmt_const(node.attr('eps'))})"
+    return _call(node, x, t)
 
 
 def check(node: Node) -> None:
@@ -185,19 +184,13 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
 
 def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str]) -> str:
     t = {k: names[v.name] for k, v in _tensors(node).items()}
-    eps = fmt_const(node.attr("eps"))
-    w, b = t.get("weight", "None"), t.get("bias", "None")
-    if node.op == "layer_norm_nd":
-        if not body.isidentifier():
-            lines.append(f"h = {body}")
-            body = "h"
-        return f"torch.nn.functional.layer_norm({body}, {body}.shape[-{node.attr('dims')}:], {w}, {b}, eps={eps})"
-    if node.op == "group_norm":
-        return f"torch.nn.functional.group_norm({body}, {node.attr('groups')}, {w}, {b}, eps={eps})"
-    if node.op == "instance_norm":
-        return f"torch.nn.functional.instance_norm({body}, weight={w}, bias={b}, eps={eps})"
-    return (f"torch.nn.functional.batch_norm({body}, {t.get('running_mean', 'None')}, {t.get('running_var', 'None')}, "
-            f"{w}, {b}, training={node.attr('training')}, eps={eps})")
+    if node.op != "layer_norm_nd":
+        return "torch.nn.functional." + _call(node, body, t)
+    if not body.isidentifier():
+        lines.append(f"h = {body}")
+        body = "h"
+    return (f"torch.nn.functional.layer_norm({body}, {body}.shape[-{node.attr('dims')}:], {t.get('weight', 'None')}, "
+            f"{t.get('bias', 'None')}, eps={fmt_const(node.attr('eps'))})")
 
 
 def reduced_dims(node: Node, rank: int) -> list[int]:

@@ -23,11 +23,11 @@ from pathlib import Path
 
 from bot.codegen import fixed
 from bot.codegen.code import jit_source, wrap
-from bot.codegen.kernel_file import KernelFile, KernelInput, _expanded_strides
+from bot.codegen.kernel_file import KernelFile, KernelInput, _as_3d, _expanded_strides
 from bot.ops import pointwise
 from bot.ops.entry import Entry
-from bot.ops.node import (Call, IRError, Node, call, flag, inp, input_names, inputs_outside, is_none, number, prints,
-                          substitute, to_text)
+from bot.ops.node import (Call, IRError, Node, arguments, call, flag, inp, input_names, inputs_outside, is_none,
+                          number, prints, substitute, to_text)
 
 NAME = "conv"
 CONV = "conv"                       # one per expression; the rest is its epilogue
@@ -65,14 +65,7 @@ def convert(c: Call) -> Node | None:
     if c.fname not in FUNCTIONS:
         return None
     nd, transposed = FUNCTIONS[c.fname]
-    order = _ORDER_T if transposed else _ORDER
-    if len(c.args) > len(order):
-        raise IRError(f"{c.fname} takes at most {len(order)} arguments ({', '.join(order)}), got {len(c.args)}")
-    given = dict(zip(order, c.args))
-    for key in list(c.kw):
-        if key in given:
-            raise IRError(f"{c.fname} got {key} twice")
-        given[key] = c.kw.pop(key)
+    given = arguments(c, _ORDER_T if transposed else _ORDER)
     if "weight" not in given:
         raise IRError(f"{c.fname} needs an input and a weight, e.g. {c.fname}(x, weight, bias)")
     attrs = {"nd": nd, "stride": _ints(c.fname, "stride", given.get("stride"), nd, 1),
@@ -270,11 +263,6 @@ def _fit_conv_config(config, out_channels, in_channels, taps, itemsize):
     while (bm + bn) * bk * stages * itemsize > 200 * 1024 and bk > 16:
         bk //= 2
     return bm, bn, bk, stages, True, tap_outer
-
-
-def _as_3d(values, fill):
-    # A 1-d or 2-d convolution's per-dim values as a 3-d one's: unit dims first.
-    return (fill,) * (3 - len(values)) + tuple(values)
 
 
 # ---------------------------------------------------------------- kernel.py

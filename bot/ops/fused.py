@@ -502,7 +502,7 @@ class _FusedKernel(KernelFile):
         return pointwise.triton_body(node, [*placeholders, *self._locals()])
 
     def _locals(self) -> list[KernelInput]:
-        return [KernelInput(i.name, i.local, i.shapes) for i in getattr(self, "used", [])]
+        return [KernelInput(i.name, i.local, i.shapes) for i in self.used]
 
     def _body_helper(self) -> list[str]:
         return []           # the expression is written inline: it reads the reductions' values too

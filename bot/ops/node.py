@@ -165,6 +165,19 @@ def plain_text(node: Node) -> str:
     return text[1:-1] if text.startswith("(") and text.endswith(")") else text
 
 
+def arguments(c: Call, order: tuple[str, ...]) -> dict:
+    """A call's arguments by name, positional ones in the function's order (torch's); IRError for
+    too many or one given twice. The keywords are taken out of the call."""
+    if len(c.args) > len(order):
+        raise IRError(f"{c.fname} takes at most {len(order)} arguments ({', '.join(order)}), got {len(c.args)}")
+    given = dict(zip(order, c.args))
+    for key in list(c.kw):
+        if key in given:
+            raise IRError(f"{c.fname} got {key} twice")
+        given[key] = c.kw.pop(key)
+    return given
+
+
 def keepdim(c: Call) -> bool:
     """A reduction's keepdim, by keyword or as torch.sum(x, -1, True) gives it by position (then
     gone from the call); True keeps the reduced dim as size 1."""

@@ -19,10 +19,10 @@ from __future__ import annotations
 import ast
 
 from bot.codegen.code import jit_source, wrap
-from bot.codegen.kernel_file import NEG_INF, KernelFile, _expanded_strides
+from bot.codegen.kernel_file import NEG_INF, KernelFile, _as_3d, _expanded_strides
 from bot.ops import pointwise
 from bot.ops.entry import Entry
-from bot.ops.node import Call, IRError, Node, broadcast_shapes, call, input_names, is_none, number, prints
+from bot.ops.node import Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_none, number, prints
 from bot.ops.pointwise import NAN_WINS
 
 NAME = "pool"
@@ -95,13 +95,7 @@ def _adaptive(c: Call) -> Node:
 
 
 def _arguments(c: Call, order: tuple[str, ...]) -> dict:
-    if len(c.args) > len(order):
-        raise IRError(f"{c.fname} takes at most {len(order)} arguments ({', '.join(order)}), got {len(c.args)}")
-    given = dict(zip(order, c.args))
-    for key in list(c.kw):
-        if key in given:
-            raise IRError(f"{c.fname} got {key} twice")
-        given[key] = c.kw.pop(key)
+    given = arguments(c, order)
     if "input" not in given:
         raise IRError(f"{c.fname} needs an input")
     return given
@@ -250,11 +244,6 @@ def _adaptive_window(size, out):
 def _pool_config(n):
     # The default: 1024 outputs a program in 4 warps, 256 in 2 while fewer than 1024 programs would run.
     return {"BLOCK": 1024, "num_warps": 4} if n >= 1024 * 1024 else {"BLOCK": 256, "num_warps": 2}
-
-
-def _as_3d(values, fill):
-    # A 1-d or 2-d pooling's per-dim values as a 3-d one's: unit dims first.
-    return (fill,) * (3 - len(values)) + tuple(values)
 
 
 # ---------------------------------------------------------------- kernel.py
