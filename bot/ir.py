@@ -14,7 +14,7 @@ import ast
 import functools
 
 from bot.ops import (argreduce, chain, channel_norm, conv, fused, loss, matmul, norm, pointwise, reduce, registry,
-                     scan, softmax)
+                     scan, softmax, view)
 from bot.ops.node import (ALL, CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
                           is_int_literal, number, to_text)
 
@@ -162,14 +162,16 @@ def _is_module_path(v: ast.expr) -> bool:
 def check(node: Node) -> None:
     """The tree is one family's kernel (check_single), or a chain of them (bot.ops.chain): raises
     IRError naming what no split avoids."""
-    stages(node)
+    if all(s.node.op in view.OPS for s in stages(node)):
+        raise IRError(f"{to_text(node)} only views its input: there is no computation to write a kernel for")
 
 
 @functools.lru_cache(maxsize=512)         # bounded: a long-running bot parses new trees all day
 def stages(node: Node) -> tuple[chain.Stage, ...]:
     """The tree's stages: one where one family lowers it whole, else the fewest chain.plan finds."""
     try:
-        check_single(node)
+        if node.op not in view.OPS or node.args[0].op != "input":     # a view of an input: a stage of a chain
+            check_single(node)
         return (chain.Stage("", node),)
     except IRError:
         return tuple(chain.plan(node, check_single))
@@ -319,4 +321,8 @@ def max_rank(node: Node) -> int:
 
 def output_dtype(node: Node, float_dtype: str) -> str:
     """The output's dtype: int64 indices for argmax/argmin, else the float inputs' dtype."""
-    return registry.family(stages(node)[-1].node).OUTPUT_DTYPE or float_dtype
+    steps = {s.name: s.node for s in stages(node)}
+    last = stages(node)[-1].node
+    while last.op in view.OPS and last.args[0].name in steps:      # a view keeps its operand's dtype
+        last = steps[last.args[0].name]
+    return registry.family(last).OUTPUT_DTYPE or float_dtype

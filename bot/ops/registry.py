@@ -24,12 +24,12 @@ from types import ModuleType
 
 from bot.codegen.expr import OpWriter
 from bot.ops import (argreduce, channel_norm, conv, fused, loss, matmul, norm, pointwise, pool, reduce, scan,
-                     softmax)
+                     softmax, view)
 from bot.ops.entry import Entry
 from bot.ops.node import Node
 
 FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax, norm, channel_norm, fused, loss, pool,
-                                    matmul, conv)
+                                    matmul, conv, view)
 ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
 # Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
 # square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum').
@@ -57,6 +57,8 @@ def family(node: Node) -> ModuleType:
     else pointwise."""
     if fused.claims(node):
         return fused
+    if node.op in view.OPS:
+        return view
     found = root_family(node.op)
     if found:
         return found
@@ -77,7 +79,7 @@ def supported_text() -> str:
 
 def torch_ops(anchor: str) -> dict[str, OpWriter]:
     """The op table references write bodies with: the pointwise ops, and any family's own."""
-    return pointwise.torch_ops(anchor) | matmul.TORCH_OPS | conv.TORCH_OPS | fused.TORCH_OPS
+    return pointwise.torch_ops(anchor) | matmul.TORCH_OPS | conv.TORCH_OPS | fused.TORCH_OPS | view.TORCH_OPS
 
 
 def nested_torch_ops(writer) -> dict[str, OpWriter]:

@@ -1,0 +1,79 @@
+"""Views (bot.ops.view): unsqueeze, squeeze, flatten, reshape to unit dims. No kernel of their own: a
+chain stage the entry takes (`stage0 = A.unsqueeze(1)`), the next kernel reading it as an input.
+Generated and run under Triton's interpreter against torch on float64 inputs."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from generated import load
+
+from bot import ir, lower_torch
+from bot.spec import parse_expression, validate
+from runner import integrity, protocol
+
+# (expression, shapes, kernels, torch's own computation over float64 tensors t)
+CASES = [
+    ("A.unsqueeze(1) * B", {"A": [37], "B": [37, 29]}, 1, lambda t: t["A"].unsqueeze(1) * t["B"]),
+    ("max_pool1d(relu(x @ w).unsqueeze(1), 4).squeeze(1)", {"x": [6, 20], "w": [20, 33]}, 2,
+     lambda t: F.max_pool1d(torch.relu(t["x"] @ t["w"]).unsqueeze(1), 4).squeeze(1)),
+    ("sum(x.flatten(1), dim=1) + b.view(-1)", {"x": [5, 3, 7], "b": [5, 1]}, 2,
+     lambda t: t["x"].flatten(1).sum(1) + t["b"].view(-1)),
+    ("exp(x - c.reshape(1, -1, 1)).squeeze()", {"x": [4, 6, 1], "c": [6]}, 1,
+     lambda t: torch.exp(t["x"] - t["c"].reshape(1, -1, 1)).squeeze()),
+]
+
+
+def raw_spec(expression: str, shapes: dict, dtypes=("float32", "float16")) -> dict:
+    return validate({"name": "view_op", "expression": expression,
+                     "inputs": [{"name": n, "dtypes": list(dtypes), "shapes": [s]} for n, s in shapes.items()]})
+
+
+@pytest.mark.parametrize("expression, shapes, kernels, torch_fn", CASES, ids=[c[0][:40] for c in CASES])
+def test_a_view_between_kernels_matches_torch(tmp_path, expression, shapes, kernels, torch_fn):
+    spec = raw_spec(expression, shapes)
+    node = parse_expression(spec)
+    source = ir.kernel_source(spec, node, {})
+    assert integrity.check_kernel(source, "view_op") == []
+    assert f"as {kernels} kernel{'s' * (kernels > 1)}:" in source
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "view_op")
+    kernel = getattr(load(tmp_path, "kernel.py", source), "view_op")
+    gen = torch.Generator().manual_seed(0)
+    tensors = {n: torch.randn(s, generator=gen) for n, s in shapes.items()}
+    torch.testing.assert_close(reference(*[t.double() for t in tensors.values()]),
+                               torch_fn({n: t.double() for n, t in tensors.items()}), rtol=1e-10, atol=1e-10)
+    for dtype in ("float32", "float16"):
+        args = [t.to(getattr(torch, dtype)) for t in tensors.values()]
+        want, got = reference(*[a.double() for a in args]), kernel(*args)
+        assert got.shape == want.shape == torch.Size(ir.output_shape(node, shapes)) and got.dtype == args[0].dtype
+        rtol, atol = protocol.tolerance(dtype, 20, matmul=True)
+        assert bool(((got.double() - want).abs() <= atol + rtol * want.abs()).all()), dtype
+
+
+def test_views_print_as_they_parse_back():
+    for text in ("(A.unsqueeze(1) * B)", "relu(x).flatten(1, -1)", "((a + b).reshape(1, -1, 1) * c)", "x.squeeze()"):
+        node = ir.parse(text, as_written=True) if "relu" in text or "*" in text else None
+        if node is not None:
+            assert ir.to_text(node) == text and ir.parse(ir.to_text(node), as_written=True) == node
+
+
+def test_a_view_keeps_its_operands_indices():
+    spec = raw_spec("argmax(x, dim=1).unsqueeze(1)", {"x": [4, 9]}, ("float32",))
+    node = parse_expression(spec)
+    assert ir.output_dtype(node, "float32") == "int64" and spec["outputs"][0]["shapes"] == [[4, 1]]
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("x.unsqueeze(1)", "only views its input"),
+    ("relu(x).view(3, -1)", r"reshape/view to \(3, -1\) is not supported"),
+    ("x.view(-1, -1) * 2.0", "is not supported"),
+    ("relu(x).unsqueeze(d)", "takes dim as an integer"),
+])
+def test_views_refused_say_what_works(expression, message):
+    with pytest.raises(ir.IRError, match=message):
+        ir.parse(expression, as_written=True)
+
+
+def test_a_shape_a_view_cannot_take_is_named():
+    with pytest.raises(Exception, match="cannot be viewed"):
+        raw_spec("relu(x).view(1, 1)", {"x": [3, 5]})
