@@ -298,3 +298,18 @@ def test_a_correction_with_shapes_keeps_its_other_words_and_replaces_get_inputs_
     assert spec["inputs"][0]["shapes"] == [[8, 9, 10]] and spec["reference_class"] == "Model"
     spec, _ = parse_request("layernorm on 512x1000 fp32", ["eps 1e-3, shape 64x64"])
     assert spec["expression"] == "layernorm(x, weight, bias, eps=0.001)" and spec["inputs"][0]["shapes"] == [[64, 64]]
+
+
+@pytest.mark.parametrize("init, forward, inputs, expression", [
+    (": self.loss = nn.TripletMarginLoss(margin=0.5)", "a, p, n):\n        return self.loss(a, p, n)",
+     "torch.rand(4, 8), torch.rand(4, 8), torch.rand(4, 8)", "mean(relu(norm(a - p + 1e-06, p=2.0, dim=-1) - "
+     "norm(a - n + 1e-06, p=2.0, dim=-1) + 0.5), dim=None)"),
+    (": self.loss = nn.SmoothL1Loss(beta=0.0, reduction='sum')", "x, y):\n        return self.loss(x, y)",
+     "torch.rand(4, 8), torch.rand(4, 8)", "sum(abs(x - y), dim=None)"),
+    (": self.loss = nn.KLDivLoss(reduction='batchmean')", "x, y):\n        return self.loss(torch.log(x), y)",
+     "torch.rand(4, 8), torch.rand(4, 8)",
+     "mean(sum(where(y > 0.0, y * (log(y) - log(x)), 0.0).flatten(1, -1), dim=1), dim=None)"),
+])
+def test_a_loss_module_is_the_function_it_computes(init, forward, inputs, expression):
+    spec, _ = parse_request(fenced(module(init, forward, inputs)))
+    assert spec["expression"] == expression and spec["reference_class"] == "Model"

@@ -17,9 +17,10 @@ from bot.codegen.kernel_file import NEG_INF, _require_full
 from bot.codegen.row_kernel import (EDGE_LINES, _row_config, _row_tile, align_elements, aligned_chunk, aligned_span,
                                     sm_count_line)
 from bot.generators.interface import GenerationError
-from bot.ops import pointwise
+from bot.ops import pointwise, view
 from bot.ops.entry import SMALL_LONG_ODD, Entry
-from bot.ops.node import ALL, Call, IRError, Node, arity, broadcast_shapes, call, input_names, number, prints, to_text
+from bot.ops.node import (ALL, Call, IRError, Node, arguments, arity, broadcast_shapes, call, flag, input_names, number,
+                          prints, to_text)
 from bot.ops.text import FLAGS as _F, blank as _blank
 from runner.protocol import IGNORE_INDEX
 
@@ -40,9 +41,12 @@ ELEMENTWISE: dict[str, tuple[tuple[tuple[str, float], ...], str]] = {
 _REDUCED = {"mean": "mean", "sum": "sum"}
 ROOT = True
 SUPPORTED = ("over the last dim", "cross_entropy(logits, target); elementwise losses of input and target: "
-             f"{', '.join(ELEMENTWISE)} (reduction 'mean', 'sum' or 'none')")
+             f"{', '.join(ELEMENTWISE)} (reduction 'mean', 'sum' or 'none'; kl_div also 'batchmean'); "
+             "triplet_margin_loss(anchor, positive, negative, margin, p, eps)")
 ALIASES = {"crossentropy": "cross_entropy"}
+TRIPLET = "triplet_margin_loss"
 KEYWORDS = {"cross_entropy": {"reduction", "input", "target"},
+            TRIPLET: {"anchor", "positive", "negative", "margin", "p", "eps", "swap", "reduction"},
             **{name: {"reduction", "input", "target", *(p for p, _ in params)} for name, (params, _) in ELEMENTWISE.items()}}
 OUTPUT_DTYPE = None
 WORDS: list = []                    # read apart, before the generic reader: CROSS_ENTROPY, cross_entropy_words
@@ -118,6 +122,8 @@ def cross_entropy_words(text: str) -> tuple[str, str, list[str]]:
 def convert(c: Call) -> Node | None:
     if c.fname in ELEMENTWISE:
         return _elementwise(c)
+    if c.fname == TRIPLET:
+        return _triplet(c)
     if c.fname not in OPS:
         return None
     args, kw = c.args, c.kw
@@ -151,10 +157,34 @@ def _elementwise(c: Call) -> Node:
         formula = ELEMENTWISE["l1_loss"][1]             # PyTorch: beta 0 is the L1 loss
     node = c.kw.pop("reduction", None)
     reduction = "mean" if node is None else node.value if isinstance(node, ast.Constant) else None
-    if reduction not in ("mean", "sum", "none"):
-        extra = ", and 'batchmean' needs the batch size" if reduction == "batchmean" else ""
-        raise IRError(f"{c.fname} reduction must be 'mean', 'sum' or 'none'{extra}, got "
-                      f"{ast.unparse(node) if node is not None else None!r}")
+    if reduction not in ("mean", "sum", "none") and (c.fname, reduction) != ("kl_div", "batchmean"):
+        raise IRError(f"{c.fname} reduction must be 'mean', 'sum' or 'none'{' or batchmean' * (c.fname == 'kl_div')}, "
+                      f"got {ast.unparse(node) if node is not None else None!r}")
+    body = c.expr(pointwise.Bind(values).visit(ast.parse(formula, mode="eval").body))
+    if reduction == "batchmean":            # the sum over every element / the batch (dim 0): each row's sum, averaged
+        return call("mean", call("sum", call(view.FLATTEN, body, start=1, end=-1), dim=1), dim=ALL)
+    return body if reduction == "none" else call(_REDUCED[reduction], body, dim=ALL)
+
+
+def _triplet(c: Call) -> Node:
+    """triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, reduction='mean'):
+    max(d(a, p) - d(a, n) + margin, 0) per row, d(u, v) the p-norm of u - v + eps over the last dim
+    (torch's pairwise_distance), then reduced over the rows."""
+    given = arguments(c, ("anchor", "positive", "negative", "margin", "p", "eps", "swap", "reduction"))
+    missing = [k for k in ("anchor", "positive", "negative") if k not in given]
+    if missing:
+        raise IRError(f"{TRIPLET} takes anchor, positive and negative; {', '.join(missing)} missing")
+    if flag(given.get("swap")):
+        raise IRError(f"{TRIPLET} with swap=True is not supported; swap=False (the default) is")
+    written = given.get("reduction")
+    reduction = "mean" if written is None else written.value if isinstance(written, ast.Constant) else None
+    if reduction not in _REDUCED and reduction != "none":
+        raise IRError(f"{TRIPLET} reduction must be 'mean', 'sum' or 'none', got {ast.unparse(written)!r}")
+    values = {"a": given["anchor"], "pos": given["positive"], "neg": given["negative"],
+              "margin": ast.Constant(number(given.get("margin", ast.Constant(1.0)))),
+              "order": ast.Constant(number(given.get("p", ast.Constant(2.0)))),
+              "eps": ast.Constant(number(given.get("eps", ast.Constant(1e-6))))}
+    formula = "relu(norm(a - pos + eps, p=order, dim=-1) - norm(a - neg + eps, p=order, dim=-1) + margin)"
     body = c.expr(pointwise.Bind(values).visit(ast.parse(formula, mode="eval").body))
     return body if reduction == "none" else call(_REDUCED[reduction], body, dim=ALL)
 

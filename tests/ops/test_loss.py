@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from generated import make_spec
+from generated import load, make_spec
 from lowering import ALIGNED_CONFIG, MATRIX, ODD_ROWS, aligned_only, check, check_reduction, generate_reduction
 
 from bot import ir, lower_torch
@@ -98,14 +98,19 @@ ELEMENTWISE = [("mse_loss", {}), ("l1_loss", {}), ("smooth_l1_loss", {"beta": 0.
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("name, params", ELEMENTWISE, ids=[f"{n}{p}" for n, p in ELEMENTWISE])
+@pytest.mark.parametrize("name, params", ELEMENTWISE + [("kl_div", {"3-D": True})], ids=[f"{n}{p}" for n, p in ELEMENTWISE]
+                         + ["kl_div 3-D"])
 def test_elementwise_losses_are_pytorchs(name, params, reduction):
     # The formula the family writes against torch.nn.functional's own, in float64, on inputs
-    # where every branch is taken (|x - y| on both sides of beta and delta, positive targets for KL).
+    # where every branch is taken (|x - y| on both sides of beta and delta, positive targets for KL);
+    # KL's batchmean (the sum over the batch) on a 3-D input too.
+    shape = (6, 7, 5) if params.get("3-D") else (64, 33)
+    params = {k: v for k, v in params.items() if k != "3-D"}
+    reduction = "batchmean" if len(shape) == 3 and reduction == "sum" else reduction
     keywords = "".join(f", {k}={v!r}" for k, v in params.items())
     node = ir.parse(f"{name}(x, y{keywords}, reduction='{reduction}')", as_written=True)
     gen = torch.Generator().manual_seed(0)
-    x, y = torch.randn(64, 33, generator=gen, dtype=torch.float64) * 3, torch.rand(64, 33, generator=gen, dtype=torch.float64)
+    x, y = torch.randn(shape, generator=gen, dtype=torch.float64) * 3, torch.rand(shape, generator=gen, dtype=torch.float64)
     names = {"x": "x", "y": "y"}
     spec = {"inputs": [{"name": "x", "dtypes": ["float64"]}, {"name": "y", "dtypes": ["float64"]}]}
     lines, result = lower_torch.torch_lines(spec, node, names)
@@ -130,9 +135,32 @@ def test_elementwise_losses_lower_to_one_kernel_and_pass(tmp_path, expression):
 
 
 def test_elementwise_loss_refusals_name_what_works():
-    with pytest.raises(ir.IRError, match="'batchmean' needs the batch size"):
-        ir.parse("kl_div(x, y, reduction='batchmean')")
+    with pytest.raises(ir.IRError, match="mse_loss reduction must be 'mean', 'sum' or 'none', got \"'batchmean'\""):
+        ir.parse("mse_loss(x, y, reduction='batchmean')")
     with pytest.raises(ir.IRError, match="size_average=True is not supported"):
         ir.parse("mse_loss(x, y, size_average=True)")
     with pytest.raises(ir.IRError, match="mse_loss takes input and target, got 1 arguments"):
         ir.parse("mse_loss(x)")
+
+
+@pytest.mark.parametrize("call", ["triplet_margin_loss(a, b, c)", "triplet_margin_loss(a, b, c, margin=0.3, p=1, eps=0.01)",
+                                  "triplet_margin_loss(a, b, c, reduction='sum')",
+                                  "triplet_margin_loss(a, b, c, 2.0, reduction='none')"])
+def test_triplet_margin_loss_is_pytorchs(tmp_path, call):
+    shapes = {n: [7, 13] for n in "abc"}
+    spec = make_spec(call, {n: [s] for n, s in shapes.items()})
+    node = ir.parse(spec["expression"], as_written=True)
+    gen = torch.Generator().manual_seed(1)
+    t = {n: torch.randn(s, generator=gen) for n, s in shapes.items()}
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), spec["name"])
+    want = eval("torch.nn.functional." + call, {"torch": torch, **{n: v.double() for n, v in t.items()}})
+    torch.testing.assert_close(reference(*[v.double() for v in t.values()]), want, rtol=1e-12, atol=1e-12)
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, node, {})), spec["name"])
+    torch.testing.assert_close(kernel(*t.values()).double(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_triplet_margin_loss_refusals_name_what_works():
+    with pytest.raises(ir.IRError, match="swap=True is not supported"):
+        ir.parse("triplet_margin_loss(a, b, c, swap=True)")
+    with pytest.raises(ir.IRError, match="negative missing"):
+        ir.parse("triplet_margin_loss(a, b)")
