@@ -10,8 +10,11 @@ loop. TMA needs the operands' rows to start on 16-byte boundaries; an odd K or N
 (as Inductor's pad_mm does) the launcher first copies such operands into zero-padded buffers
 (bot/ops/matmul_pad.py).
 
-Owns its words (matmul, bmm, the epilogue's bias, activation, scale and residual, problem sizes
-M/N/K), its IR rule and shape check, the torch call, the kernel with its config space and default
+The product's upper or lower triangle (torch.triu(a @ b, diagonal=1), tril) is masked in the epilogue,
+and a tile wholly outside it skips its K loop.
+
+Owns its words (matmul, bmm, the epilogue's bias, activation, scale and residual, the triangle, problem
+sizes M/N/K), its IR rule and shape check, the torch call, the kernel with its config space and default
 rule, and its catalog entries.
 """
 from __future__ import annotations
@@ -30,8 +33,8 @@ from bot.codegen.row_kernel import sm_count_line
 from bot.generators.interface import GenerationError
 from bot.ops import pointwise
 from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry
-from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, flag, inp, input_names, inputs_outside,
-                          is_none, prints, substitute, to_text)
+from bot.ops.node import (Call, IRError, Node, arguments, arity, broadcast_shapes, call, flag, inp, input_names,
+                          inputs_outside, is_int_literal, is_none, number, prints, substitute, to_text)
 from bot.ops.text import DIM, FLAGS as _F, blank as _blank, fmt_shape, size as _size
 from runner import protocol
 
@@ -40,14 +43,18 @@ MATMUL = "matmul"                   # one per expression; the rest is its epilog
 TRANSPOSE = "transpose"             # x.T, x.mT, x.t(), x.transpose(-2, -1): a matmul operand only
 OPS = {MATMUL, TRANSPOSE}
 ROOT = False
+# torch.triu(a @ b, diagonal) keeps the elements with col - row >= diagonal of each matrix (the last
+# two dims), tril those with col - row <= diagonal: read as the matmul's attrs tri and diagonal.
+TRIANGLES = {"triu": ">=", "tril": "<="}
 SUPPORTED = ("", "matmul a @ b (2-D, or batched 3-D; tf32=True for float32) with a pointwise epilogue, "
-             "e.g. relu(a @ b + bias)")
+             "e.g. relu(a @ b + bias), and its upper or lower triangle, torch.triu(a @ b, diagonal=1)")
 ALIASES = {"mm": "matmul", "bmm": "matmul"}
-KEYWORDS = {MATMUL: {"tf32"}, TRANSPOSE: set(), "t": set(), "linear": {"weight", "bias"}}
+KEYWORDS = {MATMUL: {"tf32"}, TRANSPOSE: set(), "t": set(), "linear": {"weight", "bias"},
+            **dict.fromkeys(TRIANGLES, {"diagonal"})}
 OUTPUT_DTYPE = None
 WORDS: list = []                    # read apart, with their sizes: MATMUL_WORD, take_epilogue
-TORCH_OPS = {MATMUL: lambda node, a: call_writer("torch.matmul")(node, [
-    x + (f".{node.attr(key)}" if node.attr(key) else "") for x, key in zip(a, ("ta", "tb"))])}
+TORCH_OPS = {MATMUL: lambda node, a: triangle_text(triangle(node), call_writer("torch.matmul")(node, [
+    x + (f".{node.attr(key)}" if node.attr(key) else "") for x, key in zip(a, ("ta", "tb"))]), "torch.")}
 PAD = Path(__file__).with_name("matmul_pad.py")
 
 MAX_BLOCK = 256             # a wider tile's operands no longer fit in shared memory
@@ -73,6 +80,8 @@ CONFIGS = [
 def convert(c: Call) -> Node | None:
     if c.fname in (TRANSPOSE, "t"):
         return _transpose_call(c)
+    if c.fname in TRIANGLES:
+        return _triangle(c)
     if c.fname == "linear":
         return _linear(c)
     if c.fname != MATMUL:
@@ -92,6 +101,35 @@ def _linear(c: Call) -> Node:
     out = product(c.expr(c.args[0]), transposed(c.expr(c.args[1]), "T"), tf32=False)
     bias = c.args[2] if len(c.args) == 3 else None
     return out if is_none(bias) else call("add", out, c.expr(bias))
+
+
+def _triangle(c: Call) -> Node:
+    """torch.triu(a @ b, diagonal=k), a.matmul(b).tril(k): the product with its triangle as attrs."""
+    given = arguments(c, ("input", "diagonal"))
+    diagonal = given.get("diagonal")
+    if "input" not in given or (diagonal is not None and not is_int_literal(diagonal)):
+        raise IRError(f"{c.fname} takes a tensor and an integer diagonal, e.g. torch.{c.fname}(a @ b, diagonal=1)")
+    x = c.expr(given["input"])
+    if x.op != MATMUL or x.attr("tri"):
+        where = "directly over a matmul's product, before its epilogue" if matmul_node(x) else "over a matmul's result"
+        raise IRError(f"{c.fname}({to_text(x)}) is not supported: triu/tril are supported {where}, e.g. "
+                      f"torch.{c.fname}(a @ b) or relu(torch.{c.fname}(a @ b, diagonal=1) + bias)")
+    return _with_attrs(x, tri=c.fname, diagonal=int(number(diagonal)) if diagonal is not None else 0)
+
+
+def triangle(mm: Node) -> tuple[str, int] | None:
+    """The matmul's triangle: ("triu" or "tril", diagonal), or None for the whole product."""
+    return (mm.attr("tri"), mm.attr("diagonal")) if mm.attr("tri") else None
+
+
+def triangle_text(tri: tuple[str, int] | None, text: str, module: str = "") -> str:
+    """text (a product) inside the call of its triangle tri, if any: triu(text, diagonal=1)."""
+    return f"{module}{tri[0]}({text}{f', diagonal={tri[1]}' if tri[1] else ''})" if tri else text
+
+
+def _with_attrs(node: Node, **attrs) -> Node:
+    """node with attrs set (others kept)."""
+    return dataclasses.replace(node, attrs=tuple(sorted({**dict(node.attrs), **attrs}.items())))
 
 
 def product(a: Node, b: Node, **attrs) -> Node:
@@ -129,7 +167,7 @@ def _transpose_call(c: Call) -> Node:
 @prints(MATMUL)
 def _print(node: Node, text) -> str:
     a, b = (text(x) + (f".{node.attr(key)}" if node.attr(key) else "") for x, key in zip(node.args, ("ta", "tb")))
-    return f"matmul({a}, {b}{', tf32=True' * bool(node.attr('tf32'))})"
+    return triangle_text(triangle(node), f"matmul({a}, {b}{', tf32=True' * bool(node.attr('tf32'))})")
 
 
 @prints(TRANSPOSE)
@@ -234,6 +272,9 @@ _OPERAND_JOINS = re.compile(r"@|\b(?:two|pair\s+of)\b|乘(?!以)|加|两个", _F
 
 _ACTIVATION_WORD = re.compile(r"\bactivation\b|激活", _F)
 
+# "upper triangular matmul", "下三角矩阵乘法": the product's triangle, torch.triu / torch.tril.
+_TRIANGLE_WORD = re.compile(r"\b(upper|lower)[\s-]+triang(?:ular|le)\b|([上下])三角", _F)
+
 _SIZE_RUN = re.compile(rf"(?:\b[bmnk]\s*[=:]?\s*{DIM}(?![\w.])[\s,;]*(?:and\s+)?){{2,4}}", _F)
 
 _SIZE = re.compile(rf"\b([bmnk])\s*[=:]?\s*({DIM})", _F)
@@ -254,6 +295,7 @@ class Epilogue(NamedTuple):
     bias: bool
     residual: bool
     activation_named: bool     # "activation"/"激活" said, whichever function it names
+    triangle: tuple[str, int] | None = None    # ("triu" or "tril", diagonal): the product's triangle
 
 
 def take_tf32(text: str) -> tuple[str, bool | None]:
@@ -333,23 +375,35 @@ def take_epilogue(text: str) -> tuple[str, Epilogue]:
     """The matmul, bias, residual and activation words, blanked so that what is left are the
     epilogue's functions and scale for the generic operator reader."""
     epilogue = Epilogue(bool(_BIAS.search(text)) and not _NO_BIAS.search(text), bool(_RESIDUAL.search(text)),
-                        bool(_ACTIVATION_WORD.search(text)))
-    for pattern in (_NO_BIAS, _BIAS, _RESIDUAL, _ACTIVATION_WORD, MATMUL_WORD, BATCHED_WORD, _OPERAND_JOINS):
+                        bool(_ACTIVATION_WORD.search(text)), _triangle_word(text))
+    for pattern in (_NO_BIAS, _BIAS, _RESIDUAL, _ACTIVATION_WORD, _TRIANGLE_WORD, MATMUL_WORD, BATCHED_WORD,
+                    _OPERAND_JOINS):
         text = pattern.sub(_blank, text)
     return text, epilogue
 
 
+def _triangle_word(text: str) -> tuple[str, int] | None:
+    """("triu", 0) for 'upper triangular' (上三角), ("tril", 0) for 'lower', None when neither is said."""
+    named = {"triu" if m.group(0)[0] in "uU上" else "tril" for m in _TRIANGLE_WORD.finditer(text)}
+    if len(named) > 1:
+        raise GenerationError("you named both the upper and the lower triangle; which one? Or write the expression, "
+                              "e.g. 'torch.triu(a @ b, diagonal=1)'.")
+    return (named.pop(), 0) if named else None
+
+
 def check_epilogue_order(text: str, found: list[tuple[int, str]]) -> None:
-    """The epilogue is activation(a @ b + bias) * scale + residual: words that name its parts in
+    """The epilogue is activation(triu(a @ b) + bias) * scale + residual: words that name its parts in
     another order ('plus residual then relu', 'scaled by 0.125 then gelu') are refused."""
-    parts = [(m.start(), 0, "bias") for m in _BIAS.finditer(text) if not _NO_BIAS.search(text)]
+    parts = [(m.start(), -1, "the triangle") for m in _TRIANGLE_WORD.finditer(text)]
+    parts += [(m.start(), 0, "bias") for m in _BIAS.finditer(text) if not _NO_BIAS.search(text)]
     parts += [(m.start(), 3, "residual") for m in _RESIDUAL.finditer(text)]
     parts += [(pos, 1 if op in ACTIVATIONS else 2, op) for pos, op in found if op in ACTIVATIONS or op == "scale"]
     parts.sort()
     for (_, r1, p1), (_, r2, p2) in zip(parts, parts[1:]):
         if r1 > r2 and {r1, r2} != {0, 3}:          # bias and residual are both added: either order
+            product = triangle_text(_triangle_word(text), "a @ b")
             raise GenerationError(f"you named {p1} before {p2}, but the epilogue applies {p2} first: it is "
-                                  "activation(a @ b + bias) * scale + residual. For another order write the "
+                                  f"activation({product} + bias) * scale + residual. For another order write the "
                                   "expression, e.g. 'relu(a @ b + residual)'.")
 
 
@@ -370,7 +424,7 @@ def matmul_expression(epilogue: Epilogue, words: list[tuple[str, str, float | No
     if epilogue.activation_named and not acts:
         raise GenerationError("which activation? relu, gelu, silu, sigmoid or tanh, e.g. 'matmul with bias and relu'")
     a, b = operands
-    body = f"matmul({a}, {b}, tf32={tf32})" + " + bias" * epilogue.bias
+    body = triangle_text(epilogue.triangle, f"matmul({a}, {b}, tf32={tf32})") + " + bias" * epilogue.bias
     if acts:
         body = f"gelu({body}, approximate='tanh')" if acts[0] == "gelu_tanh" else f"{acts[0]}({body})"
     if scales:
@@ -400,15 +454,16 @@ def matmul_shapes(problem: list[int], a: str, b: str, epilogue: dict[str, bool],
 def with_tf32(node: Node, tf32: bool) -> Node:
     """The expression with its matmul's tf32 flag set."""
     if node.op == MATMUL:
-        return dataclasses.replace(node, attrs=tuple(sorted({**dict(node.attrs), "tf32": tf32}.items())))
+        return _with_attrs(node, tf32=tf32)
     return dataclasses.replace(node, args=tuple(with_tf32(a, tf32) for a in node.args))
 
 
 def matmul_name(node: Node, batched: bool) -> str:
-    """'matmul_bias_relu_scale_residual': the matmul, then its epilogue from the inside out."""
+    """'matmul_triu_bias_relu_scale_residual': the matmul and its triangle, then its epilogue from the
+    inside out."""
     mm = matmul_node(node)
     operands = {a.name for a in mm.args}
-    parts = ["bmm" if batched else "matmul"]
+    parts = ["bmm" if batched else "matmul"] + ([mm.attr("tri")] if mm.attr("tri") else [])
     for sub in _inside_out(node):
         if sub.op in ("input", "const", MATMUL):
             continue
@@ -540,6 +595,7 @@ class _MatmulKernel(KernelFile):
         self.tf32 = bool(matmul.attr("tf32"))
         # Transposed operands (a.T, b.mT): how each was written, None when not transposed.
         self.ta, self.tb = matmul.attr("ta"), matmul.attr("tb")
+        self.tri, self.diagonal = triangle(matmul) or (None, 0)     # triu or tril, or None
         # The epilogue is the tree with the matmul replaced by `acc`, its float32 tile. The
         # placeholder's name cannot clash with an input's: it is no identifier.
         placeholder = f"({self.a.name} @ {self.b.name})"
@@ -616,7 +672,7 @@ class _MatmulKernel(KernelFile):
             "    # past an edge reads as zeros, so partial tiles need no masks. Where the launcher padded",
             "    # them, K is the padded length and the added columns of a and rows of b are zeros too.",
             "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-            "    for k in range(0, tl.cdiv(K, BLOCK_K)):",
+            *self._k_loop(),
             "        a_tile = a_desc.load([matrix, pid_m * BLOCK_M, k * BLOCK_K]).reshape(BLOCK_M, BLOCK_K)",
             "        if B_KMAJOR:",
             "            # b was copied K-major, the layout TF32 tensor cores (wgmma) read float32 B in.",
@@ -648,6 +704,9 @@ class _MatmulKernel(KernelFile):
             "        cols = first_col + tl.arange(0, BLOCK_N // 2)[None, :]",
             "        mask = (rows < M) & (cols < N)",
         ]
+        if self.tri:
+            lines += ["        # The product's elements outside the kept triangle are zeros, before the epilogue.",
+                      f"        acc = tl.where(cols - rows {TRIANGLES[self.tri]} {self.diagonal}, acc, 0.0)"]
         for e in per_half:
             lines += indented(self._epilogue_load(e), 2)
         if not self.is_bare_input:
@@ -662,6 +721,20 @@ class _MatmulKernel(KernelFile):
             "            tl.store(out_ptr + batch * M * N + rows * N + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)",
         ]
         return jit_source(f"{self.name}_kernel", params, lines)
+
+    def _k_loop(self) -> list[str]:
+        """The K loop's head: over every K tile, or none where triu/tril zeroes the whole tile."""
+        if not self.tri:
+            return ["    for k in range(0, tl.cdiv(K, BLOCK_K)):"]
+        corner = {"triu": "(pid_n * BLOCK_N + BLOCK_N - 1) - pid_m * BLOCK_M",       # the largest col - row
+                  "tril": "pid_n * BLOCK_N - (pid_m * BLOCK_M + BLOCK_M - 1)"}[self.tri]   # the smallest
+        kept = f"{TRIANGLES[self.tri]} {self.diagonal}"
+        return [f"    # {self.tri} keeps col - row {kept}. A tile whose corner nearest that triangle lies outside",
+                "    # it is all zeros: its K loop runs no steps (about half the tiles of a square product),",
+                "    # only its epilogue does. (flatten merges no K loop of varying length: these loops stay",
+                "    # nested.)",
+                f"    kept = {corner} {kept}",
+                "    for k in range(0, tl.where(kept, tl.cdiv(K, BLOCK_K), 0)):"]
 
     def _strides(self, e: KernelInput) -> list[tuple[str, str]]:
         """(kernel parameter, offset term) of each stride the kernel reads epilogue input e with."""

@@ -43,7 +43,7 @@ def describe(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
     if k == "matmul":
         a, b = (x.name for x in ir.matmul_node(node).args)
         title = f"{'batched ' * _batched(node, shapes)}matrix multiplication {a} @ {b}"
-        return title if node.op == ir.MATMUL else f"{title} with epilogue {node_text(node)}"
+        return title if node.op == ir.MATMUL and not mmf.triangle(node) else f"{title} with epilogue {node_text(node)}"
     inner = node_text(node.args[0])
     if k == "norm":
         title = {"layernorm": "layer norm", "rmsnorm": "RMS norm"}[node.op]

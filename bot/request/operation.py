@@ -115,6 +115,8 @@ def _matmul_words(prose: str, expr: tuple | None, rd: Reading) -> ir.Node:
     operands = tuple(x.name + (f".{mm.attr(key)}" if mm.attr(key) else "") for x, key in zip(mm.args, ("ta", "tb"))) \
         if mm else ("a", "b")
     said, (prose, epilogue) = prose, mmf.take_epilogue(prose)
+    if mm is not None and mmf.triangle(mm):         # typed triu(a @ b): its triangle, as written
+        epilogue = epilogue._replace(triangle=mmf.triangle(mm))
     found, rd.left = _find_op_words(prose)
     mmf.check_epilogue_order(said, [(pos, op) for pos, _, op, _ in found])
     words = [(kind, op, value) for _, kind, op, value in found]

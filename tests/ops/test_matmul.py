@@ -11,7 +11,9 @@ import torch
 from generated import load
 
 from bot import integrity, ir, lower_torch
+from bot.generators.interface import GenerationError
 from bot.ops import matmul
+from bot.request import parse_request
 from bot.spec import parse_expression, validate
 from runner import protocol
 
@@ -396,6 +398,79 @@ def test_transposes_print_parse_and_are_refused_where_they_mean_something_else()
         ir.output_shape(ir.parse("a.T @ b"), {"a": [2, 70, 33], "b": [70, 45]})
 
 
+# ---------------------------------------------------------------- triu / tril of the product
+
+TRI_ODD = {"a": [[37, 45]], "b": [[45, 29]]}
+# 16 x 16 tiles: 3 x 2 per matrix, of which each triangle below but tril 1 zeroes some whole, skipping their K loop.
+TRI_TILES = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 1, "num_stages": 2}
+TRIANGLES = {
+    "triu": ("torch.triu(a @ b)", TRI_ODD),
+    "tril, diagonal=1": ("torch.tril(torch.matmul(a, b), diagonal=1)", TRI_ODD),
+    "bmm, .triu(-2), a.T": ("a.mT.matmul(b).triu(-2)", {"a": [[2, 45, 37]], "b": [[2, 45, 29]]}),
+    "bmm, b shared, tril -2 in an epilogue": ("relu(torch.tril(a @ b, -2) + bias)",
+                                             {"a": [[2, 37, 45]], "b": [[45, 29]], "bias": [[29]]}),
+}
+
+
+@pytest.mark.parametrize("expression, shapes", TRIANGLES.values(), ids=TRIANGLES)
+def test_triangles_of_the_product(tmp_path, expression, shapes):
+    check(tmp_path, expression, shapes, configs=(None, TRI_TILES))
+
+
+@pytest.mark.parametrize("expression", ["torch.triu(a @ b)", "torch.triu(a @ b, 1)", "torch.tril(a @ b, -2)",
+                                        "torch.tril(a @ b, 40)"])
+def test_tiles_wholly_outside_the_triangle_and_only_they_skip_their_k_loop(expression):
+    text = source(expression, {"a": [[96, 8]], "b": [[8, 96]]})
+    assert "for k in range(0, tl.where(kept, tl.cdiv(K, BLOCK_K), 0)):" in text
+    kept = text.split("kept = ")[1].split("\n")[0]
+    tri, diagonal = matmul.triangle(ir.parse(expression))
+    keep = getattr(torch, tri)(torch.ones(96, 96), diagonal) != 0
+    for bm, bn in ((16, 16), (32, 16), (16, 32)):
+        for pid_m in range(96 // bm):
+            for pid_n in range(96 // bn):
+                tile = keep[pid_m * bm:(pid_m + 1) * bm, pid_n * bn:(pid_n + 1) * bn]
+                assert eval(kept, {"pid_m": pid_m, "pid_n": pid_n, "BLOCK_M": bm, "BLOCK_N": bn}) == bool(tile.any())
+
+
+def test_triangles_print_parse_and_reach_the_reference():
+    node = ir.parse("(a @ b).tril(-2) * 0.5")
+    assert ir.to_text(node) == "(tril(matmul(a, b), diagonal=-2) * 0.5)" and ir.parse(ir.to_text(node)) == node
+    spec = validate(raw_spec("triu(a @ b, diagonal=1)", ODD))
+    assert "torch.triu(torch.matmul(a, b), diagonal=1)" in lower_torch.reference_source(spec, parse_expression(spec))
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("torch.triu(x)", r"triu\(x\) is not supported: triu/tril are supported over a matmul's result, e\.g\. "
+                      r"torch\.triu\(a @ b\)"),
+    ("torch.tril(relu(a @ b) + bias)", "supported directly over a matmul's product, before its epilogue"),
+    ("torch.triu(torch.tril(a @ b))", "supported directly over a matmul's product"),
+    ("torch.triu(a @ b, k)", "triu takes a tensor and an integer diagonal"),
+])
+def test_triangles_of_anything_but_the_product_are_refused(expression, message):
+    with pytest.raises(ir.IRError, match=message):
+        ir.parse(expression)
+
+
+def test_triangle_words_in_english_and_chinese_and_their_order():
+    for words, expression in (("upper triangular matmul", "triu(matmul(a, b, tf32=False))"),
+                              ("lower-triangular matmul with bias", "tril(matmul(a, b, tf32=False)) + bias"),
+                              ("上三角矩阵乘法", "triu(matmul(a, b, tf32=False))")):
+        assert matmul.matmul_expression(matmul.take_epilogue(words)[1], []) == expression
+    with pytest.raises(GenerationError, match=r"applies the triangle first: it is activation\(triu\(a @ b\) \+ bias"):
+        matmul.check_epilogue_order("matmul with bias, upper triangular", [])
+    with pytest.raises(GenerationError, match="both the upper and the lower triangle"):
+        matmul.take_epilogue("upper triangular matmul, lower triangular")
+
+
+def test_a_pasted_triangular_product_gives_a_spec():
+    code = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, A, B):\n"
+            "        return torch.tril(torch.matmul(A, B))\n\nN = 64\n\ndef get_inputs():\n"
+            "    return [torch.tril(torch.rand(N, N)), torch.tril(torch.rand(N, N))]\n\n"
+            "def get_init_inputs():\n    return []\n")
+    spec, _ = parse_request(code)
+    assert spec["expression"] == "tril(matmul(A, B))" and spec["name"] == "matmul_tril"
+
+
 # ---------------------------------------------------------------- on a GPU
 
 @pytest.mark.gpu
@@ -439,3 +514,14 @@ def test_transposed_operands_are_right_on_a_gpu(tmp_path, expression, dtype, tf3
     a, b = [[999, 1001]] if "a.T" in expression else [[1001, 999]], [[1007, 999]] if "b.T" in expression else [[999, 1007]]
     check(tmp_path, expression.format(tf32=tf32), {"a": a, "b": b, "bias": [[1007]]}, dtypes=(dtype,),
           configs=(None, *matmul.CONFIGS), device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, tf32", [("float16", False), ("float32", False), ("float32", True)])
+@pytest.mark.parametrize("expression", ["torch.triu(matmul(a, b, tf32={tf32}))",
+                                        "relu(torch.tril(matmul(a, b, tf32={tf32}), -3) + bias)"])
+def test_triangles_are_right_on_a_gpu(tmp_path, expression, dtype, tf32):
+    # N aligned (float16 takes the TMA store), 3-D, and tiles wholly outside the triangle for every config.
+    shapes = {"a": [[2, 1000, 520]], "b": [[520, 1024]], "bias": [[1024]]}
+    check(tmp_path, expression.format(tf32=tf32), shapes, dtypes=(dtype,), configs=(None, *matmul.CONFIGS),
+          device="cuda")
