@@ -1,7 +1,8 @@
 """Shrunk copies of KernelBench-layout problem files, for checking them on Triton's interpreter (CPU):
 the module-level size constants (ints above 16, alone or in tuples: batch_size, in_features, height,
-input_shape = (32768,)) are halved, the largest first (extents down to 4, channels down to 16), until every tensor get_inputs gives and every
-learned tensor of Model(*get_init_inputs()) has at most --max-elements elements. Small ints (dims,
+input_shape = (32768,)) are halved, the largest first and equal ones together (extents down to 4,
+channels down to 16), until every tensor get_inputs gives and every
+learned tensor of Model(*get_init_inputs()) has at most --max-elements elements, and forward still runs. Small ints (dims,
 kernel sizes, strides, groups) and everything else in the file stay as written; shapes are read on
 torch's meta device, so no full-size tensor is ever made.
 
@@ -46,13 +47,16 @@ def _sizes(tree: ast.Module) -> dict[ast.Constant, int]:
     return found
 
 
-def _largest_tensor(source: str) -> int:
-    """The most elements any input or learned tensor of the problem has, made on the meta device."""
+def _largest_tensor(source: str, forward: bool = True) -> int:
+    """The most elements any input or learned tensor of the problem has, made on the meta device;
+    with forward, after running the module on them there (a size that no longer fits raises)."""
     scope: dict = {"__name__": "kernelbench_problem"}
     with torch.device("meta"):
         exec(compile(source, "<problem>", "exec"), scope)
         tensors = [t for t in scope["get_inputs"]() if isinstance(t, torch.Tensor)]
         model = scope["Model"](*scope["get_init_inputs"]())
+        if forward:
+            model(*scope["get_inputs"]())
     return max(t.numel() for t in [*tensors, *model.parameters(), *model.buffers()])
 
 
@@ -62,16 +66,23 @@ def shrunk(source: str, max_elements: int) -> str:
     channels, keeps its value)."""
     tree = ast.parse(source)
     least = _sizes(tree)
-    while _largest_tensor(ast.unparse(tree)) > max_elements:
+    try:                        # a forward the meta device cannot run is not checked
+        forward = bool(_largest_tensor(source))
+    except Exception:
+        forward = False
+    while _largest_tensor(ast.unparse(tree), forward) > max_elements:
         movable = [c for c in least if c.value > least[c]]
         if not movable:
             break
-        largest = max(movable, key=lambda c: c.value)
-        was, largest.value = largest.value, max(least[largest], math.ceil(largest.value / 2))
+        top = max(c.value for c in movable)     # every constant of that value together: equal sizes stay equal
+        group = [c for c in movable if c.value == top]
+        for c in group:
+            c.value = max(least[c], math.ceil(top / 2))
         try:
-            _largest_tensor(ast.unparse(tree))
+            _largest_tensor(ast.unparse(tree), forward)
         except Exception:
-            largest.value, least[largest] = was, was
+            for c in group:
+                c.value, least[c] = top, top
     return ast.unparse(tree)
 
 
