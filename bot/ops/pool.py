@@ -17,6 +17,7 @@ may not shrink (no spatial size below the window's reach).
 from __future__ import annotations
 
 import ast
+import re
 
 from bot.codegen.code import jit_source, wrap
 from bot.codegen.kernel_file import NEG_INF, KernelFile, _as_3d, _expanded_strides
@@ -24,6 +25,7 @@ from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_none, number, prints
 from bot.ops.pointwise import NAN_WINS
+from bot.ops.text import FLAGS as _F, blank as _blank
 
 NAME = "pool"
 POOL, ADAPTIVE = "pool", "adaptive_pool"
@@ -46,6 +48,74 @@ WORDS: list = []
 
 # The space the benchmark sweeps: outputs a program (neighbours along the last dim) and warps.
 CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(256, 2), (512, 4), (1024, 4), (1024, 8), (2048, 8), (128, 1)]]
+
+
+# ---------------------------------------------------------------- words
+
+# "2x2 max pooling", "avg pool 3d", "global average pooling", "adaptive max pool to 7x7", "最大池化"
+POOL_WORD = re.compile(r"\b(global\s+)?(adaptive\s+)?(max|avg|average|mean)[\s_-]*pool(?:ing|s)?(?:[\s_-]*([123])[\s_-]?d)?\b"
+                       r"|(全局)?(自适应)?(最大|平均)池化", _F)
+_SIZES = r"(\d+)(?:\s*[x×]\s*(\d+))?(?:\s*[x×]\s*(\d+))?"
+_WINDOW = re.compile(rf"(?<![\w.]){_SIZES}(?=[\s-]*(?:(?:global\s+|adaptive\s+)?(?:max|avg|average|mean)[\s_-]*pool|"
+                     rf"(?:最大|平均)池化))|\b(?:window|kernel)(?:[\s_-]*size)?\s*(?:of|=|:|is)?\s*{_SIZES}\b|"
+                     rf"(?<![\w.]){_SIZES}[\s-]*(?:windows?|kernels?)\b|"
+                     rf"(?:窗口|核)(?:大小)?\s*(?:为|是|=|:)?\s*{_SIZES}", _F)
+_OUTPUT = re.compile(rf"\b(?:to|output[\s_-]?size)\s*(?:of|=|:|is)?\s*{_SIZES}\b|输出(?:大小)?\s*(?:为|是|=|:)?\s*{_SIZES}",
+                     _F)
+_PARAMS = {key: re.compile(rf"\b{en}\s*(?:of|=|:|is)?\s*{_SIZES}\b|{zh}\s*(?:为|是|=|:)?\s*{_SIZES}", _F)
+           for key, en, zh in (("stride", "strides?", "步长"), ("padding", "pad(?:ding)?", "填充"),
+                               ("dilation", "dilation", "(?:膨胀|空洞)"))}
+_CEIL = re.compile(r"\bceil[\s_-]?mode\b|向上取整", _F)
+_EXCLUDE_PAD = re.compile(r"\b(?:exclud\w*|not\s+count\w*|without\s+counting)\s+(?:the\s+)?padding\b|不计填充", _F)
+
+
+def pool_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[str, str, list[str]]:
+    """(expression, text without the words read, notes) for '2x2 max pooling with stride 2 on
+    8x64x56x56'. The spatial dims: as said (2d), else the window's, else the input's rank less two."""
+    m = POOL_WORD.search(text)
+    glob, adaptive, kind = m.group(1) or m.group(5), m.group(2) or m.group(6), m.group(3) or m.group(7)
+    kind = "max" if kind in ("max", "最大") else "avg"
+    window, text = _taken(_WINDOW, text)
+    output, text = _taken(_OUTPUT, text) if adaptive else (None, text)
+    if (glob or adaptive) and window:
+        raise IRError("adaptive pooling takes an output size, not a window: say 'adaptive max pool to 7x7'")
+    if adaptive and not glob and output is None:
+        raise IRError("adaptive pooling needs its output size: say 'adaptive avg pool to 7x7' or 'global average "
+                      "pooling' (output size 1)")
+    if not (glob or adaptive) and window is None:
+        raise IRError("pooling needs its window: say '2x2 max pooling' or 'max pool with kernel size 3'")
+    said = [v for v in (window, output) if v and len(v) > 1]
+    nd = int(m.group(4)) if m.group(4) else len(said[0]) if said else (len(shapes[0][1]) - 2 if shapes else 0)
+    if nd not in (1, 2, 3):
+        raise IRError("which pooling: 1-d, 2-d or 3-d? Say '2x2 max pooling' or 'max pool 2d', or give the input's "
+                      "shape, e.g. 'on 8x64x56x56' (batch, channels, then the pooled dims)")
+    if glob or adaptive:
+        return f"adaptive_{kind}_pool{nd}d(x, {_arg(output or (1,))})", POOL_WORD.sub(_blank, text), []
+    args = [f"kernel_size={_arg(window)}"]
+    for key, pattern in _PARAMS.items():
+        value, text = _taken(pattern, text)
+        if value is not None and (key != "dilation" or kind == "max"):
+            args.append(f"{key}={_arg(value)}")
+    if _CEIL.search(text):
+        args.append("ceil_mode=True")
+    if kind == "avg" and _EXCLUDE_PAD.search(text):
+        args.append("count_include_pad=False")
+    for pattern in (POOL_WORD, _CEIL, _EXCLUDE_PAD):
+        text = pattern.sub(_blank, text)
+    return f"{kind}_pool{nd}d(x, {', '.join(args)})", text, []
+
+
+def _taken(pattern: re.Pattern, text: str) -> tuple[tuple[int, ...] | None, str]:
+    """The sizes of the first match of pattern (one or several numbers), and text with it blanked."""
+    m = pattern.search(text)
+    if m is None:
+        return None, text
+    numbers = tuple(int(g) for g in m.groups() if g is not None)
+    return numbers, text[:m.start()] + _blank(m) + text[m.end():]
+
+
+def _arg(sizes: tuple[int, ...]) -> str:
+    return str(sizes[0]) if len(set(sizes)) == 1 else str(tuple(sizes))
 
 
 # ---------------------------------------------------------------- IR rule
@@ -374,4 +444,11 @@ class _PoolKernel(KernelFile):
         return text + "    return out\n"
 
 
-ENTRIES: tuple[Entry, ...] = ()
+# images as a CNN pools them (batch, channels, height, width), and an odd size
+POOL_BIG, POOL_SMALL = "32x64x112x112, 7x37x97x89", "2x3x8x10, 3x2x7x9"
+ENTRIES = (
+    Entry("max_pool2d", "2x2 max pooling on {shapes}, each in {dtypes}", "max_pool2d(x, kernel_size=2)",
+          big=POOL_BIG, small=POOL_SMALL),
+    Entry("avg_pool2d_3x3", "3x3 average pooling with stride 1 and padding 1 on {shapes}, each in {dtypes}",
+          "avg_pool2d(x, kernel_size=3, stride=1, padding=1)", big=POOL_BIG, small=POOL_SMALL),
+)

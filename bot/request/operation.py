@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.ops import loss, norm, registry, scan
+from bot.ops import loss, norm, pool, registry, scan
 from bot.ops import matmul as mmf
 from bot.ops.text import blank as _blank
 from bot.request import order
@@ -26,6 +26,8 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
         return _matmul_words(prose, expr, rd)
     if expr is None and loss.CROSS_ENTROPY.search(prose):
         return _cross_entropy_words(prose, rd)
+    if expr is None and pool.POOL_WORD.search(prose):
+        return _pool_words(prose, rd)
     said, (found, prose) = prose, _find_op_words(prose)
     said_pair = TWO_TENSORS.search(prose)
     pair = bool(PAIRWISE.search(prose))
@@ -132,6 +134,19 @@ def _cross_entropy_words(prose: str, rd: Reading) -> ir.Node:
     if words:
         raise GenerationError(f"I read cross entropy but you also named {', '.join(w[2] for w in words)}; write "
                               "the whole operation as an expression, e.g. 'cross_entropy(logits * 0.5, target)'.")
+    rd.op_notes += notes
+    return _parse(body)
+
+
+def _pool_words(prose: str, rd: Reading) -> ir.Node:
+    try:
+        body, prose, notes = pool.pool_words(prose, rd.shapes)
+    except ir.IRError as e:
+        raise GenerationError(str(e)) from None
+    words, rd.left = _find_op_words(prose)
+    if words:
+        raise GenerationError(f"I read pooling but you also named {', '.join(w[2] for w in words)}; write the whole "
+                              "operation as an expression, e.g. 'max_pool2d(relu(x), kernel_size=2)'.")
     rd.op_notes += notes
     return _parse(body)
 

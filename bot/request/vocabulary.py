@@ -34,7 +34,8 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
     (r"\b(?:quick|fast)[\s_-]?gelu\b", "a fast or quick GELU (an approximation: say 'gelu with tanh approximation', or "
      "write x * sigmoid(1.702 * x))"),
     (r"\bgather\b|\bscatter\b|\bindex_\w+|\bembedding\b", "indexing (gather, scatter, embedding)"),
-    (r"\bpool(?:s|ed|ing)?\b|\w*pool[123]d\b|池化", "pooling"),
+    (r"\b(?:lp|l2|fractional|min|sum|power|stochastic)[\s_-]*pool\w*|\bfractional_max_pool\w*|\blp_pool\w*",
+     "this pooling (max and average pooling, also adaptive and global, are supported)"),
     (r"\bbackward\b|\bbackprop\w*|\bgrad(?:ient)?s?\b|\btraining\b|\bautograd\b|反向|梯度",
      "a backward (gradient) kernel (the offline generator writes forward kernels)"),
     (r"\btranspose\b|\bpermute\b|\bconcat\w*|\breshape\b", "a layout change (transpose, concat, reshape)"),
@@ -45,7 +46,7 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
      "'F.mse_loss(x, y)' or 'F.kl_div(x, y, reduction=\"sum\")', or paste the module)"),
     (r"\bleaky[\s_-]?relu\b|\bprelu\b|\brelu6\b|\b[sc]?elu\b|\bsoftplus\b|\bmish\b|"
      r"\bhard[\s_-]?(?:swish|sigmoid|tanh)\b|\blogsumexp\b|\bsin\b|\bcos\b|"
-     r"\bfloor\b|\bceil\b|\bround\b|\bsign\b|"
+     r"\bfloor\b|\bceil\b(?![\s_-]*mode)|\bround\b|\bsign\b|"
      r"\bprod\b|\bvar(?:iance)?\b|\bstd\b|\bl2[\s_-]?norm\b|\bnormali[sz]e\b", ""),
 ]]
 
@@ -63,7 +64,7 @@ DIM_WORDS: list[tuple[re.Pattern, int]] = [(re.compile(p, _F), d) for p, d in [
     (rf"\b(?:last|trailing|innermost|final){_D}|\brow[\s-]?wise\b|\b(?:of\s+each|for\s+each|each|every|of\s+every)\s+row\b|"
      r"\brow\s+by\s+row\b|最后一(?:个)?维(?:度)?|按行|每一?行", -1),
 ]]
-WHOLE = re.compile(r"\b(?:all|every)\s+elements?\b|\b(?:whole|entire|full)\s+tensor\b|\bglobal(?:ly)?\b|"
+WHOLE = re.compile(r"\b(?:all|every)\s+elements?\b|\b(?:whole|entire|full)\s+tensor\b|\bglobal(?:ly)?\b(?![\s_-]+(?:max|avg|average|mean)[\s_-]*pool)|"
                    r"全部元素|所有元素|整个张量", _F)
 
 EPS = re.compile(rf"(?:\beps(?:ilon)?\b|ε)\s*(?:=|:|of|is|为|是|设为)?\s*({_NUM}){_END}", _F)
@@ -85,7 +86,9 @@ SHAPE = re.compile(
 _PARAM_NOUN = (r"(?:kernels?|windows?|filters?|patch(?:es)?|strides?|pool\w*|tiles?|blocks?|grids?|stencils?|"
                r"conv\w*|neighbou?rhoods?|dilations?|paddings?|groups?|chunks?|steps?|heads?|窗口|卷积核|核|池化|步长)")
 PARAM_AFTER = re.compile(rf"[\s-]*(?:(?:max|min|avg|average|mean|sum)\s+)?{_PARAM_NOUN}(?![a-z])", _F)
-PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:\s*(?:size|shape|is|=|:|为|大小))*\s*$", _F)
+PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:\s*(?:size|shape|is|=|:|为|大小))*\s*$|"
+                          r"\badaptive\s+(?:max|avg|average|mean)[\s_-]*pool\w*(?:[\s_-]*[123][\s_-]?d)?\s+to\s*$|"
+                          r"\boutput[\s_-]?size\s*(?:of|=|:|is)?\s*$", _F)
 # The word a shape belongs to: "b: [4096]", "bias of shape 4096", "x 1024x4096".
 LABEL = re.compile(r"(?<![-\w])([A-Za-z_]\w*)\s*(?:(?:\b(?:is|has|with|of|shape[ds]?|size|length|a|an|the|1-?d|vector|"
                    r"tensor|matrix|array)\b|[:=]|的|形状|为|是|大小)\s*)*[(\[]?\s*$", _F)

@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from generated import load
 
+from bot.generators.interface import GenerationError
+from bot.request import parse_request
 from bot import ir, lower_torch
 from bot.ops import pool
 from bot.spec import SpecError, parse_expression, validate
@@ -127,3 +129,31 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, shape
     rtol, atol = protocol.tolerance(dtype)
     err = (got.double() - want).abs()
     assert bool((err <= atol + rtol * want.abs()).all()), f"max err {err.max():.3g}"
+
+
+@pytest.mark.parametrize("words, expression", [
+    ("2x2 max pooling on 8x64x56x56 fp16", "max_pool2d(x, kernel_size=2)"),
+    ("avg pool 3d with kernel size 3, stride 2, padding 1 on 4x16x9x20x20",
+     "avg_pool3d(x, kernel_size=3, stride=2, padding=1)"),
+    ("3x3 average pooling with stride 1, padding 1, excluding padding, 2x8x32x32",
+     "avg_pool2d(x, kernel_size=3, stride=1, padding=1, count_include_pad=False)"),
+    ("max pool 1d kernel 4 with ceil mode over 16x32x100", "max_pool1d(x, kernel_size=4, ceil_mode=True)"),
+    ("global average pooling over 8x512x7x7", "adaptive_avg_pool2d(x, output_size=(1, 1))"),
+    ("adaptive max pool to 7x5 on 8x64x56x56", "adaptive_max_pool2d(x, output_size=(7, 5))"),
+    ("最大池化 窗口 3 步长 2 8x64x56x56", "max_pool2d(x, kernel_size=3, stride=2)"),
+    ("对 8x512x7x7 的输入做全局平均池化", "adaptive_avg_pool2d(x, output_size=(1, 1))"),
+])
+def test_pooling_in_words(words, expression):
+    spec, _ = parse_request(words)
+    assert spec["expression"] == expression
+
+
+@pytest.mark.parametrize("words, says", [
+    ("max pooling on 8x64x56x56", "pooling needs its window"),
+    ("adaptive avg pool on 8x64x56x56", "adaptive pooling needs its output size"),
+    ("lp pooling on 8x64x56x56", "this pooling"),
+    ("max pooling with 2x2 windows and relu on 8x64x56x56", "I read pooling but you also named relu"),
+])
+def test_pooling_words_refused_say_what_works(words, says):
+    with pytest.raises(GenerationError, match=says):
+        parse_request(words)
