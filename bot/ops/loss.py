@@ -21,7 +21,7 @@ from bot.ops import pointwise, view
 from bot.ops.entry import SMALL_LONG_ODD, Entry
 from bot.ops.node import (ALL, Call, IRError, Node, arguments, arity, broadcast_shapes, call, flag, input_names, number,
                           prints, to_text)
-from bot.ops.text import FLAGS as _F, blank as _blank
+from bot.ops.text import END, NUM, FLAGS as _F, blank as _blank
 from runner.protocol import IGNORE_INDEX
 
 NAME = "loss"
@@ -115,6 +115,65 @@ def cross_entropy_words(text: str) -> tuple[str, str, list[str]]:
         text = pattern.sub(_blank, text)
     reduction = ", reduction='none'" if per_row else ""
     return f"cross_entropy(logits, target{reduction})", text, notes
+
+
+# The elementwise losses (and triplet margin) by name: pattern -> function. Binary cross entropy is
+# looked for before cross entropy: its words hold those.
+LOSS_WORDS = [(re.compile(p, _F), fn) for p, fn in [
+    (r"\b(?:mse|mean[\s_-]squared[\s_-]error)(?:[\s_-]+loss)?\b|\bmse_loss\b|均方误差", "mse_loss"),
+    (r"\bsmooth[\s_-]?l1(?:[\s_-]+loss)?\b|平滑\s*l1", "smooth_l1_loss"),
+    (r"(?<!smooth[\s_-])\bl1[\s_-]?loss\b|\bmean[\s_-]absolute[\s_-]error\b|\bmae\b|平均绝对误差", "l1_loss"),
+    (r"\bhuber(?:[\s_-]+loss)?\b|huber\s*损失", "huber_loss"),
+    (r"\b(?:binary[\s_-]+cross[\s_-]?entropy|bce)(?:[\s_-]+loss)?[\s_-]+with[\s_-]+logits\b|"
+     r"\bbce[\s_-]?with[\s_-]?logits(?:[\s_-]?loss)?\b|带\s*logits\s*的二元交叉熵", "binary_cross_entropy_with_logits"),
+    (r"\bsoft[\s_-]?margin(?:[\s_-]+loss)?\b", "soft_margin_loss"),
+    (r"\bkl[\s_-]?div(?:ergence)?(?:[\s_-]+loss)?\b|\bkullback[\s_-]+leibler(?:[\s_-]+divergence)?\b|kl\s*散度", "kl_div"),
+    (r"\btriplet(?:[\s_-]+margin)?(?:[\s_-]+loss)?\b|三元组损失", TRIPLET),
+]]
+_SUM_WORD = re.compile(r"\breduction\s*[=:]?\s*['\"]?sum\b['\"]?|\bsummed\b|\b(?:sum|total)\s+reduction\b|求和", _F)
+_NONE_WORD = re.compile(r"\breduction\s*[=:]?\s*['\"]?none\b['\"]?|\bper[\s-]element\b|\belementwise\b|"
+                        r"\b(?:no|without)\s+reduction\b|\bunreduced\b|逐元素|不(?:做)?归约", _F)
+_BATCHMEAN_WORD = re.compile(r"\bbatch[\s_-]?mean\b|\breduction\s*[=:]?\s*['\"]?batchmean\b['\"]?", _F)
+_LOSS_PARAMS = {key: re.compile(rf"\b{key}\s*(?:of|=|:|is)?\s*({NUM}){END}", _F) for key in ("beta", "delta", "margin")}
+_OPERANDS = {TRIPLET: ("anchor", "positive", "negative"), "binary_cross_entropy_with_logits": ("logits", "target")}
+# "between x and y", "between two tensors": the operands, named or not
+_BETWEEN = re.compile(r"\bbetween\s+(?:(?:the\s+)?two\b|([A-Za-z_]\w*)\s+and\s+([A-Za-z_]\w*)\b)|([A-Za-z_]\w*)\s*(?:和|与)\s*"
+                      r"([A-Za-z_]\w*)\s*之间", _F)
+
+
+def loss_words(text: str) -> tuple[str, str, list[str]]:
+    """(expression, text without the words read, notes) for 'mse loss between x and y',
+    'huber loss with delta 2, summed', 'kl divergence, batchmean', 'triplet margin loss margin 0.5'."""
+    found = {fn for pattern, fn in LOSS_WORDS if pattern.search(text)}
+    if len(found) > 1:
+        raise GenerationError(f"I found {' and '.join(sorted(found))}: which loss? Or write it as PyTorch does, e.g. "
+                              "'F.mse_loss(x, y)'.")
+    fn = found.pop()
+    notes = []
+    reduction = ("batchmean" if _BATCHMEAN_WORD.search(text) else "sum" if _SUM_WORD.search(text)
+                 else "none" if _NONE_WORD.search(text) else None)
+    if reduction is None:
+        notes.append(f"no reduction named: averaging over every element (reduction='mean', like F.{fn})")
+    elif reduction == "batchmean" and fn != "kl_div":
+        raise GenerationError(f"reduction 'batchmean' is kl_div's; {fn} takes mean, sum or none")
+    args = list(_OPERANDS.get(fn, ("x", "y")))
+    if m := _BETWEEN.search(text):
+        named = [g for g in m.groups() if g]
+        if named and fn != TRIPLET:
+            args = named
+        text = _BETWEEN.sub(_blank, text)
+    for key, pattern in _LOSS_PARAMS.items():
+        if m := pattern.search(text):
+            if key not in KEYWORDS[fn]:
+                raise GenerationError(f"{fn} takes no {key}; its parameters: "
+                                      f"{', '.join(sorted(KEYWORDS[fn] - {'input', 'target', 'reduction'})) or 'none'}")
+            args.append(f"{key}={float(m.group(1))!r}")
+            text = pattern.sub(_blank, text)
+    if reduction and reduction != "mean":
+        args.append(f"reduction='{reduction}'")
+    for pattern in [p for p, _ in LOSS_WORDS] + [_SUM_WORD, _NONE_WORD, _BATCHMEAN_WORD, _MEAN, _CE_NAMES]:
+        text = pattern.sub(_blank, text)
+    return f"{fn}({', '.join(args)})", text, notes
 
 
 # ---------------------------------------------------------------- IR rule

@@ -24,6 +24,8 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
         prose = mmf.MATMUL_WORD.sub(_blank, prose)       # "matmul a @ b + bias": the word names the expression
     if (expr is None or expr[0].op == ir.MATMUL) and (expr or mmf.MATMUL_WORD.search(prose)):
         return _matmul_words(prose, expr, rd)
+    if expr is None and any(pattern.search(prose) for pattern, _ in loss.LOSS_WORDS):
+        return _loss_words(prose, rd)
     if expr is None and loss.CROSS_ENTROPY.search(prose):
         return _cross_entropy_words(prose, rd)
     if expr is None and pool.POOL_WORD.search(prose):
@@ -134,6 +136,16 @@ def _cross_entropy_words(prose: str, rd: Reading) -> ir.Node:
     if words:
         raise GenerationError(f"I read cross entropy but you also named {', '.join(w[2] for w in words)}; write "
                               "the whole operation as an expression, e.g. 'cross_entropy(logits * 0.5, target)'.")
+    rd.op_notes += notes
+    return _parse(body)
+
+
+def _loss_words(prose: str, rd: Reading) -> ir.Node:
+    body, prose, notes = loss.loss_words(prose)
+    words, rd.left = _find_op_words(prose)
+    if words:
+        raise GenerationError(f"I read {body.split('(')[0]} but you also named {', '.join(w[2] for w in words)}; write "
+                              "the whole operation as an expression, e.g. 'F.mse_loss(relu(x), y)'.")
     rd.op_notes += notes
     return _parse(body)
 

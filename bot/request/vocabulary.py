@@ -41,9 +41,10 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
     (r"\btranspose\b|\bpermute\b|\bconcat\w*|\breshape\b", "a layout change (transpose, concat, reshape)"),
     (r"\bdropout\b", "dropout"),
     (r"\b(?:batch|group|instance)[\s_-]?norm\w*", "batch, group or instance norm"),
-    (r"\bbinary[\s_-]+cross[\s_-]?entropy\b|\bbce\w*|\bnll\w*|\bkl[\s_-]?div\w*|\bmse\b|\bhuber\b|\bl1[\s_-]?loss\b",
-     "a loss other than cross entropy named in words (write it as PyTorch does, e.g. "
-     "'F.mse_loss(x, y)' or 'F.kl_div(x, y, reduction=\"sum\")', or paste the module)"),
+    (r"\bbinary[\s_-]+cross[\s_-]?entropy\b(?![\s_-]+(?:loss[\s_-]+)?with[\s_-]+logits)|\bnll\w*|\bhinge\w*|"
+     r"\bcosine[\s_-]+(?:similarity|embedding)\w*|\bmargin[\s_-]+ranking\w*",
+     "this loss (in words: mse, l1, smooth l1, huber, kl divergence, bce with logits, soft margin, triplet margin "
+     "and cross entropy; others written as PyTorch does, e.g. 'mean(clamp(1 - x * y, min=0))', or paste the module)"),
     (r"\bleaky[\s_-]?relu\b|\bprelu\b|\brelu6\b|\b[sc]?elu\b|\bsoftplus\b|\bmish\b|"
      r"\bhard[\s_-]?(?:swish|sigmoid|tanh)\b|\blogsumexp\b|\bsin\b|\bcos\b|"
      r"\bfloor\b|\bceil\b(?![\s_-]*mode)|\bround\b|\bsign\b|"

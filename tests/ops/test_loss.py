@@ -10,6 +10,8 @@ from generated import load, make_spec
 from lowering import ALIGNED_CONFIG, MATRIX, ODD_ROWS, aligned_only, check, check_reduction, generate_reduction
 
 from bot import ir, lower_torch
+from bot.generators.interface import GenerationError
+from bot.request import parse_request
 from bot.ops import loss
 from runner import protocol
 from runner.inputs import make_inputs
@@ -164,3 +166,28 @@ def test_triplet_margin_loss_refusals_name_what_works():
         ir.parse("triplet_margin_loss(a, b, c, swap=True)")
     with pytest.raises(ir.IRError, match="negative missing"):
         ir.parse("triplet_margin_loss(a, b)")
+
+
+@pytest.mark.parametrize("words, call", [
+    ("mse loss between x and y of 64x256 fp32", "F.mse_loss(x, y)"),
+    ("smooth l1 loss beta 0.5 per element on 8x16", "F.smooth_l1_loss(x, y, beta=0.5, reduction='none')"),
+    ("huber loss with delta 2, summed, 64x256", "F.huber_loss(x, y, delta=2.0, reduction='sum')"),
+    ("binary cross entropy with logits 64x128", "F.binary_cross_entropy_with_logits(logits, target)"),
+    ("triplet margin loss margin 0.5 on 128x256", "F.triplet_margin_loss(anchor, positive, negative, margin=0.5)"),
+    ("均方误差 64x256", "F.mse_loss(x, y)"),
+    ("p 与 q 之间的 kl 散度 8x16", "F.kl_div(p, q)"),
+])
+def test_losses_in_words(words, call):
+    spec, _ = parse_request(words)
+    assert ir.parse(spec["expression"], as_written=True) == ir.parse(call, as_written=True)
+
+
+@pytest.mark.parametrize("words, says", [
+    ("mse loss and huber loss of 8x16", "which loss"),
+    ("mse loss with margin 2 of 8x16", "mse_loss takes no margin"),
+    ("l1 loss with batchmean of 8x16", "'batchmean' is kl_div's"),
+    ("hinge loss of 8x16", "this loss"),
+])
+def test_loss_words_refused_say_what_works(words, says):
+    with pytest.raises(GenerationError, match=says):
+        parse_request(words)
