@@ -35,7 +35,6 @@ REFUSED = [
     ("any over the last dim of a bool tensor", "any"),
     ("count nonzero elements per row", "count"),
     # pooling and windows: the numbers are not shapes
-    ("2x2 max pooling of a 1x8x32x32 fp32 tensor", "pooling"),
     ("average pool with a 3x3 window, stride 2", "pool"),
     ("max over a 2x2 window of a 16x16 tensor", "window"),
     ("最大池化 2x2", "pooling"),
@@ -45,13 +44,9 @@ REFUSED = [
     ("flash attention for 8x1024x64", "attention"),
     ("fused rotary embedding", "rotary"),
     # losses
-    ("mean absolute error between two 64x256 fp32 tensors", "error"),
-    ("mse loss of 64x256", "loss other than cross entropy"),
-    ("huber loss", "loss other than cross entropy"),
-    ("hinge loss over the last dim of 64x256", "hinge"),
-    ("kl divergence between p and q", "loss other than cross entropy"),
+    ("hinge loss over the last dim of 64x256", "this loss"),
     ("max of x and y over the last dim", "elementwise"),
-    ("cosine similarity between x and y over the last dim", "cosine"),
+    ("cosine similarity between x and y over the last dim", "this loss"),
     # matmul variants
     ("matrix-vector product of 4096x4096 and 4096", "product"),
     ("tril of a @ b", "tril"),
@@ -125,7 +120,7 @@ REFUSED = [
     ("rmsnorm over dim 0", "last dim"),
     ("layernorm over the last two dims", "dims"),
     ("cross entropy with label smoothing 0.1", "label smoothing"),
-    ("binary cross entropy with logits", "loss other than cross entropy"),
+    ("binary cross entropy of x and y", "this loss"),
     # training
     ("layernorm backward", "backward"),
     ("rmsnorm forward and backward for training", "backward"),
@@ -249,6 +244,15 @@ SOLVED = [
     ("def f(p, t):\n    return torch.mean((p - t) ** 2)\nfor 8x16", "mean((p - t) ** 2, dim=None)", [[]]),
     ("def f(x):\n    return x.sum()\nfor 8x16", "sum(x, dim=None)", [[]]),
     ("def f(x):\n    return x.argmax()\nfor 8x16", "argmax(x, dim=None)", [[]]),
+    # losses in words: each with its inputs, the reduction said or torch's default (mean)
+    ("mean absolute error between two 64x256 fp32 tensors", "mean(abs(x - y), dim=None)", [[]]),
+    ("mse loss of 64x256", "mean((x - y) ** 2.0, dim=None)", [[]]),
+    ("kl divergence between p and q, batchmean, 8x10",
+     "mean(sum(where(q > 0.0, q * (log(q) - p), 0.0).flatten(1, -1), dim=1), dim=None)", [[]]),
+    ("huber loss with delta 2 per element, 8x16",
+     "where(abs(x - y) < 2.0, 0.5 * (x - y) ** 2.0, 2.0 * (abs(x - y) - 0.5 * 2.0))", [[8, 16]]),
+    # pooling in words: the window's numbers are not shapes
+    ("2x2 max pooling of a 1x8x32x32 fp32 tensor", "max_pool2d(x, kernel_size=2)", [[1, 8, 16, 16]]),
     # keepdim: the reduced dim kept as size 1
     ("def f(x):\n    return torch.sum(x, dim=-1, keepdim=True)\nfor 8x16", "sum(x, dim=-1, keepdim=True)", [[8, 1]]),
     ("def f(x):\n    return torch.mean(x, 1, True)\nfor 4x8x16", "mean(x, dim=1, keepdim=True)", [[4, 1, 16]]),
