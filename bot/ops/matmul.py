@@ -41,15 +41,17 @@ from runner import protocol
 NAME = "matmul"
 MATMUL = "matmul"                   # one per expression; the rest is its epilogue
 TRANSPOSE = "transpose"             # x.T, x.mT, x.t(), x.transpose(-2, -1): a matmul operand only
+EINSUM = "einsum"                   # read where it is a matrix product
 OPS = {MATMUL, TRANSPOSE}
 ROOT = False
 # torch.triu(a @ b, diagonal) keeps the elements with col - row >= diagonal of each matrix (the last
 # two dims), tril those with col - row <= diagonal: read as the matmul's attrs tri and diagonal.
 TRIANGLES = {"triu": ">=", "tril": "<="}
-SUPPORTED = ("", "matmul a @ b (2-D, or batched 3-D; tf32=True for float32) with a pointwise epilogue, "
-             "e.g. relu(a @ b + bias), and its upper or lower triangle, torch.triu(a @ b, diagonal=1)")
+SUPPORTED = ("", "matmul a @ b (2-D, batched 3-D, or [..., M, K] @ [K, N]; tf32=True for float32; einsum of "
+             "such a product) with a pointwise epilogue, e.g. relu(a @ b + bias), and its upper or lower triangle, "
+             "torch.triu(a @ b, diagonal=1)")
 ALIASES = {"mm": "matmul", "bmm": "matmul"}
-KEYWORDS = {MATMUL: {"tf32"}, TRANSPOSE: set(), "t": set(), "linear": {"weight", "bias"},
+KEYWORDS = {MATMUL: {"tf32"}, TRANSPOSE: set(), "t": set(), "linear": {"weight", "bias"}, EINSUM: set(),
             **dict.fromkeys(TRIANGLES, {"diagonal"})}
 OUTPUT_DTYPE = None
 WORDS: list = []                    # read apart, with their sizes: MATMUL_WORD, take_epilogue
@@ -84,6 +86,8 @@ def convert(c: Call) -> Node | None:
         return _triangle(c)
     if c.fname == "linear":
         return _linear(c)
+    if c.fname == EINSUM:
+        return _einsum(c)
     if c.fname != MATMUL:
         return None
     arity(c.fname, c.args, 2)
@@ -142,6 +146,39 @@ def product(a: Node, b: Node, **attrs) -> Node:
             flags[key] = operand.attr("form")
     a, b = (x.args[0] if x.op == TRANSPOSE else x for x in (a, b))
     return call(MATMUL, a, b, **attrs, **flags)
+
+
+def _einsum(c: Call) -> Node:
+    """torch.einsum of two operands that is a matrix product the kernel takes: 'ik,kj->ij',
+    'bij,bjk->bik', 'bijl,lk->bijk', or either operand transposed ('ik,jk->ij' is a @ b.T)."""
+    if len(c.args) != 3 or not (isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str)):
+        raise IRError("einsum is read with an equation and two operands, e.g. torch.einsum('ik,kj->ij', a, b)")
+    equation = c.args[0].value.replace(" ", "")
+    lhs, _, out = equation.partition("->")
+    operands = lhs.split(",")
+    letters = "".join(operands)
+    if "->" not in equation:            # implicit output: the letters used once, in order
+        out = "".join(sorted(x for x in set(letters) if letters.count(x) == 1))
+    if len(operands) != 2 or "." in equation or any(len(set(o)) != len(o) for o in operands):
+        raise IRError(f"einsum {equation!r}: the offline generator reads einsum of two operands without '...' or a "
+                      "repeated index, as a matrix product")
+    a, b = (c.expr(x) for x in c.args[1:])
+    for ta, tb in ((False, False), (False, True), (True, False), (True, True)):
+        sa, sb = _swapped(operands[0], ta), _swapped(operands[1], tb)
+        batched_ok = len(sb) == 2 or (len(sa) == len(sb) == 3 and sa[0] == sb[0])
+        if len(sa) >= 2 and len(sb) >= 2 and sa[-1] == sb[-2] and sa[-1] not in out and batched_ok \
+                and sa[:-1] + sb[-1] == out:
+            return product(_transposed_as(a, operands[0], ta), _transposed_as(b, operands[1], tb), tf32=False)
+    raise IRError(f"einsum {equation!r} is not a matrix product the matmul kernel takes (a [..., M, K] @ b [K, N], "
+                  "batched [B, M, K] @ [B, K, N], either operand transposed); write it with @")
+
+
+def _swapped(subscripts: str, swap: bool) -> str:
+    return subscripts[:-2] + subscripts[-1] + subscripts[-2] if swap and len(subscripts) >= 2 else subscripts
+
+
+def _transposed_as(x: Node, subscripts: str, swap: bool) -> Node:
+    return transposed(x, "T" if len(subscripts) == 2 else "mT") if swap else x
 
 
 def transposed(x: Node, form: str) -> Node:
@@ -217,13 +254,17 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
                                                      if n not in {x.name for x in mm.args}])
     if full != _matmul_shape(a, b):
         raise IRError(f"the epilogue's inputs broadcast the matmul's output to {full}; they must fit inside it")
+    folded = [n for n in input_names(node) if n not in {x.name for x in mm.args} and len(shapes[n]) > 2]
+    if len(a) > 3 and folded:       # a's leading dims are one batch to the kernel
+        raise IRError(f"a {len(a)}-D a @ 2-D b takes epilogue inputs of its matrices' shape ([N], [M, 1] or [M, N]) "
+                      f"only; {folded[0]} has {len(shapes[folded[0]])} dims")
     return full
 
 
 def _matmul_shape(a: list[int], b: list[int]) -> list[int]:
-    if len(a) not in (2, 3) or len(b) not in (2, 3) or (len(a) == 2 and len(b) == 3):
-        raise IRError(f"matmul takes a [M, K] @ b [K, N], or batched a [B, M, K] @ b [B, K, N] or [K, N]; "
-                      f"got {a} @ {b}")
+    if len(a) < 2 or len(b) not in (2, 3) or (len(b) == 3 and len(a) != 3):
+        raise IRError(f"matmul takes a [M, K] @ b [K, N], batched a [B, M, K] @ b [B, K, N], or a [..., M, K] @ "
+                      f"b [K, N]; got {a} @ {b}")
     if a[-1] != b[-2]:
         raise IRError(f"matmul: a {a} has K = {a[-1]} but b {b} has K = {b[-2]}; they must match")
     if len(b) == 3 and b[0] != a[0]:
@@ -436,9 +477,10 @@ def operand_problem(a: tuple[str, list[int]], b: tuple[str, list[int]]) -> list[
     """The problem [.., M, N, K] of operands (name, shape) a [.., M, K] @ b [.., K, N]; b may be one
     2-D weight shared by every matrix of a 3-D a."""
     (na, sa), (nb, sb) = a, b
-    if len(sa) not in (2, 3) or len(sb) not in (2, len(sa)) or sa[-1] != sb[-2] or (len(sb) == 3 and sa[0] != sb[0]):
+    if len(sa) < 2 or not (len(sb) == 2 or len(sa) == len(sb) == 3) or sa[-1] != sb[-2] \
+            or (len(sb) == 3 and sa[0] != sb[0]):
         raise GenerationError(f"{na} {fmt_shape(sa)} @ {nb} {fmt_shape(sb)} is not a product the offline matmul takes: "
-                              "[M, K] @ [K, N], [B, M, K] @ [B, K, N] or [B, M, K] @ [K, N]")
+                              "[M, K] @ [K, N], [B, M, K] @ [B, K, N] or [..., M, K] @ [K, N]")
     return [*sa[:-2], sa[-2], sb[-1], sa[-1]]
 
 
@@ -486,12 +528,16 @@ def _inside_out(node: Node) -> list[Node]:
 # ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
 
 def _matmul_dims(a_name, a_shape, b_name, b_shape):
-    # (batch, M, N, K) of a [M, K] @ b [K, N], a [B, M, K] @ b [B, K, N] or a [B, M, K] @ b [K, N].
-    ok = len(a_shape) in (2, 3) and len(b_shape) in (2, len(a_shape)) and a_shape[-1] == b_shape[-2]
+    # (batch, M, N, K) of a [M, K] @ b [K, N], a [B, M, K] @ b [B, K, N] or a [..., M, K] @ b [K, N]
+    # (every matrix of a times the one b: a's leading dims are the batch).
+    ok = len(a_shape) >= 2 and (len(b_shape) == 2 or len(b_shape) == len(a_shape) == 3) \
+        and a_shape[-1] == b_shape[-2]
     if not ok or (len(b_shape) == 3 and b_shape[0] != a_shape[0]):
         raise ValueError(f"cannot multiply {a_name} {list(a_shape)} by {b_name} {list(b_shape)}: this kernel "
-                         "multiplies [M, K] @ [K, N], [B, M, K] @ [B, K, N] or [B, M, K] @ [K, N]")
-    batch = a_shape[0] if len(a_shape) == 3 else 1
+                         "multiplies [M, K] @ [K, N], [B, M, K] @ [B, K, N] or [..., M, K] @ [K, N]")
+    batch = 1
+    for d in a_shape[:-2]:
+        batch *= d
     return batch, a_shape[-2], b_shape[-1], a_shape[-1]
 
 
@@ -609,10 +655,10 @@ class _MatmulKernel(KernelFile):
         strides = {e.name: [] for e in self.epilogue_inputs}
         for case in range(len(self.a.shapes)):
             a_shape, b_shape = logical(self.a.shapes[case], self.ta), logical(self.b.shapes[case], self.tb)
-            _, m, n, k = _matmul_dims(self.a.name, a_shape, self.b.name, b_shape)
+            batch, m, n, k = _matmul_dims(self.a.name, a_shape, self.b.name, b_shape)
             self.cases.append((m, n, k))
             for e in self.epilogue_inputs:
-                strides[e.name].append(_epilogue_strides(e.name, e.shapes[case], a_shape[:-1] + [n]))
+                strides[e.name].append(_epilogue_strides(e.name, e.shapes[case], [batch, m, n]))
         # Whether the kernel reads each epilogue input along the rows and along the columns: only
         # where some case varies there. A bias [N] is then one row of loads, not a whole tile.
         self.along = {name: (any(s[1] for s in cases), any(s[2] for s in cases)) for name, cases in strides.items()}
@@ -759,7 +805,7 @@ class _MatmulKernel(KernelFile):
         if self.epilogue_inputs:
             text += ("    # The epilogue reads each input with its batch stride, and its row and column strides\n"
                      "    # where the kernel reads it along rows and columns; 0 where it broadcasts.\n")
-            text += "".join(f'    {e.local}_strides = _epilogue_strides("{e.name}", {e.local}.shape, shape, '
+            text += "".join(f'    {e.local}_strides = _epilogue_strides("{e.name}", {e.local}.shape, (batch, M, N), '
                             f'{self.along[e.name]})\n' for e in self.epilogue_inputs)
         text += (f"    out = torch.empty(shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if out.numel() == 0:\n        return out      # no rows, columns or matrices: nothing to compute\n")

@@ -37,7 +37,8 @@ def _pad(x, R_pad, C_pad, transpose=False):
     shape = (C_pad, R_pad) if transpose else (R_pad, C_pad)
     padded = torch.empty((*x.shape[:-2], *shape), dtype=x.dtype, device=x.device)
     BLOCK_R, BLOCK_C = (64, 64) if transpose else (16, 256)
-    grid = (triton.cdiv(R_pad, BLOCK_R) * triton.cdiv(C_pad, BLOCK_C), x.shape[0] if x.dim() == 3 else 1)
+    matrices = x.shape[:-2].numel()          # every leading dim is the batch
+    grid = (triton.cdiv(R_pad, BLOCK_R) * triton.cdiv(C_pad, BLOCK_C), matrices)
     _pad_kernel[grid](x, padded, x.shape[-2], x.shape[-1], R_pad, C_pad, TRANSPOSE=transpose, BLOCK_R=BLOCK_R,
                       BLOCK_C=BLOCK_C, num_warps=4)
     return padded

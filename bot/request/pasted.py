@@ -172,7 +172,7 @@ def _take_pasted(rd: Reading) -> None:
     if mm and all(x.op == "input" for x in mm.args):       # a chain's matmul of a computed operand: by input
         a, b = ((x.name, mmf.logical(pasted.shapes[x.name], mm.attr(key), x.name)) for x, key in zip(mm.args, ("ta", "tb")))
         rd.shapes = [(None, mmf.operand_problem(a, b))]
-        rd.batched = len(a[1]) == 3
+        rd.batched = len(a[1]) >= 3
     else:
         rd.shapes = [(n, pasted.shapes[n]) for n in rd.inputs]
     if not rd.dtypes:

@@ -525,3 +525,29 @@ def test_triangles_are_right_on_a_gpu(tmp_path, expression, dtype, tf32):
     shapes = {"a": [[2, 1000, 520]], "b": [[520, 1024]], "bias": [[1024]]}
     check(tmp_path, expression.format(tf32=tf32), shapes, dtypes=(dtype,), configs=(None, *matmul.CONFIGS),
           device="cuda")
+
+
+# ---------------------------------------------------------------- einsum, and a [..., M, K] @ b [K, N]
+
+def test_a_4d_tensor_times_a_matrix_folds_its_leading_dims_into_the_batch(tmp_path):
+    check(tmp_path, "relu(a @ b + bias)", {"a": [[2, 3, 5, 7]], "b": [[7, 9]], "bias": [[9]]})
+    with pytest.raises(ir.IRError, match="takes epilogue inputs of its matrices' shape"):
+        ir.output_shape(ir.parse("a @ b + c"), {"a": [2, 3, 5, 7], "b": [7, 9], "c": [2, 3, 5, 9]})
+
+
+@pytest.mark.parametrize("equation, text", [
+    ("bijl,lk->bijk", "matmul(a, b)"), ("ik,jk->ij", "matmul(a, b.T)"), ("ki,kj->ij", "matmul(a.T, b)"),
+    ("bij,bjk->bik", "matmul(a, b)"), ("bij,bkj->bik", "matmul(a, b.mT)"), ("ij,jk", "matmul(a, b)"),
+])
+def test_einsum_of_a_matrix_product_is_the_matmul(equation, text):
+    assert ir.to_text(ir.parse(f"torch.einsum('{equation}', a, b)", as_written=True)) == text
+
+
+@pytest.mark.parametrize("call, says", [
+    ("einsum('ij,ij->ij', a, b)", "is not a matrix product"),
+    ("einsum('...ij,jk->...ik', a, b)", "without '...'"),
+    ("einsum('ii->i', a)", "two operands"),
+])
+def test_einsum_that_is_no_matrix_product_is_refused(call, says):
+    with pytest.raises(ir.IRError, match=says):
+        ir.parse(call, as_written=True)
