@@ -99,6 +99,8 @@ def _convert(n: ast.expr) -> Node:
             return const(-inner.value) if inner.op == "const" else call("neg", inner)
         if isinstance(n.op, ast.UAdd):
             return _convert(n.operand)
+        if isinstance(n.op, ast.Invert):        # ~mask: logical_not's node
+            return call("eq", _convert(n.operand), const(0.0))
         raise IRError(f"unsupported operator in {ast.unparse(n)!r}")
     if isinstance(n, ast.BinOp):
         if isinstance(n.op, ast.MatMult):

@@ -7,6 +7,7 @@ from bot.codegen.expr import ExprWriter
 from bot.codegen.names import allocate
 from bot.ops import pointwise, registry
 from bot.ops.node import Node
+from runner import protocol
 
 
 def torch_expression(node: Node, names: dict[str, str], anchor: str, taken: set[str],
@@ -23,7 +24,7 @@ def torch_lines(spec: dict, node: Node, names: dict[str, str], round_with: str |
     """(statements, result expression) computing the whole operator with torch over the local
     names. With round_with, every pointwise step feeding the result (the body of a row op
     included) is passed through that function; the result itself is not."""
-    anchor = names[spec["inputs"][0]["name"]]
+    anchor = names[protocol.float_inputs(spec)[0]["name"]]
     root = registry.root_family(node.op)
     body_node = node.args[0] if root else node
     lines, body = torch_expression(body_node, names, anchor, set(names.values()), round_with,
@@ -72,5 +73,5 @@ def over_text(node: Node) -> str:
 
 
 def _mixed_dtypes(spec: dict) -> bool:
-    floats = [i for i in spec["inputs"] if i.get("domain") != "index"]
+    floats = protocol.float_inputs(spec)
     return any(len({i["dtypes"][j] for i in floats}) > 1 for j in range(len(floats[0]["dtypes"])))

@@ -18,7 +18,7 @@ import math
 import re
 
 from bot import ir
-from bot.ops import conv
+from bot.ops import conv, pointwise
 from runner import protocol
 
 MAX_RANK = 5                     # a 3-d convolution's or pooling's [N, C, D, H, W]
@@ -71,6 +71,7 @@ def validate(spec: dict) -> dict:
     out = dict(spec)
     out["inputs"] = [_validate_input(i, inp) for i, inp in enumerate(inputs)]
     _check_counts(out["inputs"])
+    _check_mask_dtypes(out["inputs"])
     _check_parameters(out["inputs"])
     if out.get("backend") is not None:
         try:
@@ -86,6 +87,7 @@ def validate(spec: dict) -> dict:
     if node:
         _check_rank(out["inputs"], node)
         _check_dtypes(out["inputs"], node)
+        _check_mask_uses(out["inputs"], node)
     _check_index_of(out["inputs"])
     if node:
         out["outputs"] = _outputs(out, node)
@@ -192,6 +194,42 @@ def _check_index_of(inputs: list[dict]) -> None:
                             f"values index (one of {[n for n in names if n != inp['name']]})")
 
 
+def _check_mask_dtypes(inputs: list[dict]) -> None:
+    """A bool mask is bool in every dtype variant, and its domain is "mask" (either one says so);
+    the output takes a float input's dtype, so some input holds floats."""
+    for inp in inputs:
+        bools = [d == protocol.MASK_DTYPE for d in inp["dtypes"]]
+        if not any(bools) and inp["domain"] != "mask":
+            continue
+        if not all(bools):
+            raise SpecError(f"input {inp['name']} is a boolean mask: its dtypes must all be bool (one per variant), "
+                            f"got {inp['dtypes']}")
+        if inp.get("parameter"):
+            raise SpecError(f"input {inp['name']} is the module's {inp['parameter']}, a learned float tensor; it "
+                            "cannot be a bool mask")
+        inp["domain"] = "mask"
+    if not protocol.float_inputs({"inputs": inputs}):
+        raise SpecError("every input is a bool mask or class indices; the output takes the float inputs' dtype, so "
+                        "at least one input must be float16, bfloat16 or float32")
+
+
+def _check_mask_uses(inputs: list[dict], node: ir.Node) -> None:
+    """An input standing as where's condition is a mask, and a mask is read as PyTorch reads a bool
+    tensor in float math (bot.ops.pointwise.reads_mask)."""
+    masks = {i["name"] for i in inputs if i["domain"] == "mask"}
+    floats = {i["name"] for i in protocol.float_inputs({"inputs": inputs})}
+    if floating := sorted(pointwise.where_conditions(node) - masks):
+        raise SpecError(f"input {floating[0]} stands as where's condition, so it is a boolean mask: give it dtype "
+                        "bool in every variant (or write the condition as a comparison, e.g. where(x > 0, ...))")
+    for sub in node.walk():
+        for k, arg in enumerate(sub.args):
+            if arg.op == "input" and arg.name in masks and not pointwise.reads_mask(sub, k, floats):
+                raise SpecError(f"{ir.to_text(sub)}: PyTorch refuses the bool mask {arg.name} there, or gives a bool "
+                                "or int64 result, not the float inputs' dtype. A mask stands as where's condition "
+                                f"(where({arg.name}, x, 0.0)), in a comparison, or beside a float tensor in +, *, "
+                                f"maximum, minimum or a division's numerator (x * {arg.name})")
+
+
 def _check_dtypes(inputs: list[dict], node: ir.Node) -> None:
     """Class indices are int64 and nothing else is: kernels compute in float."""
     index = ir.index_inputs(node)
@@ -276,8 +314,7 @@ def _outputs(spec: dict, node: ir.Node) -> list[dict]:
             shapes.append(ir.output_shape(node, case.shapes))
         except ir.IRError as e:
             raise SpecError(f"case {case.index + 1}: {e}") from None
-    floats = [i for i in spec["inputs"] if i["domain"] != "index"]
-    dtypes = [ir.output_dtype(node, d) for d in floats[0]["dtypes"]]
+    dtypes = [ir.output_dtype(node, d) for d in protocol.float_inputs(spec)[0]["dtypes"]]
     return [{"name": "out", "dtypes": dtypes, "shapes": shapes}]
 
 

@@ -106,6 +106,8 @@ class _TestFile:
         self.node = parse_expression(spec)
         self.order = [i["name"] for i in spec["inputs"]]
         self.names = names
+        # The first float input: what a number in torch code is cast to (a mask's bool would not do).
+        self.anchor = names[protocol.float_inputs(spec)[0]["name"]]
         self.body = self.node.args[0] if self.node.op in ir.ROOT_OPS else self.node
 
     def _is_built(self, module: str) -> bool:
@@ -212,7 +214,7 @@ CPU_MAX_ELEMENTS = {protocol.CPU_MAX_ELEMENTS!r}
             return ""
         lines, terms = [], []
         for arg in args:
-            arg_lines, text = torch_expression(arg, self.names, self.names[self.order[0]], set(self.names.values()))
+            arg_lines, text = torch_expression(arg, self.names, self.anchor, set(self.names.values()))
             lines += arg_lines
             terms.append(f"({text}).abs()")
         body = body_text(lines)
@@ -347,8 +349,7 @@ def matmul_allowance(inputs, dtype):
     def _body_function(self) -> str:
         if not self._property_needs_body():
             return ""
-        anchor = self.names[self.order[0]]
-        lines, expr = torch_expression(self.body, self.names, anchor, set(self.names.values()))
+        lines, expr = torch_expression(self.body, self.names, self.anchor, set(self.names.values()))
         body = body_text(lines)
         return f'''
 
@@ -398,9 +399,10 @@ def case_label(case):
 
 
 def variant_label(variant):
-    # As runner.protocol.variant_label: "float16", or "x:float16,y:float32" when float inputs differ.
+    # As runner.protocol.variant_label: "float16", or "x:float16,y:float32" when float inputs differ
+    # (indices and masks aside).
     dtypes = {i["name"]: i["dtypes"][variant] for i in SPEC["inputs"]}
-    dtypes = {n: d for n, d in dtypes.items() if d != "int64"} or dtypes
+    dtypes = {n: d for n, d in dtypes.items() if d not in ("int64", "bool")} or dtypes
     if len(set(dtypes.values())) == 1:
         return next(iter(dtypes.values()))
     return ",".join(f"{n}:{d}" for n, d in dtypes.items())
@@ -421,7 +423,8 @@ def make_inputs(case, variant):
     """The case's inputs in the variant's dtypes, drawn from each input's domain with a fixed seed:
     normal (standard normal), positive (uniform in [0.5, 2)), nonzero (random sign times that),
     index (class indices into the last dim of the input named by index_of; about one in eight is
-    -100, torch's default ignore_index, as padding is in a language model's batch)."""
+    -100, torch's default ignore_index, as padding is in a language model's batch), mask (bool, True
+    or False with even odds)."""
     gen = torch.Generator(device=DEVICE).manual_seed(SEED)
     shapes = case_shapes(case)[0]
     inputs = []
@@ -432,6 +435,8 @@ def make_inputs(case, variant):
             padding = torch.rand(shape, generator=gen, device=DEVICE) < 0.125
             padding.view(-1)[:1] = False        # never all padding
             values = torch.where(padding, -100, values)
+        elif domain == "mask":
+            values = torch.rand(shape, generator=gen, device=DEVICE) < 0.5
         elif domain == "normal":
             values = torch.randn(shape, generator=gen, device=DEVICE)
         else:
@@ -443,7 +448,7 @@ def make_inputs(case, variant):
 
 
 def upcast(inputs):
-    """float64 copies of the float inputs (indices stay int64): the reference's ground truth."""
+    """float64 copies of the float inputs (indices stay int64, masks bool): the reference's ground truth."""
     return [t.double() if t.is_floating_point() else t for t in inputs]
 
 

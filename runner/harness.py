@@ -173,7 +173,7 @@ def reduce_len(spec: dict, args: list[torch.Tensor], out_numel: int) -> int:
 
 
 def upcast(args: list[torch.Tensor]) -> list[torch.Tensor]:
-    """float64 copies of the float inputs for the ground truth; class indices stay int64."""
+    """float64 copies of the float inputs for the ground truth; class indices stay int64, masks bool."""
     return [a.double() if a.is_floating_point() else a for a in args]
 
 

@@ -15,6 +15,7 @@ from runner.protocol import Case
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "int64": torch.int64,
+    "bool": torch.bool,
 }
 # Odd, non-power-of-two sizes for the extra case, handed out from the largest spec size down.
 ODD_SIZES = (97, 37, 13, 11, 7, 5, 3)
@@ -22,7 +23,7 @@ CPU_MAX_ELEMENTS = protocol.CPU_MAX_ELEMENTS
 
 
 def dtype_name(dtype: torch.dtype) -> str | None:
-    """'float16' for torch.float16; None for dtypes outside the spec's (e.g. bool, float64)."""
+    """'float16' for torch.float16; None for dtypes outside the spec's (e.g. float64)."""
     return next((n for n, d in TORCH_DTYPES.items() if d == dtype), None)
 
 
@@ -52,6 +53,8 @@ def _draw(domain: str, shape: list[int], gen: torch.Generator, device: str, high
         padding = torch.rand(shape, generator=gen, device=device) < 0.125
         padding.view(-1)[:1] = False
         return torch.where(padding, protocol.IGNORE_INDEX, indices)
+    if domain == "mask":        # a boolean mask, True or False with even odds
+        return torch.rand(shape, generator=gen, device=device) < 0.5
     if domain == "normal":
         return torch.randn(shape, generator=gen, device=device)
     magnitude = 0.5 + 1.5 * torch.rand(shape, generator=gen, device=device)     # uniform [0.5, 2)

@@ -16,14 +16,18 @@ DTYPE_ALIASES: dict[str, str] = {
     "bfloat16": "bfloat16", "bf16": "bfloat16",
     "float32": "float32", "fp32": "float32", "float": "float32", "f32": "float32", "single": "float32",
     "int64": "int64", "long": "int64", "i64": "int64",
+    "bool": "bool",
 }
 DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")     # what kernels compute in
 INDEX_DTYPE = "int64"                                             # class indices (cross-entropy target)
-SHORT: dict[str, str] = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int64": "i64"}
-ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "int64": 8}
+MASK_DTYPE = "bool"                                               # boolean masks
+SHORT: dict[str, str] = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int64": "i64", "bool": "b1"}
+ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "int64": 8, "bool": 1}
 # index: int64 uniform in [0, size of the last dim of the input named by "index_of"), about one
-# in eight IGNORE_INDEX (padding)
-DOMAINS: tuple[str, ...] = ("normal", "positive", "nonzero", "index")
+# in eight IGNORE_INDEX (padding); mask: bool, True or False with even odds
+DOMAINS: tuple[str, ...] = ("normal", "positive", "nonzero", "index", "mask")
+# The domains of inputs that hold no float values: the output's dtype is the other inputs'.
+NOT_FLOAT_DOMAINS: tuple[str, ...] = ("index", "mask")
 IGNORE_INDEX = -100        # torch's cross_entropy default: a row with this target adds no loss
 
 JOB_KINDS: tuple[str, ...] = ("reference_test", "kernel_test", "benchmark", "verify")
@@ -34,7 +38,7 @@ def canonical_dtype(name: str) -> str:
     key = str(name).strip().lower().removeprefix("torch.")
     if key not in DTYPE_ALIASES:
         raise ValueError(f"unsupported dtype {name!r}; supported: float16 (fp16), bfloat16 (bf16), float32 (fp32), "
-                         "and int64 for class indices")
+                         "int64 for class indices and bool for masks")
     return DTYPE_ALIASES[key]
 
 
@@ -112,6 +116,12 @@ def cases(spec: dict) -> list[Case]:
     return [Case(i, {inp["name"]: list(inp["shapes"][i]) for inp in inputs}) for i in range(n)]
 
 
+def float_inputs(spec: dict) -> list[dict]:
+    """The spec's inputs that hold float values (not class indices, not masks), in order: the output
+    takes their dtype."""
+    return [i for i in spec["inputs"] if i.get("domain", "normal") not in NOT_FLOAT_DOMAINS]
+
+
 def dtype_variants(spec: dict) -> list[dict[str, str]]:
     """One dict (input name -> dtype) per dtype variant."""
     inputs = spec["inputs"]
@@ -120,8 +130,8 @@ def dtype_variants(spec: dict) -> list[dict[str, str]]:
 
 
 def variant_label(variant: dict[str, str]) -> str:
-    """'float16' when all float inputs share it (int64 indices aside), else 'x:float16,y:float32'."""
-    floats = {k: v for k, v in variant.items() if v != INDEX_DTYPE} or variant
+    """'float16' when all float inputs share it (int64 indices and bool masks aside), else 'x:float16,y:float32'."""
+    floats = {k: v for k, v in variant.items() if v not in (INDEX_DTYPE, MASK_DTYPE)} or variant
     values = set(floats.values())
     if len(values) == 1:
         return values.pop()

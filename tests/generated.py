@@ -35,11 +35,15 @@ def error(text: str, feedback=()) -> str:
 
 
 def make_spec(expression: str, shapes: dict[str, list[list[int]]], dtypes=("float32", "float16"),
-              name: str = "op") -> dict:
-    """A validated spec; class-index inputs are int64 (validate names what they index)."""
+              name: str = "op", masks: tuple[str, ...] = ()) -> dict:
+    """A validated spec; class-index inputs are int64 (validate names what they index), inputs named
+    in masks bool masks."""
     domains = ir.domains(ir.parse(expression))
-    inputs = [{"name": n, "dtypes": ["int64"] * len(dtypes) if domains[n] == "index" else list(dtypes),
-               "shapes": s, "domain": domains[n]} for n, s in shapes.items()]
+
+    def held(n: str) -> list[str]:
+        return ["int64" if domains[n] == "index" else "bool" if n in masks else d for d in dtypes]
+
+    inputs = [{"name": n, "dtypes": held(n), "shapes": s, "domain": domains[n]} for n, s in shapes.items()]
     return validate({"name": name, "expression": expression, "inputs": inputs})
 
 

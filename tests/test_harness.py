@@ -324,6 +324,17 @@ def test_inputs_follow_domain_dtype_and_seed():
     assert torch.equal(p, again[0]) and not torch.equal(p, other[0])
 
 
+def test_a_mask_is_drawn_as_bools_stays_bool_for_the_ground_truth_and_keeps_its_broadcast():
+    spec = {"inputs": [{"name": "x", "dtypes": ["float16"], "shapes": [[64, 128]]},
+                       {"name": "m", "dtypes": ["bool"], "shapes": [[128]], "domain": "mask"}]}
+    case, variant = protocol.cases(spec)[0], protocol.dtype_variants(spec)[0]
+    x, m = inputs.make_inputs(spec, case, variant, 0, "cpu")
+    assert m.dtype == torch.bool and list(m.shape) == [128] and 0.3 < m.float().mean() < 0.7
+    assert harness.upcast([x, m])[1] is m and protocol.variant_label(variant) == "float16"
+    assert inputs.odd_case(case, 1).shapes == {"x": [37, 97], "m": [97]}
+    assert inputs.shrink(Case(0, {"x": [4096, 4096], "m": [4096]}), 65536).shapes == {"x": [256, 256], "m": [256]}
+
+
 def test_poisoned_memory_makes_fresh_tensors_nan_and_is_undone_after():
     with untrusted.poisoned_memory(torch.Size([7, 9]), torch.float16, "cpu"):
         assert torch.empty(7, 9, dtype=torch.float16).isnan().all()

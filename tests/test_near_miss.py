@@ -83,7 +83,7 @@ REFUSED = [
     ("def f(x, e):\n    return x * e", "constant"),
     ("def f(logits, labels):\n    return F.cross_entropy(logits.float(), labels)", "casts"),
     ("def f(x):\n    return torch.softmax(x.float(), dim=-1)", "casts"),
-    ("def f(mask, x):\n    return torch.where(mask, x, 0.0)", "mask"),
+    ("def f(x, mask):\n    return x - mask\nfor 8x16, mask is bool", "refuses the bool mask"),
     ("def f(x):  # x is [8, 16] bf16\n    return x.sum(-1)", "comments are not read"),
     ("cross entropy over 8x16x32 logits", "dim 1"),
     ("x plus rmsnorm of y", "outermost"),
@@ -238,6 +238,9 @@ SOLVED = [
     ("def f(x):\n    return torch.cumsum(x.flip(1), dim=1).flip(1)\nfor 8x16", "cumsum(x, dim=-1, reverse=True)", [[8, 16]]),
     ("def f(x):\n    return torch.cummax(x, dim=0).values\nfor 8x16", "cummax(x, dim=0)", [[8, 16]]),
     ("def f(x, y):\n    return (x * y).cumprod(0)\nfor 8x16", "cumprod(x * y, dim=0)", [[8, 16]]),
+    # bool masks: said so, or where's condition
+    ("def f(x, mask):\n    return torch.where(mask, x, 0.0)\nfor 8x16", "where(mask, x, 0.0)", [[8, 16]]),
+    ("cumsum(x * m, dim=1) for 8x16, m is a bool tensor", "cumsum(x * m, dim=-1)", [[8, 16]]),
     # every element: PyTorch's reduction without a dim, or the words
     ("sum over all elements of a 64x64 tensor", "sum(x, dim=None)", [[]]),
     ("argmax over every element of 100x50", "argmax(x, dim=None)", [[]]),

@@ -192,6 +192,21 @@ def test_what_cannot_be_read_is_refused_by_line_and_briefly(code, says):
     assert len(str(e.value)) < 300 and ir.SUPPORTED_TEXT not in str(e.value)
 
 
+@pytest.mark.parametrize("made", ["torch.randint(0, 2, x.shape).bool()", "torch.rand(8, 37) > 0.5",
+                                  "torch.randint(0, 2, (8, 37), dtype=torch.bool)",
+                                  "torch.ones(x.size(0), 37, dtype=torch.bool)", "torch.zeros_like(x).to(torch.bool)",
+                                  "~(torch.rand_like(x) < 0.5)"])
+def test_a_bool_tensor_get_inputs_makes_is_a_mask_input(made):
+    # KernelBench's masked cumsum (level 1, problem 93), with its mask made in each of these ways
+    code = module(", dim: self.dim = dim", "x, mask):\n        return torch.cumsum(x * mask, dim=self.dim)",
+                  init_inputs="[1]").replace("    return [torch.rand(4, 8)]",
+                                             f"    x = torch.rand(8, 37)\n    mask = {made}\n    return [x, mask]")
+    spec, _ = parse_request(fenced("import torch\nimport torch.nn as nn\n\n" + code))
+    assert spec["expression"] == "cumsum(x * mask, dim=-1)" and spec["reference_class"] == "Model"
+    assert [(i["dtypes"], i["shapes"], i["domain"]) for i in spec["inputs"]] == [
+        (["float32"], [[8, 37]], "normal"), (["bool"], [[8, 37]], "mask")]
+
+
 def test_a_correction_that_changes_the_operation_drops_the_pasted_reference():
     code = SUM_MODULE.replace("torch.sum", "torch.mean")
     spec, notes = parse_request(fenced(code), ["fp16 only"])

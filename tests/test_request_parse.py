@@ -319,6 +319,18 @@ def test_input_domains_follow_the_expression(text, domains):
     assert {i["name"]: i["domain"] for i in spec["inputs"]} == domains
 
 
+@pytest.mark.parametrize("text, feedback", [
+    ("cumsum(x * m, dim=1) for 8x16 where m is a bool tensor", ()), ("x * m, m: bool", ()),
+    ("x * m with a boolean mask m", ()), ("relu(x) * m (m 是布尔掩码)", ()), ("x * m", ["m is bool"]),
+    ("where(m, x, 0.0)", ()), ("masked_fill(x, m, 0.0)", ()),
+])
+def test_an_input_said_bool_or_standing_as_where_s_condition_is_a_mask(text, feedback):
+    spec, _ = parse_request(text, feedback)
+    inputs = {i["name"]: i for i in spec["inputs"]}
+    assert inputs["m"]["domain"] == "mask" and set(inputs["m"]["dtypes"]) == {"bool"}
+    assert inputs["x"]["domain"] == "normal" and "bool" not in inputs["x"]["dtypes"]
+
+
 def test_spec_fields_and_validation():
     spec, notes = parse_request("softmax for fp16 1024x4096", backend="cuda")
     assert spec["backend"] == "cuda"
@@ -397,7 +409,7 @@ def test_feedback_that_says_nothing_usable_is_refused():
 @pytest.mark.parametrize("text, what", [
     ("einsum ij,jk->ik", "matrix multiplication"),
     ("binary cross entropy", "this loss"),
-    ("conv2d 3x3", "convolution"),
+    ("causal conv1d with kernel 4", "this convolution"),
     ("flash attention", "attention"),
     ("sort each row", "sorting"),
     ("top-k over the last dim", "top-k"),

@@ -374,7 +374,7 @@ def test_pasted_cross_entropy_target_first_still_takes_cases_from_the_logits():
 
 # ---------------------------------------------------------------- the supported list
 
-@pytest.mark.parametrize("text", ["conv2d 3x3", "einsum ij,jk->ik", "hello", "sort each row"])
+@pytest.mark.parametrize("text", ["causal conv1d", "einsum ij,jk->ik", "hello", "sort each row"])
 def test_unsupported_requests_list_what_is_supported(text):
     message = error(text)
     assert SUPPORTED in message

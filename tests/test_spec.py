@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -44,6 +45,34 @@ def test_bad_specs_name_the_problem(change, message):
     s = add_spec()
     change(s)
     with pytest.raises(spec.SpecError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        spec.validate(s)
+
+
+def mask_spec(expression: str = "x * b") -> dict:
+    """add_spec with b a bool mask."""
+    x, b = add_spec()["inputs"]
+    return add_spec(expression=expression, inputs=[x, {**b, "dtypes": ["bool", "bool"]}])
+
+
+def test_a_bool_input_is_a_mask_and_the_output_keeps_the_float_dtype():
+    s = spec.validate(mask_spec())
+    assert s["inputs"][1]["domain"] == "mask" and s["outputs"][0]["dtypes"] == ["float16", "float32"]
+    assert spec.validate(mask_spec("where(b, x, 0.0)"))["inputs"][1]["domain"] == "mask"
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda s: s["inputs"][1].update(dtypes=["bool", "fp32"]), "dtypes must all be bool"),
+    (lambda s: s["inputs"][1].update(domain="mask", dtypes=["fp16", "fp32"]), "dtypes must all be bool"),
+    (lambda s: s["inputs"][0].update(dtypes=["bool", "bool"]), "at least one input must be float16"),
+    (lambda s: s.update(expression="x - b"), "(x - b): PyTorch refuses the bool mask b"),
+    (lambda s: s.update(expression="x / b"), "(x / b): PyTorch refuses"),
+    (lambda s: s.update(expression="sum(b, dim=-1) + x"), "sum(b, dim=-1): PyTorch refuses"),
+    (lambda s: s.update(expression="where(x, b, b)"), "input x stands as where's condition"),
+])
+def test_bad_masks_name_the_problem(edit, message):
+    s = mask_spec()
+    edit(s)
+    with pytest.raises(spec.SpecError, match=re.escape(message)):
         spec.validate(s)
 
 

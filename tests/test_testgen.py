@@ -12,6 +12,7 @@ import pytest
 from bot import ir, lower_torch, testgen
 from bot.ops import registry
 from bot.spec import dumps, parse_expression, validate
+from tests import generated
 
 DTYPES = ["float16", "float32", "bfloat16"]
 
@@ -93,6 +94,15 @@ def test_generated_tests_pass_for_row_ops_and_compositions(tmp_path, expression,
     write_session(tmp_path, make_spec(expression, shapes))
     result = run_pytest(tmp_path, "test_reference.py", "test_kernel.py")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_generated_tests_draw_a_mask_as_bools(tmp_path):
+    shapes = {"x": [[17, 33]], "mask": [[17, 33]]}
+    write_session(tmp_path, generated.make_spec("cumsum(x * mask, dim=1)", shapes, DTYPES, masks=("mask",)))
+    result = run_pytest(tmp_path, "test_reference.py", "test_kernel.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "test_kernel.py::test_kernel[17x33-float16] PASSED" in result.stdout     # labelled by the float dtype
+    assert 'elif domain == "mask":' in (tmp_path / "test_kernel.py").read_text()
 
 
 def test_property_check_catches_a_reference_over_the_wrong_dim(tmp_path):

@@ -135,9 +135,13 @@ class KernelFile:
         return write(allocate([i["name"] for i in spec["inputs"]], spec["name"], write), spec["name"])
 
     def out_dtype(self, like: str) -> str:
-        """The output's dtype in the launcher: like's (the first input's), or float32 for a chain's
-        stage before the last (spec "float32_out": stages between kernels keep float32)."""
-        return "torch.float32" if self.spec.get("float32_out") else f"{like}.dtype"
+        """The output's dtype in the launcher: like's (the first input's), the first float input's
+        where like holds none (a bool mask, class indices), or float32 for a chain's stage before the
+        last (spec "float32_out": stages between kernels keep float32)."""
+        if self.spec.get("float32_out"):
+            return "torch.float32"
+        floats = [i.local for i in self.inputs if i.name in {f["name"] for f in protocol.float_inputs(self.spec)}]
+        return f"{like if like in floats or not floats else floats[0]}.dtype"
 
     def body_call(self) -> str:
         """The float32 body on the loaded inputs: a call of the _body helper, or the input itself."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from bot.ops import conv, matmul, registry, view
 from bot.ops.entry import Entry
 from bot.ops.node import IRError, Node, inp, input_names, to_text
+from runner import protocol
 
 NAME = "chain"
 OPS: set[str] = set()
@@ -165,7 +166,7 @@ def kernel_source(spec: dict, stages: list[Stage], stage_source, output_shape) -
 
 def _entry(spec: dict, stages: list[Stage]) -> str:
     inputs = [i["name"] for i in spec["inputs"]]
-    first = next(i["name"] for i in spec["inputs"] if i.get("domain") != "index")      # a float input
+    first = protocol.float_inputs(spec)[0]["name"]
     lines = [f"def {spec['name']}({', '.join(inputs)}):",
              f"    # {len(stages)} stages, each a kernel; the ones between keep float32."]
     for k, stage in enumerate(stages):

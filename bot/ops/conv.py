@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from pathlib import Path
 
 from bot.codegen import fixed
@@ -28,6 +29,7 @@ from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import (Call, IRError, Node, arguments, call, flag, inp, input_names, inputs_outside, is_none,
                           number, prints, substitute, to_text)
+from bot.ops.text import FLAGS as _F, SIZES, WINDOW_PARAMS, blank as _blank, param, sizes_arg, taken, window_sizes
 
 NAME = "conv"
 CONV = "conv"                       # one per expression; the rest is its epilogue
@@ -57,6 +59,67 @@ CONFIGS = [
                              (64, 64, 64, 4, 3), (64, 64, 32, 4, 4), (256, 64, 32, 8, 3), (32, 32, 32, 2, 3),
                              (512, 16, 16, 4, 1), (1024, 16, 16, 8, 1)]
 ]
+
+
+# ---------------------------------------------------------------- words
+
+# "conv2d 3x3", "depthwise convolution", "transposed conv 2d", "1x1 pointwise conv", "卷积", "转置卷积"
+CONV_WORD = re.compile(r"\b(depthwise\s+|pointwise\s+|grouped\s+)?(transposed?\s+)?conv(?:olution)?(?:[\s_-]*([123])[\s_-]?d)?\b|"
+                       r"\bconv_?transpose([123])d\b|\b(deconv)(?:olution)?\b|(深度|逐点)?(转置)?卷积", _F)
+_KERNEL = window_sizes(r"(?:(?:depthwise|pointwise|grouped|transposed?)\s+)*conv|(?:深度|逐点|转置)?卷积", "kernel",
+                      "卷积核", rf"(?:(?<=\dd)|(?<=conv)|(?<=olution))\s+{SIZES}(?![\w.]|\s*[x×]\s*\d)")
+_OUT_CHANNELS = re.compile(r"\b(\d+)\s+(?:output|out)[\s_-]?channels\b|\b(\d+)\s+filters\b|"
+                           r"\b(?:out(?:put)?[\s_-]?channels|filters)\s*(?:of|=|:|is)?\s*(\d+)\b|输出通道(?:数)?\s*(?:为|是|=|:)?\s*(\d+)", _F)
+_CONV_PARAMS = {**WINDOW_PARAMS, "groups": param("groups?", "分组")}
+_WITH_BIAS = re.compile(r"\bwith\s+(?:a\s+)?bias\b|\bplus\s+bias\b|带偏置|加偏置", _F)
+_NO_BIAS = re.compile(r"\b(?:no|without)\s+bias\b|\bbias[\s_-]?free\b|无偏置|不带偏置", _F)
+
+
+def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[str, str, list[str], list]:
+    """(expression, text without the words read, notes, the weight's and bias's shapes as (name, shape)
+    per case) for 'conv2d 3x3 with 64 output channels, stride 2, padding 1 on 8x32x56x56'."""
+    m = CONV_WORD.search(text)
+    depthwise = bool(m.group(1) and m.group(1).startswith("depthwise") or m.group(6) == "深度")
+    pointwise_ = bool(m.group(1) and m.group(1).startswith("pointwise") or m.group(6) == "逐点")
+    transposed = bool(m.group(2) or m.group(4) or m.group(5) or m.group(7))
+    inputs = [s for label, s in shapes if label not in ("w", "b", "weight", "bias")]      # "on 8x32x56x56": x
+    if not inputs or any(len(s) not in (3, 4, 5) for s in inputs):
+        raise IRError("a convolution in words needs the input's shape, batch x channels x the convolved dims, e.g. "
+                      "'conv2d 3x3 with 64 output channels on 8x32x56x56'")
+    kernel, text = taken(_KERNEL, text)
+    kernel = kernel or ((1,) if pointwise_ else None)
+    said = m.group(3) or m.group(4)
+    nd = int(said) if said else len(kernel) if kernel and len(kernel) > 1 else len(inputs[0]) - 2
+    if kernel is None:
+        raise IRError("a convolution needs its kernel size: say 'conv2d 3x3' or 'kernel size 3'")
+    sizes = {}
+    for key, pattern in _CONV_PARAMS.items():
+        value, text = taken(pattern, text)
+        if value is not None:
+            sizes[key] = value
+    out, text = taken(_OUT_CHANNELS, text)
+    bias = bool(_WITH_BIAS.search(text)) and not _NO_BIAS.search(text)
+    notes = [] if _WITH_BIAS.search(text) or _NO_BIAS.search(text) else ["no bias named: a convolution without bias"]
+    channels = {s[1] for s in inputs}
+    if len(channels) > 1:
+        raise IRError(f"the cases' inputs have different channels {sorted(channels)}: one weight serves every case")
+    c_in = channels.pop()
+    groups = c_in if depthwise else sizes.get("groups", (1,))[0]
+    c_out = out[0] if out else c_in if depthwise or transposed else None
+    if c_out is None:
+        raise IRError("how many output channels does the convolution have? Say e.g. 'conv2d 3x3 with 64 output "
+                      "channels'")
+    if c_in % groups or c_out % groups:
+        raise IRError(f"groups={groups} must divide the input's {c_in} and the output's {c_out} channels")
+    taps = list(kernel) * (nd if len(kernel) == 1 else 1)
+    weight = [c_in, c_out // groups, *taps] if transposed else [c_out, c_in // groups, *taps]
+    args = ["x", "w", *(["b"] if bias else [])]
+    args += [f"{k}={sizes_arg(v)}" for k, v in sizes.items() if k != "groups"] + ([f"groups={groups}"] * (groups > 1))
+    fn = f"conv_transpose{nd}d" if transposed else f"conv{nd}d"
+    for pattern in (CONV_WORD, _WITH_BIAS, _NO_BIAS):
+        text = pattern.sub(_blank, text)
+    extra = [("w", weight) for _ in inputs] + [("b", [c_out]) for _ in inputs if bias]
+    return f"{fn}({', '.join(args)})", text, notes, extra
 
 
 # ---------------------------------------------------------------- IR rule
@@ -487,4 +550,8 @@ def reference_property(node: Node) -> tuple[str, bool]:
     return "", False
 
 
-ENTRIES: tuple[Entry, ...] = ()
+# a ResNet-like 3x3 layer, and an odd size of the same channels
+ENTRIES = (
+    Entry("conv2d_3x3", "conv2d 3x3 with 64 output channels and padding 1 on {shapes}, each in {dtypes}",
+          "conv2d(x, w, padding=1)", "matmul", big="32x64x56x56, 7x64x29x31", small="1x4x5x6, 2x4x3x7"),
+)

@@ -35,7 +35,7 @@ POSITIVE_DOMAIN_OPS = {"log", "sqrt", "rsqrt"}
 EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where"} | COMPARE
 SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, erf, "
              "gelu (approximate='none' or 'tanh'), silu, sigmoid, tanh, maximum, minimum, "
-             "where(cond, a, b), clamp(x, min, max), comparisons, constants")
+             "where(cond, a, b), masked_fill(x, mask, value), clamp(x, min, max), comparisons, constants")
 ALIASES = {"negative": "neg", "swish": "silu", "clip": "clamp", "multiply": "mul", "divide": "div",
            "true_divide": "div", "subtract": "sub", "square": "square", "gelu_tanh": "gelu_tanh",
            "reciprocal": "reciprocal"}
@@ -66,10 +66,11 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
 }
 
 # The keywords each function is read with (any other is refused: it may change the result).
-KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "tensor": {"device"},
+KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "tensor": {"device"}, "masked_fill": {"mask", "value"},
             **{name: {p for p, _ in params[1:]} for name, (params, _) in COMPOSITES.items()}}
 # Functions read with no keyword at all.
-FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "pow", "where", "tensor"}
+FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "pow", "where", "tensor",
+                                                      "logical_not"}
 
 # tl.maximum/minimum drop NaN by default; torch's maximum, minimum, relu, clamp and max/min keep it.
 NAN_WINS = "propagate_nan=tl.PropagateNan.ALL"
@@ -150,12 +151,25 @@ def convert(c: Call) -> Node | None:
     if fname == "where":
         arity(fname, args, 3)
         return call("where", *(c.expr(a) for a in args))
+    if fname == "masked_fill":
+        return _masked_fill(c)
+    if fname == "logical_not":       # a bool mask's complement, as a comparison both lowerings read alike
+        arity(fname, args, 1)
+        return call("eq", c.expr(args[0]), const(0.0))
     if fname in UNARY:
         arity(fname, args, 1)
         return call(fname, c.expr(args[0]))
     if fname in COMPOSITES:
         return _convert_composite(c)
     return None
+
+
+def _masked_fill(c: Call) -> Node:
+    """x.masked_fill(mask, value): value where the mask is True, else x."""
+    bound = dict(zip(("x", "mask", "value"), c.args)) | {k: c.kw.pop(k) for k in ("mask", "value") if k in c.kw}
+    if len(c.args) > 3 or len(bound) != 3:
+        raise IRError("masked_fill takes x, a bool mask and a number, e.g. x.masked_fill(mask, 0.0)")
+    return call("where", c.expr(bound["mask"]), const(number(bound["value"])), c.expr(bound["x"]))
 
 
 def _bound(n: ast.expr | None) -> float | None:
@@ -227,6 +241,29 @@ def domains(node: Node, mark: Callable[[Node, str], None]) -> None:
 
 def check(node: Node) -> None:
     """Nothing beyond the IR's own rules: every op here takes any operands."""
+
+
+# How PyTorch reads a bool tensor (a mask input) as an operand: as itself in where's condition and in
+# comparisons; as 1 or 0 beside a float operand of +, *, maximum, minimum, where's branches and a
+# division's numerator, the result taking the float's dtype, as the kernels' float math reads it.
+# Anything else it refuses (neg, abs, relu, mask - x) or computes in another dtype (mask + mask is a
+# logical or, sum(mask) an int64, mask * 2.0 a float32).
+_MASK_AS_NUMBER = {"add", "mul", "maximum", "minimum", "where", "div"}
+
+
+def reads_mask(node: Node, k: int, floats: set[str]) -> bool:
+    """Whether node reads its k-th operand, a bool mask, as the kernels do (above); floats: the
+    inputs holding floats."""
+    if node.op in COMPARE or (node.op == "where" and k == 0):
+        return True
+    others = [a for i, a in enumerate(node.args) if i != k and not (node.op == "where" and i == 0)]
+    beside_float = any(n in floats for a in others for n in input_names(a))
+    return node.op in _MASK_AS_NUMBER and beside_float and not (node.op == "div" and k == 1)
+
+
+def where_conditions(node: Node) -> set[str]:
+    """The inputs standing bare as a where's condition: bool masks, as torch.where reads them."""
+    return {s.args[0].name for s in node.walk() if s.op == "where" and s.args[0].op == "input"}
 
 
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:

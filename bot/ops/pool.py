@@ -25,7 +25,7 @@ from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_none, number, prints
 from bot.ops.pointwise import NAN_WINS
-from bot.ops.text import FLAGS as _F, blank as _blank
+from bot.ops.text import FLAGS as _F, WINDOW_PARAMS, blank as _blank, param, sizes_arg, taken, window_sizes
 
 NAME = "pool"
 POOL, ADAPTIVE = "pool", "adaptive_pool"
@@ -55,16 +55,9 @@ CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(256, 2), (512, 4), (1024, 
 # "2x2 max pooling", "avg pool 3d", "global average pooling", "adaptive max pool to 7x7", "最大池化"
 POOL_WORD = re.compile(r"\b(global\s+)?(adaptive\s+)?(max|avg|average|mean)[\s_-]*pool(?:ing|s)?(?:[\s_-]*([123])[\s_-]?d)?\b"
                        r"|(全局)?(自适应)?(最大|平均)池化", _F)
-_SIZES = r"(\d+)(?:\s*[x×]\s*(\d+))?(?:\s*[x×]\s*(\d+))?"
-_WINDOW = re.compile(rf"(?<![\w.]){_SIZES}(?=[\s-]*(?:(?:global\s+|adaptive\s+)?(?:max|avg|average|mean)[\s_-]*pool|"
-                     rf"(?:最大|平均)池化))|\b(?:window|kernel)(?:[\s_-]*size)?\s*(?:of|=|:|is)?\s*{_SIZES}\b|"
-                     rf"(?<![\w.]){_SIZES}[\s-]*(?:windows?|kernels?)\b|"
-                     rf"(?:窗口|核)(?:大小)?\s*(?:为|是|=|:)?\s*{_SIZES}", _F)
-_OUTPUT = re.compile(rf"\b(?:to|output[\s_-]?size)\s*(?:of|=|:|is)?\s*{_SIZES}\b|输出(?:大小)?\s*(?:为|是|=|:)?\s*{_SIZES}",
-                     _F)
-_PARAMS = {key: re.compile(rf"\b{en}\s*(?:of|=|:|is)?\s*{_SIZES}\b|{zh}\s*(?:为|是|=|:)?\s*{_SIZES}", _F)
-           for key, en, zh in (("stride", "strides?", "步长"), ("padding", "pad(?:ding)?", "填充"),
-                               ("dilation", "dilation", "(?:膨胀|空洞)"))}
+_WINDOW = window_sizes(r"(?:global\s+|adaptive\s+)?(?:max|avg|average|mean)[\s_-]*pool|(?:最大|平均)池化",
+                       "(?:window|kernel)", "(?:窗口|核)")
+_OUTPUT = param("(?:to|output[\\s_-]?size)", "输出(?:大小)?")
 _CEIL = re.compile(r"\bceil[\s_-]?mode\b|向上取整", _F)
 _EXCLUDE_PAD = re.compile(r"\b(?:exclud\w*|not\s+count\w*|without\s+counting)\s+(?:the\s+)?padding\b|不计填充", _F)
 
@@ -75,8 +68,8 @@ def pool_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
     m = POOL_WORD.search(text)
     glob, adaptive, kind = m.group(1) or m.group(5), m.group(2) or m.group(6), m.group(3) or m.group(7)
     kind = "max" if kind in ("max", "最大") else "avg"
-    window, text = _taken(_WINDOW, text)
-    output, text = _taken(_OUTPUT, text) if adaptive else (None, text)
+    window, text = taken(_WINDOW, text)
+    output, text = taken(_OUTPUT, text) if adaptive else (None, text)
     if (glob or adaptive) and window:
         raise IRError("adaptive pooling takes an output size, not a window: say 'adaptive max pool to 7x7'")
     if adaptive and not glob and output is None:
@@ -90,12 +83,12 @@ def pool_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
         raise IRError("which pooling: 1-d, 2-d or 3-d? Say '2x2 max pooling' or 'max pool 2d', or give the input's "
                       "shape, e.g. 'on 8x64x56x56' (batch, channels, then the pooled dims)")
     if glob or adaptive:
-        return f"adaptive_{kind}_pool{nd}d(x, {_arg(output or (1,))})", POOL_WORD.sub(_blank, text), []
-    args = [f"kernel_size={_arg(window)}"]
-    for key, pattern in _PARAMS.items():
-        value, text = _taken(pattern, text)
+        return f"adaptive_{kind}_pool{nd}d(x, {sizes_arg(output or (1,))})", POOL_WORD.sub(_blank, text), []
+    args = [f"kernel_size={sizes_arg(window)}"]
+    for key, pattern in WINDOW_PARAMS.items():
+        value, text = taken(pattern, text)
         if value is not None and (key != "dilation" or kind == "max"):
-            args.append(f"{key}={_arg(value)}")
+            args.append(f"{key}={sizes_arg(value)}")
     if _CEIL.search(text):
         args.append("ceil_mode=True")
     if kind == "avg" and _EXCLUDE_PAD.search(text):
@@ -103,19 +96,6 @@ def pool_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
     for pattern in (POOL_WORD, _CEIL, _EXCLUDE_PAD):
         text = pattern.sub(_blank, text)
     return f"{kind}_pool{nd}d(x, {', '.join(args)})", text, []
-
-
-def _taken(pattern: re.Pattern, text: str) -> tuple[tuple[int, ...] | None, str]:
-    """The sizes of the first match of pattern (one or several numbers), and text with it blanked."""
-    m = pattern.search(text)
-    if m is None:
-        return None, text
-    numbers = tuple(int(g) for g in m.groups() if g is not None)
-    return numbers, text[:m.start()] + _blank(m) + text[m.end():]
-
-
-def _arg(sizes: tuple[int, ...]) -> str:
-    return str(sizes[0]) if len(set(sizes)) == 1 else str(tuple(sizes))
 
 
 # ---------------------------------------------------------------- IR rule
@@ -445,7 +425,7 @@ class _PoolKernel(KernelFile):
 
 
 # images as a CNN pools them (batch, channels, height, width), and an odd size
-POOL_BIG, POOL_SMALL = "32x64x112x112, 7x37x97x89", "2x3x8x10, 3x2x7x9"
+POOL_BIG, POOL_SMALL = "32x64x112x112, 7x37x97x89", "1x2x6x7, 2x1x5x9"
 ENTRIES = (
     Entry("max_pool2d", "2x2 max pooling on {shapes}, each in {dtypes}", "max_pool2d(x, kernel_size=2)",
           big=POOL_BIG, small=POOL_SMALL),

@@ -158,7 +158,10 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
     """torch's scan over the body; reversed between flips, exclusive as the inclusive result moved
     one step along the dim, the first step the op's identity."""
     dim, op = node.attr("dim"), node.op
-    anchor = names[input_names(node)[0]]
+    if not body.isidentifier():
+        lines.append(f"h = {body}")
+        body = "h"
+    anchor = body           # the body's dtype is the float inputs' (a bool mask in it promotes to theirs)
     if node.attr("reverse"):
         body = f"torch.flip({body}, [{dim}])"
     if op in ("cummax", "cummin"):

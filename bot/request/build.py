@@ -14,7 +14,7 @@ from bot.ops.text import sizes_text
 from bot.request.describe import default_name, describe, spec_params
 from bot.request.messages import SUPPORTED, node_text
 from bot.request.state import (DEFAULT_SHAPES, State, default_dtypes, default_shapes, input_names, is_vector,
-                               main_input, per_case)
+                               main_input, mask_inputs, per_case)
 from runner import protocol
 
 
@@ -37,13 +37,13 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
     if st.matmul:
         node = mmf.with_tf32(node, bool(st.tf32) and "float32" in dtypes)
     node = _with_dim(st, _rows_settled(node, {n: s[0] for n, s in shapes.items()}), shapes[main_input(st, names)])
-    domains, index = ir.domains(node), ir.index_inputs(node)
+    domains, index, masks = ir.domains(node), ir.index_inputs(node), mask_inputs(st)
     learned = st.pasted.parameters if st.pasted and st.pasted_shapes else {}
     spec = {
         "name": st.name or default_name(node, shapes),
         "expression": node_text(node),
         "description": describe(node, shapes),
-        "inputs": [{"name": n, "dtypes": [protocol.INDEX_DTYPE] * len(dtypes) if n in index else list(dtypes),
+        "inputs": [{"name": n, "dtypes": _input_dtypes(n, dtypes, index, masks),
                     "shapes": shapes[n], "domain": domains[n], **({"index_of": index[n]} if n in index else {}),
                     **({"parameter": learned[n]} if n in learned else {})}
                    for n in names],
@@ -57,6 +57,13 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
         return specmod.validate(spec), notes
     except specmod.SpecError as e:
         raise GenerationError(str(e)) from None
+
+
+def _input_dtypes(name: str, dtypes: list[str], index: dict[str, str], masks: set[str]) -> list[str]:
+    """An input's dtype per variant: int64 for class indices, bool for a mask (whose domain bot.spec
+    sets), else the dtypes tested."""
+    held = protocol.INDEX_DTYPE if name in index else protocol.MASK_DTYPE if name in masks else None
+    return [held] * len(dtypes) if held else list(dtypes)
 
 
 def _rows_settled(node: ir.Node, shapes: dict[str, list[int]]) -> ir.Node:

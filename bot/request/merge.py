@@ -12,7 +12,7 @@ from bot.request.messages import node_text
 from bot.request.reading import Reading
 from bot.request.state import State, default_dtypes, default_shapes, input_names, main_input, per_case
 from bot.request.vocabulary import REPLACE, SHAPE_OWNER
-from bot.request.words import bare_shape, said_vector
+from bot.request.words import bare_shape, said_mask, said_vector
 
 
 def apply(st: State, rd: Reading, feedback: bool) -> None:
@@ -39,6 +39,7 @@ def apply(st: State, rd: Reading, feedback: bool) -> None:
         st.dtypes = list(dict.fromkeys((st.dtypes or default_dtypes(st)) + rd.dtypes)) if append else rd.dtypes
     names = input_names(st)
     st.vectors |= {n for n in names if said_vector(n, rd.rest)}
+    st.masks |= {n for n in names if said_mask(n, rd.rest) or rd.pasted and n in rd.pasted.masks}
     _apply_shapes(st, rd, names, append, feedback)
 
 
@@ -103,5 +104,5 @@ def says_something(st: State, rd: Reading) -> bool:
 
 
 def _names_mentioned(st: State, rd: Reading) -> bool:
-    """A correction like 'b 4096' or 'b is a vector' is about an input's shape."""
-    return any(said_vector(n, rd.rest) or bare_shape(n, rd.rest) for n in input_names(st))
+    """A correction like 'b 4096', 'b is a vector' or 'm is bool' is about an input's shape or dtype."""
+    return any(said_vector(n, rd.rest) or bare_shape(n, rd.rest) or said_mask(n, rd.rest) for n in input_names(st))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.ops import loss, norm, pool, registry, scan
+from bot.ops import conv, loss, norm, pool, registry, scan
 from bot.ops import matmul as mmf
 from bot.ops.text import blank as _blank
 from bot.request import order
@@ -30,6 +30,8 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
         return _cross_entropy_words(prose, rd)
     if expr is None and pool.POOL_WORD.search(prose):
         return _pool_words(prose, rd)
+    if expr is None and conv.CONV_WORD.search(prose):
+        return _conv_words(prose, rd)
     said, (found, prose) = prose, _find_op_words(prose)
     said_pair = TWO_TENSORS.search(prose)
     pair = bool(PAIRWISE.search(prose))
@@ -142,12 +144,16 @@ def _cross_entropy_words(prose: str, rd: Reading) -> ir.Node:
 
 def _loss_words(prose: str, rd: Reading) -> ir.Node:
     body, prose, notes = loss.loss_words(prose)
-    words, rd.left = _find_op_words(prose)
-    if words:
-        raise GenerationError(f"I read {body.split('(')[0]} but you also named {', '.join(w[2] for w in words)}; write "
-                              "the whole operation as an expression, e.g. 'F.mse_loss(relu(x), y)'.")
-    rd.op_notes += notes
-    return _parse(body)
+    return _alone(body, prose, notes, rd, "'F.mse_loss(relu(x), y)'")
+
+
+def _conv_words(prose: str, rd: Reading) -> ir.Node:
+    try:
+        body, prose, notes, weights = conv.conv_words(prose, rd.shapes)
+    except ir.IRError as e:
+        raise GenerationError(str(e)) from None
+    rd.shapes += weights
+    return _alone(body, prose, notes, rd, "'relu(conv2d(x, w, b, padding=1))'")
 
 
 def _pool_words(prose: str, rd: Reading) -> ir.Node:
@@ -155,10 +161,16 @@ def _pool_words(prose: str, rd: Reading) -> ir.Node:
         body, prose, notes = pool.pool_words(prose, rd.shapes)
     except ir.IRError as e:
         raise GenerationError(str(e)) from None
+    return _alone(body, prose, notes, rd, "'max_pool2d(relu(x), kernel_size=2)'")
+
+
+def _alone(body: str, prose: str, notes: list[str], rd: Reading, example: str) -> ir.Node:
+    """A family's operation read from its words, with no other operator word beside it (those
+    compose only as an expression)."""
     words, rd.left = _find_op_words(prose)
     if words:
-        raise GenerationError(f"I read pooling but you also named {', '.join(w[2] for w in words)}; write the whole "
-                              "operation as an expression, e.g. 'max_pool2d(relu(x), kernel_size=2)'.")
+        raise GenerationError(f"I read {body.split('(')[0]} but you also named {', '.join(w[2] for w in words)}; write "
+                              f"the whole operation as an expression, e.g. {example}.")
     rd.op_notes += notes
     return _parse(body)
 

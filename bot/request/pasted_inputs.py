@@ -1,22 +1,27 @@
-"""The shapes and the float dtype of the tensors a pasted module's get_inputs() makes, one per
-parameter of forward: torch.rand/randn/randint and their kin, shaped by arithmetic, transposes,
-casts and calls that keep their argument's shape.
+"""The shapes and dtypes of the tensors a pasted module's get_inputs() makes, one per parameter of
+forward: torch.rand/randn/randint and their kin (sized by numbers or by another tensor's x.shape, or
+*_like another tensor), shaped by arithmetic, transposes, casts and calls that keep their argument's
+shape. A comparison (torch.rand(n) > 0.5) or a cast to torch.bool makes a bool mask.
 """
 from __future__ import annotations
 
 import ast
+import copy
 from dataclasses import dataclass
 
 from bot.generators.interface import GenerationError
 from bot.request.pasted_constants import (TORCH_DTYPES, Dtype, NotConstant, assigned, bind, const,
                                           refuse_constant)
 
-_MAKERS = {"rand", "randn", "ones", "zeros", "empty", "full", "randint", "rand_like", "randn_like"}
+_MAKERS = {"rand", "randn", "ones", "zeros", "empty", "full", "randint"}
+_LIKE = {"rand_like", "randn_like", "ones_like", "zeros_like", "empty_like", "full_like", "randint_like"}
+MASK = "bool"           # the dtype of a bool mask
 
 
-def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dict[str, list[int]], list[str]]:
-    """Shapes and the dtype of forward's tensors from what get_inputs returns: (shape per tensor,
-    the float dtype named, if any)."""
+def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dict[str, list[int]],
+                                                                               dict[str, str | None]]:
+    """Shapes and dtypes of forward's tensors from what get_inputs returns: (shape per tensor, dtype
+    per tensor: the float dtype or bool it names, else None, torch's default float)."""
     local = dict(env)
     made: list[ast.expr] | None = None
     for stmt in fn.body:
@@ -24,6 +29,7 @@ def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dic
             made = list(stmt.value.elts)
             break
         target, value = assigned(stmt)
+        value = value and _sized(value, local)          # n = x.shape[0]: a size, no tensor
         if isinstance(target, ast.Name) and _is_tensor(value, local):
             local[target.id] = _Made(*_tensor(value, local, target.id))
         elif target is not None:
@@ -37,16 +43,12 @@ def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dic
     if len(made) != len(tensors):
         raise GenerationError(f"get_inputs returns {len(made)} values but forward takes {len(tensors)} "
                               f"({', '.join(tensors)})")
-    shapes, dtypes = {}, set()
-    for name, expr in zip(tensors, made):
-        shape, dtype = _tensor(expr, local, name)
-        shapes[name] = shape
-        if dtype:
-            dtypes.add(dtype)
-    if len(dtypes) > 1:
-        raise GenerationError(f"get_inputs makes tensors of {' and '.join(sorted(dtypes))}; the offline kernels take "
+    read = {name: _tensor(expr, local, name) for name, expr in zip(tensors, made)}
+    floats = {dtype for _, dtype in read.values() if dtype not in (None, MASK)}
+    if len(floats) > 1:
+        raise GenerationError(f"get_inputs makes tensors of {' and '.join(sorted(floats))}; the offline kernels take "
                               "one float dtype for every input")
-    return shapes, sorted(dtypes)
+    return {n: shape for n, (shape, _) in read.items()}, {n: dtype for n, (_, dtype) in read.items()}
 
 
 def made_shape(expr: ast.expr, env: dict, name: str) -> list[int]:
@@ -65,8 +67,10 @@ class _Made:
 # Functions and methods that keep their tensor argument's shape (get_inputs often shapes values:
 # torch.rand(n) * scale, .softmax(dim=-1), torch.triu(...)).
 _SAME_SHAPE = {"abs", "exp", "log", "sigmoid", "tanh", "relu", "softmax", "log_softmax", "triu", "tril", "clamp",
-               "sign", "neg", "sqrt", "contiguous", "cuda", "to", "half", "float", "bfloat16", "clone", "detach",
-               "requires_grad_", "mul", "add", "sub", "div"}
+               "sign", "neg", "sqrt", "contiguous", "cuda", "to", "type", "half", "float", "bfloat16", "bool", "clone",
+               "detach", "requires_grad_", "mul", "add", "sub", "div", "bernoulli"}
+# ... and those that make a bool mask of that shape (x.gt(0.5), torch.logical_not(m)).
+_TO_MASK = {"gt", "ge", "lt", "le", "eq", "ne", "logical_not", "logical_and", "logical_or", "logical_xor"}
 
 
 def _is_tensor(value: ast.expr | None, env: dict) -> bool:
@@ -77,7 +81,7 @@ def _is_tensor(value: ast.expr | None, env: dict) -> bool:
 
 def _maker(call: ast.Call) -> bool:
     return isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) == "torch" \
-        and call.func.attr in _MAKERS
+        and call.func.attr in _MAKERS | _LIKE
 
 
 def _tensor(expr: ast.expr, env: dict, name: str) -> tuple[list[int], str | None]:
@@ -85,22 +89,25 @@ def _tensor(expr: ast.expr, env: dict, name: str) -> tuple[list[int], str | None
     if isinstance(expr, ast.Name) and isinstance(env.get(expr.id), _Made):
         return env[expr.id].shape, env[expr.id].dtype
     if isinstance(expr, ast.Call) and _maker(expr):
-        return _made(expr, env)
+        return _made(expr, env, name)
+    if isinstance(expr, ast.Compare) and _is_tensor(expr, env):          # torch.rand(n) > 0.5: a bool mask
+        sides = [s for s in (expr.left, *expr.comparators) if _is_tensor(s, env)]
+        return _broadcast([_tensor(s, env, name)[0] for s in sides], expr, name), MASK
     if isinstance(expr, ast.BinOp):
-        shapes = [_tensor(s, env, name) for s in (expr.left, expr.right) if _is_tensor(s, env)]
-        if shapes:
-            return _broadcast([s for s, _ in shapes], expr, name), next((d for _, d in shapes if d), None)
+        made = [_tensor(s, env, name) for s in (expr.left, expr.right) if _is_tensor(s, env)]
+        if made:
+            return _broadcast([s for s, _ in made], expr, name), _combined_dtype(expr.op, [d for _, d in made])
     if isinstance(expr, ast.UnaryOp) and _is_tensor(expr.operand, env):
         return _tensor(expr.operand, env, name)
     if isinstance(expr, ast.Attribute) and expr.attr in ("T", "mT") and _is_tensor(expr.value, env):
         shape, dtype = _tensor(expr.value, env, name)
         return shape[:-2] + shape[-2:][::-1], dtype
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_SHAPE:
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_SHAPE | _TO_MASK:
         inner = expr.func.value if _is_tensor(expr.func.value, env) else next(
             (a for a in expr.args if _is_tensor(a, env)), None)
         if inner is not None:
             shape, dtype = _tensor(inner, env, name)
-            return shape, _cast(expr, env) or dtype
+            return shape, MASK if expr.func.attr in _TO_MASK else _cast(expr, env) or dtype
     if not _is_tensor(expr, env):
         raise GenerationError(f"line {expr.lineno}: get_inputs gives {name} {ast.unparse(expr)[:40]}, which is not "
                               "a tensor; the offline kernels take tensors only: make it a constant in forward or an "
@@ -120,16 +127,33 @@ def _broadcast(shapes: list[list[int]], at: ast.expr, name: str) -> list[int]:
     return out
 
 
-def _made(base: ast.Call, env: dict) -> tuple[list[int], str | None]:
-    """torch.rand(*sizes, dtype=...) and its kin."""
+def _combined_dtype(op: ast.operator, dtypes: list[str | None]) -> str | None:
+    """The dtype of tensors combined by op: the first float one named; masks and-ed, or-ed or xor-ed
+    stay bool; a mask in arithmetic takes torch's default float dtype (None)."""
+    floats = [d for d in dtypes if d not in (None, MASK)]
+    if floats:
+        return floats[0]
+    logical = isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor))
+    return MASK if logical and all(d == MASK for d in dtypes) else None
+
+
+def _made(base: ast.Call, env: dict, name: str) -> tuple[list[int], str | None]:
+    """torch.rand(*sizes, dtype=...) and its kin; torch.zeros_like(x, dtype=...) and its kin."""
     kinds = {k.arg: k.value for k in base.keywords}
-    args = list(base.args)
+    args, dtype = list(base.args), _cast(base, env)
+    if base.func.attr in _LIKE:
+        if not args or not _is_tensor(args[0], env):
+            raise GenerationError(f"line {base.lineno}: torch.{base.func.attr} needs a tensor get_inputs made, "
+                                  f"e.g. torch.{base.func.attr}(x)")
+        shape, like = _tensor(args[0], env, name)
+        return shape, dtype or like
     if base.func.attr == "randint":              # randint(high, size) or randint(low, high, size)
-        args, dtype = args[-1:], None
-    else:
-        args, dtype = args[:1] if base.func.attr == "full" else args, _cast(base, env)
+        args = args[-1:]
+    elif base.func.attr == "full":
+        args = args[:1]
     try:
-        sizes = const(kinds["size"], env) if "size" in kinds else const(ast.Tuple(args, ast.Load()), env)
+        sized = _sized(kinds["size"] if "size" in kinds else ast.Tuple(args, ast.Load()), env)
+        sizes = const(sized, env)
     except NotConstant as e:
         refuse_constant(e.node if hasattr(e.node, "lineno") else base, "the size")
     sizes = _flat(sizes)
@@ -139,14 +163,43 @@ def _made(base: ast.Call, env: dict) -> tuple[list[int], str | None]:
     return sizes, dtype
 
 
+class _Sizes(ast.NodeTransformer):
+    """x.shape and x.size(d) of a tensor get_inputs made, written as its sizes."""
+
+    def __init__(self, env: dict):
+        self.env = env
+
+    def _sizes(self, n: ast.expr) -> ast.Tuple | None:
+        made = self.env.get(n.id) if isinstance(n, ast.Name) else None
+        if not isinstance(made, _Made):
+            return None
+        return ast.copy_location(ast.Tuple([ast.Constant(d) for d in made.shape], ast.Load()), n)
+
+    def visit_Attribute(self, n: ast.Attribute) -> ast.expr:
+        sizes = self._sizes(n.value) if n.attr == "shape" else None
+        return sizes or self.generic_visit(n)
+
+    def visit_Call(self, n: ast.Call) -> ast.expr:
+        f = n.func
+        sizes = self._sizes(f.value) if isinstance(f, ast.Attribute) and f.attr == "size" and not n.keywords else None
+        if sizes is None or len(n.args) > 1:
+            return self.generic_visit(n)
+        return ast.copy_location(ast.Subscript(sizes, n.args[0], ast.Load()), n) if n.args else sizes
+
+
+def _sized(expr: ast.expr, env: dict) -> ast.expr:
+    """expr with the sizes of tensors get_inputs made written in (torch.randint(0, 2, x.shape))."""
+    return _Sizes(env).visit(copy.deepcopy(expr))
+
+
 def _flat(v) -> list:
     return [x for item in v for x in _flat(item)] if isinstance(v, (tuple, list)) else [v]
 
 
 def _cast(call: ast.Call, env: dict) -> str | None:
-    """The float dtype a maker's dtype= or a cast (.half(), .to(torch.bfloat16)) names, or None."""
+    """The dtype a maker's dtype= or a cast (.half(), .bool(), .to(torch.bfloat16)) names, or None."""
     f = call.func
-    if isinstance(f, ast.Attribute) and f.attr in ("half", "bfloat16", "float"):
+    if isinstance(f, ast.Attribute) and f.attr in ("half", "bfloat16", "float", "bool"):
         return TORCH_DTYPES[f.attr]
     for value in [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]:
         if isinstance(value, ast.Attribute) and ast.unparse(value).startswith("torch."):
@@ -156,6 +209,7 @@ def _cast(call: ast.Call, env: dict) -> str | None:
                 named = None
             if not isinstance(named, Dtype):
                 raise GenerationError(f"line {call.lineno}: get_inputs asks for {ast.unparse(value)}; the offline "
-                                      "kernels take torch.float16, torch.bfloat16 or torch.float32")
+                                      "kernels take torch.float16, torch.bfloat16 or torch.float32, and torch.bool "
+                                      "for a mask")
             return named.name
     return None

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from bot.generators.interface import GenerationError
 from bot.request.pasted_constants import (NotConstant, Opaque, assigned, const, literal, module_constants,
                                           refuse_constant, returned_constant)
-from bot.request.pasted_inputs import made_shape, read_inputs
+from bot.request.pasted_inputs import MASK, made_shape, read_inputs
 from bot.request.pasted_layers import Param, Sub, functional
 
 
@@ -33,6 +33,7 @@ class Pasted:
     line: int                                       # forward's return statement, for messages
     shapes: dict[str, list[int]] = field(default_factory=dict)   # per forward parameter, from get_inputs
     dtypes: list[str] = field(default_factory=list)  # the float dtype get_inputs gives, if it names one
+    masks: list[str] = field(default_factory=list)   # the tensors get_inputs makes bool
     parameters: dict[str, str] = field(default_factory=dict)     # learned tensor input -> its path ("fc.weight")
 
 
@@ -83,7 +84,9 @@ def read(tree: ast.Module) -> Pasted:
     built = buildable(tree)
     pasted = Pasted(ast.unparse(fn), built[0] if built else None, name, line)
     if "get_inputs" in functions:
-        pasted.shapes, pasted.dtypes = read_inputs(functions["get_inputs"], env, tensors)
+        pasted.shapes, dtypes = read_inputs(functions["get_inputs"], env, tensors)
+        pasted.masks = [n for n, d in dtypes.items() if d == MASK]
+        pasted.dtypes = sorted({d for d in dtypes.values() if d not in (None, MASK)})
         pasted.shapes.update({p.name: p.shape for p in resolver.params})
     pasted.parameters = {p.name: p.path for p in resolver.params}
     return pasted

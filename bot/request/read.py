@@ -24,8 +24,8 @@ from bot.request.pasted import read_code, split_code
 from bot.request.reading import Reading
 from bot.request.state import State, input_names
 from bot.request.vocabulary import APPEND, CORRECTION_WORDS, WHERE_CLAUSE
-from bot.request.words import (bare_shape_phrase, blank_range, operand_order, refuse_out_of_scope, take_dims,
-                               take_dtypes, take_scalars, take_shapes, vector_phrase)
+from bot.request.words import (bare_shape_phrase, blank_range, mask_phrase, operand_order, refuse_out_of_scope,
+                               take_dims, take_dtypes, take_scalars, take_shapes, vector_phrase)
 
 
 def read(text: str, feedback: bool, context: State | None = None) -> Reading:
@@ -65,7 +65,6 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
         rd.tf32 = True
     rd.rest = prose
     if rd.node is not None:
-        _refuse_mask_inputs(rd.node)
         if rd.typed:
             _refuse_other_dtypes(rd.node)
     if rd.node is not None or feedback:
@@ -88,20 +87,12 @@ def _refuse_other_dtypes(node: ir.Node) -> None:
                                   "write one branch with an input, e.g. where(x > 0, x * 0.0 + 1.0, x * 0.0).")
 
 
-def _refuse_mask_inputs(node: ir.Node) -> None:
-    """where(mask, ...) over an input: a boolean mask, which the test inputs (floats) cannot be."""
-    for sub in node.walk():
-        if sub.op == "where" and sub.args[0].op == "input":
-            raise GenerationError(f"where({sub.args[0].name}, ...) takes {sub.args[0].name} as a boolean mask, and "
-                                  "mask inputs are not supported by the offline generator; write the condition as a "
-                                  f"comparison, e.g. where({sub.args[0].name} > 0, ...).")
-
-
 def _refuse_unplaced(rd: Reading, names: list[str], text: str, feedback: bool) -> None:
     """Every word must be placed in the spec: refuse, naming them, where some are not."""
     left = rd.left
     for n in names:
         left = re.sub(vector_phrase(n), _blank, left, flags=re.I)
+        left = re.sub(mask_phrase(n), _blank, left, flags=re.I)
         left = re.sub(bare_shape_phrase(n), _blank, left, flags=re.I)
     words = residue.unplaced(left, set(names))
     if words:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from bot import ir
 from bot.generators.interface import GenerationError
 from bot.ops import matmul as mmf
+from bot.ops import pointwise
 from bot.request.pasted_module import Pasted
 from bot.request.vocabulary import VECTOR_NAME
 from runner import protocol
@@ -30,6 +31,7 @@ class State:
     shapes: list[list[int]] | None = None            # one per case, for the main input
     input_shapes: dict[str, list[list[int] | None]] = field(default_factory=dict)   # other inputs' given shapes
     vectors: set[str] = field(default_factory=set)   # inputs said to be vectors
+    masks: set[str] = field(default_factory=set)     # inputs said to be bool masks, or made so by get_inputs
     dims: list[int] = field(default_factory=list)
     whole: str | None = None
     tf32: bool | None = None
@@ -56,11 +58,16 @@ def is_vector(st: State, n: str, names: list[str]) -> bool:
     return len(names) > 1 and bool(VECTOR_NAME.fullmatch(n)) and not (n == "b" and "a" in names)
 
 
+def mask_inputs(st: State) -> set[str]:
+    """The bool mask inputs: said or made so, or standing as a where's condition (torch.where(m, x, y))."""
+    return st.masks | pointwise.where_conditions(st.node)
+
+
 def main_input(st: State, names: list[str]) -> str:
-    """The input whose shape is a case's shape: the first one that is neither a broadcast vector
-    nor class indices."""
-    index = ir.index_inputs(st.node)
-    return next((n for n in names if not is_vector(st, n, names) and n not in index), names[0])
+    """The input whose shape is a case's shape: the first one that is neither a broadcast vector,
+    class indices nor a mask."""
+    other = set(ir.index_inputs(st.node)) | mask_inputs(st)
+    return next((n for n in names if not is_vector(st, n, names) and n not in other), names[0])
 
 
 def per_case(shapes: list, count: int, name: str) -> list:

@@ -25,7 +25,8 @@ BAD_DTYPE = re.compile(r"\b(?:u?int(?:4|8|16|32|64)|fp8\w*|float8\w*|fp64|float6
 OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, what in [
     (r"\baddmm\b|\beinsum\b|\bdot[\s-]product\b|\blinear\s+layer\b",
      "this form of matrix multiplication (say 'matmul a @ b with bias' instead)"),
-    (r"\bconv(?:olution\w*|olve|[123]d)?\b|卷积", "convolution"),
+    (r"\bconvolve\b|\b(?:separable|dilated?[\s_-]+causal|causal|deformable|circular)[\s_-]+conv\w*",
+     "this convolution (conv1d/2d/3d, transposed, depthwise and grouped are supported)"),
     (r"\battention\b|\bsdpa\b|注意力", "attention"),
     (r"\b(?:arg)?sort\w*|排序", "sorting"),
     (r"\btop[\s_-]?k\b", "top-k"),
@@ -86,7 +87,8 @@ SHAPE = re.compile(
 # Numbers that size something other than a tensor: "3x3 kernel", "2x2 max pool", "kernel size 3".
 _PARAM_NOUN = (r"(?:kernels?|windows?|filters?|patch(?:es)?|strides?|pool\w*|tiles?|blocks?|grids?|stencils?|"
                r"conv\w*|neighbou?rhoods?|dilations?|paddings?|groups?|chunks?|steps?|heads?|窗口|卷积核|核|池化|步长)")
-PARAM_AFTER = re.compile(rf"[\s-]*(?:(?:max|min|avg|average|mean|sum)\s+)?{_PARAM_NOUN}(?![a-z])", _F)
+PARAM_AFTER = re.compile(rf"[\s-]*(?:(?:max|min|avg|average|mean|sum|depthwise|pointwise|transposed?|grouped|深度|逐点|转置)"
+                         rf"\s*)?{_PARAM_NOUN}(?![a-z])", _F)
 PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:\s*(?:size|shape|is|=|:|为|大小))*\s*$|"
                           r"\badaptive\s+(?:max|avg|average|mean)[\s_-]*pool\w*(?:[\s_-]*[123][\s_-]?d)?\s+to\s*$|"
                           r"\boutput[\s_-]?size\s*(?:of|=|:|is)?\s*$", _F)

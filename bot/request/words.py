@@ -195,6 +195,18 @@ def said_vector(n: str, text: str) -> bool:
     return bool(re.search(vector_phrase(n), text, re.I))
 
 
+def mask_phrase(n: str) -> str:
+    """'m is a bool tensor', 'mask: bool', 'boolean mask m', 'm 是布尔掩码'."""
+    return (rf"\b{n}\b\s*(?:[:=(]|\b(?:is|as)\b)?\s*(?:an?\s+)?(?:torch\.)?bool(?:ean)?\b(?:\s+(?:mask|tensor))?\)?|"
+            rf"\b(?:an?\s+)?(?:torch\.)?bool(?:ean)?\s+(?:(?:mask|tensor)\s+)?{n}\b|"
+            rf"\b{n}\s*(?:是)?(?:一个)?布尔(?:掩码|张量)?|布尔(?:掩码|张量)\s*{n}\b")
+
+
+def said_mask(n: str, text: str) -> bool:
+    """Whether text says input n is a bool mask."""
+    return bool(re.search(mask_phrase(n), text, re.I))
+
+
 def bare_shape_phrase(n: str) -> str:
     """'b 4096', 'bias is 4096', 'b of size 4096': a 1-D shape for a named input."""
     return rf"\b{n}\b(?:\s*(?:[:=]|\b(?:is|of|with|has|shape|size|length)\b))*\s*({_DIM})(?![\w.-])"

@@ -50,7 +50,9 @@ def make_inputs(spec: dict, case: protocol.Case, variant: dict[str, str]) -> lis
     out = []
     for spec_input in spec["inputs"]:
         shape = case.shapes[spec_input["name"]]
-        if spec_input["domain"] == "normal":
+        if spec_input["domain"] == "mask":
+            values = torch.rand(shape, generator=gen) < 0.5
+        elif spec_input["domain"] == "normal":
             values = torch.randn(shape, generator=gen)
         else:
             values = 0.5 + 1.5 * torch.rand(shape, generator=gen)
@@ -58,6 +60,11 @@ def make_inputs(spec: dict, case: protocol.Case, variant: dict[str, str]) -> lis
                 values = torch.where(torch.rand(shape, generator=gen) < 0.5, -values, values)
         out.append(values.to(getattr(torch, variant[spec_input["name"]])))
     return out
+
+
+def upcast(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """float64 copies of the float inputs, for the reference's ground truth (masks stay bool)."""
+    return [t.double() if t.is_floating_point() else t for t in inputs]
 
 
 def assert_close(got: torch.Tensor, want: torch.Tensor, dtype: str, reduce_len: int, what: str) -> None:
@@ -77,7 +84,7 @@ def check(tmp_path, spec: dict, options: dict | None = None, looped: bool = Fals
     out = spec["outputs"][0]
     for case, (v, variant) in itertools.product(protocol.cases(spec), enumerate(protocol.dtype_variants(spec))):
         inputs = make_inputs(spec, case, variant)
-        want = reference(*[t.double() for t in inputs])
+        want = reference(*upcast(inputs))
         dtype = out["dtypes"][v]
         label = f"{spec['expression']} {case.label} {protocol.variant_label(variant)}"
         for who, got in (("reference", reference(*inputs)), ("kernel", kernel(*inputs))):
@@ -121,7 +128,7 @@ def check_reduction(tmp_path, spec: dict, options: dict | None = None, configs=(
     for case in protocol.cases(spec):
         for v, variant in enumerate(protocol.dtype_variants(spec)):
             inputs = draw(spec, case, variant) if draw else runner_inputs.make_inputs(spec, case, variant, 0, "cpu")
-            want = reference(*[t.double() if t.is_floating_point() else t for t in inputs])
+            want = reference(*upcast(inputs))
             reduced = spec["reduce"]
             full = ir.broadcast_shapes([case.shapes[n] for n in reduced["inputs"]])
             length = math.prod(full) if reduced["dim"] is None else full[reduced["dim"]]

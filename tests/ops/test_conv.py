@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from generated import load
 
+from bot.generators.interface import GenerationError
+from bot.request import parse_request
 from bot import ir, lower_torch
 from bot.ops import conv
 from bot.spec import SpecError, parse_expression, validate
@@ -167,3 +169,32 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, x, w,
     got = kernel(*args)
     err = (got.double() - want).abs()
     assert bool((err <= atol + rtol * want.abs()).all()), f"max err {err.max():.3g}"
+
+
+@pytest.mark.parametrize("words, expression, weight", [
+    ("conv2d 3x3 with 64 output channels, stride 2, padding 1 on 8x32x56x56 fp16",
+     "conv2d(x, w, stride=2, padding=1)", [64, 32, 3, 3]),
+    ("3x3 depthwise convolution with padding 1 on 8x32x56x56", "conv2d(x, w, padding=1, groups=32)", [32, 1, 3, 3]),
+    ("1x1 pointwise conv with 128 filters over 8x64x28x28, with bias", "conv2d(x, w, b)", [128, 64, 1, 1]),
+    ("transposed conv 2d, kernel 4, stride 2, padding 1, 32 output channels, 4x64x16x16",
+     "conv_transpose2d(x, w, stride=2, padding=1)", [64, 32, 4, 4]),
+    ("conv1d kernel size 5 with 16 out channels on 4x8x100", "conv1d(x, w)", [16, 8, 5]),
+    ("grouped conv 3x3 groups 4 with 64 output channels on 8x32x20x20", "conv2d(x, w, groups=4)", [64, 8, 3, 3]),
+    ("卷积 卷积核 3 输出通道 16 步长 1 填充 1 2x8x10x10", "conv2d(x, w, stride=1, padding=1)", [16, 8, 3, 3]),
+])
+def test_convolution_in_words(words, expression, weight):
+    spec, _ = parse_request(words)
+    assert ir.parse(spec["expression"]) == ir.parse(expression)
+    assert next(i for i in spec["inputs"] if i["name"] == "w")["shapes"][0] == weight
+
+
+@pytest.mark.parametrize("words, says", [
+    ("conv2d 3x3 of 1x64x56x56", "how many output channels"),
+    ("depthwise convolution", "needs the input's shape"),
+    ("conv2d with 64 output channels on 8x32x56x56", "needs its kernel size"),
+    ("conv2d 3x3 groups 3 with 64 output channels on 8x32x20x20", "groups=3 must divide"),
+    ("causal conv1d kernel 4 on 2x8x100", "this convolution"),
+])
+def test_convolution_words_refused_say_what_works(words, says):
+    with pytest.raises(GenerationError, match=says):
+        parse_request(words)

@@ -84,6 +84,21 @@ def test_mixed_dtypes_give_the_first_inputs_dtype(tmp_path):
     check(tmp_path, spec)
 
 
+@pytest.mark.parametrize("expression", ["x * mask", "mask * x + y", "where(mask, x, y)", "masked_fill(x, mask, -1.5)",
+                                        "x * logical_not(mask)"])
+def test_a_bool_mask_reads_as_torch_promotes_it(tmp_path, expression):
+    # Triton loads a torch.bool tensor as int1: 1.0 where True, 0.0 where False; a [N] mask broadcasts.
+    names = [n for n in ("x", "mask", "y") if n in expression]
+    check(tmp_path, make_spec(expression, {n: [[5], [33]] if n == "mask" else SQUARE for n in names}, masks=("mask",)))
+
+
+def test_a_mask_first_in_the_signature_leaves_the_output_the_float_dtype(tmp_path):
+    spec = make_spec("mask * x", {"mask": SQUARE, "x": SQUARE}, dtypes=("float16",), masks=("mask",))
+    _, kernel = generate(tmp_path, spec)
+    mask, x = torch.rand(3, 5) < 0.5, torch.randn(3, 5, dtype=torch.float16)
+    torch.testing.assert_close(kernel(mask, x), x * mask, rtol=0, atol=0)
+
+
 def test_non_contiguous_inputs(tmp_path):
     spec = make_spec("x * y + 1.0", {"x": [[5, 3]], "y": [[5, 3]]}, dtypes=("float32",))
     reference, kernel = generate(tmp_path, spec)

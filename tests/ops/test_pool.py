@@ -152,7 +152,7 @@ def test_pooling_in_words(words, expression):
     ("max pooling on 8x64x56x56", "pooling needs its window"),
     ("adaptive avg pool on 8x64x56x56", "adaptive pooling needs its output size"),
     ("lp pooling on 8x64x56x56", "this pooling"),
-    ("max pooling with 2x2 windows and relu on 8x64x56x56", "I read pooling but you also named relu"),
+    ("max pooling with 2x2 windows and relu on 8x64x56x56", "I read max_pool2d but you also named relu"),
 ])
 def test_pooling_words_refused_say_what_works(words, says):
     with pytest.raises(GenerationError, match=says):

@@ -164,6 +164,12 @@ def test_reduce_of_a_body(tmp_path, expression):
     check_reduction(tmp_path, make_spec(expression, {n: [MATRIX, CUBE] for n in names}))
 
 
+def test_sum_of_a_masked_body(tmp_path):
+    # a bool mask over rows (the row template) and over dim 0 (the dim template)
+    check(tmp_path, make_spec("sum(x * mask, dim=-1)", {"x": SQUARE, "mask": SQUARE}, masks=("mask",)))
+    check_reduction(tmp_path, make_spec("sum(mask * x, dim=0)", {"x": [MATRIX], "mask": [MATRIX]}, masks=("mask",)))
+
+
 @pytest.mark.parametrize("expression", ["sum(x, dim=None)", "mean((x - y) ** 2, dim=None)", "max(x, dim=None)",
                                         "min(clamp(1.0 - x * y, min=0.0), dim=None)"])
 def test_reduce_over_every_element(tmp_path, expression):

@@ -48,6 +48,13 @@ def test_scan_of_a_body(tmp_path, expression):
     check_reduction(tmp_path, _spec(expression, LONG), configs=(None, *SMALL_CHUNKS))
 
 
+def test_scan_of_a_masked_body(tmp_path):
+    # KernelBench's masked cumsum: a bool mask loads as int1, x where True, 0 where False.
+    for expression, shape in (("cumsum(x * mask, dim=1)", LONG[0]), ("cumsum(mask * x, dim=0, reverse=True)", LONG[1])):
+        spec = make_spec(expression, {"x": [shape], "mask": [shape]}, masks=("mask",))
+        check_reduction(tmp_path, spec, configs=(None, SMALL_CHUNKS[0]))
+
+
 @pytest.mark.parametrize("op, flags", [(op, flags) for op in sorted(scan.OPS) for flags in ("", ", reverse=True")] + [
     (op, flags) for op in ("cumsum", "cumprod") for flags in (", exclusive=True", ", reverse=True, exclusive=True")])
 def test_the_reference_is_torch_s_own_scan(tmp_path, op, flags):
