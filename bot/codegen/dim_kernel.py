@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from bot.codegen.code import body_text, indented, jit_source, wrap
-from bot.codegen.kernel_file import Body, KernelFile, KernelInput, _require_full
+from bot.codegen.kernel_file import Body, KernelFile, KernelInput, _expanded
 from bot.codegen.row_kernel import (EDGE_LINES, _row_config, _row_tile, align_elements, aligned_chunk, aligned_span,
                                     refuse_empty_dim)
 from bot.ops.node import ALL, Node, broadcast_shapes, input_names
@@ -114,19 +114,9 @@ class Reduction:
     fold: Callable[[str], str]
 
 
-def _full_shapes(op: str, body_inputs: list[KernelInput]) -> list[list[int]]:
-    """The body's shape per case. Every body input must have it: the kernels read them all at
-    the same offsets (broadcasting inputs would need per-dim index math)."""
-    fulls = []
-    for case in range(len(body_inputs[0].shapes)):
-        full = broadcast_shapes([i.shapes[case] for i in body_inputs])
-        for i in body_inputs:
-            if math.prod(i.shapes[case]) != math.prod(full):
-                raise ValueError(f"input {i.name} has shape {i.shapes[case]} in case {case + 1}, but {op} reads every "
-                                 f"input of its body at the full shape {full}; broadcasting inputs are not "
-                                 f"supported here (expand them to {full})")
-        fulls.append(full)
-    return fulls
+def _full_shapes(body_inputs: list[KernelInput]) -> list[list[int]]:
+    """The body's shape per case, which the launcher expands every body input to."""
+    return [broadcast_shapes([i.shapes[case] for i in body_inputs]) for case in range(len(body_inputs[0].shapes))]
 
 
 class ReducedBodyFile(KernelFile):
@@ -137,15 +127,18 @@ class ReducedBodyFile(KernelFile):
         body_names = input_names(node.args[0])
         body_inputs = [i for i in inputs if i.name in body_names]
         super().__init__(spec, body(node.args[0], body_inputs), inputs, body_inputs, options)
-        self.fulls = _full_shapes(node.op, body_inputs)
+        self.fulls = _full_shapes(body_inputs)
         # Worst-case bytes one tile element loads (float32 inputs): what pipelining may keep in flight.
         self.max_elem_bytes = 4 * len(body_inputs)
 
     def _head(self) -> str:
-        """Signature, contiguous inputs, and the body's `shape`, which every body input must have."""
+        """Signature, contiguous inputs, and the body's `shape`, which every body input is expanded to."""
         text = self._signature_and_prologue()
         text += f"    shape = torch.broadcast_shapes({', '.join(f'{i.local}.shape' for i in self.body_inputs)})\n"
-        return text + "".join(f'    _require_full("{i.name}", {i.local}.shape, shape)\n' for i in self.body_inputs)
+        if any(math.prod(i.shapes[c]) != math.prod(full) for i in self.body_inputs for c, full in enumerate(self.fulls)):
+            text += ("    # The kernels read every input at the body's own offsets: an input broadcast over it (a\n"
+                     "    # per-row [N] beside an [N, C]) is copied out to the body's shape first.\n")
+        return text + "".join(f"    {i.local} = _expanded({i.local}, shape)\n" for i in self.body_inputs)
 
     def _elem_bytes(self) -> str:
         return " + ".join(f"{i.local}.element_size()" for i in self.body_inputs)
@@ -245,7 +238,7 @@ class DimKernel(ReducedBodyFile):
     def source(self) -> str:
         kernels = [self._kernel(_COLS), self._kernel(_ROWS), self._aligned_kernel(), self._combine_kernel()]
         helpers = [_row_config, _row_tile, _fit, _fit_stages, _reduce_config, _reduce_tiles, _combine_block,
-                   _require_full]
+                   _expanded]
         text = self._file(kernels, helpers, self._launcher())
         # The file head speaks of float outputs; argmax/argmin return indices.
         return text.replace("the output has the first input's dtype", "the output holds int64 indices") \

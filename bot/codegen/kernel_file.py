@@ -61,6 +61,11 @@ def _as_3d(values, fill):
     return (fill,) * (3 - len(values)) + tuple(values)
 
 
+def _expanded(x, shape):
+    # x with every element of the broadcast shape: itself where it has them all, else a copy.
+    return x if x.numel() == math.prod(shape) else x.expand(shape).contiguous()
+
+
 def _require_full(name, shape, full):
     # The kernel reads this input at the output's own offsets: it must hold every output element.
     if math.prod(shape) != math.prod(full):

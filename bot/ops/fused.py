@@ -406,10 +406,20 @@ def _reduced_shape(shape, dim, kept):
     return [*shape[:first], *([1] * (last - first + 1) if kept else []), *shape[last + 1:]]
 
 
-def _adb_strides(name, shape, full, dim):
-    # An input's element strides over the [A, D, B] view of the full shape (0 where it broadcasts):
-    # its dims before the reduced one must step as one (all broadcast, or laid out like the full
-    # shape's), likewise those after it.
+def _stepped(x, full, dim):
+    # (x, its strides over the [A, D, B] view of the full shape): x as it is where it steps through
+    # that view, else copied out to the full shape (a bias broadcast over some of A's dims only).
+    strides = _adb_strides(x.shape, full, dim)
+    if strides is None:
+        x = x.expand(full).contiguous()
+        strides = _adb_strides(x.shape, full, dim)
+    return x, strides
+
+
+def _adb_strides(shape, full, dim):
+    # An input's element strides over the [A, D, B] view of the full shape (0 where it broadcasts),
+    # or None where it cannot step through it: its dims before the reduced one must step as one
+    # (all broadcast, or laid out like the full shape's), likewise those after it.
     strides = _expanded_strides(shape, full)
     if dim is None:
         groups = [[], list(range(len(full))), []]
@@ -425,8 +435,7 @@ def _adb_strides(name, shape, full, dim):
         step = strides[live[-1]]
         for d, nxt in zip(live, live[1:]):
             if strides[d] != strides[nxt] * full[nxt] or step == 0:
-                raise ValueError(f"input {name} of shape {list(shape)} broadcasts over the full shape {list(full)} "
-                                 "in a way the fused kernel cannot step through; give it the full shape")
+                return None
         out.append(step)
     return out
 
@@ -509,8 +518,8 @@ class _FusedKernel(KernelFile):
 
     def source(self) -> str:
         kernels = [self._whole_kernel(), *(self._level_kernel(k) for k in range(self.levels)), self._out_kernel()]
-        return self._file(kernels, [_reduced_run, _adb, _reduced_shape, _adb_strides, _fused_config, _fused_tiles,
-                                    _expanded_strides],
+        return self._file(kernels, [_reduced_run, _adb, _reduced_shape, _stepped, _adb_strides, _fused_config,
+                                    _fused_tiles, _expanded_strides],
                           self._launcher())
 
     def configs(self) -> list[dict]:
@@ -654,7 +663,7 @@ class _FusedKernel(KernelFile):
                  f"    out = torch.empty({out_shape}, dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if A * D * B == 0:\n        return out\n")
         for i in self.used:
-            text += f'    {i.local}_strides = _adb_strides("{i.name}", {i.local}.shape, shape, {dim})\n'
+            text += f"    {i.local}, {i.local}_strides = _stepped({i.local}, shape, {dim})\n"
         text += self._config_line("_fused_config(A, D, B)")
         text += (f"    sms = torch.cuda.get_device_properties({first}.device).multi_processor_count "
                  f"if {first}.is_cuda else 4\n"

@@ -13,7 +13,7 @@ import re
 
 from bot.codegen.code import indented, jit_source, wrap
 from bot.codegen.dim_kernel import ALIGNED_COMMENT, ALIGNED_LAUNCH, MAX_CONFIGS, ReducedBodyFile, _fit, _fit_stages
-from bot.codegen.kernel_file import NEG_INF, _require_full
+from bot.codegen.kernel_file import NEG_INF, _expanded, _require_full
 from bot.codegen.row_kernel import (EDGE_LINES, _row_config, _row_tile, align_elements, aligned_chunk, aligned_span,
                                     sm_count_line)
 from bot.generators.interface import GenerationError
@@ -343,7 +343,7 @@ class _CrossEntropyKernel(ReducedBodyFile):
         kernels = [self._kernel(), self._persistent_kernel(), self._aligned_kernel()]
         kernels += [self._mean_kernel()] if self.mean else []
         helpers = [_row_config, _row_tile, _fit, _fit_stages, _cross_entropy_config, _cross_entropy_tiles,
-                   _require_full]
+                   _expanded, _require_full]
         return self._file(kernels, helpers, self._launcher())
 
     def _params(self) -> list[str]:

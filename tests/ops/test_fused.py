@@ -40,6 +40,9 @@ CASES = [
     ("torch.mean(x, dim=[2, 3], keepdim=True) + x", {"x": [2, 3, 5, 7]},         # neighbouring dims at once
      lambda t: torch.mean(t["x"], dim=[2, 3], keepdim=True) + t["x"]),
     ("torch.amax(x, dim=(0, 1))", {"x": [4, 3, 9]}, lambda t: torch.amax(t["x"], dim=(0, 1))),
+    # b steps through the dims after the reduced one unlike the full shape: copied out to it at launch
+    ("x * torch.sum(x + b, dim=1, keepdim=True)", {"x": [4, 3, 5, 2], "b": [4, 1, 5, 1]},
+     lambda t: t["x"] * torch.sum(t["x"] + t["b"], dim=1, keepdim=True)),
 ]
 
 
