@@ -274,8 +274,8 @@ def _validate_shape(name: str, shape) -> list[int]:
         shape = [shape]
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         raise SpecError(f"input {name}: shape {shape!r} must be a list of integers like [4096, 4096]")
-    if not 1 <= len(shape) <= MAX_RANK:
-        raise SpecError(f"input {name}: shape {shape} has rank {len(shape)}; supported ranks are 1 to {MAX_RANK}")
+    if not 0 <= len(shape) <= MAX_RANK:           # [] : one number (a scalar argument)
+        raise SpecError(f"input {name}: shape {shape} has rank {len(shape)}; supported ranks are 0 to {MAX_RANK}")
     if any(d < 1 for d in shape):
         raise SpecError(f"input {name}: shape {shape} has a dimension below 1; every dim must be a positive size")
     return shape

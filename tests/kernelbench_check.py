@@ -73,9 +73,12 @@ def run(path: Path, kernel_path: Path, spec: dict, timed: bool, device: str) -> 
     model = problem.Model(*problem.get_init_inputs()).to(device)
     inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in problem.get_inputs()]
     params = [learned(model, i["parameter"]) for i in spec["inputs"] if i.get("parameter")]
+    # A number get_inputs gives (a scalar argument) is a 0-d input of the spec: the kernel takes it as a tensor.
+    first = next(t for t in inputs if isinstance(t, torch.Tensor))
+    numbers = [t if isinstance(t, torch.Tensor) else torch.tensor(t, dtype=first.dtype, device=device) for t in inputs]
     with torch.no_grad():
         want = model(*inputs)
-        got = kernel(*inputs, *params)
+        got = kernel(*numbers, *params)
     if device == "cuda":
         torch.cuda.synchronize()
     out = {"shape": list(want.shape), "dtype": str(want.dtype).removeprefix("torch.")}
@@ -91,7 +94,7 @@ def run(path: Path, kernel_path: Path, spec: dict, timed: bool, device: str) -> 
     if ok and timed:
         from triton.testing import do_bench
         with torch.no_grad():
-            out["kernel_ms"] = do_bench(lambda: kernel(*inputs, *params), return_mode="median")
+            out["kernel_ms"] = do_bench(lambda: kernel(*numbers, *params), return_mode="median")
             out["torch_ms"] = do_bench(lambda: model(*inputs), return_mode="median")
         out["speedup"] = out["torch_ms"] / out["kernel_ms"]
     return out

@@ -183,7 +183,7 @@ def module(init: str, forward: str, inputs: str = "torch.rand(4, 8)", init_input
             init_inputs="[8]"), "rmsnorm over normalized_shape '(4, 8)' is not supported"),
     (module(", d: self.norm = nn.RMSNorm(d)", "x):\n        return self.norm(x)", init_inputs="[8]"),
      "nn.RMSNorm (set on line 4) without eps uses the input dtype's machine epsilon"),
-    (module("", "a, s):\n        return a * s", "torch.rand(4, 8), 3.5"), "get_inputs gives s 3.5, which is not a tensor"),
+    (module("", "a, s):\n        return a * s", "torch.rand(4, 8), 'scale'"), "neither a tensor nor a number"),
 ])
 def test_what_cannot_be_read_is_refused_by_line_and_briefly(code, says):
     with pytest.raises(GenerationError) as e:
@@ -232,13 +232,17 @@ def test_activations_written_in_ir_ops_match_pytorch(tmp_path, name, kwargs):
     torch.testing.assert_close(namespace["act"](x), getattr(F, name)(x, **kwargs), rtol=1e-12, atol=1e-8)
 
 
-def test_the_pasted_file_is_the_reference_and_passes_the_judge_and_its_tests():
-    request = fenced(SUM_MODULE)
+SCALAR_MODULE = "import torch\nimport torch.nn as nn\n\n\n" + module("", "a, s):\n        return a * s", "torch.rand(4, 8), 3.5")
+
+
+@pytest.mark.parametrize("code", [SUM_MODULE, SCALAR_MODULE], ids=["sum", "a number get_inputs gives"])
+def test_the_pasted_file_is_the_reference_and_passes_the_judge_and_its_tests(code):
+    request = fenced(code)
     spec, _ = parse_request(request)
     gen = OfflineGenerator()
     approved = {"spec": __import__("json").dumps(spec)}
     reference = gen.generate(GenRequest("reference", request, approved)).content
-    assert reference.strip() == textwrap.dedent(SUM_MODULE).strip()
+    assert reference.strip() == textwrap.dedent(code).strip()
     assert check_reference(reference, "Model") == []
     test = testgen.reference_test_source(spec)
     assert check_test(test) == []

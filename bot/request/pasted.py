@@ -175,6 +175,8 @@ def _take_pasted(rd: Reading) -> None:
         rd.batched = len(a[1]) >= 3
     else:
         rd.shapes = [(n, pasted.shapes[n]) for n in rd.inputs]
+    rd.op_notes += [f"get_inputs gives {n} as a number: the judge draws it as a 0-d tensor, and the kernel takes it "
+                    f"so (torch.tensor({n}))" for n in rd.inputs if pasted.shapes[n] == []]
     if not rd.dtypes:
         rd.dtypes = pasted.dtypes or ["float32"]
         if not pasted.dtypes:

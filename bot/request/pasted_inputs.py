@@ -109,9 +109,14 @@ def _tensor(expr: ast.expr, env: dict, name: str) -> tuple[list[int], str | None
             shape, dtype = _tensor(inner, env, name)
             return shape, MASK if expr.func.attr in _TO_MASK else _cast(expr, env) or dtype
     if not _is_tensor(expr, env):
-        raise GenerationError(f"line {expr.lineno}: get_inputs gives {name} {ast.unparse(expr)[:40]}, which is not "
-                              "a tensor; the offline kernels take tensors only: make it a constant in forward or an "
-                              "__init__ argument")
+        try:
+            value = const(expr, env)
+        except NotConstant:
+            value = None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return [], None             # a number forward takes: a 0-d tensor input, drawn like any other
+        raise GenerationError(f"line {expr.lineno}: get_inputs gives {name} {ast.unparse(expr)[:40]}, which is "
+                              "neither a tensor nor a number; make it a constant in forward or an __init__ argument")
     raise GenerationError(f"line {expr.lineno}: I cannot tell the shape get_inputs gives {name} from "
                           f"{ast.unparse(expr)[:60]!r}; make it with torch.rand/randn/randint(sizes, dtype=...)")
 
