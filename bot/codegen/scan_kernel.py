@@ -17,7 +17,7 @@ from typing import Callable
 
 from bot.codegen.code import body_text, indented, jit_source
 from bot.codegen.dim_kernel import ReducedBodyFile, _fit
-from bot.codegen.kernel_file import _require_full
+from bot.codegen.kernel_file import _expanded
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class ScanKernel(ReducedBodyFile):
         return self._space(defaults + candidates, lambda config: [_scan_tiles(config, *view) for view in self.views])
 
     def source(self) -> str:
-        return self._file([self._kernel(_COLS), self._kernel(_ROWS)], [_fit, _scan_config, _scan_tiles, _require_full],
+        return self._file([self._kernel(_COLS), self._kernel(_ROWS)], [_fit, _scan_config, _scan_tiles, _expanded],
                           self._launcher())
 
     def _position(self) -> str:
