@@ -110,10 +110,7 @@ REFUSED = [
     ("compute max(x, 0) elementwise", "over dim 0, or elementwise"),
     ("matmul of a 2x8x128x64 and b 2x8x64x128", "4-D"),
     # activations not in the catalog
-    ("leaky relu with slope 0.2 of a 128x128 tensor", "leaky relu"),
-    ("hardswish of x", "hard"),
-    ("softplus with beta 2", "softplus"),
-    ("mish activation", "mish"),
+    ("prelu with a learned slope", "prelu"),
     ("sin of x", "sin"),
     # norms and cross entropy beside the catalog's
     ("group norm over 32 groups", "group"),
@@ -254,6 +251,10 @@ SOLVED = [
      "mean(sum(where(q > 0.0, q * (log(q) - p), 0.0).flatten(1, -1), dim=1), dim=None)", [[]]),
     ("huber loss with delta 2 per element, 8x16",
      "where(abs(x - y) < 2.0, 0.5 * (x - y) ** 2.0, 2.0 * (abs(x - y) - 0.5 * 2.0))", [[8, 16]]),
+    # activations in words, with their parameter where said
+    ("leaky relu with slope 0.2 of a 128x128 tensor", "where(x > 0.0, x, x * 0.2)", [[128, 128]]),
+    ("softplus with beta 2 of 8x16", "where(x * 2.0 > 20.0, x, log(1.0 + exp(x * 2.0)) / 2.0)", [[8, 16]]),
+    ("mish activation of 8x16", "x * tanh(where(x > 20.0, x, log(1.0 + exp(x))))", [[8, 16]]),
     # pooling in words: the window's numbers are not shapes
     ("2x2 max pooling of a 1x8x32x32 fp32 tensor", "max_pool2d(x, kernel_size=2)", [[1, 8, 16, 16]]),
     # keepdim: the reduced dim kept as size 1

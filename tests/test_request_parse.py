@@ -413,7 +413,7 @@ def test_feedback_that_says_nothing_usable_is_refused():
     ("flash attention", "attention"),
     ("sort each row", "sorting"),
     ("top-k over the last dim", "top-k"),
-    ("leaky relu", "leaky relu"),
+    ("prelu", "prelu"),
 ])
 def test_out_of_scope_operations_say_what_is_supported(text, what):
     message = error(text)

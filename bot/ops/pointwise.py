@@ -78,7 +78,24 @@ CLAMP_WORD = re.compile(r"\bclamp\w*|\bclip\w*|限幅|截断", _F)
 # Request words, in the order they are looked for (an earlier word wins: "square root" before
 # "square"): (pattern, kind, op). kind "step" applies to the operand so far, "binary" joins two
 # inputs, "where" selects.
+_PARAM = rf"(?:\s+(?:with\s+)?(?:an?\s+)?(?:(?:negative[\s_-]+)?slope|alpha|beta|lambda|lambd)\s*(?:of|=|:|is)?\s*({_NUM}){_END})?"
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
+    # activations PyTorch builds from these (COMPOSITES), before the words their names hold (tanh, sigmoid, relu)
+    (rf"\bleaky[\s_-]?relu\b{_PARAM}|(?:带)?泄[漏露]\s*(?:的\s*)?relu{_PARAM}", "step", "leaky_relu"),
+    (rf"\brelu[\s_-]?6\b", "step", "relu6"),
+    (rf"\belu\b{_PARAM}", "step", "elu"),
+    (rf"\bcelu\b{_PARAM}", "step", "celu"),
+    (r"\bselu\b", "step", "selu"),
+    (rf"\bsoft[\s_-]?plus\b{_PARAM}", "step", "softplus"),
+    (r"\bsoft[\s_-]?sign\b", "step", "softsign"),
+    (r"\bhard[\s_-]?sigmoid\b", "step", "hardsigmoid"),
+    (r"\bhard[\s_-]?swish\b", "step", "hardswish"),
+    (r"\bhard[\s_-]?tanh\b", "step", "hardtanh"),
+    (r"\bmish\b", "step", "mish"),
+    (r"\blog[\s_-]?sigmoid\b", "step", "logsigmoid"),
+    (r"\btanh[\s_-]?shrink\b", "step", "tanhshrink"),
+    (rf"\bsoft[\s_-]?shrink\b{_PARAM}", "step", "softshrink"),
+    (rf"\bhard[\s_-]?shrink\b{_PARAM}", "step", "hardshrink"),
     (r"\bgelu[\s_-]*\(?\s*tanh(?:[\s_-]+approx\w*)?\b|\btanh[\s-]+approx\w*|\bapprox\w*\s*[=:]?\s*['\"]?tanh\b", "step", "gelu_tanh"),
     (r"\b(?:exact\s+)?gelu(?:[\s_-]*\(?\s*(?:erf|exact))?\b", "step", "gelu"),
     (r"\bsilu\b|\bswish\b", "step", "silu"),

@@ -229,8 +229,8 @@ def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: Reading) 
             if "min" not in rd.scalars and "max" not in rd.scalars:
                 raise GenerationError("clamp needs bounds: which range? e.g. 'clamp x to [-1, 1]'")
             body = f"clamp({body}, {rd.scalars.pop('min', None)!r}, {rd.scalars.pop('max', None)!r})"
-        else:
-            body = f"{op}({body})"
+        else:           # an activation's one parameter, where said: "leaky relu with slope 0.2"
+            body = f"{op}({body}{'' if value is None else f', {value!r}'})"
     return body
 
 

@@ -30,7 +30,7 @@ functions routine layer
 tensor tensors matrix matrices array arrays input inputs output outputs value values data result
 results element elements entries shape shapes shaped size sizes sized dtype dtypes type types
 case cases variant variants both each every together given same
-logits scores activations features hidden states vector vectors
+logits scores activation activations features hidden states vector vectors
 over along across per
 hey hi thanks thank ok okay now allow allowed allowing natural else otherwise
 actually change set switch try let lets going go

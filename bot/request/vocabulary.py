@@ -46,8 +46,7 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
      r"\bcosine[\s_-]+(?:similarity|embedding)\w*|\bmargin[\s_-]+ranking\w*",
      "this loss (in words: mse, l1, smooth l1, huber, kl divergence, bce with logits, soft margin, triplet margin "
      "and cross entropy; others written as PyTorch does, e.g. 'mean(clamp(1 - x * y, min=0))', or paste the module)"),
-    (r"\bleaky[\s_-]?relu\b|\bprelu\b|\brelu6\b|\b[sc]?elu\b|\bsoftplus\b|\bmish\b|"
-     r"\bhard[\s_-]?(?:swish|sigmoid|tanh)\b|\blogsumexp\b|\bsin\b|\bcos\b|"
+    (r"\bprelu\b|\blogsumexp\b|\bsin\b|\bcos\b|"
      r"\bfloor\b|\bceil\b(?![\s_-]*mode)|\bround\b|\bsign\b|"
      r"\bprod\b|\bvar(?:iance)?\b|\bstd\b|\bl2[\s_-]?norm\b|\bnormali[sz]e\b", ""),
 ]]

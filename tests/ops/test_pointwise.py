@@ -12,6 +12,7 @@ import torch
 from generated import load, make_spec
 from lowering import SQUARE, assert_close, check, generate, make_inputs
 
+from bot.request import parse_request
 from bot import integrity, ir, lower_torch
 from bot.codegen import kernel_file, row_kernel
 from bot.ops import pointwise, registry
@@ -239,3 +240,16 @@ def test_nan_propagates_as_in_torch(tmp_path, expression, over_rows):
         got = kernel(*inputs, config=config)
         assert torch.equal(got.isnan(), want.isnan()), (config, got, want)
         torch.testing.assert_close(got[~want.isnan()], want[~want.isnan()])
+
+
+@pytest.mark.parametrize("words, typed", [
+    ("leaky relu with slope 0.2 on 64x128 fp16", "leaky_relu(x, 0.2)"), ("leaky relu of x", "leaky_relu(x)"),
+    ("hardswish of a 64x128 tensor", "hardswish(x)"), ("hard sigmoid", "hardsigmoid(x)"), ("hard tanh", "hardtanh(x)"),
+    ("relu6", "relu6(x)"), ("elu", "elu(x)"), ("celu with alpha 2", "celu(x, 2.0)"), ("selu", "selu(x)"),
+    ("softplus with beta 2", "softplus(x, 2.0)"), ("softsign", "softsign(x)"), ("mish activation", "mish(x)"),
+    ("log sigmoid", "logsigmoid(x)"), ("tanhshrink", "tanhshrink(x)"), ("softshrink with lambda 0.3", "softshrink(x, 0.3)"),
+    ("softmax of leaky relu of x", "softmax(leaky_relu(x))"), ("泄漏 relu 64x128", "leaky_relu(x)"),
+])
+def test_activations_in_words(words, typed):
+    spec, _ = parse_request(words)
+    assert ir.parse(spec["expression"], as_written=True) == ir.parse(typed, as_written=True)
