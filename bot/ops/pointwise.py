@@ -82,7 +82,7 @@ _PARAM = rf"(?:\s+(?:with\s+)?(?:an?\s+)?(?:(?:negative[\s_-]+)?slope|alpha|beta
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     # activations PyTorch builds from these (COMPOSITES), before the words their names hold (tanh, sigmoid, relu)
     (rf"\bleaky[\s_-]?relu\b{_PARAM}|(?:带)?泄[漏露]\s*(?:的\s*)?relu{_PARAM}", "step", "leaky_relu"),
-    (rf"\brelu[\s_-]?6\b", "step", "relu6"),
+    (r"\brelu[\s_-]?6\b", "step", "relu6"),
     (rf"\belu\b{_PARAM}", "step", "elu"),
     (rf"\bcelu\b{_PARAM}", "step", "celu"),
     (r"\bselu\b", "step", "selu"),
