@@ -279,6 +279,7 @@ def domains(node: Node) -> dict[str, str]:
 
     for sub in node.walk():
         pointwise.domains(sub, mark)
+        channel_norm.domains(sub, mark)
     return out
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 
 from bot.codegen.code import jit_source, wrap
 from bot.codegen.expr import fmt_const
@@ -27,6 +28,7 @@ from bot.codegen.kernel_file import KernelFile
 from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_none, number, prints
+from bot.ops.text import FLAGS as _F, blank as _blank, taken
 
 NAME = "channel_norm"
 OPS = {"batch_norm", "group_norm", "instance_norm", "layer_norm_nd"}
@@ -47,6 +49,71 @@ DEFAULT_EPS = 1e-5
 # The space the benchmark sweeps: elements a tile and warps (both kernels), and how many programs
 # share one row's statistics at least (the launcher splits rows further to fill the GPU).
 CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(2048, 8), (1024, 4), (4096, 8), (512, 4), (256, 2)]]
+
+
+# ---------------------------------------------------------------- words
+
+# "batch norm", "group norm with 32 groups", "instance norm 2d", "批归一化", "组归一化", "实例归一化"
+CHANNEL_NORM_WORD = re.compile(r"\b(batch|group|instance)[\s_-]?norm(?:ali[sz]ation)?(?:[\s_-]*[123][\s_-]?d)?\b|"
+                               r"(批|组|实例)(?:归一化|标准化)", _F)
+_GROUPS = re.compile(r"\b(\d+)\s+groups\b|\bgroups?\s*(?:of|=|:|is)?\s*(\d+)\b|(\d+)\s*(?:个)?组(?!归一化|标准化)|"
+                     r"分组(?:数)?\s*(?:为|是|=|:)?\s*(\d+)", _F)
+_EVAL = re.compile(r"\b(?:inference|eval(?:uation)?(?:[\s_-]mode)?|running[\s_-](?:stats|statistics|mean))\b|推理|推断", _F)
+_TRAINING = re.compile(r"\btraining(?:[\s_-]mode)?\b|\bbatch[\s_-]stat(?:s|istics)\b|训练", _F)
+_AFFINE = re.compile(r"\bwith\s+(?:an?\s+)?affine\b|\baffine\b|带仿射", _F)
+_NO_AFFINE = re.compile(r"\b(?:no|without)\s+(?:an?\s+)?affine\b|\baffine\s*=\s*false\b|无仿射|不带仿射", _F)
+
+
+def norm_words(text: str, shapes: list[tuple[str | None, list[int]]],
+               eps: float | None) -> tuple[str, str, list[str], list]:
+    """(expression, text without the words read, notes, the per-channel tensors' shapes as (name,
+    shape) per case) for 'group norm with 8 groups on 8x64x32x32', 'batch norm for inference'."""
+    m = CHANNEL_NORM_WORD.search(text)
+    kind = (m.group(1) or {"批": "batch", "组": "group", "实例": "instance"}[m.group(2)]).lower()
+    inputs = [s for label, s in shapes if label not in _PER_CHANNEL]
+    if not inputs or any(len(s) < 2 for s in inputs) or len({s[1] for s in inputs}) > 1:
+        raise IRError(f"{kind} norm in words needs the input's shape, batch x channels x ..., one channel count for "
+                      "every case, e.g. 'group norm with 8 groups on 8x64x32x32'")
+    notes = []
+    affine = kind != "instance"         # torch's modules' defaults: BatchNorm/GroupNorm affine, InstanceNorm not
+    if _NO_AFFINE.search(text):
+        affine = False
+    elif _AFFINE.search(text):
+        affine = True
+    else:
+        notes.append(f"no affine named: {kind} norm {'with' if affine else 'without'} weight and bias, as "
+                     f"nn.{kind.capitalize()}Norm's default")
+    tensors = ["weight", "bias"] if affine else []
+    eps_text = f"eps={DEFAULT_EPS if eps is None else eps!r}"
+    if kind == "group":
+        groups, text = taken(_GROUPS, text)
+        if groups is None:
+            raise IRError("group norm needs its number of groups: say e.g. 'group norm with 8 groups'")
+        body = f"group_norm(x, {groups[0]}, {', '.join(tensors + [eps_text])})"
+    elif kind == "batch":
+        inference = bool(_EVAL.search(text)) and not _TRAINING.search(text)
+        if not _EVAL.search(text) and not _TRAINING.search(text):
+            notes.append("no mode named: batch norm in training mode (each channel's batch statistics); say "
+                         "'for inference' to normalise by running statistics")
+        stats = ["running_mean", "running_var"] if inference else ["None", "None"]
+        tensors = (["running_mean", "running_var"] if inference else []) + tensors
+        body = (f"batch_norm(x, {', '.join(stats + (tensors[-2:] if affine else ['None', 'None']))}, "
+                f"training={not inference}, {eps_text})")
+    else:
+        body = f"instance_norm(x, None, None, {', '.join((tensors or ['None', 'None']) + [eps_text])})"
+    for pattern in (CHANNEL_NORM_WORD, _EVAL, _TRAINING, _NO_AFFINE, _AFFINE):
+        text = pattern.sub(_blank, text)
+    channels = inputs[0][1]
+    return body, text, notes, [(t, [channels]) for t in tensors for _ in inputs]
+
+
+_PER_CHANNEL = ("weight", "bias", "running_mean", "running_var")
+
+
+def domains(node: Node, mark) -> None:
+    """An eval batch norm's running variance is drawn positive, as a variance is."""
+    if node.op == "batch_norm" and not node.attr("training"):
+        mark(node.args[2], "positive")
 
 
 # ---------------------------------------------------------------- IR rule
@@ -376,4 +443,8 @@ class _ChannelNormKernel(KernelFile):
         return text + "    return out\n"
 
 
-ENTRIES: tuple[Entry, ...] = ()
+# a CNN's feature map (batch, channels, height, width), and an odd size of the same channels
+ENTRIES = (
+    Entry("group_norm", "group norm with 8 groups on {shapes}, each in {dtypes}",
+          "group_norm(x, 8, weight, bias, eps=1e-05)", big="32x64x56x56, 7x64x29x31", small="2x16x5x6, 1x16x3x7"),
+)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.ops import conv, loss, norm, pool, registry, scan
+from bot.ops import channel_norm, conv, loss, norm, pool, registry, scan
 from bot.ops import matmul as mmf
 from bot.ops.text import blank as _blank
 from bot.request import order
@@ -32,6 +32,8 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
         return _pool_words(prose, rd)
     if expr is None and conv.CONV_WORD.search(prose):
         return _conv_words(prose, rd)
+    if expr is None and channel_norm.CHANNEL_NORM_WORD.search(prose):
+        return _channel_norm_words(prose, rd)
     said, (found, prose) = prose, _find_op_words(prose)
     said_pair = TWO_TENSORS.search(prose)
     pair = bool(PAIRWISE.search(prose))
@@ -154,6 +156,16 @@ def _conv_words(prose: str, rd: Reading) -> ir.Node:
         raise GenerationError(str(e)) from None
     rd.shapes += weights
     return _alone(body, prose, notes, rd, "'relu(conv2d(x, w, b, padding=1))'")
+
+
+def _channel_norm_words(prose: str, rd: Reading) -> ir.Node:
+    try:
+        body, prose, notes, tensors = channel_norm.norm_words(prose, rd.shapes, rd.eps)
+    except ir.IRError as e:
+        raise GenerationError(str(e)) from None
+    rd.shapes += tensors
+    rd.eps = None                       # said in the expression
+    return _alone(body, prose, notes, rd, "'relu(group_norm(x, 8, weight, bias))'")
 
 
 def _pool_words(prose: str, rd: Reading) -> ir.Node:

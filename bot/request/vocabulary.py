@@ -41,7 +41,6 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
      "a backward (gradient) kernel (the offline generator writes forward kernels)"),
     (r"\btranspose\b|\bpermute\b|\bconcat\w*|\breshape\b", "a layout change (transpose, concat, reshape)"),
     (r"\bdropout\b", "dropout"),
-    (r"\b(?:batch|group|instance)[\s_-]?norm\w*", "batch, group or instance norm"),
     (r"\bbinary[\s_-]+cross[\s_-]?entropy\b(?![\s_-]+(?:loss[\s_-]+)?with[\s_-]+logits)|\bnll\w*|\bhinge\w*|"
      r"\bcosine[\s_-]+(?:similarity|embedding)\w*|\bmargin[\s_-]+ranking\w*",
      "this loss (in words: mse, l1, smooth l1, huber, kl divergence, bce with logits, soft margin, triplet margin "

@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from generated import load
 
+from bot.generators.interface import GenerationError
+from bot.request import parse_request
 from bot import ir, lower_torch
 from bot.ops import channel_norm
 from bot.spec import SpecError, parse_expression, validate
@@ -111,3 +113,30 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, case):
     rtol, atol = protocol.tolerance(dtype, max(shapes["x"]))
     err = (got.double() - want).abs()
     assert bool((err <= atol + rtol * want.abs()).all()), f"max err {err.max():.3g}"
+
+
+@pytest.mark.parametrize("words, typed", [
+    ("group norm with 8 groups on 8x64x32x32 fp16", "group_norm(x, 8, weight, bias, eps=1e-05)"),
+    ("batch norm on 16x32x28x28", "batch_norm(x, None, None, weight, bias, training=True)"),
+    ("batch norm for inference on 16x32x28x28", "batch_norm(x, running_mean, running_var, weight, bias)"),
+    ("batch norm without affine on 8x4x5", "batch_norm(x, None, None, None, None, training=True)"),
+    ("instance norm 2d on 4x16x20x20", "instance_norm(x)"),
+    ("instance norm with affine, eps 1e-6, 4x16x20x20", "instance_norm(x, None, None, weight, bias, eps=1e-6)"),
+    ("组归一化 分组 4 8x16x10x10", "group_norm(x, 4, weight, bias)"),
+])
+def test_channel_norms_in_words(words, typed):
+    spec, _ = parse_request(words)
+    assert ir.parse(spec["expression"]) == ir.parse(typed)
+    shapes = {i["name"]: i["shapes"][0] for i in spec["inputs"]}
+    assert all(shapes[n] == [shapes["x"][1]] for n in shapes if n != "x")
+    assert spec["inputs"][-1]["domain"] == "normal" and all(
+        i["domain"] == "positive" for i in spec["inputs"] if i["name"] == "running_var")
+
+
+@pytest.mark.parametrize("words, says", [
+    ("group norm over 32 groups", "needs the input's shape"),
+    ("group norm on 8x64x32x32", "needs its number of groups"),
+])
+def test_channel_norm_words_refused_say_what_works(words, says):
+    with pytest.raises(GenerationError, match=says):
+        parse_request(words)
