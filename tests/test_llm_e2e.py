@@ -19,7 +19,7 @@ def test_run_with_the_llm_for_an_operator_outside_the_catalog(fake_openai, tmp_p
         ("json", "spec.json"), ("python", "reference.py"), ("python", "llm_test_reference.py"),
         ("python", "kernel.py"), ("python", "llm_test_kernel.py"), ("json", "bench_plan.json")]))
     out = tmp_path / "out"
-    proc = kernelbot(["run", "hardswish of x for fp32 64x48 and 33x17", "--yes", "--out", str(out)],
+    proc = kernelbot(["run", "mobilenet-style hardswish of x for fp32 64x48 and 33x17", "--yes", "--out", str(out)],
                      tmp_path / "home", KERNELBOT_LLM_BASE_URL=fake_openai.url, KERNELBOT_LLM_MODEL="fake-model",
                      KERNELBOT_LLM_API_KEY="sk-test")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

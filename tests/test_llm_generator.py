@@ -30,7 +30,7 @@ from bot.workflow.store import Store
 from runner.worker import execute_job
 
 HS = Path(__file__).parent / "fixtures" / "llm" / "hardswish"
-REQUEST = "hardswish of x for fp32 64x48 and 33x17"
+REQUEST = "mobilenet-style hardswish of x for fp32 64x48 and 33x17"
 
 
 def text(name: str) -> str:
@@ -272,7 +272,7 @@ def test_a_session_can_force_either_generator(fake_openai):
     fake_openai.script(code("json", text("spec.json")))
     gen = hybrid(fake_openai)
     assert gen.generate(GenRequest("spec", "relu(x + y)", generator="llm")).generator == "llm"
-    with pytest.raises(GenerationError, match="not supported by the offline generator"):
+    with pytest.raises(GenerationError, match="could not place .mobilenet"):
         gen.generate(GenRequest("spec", REQUEST, generator="offline"))
     assert len(fake_openai.requests) == 1
 
