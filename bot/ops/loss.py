@@ -194,10 +194,15 @@ def convert(c: Call) -> Node | None:
     args = args + [kw[k] for k in ("input", "target") if k in kw]
     arity("cross_entropy", args, 2)
     node = kw.get("reduction")
-    reduction = "mean" if node is None else node.value if isinstance(node, ast.Constant) else None
+    reduction = _reduction(node)
     if reduction not in ("mean", "none"):
         raise IRError(f"cross_entropy reduction must be 'mean' or 'none', got {ast.unparse(node)!r}")
     return call("cross_entropy", c.expr(args[0]), c.expr(args[1]), reduction=reduction)
+
+
+def _reduction(written: ast.expr | None) -> str | None:
+    """A loss's reduction= as written: 'mean' (torch's default) when not given, None when not a string."""
+    return "mean" if written is None else written.value if isinstance(written, ast.Constant) else None
 
 
 def _elementwise(c: Call) -> Node:
@@ -215,7 +220,7 @@ def _elementwise(c: Call) -> Node:
     if c.fname == "smooth_l1_loss" and values["beta"].value == 0:
         formula = ELEMENTWISE["l1_loss"][1]             # PyTorch: beta 0 is the L1 loss
     node = c.kw.pop("reduction", None)
-    reduction = "mean" if node is None else node.value if isinstance(node, ast.Constant) else None
+    reduction = _reduction(node)
     if reduction not in ("mean", "sum", "none") and (c.fname, reduction) != ("kl_div", "batchmean"):
         raise IRError(f"{c.fname} reduction must be 'mean', 'sum' or 'none'{' or batchmean' * (c.fname == 'kl_div')}, "
                       f"got {ast.unparse(node) if node is not None else None!r}")
@@ -236,7 +241,7 @@ def _triplet(c: Call) -> Node:
     if flag(given.get("swap")):
         raise IRError(f"{TRIPLET} with swap=True is not supported; swap=False (the default) is")
     written = given.get("reduction")
-    reduction = "mean" if written is None else written.value if isinstance(written, ast.Constant) else None
+    reduction = _reduction(written)
     if reduction not in _REDUCED and reduction != "none":
         raise IRError(f"{TRIPLET} reduction must be 'mean', 'sum' or 'none', got {ast.unparse(written)!r}")
     values = {"a": given["anchor"], "pos": given["positive"], "neg": given["negative"],

@@ -145,35 +145,34 @@ def _cross_entropy_words(prose: str, rd: Reading) -> ir.Node:
 
 
 def _loss_words(prose: str, rd: Reading) -> ir.Node:
-    body, prose, notes = loss.loss_words(prose)
-    return _alone(body, prose, notes, rd, "'F.mse_loss(relu(x), y)'")
+    return _family_words(lambda p: (*loss.loss_words(p), []), prose, rd, "'F.mse_loss(relu(x), y)'")
 
 
 def _conv_words(prose: str, rd: Reading) -> ir.Node:
-    try:
-        body, prose, notes, weights = conv.conv_words(prose, rd.shapes)
-    except ir.IRError as e:
-        raise GenerationError(str(e)) from None
-    rd.shapes += weights
-    return _alone(body, prose, notes, rd, "'relu(conv2d(x, w, b, padding=1))'")
+    return _family_words(lambda p: conv.conv_words(p, rd.shapes), prose, rd, "'relu(conv2d(x, w, b, padding=1))'")
 
 
 def _channel_norm_words(prose: str, rd: Reading) -> ir.Node:
-    try:
-        body, prose, notes, tensors = channel_norm.norm_words(prose, rd.shapes, rd.eps)
-    except ir.IRError as e:
-        raise GenerationError(str(e)) from None
-    rd.shapes += tensors
+    node = _family_words(lambda p: channel_norm.norm_words(p, rd.shapes, rd.eps), prose, rd,
+                         "'relu(group_norm(x, 8, weight, bias))'")
     rd.eps = None                       # said in the expression
-    return _alone(body, prose, notes, rd, "'relu(group_norm(x, 8, weight, bias))'")
+    return node
 
 
 def _pool_words(prose: str, rd: Reading) -> ir.Node:
+    return _family_words(lambda p: (*pool.pool_words(p, rd.shapes), []), prose, rd,
+                         "'max_pool2d(relu(x), kernel_size=2)'")
+
+
+def _family_words(read, prose: str, rd: Reading, example: str) -> ir.Node:
+    """A family's operation from its words: read(prose) gives (expression, prose left, notes, the
+    shapes of the tensors it adds, as (name, shape))."""
     try:
-        body, prose, notes = pool.pool_words(prose, rd.shapes)
+        body, prose, notes, shapes = read(prose)
     except ir.IRError as e:
         raise GenerationError(str(e)) from None
-    return _alone(body, prose, notes, rd, "'max_pool2d(relu(x), kernel_size=2)'")
+    rd.shapes += shapes
+    return _alone(body, prose, notes, rd, example)
 
 
 def _alone(body: str, prose: str, notes: list[str], rd: Reading, example: str) -> ir.Node:
