@@ -13,8 +13,8 @@ from __future__ import annotations
 import ast
 import functools
 
-from bot.ops import (argreduce, chain, channel_norm, conv, fused, loss, matmul, norm, pointwise, reduce, registry,
-                     scan, softmax, view)
+from bot.ops import (argreduce, chain, channel_norm, conv, fused, gather, layout, loss, matmul, norm, pointwise, reduce,
+                     registry, scan, softmax, view)
 from bot.ops.node import (ALL, CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
                           is_int_literal, number, to_text)
 
@@ -43,7 +43,7 @@ def parse(text: str, as_written: bool = False) -> Node:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
         raise IRError(f"cannot parse expression {text!r}: {e.msg}. Write it like 'relu(x + y)'.") from None
-    node = _convert(tree.body)
+    node = _untransposed(_convert(tree.body))
     if fused.claims(node):          # a reduction inside an expression without a dim is over every element
         node = _settled(node)
     if not as_written:
@@ -52,6 +52,17 @@ def parse(text: str, as_written: bool = False) -> Node:
             raise IRError(f"{node.op} is supported over the last dim (dim=-1) only")
     check(node)
     return node
+
+
+def _untransposed(node: Node) -> Node:
+    """The tree with each transpose that is not a matmul operand (the product takes those as flags)
+    a permute: x.T of a matrix, x.mT and x.transpose(d0, d1) of any rank."""
+    args = tuple(_untransposed(a) for a in node.args)
+    if node.op != matmul.TRANSPOSE:
+        return Node(node.op, args, node.name, node.value, node.attrs)
+    if node.attr("swap"):
+        return layout.swapped(args[0], *node.attr("swap"))
+    return layout.reordered(args[0], (1, 0)) if node.attr("form") == "T" else layout.swapped(args[0], -2, -1)
 
 
 def _settled(node: Node) -> Node:
@@ -195,8 +206,6 @@ def check_single(node: Node) -> None:
     root = registry.root_family(node.op)
     body = node.args[0] if root else node
     for sub in body.walk():
-        if sub.op == matmul.TRANSPOSE:
-            raise IRError(f"{to_text(sub)}: a transpose is supported as a matmul operand, e.g. a @ b.T, not elsewhere")
         if sub.op == scan.FLIP:
             raise IRError(f"{to_text(sub)}: a flip is supported around a scan, x.flip(d).cumsum(d).flip(d) (a reversed "
                           "cumsum), not elsewhere")
@@ -237,9 +246,15 @@ def matmul_node(node: Node) -> Node | None:
     return matmul.matmul_node(node)
 
 
-def index_inputs(node: Node) -> dict[str, str]:
-    """Integer inputs: class-index input name -> the input whose last dim it indexes."""
-    return loss.index_inputs(node) if node.op in LOSSES else {}
+def index_inputs(node: Node) -> dict[str, dict]:
+    """Integer inputs: index input name -> its spec fields: "index_of" (the input whose dim it
+    indexes), and where not class indices (the last dim, a padding value among them) "index_dim" and
+    "padding": False."""
+    if is_chain(node):
+        return {k: v for s in stages(node) for k, v in index_inputs(s.node).items()}
+    if node.op in LOSSES:
+        return {name: {"index_of": of} for name, of in loss.index_inputs(node).items()}
+    return gather.index_inputs(node) if node.op in gather.OPS else {}
 
 
 def reduced(node: Node, rank: int = 0) -> tuple[list[str], int | list[int] | None] | None:

@@ -26,6 +26,8 @@ def torch_lines(spec: dict, node: Node, names: dict[str, str], round_with: str |
     included) is passed through that function; the result itself is not."""
     anchor = names[protocol.float_inputs(spec)[0]["name"]]
     root = registry.root_family(node.op)
+    if root and node.op in getattr(root, "TORCH_OPS", {}):      # written like any op, over its operands' texts
+        root = None
     body_node = node.args[0] if root else node
     lines, body = torch_expression(body_node, names, anchor, set(names.values()), round_with,
                                    round_result=root is not None)

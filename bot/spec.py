@@ -190,7 +190,7 @@ def _check_index_of(inputs: list[dict]) -> None:
     names = [i["name"] for i in inputs]
     for inp in inputs:
         if inp["domain"] == "index" and inp.get("index_of") not in set(names) - {inp["name"]}:
-            raise SpecError(f"input {inp['name']}: an index input needs 'index_of', the input whose last dim its "
+            raise SpecError(f"input {inp['name']}: an index input needs 'index_of', the input whose dim its "
                             f"values index (one of {[n for n in names if n != inp['name']]})")
 
 
@@ -231,17 +231,20 @@ def _check_mask_uses(inputs: list[dict], node: ir.Node) -> None:
 
 
 def _check_dtypes(inputs: list[dict], node: ir.Node) -> None:
-    """Class indices are int64 and nothing else is: kernels compute in float."""
+    """Indices (class indices, gather's index, embedding's ids) are int64 and nothing else is: kernels
+    compute in float."""
     index = ir.index_inputs(node)
     for inp in inputs:
         name = inp["name"]
         if name in index:
             if set(inp["dtypes"]) != {protocol.INDEX_DTYPE}:
-                raise SpecError(f"input {name} holds class indices: its dtypes must all be int64, got {inp['dtypes']}")
-            inp.update(domain="index", index_of=index[name])
+                raise SpecError(f"input {name} holds indices: its dtypes must all be int64, got {inp['dtypes']}")
+            for key in ("index_dim", "padding"):        # computed from the expression, never kept from an edit
+                inp.pop(key, None)
+            inp.update(domain="index", **index[name])
         elif protocol.INDEX_DTYPE in inp["dtypes"] or inp["domain"] == "index":
-            raise SpecError(f"input {name}: int64 and the index domain are only for class indices (cross_entropy's "
-                            "target); use float16, bfloat16 or float32 and domain normal")
+            raise SpecError(f"input {name}: int64 and the index domain are only for indices (cross_entropy's target, "
+                            "gather's index, embedding's ids); use float16, bfloat16 or float32 and domain normal")
 
 
 def _validate_input(i: int, inp: dict) -> dict:

@@ -422,8 +422,9 @@ def params(skip_bf16):
 def make_inputs(case, variant):
     """The case's inputs in the variant's dtypes, drawn from each input's domain with a fixed seed:
     normal (standard normal), positive (uniform in [0.5, 2)), nonzero (random sign times that),
-    index (class indices into the last dim of the input named by index_of; about one in eight is
-    -100, torch's default ignore_index, as padding is in a language model's batch), mask (bool, True
+    index (indices into dim index_dim, default the last, of the input named by index_of; unless
+    padding is false about one in eight is -100, torch's default ignore_index, as padding is in a
+    language model's batch), mask (bool, True
     or False with even odds)."""
     gen = torch.Generator(device=DEVICE).manual_seed(SEED)
     shapes = case_shapes(case)[0]
@@ -431,10 +432,12 @@ def make_inputs(case, variant):
     for spec_input in SPEC["inputs"]:
         shape, domain = shapes[spec_input["name"]], spec_input.get("domain", "normal")
         if domain == "index":
-            values = torch.randint(0, shapes[spec_input["index_of"]][-1], shape, generator=gen, device=DEVICE)
-            padding = torch.rand(shape, generator=gen, device=DEVICE) < 0.125
-            padding.view(-1)[:1] = False        # never all padding
-            values = torch.where(padding, -100, values)
+            high = shapes[spec_input["index_of"]][spec_input.get("index_dim", -1)]
+            values = torch.randint(0, high, shape, generator=gen, device=DEVICE)
+            if spec_input.get("padding", True):
+                padding = torch.rand(shape, generator=gen, device=DEVICE) < 0.125
+                padding.view(-1)[:1] = False        # never all padding
+                values = torch.where(padding, -100, values)
         elif domain == "mask":
             values = torch.rand(shape, generator=gen, device=DEVICE) < 0.5
         elif domain == "normal":

@@ -39,15 +39,18 @@ def make_inputs(spec: dict, case: Case, variant: dict[str, str], seed: int, devi
     tensors = []
     for inp in spec["inputs"]:
         name, domain = inp["name"], inp.get("domain", "normal")
-        high = case.shapes[inp["index_of"]][-1] if domain == "index" else 0
-        values = _draw(domain, case.shapes[name], gen, device, high)
+        high = case.shapes[inp["index_of"]][inp.get("index_dim", -1)] if domain == "index" else 0
+        values = _draw(domain, case.shapes[name], gen, device, high, inp.get("padding", True))
         tensors.append(values.to(TORCH_DTYPES[variant[name]]))
     return tensors
 
 
-def _draw(domain: str, shape: list[int], gen: torch.Generator, device: str, high: int = 0) -> torch.Tensor:
-    if domain == "index":       # class indices into a last dim of `high`
+def _draw(domain: str, shape: list[int], gen: torch.Generator, device: str, high: int = 0,
+          padding: bool = True) -> torch.Tensor:
+    if domain == "index":       # indices into a dim of `high`
         indices = torch.randint(0, high, shape, generator=gen, device=device)
+        if not padding:
+            return indices
         # About one in eight is padding (IGNORE_INDEX), as in a language model's batch; never the
         # first, so no case is all padding.
         padding = torch.rand(shape, generator=gen, device=device) < 0.125

@@ -23,8 +23,9 @@ INDEX_DTYPE = "int64"                                             # class indice
 MASK_DTYPE = "bool"                                               # boolean masks
 SHORT: dict[str, str] = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int64": "i64", "bool": "b1"}
 ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "int64": 8, "bool": 1}
-# index: int64 uniform in [0, size of the last dim of the input named by "index_of"), about one
-# in eight IGNORE_INDEX (padding); mask: bool, True or False with even odds
+# index: int64 uniform in [0, size of dim "index_dim" (default: the last) of the input named by
+# "index_of"), about one in eight IGNORE_INDEX (padding) unless "padding" is false; mask: bool,
+# True or False with even odds
 DOMAINS: tuple[str, ...] = ("normal", "positive", "nonzero", "index", "mask")
 # The domains of inputs that hold no float values: the output's dtype is the other inputs'.
 NOT_FLOAT_DOMAINS: tuple[str, ...] = ("index", "mask")

@@ -124,8 +124,11 @@ REFUSED = [
     ("gradient of softmax", "backward"),
     ("层归一化反向", "backward"),
     # layout
-    ("transpose a 64x64 tensor", "layout"),
-    ("concat x and y along dim 0", "layout"),
+    ("reshape x to 64x64", "reshape"),
+    ("scatter add of x at idx", "scatter"),
+    ("embedding lookup of the ids", "write it as code"),
+    ("permute x on 8x64x32", "new order of the dims"),
+    ("transpose x and y on 8x64", "moves one tensor"),
     ("reverse the rows of x", "operation"),
     # qualifiers that would change the op if dropped
     ("softmax with temperature 2 over the last dim", "temperature"),
@@ -142,7 +145,6 @@ REFUSED = [
     ("add 1 to x", "operands"),
     ("按行求和后开方", "outermost"),
     ("求每行的最大值和索引", "索引"),
-    ("矩阵转置", "operation"),
     ("带温度的softmax", "温度"),
     ("对每行求方差", "方差"),
     ("两个张量的平均绝对误差", "误差"),

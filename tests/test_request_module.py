@@ -170,7 +170,7 @@ def module(init: str, forward: str, inputs: str = "torch.rand(4, 8)", init_input
 
 @pytest.mark.parametrize("code, says", [
     (module(", c: self.emb = nn.Embedding(c, 8)", "x):\n        return torch.relu(self.emb(x))",
-            "torch.rand(2, 3)", "[3]"), "line 7: nn.Embedding (set on line 4) is an embedding lookup"),
+            "torch.rand(2, 3)", "[3]"), "reads x as int64 indices, but get_inputs makes it a float tensor"),
     (module(", c: self.conv = nn.Conv2d(c, c, 3, padding_mode='reflect')", "x):\n        return self.conv(x)",
             "torch.rand(2, 3, 8, 8)", "[3]"), "line 7: nn.Conv2d (set on line 4) pads with 'reflect'"),
     ("def forward(self, x):\n    return torch.softmax(x, dim=self.dim)\n",

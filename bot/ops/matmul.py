@@ -31,7 +31,7 @@ from bot.codegen.expr import call_writer
 from bot.codegen.kernel_file import KernelFile, KernelInput, _expanded_strides
 from bot.codegen.row_kernel import sm_count_line
 from bot.generators.interface import GenerationError
-from bot.ops import pointwise
+from bot.ops import layout, pointwise
 from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry
 from bot.ops.node import (Call, IRError, Node, arguments, arity, broadcast_shapes, call, flag, inp, input_names,
                           inputs_outside, is_int_literal, is_none, number, prints, substitute, to_text)
@@ -195,10 +195,11 @@ def _transpose_call(c: Call) -> Node:
     dims = {ast.unparse(d) for d in c.args[1:]}
     if dims == {"-2", "-1"}:
         return transposed(c.expr(c.args[0]), "mT")
-    if dims == {"0", "1"}:
-        return transposed(c.expr(c.args[0]), "T")
-    raise IRError(f"transpose over dims {', '.join(sorted(dims))} is not supported: a matmul operand transposes its "
-                  "last two dims, e.g. b.transpose(-2, -1) or b.mT")
+    if dims == {"0", "1"}:         # a matmul reads it as x.T; elsewhere it swaps dims 0 and 1 of any rank
+        return call(TRANSPOSE, c.expr(c.args[0]), form="T", swap=(0, 1))
+    if not all(is_int_literal(d) for d in c.args[1:]):
+        raise IRError(f"transpose takes two integer dims, e.g. x.transpose(1, 2); got {', '.join(sorted(dims))}")
+    return layout.swapped(c.expr(c.args[0]), *(int(number(d)) for d in c.args[1:]))
 
 
 @prints(MATMUL)

@@ -14,7 +14,8 @@ A family is a module of bot.ops with this interface (docs/ARCHITECTURE.md, "Oper
     convert(call)   the IR of a call of one of its functions (None: not one of them)
     check(node)     its operand rules, on a tree whose root (or matmul) it owns
     output_shape(node, shapes)
-    torch_result(node, names, body, lines)   root families: the PyTorch of the op over its body
+    torch_result(node, names, body, lines)   root families: the PyTorch of the op over its body, or
+    TORCH_OPS       op -> writer(node, operand texts), for ops written like any other (bot.codegen.expr)
     kernel_source(spec, node, options)       kernel.py
     ENTRIES         its catalog entries
 """
@@ -23,13 +24,13 @@ from __future__ import annotations
 from types import ModuleType
 
 from bot.codegen.expr import OpWriter
-from bot.ops import (argreduce, channel_norm, conv, fused, loss, matmul, norm, pointwise, pool, reduce, scan,
-                     softmax, view)
+from bot.ops import (argreduce, channel_norm, conv, fused, gather, layout, loss, matmul, norm, pointwise, pool, reduce,
+                     scan, softmax, view)
 from bot.ops.entry import Entry
 from bot.ops.node import Node
 
 FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax, norm, channel_norm, fused, loss, pool,
-                                    matmul, conv, view)
+                                    layout, gather, matmul, conv, view)
 ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
 # Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
 # square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum').
@@ -79,7 +80,8 @@ def supported_text() -> str:
 
 def torch_ops(anchor: str) -> dict[str, OpWriter]:
     """The op table references write bodies with: the pointwise ops, and any family's own."""
-    return pointwise.torch_ops(anchor) | matmul.TORCH_OPS | conv.TORCH_OPS | fused.TORCH_OPS | view.TORCH_OPS
+    return (pointwise.torch_ops(anchor) | matmul.TORCH_OPS | conv.TORCH_OPS | fused.TORCH_OPS | view.TORCH_OPS
+            | layout.TORCH_OPS | gather.TORCH_OPS)
 
 
 def nested_torch_ops(writer) -> dict[str, OpWriter]:

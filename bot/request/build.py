@@ -38,13 +38,14 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
         node = mmf.with_tf32(node, bool(st.tf32) and "float32" in dtypes)
     node = _with_dim(st, _rows_settled(node, {n: s[0] for n, s in shapes.items()}), shapes[main_input(st, names)])
     domains, index, masks = ir.domains(node), ir.index_inputs(node), mask_inputs(st)
+    _refuse_float_indices(st, node, index)
     learned = st.pasted.parameters if st.pasted and st.pasted_shapes else {}
     spec = {
         "name": st.name or default_name(node, shapes),
         "expression": node_text(node),
         "description": describe(node, shapes),
         "inputs": [{"name": n, "dtypes": _input_dtypes(n, dtypes, index, masks),
-                    "shapes": shapes[n], "domain": domains[n], **({"index_of": index[n]} if n in index else {}),
+                    "shapes": shapes[n], "domain": domains[n], **index.get(n, {}),
                     **({"parameter": learned[n]} if n in learned else {})}
                    for n in names],
         "outputs": [],                        # filled in by spec.validate from the expression
@@ -98,6 +99,16 @@ def _with_eps(st: State, node: ir.Node, notes: list[str]) -> ir.Node:
     if st.eps is None:
         notes.append(f"no eps named: using {eps!r}, the usual {node.op} default")
     return ir.call(node.op, *node.args, **{**dict(node.attrs), "eps": eps})
+
+
+def _refuse_float_indices(st: State, node: ir.Node, index: dict[str, dict]) -> None:
+    """An input the operation reads as indices must be made as indices where get_inputs makes it:
+    a float tensor there is not quietly drawn as int64 instead."""
+    made = st.pasted.shapes if st.pasted else {}
+    for name in index:
+        if name in made and name not in st.pasted.parameters and name not in st.pasted.indices:
+            raise GenerationError(f"{node_text(node)!r} reads {name} as int64 indices, but get_inputs makes it a float "
+                                  f"tensor; make it with torch.randint(0, n, size), as torch requires")
 
 
 def _input_shapes(st: State, node: ir.Node, names: list[str], notes: list[str]) -> dict[str, list[list[int]]]:
@@ -161,7 +172,7 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
     root = registry.root_family(node.op)
     if k == "chain" and root is not None and root.NAME in ("reduce", "argreduce", "scan", "softmax", "norm"):
         k = root.NAME                   # a chain ending in an op over a dim: the words may name its dim
-    if k in ("conv", "pool", "fused", "chain"):
+    if k in ("conv", "pool", "fused", "layout", "gather", "chain"):
         if st.dims or st.whole:
             raise GenerationError(f"you named a dim, but {node_text(node)!r} works over the dims its arguments "
                                   "say; drop the dim", unplaced=[f"over dim {d}" for d in st.dims])

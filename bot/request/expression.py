@@ -25,8 +25,8 @@ _TOKEN = re.compile(r"""
   | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@])
   | (?P<dot>\.(?=[A-Za-z_]))                         # a method chained on a call: x.pow(2).sum(-1)
   | (?P<sub>\[\s*\d\s*\])                              # torch.max(x, 1)[0]
-  | (?P<lpar>\()
-  | (?P<rpar>\))
+  | (?P<lpar>[(\[])                                 # a list of tensors: torch.cat([x, y], dim=1)
+  | (?P<rpar>[)\]])
   | (?P<other>\S)
 """, re.X | re.A)
 _OPERAND = {"name", "num", "str"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.ops import channel_norm, conv, loss, norm, pool, registry, scan
+from bot.ops import channel_norm, conv, layout, loss, norm, pool, registry, scan
 from bot.ops import matmul as mmf
 from bot.ops.text import blank as _blank
 from bot.request import order
@@ -34,6 +34,8 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
         return _conv_words(prose, rd)
     if expr is None and channel_norm.CHANNEL_NORM_WORD.search(prose):
         return _channel_norm_words(prose, rd)
+    if expr is None and layout.LAYOUT_WORD.search(prose):
+        return _layout_words(prose, rd)
     said, (found, prose) = prose, _find_op_words(prose)
     said_pair = TWO_TENSORS.search(prose)
     pair = bool(PAIRWISE.search(prose))
@@ -162,6 +164,15 @@ def _channel_norm_words(prose: str, rd: Reading) -> ir.Node:
 def _pool_words(prose: str, rd: Reading) -> ir.Node:
     return _family_words(lambda p: (*pool.pool_words(p, rd.shapes), []), prose, rd,
                          "'max_pool2d(relu(x), kernel_size=2)'")
+
+
+def _layout_words(prose: str, rd: Reading) -> ir.Node:
+    node = _family_words(lambda p: (*layout.layout_words(p, rd.shapes, order.named_inputs(p), rd.dims), []), prose, rd,
+                         "'relu(x.transpose(1, 2))' or 'torch.cat([relu(x), y], dim=1)'")
+    rd.dims = []                        # said in the expression
+    if node.op == layout.PERMUTE:       # the shape reader took its order, "(0, 2, 1)", for a shape
+        rd.shapes = [s for s in rd.shapes if not layout.is_order(s[1])]
+    return node
 
 
 def _family_words(read, prose: str, rd: Reading, example: str) -> ir.Node:

@@ -13,7 +13,7 @@ from typing import Any
 from bot.generators.interface import GenerationError
 
 TORCH_DTYPES = {"float16": "float16", "half": "float16", "bfloat16": "bfloat16", "float32": "float32",
-                "float": "float32", "bool": "bool"}
+                "float": "float32", "bool": "bool", "int64": "int64", "long": "int64"}
 _MATH = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf}
 _MATH_FNS = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log, "tanh": math.tanh, "erf": math.erf,
              "cos": math.cos, "sin": math.sin, "log2": math.log2, "log10": math.log10, "pow": math.pow}
@@ -24,7 +24,7 @@ _MAX_SIZE = 1 << 40          # bigger constants are not sizes: refuse rather tha
 
 @dataclass(frozen=True)
 class Dtype:
-    name: str                # a dtype get_inputs names: a float one (torch.float16) or torch.bool
+    name: str                # a dtype get_inputs names: a float one (torch.float16), torch.bool or torch.int64
 
 
 @dataclass(frozen=True)

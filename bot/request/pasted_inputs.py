@@ -16,6 +16,7 @@ from bot.request.pasted_constants import (TORCH_DTYPES, Dtype, NotConstant, assi
 _MAKERS = {"rand", "randn", "ones", "zeros", "empty", "full", "randint"}
 _LIKE = {"rand_like", "randn_like", "ones_like", "zeros_like", "empty_like", "full_like", "randint_like"}
 MASK = "bool"           # the dtype of a bool mask
+INDEX = "int64"         # the dtype of indices (torch.randint's)
 
 
 def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dict[str, list[int]],
@@ -44,7 +45,7 @@ def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dic
         raise GenerationError(f"get_inputs returns {len(made)} values but forward takes {len(tensors)} "
                               f"({', '.join(tensors)})")
     read = {name: _tensor(expr, local, name) for name, expr in zip(tensors, made)}
-    floats = {dtype for _, dtype in read.values() if dtype not in (None, MASK)}
+    floats = {dtype for _, dtype in read.values() if dtype not in (None, MASK, INDEX)}
     if len(floats) > 1:
         raise GenerationError(f"get_inputs makes tensors of {' and '.join(sorted(floats))}; the offline kernels take "
                               "one float dtype for every input")
@@ -67,7 +68,7 @@ class _Made:
 # Functions and methods that keep their tensor argument's shape (get_inputs often shapes values:
 # torch.rand(n) * scale, .softmax(dim=-1), torch.triu(...)).
 _SAME_SHAPE = {"abs", "exp", "log", "sigmoid", "tanh", "relu", "softmax", "log_softmax", "triu", "tril", "clamp",
-               "sign", "neg", "sqrt", "contiguous", "cuda", "to", "type", "half", "float", "bfloat16", "bool", "clone",
+               "sign", "neg", "sqrt", "contiguous", "cuda", "to", "type", "half", "float", "bfloat16", "bool", "long", "clone",
                "detach", "requires_grad_", "mul", "add", "sub", "div", "bernoulli"}
 # ... and those that make a bool mask of that shape (x.gt(0.5), torch.logical_not(m)).
 _TO_MASK = {"gt", "ge", "lt", "le", "eq", "ne", "logical_not", "logical_and", "logical_or", "logical_xor"}
@@ -133,11 +134,14 @@ def _broadcast(shapes: list[list[int]], at: ast.expr, name: str) -> list[int]:
 
 
 def _combined_dtype(op: ast.operator, dtypes: list[str | None]) -> str | None:
-    """The dtype of tensors combined by op: the first float one named; masks and-ed, or-ed or xor-ed
-    stay bool; a mask in arithmetic takes torch's default float dtype (None)."""
-    floats = [d for d in dtypes if d not in (None, MASK)]
+    """The dtype of tensors combined by op: the first float one named; indices among themselves (and
+    numbers) stay int64; masks and-ed, or-ed or xor-ed stay bool; a mask in arithmetic takes torch's
+    default float dtype (None)."""
+    floats = [d for d in dtypes if d not in (None, MASK, INDEX)]
     if floats:
         return floats[0]
+    if INDEX in dtypes and None not in dtypes:
+        return INDEX
     logical = isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor))
     return MASK if logical and all(d == MASK for d in dtypes) else None
 
@@ -152,8 +156,8 @@ def _made(base: ast.Call, env: dict, name: str) -> tuple[list[int], str | None]:
                                   f"e.g. torch.{base.func.attr}(x)")
         shape, like = _tensor(args[0], env, name)
         return shape, dtype or like
-    if base.func.attr == "randint":              # randint(high, size) or randint(low, high, size)
-        args = args[-1:]
+    if base.func.attr == "randint":              # randint(high, size) or randint(low, high, size): int64
+        args, dtype = args[-1:], dtype or INDEX
     elif base.func.attr == "full":
         args = args[:1]
     try:
@@ -204,7 +208,7 @@ def _flat(v) -> list:
 def _cast(call: ast.Call, env: dict) -> str | None:
     """The dtype a maker's dtype= or a cast (.half(), .bool(), .to(torch.bfloat16)) names, or None."""
     f = call.func
-    if isinstance(f, ast.Attribute) and f.attr in ("half", "bfloat16", "float", "bool"):
+    if isinstance(f, ast.Attribute) and f.attr in ("half", "bfloat16", "float", "bool", "long"):
         return TORCH_DTYPES[f.attr]
     for value in [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]:
         if isinstance(value, ast.Attribute) and ast.unparse(value).startswith("torch."):
@@ -214,7 +218,7 @@ def _cast(call: ast.Call, env: dict) -> str | None:
                 named = None
             if not isinstance(named, Dtype):
                 raise GenerationError(f"line {call.lineno}: get_inputs asks for {ast.unparse(value)}; the offline "
-                                      "kernels take torch.float16, torch.bfloat16 or torch.float32, and torch.bool "
-                                      "for a mask")
+                                      "kernels take torch.float16, torch.bfloat16 or torch.float32, torch.bool "
+                                      "for a mask and torch.int64 for indices")
             return named.name
     return None

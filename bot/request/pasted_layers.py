@@ -60,7 +60,7 @@ _FUNCTIONAL = {
     **{f"Adaptive{k}Pool{n}d": (f"F.adaptive_{k.lower()}_pool{n}d", ("output_size", "return_indices"))
        for k in ("Avg", "Max") for n in (1, 2, 3)},
 }
-_OTHER = {"Bilinear": "a bilinear layer", "Embedding": "an embedding lookup", "MultiheadAttention": "attention",
+_OTHER = {"Bilinear": "a bilinear layer", "MultiheadAttention": "attention",
           "Dropout": "dropout (random in training mode)"}
 _FAMILIES = [(r"Conv", "a convolution"), (r"ConvTranspose", "a transposed convolution"), (r"BatchNorm", "batch norm"),
              (r"InstanceNorm", "instance norm"), (r"GroupNorm", "group norm"), (r"Pool", "pooling"),
@@ -182,11 +182,22 @@ def _channel_norm(sub: Sub, attr: str, args: list[ast.expr], keywords: list, lin
     return call, [p for p in (weight, bias) if p]
 
 
+def _embedding(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int,
+               name_of: Callable[[str], str]):
+    """nn.Embedding(num_embeddings, embedding_dim, padding_idx, max_norm, ...): F.embedding(ids,
+    weight [num, dim]); the keywords beside the sizes go to F.embedding, which reads them."""
+    o = _options(sub, ("num_embeddings", "embedding_dim", "padding_idx", "max_norm", "norm_type",
+                       "scale_grad_by_freq", "sparse"))
+    weight = _param(attr, "weight", [o.pop("num_embeddings"), o.pop("embedding_dim")], name_of)
+    kw = [ast.keyword(k, literal(v, ast.Constant(0))) for k, v in o.items()]
+    return ast.Call(_path("F.embedding"), [*args, *_names([weight])], kw + keywords), [weight]
+
+
 # nn classes holding learned tensors -> what writes their call.
 _LAYERS = {"Linear": _linear, "LayerNorm": _norm, "RMSNorm": _norm,
            **{f"Conv{n}d": _conv for n in (1, 2, 3)}, **{f"ConvTranspose{n}d": _conv for n in (1, 2, 3)},
            **{f"{kind}Norm{n}d": _channel_norm for kind in ("Batch", "Instance") for n in (1, 2, 3)},
-           "GroupNorm": _channel_norm}
+           "GroupNorm": _channel_norm, "Embedding": _embedding}
 
 
 def _what(cls: str) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from bot.generators.interface import GenerationError
 from bot.request.pasted_constants import (NotConstant, Opaque, assigned, const, literal, module_constants,
                                           refuse_constant, returned_constant)
-from bot.request.pasted_inputs import MASK, made_shape, read_inputs
+from bot.request.pasted_inputs import INDEX, MASK, made_shape, read_inputs
 from bot.request.pasted_layers import Param, Sub, functional
 
 
@@ -34,6 +34,7 @@ class Pasted:
     shapes: dict[str, list[int]] = field(default_factory=dict)   # per forward parameter, from get_inputs
     dtypes: list[str] = field(default_factory=list)  # the float dtype get_inputs gives, if it names one
     masks: list[str] = field(default_factory=list)   # the tensors get_inputs makes bool
+    indices: list[str] = field(default_factory=list)  # the tensors get_inputs makes int64 (torch.randint)
     parameters: dict[str, str] = field(default_factory=dict)     # learned tensor input -> its path ("fc.weight")
 
 
@@ -86,7 +87,8 @@ def read(tree: ast.Module) -> Pasted:
     if "get_inputs" in functions:
         pasted.shapes, dtypes = read_inputs(functions["get_inputs"], env, tensors)
         pasted.masks = [n for n, d in dtypes.items() if d == MASK]
-        pasted.dtypes = sorted({d for d in dtypes.values() if d not in (None, MASK)})
+        pasted.indices = [n for n, d in dtypes.items() if d == INDEX]
+        pasted.dtypes = sorted({d for d in dtypes.values() if d not in (None, MASK, INDEX)})
         pasted.shapes.update({p.name: p.shape for p in resolver.params})
     pasted.parameters = {p.name: p.path for p in resolver.params}
     return pasted

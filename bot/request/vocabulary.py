@@ -34,12 +34,16 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
     (r"\brotary\b|\brope\b", "rotary position embedding (RoPE)"),
     (r"\b(?:quick|fast)[\s_-]?gelu\b", "a fast or quick GELU (an approximation: say 'gelu with tanh approximation', or "
      "write x * sigmoid(1.702 * x))"),
-    (r"\bgather\b|\bscatter\b|\bindex_\w+|\bembedding\b", "indexing (gather, scatter, embedding)"),
+    (r"\bgather\b|\bindex[\s_]select\b|\bembedding\b", "indexing in words (write it as code with its shapes, e.g. "
+     "'F.embedding(ids, weight) with ids 8x512 and weight 32000x4096', 'torch.gather(x, 1, idx)', "
+     "'x.index_select(0, idx)')"),
+    (r"\bscatter\w*|\bindex_(?:add|copy|fill|put)\w*", "scatter (writes at indexed positions)"),
     (r"\b(?:lp|l2|fractional|min|sum|power|stochastic)[\s_-]*pool\w*|\bfractional_max_pool\w*|\blp_pool\w*",
      "this pooling (max and average pooling, also adaptive and global, are supported)"),
     (r"\bbackward\b|\bbackprop\w*|\bgrad(?:ient)?s?\b|\btraining\b|\bautograd\b|反向|梯度",
      "a backward (gradient) kernel (the offline generator writes forward kernels)"),
-    (r"\btranspose\b|\bpermute\b|\bconcat\w*|\breshape\b", "a layout change (transpose, concat, reshape)"),
+    (r"\breshape\b|\bview\s+as\b", "a reshape in words (views that add or remove unit dims are read as code, "
+     "e.g. x.unsqueeze(1), x.view(1, -1))"),
     (r"\bdropout\b", "dropout"),
     (r"\bbinary[\s_-]+cross[\s_-]?entropy\b(?![\s_-]+(?:loss[\s_-]+)?with[\s_-]+logits)|\bnll\w*|\bhinge\w*|"
      r"\bcosine[\s_-]+(?:similarity|embedding)\w*|\bmargin[\s_-]+ranking\w*",

@@ -386,14 +386,14 @@ def test_transposed_operands_are_read_as_they_lie(tmp_path, expression, shapes):
     check(tmp_path, expression, shapes, configs=(None, matmul.CONFIGS[-1]))
 
 
-def test_transposes_print_parse_and_are_refused_where_they_mean_something_else():
+def test_transposes_print_parse_and_elsewhere_are_permutes():
     node = ir.parse("torch.matmul(A.T, B.mT) + bias")
     assert ir.to_text(node) == "(matmul(A.T, B.mT) + bias)" and ir.parse(ir.to_text(node)) == node
     assert ir.reduced(ir.parse("a.T @ b")) == (["a"], -2)          # K is a's first dim
-    with pytest.raises(ir.IRError, match="x.T: a transpose is supported as a matmul operand"):
-        ir.parse("relu(x.T)")
-    with pytest.raises(ir.IRError, match="transpose over dims 0, 2"):
-        ir.parse("a @ b.transpose(0, 2)")
+    # not a matmul operand, or not a transpose of its matrices: a permute, a kernel of its own
+    assert [ir.to_text(s.node) for s in ir.stages(ir.parse("relu(x.T)"))] == ["permute(x, (1, 0))", "relu(stage0)"]
+    assert [ir.to_text(s.node) for s in ir.stages(ir.parse("a @ b.transpose(0, 2)"))] == [
+        "transpose(b, 0, 2)", "matmul(a, stage0)"]
     with pytest.raises(ir.IRError, match="a.T of a 3-D tensor reverses all its dims; write a.mT"):
         ir.output_shape(ir.parse("a.T @ b"), {"a": [2, 70, 33], "b": [70, 45]})
 

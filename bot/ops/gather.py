@@ -1,0 +1,299 @@
+"""The gather family: reads of a tensor at positions an int64 index tensor holds. index_select (whole
+slices along a dim, e.g. rows), embedding lookup (rows of a table, one per index: F.embedding,
+nn.Embedding) and gather (one element per index along a dim: torch.gather).
+
+index_select and embedding: the table is [outer, N, inner] around the indexed dim; one program
+copies a BLOCK_K x BLOCK_I tile (BLOCK_K indices, BLOCK_I neighbouring elements of each slice),
+loading its indices once and each slice's elements as whole lines. gather: one program per BLOCK
+outputs, each split into its coordinates by the index tensor's shape and read from the table at
+the same coordinates but the index along the dim.
+
+Indices come from the index input: the runner draws them uniformly over the indexed dim (spec
+"index_of" and "index_dim"; no padding value, which these ops would reject). An index outside the
+dim reads 0 where torch raises: the kernel never reads outside the table.
+"""
+from __future__ import annotations
+
+import ast
+
+from bot.codegen.code import Code, jit_source, wrap
+from bot.codegen.kernel_file import KernelFile
+from bot.ops import pointwise
+from bot.ops.entry import Entry
+from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, is_none, number, prints
+
+NAME = "gather"
+INDEX_SELECT, GATHER, EMBEDDING = "index_select", "gather", "embedding"
+OPS = {INDEX_SELECT, GATHER, EMBEDDING}
+ROOT = True
+MAX_RANK = 5
+MAX_NUMEL = 2**34                   # the kernels index with int64 where a tensor needs it
+SUPPORTED = ("", "index_select(x, dim, index), torch.gather(x, dim, index), embedding lookup (F.embedding, "
+             "nn.Embedding)")
+ALIASES: dict[str, str] = {}
+KEYWORDS = {INDEX_SELECT: {"dim", "index"}, GATHER: {"dim", "index", "sparse_grad"},
+            EMBEDDING: {"weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"}}
+OUTPUT_DTYPE = None
+WORDS: list = []
+
+# rows (index_select, embedding): BLOCK_K indices x BLOCK_I elements of each slice, and warps
+ROWS_CONFIGS = [{"BLOCK_K": k, "BLOCK_I": i, "num_warps": w}
+                for k, i, w in [(4, 1024, 4), (1, 1024, 4), (16, 128, 4), (64, 32, 4), (8, 512, 8), (2, 2048, 8)]]
+# gather: outputs a program and warps
+GATHER_CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(1024, 4), (2048, 8), (512, 4), (4096, 8)]]
+
+
+# ---------------------------------------------------------------- IR rule
+
+def convert(c: Call) -> Node | None:
+    if c.fname in (INDEX_SELECT, GATHER):
+        given = arguments(c, ("input", "dim", "index"))
+        given.pop("sparse_grad", None)           # how the gradient is stored: the forward is the same
+        if set(given) != {"input", "dim", "index"} or not is_int_literal(given["dim"]):
+            raise IRError(f"{c.fname} takes a tensor, an integer dim and an index tensor, e.g. "
+                          f"torch.{c.fname}(x, 1, idx)")
+        return call(c.fname, _tensor(c, given["input"]), _tensor(c, given["index"]), dim=int(number(given["dim"])))
+    if c.fname == EMBEDDING:
+        return _embedding(c)
+    return None
+
+
+def _tensor(c: Call, e: ast.expr) -> Node:
+    node = c.expr(e)
+    if node.op == "const":
+        raise IRError(f"{c.fname} of a number: its operands are tensors")
+    return node
+
+
+def _embedding(c: Call) -> Node:
+    """F.embedding(input, weight, padding_idx=None, max_norm=None, ...): rows of weight. padding_idx,
+    scale_grad_by_freq and sparse change only the gradient; max_norm rewrites the table, refused."""
+    given = arguments(c, ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"))
+    if "input" not in given or "weight" not in given:
+        raise IRError("embedding takes the indices and the table, e.g. F.embedding(ids, weight)")
+    if not is_none(given.get("max_norm")):
+        raise IRError("embedding with max_norm renormalises the table's rows in place; the offline generator "
+                      "reads the lookup alone (max_norm=None)")
+    return call(EMBEDDING, _tensor(c, given["input"]), _tensor(c, given["weight"]))
+
+
+def operands(node: Node) -> tuple[Node, Node]:
+    """(the tensor read, the index): embedding's are written (ids, weight), the others' (x, index)."""
+    return (node.args[1], node.args[0]) if node.op == EMBEDDING else (node.args[0], node.args[1])
+
+
+@prints(*OPS)
+def _text(node: Node, text) -> str:
+    table, index = (text(a) for a in operands(node))
+    if node.op == EMBEDDING:
+        return f"embedding({index}, {table})"
+    return f"{node.op}({table}, {node.attr('dim')}, {index})"
+
+
+def check(node: Node) -> None:
+    """The table and the indices are inputs or earlier stages' outputs."""
+    if any(a.op != "input" for a in node.args):
+        raise IRError(f"{node.op} reads a tensor at an index tensor's positions: each is an input or a kernel's output")
+
+
+def index_inputs(node: Node) -> dict[str, dict]:
+    """The index input's spec fields: the table it indexes and along which dim; no padding value."""
+    table, index = operands(node)
+    return {index.name: {"index_of": table.name, "index_dim": 0 if node.op == EMBEDDING else node.attr("dim"),
+                         "padding": False}}
+
+
+def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    table, index = (list(shapes[a.name]) for a in operands(node))
+    if node.op == EMBEDDING:
+        if len(table) != 2:
+            raise IRError(f"embedding's table is [num_embeddings, embedding_dim]; got {table}")
+        return index + table[1:]
+    d = node.attr("dim")
+    if not -len(table) <= d < max(len(table), 1):
+        raise IRError(f"{node.op} along dim {d} of a tensor of shape {table}")
+    d %= max(len(table), 1)
+    if node.op == INDEX_SELECT:
+        if len(index) > 1:
+            raise IRError(f"index_select takes a 1-d index, got shape {index}")
+        return table[:d] + [index[0] if index else 1] + table[d + 1:]
+    if len(index) != len(table) or any(i > t for k, (i, t) in enumerate(zip(index, table)) if k != d):
+        raise IRError(f"gather along dim {d}: the index {index} must have the tensor's rank and no larger a size "
+                      f"in any other dim than the tensor {table}")
+    return index
+
+
+def torch_text(node: Node, a: list[str]) -> str:
+    table, index = a[::-1] if node.op == EMBEDDING else a
+    if node.op == EMBEDDING:
+        return f"torch.nn.functional.embedding({index}, {table})"
+    return f"torch.{node.op}({table}, {node.attr('dim')}, {index})"
+
+
+TORCH_OPS = {op: torch_text for op in OPS}
+
+
+def over_text(node: Node) -> str:
+    return ""
+
+
+def reference_property(node: Node) -> tuple[str, bool]:
+    return "", False
+
+
+# ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
+
+def _rows_config(k, inner):
+    # Whole slices of up to 1024 elements a program, as many indices as fit 4096 elements.
+    block_i = min(1024, max(32, 1 << (inner - 1).bit_length()))
+    return {"BLOCK_K": max(1, min(64, 4096 // block_i, 1 << (k - 1).bit_length())), "BLOCK_I": block_i,
+            "num_warps": 4}
+
+
+def _gather_config(n):
+    return {"BLOCK": 2048, "num_warps": 8} if n >= 1 << 22 else {"BLOCK": 1024, "num_warps": 4}
+
+
+# ---------------------------------------------------------------- kernel.py
+
+def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
+    """kernel.py of an index_select, an embedding lookup or a gather."""
+    return (_GatherKernel if node.op == GATHER else _RowsKernel).render(spec, node, options)
+
+
+class _IndexKernel(KernelFile):
+    """What both kernels share: the table and index inputs, and the launcher's head."""
+
+    def __init__(self, spec, node, inputs, options):
+        self.table, self.index = (next(i for i in inputs if i.name == a.name) for a in operands(node))
+        super().__init__(spec, pointwise.triton_body(operands(node)[0], [self.table]), inputs, [], options)
+        self.node = node
+        self.dim = node.attr("dim")
+
+    def _head(self) -> str:
+        """The signature, the dim from 0, the output, the indexed dim's size n, and whether any
+        tensor needs int64 offsets."""
+        t, i = self.table.local, self.index.local
+        dim = 0 if self.node.op == EMBEDDING else self.dim
+        return (self._signature_and_prologue()
+                + f"    dim = {dim} % max({t}.dim(), 1)\n"
+                f"    out = torch.empty({self._out_shape()}, dtype={self.out_dtype(t)}, device={t}.device)\n"
+                "    if out.numel() == 0:\n        return out\n"
+                f"    n = {t}.shape[dim] if {t}.dim() else 1\n"
+                f"    big = max({t}.numel(), out.numel(), {i}.numel()) >= 2**31\n")
+
+
+class _RowsKernel(_IndexKernel):
+    block_key = "BLOCK_I"
+    description = ("The table as [outer, N, inner] around the indexed dim: one program copies BLOCK_K indexed\n"
+                   "slices' BLOCK_I neighbouring elements, loading its indices once.")
+
+    def configs(self) -> list[dict]:
+        return self._space(ROWS_CONFIGS)
+
+    def _out_shape(self) -> str:
+        t, i = self.table.local, self.index.local
+        if self.node.op == EMBEDDING:
+            return f"[*{i}.shape, {t}.shape[1]]"
+        return f"[*{t}.shape[:dim], {i}.numel(), *{t}.shape[dim + 1:]]"
+
+    def source(self) -> str:
+        return self._file([self._kernel()], [_rows_config], self._launcher())
+
+    def _kernel(self) -> str:
+        params = ["table_ptr", "index_ptr", "out_ptr", "k", "n", "inner", "INT64: tl.constexpr",
+                  "BLOCK_K: tl.constexpr", "BLOCK_I: tl.constexpr"]
+        code = Code()("tiles_i = tl.cdiv(inner, BLOCK_I)",
+                      "tiles_k = tl.cdiv(k, BLOCK_K)",
+                      "pid = tl.program_id(0)",
+                      "t_i = pid % tiles_i",
+                      "t_k = (pid // tiles_i) % tiles_k",
+                      "o = (pid // (tiles_i * tiles_k)).to(tl.int64)",
+                      "offs_k = t_k * BLOCK_K + tl.arange(0, BLOCK_K)",
+                      "offs_i = t_i * BLOCK_I + tl.arange(0, BLOCK_I)",
+                      "idx = tl.load(index_ptr + offs_k, mask=offs_k < k, other=0)",
+                      "# an index outside the dim reads nothing (0): never outside the table",
+                      "found = (idx >= 0) & (idx < n) & (offs_k < k)")
+        with code.block("if INT64:"):
+            code("offs_k = offs_k.to(tl.int64)", "offs_i = offs_i.to(tl.int64)")
+        code("inside = offs_i[None, :] < inner",
+             "src = o * n * inner + idx[:, None].to(offs_i.dtype) * inner + offs_i[None, :]",
+             "val = tl.load(table_ptr + src, mask=found[:, None] & inside, other=0.0)",
+             "dst = o * k * inner + offs_k[:, None] * inner + offs_i[None, :]",
+             "tl.store(out_ptr + dst, val.to(out_ptr.dtype.element_ty), mask=(offs_k[:, None] < k) & inside)")
+        return jit_source(f"{self.name}_kernel", params, code.lines)
+
+    def _launcher(self) -> str:
+        t, i = self.table.local, self.index.local
+        dim = 0 if self.node.op == EMBEDDING else self.dim
+        text = self._head()
+        text += (f"    k = {i}.numel()\n"
+                 f"    outer = math.prod({t}.shape[:dim])\n"
+                 f"    inner = {t}.numel() // max(outer * n, 1)\n")
+        text += self._config_line("_rows_config(k, inner)")
+        text += ('    BLOCK_K, BLOCK_I = config["BLOCK_K"], config["BLOCK_I"]\n'
+                 "    grid = (triton.cdiv(inner, BLOCK_I) * triton.cdiv(k, BLOCK_K) * outer,)\n")
+        args = [t, i, "out", "k", "n", "inner", "INT64=big", "BLOCK_K=BLOCK_K", "BLOCK_I=BLOCK_I",
+                'num_warps=config["num_warps"]']
+        return text + wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n    return out\n"
+
+
+class _GatherKernel(_IndexKernel):
+    block_key = "BLOCK"
+    description = ("One program per BLOCK outputs: each split into its coordinates by the index's shape and read\n"
+                   "from the tensor at those coordinates, the index's value along the dim.")
+
+    def __init__(self, spec, node, inputs, options):
+        super().__init__(spec, node, inputs, options)
+        self.rank = max(len(s) for s in self.index.shapes)     # lower ranks run with leading unit dims
+
+    def configs(self) -> list[dict]:
+        return self._space(GATHER_CONFIGS)
+
+    def _out_shape(self) -> str:
+        return f"{self.index.local}.shape"
+
+    def source(self) -> str:
+        return self._file([self._kernel()], [_gather_config], self._launcher())
+
+    def _kernel(self) -> str:
+        r = self.rank
+        params = ["table_ptr", "index_ptr", "out_ptr", "total", "n", "dim", *(f"size{k}" for k in range(1, r)),
+                  *(f"stride{k}" for k in range(r)), "INT64: tl.constexpr", "BLOCK: tl.constexpr"]
+        code = Code()("offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+                      "mask = offs < total")
+        with code.block("if not INT64:"):
+            code("# int32 index math where every tensor allows: int64 division is much slower",
+                 "offs = offs.to(tl.int32)")
+        code("idx = tl.load(index_ptr + offs, mask=mask, other=0)",
+             "# an index outside the dim reads nothing (0): never outside the tensor",
+             "found = mask & (idx >= 0) & (idx < n)",
+             "idx = idx.to(offs.dtype)",
+             "# the tensor's offset: the output's coordinates, the index's value along dim",
+             "src = tl.zeros_like(offs)",
+             "rest = offs")
+        for k in reversed(range(r)):
+            code(f"src += tl.where(dim == {k}, idx, {f'rest % size{k}' if k else 'rest'}) * stride{k}")
+            if k:
+                code(f"rest = rest // size{k}")
+        code("val = tl.load(table_ptr + src, mask=found, other=0.0)",
+             "tl.store(out_ptr + offs, val.to(out_ptr.dtype.element_ty), mask=mask)")
+        return jit_source(f"{self.name}_kernel", params, code.lines)
+
+    def _launcher(self) -> str:
+        t, i, r = self.table.local, self.index.local, self.rank
+        text = self._head()
+        text += (f"    pad = {r} - {t}.dim()\n"
+                 f"    if {i}.dim() != {t}.dim() or pad < 0:\n"
+                 f"        raise ValueError(f\"gather takes an index of the tensor's rank, up to {r} here; got "
+                 f"{{list({t}.shape)}} and {{list({i}.shape)}}\")\n"
+                 "    # lower ranks run with leading unit dims\n"
+                 f"    sizes, strides = [1] * pad + list({i}.shape), [0] * pad + list({t}.stride())\n")
+        text += self._config_line("_gather_config(out.numel())")
+        text += "    grid = (triton.cdiv(out.numel(), config[\"BLOCK\"]),)\n"
+        args = [t, i, "out", "out.numel()", "n", "dim + pad", "*sizes[1:]", "*strides", "INT64=big",
+                'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
+        return text + wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n    return out\n"
+
+
+ENTRIES: tuple[Entry, ...] = ()
