@@ -98,7 +98,17 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _speedup(r: dict, key: str) -> str:
+    """A speedup with its interval from the two times' interquartile ranges; a tie where that holds 1.0."""
+    interval = r.get(f"{key}_range")
+    text = _fmt(r.get(key), ".2f")
+    if interval:
+        text += f" ({interval[0]:.2f}-{interval[1]:.2f}{', tie' if r.get(f'{key}_tie') else ''})"
+    return text
+
+
 def table(rows_: list[dict]) -> str:
+    """Times are medians; a speedup's parenthesis is its interval over the two times' interquartile ranges."""
     head = ["op", "case", "dtype", "kernel us", "eager us", "compile us", "vs eager", "vs compile",
             "% copy / TFLOP/s", "config"]
     body = []
@@ -111,7 +121,7 @@ def table(rows_: list[dict]) -> str:
                  else _fmt(r.get("tflops"), ".0f") if r["kind"] == "matmul"
                  else _fmt(r.get("pct_of_copy"), ".1f"))
         body.append([r["op"], r["case"], r["dtype"], us(r.get("kernel_ms")), us(r.get("torch_ms")),
-                     us(r.get("compile_ms")), _fmt(r.get("speedup"), ".2f"), _fmt(r.get("speedup_vs_compile"), ".2f"),
+                     us(r.get("compile_ms")), _speedup(r, "speedup"), _speedup(r, "speedup_vs_compile"),
                      share, r.get("config") or ""])
     return "\n".join(format_table([head, *body]))
 

@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from runner import protocol  # noqa: E402
+from runner import protocol, spread  # noqa: E402
 
 NOTE_WIDTH = 150                # characters per footnote line
 SIDE_BY_SIDE_MAX_GROUPS = 4     # more (case, dtype) groups than this: panels stacked, full width each
@@ -46,12 +46,15 @@ def _bar_label(row: dict | None) -> str:
     return "implausible" if row.get("implausible") else ""
 
 
-def _grouped_bars(ax, groups: list[tuple[str, str]], versions: list[str], rows: dict, value, colors: dict) -> None:
-    """One cluster per (case, dtype); a missing bar is marked with why, at the axis bottom."""
+def _grouped_bars(ax, groups: list[tuple[str, str]], versions: list[str], rows: dict, value, colors: dict,
+                  interval=lambda row: None, ties: bool = False) -> None:
+    """One cluster per (case, dtype); a missing bar is marked with why, at the axis bottom. interval(row):
+    the value's [low, high] from the timings' interquartile ranges, drawn as an error bar; with ties
+    (speedups), a bar whose interval holds 1.0 is labelled a tie."""
     width = 0.8 / max(1, len(versions))
     crowded = len(groups) * len(versions) > 16     # then value labels stand upright to fit
     for j, version in enumerate(versions):
-        xs, heights = [], []
+        xs, heights, spans = [], [], []
         for i, group in enumerate(groups):
             row = rows.get((*group, version))
             x = i - 0.4 + width * (j + 0.5)
@@ -62,10 +65,14 @@ def _grouped_bars(ax, groups: list[tuple[str, str]], versions: list[str], rows: 
                 continue
             xs.append(x)
             heights.append(value(row))
-        bars = ax.bar(xs, heights, width * 0.95, label=version, color=colors[version])
+            spans.append(interval(row) or [heights[-1], heights[-1]])
+        errors = np.array([[h - lo for h, (lo, _) in zip(heights, spans)], [hi - h for h, (_, hi) in zip(heights, spans)]])
+        bars = ax.bar(xs, heights, width * 0.95, label=version, color=colors[version],
+                      yerr=errors if errors.any() else None, capsize=2, error_kw={"elinewidth": 0.8})
+        labels = [_number(h) + (" tie" if ties and spread.is_tie(span) else "") for h, span in zip(heights, spans)]
         # A white box under each label: a reference line (torch = 1.0, the copy ceiling) running
         # through a bar's top would otherwise strike its number out.
-        ax.bar_label(bars, labels=[_number(h) for h in heights], fontsize=7, padding=2, rotation=90 if crowded else 0,
+        ax.bar_label(bars, labels=labels, fontsize=7, padding=2, rotation=90 if crowded else 0,
                      bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.85})
     ax.set_xticks(range(len(groups)), [_case_label(case, dtype) for case, dtype in groups], fontsize=8)
     ax.set_xlim(-0.6, len(groups) - 0.4)
@@ -123,7 +130,7 @@ def _throughput_panel(ax, groups, versions, rows, colors, copy_gbps: float | Non
         ax.set_title(f"achieved throughput (2*M*N*K flops / {basis} time)", fontsize=11)
         ax.set_ylabel("TFLOP/s")
     else:
-        _grouped_bars(ax, groups, versions, rows, lambda r: r["gbps"], colors)
+        _grouped_bars(ax, groups, versions, rows, lambda r: r["gbps"], colors, interval=_bandwidth_interval)
         if copy_gbps:
             ax.axhline(copy_gbps, color="crimson", linewidth=1.5, linestyle="--",
                        label=f"copy bandwidth {copy_gbps:,.0f} GB/s (ceiling)")
@@ -149,15 +156,25 @@ def _layout(n_groups: int, tuning: list[dict] | None, footnote_lines: int):
     return fig, left, right, panels[1].subplots() if tuning else None
 
 
+def _bandwidth_interval(row: dict) -> list[float] | None:
+    """The bandwidth over the time's interquartile range: bytes are fixed, so it scales inversely."""
+    q = row.get("time_q")
+    return [row["gbps"] * row["time_ms"] / q[1], row["gbps"] * row["time_ms"] / q[0]] if q and q[0] > 0 else None
+
+
 def _speedup_panel(ax, groups, versions, rows, colors, basis: str) -> None:
-    """Each version's torch eager time over its own, per group; torch itself is the 1.0 line."""
+    """Each version's torch eager time over its own, per group, with its interval from the two
+    times' interquartile ranges (a tie where it holds 1.0); torch itself is the 1.0 line."""
     torch_ms = {g: (rows.get((*g, "torch")) or {}).get("time_ms") for g in groups}
     speedup_rows = {k: r for k, r in rows.items() if torch_ms.get(k[:2]) and k[2] != "torch"}
     others = [v for v in versions if v != "torch"]
-    _grouped_bars(ax, groups, others, speedup_rows, lambda r: torch_ms[(r["case"], r["dtype"])] / r["time_ms"], colors)
+    torch_q = {g: (rows.get((*g, "torch")) or {}).get("time_q") for g in groups}
+    _grouped_bars(ax, groups, others, speedup_rows, lambda r: torch_ms[(r["case"], r["dtype"])] / r["time_ms"], colors,
+                  interval=lambda r: spread.ratio_range(torch_q[(r["case"], r["dtype"])], r.get("time_q")), ties=True)
     ax.axhline(1.0, color="black", linewidth=1.2, linestyle="--", label="torch eager = 1.0")
     _log_if_wide(ax, [1.0] + [torch_ms[k[:2]] / r["time_ms"] for k, r in speedup_rows.items() if r.get("time_ms")])
-    ax.set_title(f"speedup over torch eager, {basis} time (higher is better)", fontsize=11)
+    ax.set_title(f"speedup over torch eager, {basis} time (higher is better)\n"
+                 "whiskers: from the times' interquartile ranges; 'tie' where they hold 1.0", fontsize=11)
     ax.set_ylabel("torch eager time / version time")
     _legend_below(ax)
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from runner import ghost, inputs, integrity, jobfiles, launch_count, protocol, remote_timing, sandbox, timers
+from runner import ghost, inputs, integrity, jobfiles, launch_count, protocol, remote_timing, sandbox, spread, timers
 from runner.protocol import Case
 from runner.remote_timing import Loop, TimingRejected
 from runner.untrusted import describe_error as describe
@@ -441,8 +441,8 @@ def compiles(ctx: Context) -> bool:
 
 
 def bench_row(case: Case, dtype: str, version: str) -> dict:
-    return {"case": case.label, "dtype": dtype, "version": version, "ms": None, "gpu_ms": None, "judge_gpu_ms": None,
-            "time_ms": None, "basis": None, "gbps": None, "pct_of_copy": None, "implausible": False,
+    return {"case": case.label, "dtype": dtype, "version": version, "ms": None, "ms_q": None, "gpu_ms": None,
+            "gpu_ms_q": None, "judge_gpu_ms": None, "time_ms": None, "time_q": None, "basis": None, "gbps": None, "pct_of_copy": None, "implausible": False,
             "ok": True, "error": "", "config": None}
 
 
@@ -464,7 +464,7 @@ def settle_basis(rows: list[dict], nbytes: int, ceiling: float, flops: int = 0) 
     for r in timed:
         t = r["gpu_ms"] if gpu else r["ms"]
         gbps = nbytes / (t * 1e-3) / 1e9
-        r.update(time_ms=t, basis="GPU" if gpu else "wall-clock", gbps=gbps,
+        r.update(time_ms=t, time_q=r.get("gpu_ms_q" if gpu else "ms_q"), basis="GPU" if gpu else "wall-clock", gbps=gbps,
                  pct_of_copy=100 * gbps / ceiling, implausible=gbps > IMPLAUSIBLE * ceiling)
         if flops:
             r["tflops"] = flops / (t * 1e-3) / 1e12
@@ -624,7 +624,8 @@ def warn_failed_configs(ctx: Context) -> None:
 
 def report_row(rows: list[dict], on_cpu: bool) -> dict:
     """The table row people read: the kernel against torch eager and torch.compile, on the
-    case's time basis (see settle_basis), with the per-call speedup beside it."""
+    case's time basis (see settle_basis), with the per-call speedup beside it. Each time has its
+    interquartile range (*_q) and each speedup its interval (*_range) and whether it is a tie."""
     by = {r["version"]: r for r in rows}
     torch_row, compile_row, kernel = by.get("torch") or {}, by.get("torch.compile") or {}, by.get("kernel") or {}
     ranked = kernel.get("ok") and kernel.get("time_ms") and not kernel.get("implausible")
@@ -644,7 +645,20 @@ def report_row(rows: list[dict], on_cpu: bool) -> dict:
             "gbps": kernel.get("gbps") if ranked else None,
             "pct_of_copy": kernel.get("pct_of_copy") if ranked else None, "config": kernel.get("config"),
             "tflops": kernel.get("tflops") if ranked else None, "torch_tflops": torch_row.get("tflops"),
-            "note": "; ".join(notes)}
+            "note": "; ".join(notes),
+            **_spreads(torch_row, compile_row, kernel if ranked else {})}
+
+
+def _spreads(torch_row: dict, compile_row: dict, kernel: dict) -> dict:
+    """Each time's interquartile range, and each speedup's interval and tie (runner.spread)."""
+    out = {"torch_q": torch_row.get("time_q"), "compile_q": compile_row.get("time_q"), "kernel_q": kernel.get("time_q"),
+           "torch_call_q": torch_row.get("ms_q"), "kernel_call_q": kernel.get("ms_q")}
+    for key, num, den in (("speedup", torch_row.get("time_q"), kernel.get("time_q")),
+                          ("speedup_vs_compile", compile_row.get("time_q"), kernel.get("time_q")),
+                          ("speedup_per_call", torch_row.get("ms_q"), kernel.get("ms_q"))):
+        interval = spread.ratio_range(num, den)
+        out.update({f"{key}_range": interval, f"{key}_tie": spread.is_tie(interval)})
+    return out
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -661,7 +675,11 @@ def timing_note(ctx: Context, timing: dict) -> str:
                 "timed call) and the host kept ahead, so launch overhead is left out for every version alike; each "
                 "version's events checked against the judge's wall clock over the same loop, less its own measure "
                 "of the flushes. Per call: the judge's wall clock over back-to-back calls (launch path included, L2 "
-                "warm). Copy ceiling: a 1 GiB device-to-device copy timed by the judge itself, on GPU time")
+                f"warm), the median of {remote_timing.PER_CALL_LOOPS} such loops. Copy ceiling: a 1 GiB "
+                "device-to-device copy timed by the judge itself, on GPU time")
+    note += (". Spread: each time's interquartile range (±: half of it, as a share of the median); a speedup's "
+             "interval runs from the faster quartile over the slower one, and a speedup whose interval holds 1.0 "
+             "is a tie")
     if ctx.configs:
         note += (f". Tuned: each of the kernel's {len(ctx.configs)} configs checked against the float64 reference, "
                  f"then timed (median of {timing.get('tune_reps', TUNE_REPS)} checked calls) per case; the kernel "

@@ -11,7 +11,9 @@
   with that beyond the measured noise (a patched clock, work on another stream, a timer that
   is not the one the judge expects) fail the version: the numbers are not used.
 - on the cpu backend the per-call wall clock is the basis; the worker reports no times at all.
-Every version, the torch and torch.compile baselines included, is timed the same way.
+Every version, the torch and torch.compile baselines included, is timed the same way. Each time
+is the median of repeated samples, with their interquartile range beside it (``*_q``: [q1, q3];
+runner.spread): the per-call loop is run PER_CALL_LOOPS times for that.
 """
 from __future__ import annotations
 
@@ -20,10 +22,11 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from runner import channel, timers
+from runner import channel, spread, timers
 from runner.workers import Worker
 
-LOOP_S = 0.1            # a per-call loop lasts about this long
+LOOP_S = 0.1            # the per-call loops last about this long in all
+PER_CALL_LOOPS = 5      # ... split into this many, each one sample of the per-call time
 MAX_LOOP = 100_000
 # The worker's GPU time may fall short of the judge's by this share of the judge's own estimate,
 # plus the noise of the flushes' mean and a few microseconds: the events sit inside the loop, so
@@ -63,25 +66,26 @@ def _timed(worker: Worker, message: dict) -> tuple[dict, float]:
     return reply, time.perf_counter() - start
 
 
-def per_call_ms(worker: Worker, call: dict, rtt_s: float, loop_s: float = LOOP_S) -> float:
-    """Judge's wall clock per call over a loop of about loop_s seconds."""
+def per_call_ms(worker: Worker, call: dict, rtt_s: float, loop_s: float = LOOP_S) -> list[float]:
+    """Judge's wall clock per call, one sample per loop of PER_CALL_LOOPS, about loop_s seconds in all."""
     _, one = _timed(worker, {**call, "op": "loop", "n": 3})
-    n = int(min(max(loop_s / max((one - rtt_s) / 3, 1e-7), 3), MAX_LOOP))
-    _, wall = _timed(worker, {**call, "op": "loop", "n": n})
-    return max(wall - rtt_s, 1e-9) / n * 1e3
+    n = int(min(max(loop_s / PER_CALL_LOOPS / max((one - rtt_s) / 3, 1e-7), 3), MAX_LOOP))
+    return [max(_timed(worker, {**call, "op": "loop", "n": n})[1] - rtt_s, 1e-9) / n * 1e3
+            for _ in range(PER_CALL_LOOPS)]
 
 
-def cpu_ms(worker: Worker, call: dict, rtt_s: float, runs: int) -> float:
-    """Median of single calls on the judge's wall clock (the cpu backend's basis)."""
+def cpu_ms(worker: Worker, call: dict, rtt_s: float, runs: int) -> list[float]:
+    """Single calls on the judge's wall clock (the cpu backend's basis), one sample each."""
     samples = []
     for _ in range(runs):
         _, wall = _timed(worker, {**call, "op": "loop", "n": 1})
         samples.append(max(wall - rtt_s, 1e-9) * 1e3)
-    return statistics.median(samples)
+    return samples
 
 
-def gpu_ms(worker: Worker, call: dict, reps: int, rtt_s: float, loop: Loop, out_bytes: int) -> tuple[float, float]:
-    """(median GPU time the worker measured, the judge's estimate per call) after checking one
+def gpu_ms(worker: Worker, call: dict, reps: int, rtt_s: float, loop: Loop,
+           out_bytes: int) -> tuple[list[float], float]:
+    """(the GPU times the worker measured, the judge's estimate per call) after checking one
     against the other; TimingRejected when they disagree."""
     synced, wall = _timed(worker, {**call, "op": "gpu_time", "reps": reps})
     reply, extra = worker.receive()
@@ -102,7 +106,13 @@ def gpu_ms(worker: Worker, call: dict, reps: int, rtt_s: float, loop: Loop, out_
     if reported > per_rep + slack:
         raise TimingRejected(f"the worker's GPU time ({reported * 1e3:.1f} us per call) is longer than the whole "
                              f"timed loop took per call on the judge's clock ({per_rep * 1e3:.1f} us)")
-    return statistics.median(samples), judged
+    return samples, judged
+
+
+def _summary(key: str, samples: list[float]) -> dict:
+    """{key: the median, key_q: [q1, q3]}."""
+    q1, median, q3 = spread.quartiles(samples)
+    return {key: median, f"{key}_q": [q1, q3]}
 
 
 def time_version(worker: Worker, call: dict, device: str, timing: dict, loop: Loop | None, out_bytes: int) -> dict:
@@ -110,17 +120,14 @@ def time_version(worker: Worker, call: dict, device: str, timing: dict, loop: Lo
     worker.ok({**call, "op": "warm"})
     rtt = round_trip_s(worker)
     if device != "cuda":
-        return {"ms": cpu_ms(worker, call, rtt, timing.get("cpu_runs", timers.CPU_RUNS))}
-    out = {"ms": per_call_ms(worker, call, rtt)}
-    out["gpu_ms"], out["judge_gpu_ms"] = gpu_ms(worker, call, timing.get("gpu_reps", timers.GPU_REPS), rtt, loop,
-                                                out_bytes)
-    return out
+        return _summary("ms", cpu_ms(worker, call, rtt, timing.get("cpu_runs", timers.CPU_RUNS)))
+    samples, judged = gpu_ms(worker, call, timing.get("gpu_reps", timers.GPU_REPS), rtt, loop, out_bytes)
+    return {**_summary("ms", per_call_ms(worker, call, rtt)), **_summary("gpu_ms", samples), "judge_gpu_ms": judged}
 
 
 def sweep_ms(worker: Worker, call: dict, device: str, reps: int, loop: Loop | None, out_bytes: int) -> float:
     """One config's time in a tuning sweep: checked GPU time over a few calls, or wall clock on cpu."""
     worker.ok({**call, "op": "warm"})
     rtt = round_trip_s(worker, 3)
-    if device != "cuda":
-        return cpu_ms(worker, call, rtt, 2)
-    return gpu_ms(worker, call, reps, rtt, loop, out_bytes)[0]
+    samples = cpu_ms(worker, call, rtt, 2) if device != "cuda" else gpu_ms(worker, call, reps, rtt, loop, out_bytes)[0]
+    return statistics.median(samples)

@@ -342,6 +342,9 @@ def bench_verdict(res: dict) -> tuple[str, str]:
     vs_compile = [r["speedup_vs_compile"] for r in ranked if r["speedup_vs_compile"]]
     if vs_compile:
         text += f"; vs torch.compile {statistics.median(vs_compile):.3g}x median"
+    ties = sum(bool(r.get("speedup_tie")) for r in ranked)
+    if ties:
+        text += f"; {ties} of them a tie (the times' interquartile ranges overlap)"
     if flagged:
         text += f"; {len(flagged)} timing(s) above the copy bandwidth, accepted by the bench plan"
     if protocol.device_type(res["backend"]) == "cpu":

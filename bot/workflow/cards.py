@@ -163,16 +163,17 @@ def correctness_table(r: dict) -> list[list[str]] | None:
 
 
 def bench_table(r: dict) -> list[list[str]]:
-    """Times and speedups on each row's basis (GPU time where CUDA graphs were captured), with the
-    per-call speedup (Python launch overhead included) beside them; a tuned kernel's best config."""
+    """Times (medians, ± half their interquartile range) and speedups on each row's basis (GPU
+    time on a GPU), with the per-call speedup (Python launch overhead included) beside them, a
+    speedup whose interval holds 1.0 marked a tie; a tuned kernel's best config."""
     rows = r.get("report_rows", [])
     tuned = any(row.get("config") for row in rows)
     table = [["case", "dtype", "torch ms", "compile ms", "kernel ms", "speedup", "vs compile", "per call",
               "GB/s", "% copy"] + (["best config"] if tuned else [])]
     for row in rows:
-        table.append([str(row.get("case")), str(row.get("dtype")), _num(row.get("torch_ms")),
-                      _num(row.get("compile_ms")), _num(row.get("kernel_ms")), _ratio(row.get("speedup")),
-                      _ratio(row.get("speedup_vs_compile")), _ratio(row.get("speedup_per_call")),
+        times = [_time(row.get(f"{v}_ms"), row.get(f"{v}_q")) for v in ("torch", "compile", "kernel")]
+        speedups = [_ratio(row.get(k), row.get(f"{k}_tie")) for k in ("speedup", "speedup_vs_compile", "speedup_per_call")]
+        table.append([str(row.get("case")), str(row.get("dtype")), *times, *speedups,
                       _num(row.get("gbps"), 0), _pct(row.get("pct_of_copy"))]
                      + ([row.get("config") or "-"] if tuned else []))
     return table
@@ -206,8 +207,17 @@ def _pct(v) -> str:
     return f"{v:.1f}" if isinstance(v, (int, float)) else "-"
 
 
-def _ratio(v) -> str:
-    return f"{v:.2f}x" if isinstance(v, (int, float)) else "-"
+def _time(ms, q) -> str:
+    """A median time with ± half its interquartile range, as a share of it."""
+    if not (isinstance(ms, (int, float)) and q):
+        return _num(ms)
+    return f"{ms:.4g} ±{50 * (q[1] - q[0]) / ms:.0f}%"
+
+
+def _ratio(v, tie: bool = False) -> str:
+    if not isinstance(v, (int, float)):
+        return "-"
+    return f"{v:.2f}x tie" if tie else f"{v:.2f}x"
 
 
 def _clip(text: str, n: int) -> str:
