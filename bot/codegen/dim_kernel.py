@@ -134,7 +134,7 @@ class ReducedBodyFile(KernelFile):
     def _head(self) -> str:
         """Signature, contiguous inputs, and the body's `shape`, which every body input is expanded to."""
         text = self._signature_and_prologue()
-        text += f"    shape = torch.broadcast_shapes({', '.join(f'{i.local}.shape' for i in self.body_inputs)})\n"
+        text += f"    shape = _broadcast_shape({', '.join(f'{i.local}.shape' for i in self.body_inputs)})\n"
         if any(math.prod(i.shapes[c]) != math.prod(full) for i in self.body_inputs for c, full in enumerate(self.fulls)):
             text += ("    # The kernels read every input at the body's own offsets: an input broadcast over it (a\n"
                      "    # per-row [N] beside an [N, C]) is copied out to the body's shape first.\n")

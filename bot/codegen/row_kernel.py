@@ -281,7 +281,7 @@ class RowKernel(KernelFile):
     def _launcher(self) -> str:
         first = self.inputs[0].local
         text = self._signature_and_prologue()
-        text += f"    shape = torch.broadcast_shapes({', '.join(f'{i.local}.shape' for i in self.body_inputs)})\n"
+        text += f"    shape = _broadcast_shape({', '.join(f'{i.local}.shape' for i in self.body_inputs)})\n"
         text += "    N = shape[-1]\n    R = shape[:-1].numel()\n"
         for i in self.body_inputs:
             if i in self.partial:

@@ -656,9 +656,9 @@ class _FusedKernel(KernelFile):
         reduced = f"_reduced_shape(shape, {dim}, {kept})"
         outer = [i.local for i in self.used if i.name in outer_inputs(self.node)]
         out_shape = ("shape" if not self.per_row else reduced if self.root_reduces or not outer else
-                     f"list(torch.broadcast_shapes({reduced}, {', '.join(o + '.shape' for o in outer)}))")
+                     f"list(_broadcast_shape({reduced}, {', '.join(o + '.shape' for o in outer)}))")
         text = self._signature_and_prologue()
-        text += (f"    shape = list(torch.broadcast_shapes({', '.join(i.local + '.shape' for i in self.used)}))\n"
+        text += (f"    shape = list(_broadcast_shape({', '.join(i.local + '.shape' for i in self.used)}))\n"
                  f"    A, D, B = _adb(shape, {dim})\n"
                  f"    out = torch.empty({out_shape}, dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if A * D * B == 0:\n        return out\n")

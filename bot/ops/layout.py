@@ -428,7 +428,7 @@ class _PermuteKernel(KernelFile):
     def _launcher(self) -> str:
         body = [i.local for i in self.body_inputs]
         text = self._signature_and_prologue()
-        text += f"    shape = list(torch.broadcast_shapes({', '.join(f'{x}.shape' for x in body)}))\n"
+        text += f"    shape = list(_broadcast_shape({', '.join(f'{x}.shape' for x in body)}))\n"
         text += "".join(f"    {x} = _expanded({x}, shape)\n" for x in body)
         dims, swap, move = self.form
         text += (f"    order = _order(len(shape), {dims}, {swap}, {move})\n"

@@ -545,7 +545,7 @@ class _PointwiseKernel(KernelFile):
         first = self.inputs[0].local
         shapes = ", ".join(f"{i.local}.shape" for i in self.inputs)
         text = self._signature_and_prologue()
-        text += f"    shape = torch.broadcast_shapes({shapes})\n"
+        text += f"    shape = _broadcast_shape({shapes})\n"
         text += "".join(f'    _require_full("{i.name}", {i.local}.shape, shape)\n'
                         for i in self.inputs if i not in self.broadcast)
         args = [i.local for i in self.inputs] + ["out", "n_elements"]

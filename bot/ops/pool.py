@@ -389,7 +389,7 @@ class _PoolKernel(KernelFile):
         nd = node.attr("nd")
         text = self._signature_and_prologue()
         body = [i.local for i in self.body_inputs]
-        text += (f"    full = list(torch.broadcast_shapes({', '.join(b + '.shape' for b in body)}))\n"
+        text += (f"    full = list(_broadcast_shape({', '.join(b + '.shape' for b in body)}))\n"
                  f"    lead, spatial = full[:-{nd}], full[-{nd}:]\n"
                  "    # Each body input's strides over (p0, p1, d, h, w), 0 where it broadcasts.\n")
         for b in body:
