@@ -149,36 +149,54 @@ def targets(rows_: list[dict]) -> list[tuple[str, bool | None, str]]:
     mm_low = [f"{r['dtype']} {r.get('speedup') or 0:.0%}" for r in mm if (r.get("speedup") or 0) < CUBLAS_TARGET]
     return [
         ("every catalog entry ran", not missing, ", ".join(missing) or f"{len({r['op'] for r in ok})} entries"),
-        _target(f"memory-bound at 8192x8192 >= {COPY_TARGET:.0f}% of copy bandwidth", big_memory, low_copy,
+        judged(f"memory-bound at 8192x8192 >= {COPY_TARGET:.0f}% of copy bandwidth", big_memory, low_copy,
                 "below: " + ", ".join(low_copy) if low_copy else f"{len(big_memory)} rows"),
-        _target(f"geomean vs torch.compile >= {COMPILE_GEOMEAN_TARGET}", ok,
+        judged(f"geomean vs torch.compile >= {COMPILE_GEOMEAN_TARGET}", ok,
                 [g] if (g or 0) < COMPILE_GEOMEAN_TARGET else [], _fmt(g, ".3f")),
-        _target(f"no case under {EAGER_FLOOR} vs torch eager", ok, slow, "; ".join(slow) or "none"),
-        _target(f"softmax >= {SOFTMAX_VS_COMPILE}x torch.compile", soft, soft_low,
+        judged(f"no case under {EAGER_FLOOR} vs torch eager", ok, slow, "; ".join(slow) or "none"),
+        judged(f"softmax >= {SOFTMAX_VS_COMPILE}x torch.compile", soft, soft_low,
                 "below: " + "; ".join(soft_low) if soft_low else f"{len(soft)} rows"),
-        _target(f"matmul 4096^3 fp16/bf16 >= {CUBLAS_TARGET:.0%} of cuBLAS", mm, mm_low,
+        judged(f"matmul 4096^3 fp16/bf16 >= {CUBLAS_TARGET:.0%} of cuBLAS", mm, mm_low,
                 "below: " + "; ".join(mm_low) if mm_low else ", ".join(f"{r['dtype']} {r['speedup']:.0%}" for r in mm)),
     ]
 
 
-def _target(name: str, measured: list, misses: list, what: str) -> tuple[str, bool | None, str]:
+def judged(name: str, measured: list, misses: list, what: str) -> tuple[str, bool | None, str]:
     """A target met when rows bear on it and none misses it; None (not measured) without such rows."""
     if not measured:
         return name, None, "no row of this run bears on it"
     return name, not misses, what
 
 
-def summary(rows_: list[dict], device: str) -> str:
-    lines = [f"device: {device}", table(rows_), "", "targets:"]
+RATIOS = (("speedup", "vs torch eager, GPU time"), ("speedup_vs_compile", "vs torch.compile, GPU time"),
+          ("speedup_per_call", "vs torch eager, per call"))
+
+
+def ratio_lines(rows_: list[dict]) -> list[str]:
+    """Each ratio's geomean over the rows and its worst case, with how many rows are ties."""
+    lines = []
+    for key, what in RATIOS:
+        measured = [r for r in rows_ if r.get(key)]
+        if measured:
+            worst = min(measured, key=lambda r: r[key])
+            ties = sum(bool(r.get(f"{key}_tie")) for r in measured)
+            lines.append(f"  {what}: geomean {geomean([r[key] for r in measured]):.3f}, worst {worst[key]:.2f} "
+                         f"({worst['op']} {worst['case']} {worst['dtype']}), {ties} of {len(measured)} ties")
+    return lines
+
+
+def summary(rows_: list[dict], device: str, targets_of=targets) -> str:
+    lines = [f"device: {device}", table(rows_), "", "ratios:", *ratio_lines(rows_), "", "targets:"]
     label = {True: "met", False: "MISSED", None: "not measured"}
-    lines += [f"  [{label[met]}] {name}: {what}" for name, met, what in targets(rows_)]
+    lines += [f"  [{label[met]}] {name}: {what}" for name, met, what in targets_of(rows_)]
     return "\n".join(lines)
 
 
 def main(entries: list[Entry], out: Path, backend: str, gpus: list[str], timeout_s: float,
-         table_only: bool = False, budget_s: float | None = None) -> int:
+         table_only: bool = False, budget_s: float | None = None, targets_of=targets, stem: str = "catalog") -> int:
     """Run the entries (or, table_only, read the reports an earlier run left in OUT) and print
-    the table and the targets; exit 0 only if no target this run measured is missed."""
+    the table and the targets (targets_of: the catalog's, or a grid's) into OUT/<stem>.txt and
+    .json; exit 0 only if no target this run measured is missed."""
     out.mkdir(parents=True, exist_ok=True)
     if table_only:
         reports = {e.name: read_report(out, e) for e in entries}
@@ -186,8 +204,8 @@ def main(entries: list[Entry], out: Path, backend: str, gpus: list[str], timeout
         reports = run_all(entries, out, backend, gpus, timeout_s, budget_s)
     all_rows = rows(entries, reports)
     device = next((r.get("device") for r in reports.values() if r.get("device")), "unknown")
-    text = summary(all_rows, device)
-    (out / "catalog.json").write_text(json.dumps({"device": device, "rows": all_rows}, indent=1))
-    (out / "catalog.txt").write_text(text + "\n")
+    text = summary(all_rows, device, targets_of)
+    (out / f"{stem}.json").write_text(json.dumps({"device": device, "rows": all_rows}, indent=1))
+    (out / f"{stem}.txt").write_text(text + "\n")
     print(text)
-    return 1 if any(met is False for _, met, _ in targets(all_rows)) else 0
+    return 1 if any(met is False for _, met, _ in targets_of(all_rows)) else 0

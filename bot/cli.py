@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeout", type=float, default=1800, help="seconds per entry (default 1800)")
     bench.add_argument("--budget", type=float, help="seconds for the whole run: entries that would start later "
                                                     "are skipped, running ones are cancelled at the end")
+    bench.add_argument("--grid", choices=["llm"], help="the entries over a grid of shapes instead of the catalog's "
+                                                       "own: llm (hidden 2K-8K, vocabularies 32K-152K, 1-16K tokens, "
+                                                       "decode and prefill matmuls; bf16) with issue 25's targets")
     bench.add_argument("--table-only", action="store_true", help="run nothing: the table and targets from the "
                                                                  "reports an earlier run left in --out")
 
@@ -180,15 +183,17 @@ def _version() -> str:
 
 
 def _bench(args, cfg) -> int:
-    from bot import catalog, catalog_bench
+    from bot import bench_grid, catalog, catalog_bench
+    names = args.only.split(",") if args.only else None
     try:
-        entries = catalog.by_name(args.only.split(",") if args.only else None)
+        entries = bench_grid.entries(args.grid, names) if args.grid else catalog.by_name(names)
     except ValueError as e:
         print(f"kernelbot bench: {e}", file=sys.stderr)
         return 2
     gpus = (args.gpus or os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")
+    grid = {"targets_of": bench_grid.targets, "stem": f"grid-{args.grid}"} if args.grid else {}
     return catalog_bench.main(entries, args.out, args.backend, [g.strip() for g in gpus if g.strip()], args.timeout,
-                              args.table_only, args.budget)
+                              args.table_only, args.budget, **grid)
 
 
 def _slack(args, cfg) -> int:

@@ -88,3 +88,43 @@ def test_entries_that_stopped_keep_their_rows_and_say_why(tmp_path):
 def test_unknown_entries_are_refused_with_the_known_ones(tmp_path, capsys):
     assert cli.main(["bench", "--out", str(tmp_path), "--only", "add,conv2d", "--table-only"]) == 2
     assert "unknown catalog entries ['conv2d']; known: add, swiglu" in capsys.readouterr().err
+
+
+# --- the LLM grid (issue 25) -------------------------------------------------------------------
+
+def test_grid_entries_keep_their_words_and_parse_to_their_expressions_at_the_grid_shapes():
+    from bot import bench_grid
+    from bot.request import parse_request
+    from generated import canon
+    for entry in bench_grid.entries("llm"):
+        spec, _ = parse_request(entry.request())
+        assert canon(spec["expression"]) == canon(entry.expression), entry.name
+        first = spec["inputs"][0]
+        assert len(first["shapes"]) == entry.big.count(",") + 1 and set(first["dtypes"]) <= {"bfloat16", "int64"}
+
+
+def llm_row(case: str, vs_compile: float, per_call: float, speedup: float = 1.2) -> dict:
+    row = bench_row(case, "bfloat16", 10, 10 * speedup, 10 * vs_compile, 80)
+    return {**row, "speedup_per_call": per_call}
+
+
+def test_grid_targets_name_the_worst_cases(tmp_path):
+    from bot import bench_grid
+    for entry in bench_grid.entries("llm"):
+        rows = [llm_row(c.strip(), 1.2, 0.9) for c in bench_grid.LLM[entry.name].split(",")]
+        if entry.name == "matmul":
+            rows = [{**r, "case": r["case"].replace(" by ", " (b:") + ")"} for r in rows]
+        write_report(tmp_path, entry.name, rows)
+    write_report(tmp_path, "rmsnorm", [llm_row("16x4096", 0.8, 0.5), llm_row("16384x4096", 1.3, 1.0)])
+    code = cli.main(["bench", "--out", str(tmp_path), "--grid", "llm", "--table-only"])
+    text = (tmp_path / "grid-llm.txt").read_text()
+    assert code == 1, text
+    assert "[MISSED] no case under 0.9x torch.compile: rmsnorm 16x4096 0.80" in text
+    assert "[MISSED] per call within 1.5x torch eager under 1,048,576 elements: rmsnorm 16x4096 2.00x eager" in text
+    assert "[met] matmul >= 90% of cuBLAS in every case" in text
+    assert "vs torch.compile, GPU time: geomean" in text and "worst 0.80 (rmsnorm 16x4096 bfloat16)" in text
+
+
+def test_a_grid_names_its_shapes_or_refuses(tmp_path, capsys):
+    assert cli.main(["bench", "--out", str(tmp_path), "--grid", "llm", "--only", "conv2d_3x3", "--table-only"]) == 2
+    assert "grid 'llm' has no shapes for conv2d_3x3" in capsys.readouterr().err
