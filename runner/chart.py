@@ -140,20 +140,25 @@ def _throughput_panel(ax, groups, versions, rows, colors, copy_gbps: float | Non
     _legend_below(ax)
 
 
-def _layout(n_groups: int, tuning: list[dict] | None, footnote_lines: int):
-    """The figure and its axes: speedup and throughput side by side (stacked past
-    SIDE_BY_SIDE_MAX_GROUPS groups), then the tuning grid (None without tuning)."""
+def _layout(n_groups: int, tuning: list[dict] | None, footnote_lines: int, panels_across: int = 2):
+    """The figure and its axes: the bar panels (speedup, throughput, and per call where it differs
+    from the basis) side by side (stacked past SIDE_BY_SIDE_MAX_GROUPS groups), then the tuning
+    grid (None without tuning)."""
     stacked = n_groups > SIDE_BY_SIDE_MAX_GROUPS
-    heights = [11.0 if stacked else 6.2]
+    heights = [5.5 * panels_across if stacked else 6.2]
     if tuning:
         heights.append(1.6 + 0.3 * len({e["label"] for t in tuning for e in t["configs"]}))
-    fig = plt.figure(figsize=(min(18.0, 3 + 1.3 * n_groups) if stacked else 14,
+    fig = plt.figure(figsize=(min(18.0, 3 + 1.3 * n_groups) if stacked else 7 * panels_across,
                               sum(heights) + 0.25 * footnote_lines), layout="constrained")
     # Subfigures lay out apart: the tuning grid's long config labels widen its own left margin,
     # not the bar panels' above it (one shared grid pushed them a quarter of the width right).
     panels = fig.subfigures(len(heights), 1, height_ratios=heights) if tuning else [fig]
-    left, right = panels[0].subplots(2 if stacked else 1, 1 if stacked else 2)
-    return fig, left, right, panels[1].subplots() if tuning else None
+    bars = panels[0].subplots(panels_across if stacked else 1, 1 if stacked else panels_across)
+    return fig, list(bars), panels[1].subplots() if tuning else None
+
+
+def _spread_key(key: str) -> str:
+    return "time_q" if key == "time_ms" else f"{key}_q"
 
 
 def _bandwidth_interval(row: dict) -> list[float] | None:
@@ -162,18 +167,22 @@ def _bandwidth_interval(row: dict) -> list[float] | None:
     return [row["gbps"] * row["time_ms"] / q[1], row["gbps"] * row["time_ms"] / q[0]] if q and q[0] > 0 else None
 
 
-def _speedup_panel(ax, groups, versions, rows, colors, basis: str) -> None:
-    """Each version's torch eager time over its own, per group, with its interval from the two
-    times' interquartile ranges (a tie where it holds 1.0); torch itself is the 1.0 line."""
-    torch_ms = {g: (rows.get((*g, "torch")) or {}).get("time_ms") for g in groups}
-    speedup_rows = {k: r for k, r in rows.items() if torch_ms.get(k[:2]) and k[2] != "torch"}
+def _speedup_panel(ax, groups, versions, rows, colors, basis: str, key: str = "time_ms") -> None:
+    """Each version's torch eager time over its own (key: the basis time, or "ms", per call), per
+    group, with its interval from the two times' interquartile ranges (a tie where it holds 1.0);
+    torch itself is the 1.0 line."""
+    torch_ms = {g: (rows.get((*g, "torch")) or {}).get(key) for g in groups}
+    torch_q = {g: (rows.get((*g, "torch")) or {}).get(_spread_key(key)) for g in groups}
+    speedup_rows = {k: r for k, r in rows.items() if torch_ms.get(k[:2]) and k[2] != "torch" and r.get(key)
+                    and r.get("time_ms")}
     others = [v for v in versions if v != "torch"]
-    torch_q = {g: (rows.get((*g, "torch")) or {}).get("time_q") for g in groups}
-    _grouped_bars(ax, groups, others, speedup_rows, lambda r: torch_ms[(r["case"], r["dtype"])] / r["time_ms"], colors,
-                  interval=lambda r: spread.ratio_range(torch_q[(r["case"], r["dtype"])], r.get("time_q")), ties=True)
+    _grouped_bars(ax, groups, others, speedup_rows, lambda r: torch_ms[(r["case"], r["dtype"])] / r[key], colors,
+                  interval=lambda r: spread.ratio_range(torch_q[(r["case"], r["dtype"])], r.get(_spread_key(key))),
+                  ties=True)
     ax.axhline(1.0, color="black", linewidth=1.2, linestyle="--", label="torch eager = 1.0")
-    _log_if_wide(ax, [1.0] + [torch_ms[k[:2]] / r["time_ms"] for k, r in speedup_rows.items() if r.get("time_ms")])
-    ax.set_title(f"speedup over torch eager, {basis} time (higher is better)\n"
+    _log_if_wide(ax, [1.0] + [torch_ms[k[:2]] / r[key] for k, r in speedup_rows.items()])
+    what = f"{basis} time" if key == "time_ms" else "per call, launch path included"
+    ax.set_title(f"speedup over torch eager, {what} (higher is better)\n"
                  "whiskers: from the times' interquartile ranges; 'tie' where they hold 1.0", fontsize=11)
     ax.set_ylabel("torch eager time / version time")
     _legend_below(ax)
@@ -208,10 +217,13 @@ def _bench_figure(bench: list[dict], copy_gbps: float | None, tuning: list[dict]
     rows = {(r["case"], r["dtype"], r["version"]): r for r in bench}
     palette = plt.get_cmap("tab10").colors
     colors = {v: palette[i % len(palette)] for i, v in enumerate(versions)}   # one colour per version
-    fig, left, right, tuning_ax = _layout(len(groups), tuning, footnote_lines)
     basis = next((r["basis"] for r in bench if r.get("basis")), "")
-    _speedup_panel(left, groups, versions, rows, colors, basis)
-    _throughput_panel(right, groups, versions, rows, colors, copy_gbps, basis)
+    per_call = basis == "GPU" and any(r.get("ms") for r in bench)     # else the basis is the per-call time
+    fig, axes, tuning_ax = _layout(len(groups), tuning, footnote_lines, 3 if per_call else 2)
+    _speedup_panel(axes[0], groups, versions, rows, colors, basis)
+    _throughput_panel(axes[1], groups, versions, rows, colors, copy_gbps, basis)
+    if per_call:
+        _speedup_panel(axes[2], groups, versions, rows, colors, basis, key="ms")
     if tuning:
         _tuning_panel(tuning_ax, tuning)
     return fig

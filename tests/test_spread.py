@@ -46,3 +46,13 @@ def test_the_chart_labels_a_tie_and_draws_whiskers():
     labels = [t.get_text() for t in speedup.texts]
     assert any(label.endswith(" tie") for label in labels), labels
     assert speedup.containers and any(c.has_yerr for c in speedup.containers if hasattr(c, "has_yerr"))
+
+
+def test_on_a_gpu_the_chart_has_a_per_call_panel_beside_gpu_time():
+    rows = [{**timed(v, t, [t * 0.97, t * 1.03]), "ms": c, "ms_q": [c * 0.9, c * 1.1]}
+            for v, t, c in (("torch", 1.0, 0.009), ("torch.compile", 0.9, 0.03), ("kernel", 0.8, 0.012))]
+    fig = chart.figure(rows, 1000.0, operator="add", device="test", backend="cuda")
+    titles = [ax.get_title() for ax in fig.get_axes()]
+    assert len(titles) == 3 and "per call" in titles[2] and "GPU time" in titles[0]
+    cpu = [{**r, "basis": "wall-clock"} for r in rows]
+    assert len(chart.figure(cpu, 10.0, operator="add", device="test", backend="cpu").get_axes()) == 2
