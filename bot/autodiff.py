@@ -1,0 +1,144 @@
+"""Gradients of an operator for training kernels (issue 26): reverse mode over the IR tree, written as
+IR expressions over the forward's inputs and the upstream gradient, so each gradient is lowered to
+Triton by the families like any expression (one kernel where a family takes it whole, a chain
+where not). The forward's inputs are what the backward reads: it recomputes what it needs (a norm's
+rstd, a softmax) in the same pass instead of storing it.
+
+Each rule is PyTorch's own derivative (tools/autograd/derivatives.yaml): relu's at 0 is 0, abs's
+sign(x) with 0 at 0, maximum and minimum split an equal pair's gradient in halves, clamp passes it
+where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, and layernorm and rmsnorm
+over the last dim (with weight and bias, of a pointwise body) have rules; any other op is refused,
+naming it.
+"""
+from __future__ import annotations
+
+import math
+
+from bot import ir
+from bot.ops.node import Node, to_text
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+class NoGradient(ValueError):
+    """The operator holds an op without a gradient rule here; the message names it."""
+
+
+def gradients(node: Node, upstream: str) -> dict[str, str]:
+    """Each input's gradient as an expression text at the shape its contributions broadcast to
+    (bot.ops.training sums it down to the input's own shape): d(sum(upstream * node)) / d(input)."""
+    acc: dict[str, list[str]] = {}
+    _back(node, upstream, acc)
+    return {name: " + ".join(f"({p})" for p in parts) for name, parts in acc.items()}
+
+
+def _back(node: Node, up: str, acc: dict[str, list[str]]) -> None:
+    if node.op == "input":
+        acc.setdefault(node.name, []).append(up)
+        return
+    if node.op == "const" or node.op in ir.COMPARE:
+        return                               # no gradient flows into a constant or through a comparison
+    rule = _RULES.get(node.op)
+    if rule is None:
+        raise NoGradient(f"{node.op} has no gradient rule in the offline generator's training kernels; supported: "
+                         f"{', '.join(sorted(_RULES))}")
+    for child, grad in rule(node, [to_text(a) for a in node.args], up):
+        _back(child, grad, acc)
+
+
+def _unary(formula: str):
+    """A rule for f(a): up * f'(a), formula in terms of {a}."""
+    return lambda node, a, up: [(node.args[0], f"({up}) * ({formula.format(a=a[0])})")]
+
+
+def _pow(node: Node, a: list[str], up: str):
+    e = node.attr("exponent")
+    return [(node.args[0], f"({up}) * {e!r} * ({a[0]}) ** {e - 1.0!r}")]
+
+
+def _gelu(node: Node, a: list[str], up: str):
+    x = a[0]
+    if node.attr("approximate") == "tanh":
+        t = f"tanh({_SQRT_2_OVER_PI!r} * (({x}) + 0.044715 * ({x}) ** 3.0))"
+        d = (f"0.5 * (1.0 + {t}) + 0.5 * ({x}) * (1.0 - {t} ** 2.0) * {_SQRT_2_OVER_PI!r} * "
+             f"(1.0 + 0.134145 * ({x}) ** 2.0)")
+    else:
+        d = f"0.5 * (1.0 + erf(({x}) * {1 / math.sqrt(2.0)!r})) + ({x}) * exp(-0.5 * ({x}) ** 2.0) * {1 / math.sqrt(2 * math.pi)!r}"
+    return [(node.args[0], f"({up}) * ({d})")]
+
+
+def _clamp(node: Node, a: list[str], up: str):
+    low, high = node.attr("min"), node.attr("max")
+    kept = f"({up})"
+    if high is not None:
+        kept = f"where(({a[0]}) <= {high!r}, {kept}, 0.0)"
+    if low is not None:
+        kept = f"where(({a[0]}) >= {low!r}, {kept}, 0.0)"
+    return [(node.args[0], kept)]
+
+
+def _extreme(node: Node, a: list[str], up: str):
+    """maximum/minimum: the gradient to the winner, halved between an equal pair."""
+    wins = ">" if node.op == "maximum" else "<"
+    first = f"where(({a[0]}) {wins} ({a[1]}), ({up}), where(({a[0]}) == ({a[1]}), 0.5 * ({up}), 0.0))"
+    second = f"where(({a[1]}) {wins} ({a[0]}), ({up}), where(({a[0]}) == ({a[1]}), 0.5 * ({up}), 0.0))"
+    return [(node.args[0], first), (node.args[1], second)]
+
+
+def _softmax(node: Node, a: list[str], up: str):
+    d = node.attr("dim", -1)
+    y = f"softmax({a[0]}, dim={d})"
+    if node.op == "log_softmax":
+        return [(node.args[0], f"({up}) - {y} * sum({up}, dim={d}, keepdim=True)")]
+    return [(node.args[0], f"{y} * (({up}) - sum(({up}) * {y}, dim={d}, keepdim=True))")]
+
+
+def _norm(node: Node, a: list[str], up: str):
+    """rmsnorm and layernorm over the last dim: x_hat = (x - mean) * rstd (no mean for rmsnorm),
+    y = x_hat * w + b. dx = rstd * (gw - mean(gw) - x_hat * mean(gw * x_hat)), gw = up * w (the
+    mean(gw) term for layernorm alone); dw and db per element, summed over the rows later."""
+    x, eps = a[0], node.attr("eps")
+    centred = f"(({x}) - mean({x}, dim=-1, keepdim=True))" if node.op == "layernorm" else f"({x})"
+    rstd = f"rsqrt(mean({centred} * {centred}, dim=-1, keepdim=True) + {eps!r})"
+    x_hat = f"({centred} * {rstd})"
+    out = []
+    gw = f"({up})"
+    if node.attr("has_weight"):
+        gw = f"(({up}) * ({a[1]}))"
+        out.append((node.args[1], f"({up}) * {x_hat}"))
+    if node.attr("has_bias"):
+        out.append((node.args[2 if node.attr("has_weight") else 1], up))
+    shift = f" - mean({gw}, dim=-1, keepdim=True)" if node.op == "layernorm" else ""
+    out.append((node.args[0], f"{rstd} * ({gw}{shift} - {x_hat} * mean({gw} * {x_hat}, dim=-1, keepdim=True))"))
+    return out
+
+
+_RULES = {
+    "add": lambda node, a, up: [(node.args[0], up), (node.args[1], up)],
+    "sub": lambda node, a, up: [(node.args[0], up), (node.args[1], f"-({up})")],
+    "mul": lambda node, a, up: [(node.args[0], f"({up}) * ({a[1]})"), (node.args[1], f"({up}) * ({a[0]})")],
+    "div": lambda node, a, up: [(node.args[0], f"({up}) / ({a[1]})"),
+                                (node.args[1], f"-({up}) * ({a[0]}) / (({a[1]}) * ({a[1]}))")],
+    "neg": lambda node, a, up: [(node.args[0], f"-({up})")],
+    "abs": _unary("where({a} > 0.0, 1.0, where({a} < 0.0, -1.0, 0.0))"),
+    "exp": _unary("exp({a})"),
+    "log": _unary("1.0 / ({a})"),
+    "sqrt": _unary("0.5 / sqrt({a})"),
+    "rsqrt": _unary("-0.5 * rsqrt({a}) / ({a})"),
+    "relu": _unary("where({a} > 0.0, 1.0, 0.0)"),
+    "sigmoid": _unary("sigmoid({a}) * (1.0 - sigmoid({a}))"),
+    "tanh": _unary("1.0 - tanh({a}) ** 2.0"),
+    "silu": _unary("sigmoid({a}) * (1.0 + ({a}) * (1.0 - sigmoid({a})))"),
+    "erf": _unary(f"{2 / math.sqrt(math.pi)!r} * exp(-({{a}}) ** 2.0)"),
+    "pow": _pow,
+    "gelu": _gelu,
+    "clamp": _clamp,
+    "maximum": _extreme,
+    "minimum": _extreme,
+    "where": lambda node, a, up: [(node.args[1], f"where({a[0]}, {up}, 0.0)"),
+                                  (node.args[2], f"where({a[0]}, 0.0, {up})")],
+    "softmax": _softmax,
+    "log_softmax": _softmax,
+    "rmsnorm": _norm,
+    "layernorm": _norm,
+}

@@ -1,0 +1,69 @@
+"""Training kernels (bot.training, bot.autodiff): the generated kernel.py's autograd.Function, run
+under Triton's interpreter, gives the forward and every input's gradient that PyTorch's autograd gives
+through the generated reference on float64 inputs, broadcast inputs' gradients summed down to their
+shape; an op without a gradient rule is refused, naming it."""
+from __future__ import annotations
+
+import pytest
+import torch
+from generated import load
+
+from bot import autodiff, ir, lower_torch, training
+from bot.spec import parse_expression, validate
+from runner import protocol
+
+CASES = [
+    ("relu(x) * y", {"x": [5, 9], "y": [5, 9]}),
+    ("gelu(x * w + b)", {"x": [2, 3, 10], "w": [10], "b": [10]}),          # w, b summed over two dims
+    ("gelu(x, approximate='tanh') - silu(x) / (1.0 + abs(y))", {"x": [6, 10], "y": [6, 1]}),   # y: kept dim
+    ("clamp(x, -0.5, 0.5) + maximum(x, y) + where(x > y, tanh(x), sigmoid(y) ** 2.0)", {"x": [4, 8], "y": [4, 8]}),
+    ("softmax(x * 2.0)", {"x": [4, 33]}),
+    ("log_softmax(x)", {"x": [4, 33]}),
+    ("rmsnorm(x + r, w, eps=1e-06)", {"x": [5, 33], "r": [5, 33], "w": [33]}),
+    ("layernorm(x, w, b, eps=1e-05)", {"x": [5, 33], "w": [33], "b": [33]}),
+]
+
+
+def spec_of(expression: str, shapes: dict[str, list[int]], dtype: str) -> dict:
+    names = ir.input_names(ir.parse(expression))
+    return validate({"name": "op", "expression": expression,
+                     "inputs": [{"name": n, "dtypes": [dtype], "shapes": [shapes[n]]} for n in names]})
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("expression, shapes", CASES, ids=[c[0] for c in CASES])
+def test_gradients_match_pytorchs_autograd(tmp_path, expression, shapes, dtype):
+    spec = spec_of(expression, shapes, dtype)
+    node = parse_expression(spec)
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "op")
+    kernel = getattr(load(tmp_path, "kernel.py", training.kernel_source(spec, node)), "op")
+    gen = torch.Generator().manual_seed(0)
+    values = [torch.randn(shapes[n], generator=gen).to(getattr(torch, dtype)) for n in ir.input_names(node)]
+    ours = [v.clone().requires_grad_() for v in values]
+    truth = [v.double().requires_grad_() for v in values]
+    out, want = kernel(*ours), reference(*truth)
+    upstream = torch.randn(want.shape, generator=gen)
+    out.backward(upstream.to(out.dtype))
+    want.backward(upstream.to(out.dtype).double())
+    rtol, atol = protocol.tolerance(dtype, shapes["x"][-1])
+    for name, got, expected in [("out", out, want)] + list(zip(ir.input_names(node), ours, truth)):
+        got, expected = (got.grad, expected.grad) if name != "out" else (got, expected)
+        assert got.shape == expected.shape and got.dtype == getattr(torch, dtype), name
+        err = (got.double() - expected).abs()
+        assert bool((err <= atol + rtol * expected.abs()).all()), f"{name}: max err {err.max():.3g}"
+
+
+def test_an_input_only_compared_gets_no_gradient_and_a_mask_none(tmp_path):
+    spec = validate({"name": "op", "expression": "where(m, x * 2.0, 0.0) + where(y > 0.0, 1.0, 0.0)", "inputs": [
+        {"name": "m", "dtypes": ["bool"], "shapes": [[3, 4]]}, {"name": "x", "dtypes": ["float32"], "shapes": [[3, 4]]},
+        {"name": "y", "dtypes": ["float32"], "shapes": [[3, 4]]}]})
+    kernel = getattr(load(tmp_path, "kernel.py", training.kernel_source(spec, parse_expression(spec))), "op")
+    m, x, y = torch.rand(3, 4) < 0.5, torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
+    kernel(m, x, y).sum().backward()
+    assert torch.equal(x.grad, torch.where(m, 2.0, 0.0)) and y.grad is None
+
+
+def test_an_op_without_a_gradient_rule_is_refused_naming_it():
+    spec = spec_of("cumsum(x, dim=-1)", {"x": [4, 8]}, "float32")
+    with pytest.raises(autodiff.NoGradient, match="cumsum has no gradient rule"):
+        training.kernel_source(spec, parse_expression(spec))
