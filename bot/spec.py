@@ -17,7 +17,7 @@ import json
 import math
 import re
 
-from bot import ir
+from bot import autodiff, ir, training
 from bot.ops import conv, pointwise
 from runner import protocol
 
@@ -92,8 +92,27 @@ def validate(spec: dict) -> dict:
     if node:
         out["outputs"] = _outputs(out, node)
         out = _with_derived(out, node)
+        _check_training(out, node)
     _check_sizes(out)
     return out
+
+
+def _check_training(spec: dict, node: ir.Node) -> None:
+    """"training": true asks for the forward and its backward (bot.training): every float input's
+    gradient must have a rule and a kernel, else the spec is refused naming why."""
+    flag = spec.get("training", False)
+    if not isinstance(flag, bool):
+        raise SpecError(f"'training' is true (forward and backward, for training) or false, got {flag!r}")
+    if not flag:
+        spec.pop("training", None)
+        return
+    if spec.get("reference_class"):
+        raise SpecError("training kernels are generated from an expression; a pasted module's backward is not read yet: "
+                        "write its forward as an expression, e.g. 'rmsnorm(x, w, eps=1e-6) for training'")
+    try:
+        training.gradient_expressions(spec, node)
+    except (autodiff.NoGradient, ir.IRError) as e:
+        raise SpecError(f"no backward for {spec['expression']}: {e}") from None
 
 
 DERIVED = ("reduce", "matmul", "tf32", "scan", "fixed_sizes", "least_size", "chain")
@@ -348,4 +367,7 @@ def summary(spec: dict) -> dict[str, str]:
     }
     if spec.get("params"):
         fields["params"] = ", ".join(f"{k}={v}" for k, v in spec["params"].items())
+    if spec.get("training"):
+        fields["training"] = ("forward and backward, as a torch.autograd.Function: gradients for "
+                              + ", ".join(training.differentiable(spec)))
     return fields

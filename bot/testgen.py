@@ -95,7 +95,31 @@ def _kernel_test(gen: "_TestFile") -> str:
             "@pytest.mark.parametrize(\"case, variant\", params(skip_bf16=INTERPRETED))\n"
             "def test_kernel(case, variant):\n" + "\n".join(checks) + "\n")
     return gen.header("Kernel test", "kernel(inputs) against reference(float64 inputs)",
-                      ("reference", "kernel")) + gen.helpers() + test
+                      ("reference", "kernel")) + gen.helpers() + test + (_GRADIENT_TEST if gen.spec.get("training") else "")
+
+
+# A training kernel's backward: every float input's gradient against the reference's autograd on
+# float64 copies, from the same upstream gradient, within the dtype's tolerance over the rows a
+# broadcast input's gradient sums.
+_GRADIENT_TEST = '''
+
+@pytest.mark.parametrize("case, variant", params(skip_bf16=INTERPRETED))
+def test_gradients(case, variant):
+    inputs = make_inputs(case, variant)
+    ours = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
+    truth = [t.double().requires_grad_() if t.is_floating_point() else t for t in inputs]
+    got, want = kernel(*ours), reference(*truth)
+    upstream = torch.randn(want.shape, generator=torch.Generator(device=DEVICE).manual_seed(SEED), device=DEVICE)
+    floats = [k for k, t in enumerate(inputs) if t.is_floating_point()]
+    grads = torch.autograd.grad(got, [ours[k] for k in floats], upstream.to(got.dtype), allow_unused=True)
+    wants = torch.autograd.grad(want, [truth[k] for k in floats], upstream.to(got.dtype).double(), allow_unused=True)
+    for k, g, w in zip(floats, grads, wants):
+        name = SPEC["inputs"][k]["name"]
+        assert (g is None) == (w is None), f"the gradient of {name}: given where torch gives none, or missing"
+        if g is not None:
+            rows = max(1, want.numel() // w.numel(), reduced_length(inputs))
+            check_close(g, w, SPEC["inputs"][k]["dtypes"][variant], rows, 0.0, f"the gradient of {name}")
+'''
 
 
 class _TestFile:

@@ -331,12 +331,48 @@ def check_row(ctx: Context, version: Version, case: Case, variant: dict[str, str
                          "to the float64 result")
             elif check.problem:
                 return {**row, "ok": False, "reason": f"{check.problem} (seed {seed})"}
+        if ctx.spec.get("training") and not is_reference:
+            problem = check_gradients(ctx, version, case, variant)
+            row.update({"ok": False, "reason": problem} if problem else {"gradients": "ok"})
         return row
     except (CallFailed, WorkerDied) as e:
         raise DeviceLost(str(e)) from None
     finally:
         if ids is not None and version.worker.child.alive():
             version.worker.drop(ids)
+
+
+def check_gradients(ctx: Context, version: Version, case: Case, variant: dict[str, str]) -> str:
+    """A training kernel's backward: each float input's gradient from the kernel's forward and
+    backward (in its worker) against the reference's autograd on float64 copies, from the same
+    upstream gradient; '' when every one is within tolerance."""
+    args = inputs.make_inputs(ctx.spec, case, variant, SEEDS[0], ctx.device)
+    expected, native, problem = reference_outputs(ctx, args)
+    if problem:
+        return f"the reference {problem}"
+    upstream = inputs.upstream_gradient(native, SEEDS[0])
+    wrt = [i for i, a in enumerate(args) if a.is_floating_point()]
+    try:
+        want, problem = ctx.reference.worker.grads(upcast(args), upstream.double(), wrt)
+        if problem:
+            return f"the reference's backward {problem}"
+        got, problem = version.worker.grads(args, upstream, wrt, fn=version.fn)
+    except (WorkerDied, CallFailed) as e:
+        raise DeviceLost(str(e)) from None
+    if problem:
+        return f"backward: {problem}"
+    for i, g, w in zip(wrt, got, want):
+        name = ctx.spec["inputs"][i]["name"]
+        if (g is None) != (w is None):
+            return (f"the gradient of {name} is {'missing' if g is None else 'given'} where the reference's autograd "
+                    f"gives {'one' if w is not None else 'none'}")
+        if g is None:
+            continue
+        rlen = max(reduce_len(ctx.spec, args, expected.numel()), expected.numel() // max(w.numel(), 1))
+        check = compare(g.to(args[i].device), w, args[i].dtype, rlen)
+        if check.problem:
+            return f"the gradient of {name}: {check.problem}"
+    return ""
 
 
 def interpreter_bf16(variant: dict[str, str]) -> bool:

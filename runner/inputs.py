@@ -45,6 +45,14 @@ def make_inputs(spec: dict, case: Case, variant: dict[str, str], seed: int, devi
     return tensors
 
 
+def upstream_gradient(out: torch.Tensor, seed: int) -> torch.Tensor:
+    """The gradient a training kernel's backward is checked from: normal values of the output's
+    shape and dtype, drawn from a seed of their own."""
+    gen = torch.Generator(device=out.device.type)
+    gen.manual_seed(zlib.crc32(f"upstream|{list(out.shape)}|{seed}".encode()))
+    return torch.randn(out.shape, generator=gen, device=out.device.type).to(out.dtype)
+
+
 def _draw(domain: str, shape: list[int], gen: torch.Generator, device: str, high: int = 0,
           padding: bool = True) -> torch.Tensor:
     if domain == "index":       # indices into a dim of `high`

@@ -222,6 +222,26 @@ class Worker:
         return ({"ok": True, **channel.describe(out), "device": out.device.type},
                 [channel.tensor_fd(t) for t in [out, *back]])
 
+    def op_grads(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        """The function's forward on copies of the inputs (those at msg['wrt'] requiring grad), then its
+        backward from the upstream gradient: each of those inputs' gradients back, None where it got none."""
+        wrt = msg["wrt"]
+        leaves = [self.tensors[k].detach().clone().requires_grad_(i in wrt) for i, k in enumerate(msg["args"])]
+        try:
+            with torch.enable_grad():
+                out = self.fns[msg.get("fn", "main")](*leaves)
+                if type(out) is not torch.Tensor:
+                    return {"ok": False, "error": f"returned {type(out).__name__}, not a plain tensor", "lost": False}, []
+                out.backward(self.tensors[msg["upstream"]])
+            self._sync()
+        except (Exception, SystemExit) as e:
+            return {"ok": False, "error": f"raised {describe_error(e)}", "lost": not self._usable()}, []
+        grads = [leaves[i].grad for i in wrt]
+        if not all(g is None or type(g) is torch.Tensor for g in grads):
+            return {"ok": False, "error": "a gradient that is not a plain tensor", "lost": False}, []
+        return ({"ok": True, "grads": [None if g is None else channel.describe(g) for g in grads]},
+                [channel.tensor_fd(g) for g in grads if g is not None])
+
     def _usable(self) -> bool:
         if self.device != "cuda":
             return True

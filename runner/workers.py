@@ -136,6 +136,29 @@ class Worker:
             called.launches = launch_count.launched(before, self.counter.counts())
         return called
 
+    def grads(self, args: list[torch.Tensor], upstream: torch.Tensor, wrt: list[int],
+              fn: str = "main") -> tuple[list[torch.Tensor | None], str]:
+        """(the gradient of each args[i], i in wrt, from the worker's forward and backward on copies of
+        args with the upstream gradient, None where it gave none; a problem or '')."""
+        ids = self.put([*args, upstream])
+        try:
+            reply, fds = self.request({"op": "grads", "fn": fn, "args": ids[:-1], "upstream": ids[-1], "wrt": wrt})
+            try:
+                if not reply.get("ok"):
+                    return [], str(reply.get("error", "failed"))[:400]
+                described = reply.get("grads")
+                if not isinstance(described, list) or len(described) != len(wrt) or \
+                        len(fds) != sum(d is not None for d in described):
+                    raise WorkerDied(f"the {self.role} worker answered {len(wrt)} gradients with {str(described)[:80]}")
+                buffers = iter(fds)
+                return [None if d is None else channel.read_tensor(next(buffers), channel.dtype_of(d.get("dtype")),
+                                                                  _shape(d.get("shape")))
+                        for d in described], ""
+            finally:
+                channel.close(fds)
+        finally:
+            self.drop(ids)
+
     def refill(self, ids: list[str], tensors: list[torch.Tensor]) -> None:
         """Write new values into the worker's tensors in place: same storage, same addresses."""
         self._send_tensors("refill", ids, tensors)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bot import ir, lower_torch, testgen
+from bot import ir, lower_torch, testgen, training
 from bot import spec as specmod
 from bot.generators.interface import Artifact, GenerationError, GenRequest
 from bot.codegen.kernel_file import parse_options
@@ -58,8 +58,12 @@ class OfflineGenerator:
             raise GenerationError(
                 "the offline generator understands kernel corrections like 'block size 2048' or "
                 "'num_warps 8'; for anything else, edit the code (paste a ```python block) or correct the spec")
+        if options and spec.get("training"):
+            raise GenerationError("a training kernel keeps each part's default config; block size and warps are "
+                                  "not set in review for it")
         try:
-            source = ir.kernel_source(spec, node, options)
+            source = training.kernel_source(spec, node) if spec.get("training") else ir.kernel_source(spec, node,
+                                                                                                      options)
         except ValueError as e:
             raise GenerationError(str(e)) from None
         notes = [f"the previous kernel failed its test; the offline generator is deterministic, so this "

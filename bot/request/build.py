@@ -50,6 +50,7 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
                    for n in names],
         "outputs": [],                        # filled in by spec.validate from the expression
         "params": spec_params(node, st.scalars),
+        **({"training": True} if st.training else {}),
         "backend": backend,
         "defaults_used": notes,
         "request": request,

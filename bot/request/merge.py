@@ -30,6 +30,7 @@ def apply(st: State, rd: Reading, feedback: bool) -> None:
         st.op_notes = st.op_notes + rd.op_notes          # how a correction's shapes were read
         st.eps = rd.eps if rd.eps is not None else st.eps
         st.tf32 = rd.tf32 if rd.tf32 is not None else st.tf32
+    st.training = rd.training if rd.training is not None else st.training      # kept across a new operator
     # "mean instead" on "sum over dim 0" keeps the dim; "make it relu" drops it
     keeps_dim = feedback and rd.node is not None and ir.kind(rd.node) in ("reduce", "argreduce") and not rd.dims
     if (rd.node is not None or rd.dims or rd.whole) and not keeps_dim:
@@ -99,7 +100,7 @@ def refuse_partial_operator(st: State, rd: Reading, correction: str) -> None:
 
 def says_something(st: State, rd: Reading) -> bool:
     """Whether a correction says anything this reader can apply."""
-    said = rd.node, rd.eps, rd.tf32, rd.whole
+    said = rd.node, rd.eps, rd.tf32, rd.whole, rd.training
     return any(v is not None for v in said) or bool(rd.dtypes or rd.shapes or rd.dims) or _names_mentioned(st, rd)
 
 

@@ -25,7 +25,7 @@ from bot.request.reading import Reading
 from bot.request.state import State, input_names
 from bot.request.vocabulary import APPEND, CORRECTION_WORDS, WHERE_CLAUSE
 from bot.request.words import (bare_shape_phrase, blank_range, mask_phrase, operand_order, refuse_out_of_scope,
-                               take_dims, take_dtypes, take_scalars, take_shapes, vector_phrase)
+                               take_dims, take_dtypes, take_scalars, take_shapes, take_training, vector_phrase)
 
 
 def read(text: str, feedback: bool, context: State | None = None) -> Reading:
@@ -36,7 +36,7 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
     rd.batched = bool(mmf.BATCHED_WORD.search(text)) or bool(context and context.batched)
     if matmul:
         prose, rd.tf32 = mmf.take_tf32(prose)
-    prose = take_dtypes(loss.take_index_dtype(prose), rd)
+    prose = take_training(take_dtypes(loss.take_index_dtype(prose), rd), rd)
     expr = None if code is not None else find_expression(prose)
     # A typed call (conv2d(x, w)) is read as written, whatever words it holds; 'top-k' is no call.
     called = expr is not None and "(" in prose[expr[2]:expr[3]]

@@ -25,6 +25,7 @@ class Reading:
     dims: list[int] = field(default_factory=list)
     whole: str | None = None                 # "over all elements": no one dim
     tf32: bool | None = None
+    training: bool | None = None             # "for training": the backward too; "forward only": not
     batched: bool = False
     rest: str = ""                           # prose left over, for phrases about named inputs
     left: str = ""                           # prose no pass placed: must be filler (bot.request.residue)

@@ -35,6 +35,7 @@ class State:
     dims: list[int] = field(default_factory=list)
     whole: str | None = None
     tf32: bool | None = None
+    training: bool | None = None                     # the forward and its backward (bot.training)
     batched: bool = False
     typed: bool = False                              # the operator came from code or a typed expression
     pasted: Pasted | None = None                     # the pasted module the operator came from

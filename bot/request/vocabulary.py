@@ -40,8 +40,6 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
     (r"\bscatter\w*|\bindex_(?:add|copy|fill|put)\w*", "scatter (writes at indexed positions)"),
     (r"\b(?:lp|l2|fractional|min|sum|power|stochastic)[\s_-]*pool\w*|\bfractional_max_pool\w*|\blp_pool\w*",
      "this pooling (max and average pooling, also adaptive and global, are supported)"),
-    (r"\bbackward\b|\bbackprop\w*|\bgrad(?:ient)?s?\b|\btraining\b|\bautograd\b|反向|梯度",
-     "a backward (gradient) kernel (the offline generator writes forward kernels)"),
     (r"\breshape\b|\bview\s+as\b", "a reshape in words (views that add or remove unit dims are read as code, "
      "e.g. x.unsqueeze(1), x.view(1, -1))"),
     (r"\bdropout\b", "dropout"),
@@ -53,6 +51,14 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
      r"\bfloor\b|\bceil\b(?![\s_-]*mode)|\bround\b|\bsign\b|"
      r"\bprod\b|\bvar(?:iance)?\b|\bstd\b|\bl2[\s_-]?norm\b|\bnormali[sz]e\b", ""),
 ]]
+
+# Training: the forward and its backward as one autograd op (bot.training); or, said, inference only.
+TRAINING = re.compile(r"\b(?:for|in|during)\s+training\b|\btraining[\s-]+(?:kernel|mode|op)s?\b|"
+                      r"\b(?:forward\s+(?:and|\+|&)\s+)?backward(?:\s+(?:pass|kernel)s?)?\b|\bbackprop\w*|"
+                      r"\bwith\s+(?:its\s+|the\s+)?(?:backward|gradients?|grads?|autograd)\b|\bgradients?\s+of\b|"
+                      r"\bautograd\b|\bdifferentiable\b|前向和反向|反向传播|反向|梯度|用于训练|训练", _F)
+NO_TRAINING = re.compile(r"\b(?:forward|inference)[\s-]+only\b|\bno\s+backward\b|\bwithout\s+(?:the\s+)?"
+                         r"backward\b|只要前向|仅前向|推理", _F)
 
 # Dimension phrases. Reductions run over any one dim, other row ops over the last one only.
 DIM_N = re.compile(r"\b(?:dim|axis|dimension)\s*[=:]?\s*(-?\d)\b|第\s*(-?\d)\s*维|维度\s*(-?\d)(?!\d)", _F)  # "dim 4096" is a size

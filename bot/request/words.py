@@ -16,8 +16,9 @@ from bot.request.messages import SUPPORTED
 from bot.request.reading import Reading
 from bot.request.vocabulary import (ALL_DTYPES, BAD_DTYPE, BOUND, BOUND_KEY, CN_DTYPE, COMPUTE_AFTER,
                                     COMPUTE_BEFORE, DIM_N, DIM_WORDS, DTYPE, DTYPE_OWNER, EPS, LABEL, ONLY,
-                                    OUT_OF_SCOPE, OUTPUT_BEFORE, OUTPUT_NEAR, OWNER_AFTER, PARAM_AFTER,
-                                    PARAM_BEFORE, RANGE, SHAPE, SHAPE_OWNER, TYPE_CONTEXT, WHOLE)
+                                    NO_TRAINING, OUT_OF_SCOPE, OUTPUT_BEFORE, OUTPUT_NEAR, OWNER_AFTER,
+                                    PARAM_AFTER, PARAM_BEFORE, RANGE, SHAPE, SHAPE_OWNER, TRAINING, TYPE_CONTEXT,
+                                    WHOLE)
 from runner import protocol
 
 
@@ -83,6 +84,17 @@ def _dtype_role(text: str, m: re.Match) -> str:
              or (re.search(r"\b(?:in|as|to|for|dtype|type)\s+$", before, re.I)
                  and not re.match(r"\s+(?:the|of|a|an|as)\b", after, re.I)))
     return "word" if plain and not typed else "test"
+
+
+def take_training(text: str, rd: Reading) -> str:
+    """Whether the words ask for training (the backward too) or say forward only; the text with
+    those words blanked."""
+    if NO_TRAINING.search(text):
+        rd.training = False
+        return NO_TRAINING.sub(_blank, text)
+    if TRAINING.search(text):
+        rd.training = True
+    return TRAINING.sub(_blank, text)
 
 
 def refuse_out_of_scope(text: str) -> None:

@@ -157,8 +157,9 @@ def correctness_table(r: dict) -> list[list[str]] | None:
     table = [["case", "dtype", "result", "max abs err", "max rel err", "note"]]
     for c in rows:
         verdict = "skipped" if c.get("skipped") else ("ok" if c.get("ok") else "FAIL")
+        note = c.get("reason") or ("gradients ok; " if c.get("gradients") else "") + (c.get("worst") or "")
         table.append([str(c.get("case")), str(c.get("dtype")), verdict, _num(c.get("max_abs_err")),
-                      _num(c.get("max_rel_err")), _clip(c.get("reason") or c.get("worst") or "", 80)])
+                      _num(c.get("max_rel_err")), _clip(note, 80)])
     return table
 
 
