@@ -6,9 +6,9 @@ rstd, a softmax) in the same pass instead of storing it.
 
 Each rule is PyTorch's own derivative (tools/autograd/derivatives.yaml): relu's at 0 is 0, abs's
 sign(x) with 0 at 0, maximum and minimum split an equal pair's gradient in halves, clamp passes it
-where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, and layernorm and rmsnorm
-over the last dim (with weight and bias, of a pointwise body) have rules; any other op is refused,
-naming it.
+where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layernorm and rmsnorm
+over the last dim (with weight and bias, of a pointwise body) and matmul (transposed operands,
+a pointwise epilogue) have rules; any other op is refused, naming it.
 """
 from __future__ import annotations
 
@@ -113,6 +113,19 @@ def _norm(node: Node, a: list[str], up: str):
     return out
 
 
+def _matmul(node: Node, a: list[str], up: str):
+    """A @ B (A = a, or a's transpose where the product reads it so; B likewise): dA = up @ B^T,
+    dB = A^T @ up, each transposed back to how its operand lies. A shared operand's gradient is
+    summed over the batch later. Triangles of the product are refused."""
+    if node.attr("tri"):
+        raise NoGradient(f"{node.attr('tri')} of a matmul has no gradient rule here yet")
+    ta, tb = node.attr("ta"), node.attr("tb")
+    a_t = a[0] if ta else f"({a[0]}).mT"          # A^T
+    b_t = a[1] if tb else f"({a[1]}).mT"          # B^T
+    d_a, d_b = f"({up}) @ {b_t}", f"{a_t} @ ({up})"
+    return [(node.args[0], f"({d_a}).mT" if ta else d_a), (node.args[1], f"({d_b}).mT" if tb else d_b)]
+
+
 _RULES = {
     "add": lambda node, a, up: [(node.args[0], up), (node.args[1], up)],
     "sub": lambda node, a, up: [(node.args[0], up), (node.args[1], f"-({up})")],
@@ -141,4 +154,5 @@ _RULES = {
     "log_softmax": _softmax,
     "rmsnorm": _norm,
     "layernorm": _norm,
+    "matmul": _matmul,
 }

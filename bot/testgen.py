@@ -118,7 +118,9 @@ def test_gradients(case, variant):
         assert (g is None) == (w is None), f"the gradient of {name}: given where torch gives none, or missing"
         if g is not None:
             rows = max(1, want.numel() // w.numel(), reduced_length(inputs))
-            check_close(g, w, SPEC["inputs"][k]["dtypes"][variant], rows, 0.0, f"the gradient of {name}")
+            dtype = SPEC["inputs"][k]["dtypes"][variant]
+            # a gradient rounds like the largest values summed into it: its scale joins the allowance
+            check_close(g, w, dtype, rows, RTOL[dtype] * float(w.abs().max()), f"the gradient of {name}")
 '''
 
 
