@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bot.workflow import stages
 from bot.workflow.cards import bench_table, correctness_table, format_table
+from bot.workflow.custom_op import custom_op_source
 from bot.workflow.export import tuned_kernel
 from bot.workflow.model import Session
 from runner import protocol
@@ -73,6 +74,9 @@ def export(s: Session, out_dir: Path) -> list[Path]:
     spec = s.approved("spec") or s.latest("spec")
     if spec and '"parameter"' in spec.content:      # the generated tests call the pasted module through it
         written.append(_write(out_dir / MODULE_CALL.name, MODULE_CALL.read_text()))
+    op = custom_op_source(json.loads(spec.content)) if spec and s.approved("kernel") else None
+    if op:
+        written.append(_write(out_dir / "torch_op.py", op))
     rep = report(s)
     written.append(_write(out_dir / "report.json", json.dumps(rep, indent=2) + "\n"))
     bench = _bench_result(s)
@@ -132,4 +136,20 @@ def markdown(s: Session, rep: dict, chart: bool) -> str:
                       "which says nothing about which is fastest on a GPU."]
     if chart:
         lines += ["", "![chart](chart.png)"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _usage(s)) + "\n"
+
+
+def _usage(s: Session) -> list[str]:
+    """How a team uses the exported kernel: the function, or the custom op where torch_op.py is written."""
+    spec = s.approved("spec")
+    if not (spec and s.approved("kernel")):
+        return []
+    spec = json.loads(spec.content)
+    name, args = spec["name"], ", ".join(i["name"] for i in spec["inputs"])
+    lines = ["", "## Use", "", "```python", "import kernel", f"out = kernel.{name}({args})"]
+    if custom_op_source(spec):
+        lines += ["", "import torch_op      # kernelbot::" + name + ", traced whole by torch.compile",
+                  f"out = torch_op.{name}({args})"]
+        if spec.get("training"):
+            lines += ["out.backward(grad)   # the Triton backward"]
+    return lines + ["```", "", "test_kernel.py runs as is beside them: `pytest test_kernel.py`."]
