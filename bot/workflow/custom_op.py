@@ -12,8 +12,8 @@ NAMESPACE = "kernelbot"
 
 
 def custom_op_source(spec: dict) -> str | None:
-    """torch_op.py for the spec, or None where it is not written (a pasted module)."""
-    if spec.get("reference_class"):
+    """torch_op.py for the spec, or None where it is not written (a pasted module, no expression)."""
+    if spec.get("reference_class") or not (spec.get("expression") and spec.get("name") and spec.get("inputs")):
         return None
     name, params = spec["name"], [i["name"] for i in spec["inputs"]]
     args, typed = ", ".join(params), ", ".join(f"{p}: torch.Tensor" for p in params)

@@ -74,7 +74,7 @@ def export(s: Session, out_dir: Path) -> list[Path]:
     spec = s.approved("spec") or s.latest("spec")
     if spec and '"parameter"' in spec.content:      # the generated tests call the pasted module through it
         written.append(_write(out_dir / MODULE_CALL.name, MODULE_CALL.read_text()))
-    op = custom_op_source(json.loads(spec.content)) if spec and s.approved("kernel") else None
+    op = custom_op_source(_approved_spec(s)) if s.approved("kernel") else None
     if op:
         written.append(_write(out_dir / "torch_op.py", op))
     rep = report(s)
@@ -139,12 +139,20 @@ def markdown(s: Session, rep: dict, chart: bool) -> str:
     return "\n".join(lines + _usage(s)) + "\n"
 
 
+def _approved_spec(s: Session) -> dict:
+    """The approved spec ({} where none is, or it is not JSON)."""
+    rev = s.approved("spec")
+    try:
+        return json.loads(rev.content) if rev else {}
+    except ValueError:
+        return {}
+
+
 def _usage(s: Session) -> list[str]:
     """How a team uses the exported kernel: the function, or the custom op where torch_op.py is written."""
-    spec = s.approved("spec")
-    if not (spec and s.approved("kernel")):
+    spec = _approved_spec(s)
+    if not (s.approved("kernel") and spec.get("name") and spec.get("inputs")):
         return []
-    spec = json.loads(spec.content)
     name, args = spec["name"], ", ".join(i["name"] for i in spec["inputs"])
     lines = ["", "## Use", "", "```python", "import kernel", f"out = kernel.{name}({args})"]
     if custom_op_source(spec):
