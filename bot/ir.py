@@ -281,15 +281,21 @@ def reduced(node: Node, rank: int = 0) -> tuple[list[str], int | list[int] | Non
     return [cv.args[1].name], [0 if cv.attr("transposed") else 1, *range(2, cv.attr("nd") + 2)]
 
 
+# Where an input is marked twice, the later domain here wins: positive values are nonzero, and ±1 is
+# both nonzero and (but for log's sake) a value to compare with.
+_DOMAIN_ORDER = ("normal", "nonzero", "sign", "positive", "index")
+
+
 def domains(node: Node) -> dict[str, str]:
-    """Input domain per input: 'positive' under log/sqrt/rsqrt/fractional pow,
-    'nonzero' in a denominator or under a negative pow, else 'normal'."""
+    """Input domain per input: 'positive' under log/sqrt/rsqrt/fractional pow, 'nonzero' in a
+    denominator or under a negative pow, 'sign' compared with 1 or -1 (pointwise.domains), 'index'
+    for indices, else 'normal'."""
     out = {n: "normal" for n in input_names(node)}
     out.update(dict.fromkeys(index_inputs(node), "index"))
 
     def mark(sub: Node, dom: str) -> None:
         for leaf in sub.walk():
-            if leaf.op == "input" and out[leaf.name] != "positive":
+            if leaf.op == "input" and _DOMAIN_ORDER.index(dom) > _DOMAIN_ORDER.index(out[leaf.name]):
                 out[leaf.name] = dom
 
     for sub in node.walk():
