@@ -251,10 +251,20 @@ def index_inputs(node: Node) -> dict[str, dict]:
     indexes), and where not class indices (the last dim, a padding value among them) "index_dim" and
     "padding": False."""
     if is_chain(node):
-        return {k: v for s in stages(node) for k, v in index_inputs(s.node).items()}
+        steps = {s.name: s.node for s in stages(node)}
+        found = {k: v for s in stages(node) for k, v in index_inputs(s.node).items()}
+        return {k: {**v, "index_of": _source(v["index_of"], steps)} for k, v in found.items()}
     if node.op in LOSSES:
         return {name: {"index_of": of} for name, of in loss.index_inputs(node).items()}
     return gather.index_inputs(node) if node.op in gather.OPS else {}
+
+
+def _source(name: str, steps: dict[str, Node]) -> str:
+    """The input an earlier stage's output stands for as what indices index: its first input, whose
+    dims a row op or a pointwise stage keeps (cross_entropy(log_softmax(x), t): x)."""
+    while name in steps:
+        name = input_names(steps[name])[0]
+    return name
 
 
 def reduced(node: Node, rank: int = 0) -> tuple[list[str], int | list[int] | None] | None:
@@ -267,7 +277,7 @@ def reduced(node: Node, rank: int = 0) -> tuple[list[str], int | list[int] | Non
         dim = node.attr("dim", -1)
         return input_names(node.args[0]), None if dim == ALL else dim      # None: every element
     if node.op in LOSSES:
-        return input_names(node.args[0]), -1
+        return loss.reduced(node)
     if node.op in channel_norm.OPS:       # rank: the body's, for the dims a statistic spans
         return input_names(node.args[0]), channel_norm.reduced_dims(node, rank)
     mm = matmul_node(node)
@@ -281,15 +291,21 @@ def reduced(node: Node, rank: int = 0) -> tuple[list[str], int | list[int] | Non
     return [cv.args[1].name], [0 if cv.attr("transposed") else 1, *range(2, cv.attr("nd") + 2)]
 
 
+# Where an input is marked twice, the later domain here wins: positive values are nonzero, and ±1 is
+# both nonzero and (but for log's sake) a value to compare with.
+_DOMAIN_ORDER = ("normal", "nonzero", "sign", "positive", "index")
+
+
 def domains(node: Node) -> dict[str, str]:
-    """Input domain per input: 'positive' under log/sqrt/rsqrt/fractional pow,
-    'nonzero' in a denominator or under a negative pow, else 'normal'."""
+    """Input domain per input: 'positive' under log/sqrt/rsqrt/fractional pow, 'nonzero' in a
+    denominator or under a negative pow, 'sign' compared with 1 or -1 (pointwise.domains), 'index'
+    for indices, else 'normal'."""
     out = {n: "normal" for n in input_names(node)}
     out.update(dict.fromkeys(index_inputs(node), "index"))
 
     def mark(sub: Node, dom: str) -> None:
         for leaf in sub.walk():
-            if leaf.op == "input" and out[leaf.name] != "positive":
+            if leaf.op == "input" and _DOMAIN_ORDER.index(dom) > _DOMAIN_ORDER.index(out[leaf.name]):
                 out[leaf.name] = dom
 
     for sub in node.walk():

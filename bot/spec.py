@@ -87,6 +87,7 @@ def validate(spec: dict) -> dict:
     if node:
         _check_rank(out["inputs"], node)
         _check_dtypes(out["inputs"], node)
+        _check_signs(out["inputs"], node)
         _check_mask_uses(out["inputs"], node)
     _check_index_of(out["inputs"])
     if node:
@@ -264,6 +265,19 @@ def _check_dtypes(inputs: list[dict], node: ir.Node) -> None:
         elif protocol.INDEX_DTYPE in inp["dtypes"] or inp["domain"] == "index":
             raise SpecError(f"input {name}: int64 and the index domain are only for indices (cross_entropy's target, "
                             "gather's index, embedding's ids); use float16, bfloat16 or float32 and domain normal")
+
+
+def _check_signs(inputs: list[dict], node: ir.Node) -> None:
+    """A float input the expression compares with 1 or -1 (hinge_embedding_loss's target) is drawn as
+    -1 and 1, domain sign: set from the expression, never kept from an edit."""
+    signs = {n for n, domain in ir.domains(node).items() if domain == "sign"}
+    for inp in inputs:
+        if inp["name"] in signs and inp["domain"] != "mask":
+            inp["domain"] = "sign"
+        elif inp["domain"] == "sign":
+            raise SpecError(f"input {inp['name']}: domain sign (-1 or 1) is for a target the expression compares "
+                            "with 1 or -1 (hinge_embedding_loss's, cosine_embedding_loss's); use normal, positive "
+                            "or nonzero")
 
 
 def _validate_input(i: int, inp: dict) -> dict:

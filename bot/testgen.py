@@ -448,10 +448,10 @@ def params(skip_bf16):
 def make_inputs(case, variant):
     """The case's inputs in the variant's dtypes, drawn from each input's domain with a fixed seed:
     normal (standard normal), positive (uniform in [0.5, 2)), nonzero (random sign times that),
-    index (indices into dim index_dim, default the last, of the input named by index_of; unless
-    padding is false about one in eight is -100, torch's default ignore_index, as padding is in a
-    language model's batch), mask (bool, True
-    or False with even odds)."""
+    sign (-1.0 or 1.0 with even odds: a target compared with 1 and -1), index (indices into dim
+    index_dim, default the last, of the input named by index_of; unless padding is false about one
+    in eight is -100, torch's default ignore_index, as padding is in a language model's batch), mask
+    (bool, True or False with even odds)."""
     gen = torch.Generator(device=DEVICE).manual_seed(SEED)
     shapes = case_shapes(case)[0]
     inputs = []
@@ -468,6 +468,8 @@ def make_inputs(case, variant):
             values = torch.rand(shape, generator=gen, device=DEVICE) < 0.5
         elif domain == "normal":
             values = torch.randn(shape, generator=gen, device=DEVICE)
+        elif domain == "sign":
+            values = torch.where(torch.rand(shape, generator=gen, device=DEVICE) < 0.5, -1.0, 1.0)
         else:
             values = 0.5 + 1.5 * torch.rand(shape, generator=gen, device=DEVICE)
             if domain == "nonzero":

@@ -2,6 +2,7 @@
 constants, get_inputs' shapes and dtypes; the reference is the pasted file itself, run by the judge."""
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -332,3 +333,40 @@ def test_a_correction_with_shapes_keeps_its_other_words_and_replaces_get_inputs_
 def test_a_loss_module_is_the_function_it_computes(init, forward, inputs, expression):
     spec, _ = parse_request(fenced(module(init, forward, inputs)))
     assert spec["expression"] == expression and spec["reference_class"] == "Model"
+
+
+SIGNS = "torch.randint(0, 2, ({})).float() * 2 - 1"
+
+
+@pytest.mark.parametrize("init, forward, inputs, call, domains", [
+    (": self.loss = nn.NLLLoss(ignore_index=-100, reduction='sum')", "x, t):\n        return self.loss(x, t)",
+     "torch.randn(16, 10), torch.randint(0, 10, (16,))", "F.nll_loss(x, t, reduction='sum')",
+     {"x": "normal", "t": "index"}),
+    (": self.loss = nn.HingeEmbeddingLoss(margin=0.5)", "x, y):\n        return self.loss(x, y)",
+     f"torch.randn(16, 10), {SIGNS.format('16, 10')}", "F.hinge_embedding_loss(x, y, margin=0.5)",
+     {"x": "normal", "y": "sign"}),
+    (": self.loss = nn.CosineEmbeddingLoss(0.1, reduction='none')", "a, b, y):\n        return self.loss(a, b, y)",
+     f"torch.randn(16, 10), torch.randn(16, 10), {SIGNS.format('16,')}",
+     "F.cosine_embedding_loss(a, b, y, margin=0.1, reduction='none')", {"a": "nonzero", "b": "nonzero", "y": "sign"}),
+    (": self.loss = nn.MarginRankingLoss(margin=0.2)", "a, b, y):\n        return self.loss(a, b, y)",
+     f"torch.randn(16), torch.randn(16), {SIGNS.format('16,')}", "F.margin_ranking_loss(a, b, y, margin=0.2)",
+     {"a": "normal", "b": "normal", "y": "normal"}),
+    (": self.cos = nn.CosineSimilarity(dim=1, eps=1e-6)", "a, b):\n        return 1 - self.cos(a, b)",
+     "torch.randn(16, 10), torch.randn(1, 10)", "1 - F.cosine_similarity(a, b, dim=1, eps=1e-6)",
+     {"a": "nonzero", "b": "nonzero"}),
+])
+def test_target_loss_and_similarity_modules_are_the_functions_they_compute(init, forward, inputs, call, domains):
+    spec, _ = parse_request(fenced(module(init, forward, inputs)))
+    assert ir.parse(spec["expression"]) == ir.parse(call, as_written=True) and spec["reference_class"] == "Model"
+    assert {i["name"]: i["domain"] for i in spec["inputs"]} == domains
+
+
+@pytest.mark.parametrize("init, inputs, says", [
+    ("nn.NLLLoss(ignore_index=0)", "torch.randn(16, 10), torch.randint(0, 10, (16,))",
+     "nll_loss with ignore_index=0 is not supported (the default is -100)"),
+    ("nn.NLLLoss()", "torch.randn(4, 10, 3), torch.randint(0, 10, (4, 3))", "nll_loss on 3-D logits, whose classes"),
+])
+def test_nll_modules_beside_torchs_defaults_are_refused_saying_why(init, inputs, says):
+    code = module(f": self.loss = {init}", "x, t):\n        return self.loss(x, t)", inputs)
+    with pytest.raises(GenerationError, match=re.escape(says)):
+        parse_request(fenced(code))

@@ -313,6 +313,11 @@ def test_defaults_are_three_dtypes_two_shapes_and_each_is_noted():
     ("sqrt", {"x": "positive"}),
     ("rsqrt(x * y)", {"x": "positive", "y": "positive"}),
     ("x / y", {"x": "normal", "y": "nonzero"}),
+    # the sqrt of a sum of squares is finite for any values: x only divides, nonzero
+    ("x / sqrt(mean(x * x) + 1e-6)", {"x": "nonzero"}),
+    # compared with 1 and -1: drawn as those, each branch taken; log keeps z positive
+    ("where(y == 1.0, x, where(y != -1.0, 0.0, -x)) + where(z == 1.0, log(z), 0.0)",
+     {"y": "sign", "x": "normal", "z": "positive"}),
 ])
 def test_input_domains_follow_the_expression(text, domains):
     spec, _ = parse_request(text)

@@ -105,6 +105,20 @@ def test_generated_tests_draw_a_mask_as_bools(tmp_path):
     assert 'elif domain == "mask":' in (tmp_path / "test_kernel.py").read_text()
 
 
+def test_generated_tests_draw_a_sign_target_as_minus_one_and_one(tmp_path):
+    # A target compared with 1 and -1 (hinge_embedding_loss's): the generated tests draw it from those two
+    # values, both taken, the float64 ground truth reading the same ones.
+    spec = make_spec("where(y != 1.0, relu(1.0 - x), 0.0) + where(y != -1.0, x, 0.0)",
+                     {"x": [[17, 33]], "y": [[17, 33]]})
+    assert [i["domain"] for i in spec["inputs"]] == ["normal", "sign"]
+    write_session(tmp_path, spec)
+    result = run_pytest(tmp_path, "test_reference.py", "test_kernel.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+    drawn = subprocess.run([sys.executable, "-c", "import test_kernel as t; print(sorted(set(t.make_inputs(0, 0)[1]"
+                            ".flatten().tolist())))"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert drawn.stdout.strip() == "[-1.0, 1.0]", drawn.stdout + drawn.stderr
+
+
 def test_property_check_catches_a_reference_over_the_wrong_dim(tmp_path):
     spec = make_spec("softmax(x)", {"x": [[17, 33]]})
     write_session(tmp_path, spec)

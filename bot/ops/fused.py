@@ -14,9 +14,9 @@ and std; running max and rescaled sum for logsumexp) and finishes it into its va
 would leave SMs idle, D is split over programs: each level is a kernel writing its chunk's states,
 which the next kernels merge (the same merge, over the split) before their own pass.
 
-Owns the IR rule of prod, var, std, logsumexp, norm and F.normalize, which expressions are its
-(claims), their check and shape, the torch calls, the kernels with their config space and default
-rule, and its catalog entries.
+Owns the IR rule of prod, var, std, logsumexp, norm, F.normalize and F.cosine_similarity, which
+expressions are its (claims), their check and shape, the torch calls, the kernels with their config
+space and default rule, and its catalog entries.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from bot.codegen.expr import fmt_const
 from bot.codegen.kernel_file import NEG_INF, POS_INF, KernelFile, KernelInput, _expanded_strides
 from bot.ops import pointwise
 from bot.ops.entry import Entry
-from bot.ops.node import (ALL, Call, IRError, Node, broadcast_shapes, call, inp, input_names, is_none, keepdim,
-                          number, over_dim, prints, substitute, to_text)
+from bot.ops.node import (ALL, Call, IRError, Node, arguments, broadcast_shapes, call, inp, input_names, is_none,
+                          keepdim, number, over_dim, prints, substitute, to_text)
 
 NAME = "fused"
 OPS = {"prod", "var", "std", "logsumexp", "norm"}
@@ -39,11 +39,12 @@ ROOT = False
 MAX_RANK = 5
 MAX_NUMEL = 2**34                               # the kernels index with int64
 SUPPORTED = ("", "reductions that keep their dim inside an expression (x / x.norm(dim=1, keepdim=True), "
-             "x - x.mean(-1, keepdim=True)), prod, var, std, logsumexp, norm, F.normalize")
+             "x - x.mean(-1, keepdim=True)), prod, var, std, logsumexp, norm, F.normalize, F.cosine_similarity")
 ALIASES = {"vector_norm": "norm"}
 KEYWORDS = {"prod": {"dim", "keepdim"}, "var": {"dim", "correction", "unbiased", "keepdim"},
             "std": {"dim", "correction", "unbiased", "keepdim"}, "logsumexp": {"dim", "keepdim"},
-            "norm": {"p", "ord", "dim", "keepdim"}, "normalize": {"p", "dim", "eps"}}
+            "norm": {"p", "ord", "dim", "keepdim"}, "normalize": {"p", "dim", "eps"},
+            "cosine_similarity": {"x1", "x2", "dim", "eps"}}
 OUTPUT_DTYPE = None
 WORDS: list = []
 
@@ -57,6 +58,8 @@ CONFIGS = [{"BLOCK_X": x, "BLOCK_D": d, "num_warps": w} for x, d, w in
 def convert(c: Call) -> Node | None:
     if c.fname == "normalize":
         return _normalize(c)
+    if c.fname == "cosine_similarity":
+        return _cosine_similarity(c)
     if c.fname not in OPS:
         return None
     if c.fname == "norm":
@@ -132,9 +135,25 @@ def _normalize(c: Call) -> Node:
     p = 2.0 if is_none(given.get("p")) else _order(Call("norm", "", [given["input"]], {"p": given["p"]}, c.expr))
     dim = 1 if is_none(given.get("dim")) else int(number(given["dim"]))
     eps = 1e-12 if is_none(given.get("eps")) else number(given["eps"])
-    x = c.expr(given["input"])
-    norm = call("norm", x, dim=dim, keepdim=True, p=p)
-    return call("div", x, call("clamp", norm, min=eps))
+    return _unit(c.expr(given["input"]), p, dim, eps)
+
+
+def _unit(x: Node, p: float | str, dim: int, eps: float) -> Node:
+    """x divided by its p-norm over dim, at least eps (the clamp as its text reads back)."""
+    return call("div", x, call("clamp", call("norm", x, dim=dim, keepdim=True, p=p), min=eps, max=None))
+
+
+def _cosine_similarity(c: Call) -> Node:
+    """F.cosine_similarity(x1, x2, dim=1, eps=1e-8) as torch computes it: each input over its own 2-norm
+    along dim, each norm at least eps, their product summed over dim. torch broadcasts x1 and x2 to one
+    shape first: an input broadcast over other dims than dim ([1, D] beside [N, D]) reads the same
+    here, one broadcast over dim is refused (output_shape)."""
+    given = arguments(c, ("x1", "x2", "dim", "eps"))
+    if "x1" not in given or "x2" not in given:
+        raise IRError("cosine_similarity takes two tensors, e.g. F.cosine_similarity(x1, x2, dim=1)")
+    dim = 1 if is_none(given.get("dim")) else int(number(given["dim"]))
+    eps = 1e-8 if is_none(given.get("eps")) else number(given["eps"])
+    return call("sum", call("mul", *(_unit(c.expr(given[x]), 2.0, dim, eps) for x in ("x1", "x2"))), dim=dim)
 
 
 @prints(*OPS)
@@ -210,20 +229,24 @@ def check(node: Node) -> None:
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     full = broadcast_shapes([shapes[n] for n in input_names(node)])
     for r in reductions(node):
-        body = _shape(r.args[0], shapes, full)
-        if body != full:
-            raise IRError(f"{to_text(r)} reduces a body of shape {body}, but the expression's shape is {full}; "
-                          "the offline kernel takes reductions of the full shape")
         dim = r.attr("dim")
         if dim != ALL and not all(-len(full) <= d < len(full) for d in (dim if isinstance(dim, tuple) else (dim,))):
             raise IRError(f"{r.op} over dim {dim}, but the input has {len(full)} dims (shape {full})")
-        if dim != ALL:
-            reduced_dims(dim, len(full))
+        # The kernel reduces each row of the full shape: a body broadcast over other dims ([1, D] beside
+        # [N, D]) gives each row its own value, as torch does; one broadcast over a reduced dim would be
+        # counted once a row of the full shape, where torch counts it once.
+        body = _shape(r.args[0], shapes, full)
+        reduced = range(len(full)) if dim == ALL else reduced_dims(dim, len(full))
+        if len(body) != len(full) or any(body[d] != full[d] for d in reduced):
+            raise IRError(f"{to_text(r)} reduces a body of shape {body}, but the expression's shape is {full}; "
+                          "the offline kernel takes reductions of a body of the full rank and the full size on "
+                          "the dims they reduce")
     return _shape(node, shapes, full)
 
 
 def _shape(node: Node, shapes: dict[str, list[int]], full: list[int]) -> list[int]:
-    """The shape of a subtree: an input's, a reduction's of the full shape, the broadcast of the rest."""
+    """The shape of a subtree: an input's, a reduction's (as of the full shape: it is computed a row of
+    it), the broadcast of the rest."""
     if node.op == "input":
         return list(shapes[node.name])
     if node.op in REDUCTIONS:

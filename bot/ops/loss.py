@@ -1,9 +1,12 @@
-"""The loss family: cross_entropy(logits body, int64 target) over the last dim, with torch's
-default ignore_index (-100) and reduction 'mean' or 'none'. One kernel per BLOCK_R rows: an online
-logsumexp over BLOCK_V chunks, less the target's logit read directly; persistent programs for rows
-that fit one tile, an aligned kernel for odd vocabularies; 'mean' sums the per-row losses in one
-program, in a fixed order. Owns its words, IR rule, shape check, reference, kernel with its config
-space and default rule, and catalog entry.
+"""The loss family: cross_entropy(logits body, int64 target) over the last dim and nll_loss(log-probability
+body, int64 target) over dim 1 of a 2-D input, with torch's default ignore_index (-100) and reduction
+'mean', 'sum' or 'none'. Cross entropy: one kernel per BLOCK_R rows, an online logsumexp over BLOCK_V
+chunks less the target's logit read directly; persistent programs for rows that fit one tile, an
+aligned kernel for odd vocabularies. NLL: each row's target element alone is read. 'mean' and 'sum'
+add the per-row losses in one program, in a fixed order. The other losses are PyTorch's formulas in
+the IR's own ops (FORMULAS), which the pointwise, reduce and fused families lower. Owns its words,
+IR rules, shape check, reference, kernels with their config spaces and default rules, and catalog
+entry.
 """
 from __future__ import annotations
 
@@ -13,41 +16,68 @@ import re
 
 from bot.codegen.code import indented, jit_source, wrap
 from bot.codegen.dim_kernel import ALIGNED_COMMENT, ALIGNED_LAUNCH, MAX_CONFIGS, ReducedBodyFile, _fit, _fit_stages
-from bot.codegen.kernel_file import NEG_INF, _expanded, _require_full
+from bot.codegen.kernel_file import NEG_INF, KernelFile, _expanded, _expanded_strides, _require_full
 from bot.codegen.row_kernel import (EDGE_LINES, _row_config, _row_tile, align_elements, aligned_chunk, aligned_span,
                                     sm_count_line)
 from bot.generators.interface import GenerationError
 from bot.ops import pointwise, view
 from bot.ops.entry import SMALL_LONG_ODD, Entry
-from bot.ops.node import (ALL, Call, IRError, Node, arguments, arity, broadcast_shapes, call, flag, input_names, number,
+from bot.ops.node import (ALL, Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_none, number,
                           prints, to_text)
 from bot.ops.text import END, NUM, FLAGS as _F, blank as _blank
 from runner.protocol import IGNORE_INDEX
 
 NAME = "loss"
-OPS = {"cross_entropy"}
-# Elementwise losses of input x and target y, as PyTorch defines them, written in the IR's own ops:
-# (parameters after input and target, with PyTorch's defaults; formula). reduction 'mean' and 'sum'
-# reduce every element (the reduce family lowers those), 'none' keeps them.
-ELEMENTWISE: dict[str, tuple[tuple[tuple[str, float], ...], str]] = {
-    "mse_loss": ((), "(x - y) ** 2"),
-    "l1_loss": ((), "abs(x - y)"),
-    "smooth_l1_loss": ((("beta", 1.0),), "where(abs(x - y) < beta, 0.5 * (x - y) ** 2 / beta, abs(x - y) - 0.5 * beta)"),
-    "huber_loss": ((("delta", 1.0),), "where(abs(x - y) < delta, 0.5 * (x - y) ** 2, delta * (abs(x - y) - 0.5 * delta))"),
-    "binary_cross_entropy_with_logits": ((), "maximum(x, 0.0) - x * y + log(1.0 + exp(-abs(x)))"),
-    "soft_margin_loss": ((), "log(1.0 + exp(-y * x))"),
-    "kl_div": ((), "where(y > 0.0, y * (log(y) - x), 0.0)"),
+CE_OP, NLL = "cross_entropy", "nll_loss"
+OPS = {CE_OP, NLL}
+_PAIR, _TRIPLE = ("input", "target"), ("input1", "input2", "target")
+_LEGACY = ("size_average", "reduce", "reduction")      # torch's deprecated size_average and reduce, then reduction
+# cosine_embedding_loss's cosine as torch computes it over the last dim (its dim 1 of 2-D inputs, 0 of
+# 1-D ones): the squared norms plus 1e-12 under one sqrt, not cosine_similarity's clamped norms.
+_COS = ("(sum(x1 * x2, dim=-1, keepdim=True) / sqrt((sum(x1 * x1, dim=-1, keepdim=True) + 1e-12) * "
+        "(sum(x2 * x2, dim=-1, keepdim=True) + 1e-12)))")
+# Losses as PyTorch defines them, written in the IR's own ops: (torch's positional order, the parameters
+# read, with torch's defaults; the formula over x and y (input, target), x1, x2 and y (input1, input2,
+# target), or a, pos and neg (anchor, positive, negative)). Targets are compared with 1 and -1 as
+# torch compares them, so any other value gives what torch gives. reduction 'mean' and 'sum' reduce
+# every element of the formula (the reduce family lowers those), 'none' keeps them.
+FORMULAS: dict[str, tuple[tuple[str, ...], dict[str, float], str]] = {
+    "mse_loss": ((*_PAIR, *_LEGACY), {}, "(x - y) ** 2"),
+    "l1_loss": ((*_PAIR, *_LEGACY), {}, "abs(x - y)"),
+    "smooth_l1_loss": ((*_PAIR, *_LEGACY, "beta"), {"beta": 1.0},
+                       "where(abs(x - y) < beta, 0.5 * (x - y) ** 2 / beta, abs(x - y) - 0.5 * beta)"),
+    "huber_loss": ((*_PAIR, "reduction", "delta"), {"delta": 1.0},
+                   "where(abs(x - y) < delta, 0.5 * (x - y) ** 2, delta * (abs(x - y) - 0.5 * delta))"),
+    "binary_cross_entropy_with_logits": ((*_PAIR, "weight", *_LEGACY, "pos_weight"), {},
+                                         "maximum(x, 0.0) - x * y + log(1.0 + exp(-abs(x)))"),
+    "soft_margin_loss": ((*_PAIR, *_LEGACY), {}, "log(1.0 + exp(-y * x))"),
+    "kl_div": ((*_PAIR, *_LEGACY, "log_target"), {}, "where(y > 0.0, y * (log(y) - x), 0.0)"),
+    "hinge_embedding_loss": ((*_PAIR, "margin", *_LEGACY), {"margin": 1.0},
+                             "where(y != 1.0, relu(margin - x), 0.0) + where(y != -1.0, x, 0.0)"),
+    "margin_ranking_loss": ((*_TRIPLE, "margin", *_LEGACY), {"margin": 0.0}, "relu(-y * (x1 - x2) + margin)"),
+    "cosine_embedding_loss": ((*_TRIPLE, "margin", *_LEGACY), {"margin": 0.0},
+                              f"(where(y.unsqueeze(-1) == 1.0, 1.0 - {_COS}, 0.0) + "
+                              f"where(y.unsqueeze(-1) == -1.0, relu({_COS} - margin), 0.0)).squeeze(-1)"),
+    # max(d(a, p) - d(a, n) + margin, 0) a row, d(u, v) the p-norm of u - v + eps over the last dim
+    # (torch's pairwise_distance)
+    "triplet_margin_loss": (("anchor", "positive", "negative", "margin", "p", "eps", "swap", *_LEGACY),
+                            {"margin": 1.0, "p": 2.0, "eps": 1e-6},
+                            "relu(norm(a - pos + eps, p=p, dim=-1) - norm(a - neg + eps, p=p, dim=-1) + margin)"),
 }
+_FORMULA_NAMES = {"input": "x", "target": "y", "input1": "x1", "input2": "x2", "anchor": "a", "positive": "pos",
+                  "negative": "neg"}
+# The arguments beside tensors, parameters and reduction: read only at these values (else None).
+_OFF = {"swap": False, "log_target": False}
 _REDUCED = {"mean": "mean", "sum": "sum"}
 ROOT = True
-SUPPORTED = ("over the last dim", "cross_entropy(logits, target); elementwise losses of input and target: "
-             f"{', '.join(ELEMENTWISE)} (reduction 'mean', 'sum' or 'none'; kl_div also 'batchmean'); "
-             "triplet_margin_loss(anchor, positive, negative, margin, p, eps)")
-ALIASES = {"crossentropy": "cross_entropy"}
+SUPPORTED = ("over the last dim", "cross_entropy(logits, target), nll_loss(log_probs, target) (2-D); the losses "
+             f"{', '.join(FORMULAS)} (reduction 'mean', 'sum' or 'none'; kl_div also 'batchmean')")
+ALIASES = {"crossentropy": CE_OP}
 TRIPLET = "triplet_margin_loss"
-KEYWORDS = {"cross_entropy": {"reduction", "input", "target"},
-            TRIPLET: {"anchor", "positive", "negative", "margin", "p", "eps", "swap", "reduction"},
-            **{name: {"reduction", "input", "target", *(p for p, _ in params)} for name, (params, _) in ELEMENTWISE.items()}}
+# torch's positional order of cross_entropy's and nll_loss's arguments
+_CLASS_ORDER = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
+KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]),
+            **{name: set(order) for name, (order, _, _) in FORMULAS.items()}}
 OUTPUT_DTYPE = None
 WORDS: list = []                    # read apart, before the generic reader: CROSS_ENTROPY, cross_entropy_words
 
@@ -104,17 +134,13 @@ def cross_entropy_words(text: str) -> tuple[str, str, list[str]]:
     """(expression, text without the words read, notes) for 'cross entropy over 4096x32000 logits'."""
     if m := _CE_EXTRAS.search(text):
         raise GenerationError(f"cross entropy with {m.group(0)!r} is not supported: cross_entropy(logits, target) "
-                              "takes class indices, with reduction mean (the default) or none (per row)")
-    if m := _SUM_REDUCTION.search(text):
-        raise GenerationError(f"cross entropy with {m.group(0)!r} is not supported: use reduction mean (the default) "
-                              "or none ('per row')")
-    per_row = bool(_PER_ROW.search(text))
-    notes = [] if per_row or _MEAN.search(text) else [
+                              "takes class indices, with reduction mean (the default), sum or none (per row)")
+    reduction = "none" if _PER_ROW.search(text) else "sum" if _SUM_REDUCTION.search(text) else "mean"
+    notes = [] if reduction != "mean" or _MEAN.search(text) else [
         "no reduction named: averaging the loss over rows (reduction='mean', like F.cross_entropy)"]
-    for pattern in (CROSS_ENTROPY, _PER_ROW, _MEAN, _CE_NAMES):
+    for pattern in (CROSS_ENTROPY, _PER_ROW, _SUM_REDUCTION, _MEAN, _CE_NAMES):
         text = pattern.sub(_blank, text)
-    reduction = ", reduction='none'" if per_row else ""
-    return f"cross_entropy(logits, target{reduction})", text, notes
+    return f"cross_entropy(logits, target{f', reduction={reduction!r}' * (reduction != 'mean')})", text, notes
 
 
 # The elementwise losses (and triplet margin) by name: pattern -> function. Binary cross entropy is
@@ -164,9 +190,8 @@ def loss_words(text: str) -> tuple[str, str, list[str]]:
         text = _BETWEEN.sub(_blank, text)
     for key, pattern in _LOSS_PARAMS.items():
         if m := pattern.search(text):
-            if key not in KEYWORDS[fn]:
-                raise GenerationError(f"{fn} takes no {key}; its parameters: "
-                                      f"{', '.join(sorted(KEYWORDS[fn] - {'input', 'target', 'reduction'})) or 'none'}")
+            if key not in FORMULAS[fn][1]:
+                raise GenerationError(f"{fn} takes no {key}; its parameters: {', '.join(FORMULAS[fn][1]) or 'none'}")
             args.append(f"{key}={float(m.group(1))!r}")
             text = pattern.sub(_blank, text)
     if reduction and reduction != "mean":
@@ -179,85 +204,74 @@ def loss_words(text: str) -> tuple[str, str, list[str]]:
 # ---------------------------------------------------------------- IR rule
 
 def convert(c: Call) -> Node | None:
-    if c.fname in ELEMENTWISE:
-        return _elementwise(c)
-    if c.fname == TRIPLET:
-        return _triplet(c)
+    if c.fname in FORMULAS:
+        return _formula(c)
     if c.fname not in OPS:
         return None
-    args, kw = c.args, c.kw
-    # cross_entropy(logits, target, reduction='mean'|'none'), with torch's default ignore_index
-    # (-100); class weights, label smoothing and other ignore_index values are not supported.
-    extra = sorted(set(kw) - {"reduction", "input", "target"})
-    if extra:
-        raise IRError(f"cross_entropy supports reduction='mean' or 'none' only, not {', '.join(extra)}")
-    args = args + [kw[k] for k in ("input", "target") if k in kw]
-    arity("cross_entropy", args, 2)
-    node = kw.get("reduction")
-    reduction = _reduction(node)
-    if reduction not in ("mean", "none"):
-        raise IRError(f"cross_entropy reduction must be 'mean' or 'none', got {ast.unparse(node)!r}")
-    return call("cross_entropy", c.expr(args[0]), c.expr(args[1]), reduction=reduction)
+    # cross_entropy(logits, target) and nll_loss(log_probs, target) with torch's defaults: no class
+    # weights, ignore_index -100, no label smoothing.
+    given = arguments(c, _CLASS_ORDER if c.fname == CE_OP else _CLASS_ORDER[:-1])
+    if "input" not in given or "target" not in given:
+        raise IRError(f"{c.fname} takes input and target, e.g. F.{c.fname}(x, target)")
+    _defaults_only(c.fname, given, _CLASS_ORDER[2:6], {"ignore_index": IGNORE_INDEX})
+    if "label_smoothing" in given and number(given["label_smoothing"]) != 0:
+        raise IRError(f"cross_entropy with label_smoothing={ast.unparse(given['label_smoothing'])} is not supported")
+    reduction = _read_reduction(c.fname, given.get("reduction"))
+    return call(c.fname, c.expr(given["input"]), c.expr(given["target"]), reduction=reduction)
 
 
-def _reduction(written: ast.expr | None) -> str | None:
-    """A loss's reduction= as written: 'mean' (torch's default) when not given, None when not a string."""
-    return "mean" if written is None else written.value if isinstance(written, ast.Constant) else None
+def _defaults_only(fname: str, given: dict, keys: tuple[str, ...], defaults: dict) -> None:
+    """Refuse any of keys given other than as its default (None where defaults has none)."""
+    for key in keys:
+        written, default = given.get(key), defaults.get(key)
+        if written is None or (is_none(written) if default is None else _literal(written) == default):
+            continue
+        hint = "; give reduction= instead" if key in ("size_average", "reduce") else ""
+        raise IRError(f"{fname} with {key}={ast.unparse(written)} is not supported (the default is {default}){hint}")
 
 
-def _elementwise(c: Call) -> Node:
-    """An elementwise loss: its formula over input and target, then every element reduced (mean,
-    sum) or kept (none). Parameters by position after the two tensors, or by keyword."""
-    params, formula = ELEMENTWISE[c.fname]
-    args = c.args + [c.kw.pop(k) for k in ("input", "target") if k in c.kw]
-    if len(args) < 2 or len(args) > 2 + len(params):
-        raise IRError(f"{c.fname} takes input and target{''.join(f', {p}' for p, _ in params)}, got {len(args)} "
-                      "arguments")
-    values = {"x": args[0], "y": args[1]}
-    for (p, default), given in zip(params, args[2:] + [None] * len(params)):
-        written = c.kw.pop(p, given)
-        values[p] = ast.Constant(default if written is None else number(written))
+def _literal(written: ast.expr) -> object:
+    """A constant as written (-100, False), or None where it is not one."""
+    try:
+        return ast.literal_eval(written)
+    except ValueError:
+        return None
+
+
+def _read_reduction(fname: str, written: ast.expr | None) -> str:
+    """A loss's reduction=: 'mean' (torch's default) when not given, 'sum' or 'none'; kl_div's 'batchmean'."""
+    reduction = "mean" if written is None else written.value if isinstance(written, ast.Constant) else None
+    if reduction not in ("mean", "sum", "none") and (fname, reduction) != ("kl_div", "batchmean"):
+        raise IRError(f"{fname} reduction must be 'mean', 'sum' or 'none'{' or batchmean' * (fname == 'kl_div')}, "
+                      f"got {ast.unparse(written) if written is not None else None!r}")
+    return reduction
+
+
+def _formula(c: Call) -> Node:
+    """A loss of FORMULAS: its formula over its tensors and parameters (by position in torch's order,
+    or by keyword), then every element reduced (mean, sum) or kept (none)."""
+    order, params, formula = FORMULAS[c.fname]
+    given = arguments(c, order)
+    tensors = [k for k in order if k in _FORMULA_NAMES]
+    if missing := [k for k in tensors if k not in given]:
+        raise IRError(f"{c.fname} takes {', '.join(tensors[:-1])} and {tensors[-1]}; {', '.join(missing)} missing")
+    _defaults_only(c.fname, given, tuple(k for k in order if k not in (*tensors, *params, "reduction")), _OFF)
+    values = {_FORMULA_NAMES[k]: given[k] for k in tensors}
+    values |= {p: ast.Constant(number(given.get(p, ast.Constant(default)))) for p, default in params.items()}
     if c.fname == "smooth_l1_loss" and values["beta"].value == 0:
-        formula = ELEMENTWISE["l1_loss"][1]             # PyTorch: beta 0 is the L1 loss
-    node = c.kw.pop("reduction", None)
-    reduction = _reduction(node)
-    if reduction not in ("mean", "sum", "none") and (c.fname, reduction) != ("kl_div", "batchmean"):
-        raise IRError(f"{c.fname} reduction must be 'mean', 'sum' or 'none'{' or batchmean' * (c.fname == 'kl_div')}, "
-                      f"got {ast.unparse(node) if node is not None else None!r}")
+        formula = FORMULAS["l1_loss"][2]             # PyTorch: beta 0 is the L1 loss
+    reduction = _read_reduction(c.fname, given.get("reduction"))
     body = c.expr(pointwise.Bind(values).visit(ast.parse(formula, mode="eval").body))
     if reduction == "batchmean":            # the sum over every element / the batch (dim 0): each row's sum, averaged
         return call("mean", call("sum", call(view.FLATTEN, body, start=1, end=-1), dim=1), dim=ALL)
     return body if reduction == "none" else call(_REDUCED[reduction], body, dim=ALL)
 
 
-def _triplet(c: Call) -> Node:
-    """triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, reduction='mean'):
-    max(d(a, p) - d(a, n) + margin, 0) per row, d(u, v) the p-norm of u - v + eps over the last dim
-    (torch's pairwise_distance), then reduced over the rows."""
-    given = arguments(c, ("anchor", "positive", "negative", "margin", "p", "eps", "swap", "reduction"))
-    missing = [k for k in ("anchor", "positive", "negative") if k not in given]
-    if missing:
-        raise IRError(f"{TRIPLET} takes anchor, positive and negative; {', '.join(missing)} missing")
-    if flag(given.get("swap")):
-        raise IRError(f"{TRIPLET} with swap=True is not supported; swap=False (the default) is")
-    written = given.get("reduction")
-    reduction = _reduction(written)
-    if reduction not in _REDUCED and reduction != "none":
-        raise IRError(f"{TRIPLET} reduction must be 'mean', 'sum' or 'none', got {ast.unparse(written)!r}")
-    values = {"a": given["anchor"], "pos": given["positive"], "neg": given["negative"],
-              "margin": ast.Constant(number(given.get("margin", ast.Constant(1.0)))),
-              "order": ast.Constant(number(given.get("p", ast.Constant(2.0)))),
-              "eps": ast.Constant(number(given.get("eps", ast.Constant(1e-6))))}
-    formula = "relu(norm(a - pos + eps, p=order, dim=-1) - norm(a - neg + eps, p=order, dim=-1) + margin)"
-    body = c.expr(pointwise.Bind(values).visit(ast.parse(formula, mode="eval").body))
-    return body if reduction == "none" else call(_REDUCED[reduction], body, dim=ALL)
-
-
 @prints(*OPS)
 def _print(node: Node, text) -> str:
-    if node.attr("reduction") != "mean":
-        return f"cross_entropy({text(node.args[0])}, {text(node.args[1])}, reduction='none')"
-    return f"cross_entropy({text(node.args[0])}, {text(node.args[1])})"
+    reduction = node.attr("reduction")
+    return f"{node.op}({text(node.args[0])}, {text(node.args[1])}" + (
+        ")" if reduction == "mean" else f", reduction={reduction!r})")
 
 
 def check(node: Node) -> None:
@@ -266,7 +280,7 @@ def check(node: Node) -> None:
     if target.op != "input":
         raise IRError(f"{node.op} target must be inputs, got {to_text(target)!r}")
     if target.name in input_names(node.args[0]):
-        raise IRError("cross_entropy's target (class indices) cannot also be part of the logits")
+        raise IRError(f"{node.op}'s target (class indices) cannot also be part of its input")
 
 
 def index_inputs(node: Node) -> dict[str, str]:
@@ -274,27 +288,40 @@ def index_inputs(node: Node) -> dict[str, str]:
     return {node.args[1].name: input_names(node.args[0])[0]}
 
 
+def reduced(node: Node) -> tuple[list[str], int] | None:
+    """(inputs, dim) the op accumulates over: cross entropy each row's classes; nll_loss nothing in a
+    row, its 'mean' and 'sum' the rows (dim 0)."""
+    if node.op == CE_OP:
+        return input_names(node.args[0]), -1
+    return None if node.attr("reduction") == "none" else (input_names(node.args[0]), 0)
+
+
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     logits = broadcast_shapes([shapes[n] for n in input_names(node.args[0])])
     target = list(shapes[node.args[1].name])
+    if node.op == NLL and len(logits) != 2:
+        raise IRError(f"nll_loss takes a 2-D input [rows, classes] (classes in dim 1) and a 1-D target; got a "
+                      f"{len(logits)}-D input {logits}")
     if target != logits[:-1]:
-        raise IRError(f"cross_entropy: target must have the logits' shape without the class dim, "
+        raise IRError(f"{node.op}: target must have the input's shape without the class dim, "
                       f"{logits[:-1]}, got {target}")
-    return [] if node.attr("reduction") == "mean" else logits[:-1]
+    return logits[:-1] if node.attr("reduction") == "none" else []
 
 
 # ---------------------------------------------------------------- reference
 
 def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str]) -> str:
-    # Classes are the last dim (torch's own cross_entropy takes them at dim 1): rows flattened.
     if not body.isidentifier():
         lines.append(f"h = {body}")
         body = "h"
     target = names[node.args[1].name]
     reduction = node.attr("reduction")
+    if node.op == NLL:
+        return f"torch.nn.functional.nll_loss({body}, {target}, reduction={reduction!r})"
+    # Classes are the last dim (torch's own cross_entropy takes them at dim 1): rows flattened.
     loss = (f"torch.nn.functional.cross_entropy({body}.flatten(0, -2), {target}.flatten(), "
             f"reduction={reduction!r})")
-    return loss if reduction == "mean" else f"{loss}.reshape({target}.shape)"
+    return f"{loss}.reshape({target}.shape)" if reduction == "none" else loss
 
 
 # ---------------------------------------------------------------- kernel.py
@@ -315,20 +342,64 @@ def _cross_entropy_tiles(config, R, V, elem_bytes):
 
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:
-    return _CrossEntropyKernel.render(spec, node, options, pointwise.triton_body)
+    return (_NllKernel if node.op == NLL else _CrossEntropyKernel).render(spec, node, options, pointwise.triton_body)
+
+
+def _total_kernel(name: str, target: str, mean: bool) -> str:
+    """The kernel adding R float32 per-row losses; for 'mean', over the rows not ignored."""
+    lines = ["acc = tl.zeros([BLOCK], tl.float32)",
+             *["count = tl.zeros([BLOCK], tl.float32)"] * mean,
+             "for start in range(0, R, BLOCK):",
+             "    offs = start + tl.arange(0, BLOCK)",
+             "    acc += tl.load(losses_ptr + offs, mask=offs < R, other=0.0)",
+             *[f"    kept = tl.load({target}_ptr + offs, mask=offs < R, other={IGNORE_INDEX}) != {IGNORE_INDEX}",
+               "    count += kept.to(tl.float32)"] * mean,
+             f"total = tl.sum(acc, axis=0){' / tl.sum(count, axis=0)' * mean}",
+             "tl.store(dst_ptr, total.to(dst_ptr.dtype.element_ty))"]
+    comment = ("    # One program adds the per-row losses in a fixed order (deterministic, no atomics)"
+               + (";\n    # 'mean' divides by the rows not ignored (none: 0 / 0, NaN, as in torch).\n" if mean else ".\n"))
+    return jit_source(f"{name}_total_kernel", ["losses_ptr", f"{target}_ptr", "dst_ptr", "R", "BLOCK: tl.constexpr"],
+                      lines, comment)
+
+
+def _out_lines(reduction: str, per_row: str, dtype: str, device: str) -> str:
+    """The launcher's output, and for 'mean' and 'sum' the float32 per-row losses its kernels write first."""
+    text = f"    out = torch.empty({per_row if reduction == 'none' else '()'}, dtype={dtype}, device={device})\n"
+    if reduction != "none":
+        text += f"    losses = torch.empty(R, dtype=torch.float32, device={device})  # added up below\n"
+    return text
+
+
+def _rows_out(reduction: str) -> str:
+    """Where the row kernels write: the output itself, or the per-row losses added up after them."""
+    return "out" if reduction == "none" else "losses"
+
+
+def _total_launch(name: str, target: str, reduction: str) -> str:
+    """The launcher's lines adding the per-row `losses` into `out` (one value), for 'mean' and 'sum'."""
+    if reduction == "none":
+        return ""
+    return ("    # One program, 8192 rows a step: each step waits out a load's latency, and one step\n"
+            "    # covers the usual batch of rows.\n"
+            f"    {name}_total_kernel[(1,)](losses, {target}, out, R, BLOCK=8192, num_warps=16)\n")
+
+
+# What both kernel.py files say of their targets and reductions.
+_TARGETS_TEXT = (f"A target of {IGNORE_INDEX} (torch's default ignore_index, padding) adds no loss and no count to\n"
+                 "'mean'; any other target outside [0, V) {outside} (torch would raise). 'mean' and 'sum' write\n"
+                 "float32 per-row losses that one program adds in a fixed order (deterministic); 'mean'\n"
+                 "divides by the rows not ignored.")
 
 
 class _CrossEntropyKernel(ReducedBodyFile):
     description = ("BLOCK_R rows of V class logits per program, read in BLOCK_V chunks: an online logsumexp less\n"
-                   "the target's logit (read directly) gives loss = logsumexp(row) - row[target]. A target of\n"
-                   f"{IGNORE_INDEX} (torch's default ignore_index, padding) adds no loss and no count to 'mean';\n"
-                   "any other target outside [0, V) picks 0 (torch would raise). 'mean' writes float32 per-row\n"
-                   "losses that one program sums in a fixed order (deterministic), over the rows not ignored.")
+                   "the target's logit (read directly) gives loss = logsumexp(row) - row[target].\n"
+                   + _TARGETS_TEXT.format(outside="picks 0"))
     block_key = "BLOCK_V"
 
     def __init__(self, spec, node, inputs, options, body):
         super().__init__(spec, node, inputs, options, body)
-        self.mean = node.attr("reduction", "mean") == "mean"
+        self.reduction = node.attr("reduction")
         self.target = next(i for i in inputs if i.name == node.args[1].name)
         if self.target in self.body_inputs:
             raise ValueError("cross_entropy's target (class indices) cannot also be part of the logits")
@@ -346,7 +417,7 @@ class _CrossEntropyKernel(ReducedBodyFile):
 
     def source(self) -> str:
         kernels = [self._kernel(), self._persistent_kernel(), self._aligned_kernel()]
-        kernels += [self._mean_kernel()] if self.mean else []
+        kernels += [_total_kernel(self.name, self.target.local, self.reduction == "mean")] * (self.reduction != "none")
         helpers = [_row_config, _row_tile, _fit, _fit_stages, _cross_entropy_config, _cross_entropy_tiles,
                    _expanded, _require_full]
         return self._file(kernels, helpers, self._launcher())
@@ -440,35 +511,17 @@ class _CrossEntropyKernel(ReducedBodyFile):
                    "    # BLOCK_V-wide tile (BLOCK_V >= V).\n")
         return jit_source(f"{self.name}_persistent_kernel", self._params(), lines, comment)
 
-    def _mean_kernel(self) -> str:
-        t = self.target.local
-        lines = ["acc = tl.zeros([BLOCK], tl.float32)",
-                 "count = tl.zeros([BLOCK], tl.float32)",
-                 "for start in range(0, R, BLOCK):",
-                 "    offs = start + tl.arange(0, BLOCK)",
-                 "    acc += tl.load(losses_ptr + offs, mask=offs < R, other=0.0)",
-                 f"    kept = tl.load({t}_ptr + offs, mask=offs < R, other={IGNORE_INDEX}) != {IGNORE_INDEX}",
-                 "    count += kept.to(tl.float32)",
-                 "tl.store(dst_ptr, (tl.sum(acc, axis=0) / tl.sum(count, axis=0)).to(dst_ptr.dtype.element_ty))"]
-        comment = ("    # One program sums the per-row losses in a fixed order (deterministic, no atomics) and\n"
-                   "    # divides by the rows not ignored (none: 0 / 0, NaN, as in torch).\n")
-        return jit_source(f"{self.name}_mean_kernel", ["losses_ptr", f"{t}_ptr", "dst_ptr", "R", "BLOCK: tl.constexpr"],
-                          lines, comment)
-
     def _launcher(self) -> str:
         first, t = self.body_inputs[0].local, self.target
         text = self._head()
         text += ("    # R rows of V classes, one class index per row.\n"
                  "    V = shape[-1]\n    R = shape[:-1].numel()\n"
-                 f'    _require_full("{t.name}", {t.local}.shape, shape[:-1])\n'
-                 f"    out = torch.empty({'()' if self.mean else 'shape[:-1]'}, dtype={self.out_dtype(first)}, "
-                 f"device={first}.device)\n")
+                 f'    _require_full("{t.name}", {t.local}.shape, shape[:-1])\n')
+        text += _out_lines(self.reduction, "shape[:-1]", self.out_dtype(first), f"{first}.device")
         text += self._config_line("_cross_entropy_config(R, V)")
         text += wrap("BLOCK_R, BLOCK_V, num_warps, num_stages = _cross_entropy_tiles",
                       ["config", "R", "V", self._elem_bytes()], "    ") + "\n"
-        if self.mean:
-            text += f"    losses = torch.empty(R, dtype=torch.float32, device={first}.device)  # summed below\n"
-        tensors = [i.local for i in self.body_inputs] + [t.local, "losses" if self.mean else "out", "R", "V"]
+        tensors = [i.local for i in self.body_inputs] + [t.local, _rows_out(self.reduction), "R", "V"]
         args = tensors + ["BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "num_warps=num_warps"]
         text += align_elements(self.body_inputs) + ALIGNED_LAUNCH.format(also="", n="V")
         text += self._launch(f"{self.name}_aligned_kernel", "(R,)", tensors + [
@@ -481,11 +534,64 @@ class _CrossEntropyKernel(ReducedBodyFile):
         text += "    else:\n"
         text += self._launch(f"{self.name}_kernel", "(triton.cdiv(R, BLOCK_R),)", args + ["NUM_STAGES=num_stages"],
                              "        ")
-        if self.mean:
-            text += ("    # One program, 8192 rows a step: each step waits out a load's latency, and one step\n"
-                     "    # covers the usual batch of rows.\n"
-                     f"    {self.name}_mean_kernel[(1,)](losses, {t.local}, out, R, BLOCK=8192, num_warps=16)\n")
-        return text + "    return out\n"
+        return text + _total_launch(self.name, t.local, self.reduction) + "    return out\n"
+
+
+# nll_loss: BLOCK rows a program. A row is one class index and one element read, so the kernel waits on
+# latency: many rows in flight a program; fewer, smaller programs where rows are few.
+NLL_CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in ((1024, 4), (256, 2), (4096, 8), (128, 1))]
+
+
+class _NllKernel(KernelFile):
+    description = ("BLOCK rows of a 2-D input [R, V] a program: each row's class index, then the one element it\n"
+                   "picks, loss = -input[row, target]; the row's other elements are never read, and an input\n"
+                   "broadcast over [R, V] is read through its strides, never copied.\n"
+                   + _TARGETS_TEXT.format(outside="adds 0"))
+    block_key = "BLOCK"
+
+    def __init__(self, spec, node, inputs, options, body):
+        names = input_names(node.args[0])
+        body_inputs = [i for i in inputs if i.name in names]
+        super().__init__(spec, body(node.args[0], body_inputs), inputs, body_inputs, options)
+        self.reduction = node.attr("reduction")
+        self.target = next(i for i in inputs if i.name == node.args[1].name)
+
+    def configs(self) -> list[dict]:
+        return self._space(NLL_CONFIGS)
+
+    def source(self) -> str:
+        kernels = [self._kernel()]
+        kernels += [_total_kernel(self.name, self.target.local, self.reduction == "mean")] * (self.reduction != "none")
+        return self._file(kernels, [_expanded_strides, _require_full], self._launcher())
+
+    def _kernel(self) -> str:
+        t = self.target.local
+        params = [p for i in self.body_inputs for p in (f"{i.local}_ptr", f"{i.local}_sr", f"{i.local}_sv")]
+        lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+                 f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other={IGNORE_INDEX})",
+                 "# A target outside [0, V) (the ignored -100 among them) reads nothing and adds 0.",
+                 f"pick = (rows < R) & ({t} >= 0) & ({t} < V)",
+                 *(f"{i.local} = tl.load({i.local}_ptr + rows * {i.local}_sr + {t} * {i.local}_sv, mask=pick, "
+                   "other=0.0).to(tl.float32)" for i in self.body_inputs),
+                 f"loss = tl.where(pick, -({self.body_call()}), 0.0)",
+                 "tl.store(dst_ptr + rows, loss.to(dst_ptr.dtype.element_ty), mask=rows < R)"]
+        return jit_source(f"{self.name}_kernel", params + [f"{t}_ptr", "dst_ptr", "R", "V", "BLOCK: tl.constexpr"],
+                          lines)
+
+    def _launcher(self) -> str:
+        first, t = self.body_inputs[0].local, self.target
+        text = self._signature_and_prologue()
+        text += (f"    shape = list(torch.broadcast_shapes({', '.join(f'{i.local}.shape' for i in self.body_inputs)}))\n"
+                 "    # R rows of V classes (dim 1), one class index per row.\n"
+                 "    R, V = shape\n"
+                 f'    _require_full("{t.name}", {t.local}.shape, [R])\n')
+        text += _out_lines(self.reduction, "R", self.out_dtype(first), f"{first}.device")
+        text += self._config_line(repr(NLL_CONFIGS[0]).replace("'", '"'))
+        text += '    BLOCK = min(config["BLOCK"], triton.next_power_of_2(R))\n'
+        args = [a for i in self.body_inputs for a in (i.local, f"*_expanded_strides(list({i.local}.shape), shape)")]
+        args += [t.local, _rows_out(self.reduction), "R", "V", "BLOCK=BLOCK", 'num_warps=config["num_warps"]']
+        text += "    grid = (triton.cdiv(R, BLOCK),)\n" + wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
+        return text + _total_launch(self.name, t.local, self.reduction) + "    return out\n"
 
 
 def reference_property(node: Node) -> tuple[str, bool]:

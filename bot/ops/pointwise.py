@@ -243,9 +243,13 @@ def _print(node: Node, text: Callable[[Node], str]) -> str:
 
 def domains(node: Node, mark: Callable[[Node, str], None]) -> None:
     """Mark the inputs under node's domain-restricted ops: 'positive' under log/sqrt/rsqrt and a
-    fractional pow, 'nonzero' in a denominator or under a negative pow."""
-    if node.op in POSITIVE_DOMAIN_OPS:
+    fractional pow (not under the sqrt of a sum of squares, which any values keep finite), 'nonzero'
+    in a denominator or under a negative pow, 'sign' where compared for equality with 1 or -1 (a
+    target picking a branch: drawn as -1 and 1, each branch is taken)."""
+    if node.op in POSITIVE_DOMAIN_OPS and not (node.op == "sqrt" and nonnegative(node.args[0])):
         mark(node.args[0], "positive")
+    elif node.op in ("eq", "ne") and any(a.op == "const" and abs(a.value) == 1 for a in node.args):
+        mark(next(a for a in node.args if a.op != "const"), "sign")
     elif node.op == "pow":
         e = node.attr("exponent")
         if e != int(e):
@@ -254,6 +258,24 @@ def domains(node: Node, mark: Callable[[Node, str], None]) -> None:
             mark(node.args[0], "nonzero")
     elif node.op == "div":
         mark(node.args[1], "nonzero")
+
+
+# Reductions of other families whose value is non-negative where their terms are (norm: always).
+_SUMS = {"sum", "mean"}
+
+
+def nonnegative(node: Node) -> bool:
+    """Whether node's value is non-negative whatever its inputs hold: a square (x * x, an even
+    power), abs, relu, exp, sqrt, a norm, a constant >= 0, or sums, products, quotients, means of those."""
+    if node.op == "const":
+        return node.value >= 0
+    if node.op in ("abs", "relu", "exp", "sqrt", "norm"):
+        return True
+    if node.op == "pow":
+        return node.attr("exponent") % 2 == 0
+    if node.op == "mul" and node.args[0] == node.args[1]:
+        return True
+    return node.op in {"add", "mul", "div", "maximum"} | _SUMS and all(nonnegative(a) for a in node.args)
 
 
 def check(node: Node) -> None:

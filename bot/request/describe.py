@@ -50,7 +50,8 @@ def describe(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
         extras = " and ".join(a.name for a in node.args[1:])
         return f"{title} of {inner} over the last dim{f' with {extras}' if extras else ''}, eps={node.attr('eps')!r}"
     if k == "loss":
-        return (f"cross entropy of logits {inner} against class indices {node.args[1].name} over the last dim, "
+        what = "cross entropy of logits" if node.op == "cross_entropy" else "negative log likelihood of log-probabilities"
+        return (f"{what} {inner} against class indices {node.args[1].name} over the last dim, "
                 f"reduction {node.attr('reduction')}")
     d = node.attr("dim", -1)
     flags = " and ".join(flag + "d" * (flag == "reverse") for flag in ("reverse", "exclusive") if node.attr(flag))

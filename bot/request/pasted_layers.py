@@ -44,7 +44,12 @@ _FUNCTIONAL = {
     "Hardsigmoid": ("F.hardsigmoid", ()), "Hardswish": ("F.hardswish", ()), "Softplus": ("F.softplus", ("beta", "threshold")),
     "Softsign": ("F.softsign", ()), "Mish": ("F.mish", ()), "Tanhshrink": ("F.tanhshrink", ()),
     "LogSigmoid": ("F.logsigmoid", ()), "Softshrink": ("F.softshrink", ("lambd",)), "Hardshrink": ("F.hardshrink", ("lambd",)),
-    "CrossEntropyLoss": ("F.cross_entropy", ("weight", "size_average", "ignore_index", "reduce", "reduction")),
+    "CosineSimilarity": ("F.cosine_similarity", ("dim", "eps")),
+    **{f"{cls}Loss": (f"F.{fn}", ("weight", "size_average", "ignore_index", "reduce", "reduction"))
+       for cls, fn in (("CrossEntropy", "cross_entropy"), ("NLL", "nll_loss"))},
+    **{f"{cls}Loss": (f"F.{fn}", ("margin", "size_average", "reduce", "reduction")) for cls, fn in (
+        ("HingeEmbedding", "hinge_embedding_loss"), ("CosineEmbedding", "cosine_embedding_loss"),
+        ("MarginRanking", "margin_ranking_loss"))},
     **{f"{cls}Loss": (f"F.{fn}", ("size_average", "reduce", "reduction", *extra)) for cls, fn, extra in (
         ("MSE", "mse_loss", ()), ("L1", "l1_loss", ()), ("SmoothL1", "smooth_l1_loss", ("beta",)),
         ("SoftMargin", "soft_margin_loss", ()), ("KLDiv", "kl_div", ("log_target",)))},

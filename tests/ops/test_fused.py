@@ -43,6 +43,10 @@ CASES = [
     # b steps through the dims after the reduced one unlike the full shape: copied out to it at launch
     ("x * torch.sum(x + b, dim=1, keepdim=True)", {"x": [4, 3, 5, 2], "b": [4, 1, 5, 1]},
      lambda t: t["x"] * torch.sum(t["x"] + t["b"], dim=1, keepdim=True)),
+    ("F.cosine_similarity(x, y)", {"x": [5, 37], "y": [5, 37]}, lambda t: F.cosine_similarity(t["x"], t["y"])),
+    # y broadcast over the rows (not over the reduced dim): each row of x against y's one row
+    ("torch.cosine_similarity(x, y, dim=-1, eps=1e-6)", {"x": [6, 37], "y": [1, 37]},
+     lambda t: torch.cosine_similarity(t["x"], t["y"], dim=-1, eps=1e-6)),
 ]
 
 
@@ -92,11 +96,28 @@ def test_every_expression_matches_torch_whole_and_split(tmp_path, code, shapes, 
     ("torch.norm(x, p=0)", {"x": [4, 5]}, "norm of order 0 is not supported"),
     ("torch.logsumexp(x)", {"x": [4, 5]}, "logsumexp needs a dim"),
     ("torch.sum(x, dim=(0, 2))", {"x": [4, 5, 6]}, "reduces neighbouring dims"),
+    # torch expands y over dim 1 before its norm: sqrt(8) times |y|, not |y|
+    ("F.cosine_similarity(x, y)", {"x": [4, 8], "y": [4, 1]}, "the full size on the dims they reduce"),
 ])
 def test_what_cannot_be_lowered_is_refused_naming_it(code, shapes, says):
     with pytest.raises((SpecError, ir.IRError)) as e:
         spec_of(code, shapes)
     assert says in str(e.value)
+
+
+def test_cosine_similarity_clamps_each_norm_as_torch_does(tmp_path):
+    # torch divides each input by its own norm, at least eps: rows of tiny, zero and ordinary norms
+    spec = spec_of("F.cosine_similarity(x, y, dim=1, eps=1e-8)", {"x": [4, 9], "y": [4, 9]}, ("float32",))
+    node = parse_expression(spec)
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "fused_op")
+    kernel = getattr(load(tmp_path, "kernel.py", fused.kernel_source(spec, node, {})), "fused_op")
+    x, y = torch.randn(4, 9, dtype=torch.float64), torch.randn(4, 9, dtype=torch.float64)
+    x[0] *= 1e-10
+    y[1] *= 3e-9
+    x[2] = 0.0
+    want = F.cosine_similarity(x, y, dim=1, eps=1e-8)
+    torch.testing.assert_close(reference(x, y), want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(kernel(x.float(), y.float()).double(), want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.gpu

@@ -1,7 +1,11 @@
-"""The loss family (bot.ops.loss): cross_entropy over the last dim, generated kernel.py files
-imported and run on small odd shapes against the generated reference on float64 inputs, within
-runner.protocol's tolerance for the vocabulary's length."""
+"""The loss family (bot.ops.loss): cross_entropy over the last dim, nll_loss, and torch's other losses as
+formulas; generated kernel.py files imported and run on small odd shapes against the generated reference
+on float64 inputs, within runner.protocol's tolerance for what the output accumulates over; the formulas
+against torch.nn.functional's own in float64."""
 from __future__ import annotations
+
+import math
+import re
 
 import pytest
 import torch
@@ -13,6 +17,7 @@ from bot import ir, lower_torch
 from bot.generators.interface import GenerationError
 from bot.request import parse_request
 from bot.ops import loss
+from bot.spec import SpecError, parse_expression, validate
 from runner import protocol
 from runner.inputs import make_inputs
 
@@ -20,7 +25,7 @@ from runner.inputs import make_inputs
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
-@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("logits", ["x", "x * 0.5 + y"])
 def test_cross_entropy(tmp_path, logits, reduction):
     names = ir.input_names(ir.parse(logits))
@@ -141,7 +146,7 @@ def test_elementwise_loss_refusals_name_what_works():
         ir.parse("mse_loss(x, y, reduction='batchmean')")
     with pytest.raises(ir.IRError, match="size_average=True is not supported"):
         ir.parse("mse_loss(x, y, size_average=True)")
-    with pytest.raises(ir.IRError, match="mse_loss takes input and target, got 1 arguments"):
+    with pytest.raises(ir.IRError, match="mse_loss takes input and target; target missing"):
         ir.parse("mse_loss(x)")
 
 
@@ -176,6 +181,7 @@ def test_triplet_margin_loss_refusals_name_what_works():
     ("triplet margin loss margin 0.5 on 128x256", "F.triplet_margin_loss(anchor, positive, negative, margin=0.5)"),
     ("均方误差 64x256", "F.mse_loss(x, y)"),
     ("p 与 q 之间的 kl 散度 8x16", "F.kl_div(p, q)"),
+    ("cross entropy, reduction sum, 64x1000", "F.cross_entropy(logits, target, reduction='sum')"),
 ])
 def test_losses_in_words(words, call):
     spec, _ = parse_request(words)
@@ -191,3 +197,133 @@ def test_losses_in_words(words, call):
 def test_loss_words_refused_say_what_works(words, says):
     with pytest.raises(GenerationError, match=says):
         parse_request(words)
+
+
+# ---------------------------------------------------------------- targets of ±1, NLL
+
+def check_kernel(tmp_path, spec: dict) -> None:
+    """The generated kernel (one family's, or a chain's stages) against the generated reference on float64
+    copies of the runner's inputs, drawn from their domains (±1 targets, class indices with padding), on
+    every case x dtype, within runner.protocol's tolerance for what the output accumulates over."""
+    node = parse_expression(spec)
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), spec["name"])
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, node, {})), spec["name"])
+    for case in protocol.cases(spec):
+        for v, variant in enumerate(protocol.dtype_variants(spec)):
+            inputs = make_inputs(spec, case, variant, 0, "cpu")
+            want = reference(*[t.double() if t.is_floating_point() else t for t in inputs])
+            got = kernel(*inputs)
+            dtype = spec["outputs"][0]["dtypes"][v]
+            assert list(got.shape) == list(want.shape) and got.dtype == getattr(torch, dtype), (dtype, got.shape)
+            length = protocol.accumulated_length(spec["reduce"], case.shapes) if spec.get("reduce") else 1
+            rtol, atol = protocol.tolerance(dtype, length)
+            err = (got.double() - want).abs()
+            assert bool((err <= atol + rtol * want.abs()).all()), f"{dtype}: max err {err.max():.3g}"
+
+
+def with_values(values: list[float], shape: list[int]) -> torch.Tensor:
+    """values repeated over shape, in float64."""
+    n = math.prod(shape)
+    return torch.tensor([values[i % len(values)] for i in range(n)], dtype=torch.float64).reshape(shape)
+
+
+# torch compares these targets with 1 and -1; any other value (0, 2, -0.5) gives what torch gives too.
+TARGETED = [("hinge_embedding_loss(x, y, margin=0.5", {"x": [6, 5], "y": [6, 5]}),
+            ("hinge_embedding_loss(x, y", {"x": [6, 5], "y": [5]}),
+            ("margin_ranking_loss(x1, x2, y, margin=0.3", {"x1": [6, 5], "x2": [6, 5], "y": [6, 5]}),
+            ("cosine_embedding_loss(x1, x2, y, margin=0.2", {"x1": [6, 5], "x2": [6, 5], "y": [6]}),
+            ("cosine_embedding_loss(x1, x2, y", {"x1": [5], "x2": [5], "y": []})]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("call, shapes", TARGETED, ids=[f"{c.split('(')[0]} {s['x1' if 'x1' in s else 'x']}"
+                                                       for c, s in TARGETED])
+def test_losses_of_sign_targets_are_pytorchs_for_any_target(tmp_path, call, shapes, reduction):
+    expression = f"{call}, reduction='{reduction}')"
+    spec = make_spec(expression, {n: [s] for n, s in shapes.items()})
+    assert {i["name"]: i["domain"] for i in spec["inputs"]}["y"] == ("normal" if "ranking" in call else "sign")
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, parse_expression(spec))), "op")
+    gen = torch.Generator().manual_seed(2)
+    t = {n: torch.randn(s, generator=gen, dtype=torch.float64) for n, s in shapes.items()}
+    t["y"] = with_values([1.0, -1.0, 0.0, 2.0, -0.5, -1.0, 1.0], shapes["y"])
+    if "x1" in t and t["x1"].dim() == 2:
+        t["x1"][1] *= 1e-8              # a squared norm below cosine_embedding_loss's 1e-12
+    want = eval("torch.nn.functional." + expression, {"torch": torch, **t})
+    got = reference(*[t[i["name"]] for i in spec["inputs"]])
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("call, shapes", [
+    ("hinge_embedding_loss(x, y, margin=0.5", {"x": [[7, 13]], "y": [[7, 13]]}),
+    ("margin_ranking_loss(x1, x2, y, margin=0.1", {"x1": [[37]], "x2": [[37]], "y": [[37]]}),
+    ("cosine_embedding_loss(x1, x2, y, margin=0.1", {"x1": [[7, 13]], "x2": [[7, 13]], "y": [[7]]}),
+    ("nll_loss(x, t", {"x": [[7, 13]], "t": [[7]]}),
+], ids=["hinge", "margin_ranking", "cosine_embedding", "nll"])
+def test_loss_kernels_match_the_reference_in_every_reduction(tmp_path, call, shapes, reduction):
+    check_kernel(tmp_path, make_spec(f"{call}, reduction='{reduction}')", shapes))
+
+
+@pytest.mark.parametrize("expression, shapes", [
+    ("nll_loss(x - b, t, reduction='sum')", {"x": [[7, 13]], "b": [[13]], "t": [[7]]}),
+    ("nll_loss(log_softmax(x, dim=1), t)", {"x": [[7, 13]], "t": [[7]]}),
+])
+def test_nll_loss_of_a_broadcast_input_and_of_log_softmax(tmp_path, expression, shapes):
+    # b is read through its strides (never copied out to [7, 13]); log_softmax is a stage of its own,
+    # whose classes the target indexes (drawn over x's last dim).
+    spec = make_spec(expression, shapes)
+    assert {i["name"]: i.get("index_of") for i in spec["inputs"]}["t"] == "x"
+    check_kernel(tmp_path, spec)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_nll_loss_reads_only_each_rows_target_element(tmp_path, reduction):
+    # Every element but the targets' is NaN: none is read. Padding (-100) adds nothing and no count;
+    # all of it makes 'mean' 0 / 0, NaN, as in torch; a target outside [0, V) otherwise adds 0.
+    spec = make_spec(f"nll_loss(x, t, reduction='{reduction}')", {"x": [[6, 11]], "t": [[6]]}, ("float32",))
+    reference, module = generate_reduction(tmp_path, spec)
+    t = torch.tensor([3, protocol.IGNORE_INDEX, 0, 10, protocol.IGNORE_INDEX, 7])
+    x = torch.full((6, 11), float("nan"))
+    x[torch.arange(6), t.clamp(0, 10)] = torch.randn(6)
+    torch.testing.assert_close(module.op(x, t), reference(x, t))
+    padding = torch.full_like(t, protocol.IGNORE_INDEX)
+    torch.testing.assert_close(module.op(x, padding), reference(x, padding), equal_nan=True)
+    wild = t.clone()
+    wild[2] = 11
+    assert module.op(x, wild).isfinite().all()
+
+
+def test_cosine_similarity_loss_is_two_kernels(tmp_path):
+    # KernelBench's cosine similarity loss: the similarity (one fused kernel), then its mean.
+    spec = make_spec("mean(1 - cosine_similarity(x1, x2, dim=1))", {"x1": [[5, 37]], "x2": [[5, 37]]})
+    assert ir.kind(parse_expression(spec)) == "chain" and spec["chain"] == 2
+    check_kernel(tmp_path, spec)
+
+
+def test_sign_domain_is_the_expressions_never_an_edits():
+    shapes = {"x": [[4, 8]], "y": [[4, 8]]}
+    spec = make_spec("hinge_embedding_loss(x, y)", shapes)
+    edited = {**spec, "inputs": [{**i, "domain": "normal"} for i in spec["inputs"]]}
+    assert {i["name"]: i["domain"] for i in validate(edited)["inputs"]} == {"x": "normal", "y": "sign"}
+    edited = {**spec, "inputs": [{**i, "domain": "sign"} for i in spec["inputs"]]}
+    with pytest.raises(SpecError, match="input x: domain sign"):
+        validate(edited)
+    values = make_inputs(spec, protocol.cases(spec)[0], protocol.dtype_variants(spec)[0], 0, "cpu")[1]
+    assert set(values.flatten().tolist()) == {-1.0, 1.0}
+
+
+@pytest.mark.parametrize("expression, says", [
+    ("nll_loss(x, t, weight=w)", "nll_loss with weight=w is not supported"),
+    ("nll_loss(x, t, ignore_index=0)", "nll_loss with ignore_index=0 is not supported (the default is -100)"),
+    ("cross_entropy(x, t, label_smoothing=0.1)", "label_smoothing=0.1 is not supported"),
+    ("hinge_embedding_loss(x, y, size_average=False)", "size_average=False is not supported"),
+    ("margin_ranking_loss(x1, x2)", "margin_ranking_loss takes input1, input2 and target; target missing"),
+])
+def test_loss_refusals_name_what_works(expression, says):
+    with pytest.raises(ir.IRError, match=re.escape(says)):
+        ir.parse(expression, as_written=True)
+
+
+def test_nll_loss_takes_a_2d_input():
+    with pytest.raises(SpecError, match=r"nll_loss takes a 2-D input \[rows, classes\] \(classes in dim 1\)"):
+        make_spec("nll_loss(x, t)", {"x": [[2, 5, 3]], "t": [[2, 3]]})
