@@ -53,10 +53,11 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
 ]]
 
 # Training: the forward and its backward as one autograd op (bot.training); or, said, inference only.
-TRAINING = re.compile(r"\b(?:for|in|during)\s+training\b|\btraining[\s-]+(?:kernel|mode|op)s?\b|"
-                      r"\b(?:forward\s+(?:and|\+|&)\s+)?backward(?:\s+(?:pass|kernel)s?)?\b|\bbackprop\w*|"
-                      r"\bwith\s+(?:its\s+|the\s+)?(?:backward|gradients?|grads?|autograd)\b|\bgradients?\s+of\b|"
-                      r"\bautograd\b|\bdifferentiable\b|前向和反向|反向传播|反向|梯度|用于训练|训练", _F)
+# "for training" alone is batch norm's mode where a channel norm is named: its words are read apart.
+BACKWARD = re.compile(r"\b(?:forward\s+(?:and|\+|&)\s+)?backward(?:\s+(?:pass|kernel)s?)?\b|\bbackprop\w*|"
+                      r"\bwith\s+(?:its\s+|the\s+)?(?:gradients?|grads?|autograd)\b|\bgradients?\s+of\b|"
+                      r"\bautograd\b|\bdifferentiable\b|前向和反向|反向传播|反向|梯度", _F)
+FOR_TRAINING = re.compile(r"\b(?:for|in)\s+training\b|\btraining\s+kernels?\b|用于训练|训练用", _F)
 NO_TRAINING = re.compile(r"\b(?:forward|inference)[\s-]+only\b|\bno\s+backward\b|\bwithout\s+(?:the\s+)?"
                          r"backward\b|只要前向|仅前向|推理", _F)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from bot.generators.interface import GenerationError
+from bot.ops import channel_norm
 from bot.ops.pointwise import CLAMP_WORD as _CLAMP_WORD
 from bot.ops.text import DIM as _DIM
 from bot.ops.text import blank as _blank
@@ -17,8 +18,8 @@ from bot.request.reading import Reading
 from bot.request.vocabulary import (ALL_DTYPES, BAD_DTYPE, BOUND, BOUND_KEY, CN_DTYPE, COMPUTE_AFTER,
                                     COMPUTE_BEFORE, DIM_N, DIM_WORDS, DTYPE, DTYPE_OWNER, EPS, LABEL, ONLY,
                                     NO_TRAINING, OUT_OF_SCOPE, OUTPUT_BEFORE, OUTPUT_NEAR, OWNER_AFTER,
-                                    PARAM_AFTER, PARAM_BEFORE, RANGE, SHAPE, SHAPE_OWNER, TRAINING, TYPE_CONTEXT,
-                                    WHOLE)
+                                    PARAM_AFTER, PARAM_BEFORE, RANGE, SHAPE, SHAPE_OWNER, TYPE_CONTEXT, WHOLE,
+                                    BACKWARD, FOR_TRAINING)
 from runner import protocol
 
 
@@ -88,13 +89,17 @@ def _dtype_role(text: str, m: re.Match) -> str:
 
 def take_training(text: str, rd: Reading) -> str:
     """Whether the words ask for training (the backward too) or say forward only; the text with
-    those words blanked."""
+    those words blanked. Where batch norm is named, "for training" is its mode (bot.ops.channel_norm
+    reads it) and only backward words ask for the backward."""
     if NO_TRAINING.search(text):
         rd.training = False
         return NO_TRAINING.sub(_blank, text)
-    if TRAINING.search(text):
-        rd.training = True
-    return TRAINING.sub(_blank, text)
+    patterns = [BACKWARD] + ([] if channel_norm.CHANNEL_NORM_WORD.search(text) else [FOR_TRAINING])
+    for pattern in patterns:
+        if pattern.search(text):
+            rd.training = True
+            text = pattern.sub(_blank, text)
+    return text
 
 
 def refuse_out_of_scope(text: str) -> None:

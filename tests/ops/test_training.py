@@ -71,3 +71,20 @@ def test_an_op_without_a_gradient_rule_is_refused_naming_it():
     spec = spec_of("cumsum(x, dim=-1)", {"x": [4, 8]}, "float32")
     with pytest.raises(autodiff.NoGradient, match="cumsum has no gradient rule"):
         training.kernel_source(spec, parse_expression(spec))
+
+
+@pytest.mark.parametrize("text, training", [
+    ("layernorm backward on 8x64", True),
+    ("rmsnorm forward and backward for training on 8x64", True),
+    ("gradient of softmax on 4x8", True),
+    ("层归一化反向 8x64", True),
+    ("rmsnorm 用于训练 8x64", True),
+    ("relu(x) * y with gradients on 64x64", True),
+    ("relu(x) forward only on 4x8", None),
+    ("batch norm in training mode on 8x16x4x4", None),      # batch norm's mode, not a backward
+    ("batch norm for training on 8x16x4x4", None),
+])
+def test_training_in_words(text, training):
+    from bot.request import parse_request
+    spec, _ = parse_request(text)
+    assert spec.get("training") is training
