@@ -29,12 +29,12 @@ SUPPORTED = ("over any one dim", "sum, mean, max, min")
 ALIASES = {"max": "max", "amax": "max", "min": "min", "amin": "min"}
 KEYWORDS = dict.fromkeys(OPS, {"dim", "axis", "keepdim"})
 OUTPUT_DTYPE = None
-# "max"/"sum" of two tensors is elementwise (the request reader decides): kinds "extreme", "sum".
+# "max"/"sum" of two tensors is elementwise (the request reader decides): kind "paired".
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     (r"\bmean\b|\baverage\b|平均值?|均值", "row", "mean"),
-    (r"\bmax(?:imum)?\b|\bamax\b|最大值?", "extreme", "max"),
-    (r"\bmin(?:imum)?\b|\bamin\b|最小值?", "extreme", "min"),
-    (r"\bsum\b|求和", "sum", "sum"),
+    (r"\bmax(?:imum)?\b|\bamax\b|最大值?", "paired", "max"),
+    (r"\bmin(?:imum)?\b|\bamin\b|最小值?", "paired", "min"),
+    (r"\bsum\b|求和", "paired", "sum"),
 ]]
 _TORCH = {"sum": "torch.sum", "mean": "torch.mean", "max": "torch.amax", "min": "torch.amin"}
 

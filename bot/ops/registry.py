@@ -32,8 +32,9 @@ FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax,
                                     matmul, conv, view)
 ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
 # Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
-# square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum').
-WORDS = [w for f in (softmax, norm, argreduce, scan, reduce, pointwise) for w in f.WORDS]
+# square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum', 'log-sum-exp' holds 'sum' and 'log',
+# 'cumulative product' holds 'product'); a vector norm's after the norms' ('layer norm').
+WORDS = [w for f in (softmax, norm, argreduce, scan, fused, reduce, pointwise) for w in f.WORDS]
 ALIASES = {k: v for f in FAMILIES for k, v in f.ALIASES.items()}
 KEYWORDS = {k: v for f in FAMILIES for k, v in f.KEYWORDS.items()}
 _OWNER = {**dict.fromkeys(pointwise.FUNCTIONS, pointwise),
