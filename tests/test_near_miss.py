@@ -150,6 +150,7 @@ REFUSED = [
     ("def f(x):\n    return torch.cumsum(x)", "needs a dim"),
     ("def f(x):\n    return torch.cummax(x, 1)", "values, indices"),
     ("def f(x):\n    return torch.max(x, dim=1)", "values, indices"),
+    ("def f(x):\n    values, idx = torch.max(x, dim=1)\n    return values, idx", "one output"),
     ("def f(x):\n    return F.softmax(x)", "dim"),
     ("def f(x):\n    return x.flip(1).cumsum(1)", "flip it back"),
     ("relu with a 3x3 kernel on 64x64", "3x3"),
@@ -224,6 +225,8 @@ SOLVED = [
     ("def f(x):\n    return x.amax(dim=0)\nfor 8x16", "max(x, dim=0)", [[16]]),
     ("def f(x):\n    return torch.max(x, dim=0)[0]\nfor 8x16", "max(x, dim=0)", [[16]]),
     ("def f(x):\n    return torch.min(x, 1).indices\nfor 8x16", "argmin(x, dim=-1)", [[8]]),
+    ("def f(x):\n    values, idx = torch.max(x, dim=1)\n    return values\nfor 8x16", "max(x, dim=-1)", [[8]]),
+    ("def f(x):\n    _, idx = x.min(0)\n    return idx\nfor 8x16", "argmin(x, dim=0)", [[16]]),
     ("def f(p, t):\n    return torch.mean((p - t) ** 2, dim=-1)\nfor 8x16", "mean((p - t) ** 2, dim=-1)", [[8]]),
     # scans
     ("cumulative sum over the last dim of a 64x1024 fp32 tensor", "cumsum(x, dim=-1)", [[64, 1024]]),

@@ -427,6 +427,8 @@ def test_cross_entropy_requests_that_are_refused(text, words):
     ("def mm(x, w, bias):\n    y = x @ w + bias\n    return F.gelu(y)", "gelu(x @ w + bias)"),
     ("def colsum(x):\n    return x.sum(dim=0)", "sum(x, dim=0)"),
     ("def am(x):\n    return torch.argmax(x, dim=0)", "argmax(x, dim=0)"),
+    ("def mx(x):\n    values, idx = torch.max(x, dim=0)\n    return values", "max(x, dim=0)"),
+    ("def am(x):\n    values, idx = x.max(0)\n    return idx", "argmax(x, dim=0)"),
     ("def loss(logits, target):\n    return F.cross_entropy(logits, target)", "cross_entropy(logits, target)"),
     ("def loss(logits, labels):\n    return F.cross_entropy(logits, labels, reduction='none')",
      "cross_entropy(logits, labels, reduction='none')"),
