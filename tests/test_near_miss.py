@@ -36,7 +36,7 @@ REFUSED = [
     ("argmax of x", "which dim"),
     ("求和 4096x4096", "which dim"),
     ("max values and indices over the last dim", "indices"),
-    ("any over the last dim of a bool tensor", "any"),
+    ("any over the last dim of a bool tensor", "bool"),
     ("count nonzero elements per row", "count"),
     # pooling and windows: the numbers are not shapes
     ("average pool with a 3x3 window, stride 2", "pool"),
@@ -151,6 +151,7 @@ REFUSED = [
     ("def f(x):\n    return torch.cummax(x, 1)", "values, indices"),
     ("def f(x):\n    return torch.max(x, dim=1)", "values, indices"),
     ("def f(x):\n    values, idx = torch.max(x, dim=1)\n    return values, idx", "one output"),
+    ("def f(x):\n    return torch.any(x > 0, dim=1) * 2\nfor 8x16", "outermost"),
     ("def f(x):\n    return F.softmax(x)", "dim"),
     ("def f(x):\n    return x.flip(1).cumsum(1)", "flip it back"),
     ("relu with a 3x3 kernel on 64x64", "3x3"),
@@ -271,6 +272,9 @@ SOLVED = [
     ("Frobenius norm of a 64x128 tensor", "norm(x, p=2.0, dim=None)", [[]]),
     ("L1 normalize the rows of 8x16", "x / clamp(norm(x, p=1.0, dim=-1, keepdim=True), 1e-12)", [[8, 16]]),
     ("对每行求方差 8x16", "var(x, dim=-1)", [[8]]),
+    # any and all: bools
+    ("def f(x):\n    return torch.any(x > 0, dim=1)\nfor 8x16", "any(x > 0, dim=-1)", [[8]]),
+    ("all over dim 0 of 8x16", "all(x, dim=0)", [[16]]),
     # keepdim: the reduced dim kept as size 1
     ("mean of x, keepdim, over the last dim of 8x16", "mean(x, dim=-1, keepdim=True)", [[8, 1]]),
     ("x / x.norm(dim=1, keepdim=True) for 8x16", "x / norm(x, p=2.0, dim=1, keepdim=True)", [[8, 16]]),

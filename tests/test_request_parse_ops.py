@@ -319,7 +319,33 @@ def test_corrections_to_fused_reductions_in_words(text, correction, expected):
     assert expr(parse_request(text, [correction])[0]) == canon(expected)
 
 
-# ---------------------------------------------------------------- argmax / argmin
+# ---------------------------------------------------------------- any / all
+
+@pytest.mark.parametrize("text, expected", [
+    ("torch.any(x > 0, dim=1) for 8x16x4", "any(x > 0, dim=1)"),
+    ("def f(x):\n    return x.all()\nfor 8x16", "all(x, dim=None)"),
+    ("def f(x, y):\n    return (x > y).all(dim=-1, keepdim=True)\nfor 8x16", "all(x > y, dim=-1, keepdim=True)"),
+    ("any over the last dim of 8x16", "any(x, dim=-1)"),
+    ("logical all over dim 0 of 8x16", "all(x, dim=0)"),
+    ("any of x > 0.5 over the last dim for 8x16", "any(x > 0.5, dim=-1)"),
+    ("全部为真 第0维 8x16", "all(x, dim=0)"),
+])
+def test_any_and_all_phrasings(text, expected):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon(expected)
+    assert set(spec["outputs"][0]["dtypes"]) == {"bool"}
+
+
+@pytest.mark.parametrize("text, words", [
+    ("torch.any(x, dim=(0, 1)) for 8x16x4", ["one dim"]),
+    ("def f(m):\n    return m.any(dim=1)\nfor 8x16, m is bool", ["mask alone", "any(x > 0, dim=-1)"]),
+    ("relu for any shape", ["'any'"]),
+])
+def test_any_and_all_that_are_refused(text, words):
+    message = error(text)
+    assert all(w in message for w in words), message
+
+
 
 @pytest.mark.parametrize("text, expected", [
     ("argmax over the last dim of 4096x4096 fp16", "argmax(x, dim=-1)"),

@@ -48,7 +48,7 @@ ALIASES = {"vector_norm": "norm"}
 KEYWORDS = {"prod": {"dim", "keepdim"}, "var": {"dim", "correction", "unbiased", "keepdim"},
             "std": {"dim", "correction", "unbiased", "keepdim"}, "logsumexp": {"dim", "keepdim"},
             "norm": {"p", "ord", "dim", "keepdim"}, "normalize": {"p", "dim", "eps"}}
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 NORMALIZE_EPS = 1e-12          # F.normalize's
 
 # A vector norm's order, said in its name: (pattern, p; None: the number said, "L3", "2-norm").

@@ -48,7 +48,7 @@ TRIPLET = "triplet_margin_loss"
 KEYWORDS = {"cross_entropy": {"reduction", "input", "target"},
             TRIPLET: {"anchor", "positive", "negative", "margin", "p", "eps", "swap", "reduction"},
             **{name: {"reduction", "input", "target", *(p for p, _ in params)} for name, (params, _) in ELEMENTWISE.items()}}
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []                    # read apart, before the generic reader: CROSS_ENTROPY, cross_entropy_words
 
 # cross entropy: persistent programs (PER_SM per SM) for rows that fit one tile; one row per one-warp

@@ -25,7 +25,7 @@ from bot.ops.text import END as _END, FLAGS as _F, NUM as _NUM
 
 NAME = "pointwise"
 ROOT = False
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 UNARY = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu", "gelu", "silu", "sigmoid", "tanh", "erf", "pow", "clamp"}
 BINARY = {"add", "sub", "mul", "div", "maximum", "minimum"}
 OPS = UNARY | BINARY | COMPARE | {"where"}
