@@ -25,6 +25,7 @@ UNARY, BINARY, COMPARE, POINTWISE = pointwise.UNARY, pointwise.BINARY, pointwise
 COMPOSITES, POSITIVE_DOMAIN_OPS = pointwise.COMPOSITES, pointwise.POSITIVE_DOMAIN_OPS
 REDUCE, ARG_REDUCE, ROW_PRESERVING, NORMS, LOSSES = reduce.OPS, argreduce.OPS, softmax.OPS, norm.OPS, loss.OPS
 SCANS = scan.OPS
+LOGICAL = set(reduce.LOGICAL)                   # any, all: a bool output
 ROW_OPS = REDUCE | ROW_PRESERVING | NORMS       # lowered over whole rows when over the last dim
 ROOT_OPS = {op for f in registry.ROOT_FAMILIES for op in f.OPS}     # ops that may only stand at the root
 MATMUL = matmul.MATMUL                          # one per expression; the rest is its epilogue
@@ -174,9 +175,16 @@ def _is_module_path(v: ast.expr) -> bool:
 
 def check(node: Node) -> None:
     """The tree is one family's kernel (check_single), or a chain of them (bot.ops.chain): raises
-    IRError naming what no split avoids."""
+    IRError naming what no split avoids. An op with an output dtype of its own (argmax, any) is the
+    outermost but for views: PyTorch's math around it would change the output's dtype."""
     if all(s.node.op in view.OPS for s in stages(node)):
         raise IRError(f"{to_text(node)} only views its input: there is no computation to write a kernel for")
+    top = node
+    while top.op in view.OPS:
+        top = top.args[0]
+    if inner := next((sub for a in top.args for sub in a.walk() if registry.output_dtype(sub)), None):
+        raise IRError(f"{to_text(inner)} gives {registry.output_dtype(inner)} values, which PyTorch's math around it "
+                      "turns into another dtype than the inputs' (or refuses); it must be the outermost operation")
 
 
 @functools.lru_cache(maxsize=512)         # bounded: a long-running bot parses new trees all day
@@ -354,9 +362,9 @@ def max_rank(node: Node) -> int:
 
 
 def output_dtype(node: Node, float_dtype: str) -> str:
-    """The output's dtype: int64 indices for argmax/argmin, else the float inputs' dtype."""
+    """The output's dtype: int64 indices for argmax/argmin, bool for any/all, else the float inputs' dtype."""
     steps = {s.name: s.node for s in stages(node)}
     last = stages(node)[-1].node
     while last.op in view.OPS and last.args[0].name in steps:      # a view keeps its operand's dtype
         last = steps[last.args[0].name]
-    return registry.family(last).OUTPUT_DTYPE or float_dtype
+    return registry.output_dtype(last) or float_dtype

@@ -229,8 +229,9 @@ def _check_mask_dtypes(inputs: list[dict]) -> None:
                             "cannot be a bool mask")
         inp["domain"] = "mask"
     if not protocol.float_inputs({"inputs": inputs}):
-        raise SpecError("every input is a bool mask or class indices; the output takes the float inputs' dtype, so "
-                        "at least one input must be float16, bfloat16 or float32")
+        raise SpecError("every input is a bool mask or class indices; the kernels take their dtype from a float "
+                        "input, so at least one input must be float16, bfloat16 or float32 (any and all of a mask "
+                        "alone are not supported: compare a float tensor instead, e.g. any(x > 0, dim=-1))")
 
 
 def _check_mask_uses(inputs: list[dict], node: ir.Node) -> None:

@@ -269,7 +269,7 @@ def rounding_error(inputs, want, dtype):
         return t.to(dtype).to(torch.float64)
 
 {self._unpack("inputs")}{body}    rounded = {result}
-    return (rounded - want).abs()
+    return (rounded.double() - want.double()).abs()      # a bool output (any, all) as 1 or 0
 '''
 
     def _unpack(self, source: str) -> str:
@@ -503,8 +503,9 @@ def position(flat, shape):
 
 def check_close(got, want, dtype, reduce_len, allowance, what):
     """Fail, naming the worst element, unless |got - want| <= atol + rtol * |want| + allowance
-    everywhere (NaN never passes); integer outputs must be equal."""
-    if dtype == "int64":
+    everywhere (NaN never passes); integer and bool outputs must be equal (up to the allowance)."""
+    want = want.double()            # bools (any, all) as 1 or 0
+    if dtype in ("int64", "bool"):
         rtol, atol = 0.0, 0.0
     elif SPEC.get("tf32") and dtype == "float32":
         rtol, atol = TF32_TOL[0], TF32_TOL[1] * math.sqrt(max(1, reduce_len))

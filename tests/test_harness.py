@@ -354,6 +354,13 @@ def test_compare_handles_nan_inf_and_reports_the_worst_element():
     assert "1 of 4 output elements are NaN" in harness.compare(unwritten, want, torch.float32, 1).problem
 
 
+def test_compare_holds_a_bool_output_exactly():
+    want = torch.tensor([[True, False], [False, True]])
+    assert not harness.compare(want.clone(), want, torch.bool, 1000).problem
+    check = harness.compare(~want, want, torch.bool, 1000)
+    assert "4 of 4 elements outside tolerance (rtol 0.0e+00, atol 0.0e+00)" in check.problem
+
+
 def test_reduction_tolerance_uses_the_reduced_length():
     args = [torch.zeros(8, 1000)]
     assert harness.reduce_len({}, args, 8) == 1000

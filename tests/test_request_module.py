@@ -159,6 +159,24 @@ def test_transposed_operands_are_read_as_they_lie_and_judged_against_the_paste()
         assert result["status"] == "pass", result["summary"]
 
 
+@pytest.mark.parametrize("forward, expression", [
+    ("values, indices = torch.max(x, dim=self.dim)\n            return values", "max(x, dim=1)"),
+    ("values, indices = torch.max(x, dim=self.dim)\n            return indices", "argmax(x, dim=1)"),
+    ("return x.min(self.dim).values", "min(x, dim=1)"),
+])
+def test_one_part_of_max_over_a_dim_is_read_and_the_module_stays_the_reference(forward, expression):
+    code = SUM_MODULE.replace("return torch.sum(x, dim=self.dim)", forward)
+    spec, _ = parse_request(fenced(code))
+    assert spec["expression"] == expression and spec["reference_class"] == "Model"
+
+
+def test_a_module_returning_values_and_indices_is_refused():
+    code = SUM_MODULE.replace("return torch.sum(x, dim=self.dim)",
+                              "values, indices = torch.max(x, dim=self.dim)\n            return values, indices")
+    with pytest.raises(GenerationError, match="one output; return one of them"):
+        parse_request(fenced(code))
+
+
 def module(init: str, forward: str, inputs: str = "torch.rand(4, 8)", init_inputs: str | None = "[]") -> str:
     """A KernelBench-style file: class Model with __init__(self, <init>) and forward, get_inputs and
     (unless None) get_init_inputs."""

@@ -242,7 +242,110 @@ def test_reduction_dims_that_cannot_be_used(text, words):
     assert all(w in message for w in words), message
 
 
-# ---------------------------------------------------------------- argmax / argmin
+# ---------------------------------------------------------------- prod, var, std, logsumexp and norms in words
+
+@pytest.mark.parametrize("text, expected", [
+    ("logsumexp over the last dim of a 4096x1024 fp16 tensor", "logsumexp(x, dim=-1)"),
+    ("log-sum-exp of each row", "logsumexp(x, dim=-1)"),
+    ("variance over dim 1 (unbiased) of 8x16x4", "var(x, dim=1)"),
+    ("population variance over dim 0", "var(x, dim=0, correction=0)"),
+    ("std with correction 0 over the last dim", "std(x, dim=-1, correction=0)"),
+    ("sample standard deviation of each column", "std(x, dim=-2)"),
+    ("L2 norm of each row", "norm(x, p=2.0, dim=-1)"),
+    ("Euclidean norm over dim 0", "norm(x, p=2.0, dim=0)"),
+    ("max norm of each row", "norm(x, p=float('inf'), dim=-1)"),
+    ("L3 norm over the last dim", "norm(x, p=3.0, dim=-1)"),
+    ("Frobenius norm of x", "norm(x, p=2.0, dim=None)"),
+    ("L1 normalize the rows", "x / clamp(norm(x, p=1.0, dim=-1, keepdim=True), 1e-12)"),
+    ("normalize x by its L2 norm over dim 0", "x / clamp(norm(x, p=2.0, dim=0, keepdim=True), 1e-12)"),
+    ("L2 normalize the rows with eps 1e-6", "x / clamp(norm(x, p=2.0, dim=-1, keepdim=True), 1e-6)"),
+    ("L2 normalize over all elements", "x / clamp(norm(x, p=2.0, dim=None), 1e-12)"),
+    ("product over the last dim", "prod(x, dim=-1)"),
+    ("variance of exp(x) over dim 0", "var(exp(x), dim=0)"),
+    ("variance of each row keeping the dim", "var(x, dim=-1, keepdim=True)"),
+    ("行方差", "var(x, dim=-1)"),
+    ("按列求标准差", "std(x, dim=-2)"),
+    ("总体方差 第0维", "var(x, dim=0, correction=0)"),
+    ("对数求和指数 按行", "logsumexp(x, dim=-1)"),
+    ("L2 范数 按行", "norm(x, p=2.0, dim=-1)"),
+    ("无穷范数 按列", "norm(x, p=float('inf'), dim=-2)"),
+    ("F范数", "norm(x, p=2.0, dim=None)"),
+    ("L1 归一化 按行", "x / clamp(norm(x, p=1.0, dim=-1, keepdim=True), 1e-12)"),
+    ("乘积 按行", "prod(x, dim=-1)"),
+])
+def test_fused_reductions_in_words(text, expected):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon(expected)
+
+
+def test_defaults_of_var_and_normalize_in_words_are_torchs_and_noted():
+    assert any("correction=1" in n and "torch.var" in n for n in parse_request("variance of each row")[1])
+    assert not any("correction" in n for n in parse_request("population variance of each row")[1])
+    assert any("1e-12" in n for n in parse_request("L2 normalize the rows")[1])
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("sum over dim 0 keeping the dim", "sum(x, dim=0, keepdim=True)"),
+    ("argmax of each row, keepdim", "argmax(x, dim=-1, keepdim=True)"),
+    ("product of x and y", "x * y"),
+    ("elementwise product of x and y", "x * y"),
+    ("layer norm", "layernorm(x, weight, bias, eps=1e-5)"),
+    ("rms norm", "rmsnorm(x, weight, eps=1e-6)"),
+])
+def test_words_beside_the_fused_reductions_keep_their_meaning(text, expected):
+    assert expr(parse_request(text)[0]) == canon(expected)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("norm of each row", ["which 'norm'", "L2 norm", "layer norm"]),
+    ("normalize the rows", ["which 'normalize'", "L2 normalize"]),
+    ("L2 norm", ["norm over which dim"]),
+    ("L1 and L2 norm of each row", ["L1, L2", "Which one"]),
+    ("L0 norm of each row", ["positive order"]),
+    ("unbiased variance with correction 0 of each row", ["corrections 0 and 1", "Which one"]),
+    ("variance over all elements keeping the dim", ["keeping the dim", "name a dim"]),
+])
+def test_fused_reductions_in_words_that_are_refused(text, words):
+    message = error(text)
+    assert all(w in message for w in words), message
+
+
+@pytest.mark.parametrize("text, correction, expected", [
+    ("variance over dim 1 of 8x16x4", "std instead", "std(x, dim=1)"),
+    ("Frobenius norm of x", "over dim 0", "norm(x, p=2.0, dim=0)"),
+    ("L2 normalize the rows", "over dim 0", "x / clamp(norm(x, p=2.0, dim=0, keepdim=True), 1e-12)"),
+])
+def test_corrections_to_fused_reductions_in_words(text, correction, expected):
+    assert expr(parse_request(text, [correction])[0]) == canon(expected)
+
+
+# ---------------------------------------------------------------- any / all
+
+@pytest.mark.parametrize("text, expected", [
+    ("torch.any(x > 0, dim=1) for 8x16x4", "any(x > 0, dim=1)"),
+    ("def f(x):\n    return x.all()\nfor 8x16", "all(x, dim=None)"),
+    ("def f(x, y):\n    return (x > y).all(dim=-1, keepdim=True)\nfor 8x16", "all(x > y, dim=-1, keepdim=True)"),
+    ("any over the last dim of 8x16", "any(x, dim=-1)"),
+    ("logical all over dim 0 of 8x16", "all(x, dim=0)"),
+    ("any of x > 0.5 over the last dim for 8x16", "any(x > 0.5, dim=-1)"),
+    ("全部为真 第0维 8x16", "all(x, dim=0)"),
+])
+def test_any_and_all_phrasings(text, expected):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon(expected)
+    assert set(spec["outputs"][0]["dtypes"]) == {"bool"}
+
+
+@pytest.mark.parametrize("text, words", [
+    ("torch.any(x, dim=(0, 1)) for 8x16x4", ["one dim"]),
+    ("def f(m):\n    return m.any(dim=1)\nfor 8x16, m is bool", ["mask alone", "any(x > 0, dim=-1)"]),
+    ("relu for any shape", ["'any'"]),
+])
+def test_any_and_all_that_are_refused(text, words):
+    message = error(text)
+    assert all(w in message for w in words), message
+
+
 
 @pytest.mark.parametrize("text, expected", [
     ("argmax over the last dim of 4096x4096 fp16", "argmax(x, dim=-1)"),
@@ -349,6 +452,8 @@ def test_cross_entropy_requests_that_are_refused(text, words):
     ("def mm(x, w, bias):\n    y = x @ w + bias\n    return F.gelu(y)", "gelu(x @ w + bias)"),
     ("def colsum(x):\n    return x.sum(dim=0)", "sum(x, dim=0)"),
     ("def am(x):\n    return torch.argmax(x, dim=0)", "argmax(x, dim=0)"),
+    ("def mx(x):\n    values, idx = torch.max(x, dim=0)\n    return values", "max(x, dim=0)"),
+    ("def am(x):\n    values, idx = x.max(0)\n    return idx", "argmax(x, dim=0)"),
     ("def loss(logits, target):\n    return F.cross_entropy(logits, target)", "cross_entropy(logits, target)"),
     ("def loss(logits, labels):\n    return F.cross_entropy(logits, labels, reduction='none')",
      "cross_entropy(logits, labels, reduction='none')"),

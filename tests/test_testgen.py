@@ -88,6 +88,7 @@ def test_a_wrong_kernel_fails_with_its_worst_error(tmp_path, add_relu, wrong):
     ("max(exp(x) - y)", {"x": [[17, 33]], "y": [[33]]}),
     ("min(x)", {"x": [[1000]]}),
     ("sum(x * y)", {"x": [[17, 33]], "y": [[17, 33]]}),
+    ("any(exp(x) > 1.5)", {"x": [[17, 33]]}),            # a bool output, compared exactly
     ("layernorm(x, w, b)", {"x": [[17, 33]], "w": [[33]], "b": [[33]]}),
 ])
 def test_generated_tests_pass_for_row_ops_and_compositions(tmp_path, expression, shapes):

@@ -150,10 +150,13 @@ class KernelFile:
 
     def out_dtype(self, like: str) -> str:
         """The output's dtype in the launcher: like's (the first input's), the first float input's
-        where like holds none (a bool mask, class indices), or float32 for a chain's stage before the
-        last (spec "float32_out": stages between kernels keep float32)."""
+        where like holds none (a bool mask, class indices), float32 for a chain's stage before the
+        last (spec "float32_out": stages between kernels keep float32), or bool (spec "bool_out": any
+        and all, which the reduce family writes as max and min)."""
         if self.spec.get("float32_out"):
             return "torch.float32"
+        if self.spec.get("bool_out"):
+            return "torch.bool"
         floats = [i.local for i in self.inputs if i.name in {f["name"] for f in protocol.float_inputs(self.spec)}]
         return f"{like if like in floats or not floats else floats[0]}.dtype"
 

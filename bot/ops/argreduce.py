@@ -73,7 +73,7 @@ def check(node: Node) -> None:
 
 
 output_shape = reduce.output_shape      # the reduced dim dropped, as for sum
-OUTPUT_DTYPE = "int64"
+OUTPUT_DTYPES = dict.fromkeys(OPS, "int64")
 
 
 def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str]) -> str:

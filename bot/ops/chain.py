@@ -32,7 +32,7 @@ SUPPORTED = ("", "chains of these (a convolution or matmul, then norms, pooling,
              "the fewest kernels their rules allow")
 ALIASES: dict[str, str] = {}
 KEYWORDS: dict[str, set[str]] = {}
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 MAX_RANK = 5
 MAX_NUMEL = 2**31 - 1
 WORDS: list = []
@@ -184,7 +184,7 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
             lines.append(f"    {target} = {view.torch_text(stage.node, args[0])}")
         else:
             lines.append(f"    {target} = {spec['name']}_s{k}({', '.join(args)})")
-    if registry.family(stages[-1].node).OUTPUT_DTYPE:          # indices (argmax) stay as they are
+    if registry.output_dtype(stages[-1].node):          # indices (argmax), bools (any) stay as they are
         lines.append("    return out")
     else:
         lines.append(f"    return out.to({first}.dtype)      # the chain's output in the inputs' dtype")

@@ -42,7 +42,7 @@ _ORDER = {"batch_norm": ("input", "running_mean", "running_var", "weight", "bias
           "instance_norm": ("input", "running_mean", "running_var", "weight", "bias", "use_input_stats", "momentum",
                             "eps")}
 KEYWORDS = {**{fn: set(order[1:]) for fn, order in _ORDER.items()}, "layer_norm_nd": {"weight", "bias", "dims", "eps"}}
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 DEFAULT_EPS = 1e-5
 

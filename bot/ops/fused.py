@@ -14,14 +14,17 @@ and std; running max and rescaled sum for logsumexp) and finishes it into its va
 would leave SMs idle, D is split over programs: each level is a kernel writing its chunk's states,
 which the next kernels merge (the same merge, over the split) before their own pass.
 
-Owns the IR rule of prod, var, std, logsumexp, norm, F.normalize and F.cosine_similarity, which
-expressions are its (claims), their check and shape, the torch calls, the kernels with their config
-space and default rule, and its catalog entries.
+Owns the IR rule of prod, var, std, logsumexp, norm, F.normalize and F.cosine_similarity and their
+words ("variance with correction 0", "L2 norm", "L1 normalize", "对数求和指数"), which expressions are its
+(claims), their check and shape, the torch calls, the kernels with their config space and default rule,
+and its catalog entries.
 """
 from __future__ import annotations
 
 import ast
 import math
+import re
+from dataclasses import replace
 
 from bot.codegen.code import jit_source, wrap
 from bot.codegen.expr import fmt_const
@@ -30,6 +33,7 @@ from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import (ALL, Call, IRError, Node, arguments, broadcast_shapes, call, inp, input_names, is_none,
                           keepdim, number, over_dim, prints, substitute, to_text)
+from bot.ops.text import FLAGS as _F
 
 NAME = "fused"
 OPS = {"prod", "var", "std", "logsumexp", "norm"}
@@ -45,8 +49,41 @@ KEYWORDS = {"prod": {"dim", "keepdim"}, "var": {"dim", "correction", "unbiased",
             "std": {"dim", "correction", "unbiased", "keepdim"}, "logsumexp": {"dim", "keepdim"},
             "norm": {"p", "ord", "dim", "keepdim"}, "normalize": {"p", "dim", "eps"},
             "cosine_similarity": {"x1", "x2", "dim", "eps"}}
-OUTPUT_DTYPE = None
-WORDS: list = []
+OUTPUT_DTYPES: dict[str, str] = {}
+NORMALIZE_EPS = 1e-12          # F.normalize's
+
+# A vector norm's order, said in its name: (pattern, p; None: the number said, "L3", "2-norm").
+# Frobenius is the 2-norm, of every element where no dim is said (bot.request.operation).
+_FROBENIUS = r"\bfrobenius\b|\bfro\b|F(?=\s*范数)"
+_CN_NOUN = r"(?=\s*(?:范数|归一化))"             # 二范数: a Chinese order only right before its noun
+_ORDERS = [
+    (rf"\bL[\s_-]?(?:inf(?:inity)?|∞)|\binf(?:inity)?\b|\bmax(?:imum)?(?:[\s_-]abs(?:olute)?)?\b|\bsup(?:remum)?\b|"
+     rf"\bchebyshev\b|(?:无穷|最大){_CN_NOUN}", "inf"),
+    (rf"{_FROBENIUS}|\beuclid(?:ean)?\b|(?:欧几里得|欧氏|二){_CN_NOUN}", 2.0),
+    (rf"\bmanhattan\b|\btaxicab\b|(?:曼哈顿|一){_CN_NOUN}", 1.0),
+    (r"\bL[\s_-]?\d+(?:\.\d+)?(?![\w.])|(?<![\w.])\d+(?:\.\d+)?[\s-]?(?=norm|范数|normali[sz]|归一化)", None),
+]
+_ORDER = "|".join(f"(?:{p})" for p, _ in _ORDERS)
+_WHICH_ORDER = re.compile("|".join(f"(?P<o{i}>{p})" for i, (p, _) in enumerate(_ORDERS)), _F)
+_ORDER_LIST = rf"(?:{_ORDER})(?:\s*(?:,|\band\b|\bor\b|和|或)\s*(?:{_ORDER}))*"      # "L1 and L2 norm": asked which
+FROBENIUS = re.compile(_FROBENIUS, _F)
+NORM_WORD = re.compile(rf"{_ORDER_LIST}[\s_-]*(?:norms?\b|范数)", _F)
+NORMALIZE_WORD = re.compile(rf"{_ORDER_LIST}[\s_-]*(?:normali[sz](?:e|es|ed|ing|ation)\b|归一化)|"
+                            rf"\bnormali[sz]e[sd]?\s+(?:[a-z]\w?\s+)?by\s+(?:its|their|the)\s+(?:{_ORDER})[\s_-]*norms?\b", _F)
+# var's and std's correction: said as a number, or by name (unbiased, sample: 1; biased, population: 0).
+CORRECTION_WORD = re.compile(r"\b(?:correction|ddof)\s*(?:of|=|:|is)?\s*(\d+)(?![\w.])|\bbessel'?s\s+correction\b|"
+                             r"\b(?:un)?biased\b|\bsample\b|\bpopulation\b|无偏|有偏|样本|总体", _F)
+_BY_NAME = re.compile(r"\bbessel|\bunbiased|\bsample|无偏|样本", _F)          # the names that say correction 1
+# prod is "paired", as reduce's sum and max are: of two tensors it is elementwise (x * y).
+WORDS = [(re.compile(p, _F) if isinstance(p, str) else p, kind, op) for p, kind, op in [
+    (NORMALIZE_WORD, "row", "normalize"),
+    (NORM_WORD, "row", "norm"),
+    (r"\blog[\s_-]?sum[\s_-]?exp\b|对数求和指数", "row", "logsumexp"),
+    (r"\bvariances?\b|\bvar\b|方差", "row", "var"),
+    (r"\bstandard[\s_-]deviations?\b|\bstd(?:dev)?\b|标准差", "row", "std"),
+    (r"\bprod(?:uct)?\b|乘积|连乘", "paired", "prod"),
+]]
+WORD_OPS = {op for _, _, op in WORDS}
 
 # The space the benchmark sweeps: rows a program, chunk depth, warps, programs a row at least.
 CONFIGS = [{"BLOCK_X": x, "BLOCK_D": d, "num_warps": w} for x, d, w in
@@ -134,12 +171,12 @@ def _normalize(c: Call) -> Node:
     c.kw.clear()
     p = 2.0 if is_none(given.get("p")) else _order(Call("norm", "", [given["input"]], {"p": given["p"]}, c.expr))
     dim = 1 if is_none(given.get("dim")) else int(number(given["dim"]))
-    eps = 1e-12 if is_none(given.get("eps")) else number(given["eps"])
-    return _unit(c.expr(given["input"]), p, dim, eps)
+    eps = NORMALIZE_EPS if is_none(given.get("eps")) else number(given["eps"])
+    return normalized(c.expr(given["input"]), p, dim, eps)
 
 
-def _unit(x: Node, p: float | str, dim: int, eps: float) -> Node:
-    """x divided by its p-norm over dim, at least eps (the clamp as its text reads back)."""
+def normalized(x: Node, p: float | str, dim: int | None, eps: float) -> Node:
+    """x / max(norm(x, p, dim), eps), the norm kept over dim (dim None: to be said, see over)."""
     return call("div", x, call("clamp", call("norm", x, dim=dim, keepdim=True, p=p), min=eps, max=None))
 
 
@@ -153,7 +190,81 @@ def _cosine_similarity(c: Call) -> Node:
         raise IRError("cosine_similarity takes two tensors, e.g. F.cosine_similarity(x1, x2, dim=1)")
     dim = 1 if is_none(given.get("dim")) else int(number(given["dim"]))
     eps = 1e-8 if is_none(given.get("eps")) else number(given["eps"])
-    return call("sum", call("mul", *(_unit(c.expr(given[x]), 2.0, dim, eps) for x in ("x1", "x2"))), dim=dim)
+    return call("sum", call("mul", *(normalized(c.expr(given[x]), 2.0, dim, eps) for x in ("x1", "x2"))), dim=dim)
+
+
+# ---------------------------------------------------------------- words
+
+def words_node(op: str, body: Node, said: str, keep: bool = False, eps: float | None = None) -> tuple[Node, list[str]]:
+    """op (one of WORD_OPS) of body as the words say it: a norm's order and var's or std's correction
+    read from said, keep (keepdim) for a reduction, eps for normalize; every reduction's dim None,
+    left to the dim the words name (over). With notes of the defaults taken."""
+    kept = {"keepdim": True} if keep else {}
+    if op == "normalize":
+        notes = [] if eps is not None else [f"no eps named: using {NORMALIZE_EPS!r}, F.normalize's (the least norm "
+                                            "divided by)"]
+        return normalized(body, _said_order(NORMALIZE_WORD, said), None,
+                          NORMALIZE_EPS if eps is None else eps), notes
+    if op == "norm":
+        return call(op, body, dim=None, p=_said_order(NORM_WORD, said), **kept), []
+    if op not in ("var", "std"):
+        return call(op, body, dim=None, **kept), []
+    correction = said_correction(said)
+    notes = [] if correction is not None else [f"no correction named: using correction=1 (the unbiased estimate, "
+                                               f"torch.{op}'s default); say 'correction 0' or 'population' for the "
+                                               "biased one"]
+    return call(op, body, dim=None, correction=1 if correction is None else correction, **kept), notes
+
+
+def _said_order(pattern: re.Pattern, said: str) -> float | str:
+    """The order of the norm words in said name; IRError where they name several."""
+    orders = {_order_named(o) for m in pattern.finditer(said) for o in _WHICH_ORDER.finditer(m.group(0))}
+    if len(orders) > 1:
+        names = ", ".join(sorted("L-inf" if p == "inf" else f"L{p:g}" for p in orders))
+        raise IRError(f"I read norms {names}: one per kernel. Which one?")
+    p = orders.pop()
+    if p != "inf" and p <= 0:
+        raise IRError(f"a norm of order {p:g} is not supported (an L0 'norm' counts nonzeros); name a positive order, "
+                      "e.g. 'L1 norm', 'L2 norm', or 'max norm'")
+    return p
+
+
+def _order_named(o: re.Match) -> float | str:
+    p = _ORDERS[int(o.lastgroup[1:])][1]
+    return float(re.search(r"\d+(?:\.\d+)?", o.group(0)).group(0)) if p is None else p
+
+
+def said_correction(said: str) -> int | None:
+    """var's and std's correction the words say, if any; IRError where they say two."""
+    corrections = {int(m.group(1)) if m.group(1) else int(bool(_BY_NAME.match(m.group(0))))
+                   for m in CORRECTION_WORD.finditer(said)}
+    if len(corrections) > 1:
+        raise IRError(f"I read corrections {' and '.join(map(str, sorted(corrections)))} (1: unbiased, sample; 0: "
+                      "biased, population). Which one?")
+    return corrections.pop() if corrections else None
+
+
+def dim_unsaid(node: Node) -> bool:
+    """Whether the tree was named in words and waits for their dim: a reduction's dim is None (code
+    always gives one, ALL where it names none)."""
+    return claims(node) and any(sub.op in REDUCTIONS and sub.attr("dim", ALL) is None for sub in node.walk())
+
+
+def over(node: Node, dim: int | str) -> Node:
+    """A tree named in words with every reduction the words named over dim (one typed with its dim
+    keeps it); over every element (ALL) none keeps its dim (one value, broadcast where it is used:
+    the caller refuses a root kept over every element)."""
+    attrs = dict(node.attrs)
+    if node.op in REDUCTIONS and node.attr("dim", ALL) is None:
+        attrs["dim"] = dim
+        if dim == ALL:
+            attrs.pop("keepdim", None)
+    return replace(node, args=tuple(over(a, dim) for a in node.args), attrs=tuple(sorted(attrs.items())))
+
+
+def word_op(node: Node) -> str:
+    """What the words named a tree of this family: its root reduction, or normalize (x / its norm)."""
+    return node.op if node.op in REDUCTIONS else "normalize"
 
 
 @prints(*OPS)

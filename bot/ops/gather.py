@@ -33,7 +33,7 @@ SUPPORTED = ("", "index_select(x, dim, index), torch.gather(x, dim, index), embe
 ALIASES: dict[str, str] = {}
 KEYWORDS = {INDEX_SELECT: {"dim", "index"}, GATHER: {"dim", "index", "sparse_grad"},
             EMBEDDING: {"weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"}}
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 
 # rows (index_select, embedding): BLOCK_K indices x BLOCK_I elements of each slice, and warps

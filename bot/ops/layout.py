@@ -42,7 +42,7 @@ SUPPORTED = ("", "permute/transpose of a tensor (x.permute(0, 2, 1), x.transpose
 ALIASES = {"concat": CAT, "concatenate": CAT, "swapaxes": "transpose", "swapdims": "transpose", "moveaxis": "movedim"}
 KEYWORDS = {PERMUTE: {"dims"}, CAT: {"tensors", "dim", "axis"}, "stack": {"tensors", "dim", "axis"},
             "movedim": {"source", "destination"}}
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 
 # permute: tile (BLOCK_A x BLOCK_L) and warps. Square tiles for a transpose; flat, wide ones where

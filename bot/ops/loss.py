@@ -78,7 +78,7 @@ TRIPLET = "triplet_margin_loss"
 _CLASS_ORDER = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
 KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]),
             **{name: set(order) for name, (order, _, _) in FORMULAS.items()}}
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []                    # read apart, before the generic reader: CROSS_ENTROPY, cross_entropy_words
 
 # cross entropy: persistent programs (PER_SM per SM) for rows that fit one tile; one row per one-warp

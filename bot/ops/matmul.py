@@ -53,7 +53,7 @@ SUPPORTED = ("", "matmul a @ b (2-D, batched 3-D, or [..., M, K] @ [K, N]; tf32=
 ALIASES = {"mm": "matmul", "bmm": "matmul"}
 KEYWORDS = {MATMUL: {"tf32"}, TRANSPOSE: set(), "t": set(), "linear": {"weight", "bias"}, EINSUM: set(),
             **dict.fromkeys(TRIANGLES, {"diagonal"})}
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []                    # read apart, with their sizes: MATMUL_WORD, take_epilogue
 TORCH_OPS = {MATMUL: lambda node, a: triangle_text(triangle(node), call_writer("torch.matmul")(node, [
     x + (f".{node.attr(key)}" if node.attr(key) else "") for x, key in zip(a, ("ta", "tb"))]), "torch.")}

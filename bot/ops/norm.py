@@ -26,7 +26,7 @@ SUPPORTED = ("over the last dim", "layernorm(x, weight, bias, eps=...), rmsnorm(
              "sum, e.g. rmsnorm(x + residual, weight))")
 ALIASES = {"layer_norm": "layernorm", "rms_norm": "rmsnorm"}
 KEYWORDS = dict.fromkeys(OPS, {"eps", "weight", "bias", "normalized_shape"})
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 DEFAULT_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6}
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     (r"\blayer[\s_-]?norm(?:ali[sz]ation)?\b|层归一化", "row", "layernorm"),

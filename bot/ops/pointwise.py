@@ -25,7 +25,7 @@ from bot.ops.text import END as _END, FLAGS as _F, NUM as _NUM
 
 NAME = "pointwise"
 ROOT = False
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 UNARY = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu", "gelu", "silu", "sigmoid", "tanh", "erf", "pow", "clamp"}
 BINARY = {"add", "sub", "mul", "div", "maximum", "minimum"}
 OPS = UNARY | BINARY | COMPARE | {"where"}
@@ -122,7 +122,7 @@ WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     (CLAMP_WORD.pattern, "step", "clamp"),
     (r"\bbias[\s_-]?add\b|\badd(?:s|ed|ing|ition)?\b|\bplus\b|加法|相加", "binary", "add"),
     (r"\bsub(?:tract\w*)?\b|\bdifference\b|\bminus\b|减法|相减|(?:的|之)差(?!异)|(?<![相])减(?!法)去?", "binary", "sub"),
-    (r"\bmul(?:tiply|tiplied|tiplication)?\b|\bproduct\b|\btimes\b|乘法|相乘", "binary", "mul"),
+    (r"\bmul(?:tiply|tiplied|tiplication)?\b|\btimes\b|乘法|相乘", "binary", "mul"),    # "product": fused's
     (r"\bdiv(?:ide[ds]?|ision)?\b|\bquotient\b|除法|相除|除以(?!\s*[-+.\d])", "binary", "div"),
     (r"\bwhere\b(?!\s+[A-Za-z]\w*\s+(?:is|are|has)\b)|\bselect\b", "where", "where"),
 ]]

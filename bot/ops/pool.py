@@ -43,7 +43,7 @@ _ORDER = {"max": ("input", "kernel_size", "stride", "padding", "dilation", "ceil
           "avg": ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")}
 KEYWORDS = {**{fn: set(_ORDER[kind][1:]) for fn, (kind, _) in FUNCTIONS.items()},
             **{fn: {"output_size", "return_indices"} for fn in ADAPTIVE_FUNCTIONS}}
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 
 # The space the benchmark sweeps: outputs a program (neighbours along the last dim) and warps.

@@ -1,4 +1,5 @@
-"""The reduce family: sum, mean, max and min over any one dim of a pointwise body.
+"""The reduce family: sum, mean, max and min over any one dim of a pointwise body, and any and all
+(a bool output: the max and min of the body read as 1 where it holds, else 0).
 
 Over the last dim in every case the row template computes it (whole rows in one tile, an online
 fold over chunks of longer rows, an aligned kernel for rows of odd length); over any other dim
@@ -17,26 +18,33 @@ from bot.codegen.kernel_file import NEG_INF, POS_INF
 from bot.codegen.row_kernel import RowKernel, RowPlan, refuse_empty_dim
 from bot.ops import pointwise
 from bot.ops.pointwise import NAN_WINS
-from bot.ops.node import (ALL, Call, Node, broadcast_shapes, call, dim_call, dim_text, input_names, keepdim, over_dim,
-                          prints, reduced_shape)
+from bot.ops.node import (ALL, Call, Node, broadcast_shapes, call, const, dim_call, dim_text, input_names, keepdim,
+                          over_dim, prints, reduced_shape)
 from bot.ops.text import FLAGS as _F
 from runner import protocol
 
 NAME = "reduce"
-OPS = {"sum", "mean", "max", "min"}
+LOGICAL = {"any": "max", "all": "min"}          # computed as the max / min of the body's truth, 0 or 1
+OPS = {"sum", "mean", "max", "min", *LOGICAL}
 ROOT = True
-SUPPORTED = ("over any one dim", "sum, mean, max, min")
+SUPPORTED = ("over any one dim", "sum, mean, max, min, any, all")
 ALIASES = {"max": "max", "amax": "max", "min": "min", "amin": "min"}
 KEYWORDS = dict.fromkeys(OPS, {"dim", "axis", "keepdim"})
-OUTPUT_DTYPE = None
-# "max"/"sum" of two tensors is elementwise (the request reader decides): kinds "extreme", "sum".
+OUTPUT_DTYPES = dict.fromkeys(LOGICAL, "bool")
+# Nouns after "any" and "all" that make them no reduction: "any shape", "all dims", "all rows".
+_NOT_LOGICAL = (r"(?!\s+(?:of\s+)?(?:the\s+)?(?:elements?|dims?|dimensions?|ax[ie]s|dtypes?|types?|shapes?|sizes?|"
+                r"cases?|precisions?|rows?|columns?|inputs?|values?|entries|three|3|supported)\b)")
+# "max"/"sum" of two tensors is elementwise (the request reader decides): kind "paired".
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     (r"\bmean\b|\baverage\b|平均值?|均值", "row", "mean"),
-    (r"\bmax(?:imum)?\b|\bamax\b|最大值?", "extreme", "max"),
-    (r"\bmin(?:imum)?\b|\bamin\b|最小值?", "extreme", "min"),
-    (r"\bsum\b|求和", "sum", "sum"),
+    (r"\bmax(?:imum)?\b|\bamax\b|最大值?", "paired", "max"),
+    (r"\bmin(?:imum)?\b|\bamin\b|最小值?", "paired", "min"),
+    (r"\bsum\b|求和", "paired", "sum"),
+    (rf"\b(?:logical[\s_-]?)?any\b{_NOT_LOGICAL}|任一(?:元素)?(?:为真|非零)", "row", "any"),
+    (rf"\b(?:logical[\s_-]?)?all\b{_NOT_LOGICAL}|全(?:部)?(?:元素)?(?:为真|非零)", "row", "all"),
 ]]
-_TORCH = {"sum": "torch.sum", "mean": "torch.mean", "max": "torch.amax", "min": "torch.amin"}
+_TORCH = {"sum": "torch.sum", "mean": "torch.mean", "max": "torch.amax", "min": "torch.amin", "any": "torch.any",
+          "all": "torch.all"}
 
 # Config spaces, after the default's pick for each of the spec's cases (_reduce_config), from
 # sweeps on an H200 (docs/BENCHMARKS.md).
@@ -106,11 +114,12 @@ def reduction(op: str) -> Reduction:
 # ---------------------------------------------------------------- IR rule
 
 def convert(c: Call) -> Node | None:
-    """sum/mean/max/min(x, dim=d); max/min of two tensors is the elementwise maximum/minimum."""
+    """sum/mean/max/min/any/all(x, dim=d); max/min of two tensors is the elementwise maximum/minimum."""
     if c.fname not in OPS:
         return None
     kept = keepdim(c)
-    dim = over_dim(c, all_by_default=True, several=True)       # several dims: the fused family's
+    # several dims: the fused family's (any and all take one)
+    dim = over_dim(c, all_by_default=True, several=c.fname not in LOGICAL)
     if c.fname in ("max", "min") and len(c.args) == 2 and dim is None:
         return call({"max": "maximum", "min": "minimum"}[c.fname], c.expr(c.args[0]), c.expr(c.args[1]))
     return dim_call(c, dim, kept)
@@ -138,8 +147,19 @@ def torch_reduction(fn: str, node: Node, body: str) -> str:
     return f"{fn}({body}, dim={node.attr('dim', -1)}{', keepdim=True' if node.attr('keepdim') else ''})"
 
 
+def as_extreme(spec: dict, node: Node) -> tuple[dict, Node]:
+    """any/all as the max/min of their body's truth (a comparison, or the body being nonzero, as
+    torch.any reads a float tensor), the 1 or 0 stored as a bool output (spec "bool_out")."""
+    if node.op not in LOGICAL:
+        return spec, node
+    body = node.args[0]
+    truth = body if body.op in pointwise.COMPARE else call("ne", body, const(0.0))
+    return {**spec, "bool_out": True}, call(LOGICAL[node.op], truth, **dict(node.attrs))
+
+
 def kernel_source(spec: dict, node: Node, options: dict) -> str:
     """Over the last dim (in every case): the row template; over another dim: the dim template."""
+    spec, node = as_extreme(spec, node)
     if node.attr("keepdim"):
         return kept_dim(kernel_source, spec, node, options)
     if over_last_dim(spec, node):
@@ -162,6 +182,7 @@ def kept_dim(source: Callable[[dict, Node, dict], str], spec: dict, node: Node, 
 
 def dim_kernel_source(spec: dict, node: Node, options: dict) -> str:
     """kernel.py from the dim template, over any dim (the last included: its rows kernel)."""
+    spec, node = as_extreme(spec, node)
     if node.attr("keepdim"):
         return kept_dim(dim_kernel_source, spec, node, options)
     return DimKernel.render(spec, node, options, pointwise.triton_body, (COLS_CONFIGS, ROWS_CONFIGS), False,

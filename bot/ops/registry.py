@@ -10,7 +10,7 @@ A family is a module of bot.ops with this interface (docs/ARCHITECTURE.md, "Oper
     ALIASES         function names as people write them -> its IR op names
     KEYWORDS        function -> the keyword arguments it is read with (any other is refused)
     WORDS           request words, English and Chinese: (pattern, kind, op)
-    OUTPUT_DTYPE    the output's dtype when not the inputs' (argmax: int64), else None
+    OUTPUT_DTYPES   its ops' output dtypes where not the inputs' (argmax: int64, any: bool)
     convert(call)   the IR of a call of one of its functions (None: not one of them)
     check(node)     its operand rules, on a tree whose root (or matmul) it owns
     output_shape(node, shapes)
@@ -33,19 +33,26 @@ FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax,
                                     layout, gather, matmul, conv, view)
 ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
 # Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
-# square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum').
-WORDS = [w for f in (softmax, norm, argreduce, scan, reduce, pointwise) for w in f.WORDS]
+# square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum', 'log-sum-exp' holds 'sum' and 'log',
+# 'cumulative product' holds 'product'); a vector norm's after the norms' ('layer norm').
+WORDS = [w for f in (softmax, norm, argreduce, scan, fused, reduce, pointwise) for w in f.WORDS]
 ALIASES = {k: v for f in FAMILIES for k, v in f.ALIASES.items()}
 KEYWORDS = {k: v for f in FAMILIES for k, v in f.KEYWORDS.items()}
 _OWNER = {**dict.fromkeys(pointwise.FUNCTIONS, pointwise),
           **{fn: f for f in FAMILIES if f is not pointwise for fn in f.OPS | set(f.KEYWORDS)}}
 FUNCTIONS = set(_OWNER)
 ENTRIES: tuple[Entry, ...] = tuple(e for f in FAMILIES for e in f.ENTRIES)
+_OUTPUT_DTYPES = {op: dtype for f in FAMILIES for op, dtype in f.OUTPUT_DTYPES.items()}
 
 
 def owner(fname: str) -> ModuleType | None:
     """The family whose IR rule reads a call of fname (aliases resolved)."""
     return _OWNER.get(fname)
+
+
+def output_dtype(node: Node) -> str | None:
+    """The dtype of the output of node's root op where it is not the inputs' (argmax: int64, any: bool)."""
+    return _OUTPUT_DTYPES.get(node.op)
 
 
 def root_family(op: str) -> ModuleType | None:

@@ -27,7 +27,7 @@ SUPPORTED = ("over any one dim", "cumsum, cumprod, cummax, cummin (also reversed
 ALIASES = {"cummax_values": "cummax", "cummin_values": "cummin"}
 FLIP = "flip"
 KEYWORDS = {**dict.fromkeys(OPS, {"dim", "reverse", "exclusive"}), FLIP: {"dims"}}
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 # Looked for before the reduce family's words, which these hold ("sum", "max").
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     (r"\bcum(?:ulative)?[\s_-]?sums?\b|\bprefix[\s-]sums?\b|\brunning\s+(?:sum|total)s?\b|\bscan\b|前缀和|累积和",

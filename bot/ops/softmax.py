@@ -20,7 +20,7 @@ ROOT = True
 SUPPORTED = ("over the last dim", "softmax, log_softmax")
 ALIASES = {"logsoftmax": "log_softmax"}
 KEYWORDS = dict.fromkeys(OPS, {"dim", "axis", "keepdim"})
-OUTPUT_DTYPE = None
+OUTPUT_DTYPES: dict[str, str] = {}
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     (r"\blog[\s_-]?softmax\b", "row", "log_softmax"),
     (r"\bsoft[\s_-]?max\b|归一化指数", "row", "softmax"),

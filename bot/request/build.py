@@ -9,7 +9,7 @@ from bot import ir
 from bot import spec as specmod
 from bot.generators.interface import GenerationError
 from bot.ops import matmul as mmf
-from bot.ops import registry, softmax
+from bot.ops import fused, registry, softmax
 from bot.ops.text import sizes_text
 from bot.request.describe import default_name, describe, spec_params
 from bot.request.messages import SUPPORTED, node_text
@@ -168,11 +168,16 @@ def _cases(st: State, names: list[str], main: str, notes: list[str]) -> list[lis
 
 def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
     """The dim named in words: any one for a reduction (written -1 when it is the last dim of
-    every case), the last one only for softmax, norms and cross entropy."""
+    every case; every reduction of a fused one named in words), the last one only for softmax,
+    norms and cross entropy."""
     k = ir.kind(node)
     root = registry.root_family(node.op)
     if k == "chain" and root is not None and root.NAME in ("reduce", "argreduce", "scan", "softmax", "norm"):
         k = root.NAME                   # a chain ending in an op over a dim: the words may name its dim
+    words = fused.dim_unsaid(node)      # 'variance', 'L2 normalize': over the dim the words name
+    if words:
+        k = "reduce"
+    op = fused.word_op(node) if words else node.op
     if k in ("conv", "pool", "fused", "layout", "gather", "chain"):
         if st.dims or st.whole:
             raise GenerationError(f"you named a dim, but {node_text(node)!r} works over the dims its arguments "
@@ -192,27 +197,35 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
         written = node.attr("dim")
         dims = st.dims or ([] if written in (None, ir.ALL) else [written])
         if dims:
-            raise GenerationError(f"you said {st.whole!r} and dim {dims[0]}: {node.op} over every element (one "
+            raise GenerationError(f"you said {st.whole!r} and dim {dims[0]}: {op} over every element (one "
                                   f"value) or over dim {dims[0]}? Say one of them.")
-        return ir.with_dim(node, ir.ALL)
+        if node.attr("keepdim"):
+            raise GenerationError(f"{op} over every element keeping the dim is not supported; name a dim, or drop "
+                                  "keepdim (one value)")
+        return _over(node, ir.ALL, words)
     if st.whole:
         raise GenerationError(f"{node.op} over {st.whole!r} is not supported: {node.op} runs over one dim"
                               f"{' at a time, e.g. dim 0 or the last dim' if reduces else ', the last'}. {SUPPORTED}")
-    written = node.attr("dim", -1)
+    written = None if words else node.attr("dim", -1)
     if st.dims and written is not None and st.typed and written not in st.dims:
         raise GenerationError(f"{node_text(node)!r} is over dim {written}, but the words say dim {st.dims[0]}; which one?")
     dims = list(dict.fromkeys(st.dims)) or ([] if written is None else [written])
     if not dims:
         every = " or 'over all elements' (one value)" if k in ("reduce", "argreduce") else ""
-        raise GenerationError(f"{node.op} over which dim? Say e.g. '{node.op} over the last dim', 'over dim 0'{every}.")
+        raise GenerationError(f"{op} over which dim? Say e.g. '{op} over the last dim', 'over dim 0'{every}.")
     if len(dims) > 1:
-        raise GenerationError(f"I found dims {', '.join(map(str, dims))}: {node.op} runs over one dim; which one?")
+        raise GenerationError(f"I found dims {', '.join(map(str, dims))}: {op} runs over one dim; which one?")
     last = all(dims[0] in (-1, len(c) - 1) for c in cases)
     if reduces:
-        return ir.with_dim(node, -1 if last else dims[0])
+        return _over(node, -1 if last else dims[0], words)
     if not last and node.op in ir.ROW_PRESERVING:       # softmax over another dim: the fused reductions'
         return softmax.settled(ir.with_dim(node, dims[0]), len(cases[0]))
     if not last:
         raise GenerationError(f"{node.op} over dim {dims[0]} is not supported: {node.op} runs over the last dim "
                               f"(dim=-1) only. {SUPPORTED}")
     return ir.with_dim(node, -1) if node.op in ir.ROW_PRESERVING else node
+
+
+def _over(node: ir.Node, dim: int | str, words: bool) -> ir.Node:
+    """The reduction over dim: the root's, or every one of a fused reduction named in words."""
+    return fused.over(node, dim) if words else ir.with_dim(node, dim)

@@ -5,6 +5,7 @@ exponent, approximation, reduction, tf32, a reduction's dim).
 from __future__ import annotations
 
 from bot import ir
+from bot.ops import fused
 from bot.ops import matmul as mmf
 from bot.request.messages import node_text
 
@@ -49,14 +50,21 @@ def describe(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
         title = {"layernorm": "layer norm", "rmsnorm": "RMS norm"}[node.op]
         extras = " and ".join(a.name for a in node.args[1:])
         return f"{title} of {inner} over the last dim{f' with {extras}' if extras else ''}, eps={node.attr('eps')!r}"
+    if k == "fused" and node.op not in fused.REDUCTIONS:       # x / its norm, x minus its mean
+        return f"{node_text(node)}, its reductions over {_over(fused.reduced_dim(node))}"
     if k == "loss":
         what = "cross entropy of logits" if node.op == "cross_entropy" else "negative log likelihood of log-probabilities"
         return (f"{what} {inner} against class indices {node.args[1].name} over the last dim, "
                 f"reduction {node.attr('reduction')}")
-    d = node.attr("dim", -1)
     flags = " and ".join(flag + "d" * (flag == "reverse") for flag in ("reverse", "exclusive") if node.attr(flag))
-    over = "every element" if d == ir.ALL else "the last dim" if d == -1 else f"dim {d}"
-    return f"{flags + ' ' if flags else ''}{node.op} of {inner} over {over}"
+    d = node.attr("dim", -1)
+    return f"{flags + ' ' if flags else ''}{node.op} of {inner} over {_over(None if d == ir.ALL else d)}"
+
+
+def _over(dim: int | list[int] | None) -> str:
+    """'every element' (None), 'the last dim', 'dim 0', 'dims [2, 3]'."""
+    return ("every element" if dim is None else "the last dim" if dim == -1 else
+            f"dims {dim}" if isinstance(dim, list) else f"dim {dim}")
 
 
 def spec_params(node: ir.Node, scalars: dict[str, float]) -> dict:

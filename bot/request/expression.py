@@ -41,7 +41,7 @@ def _spans(text: str) -> list[list[tuple[str, int, int]]]:
     prev = None
     for m in _TOKEN.finditer(text):
         kind = m.lastgroup
-        if kind == "name" and keyword.iskeyword(m.group()) and m.group() != "None":
+        if kind == "name" and keyword.iskeyword(m.group()) and m.group() not in ("None", "True", "False"):
             kind = "other"
         breaks = (prev in _ENDS and kind in _OPERAND) or (prev in ("num", "str", "rpar") and kind == "lpar")
         if kind in ("other", "prose", "rank") or breaks:

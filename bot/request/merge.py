@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from bot import ir
 from bot.generators.interface import GenerationError
+from bot.ops import fused
 from bot.request.messages import node_text
 from bot.request.reading import Reading
 from bot.request.state import State, default_dtypes, default_shapes, input_names, main_input, per_case
@@ -31,8 +32,9 @@ def apply(st: State, rd: Reading, feedback: bool) -> None:
         st.eps = rd.eps if rd.eps is not None else st.eps
         st.tf32 = rd.tf32 if rd.tf32 is not None else st.tf32
     st.training = rd.training if rd.training is not None else st.training      # kept across a new operator
-    # "mean instead" on "sum over dim 0" keeps the dim; "make it relu" drops it
-    keeps_dim = feedback and rd.node is not None and ir.kind(rd.node) in ("reduce", "argreduce") and not rd.dims
+    # "mean instead" on "sum over dim 0" keeps the dim ("std instead" too); "make it relu" drops it
+    over_a_dim = rd.node is not None and (ir.kind(rd.node) in ("reduce", "argreduce") or fused.dim_unsaid(rd.node))
+    keeps_dim = feedback and over_a_dim and not rd.dims
     if (rd.node is not None or rd.dims or rd.whole) and not keeps_dim:
         st.dims, st.whole = rd.dims, rd.whole
     append = feedback and rd.append

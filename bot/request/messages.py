@@ -13,8 +13,9 @@ CORRECTION_HELP = ("Name dtypes ('bf16 only'), shapes ('shape 2048x2048', 'also 
                    "('over dim 0') or an operation ('make it gelu(x + y)').")
 ASK_OP = "Which operation do you want? e.g. 'relu(x + y) for fp16 4096x4096'"
 SUPPORTED = (f"The offline generator supports {ir.SUPPORTED_TEXT}. In words: matmul or bmm (with bias, "
-             "an activation, a scale, a residual), sum/mean/max/min/argmax/argmin over a dim, softmax, "
-             "layernorm, rmsnorm (also fused with an add), cross entropy, and pointwise operations.")
+             "an activation, a scale, a residual), sum/mean/max/min/prod/argmax/argmin/any/all, variance and std (with a "
+             "correction), logsumexp and L1/L2/max/Frobenius norms over a dim (or all elements), L1/L2 normalize, "
+             "softmax, layernorm, rmsnorm (also fused with an add), cross entropy, and pointwise operations.")
 
 
 def node_text(node: ir.Node) -> str:

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.ops import channel_norm, conv, layout, loss, norm, pool, registry, scan
+from bot.ops import channel_norm, conv, fused, layout, loss, norm, pool, registry, scan
 from bot.ops import matmul as mmf
 from bot.ops.text import blank as _blank
 from bot.request import order
 from bot.request.messages import SUPPORTED, node_text
 from bot.request.reading import Reading
 from bot.request.torch_code import refuse_other_meanings
-from bot.request.vocabulary import MATRIX, PAIRWISE, SCALAR_STEPS, STEP_IR_OP, TWO_TENSORS
+from bot.request.vocabulary import (KEEPDIM, LINES, MATRIX, PAIRED, PAIRWISE, SCALAR_STEPS, STEP_IR_OP, TWO_TENSORS,
+                                    VAGUE_NORM)
 from bot.request.words import one_eps
 
 
@@ -37,6 +38,10 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
     if expr is None and layout.LAYOUT_WORD.search(prose):
         return _layout_words(prose, rd)
     said, (found, prose) = prose, _find_op_words(prose)
+    if m := VAGUE_NORM.search(prose):
+        raise GenerationError(f"which {m.group(0)!r} do you mean? Say 'L2 norm' (or L1, max, Frobenius) for a vector "
+                              "norm over a dim, 'L2 normalize' for x divided by it, or 'layer norm', 'rms norm', "
+                              f"'group norm', 'batch norm'. {SUPPORTED}")
     said_pair = TWO_TENSORS.search(prose)
     pair = bool(PAIRWISE.search(prose))
     rd.left = PAIRWISE.sub(_blank, prose)
@@ -53,6 +58,8 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
     if len(rows) > 1:
         raise GenerationError(f"I found {' and '.join(rows)}: one row operation per kernel. Which one do you want? "
                               f"Or write it as an expression, e.g. 'softmax(x * 0.5)'.")
+    if rows and rows[0] in fused.WORD_OPS:
+        return _fused_words(rows[0], body, said, rd)
     if rows:
         body = _wrap_row(rows[0], body, prose, rd)
         if rows[0] in ir.SCANS:
@@ -66,13 +73,11 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
 def _by_kind(found: list[tuple[int, str, str, float | None]],
              pair: bool) -> tuple[list[str], list[str], list[tuple[str, float | None]], bool]:
     """The operator words found, by kind: (row ops, binaries, steps with their numbers, whether a
-    where is named); max, min and sum of a pair are elementwise binaries, of one tensor row ops."""
+    where is named); max, min, sum and prod of a pair are elementwise binaries, of one tensor row ops."""
     rows, binaries, steps, where = [], [], [], False
     for _, kind, op, value in found:
-        if kind == "extreme":
-            kind, op = ("binary", {"max": "maximum", "min": "minimum"}[op]) if pair else ("row", op)
-        elif kind == "sum":
-            kind, op = ("binary", "add") if pair else ("row", "sum")
+        if kind == "paired":
+            kind, op = ("binary", PAIRED[op]) if pair else ("row", op)
         if kind == "row" and op not in rows:
             rows.append(op)
         elif kind == "binary" and op not in binaries:
@@ -259,7 +264,37 @@ def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: Reading) 
 def _wrap_row(op: str, body: str, prose: str, rd: Reading) -> str:
     if op in ir.SCANS:
         return f"{op}({body}{scan.flags_in_words(prose, op)})"
+    if op in ir.REDUCE | ir.ARG_REDUCE:
+        return f"{op}({body}{', keepdim=True' if _keeps_dim(rd) else ''})"
     if op not in ir.NORMS:
         return f"{op}({body})"
     extras = norm.extras_in_words(op, prose, rd.op_notes)
     return f"{op}({', '.join([body, *extras])}, eps={ir.DEFAULT_EPS[op]!r})"   # eps is settled when building
+
+
+def _keeps_dim(rd: Reading) -> bool:
+    """Whether the words keep a reduction's dim ('keeping the dim'), taking them."""
+    said = bool(KEEPDIM.search(rd.left))
+    rd.left = KEEPDIM.sub(_blank, rd.left)
+    return said
+
+
+def _fused_words(op: str, body: str, said: str, rd: Reading) -> ir.Node:
+    """A reduction of the fused family named in words ('variance', 'L2 norm', 'L1 normalize'), its
+    dim left to the words' (bot.request.build settles it): a Frobenius norm with no dim said is
+    over every element."""
+    keep = op != "normalize" and _keeps_dim(rd)
+    try:
+        node, notes = fused.words_node(op, _parse(body), said, keep, rd.eps)
+    except ir.IRError as e:
+        raise GenerationError(f"{e} {SUPPORTED}") from None
+    if op == "normalize":
+        rd.eps = None                       # said in the expression
+        rd.dims += [-1 if m.group(1).lower() == "rows" else -2 for m in LINES.finditer(rd.left)]
+        rd.left = LINES.sub(_blank, rd.left)
+    if op == "norm" and fused.FROBENIUS.search(said) and not (rd.dims or rd.whole):
+        rd.whole = "Frobenius"
+    if op in ("var", "std"):
+        rd.left = fused.CORRECTION_WORD.sub(_blank, rd.left)
+    rd.op_notes += notes
+    return node

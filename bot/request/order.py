@@ -66,7 +66,7 @@ def refuse_unclear_order(found: list[tuple[int, str, str, float | None]], prose:
     not sigmoid(x * y)); a step or binary before a row op only in sequence ('exp then sum',
     'fused add + rmsnorm'; 'log of softmax', 'x minus its mean' are not), and nothing in sequence
     after it ('sum of exp' is fine, 'sum, then sqrt' is not expressible)."""
-    kinds = [(pos, ("binary" if pair else "row") if kind in ("extreme", "sum") else kind, op)
+    kinds = [(pos, ("binary" if pair else "row") if kind == "paired" else kind, op)
              for pos, kind, op, _ in found]
     binary = next(((pos, op) for pos, kind, op in kinds if kind == "binary"), None)
     row = next(((pos, op) for pos, kind, op in kinds if kind == "row"), None)

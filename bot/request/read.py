@@ -74,10 +74,11 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
 
 
 def _refuse_other_dtypes(node: ir.Node) -> None:
-    """Code whose PyTorch result is not a float of the inputs' dtype: a comparison (bool), a sum or
-    mean of one (int64, or an error), a where of two constants (the constants' dtype)."""
+    """Code whose PyTorch result is not a float of the inputs' dtype: a comparison (bool) but under
+    any or all, a sum or mean of one (int64, or an error), a where of two constants (the constants'
+    dtype)."""
     body = node.args[0] if node.op in ir.ROOT_OPS else node
-    if body.op in ir.COMPARE:
+    if body.op in ir.COMPARE and node.op not in ir.LOGICAL:
         what = "a bool tensor" if body is node else f"{node.op} of a bool tensor (int64, or an error)"
         raise GenerationError(f"{node_text(node)!r} gives {what} in PyTorch, and the offline kernels return the inputs' "
                               "float dtype; multiply by 1.0 or use where(cond, x, y) to stay in it.")

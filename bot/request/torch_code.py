@@ -1,7 +1,8 @@
 """Python code as the IR reads it: a function's returned expression with its local names inlined
-and dtype casts dropped (Inline), torch.max(x, dim)'s parts read as amax and argmax (MaxParts), and
-calls whose PyTorch meaning is not the IR op of that name refused (max/min over a dim, softmax
-without one). For pasted functions (bot.request.pasted) and expressions typed in the words
+(tuples unpacked too: values, idx = torch.max(x, 1)) and dtype casts dropped (Inline),
+torch.max(x, dim)'s parts read as amax and argmax (MaxParts), and calls whose PyTorch meaning is
+not the IR op of that name refused (max/min over a dim, softmax without one), as is returning more
+than one tensor. For pasted functions (bot.request.pasted) and expressions typed in the words
 (bot.request.expression, bot.request.operation).
 """
 from __future__ import annotations
@@ -85,24 +86,43 @@ def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
         docstring = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
         if docstring or isinstance(stmt, (ast.Pass, ast.Assert)):
             continue
+        if isinstance(stmt, ast.Return) and isinstance(stmt.value, ast.Tuple):
+            raise GenerationError(f"{fn.name} returns {len(stmt.value.elts)} tensors, {ast.unparse(stmt.value)!r}: a "
+                                  "kernel here has one output; return one of them (of torch.max(x, dim): its values "
+                                  "or its indices)")
         if isinstance(stmt, ast.Return) and stmt.value is not None:
             return inline.visit(stmt.value)
-        target, value = _assignment(stmt)
-        if target is None:
+        bound = _assignment(stmt)
+        if not bound:
             raise GenerationError(f"line {stmt.lineno} of {fn.name}: {ast.unparse(stmt)[:60]!r} is not supported; "
                                   "the function may assign local names and return one expression")
-        inline.env[target] = inline.visit(value)
+        for target, value in bound:
+            inline.env[target] = inline.visit(value)
     raise GenerationError(f"{fn.name} returns nothing; end it with 'return <expression>'")
 
 
-def _assignment(stmt: ast.stmt) -> tuple[str | None, ast.expr | None]:
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-        return stmt.targets[0].id, stmt.value
+def _assignment(stmt: ast.stmt) -> list[tuple[str, ast.expr]]:
+    """The names a statement binds and their values; none where it is not a plain assignment."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        return _unpacked(stmt.targets[0], stmt.value)
     if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
-        return stmt.target.id, stmt.value
+        return [(stmt.target.id, stmt.value)]
     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
-        return stmt.target.id, ast.BinOp(ast.Name(stmt.target.id, ast.Load()), stmt.op, stmt.value)
-    return None, None
+        return [(stmt.target.id, ast.BinOp(ast.Name(stmt.target.id, ast.Load()), stmt.op, stmt.value))]
+    return []
+
+
+def _unpacked(target: ast.expr, value: ast.expr) -> list[tuple[str, ast.expr]]:
+    """x = value, or names unpacked from a tuple (a, b = x, y) or from a call's parts:
+    values, idx = torch.max(x, dim=1) binds values to torch.max(x, dim=1)[0], which MaxParts reads."""
+    if isinstance(target, ast.Name):
+        return [(target.id, value)]
+    if not (isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts)):
+        return []
+    names = [e.id for e in target.elts]
+    if isinstance(value, ast.Tuple):
+        return list(zip(names, value.elts)) if len(value.elts) == len(names) else []
+    return [(n, ast.Subscript(copy.deepcopy(value), ast.Constant(i), ast.Load())) for i, n in enumerate(names)]
 
 
 def refuse_other_meanings(fname: str, ret: ast.expr, torch_only: bool = False) -> None:
@@ -121,7 +141,8 @@ def refuse_other_meanings(fname: str, ret: ast.expr, torch_only: bool = False) -
             (args == 2 and ir.is_int_literal(n.args[-1]))
         if name in ("max", "min") and given_dim:
             raise GenerationError(f"{fname} returns {ast.unparse(n)!r}: {name} over a dim returns (values, indices) "
-                                  f"in PyTorch; write torch.a{name}(..., dim=...) for the values alone")
+                                  f"in PyTorch, and a kernel here has one output; take its .values (torch.a{name}) or "
+                                  f"its .indices (torch.arg{name})")
         if name in ("cummax", "cummin"):
             raise GenerationError(f"{fname} returns {ast.unparse(n)!r}: {name} returns (values, indices) in PyTorch; "
                                   f"take .values (the running {name[3:]}) or [0]")

@@ -23,7 +23,7 @@ BAD_DTYPE = re.compile(r"\b(?:u?int(?:4|8|16|32|64)|fp8\w*|float8\w*|fp64|float6
                        r"nvfp4|mxfp\d+|complex\d*)\b|双精度", _F)
 
 OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, what in [
-    (r"\baddmm\b|\beinsum\b|\bdot[\s-]product\b|\blinear\s+layer\b",
+    (r"\baddmm\b|\beinsum\b|\bdot[\s-]product\b|\bmatrix[\s-]vector\s+product\b|\blinear\s+layer\b",
      "this form of matrix multiplication (say 'matmul a @ b with bias' instead)"),
     (r"\bconvolve\b|\b(?:separable|dilated?[\s_-]+causal|causal|deformable|circular)[\s_-]+conv\w*",
      "this convolution (conv1d/2d/3d, transposed, depthwise and grouped are supported)"),
@@ -47,9 +47,7 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
      r"\bcosine[\s_-]+(?:similarity|embedding)\w*|\bmargin[\s_-]+ranking\w*",
      "this loss (in words: mse, l1, smooth l1, huber, kl divergence, bce with logits, soft margin, triplet margin "
      "and cross entropy; others written as PyTorch does, e.g. 'mean(clamp(1 - x * y, min=0))', or paste the module)"),
-    (r"\bprelu\b|\blogsumexp\b|\bsin\b|\bcos\b|"
-     r"\bfloor\b|\bceil\b(?![\s_-]*mode)|\bround\b|\bsign\b|"
-     r"\bprod\b|\bvar(?:iance)?\b|\bstd\b|\bl2[\s_-]?norm\b|\bnormali[sz]e\b", ""),
+    (r"\bprelu\b|\bsin\b|\bcos\b|\bfloor\b|\bceil\b(?![\s_-]*mode)|\bround\b|\bsign\b", ""),
 ]]
 
 # Training: the forward and its backward as one autograd op (bot.training); or, said, inference only.
@@ -64,16 +62,24 @@ NO_TRAINING = re.compile(r"\b(?:forward|inference)[\s-]+only\b|\bno\s+backward\b
 # Dimension phrases. Reductions run over any one dim, other row ops over the last one only.
 DIM_N = re.compile(r"\b(?:dim|axis|dimension)\s*[=:]?\s*(-?\d)\b|第\s*(-?\d)\s*维|维度\s*(-?\d)(?!\d)", _F)  # "dim 4096" is a size
 _D = r"\s+(?:dim|axis|dimension)\w*"
+
+
+def _cn_line(line: str) -> str:
+    """行方差, 列和: each row's or column's reduction (not 第一行的和, the first row's)."""
+    return (rf"(?<![第\d一二三四五六七八九十]){line}(?=\s*(?:的\s*)?(?:和|求和|均值|平均|最大|最小|方差|标准差|乘积|连乘|范数|"
+            r"[Ll]\d|对数|[一二]范数|无穷范数|归一化))")
+
+
 DIM_WORDS: list[tuple[re.Pattern, int]] = [(re.compile(p, _F), d) for p, d in [
     # earlier entries win: "second to last dim" before "last dim"
     # ("across the columns" is left out: it means dim -2 to some and one value per row to others)
     (rf"\b(?:second[\s-]+(?:to[\s-]+)?last|penultimate){_D}|\bcolumn[\s-]?wise\b|\b(?:per|each|every)[\s-]+column\b|"
-     r"按列|每一?列|倒数第二维", -2),
+     rf"按列|每一?列|倒数第二维|{_cn_line('列')}", -2),
     (rf"\b(?:first|1st|0th|leading|batch){_D}|第一维", 0),
     (rf"\b(?:second|2nd){_D}|第二维", 1),
     (rf"\b(?:third|3rd){_D}|第三维", 2),
     (rf"\b(?:last|trailing|innermost|final){_D}|\brow[\s-]?wise\b|\b(?:of\s+each|for\s+each|each|every|of\s+every)\s+row\b|"
-     r"\brow\s+by\s+row\b|最后一(?:个)?维(?:度)?|按行|每一?行", -1),
+     rf"\brow\s+by\s+row\b|最后一(?:个)?维(?:度)?|按行|每一?行|{_cn_line('行')}", -1),
 ]]
 WHOLE = re.compile(r"\b(?:all|every)\s+elements?\b|\b(?:whole|entire|full)\s+tensor\b|\bglobal(?:ly)?\b(?![\s_-]+(?:max|avg|average|mean)[\s_-]*pool)|"
                    r"全部元素|所有元素|整个张量", _F)
@@ -114,13 +120,21 @@ APPEND = re.compile(r"\b(?:also|add|plus|additionally|extra|too)\b|^\s*and\b|\ba
 STEP_IR_OP = {"gelu_tanh": "gelu", "scale": "mul", "divide": "div", "square": "pow", "cube": "pow"}
 SCALAR_STEPS = {"scale", "divide"}
 
-# "max"/"sum" of two tensors is elementwise; of one tensor it is a reduction.
+# "max"/"sum"/"product" of two tensors is elementwise; of one tensor it is a reduction.
+PAIRED = {"max": "maximum", "min": "minimum", "sum": "add", "prod": "mul"}
 PAIRWISE = re.compile(r"\btwo\b|\b2\s+(?:tensors|matrices|inputs|arrays)\b|\bpair(?:s|wise)?\b|两个|"
                       r"element[\s_-]?wise|逐元素|\bbetween\b|\b[a-z]\w?\s+and\s+[a-z]\w?\b", _F)
 # Words that say there are two tensors (not "elementwise", which a one-input op is too).
 TWO_TENSORS = re.compile(r"\btwo\b|\b2\s+(?:tensors|matrices|inputs|arrays)\b|\bpair(?:s|wise)?\b|两个|\bbetween\b|"
                          r"\b[a-z]\w?\s+and\s+[a-z]\w?\b", _F)
 MATRIX = re.compile(r"\bmatri(?:x|ces)\b|矩阵", _F)
+# A reduction that keeps its reduced dim as size 1: "keeping the dim", "keepdim=True", "保持维度".
+KEEPDIM = re.compile(r"\bkeep(?:s|ing)?[\s_-]?(?:the\s+)?(?:reduced\s+)?dim(?:ension)?s?\b(?!\s*=\s*false)"
+                     r"(?:\s*=\s*true\b)?|保持维度|保留维度", _F)
+# Normalising "the rows" (or columns) is each row's own (summing them might be across them).
+LINES = re.compile(r"\b(?:the\s+|its\s+|all\s+)?(rows|columns)\b", _F)
+# "norm" or "normalize" with no order or kind left once the families' words are taken: which one?
+VAGUE_NORM = re.compile(r"\bnorms?\b|\bnormali[sz]\w*|范数|归一化", _F)
 
 
 # A label that names a tensor: a shape given to one that is no input is refused, not taken as a case.

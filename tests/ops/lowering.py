@@ -3,7 +3,7 @@ files, imported and run, and checked against the reference on float64 inputs.
 
 Kernels run under Triton's interpreter here (tests/conftest.py), in float32 and float16 (the
 interpreter gets bfloat16 wrong), and are compared with the reference evaluated on float64 inputs
-within runner.protocol's tolerance (indices exactly).
+within runner.protocol's tolerance (indices and bools exactly).
 
 Two ways in, as the lowerings were once split:
 - generate / check: kernel.py as the registry lowers the tree (pointwise, or a row op over the
@@ -70,6 +70,9 @@ def upcast(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def assert_close(got: torch.Tensor, want: torch.Tensor, dtype: str, reduce_len: int, what: str) -> None:
+    if not got.is_floating_point():                 # indices and bools: exactly
+        assert torch.equal(got, want), f"{what}: {got} != {want}"
+        return
     rtol, atol = protocol.tolerance(dtype, reduce_len)
     err = (got.double() - want).abs()
     ok = err <= atol + rtol * want.abs()       # NaN fails
@@ -139,7 +142,7 @@ def check_reduction(tmp_path, spec: dict, options: dict | None = None, configs=(
                 label = f"{spec['expression']} {case.label} {protocol.variant_label(variant)} config={config}"
                 assert list(got.shape) == out["shapes"][case.index], label
                 assert got.dtype == getattr(torch, out["dtypes"][v]), label
-                if got.dtype == torch.int64:
+                if not got.is_floating_point():
                     assert torch.equal(got, want), f"{label}: {got} != {want}"
                     continue
                 rtol, atol = protocol.tolerance(out["dtypes"][v], length)

@@ -71,6 +71,20 @@ def test_a_chain_ending_in_indices_returns_them(tmp_path):
     assert got.dtype == torch.int64 and torch.equal(got, torch.argmax(F.conv2d(x.double(), w.double()), dim=1))
 
 
+def test_a_chain_ending_in_any_returns_bools(tmp_path):
+    spec = raw_spec("any(softmax(x) > 0.2, dim=0)", {"x": [6, 5]}, ("float32",))
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), "chain_op")
+    x = torch.randn(6, 5) * 3
+    got = kernel(x)
+    assert got.dtype == torch.bool and torch.equal(got, torch.any(torch.softmax(x.double(), -1) > 0.2, dim=0))
+
+
+@pytest.mark.parametrize("expression", ["argmax(x, dim=1) * 2.0", "relu(any(x > 0.0, dim=1))"])
+def test_indices_and_bools_are_the_outermost_operation(expression):
+    with pytest.raises(ir.IRError, match="must be the outermost operation"):
+        ir.parse(expression)
+
+
 def test_a_chain_refuses_what_no_split_avoids():
     with pytest.raises(ir.IRError, match="padding='same' is not supported"):
         ir.check(ir.parse("relu(conv2d(x * 2.0, w, padding='same'))"))

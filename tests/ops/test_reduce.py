@@ -1,4 +1,4 @@
-"""The reduce family (bot.ops.reduce): sum/mean/max/min, generated kernel.py files imported and run.
+"""The reduce family (bot.ops.reduce): sum/mean/max/min and any/all, generated kernel.py files imported and run.
 
 Over the last dim through the row template (bot.codegen.row_kernel), whose shared machinery
 (looped and aligned kernels, row tiles, input patterns) is tested here; over any dim, the last
@@ -188,6 +188,27 @@ def test_every_element_reads_and_prints_as_pytorch_writes_it():
     assert ir.parse("sum(x)").attr("dim") == -1               # a spec's sum without a dim is over the last
     assert ir.parse("sum(x)", as_written=True).attr("dim") is None      # as PyTorch reads it: settled by the caller
     assert ir.output_shape(node, {"x": [4, 5], "y": [5]}) == [] and ir.reduced(node) == (["x", "y"], None)
+
+
+# ---------------------------------------------------------------- any and all: bools
+
+@pytest.mark.parametrize("expression, shape", [
+    ("any(x > 0.5, dim=-1)", [5, 37]), ("all(x > y, dim=1, keepdim=True)", [3, 9, 4]), ("all(x, dim=None)", [3, 7]),
+])
+def test_any_and_all_are_bools_exactly(tmp_path, expression, shape):
+    # the registry's kernel (the row template over the last dim), then the dim template, split too
+    spec = make_spec(expression, {n: [shape] for n in ir.input_names(ir.parse(expression))})
+    assert spec["outputs"][0]["dtypes"] == ["bool", "bool"]
+    check(tmp_path, spec)
+    check_reduction(tmp_path, spec, configs=(None, SPLIT), draw=ties)
+
+
+def test_any_and_all_of_a_float_tensor_read_it_as_torch_does(tmp_path):
+    # true where nonzero, NaN included
+    x = torch.tensor([[0.0, 0.0, 0.0], [0.0, float("nan"), 0.0], [1.0, -2.0, 0.5], [0.0, 3.0, 0.0]])
+    for op in ("any", "all"):
+        _, module = generate_reduction(tmp_path, make_spec(f"{op}(x, dim=1)", {"x": [[4, 3]]}, dtypes=("float32",)))
+        assert torch.equal(module.op(x), getattr(torch, op)(x, dim=1)), op
 
 
 # ---------------------------------------------------------------- configs, splits, layouts

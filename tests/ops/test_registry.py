@@ -10,7 +10,7 @@ from bot import ir, lower_torch
 from bot.ops import registry
 from bot.spec import parse_expression, validate
 
-INTERFACE = ("NAME", "OPS", "ROOT", "SUPPORTED", "ALIASES", "KEYWORDS", "WORDS", "OUTPUT_DTYPE", "ENTRIES",
+INTERFACE = ("NAME", "OPS", "ROOT", "SUPPORTED", "ALIASES", "KEYWORDS", "WORDS", "OUTPUT_DTYPES", "ENTRIES",
              "convert", "check", "output_shape", "kernel_source", "reference_property")
 
 
@@ -23,6 +23,7 @@ def test_every_family_has_the_whole_interface(family):
     assert family.__name__ == f"bot.ops.{family.NAME}"
     assert list(inspect.signature(family.kernel_source).parameters) == ["spec", "node", "options"]
     assert all(kind and op for _, kind, op in family.WORDS)
+    assert set(family.OUTPUT_DTYPES) <= family.OPS
 
 
 def test_each_op_has_one_owner():
@@ -64,4 +65,4 @@ def test_both_lowerings_reach_the_family(expression, kind, shapes):
 def test_the_supported_line_is_assembled_from_the_families():
     text = registry.supported_text()
     assert all(family.SUPPORTED[1] in text for family in registry.FAMILIES)
-    assert text.startswith("pointwise: ") and "over any one dim: sum, mean, max, min, argmax, argmin" in text
+    assert text.startswith("pointwise: ") and "over any one dim: sum, mean, max, min, any, all, argmax, argmin" in text
