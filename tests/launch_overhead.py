@@ -12,7 +12,6 @@ is no launch). The median of 5 loops is printed with the spread of the 5.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import tempfile
@@ -21,7 +20,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+
+from generated import load  # noqa: E402
 
 from bot import ir  # noqa: E402
 from bot.spec import parse_expression, validate  # noqa: E402
@@ -40,12 +41,9 @@ CASES = [
 def launcher(expression: str, shapes: dict[str, list[int]], workdir: Path, stub: bool):
     spec = validate({"name": "op", "expression": expression,
                      "inputs": [{"name": n, "dtypes": ["float16"], "shapes": [s]} for n, s in shapes.items()]})
-    path = workdir / f"k{abs(hash((expression, stub)))}.py"
-    path.write_text(ir.kernel_source(spec, parse_expression(spec), {}))
-    module_spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[path.stem] = module
-    module_spec.loader.exec_module(module)
+    folder = workdir / f"k{abs(hash((expression, stub)))}"
+    folder.mkdir()
+    module = load(folder, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {}))
     if stub:            # every @triton.jit kernel launched as a no-op
         for name, value in vars(module).items():
             if name.endswith("_kernel"):

@@ -32,9 +32,9 @@ def good_catalog(out) -> None:
         write_report(out, entry.name, rows)
 
 
-def run_table(out) -> tuple[int, str]:
-    code = cli.main(["bench", "--out", str(out), "--table-only"])
-    return code, (out / "catalog.txt").read_text()
+def run_table(out, *more: str, stem: str = "catalog") -> tuple[int, str]:
+    code = cli.main(["bench", "--out", str(out), "--table-only", *more])
+    return code, (out / f"{stem}.txt").read_text()
 
 
 def test_a_run_meeting_every_target_exits_zero(tmp_path):
@@ -116,8 +116,7 @@ def test_grid_targets_name_the_worst_cases(tmp_path):
             rows = [{**r, "case": r["case"].replace(" by ", " (b:") + ")"} for r in rows]
         write_report(tmp_path, entry.name, rows)
     write_report(tmp_path, "rmsnorm", [llm_row("16x4096", 0.8, 0.5), llm_row("16384x4096", 1.3, 1.0)])
-    code = cli.main(["bench", "--out", str(tmp_path), "--grid", "llm", "--table-only"])
-    text = (tmp_path / "grid-llm.txt").read_text()
+    code, text = run_table(tmp_path, "--grid", "llm", stem="grid-llm")
     assert code == 1, text
     assert "[MISSED] no case under 0.9x torch.compile: rmsnorm 16x4096 0.80" in text
     assert "[MISSED] per call within 1.5x torch eager under 1,048,576 elements: rmsnorm 16x4096 2.00x eager" in text
