@@ -521,6 +521,8 @@ def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: di
         ctx.warn(f"{case.label} {dtype} not timed: the reference {problem}")
         return []
     nbytes = sum(map(_nbytes, args)) + _nbytes(native)
+    if ctx.spec.get("training"):    # the backward reads the inputs and the upstream gradient, writes the gradients
+        nbytes += 2 * sum(_nbytes(a) for a in args if a.is_floating_point()) + _nbytes(native)
     # A chain's output is no matmul's: its flops are not 2 x out x K.
     flops = 2 * native.numel() * reduce_len(ctx.spec, args, native.numel()) \
         if ctx.spec.get("matmul") and not ctx.spec.get("chain") else 0
@@ -558,6 +560,7 @@ def bench_version(ctx: Context, plan: dict, row: dict, version: Version, first: 
         config = tuning["best"]
         row["config"] = protocol.config_label(config) if config else None
     ids = version.worker.put(first[0])
+    upstream: list[str] = []
     try:
         if label.startswith("kernel"):
             check = checked_call(ctx, version, *first, config, ids=ids)
@@ -567,6 +570,9 @@ def bench_version(ctx: Context, plan: dict, row: dict, version: Version, first: 
         else:
             version.worker.refill(ids, fresh[0])
         call = {"fn": "compiled" if label == "torch.compile" else "main", "args": ids, "config": config}
+        if ctx.spec.get("training"):        # forward and backward, every version alike
+            upstream = version.worker.put([inputs.upstream_gradient(first[2], SEEDS[0])])
+            call["upstream"] = upstream[0]
         timed = time_version(ctx, row, version.worker, call, timing, _nbytes(first[2]))
         if label.startswith("kernel") and timed["ok"]:    # one that turns wrong after many calls
             problem = checked_call(ctx, version, *fresh[:3], config, ids=ids).problem
@@ -574,7 +580,7 @@ def bench_version(ctx: Context, plan: dict, row: dict, version: Version, first: 
                 return {**row, "ok": False, "error": f"wrong result after its timed calls: {problem}"}
         return timed
     finally:
-        version.worker.drop(ids)
+        version.worker.drop(ids + upstream)
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -716,6 +722,10 @@ def timing_note(ctx: Context, timing: dict) -> str:
                 "of the flushes. Per call: the judge's wall clock over back-to-back calls (launch path included, L2 "
                 f"warm), the median of {remote_timing.PER_CALL_LOOPS} such loops. Copy ceiling: a 1 GiB "
                 "device-to-device copy timed by the judge itself, on GPU time")
+    if ctx.spec.get("training"):
+        note += (". Training: each timed call is the forward and the backward (torch.autograd.grad of the float "
+                 "inputs from one drawn upstream gradient), for every version alike; bytes count the backward's "
+                 "reads and writes too")
     note += (". Spread: each time's interquartile range (±: half of it, as a share of the median); a speedup's "
              "interval runs from the faster quartile over the slower one, and a speedup whose interval holds 1.0 "
              "is a tie")

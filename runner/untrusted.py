@@ -194,7 +194,21 @@ class Worker:
         fn = self.fns[msg.get("fn", "main")]
         config = msg.get("config")
         args = [self.tensors[key] for key in msg["args"]]
+        if msg.get("upstream"):         # a training call: the forward, then the float inputs' gradients
+            return self._step(fn, args, self.tensors[msg["upstream"]])
         return (lambda: fn(*args, config=config)) if config else (lambda: fn(*args))
+
+    @staticmethod
+    def _step(fn: Callable, args: list[torch.Tensor], upstream: torch.Tensor) -> Callable:
+        """One training step of fn: forward on leaves of args (float ones requiring grad) and the
+        backward from upstream (torch.autograd.grad: nothing accumulates between calls)."""
+        leaves = [a.detach().requires_grad_(a.is_floating_point()) for a in args]
+        floats = [a for a in leaves if a.requires_grad]
+
+        def step():
+            with torch.enable_grad():
+                return torch.autograd.grad(fn(*leaves), floats, upstream, allow_unused=True)
+        return step
 
     def _sync(self) -> None:
         if self.device == "cuda":

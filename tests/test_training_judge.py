@@ -42,3 +42,14 @@ def test_a_correct_backward_passes_with_its_gradients_checked():
 def test_a_wrong_or_missing_backward_fails_naming_the_input(edit, says):
     result = verify(files(edit))
     assert result["status"] == "fail" and says in result["summary"], result["summary"]
+
+
+def test_a_training_benchmark_times_forward_and_backward_for_every_version():
+    from bot import testgen
+    job_files = {**files(), "bench_plan.json": json.dumps(testgen.bench_plan(validate(SPEC)))}
+    job = {"job_id": "t-grad-bench", "kind": "benchmark", "backend": "cpu", "attempt": 1, "timeout_s": 300,
+           "files": job_files}
+    result = worker.execute_job(job, lambda line: None)
+    assert result["status"] == "pass", result["summary"]
+    assert "Training: each timed call is the forward and the backward" in result["timing_note"]
+    assert all(r["kernel_ms"] and r["torch_ms"] for r in result["report_rows"])
