@@ -335,6 +335,7 @@ class _PoolKernel(KernelFile):
                       "COUNT_PAD", "DIVISOR", "BLOCK"]
         params += [f"{c}: tl.constexpr" for c in constexprs]
         fill = NEG_INF if is_max else "0.0"
+        loop = "tl.range" if node.op == ADAPTIVE else "tl.static_range"
         lines = [
             "offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
             "mask = offs < total",
@@ -353,9 +354,11 @@ class _PoolKernel(KernelFile):
             "else:",
             "    d0, h0, w0 = od * SD - PD, oh * SH - PH, ow * SW - PW",
             f"acc = tl.full([BLOCK], {fill}, tl.float32)",
-            "for kd in tl.static_range(KD):",
-            "    for kh in tl.static_range(KH):",
-            "        for kw in tl.static_range(KW):",
+            # A window's taps unrolled (a few, known at compile time); an adaptive window can span the
+            # whole input (global pooling: thousands of taps), whose unrolling would not compile in time.
+            f"for kd in {loop}(KD):",
+            f"    for kh in {loop}(KH):",
+            f"        for kw in {loop}(KW):",
             "            i_d, i_h, i_w = d0 + kd * DD, h0 + kh * DH, w0 + kw * DW",
             "            inside = (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H) & (i_w >= 0) & (i_w < W) & mask",
             "            if ADAPTIVE:",
