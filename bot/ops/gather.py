@@ -225,7 +225,6 @@ class _RowsKernel(_IndexKernel):
 
     def _launcher(self) -> str:
         t, i = self.table.local, self.index.local
-        dim = 0 if self.node.op == EMBEDDING else self.dim
         text = self._head()
         text += (f"    k = {i}.numel()\n"
                  f"    outer = math.prod({t}.shape[:dim])\n"
