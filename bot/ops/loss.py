@@ -581,7 +581,7 @@ class _NllKernel(KernelFile):
     def _launcher(self) -> str:
         first, t = self.body_inputs[0].local, self.target
         text = self._signature_and_prologue()
-        text += (f"    shape = list(torch.broadcast_shapes({', '.join(f'{i.local}.shape' for i in self.body_inputs)}))\n"
+        text += (f"    shape = list(_broadcast_shape({', '.join(f'{i.local}.shape' for i in self.body_inputs)}))\n"
                  "    # R rows of V classes (dim 1), one class index per row.\n"
                  "    R, V = shape\n"
                  f'    _require_full("{t.name}", {t.local}.shape, [R])\n')
