@@ -195,19 +195,23 @@ class Worker:
         config = msg.get("config")
         args = [self.tensors[key] for key in msg["args"]]
         if msg.get("upstream"):         # a training call: the forward, then the float inputs' gradients
-            return self._step(fn, args, self.tensors[msg["upstream"]])
+            floats = [i for i, a in enumerate(args) if a.is_floating_point()]
+            return self._step(fn, args, self.tensors[msg["upstream"]], floats)
         return (lambda: fn(*args, config=config)) if config else (lambda: fn(*args))
 
     @staticmethod
-    def _step(fn: Callable, args: list[torch.Tensor], upstream: torch.Tensor) -> Callable:
-        """One training step of fn: forward on leaves of args (float ones requiring grad) and the
-        backward from upstream (torch.autograd.grad: nothing accumulates between calls)."""
-        leaves = [a.detach().requires_grad_(a.is_floating_point()) for a in args]
-        floats = [a for a in leaves if a.requires_grad]
+    def _step(fn: Callable, args: list[torch.Tensor], upstream: torch.Tensor, wrt: list[int]) -> Callable:
+        """One training step of fn, as timed and as checked: the forward on leaves of args (those at
+        wrt requiring grad), then their gradients from upstream (torch.autograd.grad: nothing
+        accumulates between calls; None where one gets none)."""
+        leaves = [a.detach().requires_grad_(i in wrt) for i, a in enumerate(args)]
 
-        def step():
+        def step() -> tuple:
             with torch.enable_grad():
-                return torch.autograd.grad(fn(*leaves), floats, upstream, allow_unused=True)
+                out = fn(*leaves)
+                if type(out) is not torch.Tensor:
+                    raise TypeError(f"returned {type(out).__name__}, not a plain tensor")
+                return torch.autograd.grad(out, [leaves[i] for i in wrt], upstream, allow_unused=True)
         return step
 
     def _sync(self) -> None:
@@ -237,20 +241,14 @@ class Worker:
                 [channel.tensor_fd(t) for t in [out, *back]])
 
     def op_grads(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        """The function's forward on copies of the inputs (those at msg['wrt'] requiring grad), then its
-        backward from the upstream gradient: each of those inputs' gradients back, None where it got none."""
-        wrt = msg["wrt"]
-        leaves = [self.tensors[k].detach().clone().requires_grad_(i in wrt) for i, k in enumerate(msg["args"])]
+        """One training step (_step) on the inputs (those at msg['wrt'] requiring grad) from the upstream
+        gradient: each of those inputs' gradients back, None where it got none."""
+        args = [self.tensors[k] for k in msg["args"]]
         try:
-            with torch.enable_grad():
-                out = self.fns[msg.get("fn", "main")](*leaves)
-                if type(out) is not torch.Tensor:
-                    return {"ok": False, "error": f"returned {type(out).__name__}, not a plain tensor", "lost": False}, []
-                out.backward(self.tensors[msg["upstream"]])
+            grads = self._step(self.fns[msg.get("fn", "main")], args, self.tensors[msg["upstream"]], msg["wrt"])()
             self._sync()
         except (Exception, SystemExit) as e:
             return {"ok": False, "error": f"raised {describe_error(e)}", "lost": not self._usable()}, []
-        grads = [leaves[i].grad for i in wrt]
         if not all(g is None or type(g) is torch.Tensor for g in grads):
             return {"ok": False, "error": "a gradient that is not a plain tensor", "lost": False}, []
         return ({"ok": True, "grads": [None if g is None else channel.describe(g) for g in grads]},
