@@ -29,7 +29,7 @@ from bot.ops import pointwise, view
 from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_int_literal, number, \
     prints
-from bot.ops.text import FLAGS as _F, blank as _blank
+from bot.ops.text import FLAGS as _F, blank as _blank, blank_span
 
 NAME = "layout"
 PERMUTE, CAT = "permute", "cat"
@@ -100,7 +100,7 @@ def _permuted(x: str, text: str, shapes: list[tuple[str | None, list[int]]]) -> 
     orders = [s for _, s in shapes if is_order(s)]
     if m := _ORDER.search(text):
         orders.append([int(d) for d in re.findall(r"\d", next(g for g in m.groups() if g))])
-        text = text[:m.start()] + _blank(m) + text[m.end():]
+        text = blank_span(text, m)
     if len(orders) != 1:
         raise IRError("permute needs the new order of the dims, once: say e.g. 'permute x to (0, 2, 1)'")
     return f"{x}.permute({', '.join(map(str, orders[0]))})", text, []
@@ -110,14 +110,14 @@ def _transposed(x: str, text: str, shapes: list[tuple[str | None, list[int]]], d
     """x.transpose(a, b) of the dims the words name, else a matrix's x.T or the last two dims."""
     if m := _PAIR.search(text):
         a, b = (g for g in m.groups() if g is not None)
-        return f"{x}.transpose({a}, {b})", text[:m.start()] + _blank(m) + text[m.end():], []
+        return f"{x}.transpose({a}, {b})", blank_span(text, m), []
     if len(dims) == 2:
         return f"{x}.transpose({dims[0]}, {dims[1]})", text, []
     if dims:
         raise IRError(f"transpose swaps two dims; the words name only dim {dims[0]}: say e.g. 'transpose dims 1 and 2'")
     ranks = {len(s) for _, s in shapes}
     if m := _LAST_TWO.search(text):
-        return f"{x}.transpose(-2, -1)", text[:m.start()] + _blank(m) + text[m.end():], []
+        return f"{x}.transpose(-2, -1)", blank_span(text, m), []
     if ranks - {2}:
         return f"{x}.transpose(-2, -1)", text, ["transpose: swapping the last two dims (say e.g. 'transpose dims 0 "
                                                  "and 1' for others)"]
@@ -134,7 +134,7 @@ def _joined(stack: bool, text: str, names: list[str], dims: list[int]) -> tuple[
         said = (m.group(1) or m.group(2)) if m else "2"
         count = _COUNTS[said] if said in _COUNTS else int(said)
         if m:
-            text = text[:m.start()] + _blank(m) + text[m.end():]
+            text = blank_span(text, m)
         parts = ["a", "b", "c", "d"][:count]
         notes.append(f"{fn}: {count} tensors, {', '.join(parts)}")
     if len(dims) > 1:

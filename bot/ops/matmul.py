@@ -35,7 +35,7 @@ from bot.ops import layout, pointwise
 from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry
 from bot.ops.node import (Call, IRError, Node, arguments, arity, broadcast_shapes, call, flag, inp, input_names,
                           inputs_outside, is_int_literal, is_none, number, prints, substitute, to_text)
-from bot.ops.text import DIM, FLAGS as _F, blank as _blank, fmt_shape, size as _size
+from bot.ops.text import DIM, FLAGS as _F, blank as _blank, blank_span, fmt_shape, size as _size
 from runner import protocol
 
 NAME = "matmul"
@@ -344,7 +344,7 @@ def take_tf32(text: str) -> tuple[str, bool | None]:
     """'tf32' names float32 that allows TF32: read it as fp32 in place (keeping the dtypes' order);
     True/False when TF32 is asked for / refused, None when not mentioned."""
     if m := _TF32_FLAG.search(text):
-        return text[:m.start()] + _blank(m) + text[m.end():], m.group(1) == "True"
+        return blank_span(text, m), m.group(1) == "True"
     if _NO_TF32.search(text):
         return _NO_TF32.sub(_blank, text), False
     if _TF32.search(text):
@@ -359,7 +359,7 @@ def take_sizes(text: str, batched: bool) -> tuple[str, int | None]:
     batch = None
     if m := _BATCH.search(text):
         batch = int(next(g for g in m.groups() if g))
-        text = text[:m.start()] + _blank(m) + text[m.end():]
+        text = blank_span(text, m)
 
     def problem(sizes: list[int]) -> str:
         if batched and batch is None and len(sizes) == 3:

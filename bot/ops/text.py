@@ -14,6 +14,11 @@ def blank(m: re.Match) -> str:
     return ";" + " " * (len(m.group(0)) - 1)
 
 
+def blank_span(text: str, m: re.Match) -> str:
+    """text with the match m blanked (blank)."""
+    return text[:m.start()] + blank(m) + text[m.end():]
+
+
 def size(word: str) -> int:
     """'4096' -> 4096, '4k' -> 4096."""
     return int(word[:-1]) * 1024 if word[-1] in "kK" else int(word)
@@ -57,7 +62,7 @@ def taken(pattern: re.Pattern, text: str) -> tuple[tuple[int, ...] | None, str]:
     m = pattern.search(text)
     if m is None:
         return None, text
-    return tuple(int(g) for g in m.groups() if g is not None), text[:m.start()] + blank(m) + text[m.end():]
+    return tuple(int(g) for g in m.groups() if g is not None), blank_span(text, m)
 
 
 def sizes_arg(sizes: tuple[int, ...]) -> str:

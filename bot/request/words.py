@@ -12,6 +12,7 @@ from bot.ops import channel_norm
 from bot.ops.pointwise import CLAMP_WORD as _CLAMP_WORD
 from bot.ops.text import DIM as _DIM
 from bot.ops.text import blank as _blank
+from bot.ops.text import blank_span
 from bot.ops.text import size as _dim
 from bot.request.messages import SUPPORTED
 from bot.request.reading import Reading
@@ -133,21 +134,17 @@ def take_scalars(text: str, rd: Reading) -> str:
     """eps, and a clamp's range or bounds, into rd; the text with them blanked."""
     if m := EPS.search(text):
         rd.eps = float(m.group(1))
-        text = _blank_span(text, m)
+        text = blank_span(text, m)
     if _CLAMP_WORD.search(text):
         if m := RANGE.search(text):
             lo, hi = (float(g) for g in m.groups() if g is not None)
             rd.scalars.update(min=min(lo, hi), max=max(lo, hi))
-            text = _blank_span(text, m)
+            text = blank_span(text, m)
         for m in BOUND.finditer(text):
             key, value = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
             rd.scalars[BOUND_KEY[re.sub(r"\s+", " ", key.lower())]] = float(value)
         text = BOUND.sub(_blank, text)
     return text
-
-
-def _blank_span(text: str, m: re.Match) -> str:
-    return blank_range(text, m.start(), m.end())
 
 
 def blank_range(text: str, start: int, end: int) -> str:
