@@ -334,8 +334,8 @@ def check_row(ctx: Context, version: Version, case: Case, variant: dict[str, str
                          "to the float64 result")
             elif check.problem:
                 return {**row, "ok": False, "reason": f"{check.problem} (seed {seed})"}
-        if ctx.spec.get("training") and not is_reference:
-            problem = check_gradients(ctx, version, case, variant)
+        if ctx.spec.get("training") and not is_reference:     # on the last seed's inputs and reference
+            problem = check_gradients(ctx, version, args, expected, native)
             row.update({"ok": False, "reason": problem} if problem else {"gradients": "ok"})
         return row
     except (CallFailed, WorkerDied) as e:
@@ -345,14 +345,12 @@ def check_row(ctx: Context, version: Version, case: Case, variant: dict[str, str
             version.worker.drop(ids)
 
 
-def check_gradients(ctx: Context, version: Version, case: Case, variant: dict[str, str]) -> str:
-    """A training kernel's backward: each float input's gradient from the kernel's forward and
-    backward (in its worker) against the reference's autograd on float64 copies, from the same
-    upstream gradient; '' when every one is within tolerance."""
-    args = inputs.make_inputs(ctx.spec, case, variant, SEEDS[0], ctx.device)
-    expected, native, problem = reference_outputs(ctx, args)
-    if problem:
-        return f"the reference {problem}"
+def check_gradients(ctx: Context, version: Version, args: list[torch.Tensor], expected: torch.Tensor,
+                    native: torch.Tensor) -> str:
+    """A training kernel's backward on args (whose reference outputs are expected, in float64, and
+    native): each float input's gradient from the kernel's forward and backward (in its worker)
+    against the reference's autograd on float64 copies, from the same upstream gradient; '' when
+    every one is within tolerance."""
     upstream = inputs.upstream_gradient(native, SEEDS[0])
     wrt = [i for i, a in enumerate(args) if a.is_floating_point()]
     try:
