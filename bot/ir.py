@@ -47,6 +47,7 @@ def parse(text: str, as_written: bool = False) -> Node:
     node = _untransposed(_convert(tree.body))
     if fused.claims(node):          # a reduction inside an expression without a dim is over every element
         node = _settled(node)
+    node = fused.collapsed(node)
     if not as_written:
         node = with_dim(node, -1) if node.op in REDUCE | ARG_REDUCE | SCANS and node.attr("dim") is None else node
         if node.op in ROW_PRESERVING and node.attr("dim") != -1:

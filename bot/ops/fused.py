@@ -337,6 +337,32 @@ def check(node: Node) -> None:
                           "as a kernel of its own")
 
 
+def collapsed(node: Node) -> Node:
+    """The tree with each reduction of a value already reduced over its dim (logsumexp(mean(x, 1,
+    keepdim=True), 1, keepdim=True), y - y.mean(1, keepdim=True) for y = x.amax(1, keepdim=True))
+    written as what it is over that dim of size 1: the value itself (its absolute value for a norm, 0
+    for a variance without correction). Torch's result is the same; a kernel would reduce one element."""
+    args = tuple(collapsed(a) for a in node.args)
+    node = Node(node.op, args, node.name, node.value, node.attrs)
+    if node.op not in REDUCTIONS or not _constant_over(args[0], node.attr("dim"), node.attr("keepdim")):
+        return node
+    body = args[0]
+    if node.op == "norm" and node.attr("p") != 0:
+        return call("abs", body)
+    if node.op in ("var", "std") and node.attr("correction") == 0:
+        return call("sub", body, body)
+    return body if node.op in BASIC | {"prod", "logsumexp"} else node
+
+
+def _constant_over(body: Node, dim, keepdim: bool) -> bool:
+    """Whether body reads its inputs only through reductions over dim that keep the same shape as a
+    reduction over dim with this keepdim would give it (so reducing body over dim changes nothing)."""
+    inner = reductions(body)
+    if not inner or outer_inputs(body) or not (keepdim or dim == ALL):
+        return False
+    return all(r.attr("dim") in (dim, ALL) and bool(r.attr("keepdim")) == bool(keepdim) for r in inner)
+
+
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     full = broadcast_shapes([shapes[n] for n in input_names(node)])
     for r in reductions(node):

@@ -47,7 +47,33 @@ CASES = [
     # y broadcast over the rows (not over the reduced dim): each row of x against y's one row
     ("torch.cosine_similarity(x, y, dim=-1, eps=1e-6)", {"x": [6, 37], "y": [1, 37]},
      lambda t: torch.cosine_similarity(t["x"], t["y"], dim=-1, eps=1e-6)),
+    # a reduction of a value already reduced over its dim (KernelBench level 2's 51 and 80) is that value
+    ("F.gelu(torch.logsumexp(torch.mean(x, dim=1, keepdim=True), dim=1, keepdim=True)) + x", {"x": [6, 37]},
+     lambda t: F.gelu(torch.logsumexp(torch.mean(t["x"], dim=1, keepdim=True), dim=1, keepdim=True)) + t["x"]),
+    ("x.amax(1, keepdim=True).norm(dim=1, keepdim=True) + x.amax(1, keepdim=True).var(1, correction=0, keepdim=True)",
+     {"x": [6, 37]}, lambda t: t["x"].amax(1, keepdim=True).norm(dim=1, keepdim=True)
+     + t["x"].amax(1, keepdim=True).var(1, correction=0, keepdim=True)),
 ]
+
+
+@pytest.mark.parametrize("code, collapsed", [
+    ("logsumexp(mean(x, dim=1, keepdim=True), dim=1, keepdim=True) + y", "mean(x, dim=1, keepdim=True) + y"),
+    ("norm(max(x, dim=0, keepdim=True), dim=0, keepdim=True) * x", "abs(max(x, dim=0, keepdim=True)) * x"),
+    ("var(sum(x, dim=1, keepdim=True), dim=1, correction=0, keepdim=True) + x",
+     "sum(x, dim=1, keepdim=True) - sum(x, dim=1, keepdim=True) + x"),
+])
+def test_a_reduction_of_a_value_reduced_over_its_dim_is_that_value(code, collapsed):
+    assert ir.parse(code, as_written=True) == ir.parse(collapsed, as_written=True)
+
+
+@pytest.mark.parametrize("code, says", [
+    ("sum(mean(x, dim=1, keepdim=True), dim=0, keepdim=True) * x", "one reduced dim"),
+    # torch gives nan (one element, correction 1): left to the kernel of its own that reduces it
+    ("var(mean(x, dim=1, keepdim=True), dim=1, keepdim=True) + x", "already reduced"),
+])
+def test_a_reduction_of_a_reduced_value_that_is_not_that_value_is_left_as_written(code, says):
+    with pytest.raises(ir.IRError, match=says):
+        ir.check_single(ir.parse(code, as_written=True))
 
 
 def spec_of(code: str, shapes: dict, dtypes=("float32", "float16")) -> dict:
