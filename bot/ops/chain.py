@@ -89,7 +89,7 @@ def plan(node: Node, check_single) -> list[Stage]:
         if n.op in ("input", "const"):
             return n
         if n.op in view.OPS:            # a view of a tensor: over an input or a stage, a stage itself (no kernel)
-            return Node(n.op, (staged(walk(n.args[0])),), n.name, n.value, n.attrs)
+            return Node(n.op, tuple(staged(walk(a)) for a in n.args), n.name, n.value, n.attrs)
         args = tuple(staged(walk(a)) if a.op in view.OPS else walk(a) for a in n.args)
         n = Node(n.op, args, n.name, n.value, n.attrs)
         try:
@@ -181,7 +181,7 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
                 args.append(n)
         target = stage.name or "out"
         if stage.node.op in view.OPS:
-            lines.append(f"    {target} = {view.torch_text(stage.node, args[0])}")
+            lines.append(f"    {target} = {view.torch_text(stage.node, *args)}")
         else:
             lines.append(f"    {target} = {spec['name']}_s{k}({', '.join(args)})")
     if registry.output_dtype(stages[-1].node):          # indices (argmax), bools (any) stay as they are

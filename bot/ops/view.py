@@ -5,9 +5,11 @@ before handing it to the next kernel, whose family then reads an ordinary input 
 (broadcast where it has unit dims). `A.unsqueeze(1) * B` is one pointwise kernel over a view of A;
 `max_pool1d(relu(x @ w).unsqueeze(1)).squeeze(1)` is a matmul kernel and a pooling kernel.
 
-Reshapes are read where every size is 1 or -1 (inserting or removing unit dims, `bias.view(1, -1, 1, 1)`)
-and flatten over any dims: sizes written as other numbers would not follow the odd and shrunk sizes
-the runner draws.
+Reshapes are read where every size is 1 or -1 (inserting or removing unit dims, `bias.view(1, -1, 1, 1)`),
+flatten over any dims, sizes that name the tensor's own dims (`x.view(x.size(0), -1)`, `x.view(b, c, h * w)`
+after `b, c, h, w = x.shape`: flattens) and another tensor's shape (`y.view(b, c, h, w)` with those names,
+`y.view_as(x)`: reshape_as). Sizes written as other numbers would not follow the odd and shrunk sizes the
+runner draws.
 """
 from __future__ import annotations
 
@@ -18,12 +20,13 @@ from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, is_none, number, prints
 
 NAME = "view"
-UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE = "unsqueeze", "squeeze", "flatten", "reshape"
-OPS = {UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE}
+UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS = "unsqueeze", "squeeze", "flatten", "reshape", "reshape_as"
+OPS = {UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS}
 ROOT = False
 SUPPORTED = ("", "views of a tensor between kernels (unsqueeze, squeeze, flatten, reshape/view to unit dims)")
-ALIASES = {"view": RESHAPE}
-KEYWORDS = {UNSQUEEZE: {"dim"}, SQUEEZE: {"dim"}, FLATTEN: {"start_dim", "end_dim"}, RESHAPE: {"shape"}}
+ALIASES = {"view": RESHAPE, "view_as": RESHAPE_AS}
+KEYWORDS = {UNSQUEEZE: {"dim"}, SQUEEZE: {"dim"}, FLATTEN: {"start_dim", "end_dim"}, RESHAPE: {"shape"},
+            RESHAPE_AS: {"other"}}
 WORDS: list = []
 OUTPUT_DTYPES: dict[str, str] = {}
 ENTRIES: tuple[Entry, ...] = ()
@@ -49,7 +52,88 @@ def convert(c: Call) -> Node | None:
         given = arguments(c, ("start_dim", "end_dim"))
         return call(FLATTEN, x, start=_int(c, given.get("start_dim", ast.Constant(0)), "start_dim"),
                     end=_int(c, given.get("end_dim", ast.Constant(-1)), "end_dim"))
-    return call(RESHAPE, x, sizes=_sizes(c))
+    if c.fname == RESHAPE_AS:
+        other = arguments(c, ("other",)).get("other")
+        if other is None:
+            raise IRError("reshape_as/view_as needs the tensor whose shape to take, e.g. y.view_as(x)")
+        return call(RESHAPE_AS, x, c.expr(other))
+    return _reshape(c, x)
+
+
+def _reshape(c: Call, x: Node) -> Node:
+    """x.view(sizes): unit dims (all sizes 1 or -1), flattens (sizes naming x's own dims), or reshape_as
+    (sizes naming every dim of another tensor, in order)."""
+    written = c.kw.pop("shape", None)
+    elts = list(c.args) if written is None else [written]
+    if len(elts) == 1 and isinstance(elts[0], (ast.Tuple, ast.List)):
+        elts = list(elts[0].elts)
+    if len(elts) == 1 and (whole := _shape_of(elts[0], c)) is not None:      # x.view(y.shape)
+        return x if whole == x else call(RESHAPE_AS, x, whole)
+    refs = [_dims_named(e, c) for e in elts]
+    if not any(refs):
+        return call(RESHAPE, x, sizes=_unit_sizes(c, elts))
+    owners = {r[0] for group in refs if group for r in group}
+    if len(owners) == 1 and x not in owners and all(g and len(g) == 1 for g in refs) \
+            and [g[0][1] for g in refs] == list(range(len(refs))):
+        return call(RESHAPE_AS, x, owners.pop())
+    if owners == {x}:
+        return _flattened(c, x, elts, refs)
+    raise _unsupported(c, elts)
+
+
+def _unsupported(c: Call, elts: list) -> IRError:
+    text = ", ".join(ast.unparse(e) for e in elts)
+    return IRError(f"reshape/view to ({text}) is not supported: the offline generator reads views that add or remove "
+                   "unit dims (sizes 1 or -1, one -1: b.view(1, -1, 1, 1)), that join neighbouring dims of the tensor "
+                   "itself (x.view(x.size(0), -1), x.view(b, c, h * w) after b, c, h, w = x.shape), or that take "
+                   "another tensor's whole shape (y.view(b, c, h, w), y.view_as(x)); other sizes would not follow "
+                   "the shapes the runner draws")
+
+
+def _shape_of(e: ast.expr, c: Call) -> Node | None:
+    """The tensor T of `T.shape` or `T.size()`, else None."""
+    if isinstance(e, ast.Attribute) and e.attr == "shape":
+        return c.expr(e.value)
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "size" and not e.args:
+        return c.expr(e.func.value)
+    return None
+
+
+def _dims_named(e: ast.expr, c: Call) -> list[tuple[Node, int]] | None:
+    """[(T, i), ...] for `T.shape[i]`, `T.size(i)` or a product of such; None for anything else."""
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
+        left, right = _dims_named(e.left, c), _dims_named(e.right, c)
+        return left + right if left and right else None
+    if isinstance(e, ast.Subscript) and is_int_literal(e.slice):
+        tensor, index = _shape_of(e.value, c), e.slice
+    elif isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "size" \
+            and len(e.args) == 1 and is_int_literal(e.args[0]):
+        tensor, index = c.expr(e.func.value), e.args[0]
+    else:
+        return None
+    return [(tensor, int(number(index)))] if tensor is not None else None
+
+
+def _flattened(c: Call, x: Node, elts: list, refs: list) -> Node:
+    """x.view(sizes naming x's own dims, one -1 at most): flattens of x's neighbouring dims. Sizes
+    before the -1 name dims 0, 1, ... in order, sizes after it the last dims counted from the end
+    (x.size(-1)): counted from 0 there, the -1 would take whatever dims x has beyond them."""
+    minus = [k for k, g in enumerate(refs) if g is None]
+    if len(minus) > 1 or any(not is_int_literal(elts[k]) or number(elts[k]) != -1 for k in minus):
+        raise _unsupported(c, elts)
+    cut = minus[0] if minus else len(refs)
+    head = [d for g in refs[:cut] for _, d in g]
+    tail = [d for g in refs[cut + 1:] for _, d in g]
+    if head != list(range(len(head))) or (tail and tail != list(range(-len(tail), 0))):
+        raise _unsupported(c, elts)
+    groups = [(g[0][1], g[-1][1]) if g else (len(head), -len(tail) - 1) for g in refs]
+    node, shift = x, 0
+    for first, last in groups:          # left to right: a flatten shifts the dims after it counted from 0
+        if first != last:
+            node = call(FLATTEN, node, start=first - shift if first >= 0 else first,
+                        end=last - shift if last >= 0 else last)
+            shift += last - first if last >= 0 else 0
+    return node
 
 
 def _int(c: Call, n: ast.expr | None, what: str) -> int:
@@ -59,24 +143,17 @@ def _int(c: Call, n: ast.expr | None, what: str) -> int:
     return int(number(n))
 
 
-def _sizes(c: Call) -> tuple[int, ...]:
-    """reshape's sizes: x.view(1, -1, 1), x.view((1, -1)) or shape=(...); each 1 or -1, one -1 at most."""
-    written = c.kw.pop("shape", None)
-    elts = list(c.args) if written is None else [written]
-    if len(elts) == 1 and isinstance(elts[0], (ast.Tuple, ast.List)):
-        elts = list(elts[0].elts)
+def _unit_sizes(c: Call, elts: list) -> tuple[int, ...]:
+    """reshape's sizes where each is 1 or -1 (one -1 at most)."""
     if not elts or not all(is_int_literal(e) and number(e) in (1, -1) for e in elts) \
             or sum(number(e) == -1 for e in elts) > 1:
-        text = ", ".join(ast.unparse(e) for e in elts)
-        raise IRError(f"reshape/view to ({text}) is not supported: the offline generator reads views that add or "
-                      "remove unit dims, each size 1 or -1 (one -1), e.g. b.view(1, -1, 1, 1); flatten(x, 1) "
-                      "joins dims; other sizes would not follow the shapes the runner draws")
+        raise _unsupported(c, elts)
     return tuple(int(number(e)) for e in elts)
 
 
 def check(node: Node) -> None:
     """A view stands over an input or an earlier stage's output: the chain makes it so."""
-    if node.op not in OPS or node.args[0].op != "input":
+    if node.op not in OPS or any(a.op != "input" for a in node.args):
         raise IRError(f"{node.op} is taken between kernels, over an input or a kernel's output")
 
 
@@ -84,6 +161,11 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     shape = list(shapes[node.args[0].name])
     if node.op == RESHAPE:
         return _reshaped(shape, list(node.attr("sizes")))
+    if node.op == RESHAPE_AS:
+        other = list(shapes[node.args[1].name])
+        if math.prod(other) != math.prod(shape):
+            raise IRError(f"a tensor of shape {shape} cannot be viewed as the shape {other} of {node.args[1].name}")
+        return other
     if node.op == UNSQUEEZE:
         return shape[:_dim(node, "dim", len(shape) + 1)] + [1] + shape[_dim(node, "dim", len(shape) + 1):]
     if node.op == SQUEEZE:
@@ -112,18 +194,27 @@ def _reshaped(shape: list[int], sizes: list[int]) -> list[int]:
     return [math.prod(shape) // known if s == -1 else s for s in sizes]
 
 
-def torch_text(node: Node, x: str) -> str:
+def torch_text(node: Node, x: str, other: str | None = None) -> str:
     """The view of x (an expression's text) in PyTorch: the reference's body, the chain's entry and
-    the expression's own text all write it so."""
-    if not isinstance(ast.parse(x, mode="eval").body, (ast.Name, ast.Call, ast.Attribute, ast.Subscript)) \
-            and not _parenthesised(x):
-        x = f"({x})"
+    the expression's own text all write it so. other: reshape_as's tensor (x itself where omitted:
+    the chain's entry names a tensor once)."""
+    x = _operand(x)
+    if node.op == RESHAPE_AS:
+        return f"{x}.reshape_as({other or x})"
     if node.op == RESHAPE:
         return f"{x}.reshape({', '.join(map(str, node.attr('sizes')))})"
     if node.op == FLATTEN:
         return f"{x}.flatten({node.attr('start')}, {node.attr('end')})"
     dim = node.attr("dim")
     return f"{x}.{node.op}({'' if dim is None else dim})"
+
+
+def _operand(x: str) -> str:
+    """x parenthesised where a method call on it would bind to its last part."""
+    if not isinstance(ast.parse(x, mode="eval").body, (ast.Name, ast.Call, ast.Attribute, ast.Subscript)) \
+            and not _parenthesised(x):
+        return f"({x})"
+    return x
 
 
 def _parenthesised(x: str) -> bool:
@@ -134,12 +225,12 @@ def _parenthesised(x: str) -> bool:
         return False
 
 
-TORCH_OPS = {op: (lambda node, a: torch_text(node, a[0])) for op in OPS}
+TORCH_OPS = {op: (lambda node, a: torch_text(node, *a)) for op in OPS}
 
 
 @prints(*OPS)
 def _text(node: Node, text) -> str:
-    return torch_text(node, text(node.args[0]))
+    return torch_text(node, *map(text, node.args))
 
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:

@@ -21,6 +21,16 @@ CASES = [
      lambda t: t["x"].flatten(1).sum(1) + t["b"].view(-1)),
     ("exp(x - c.reshape(1, -1, 1)).squeeze()", {"x": [4, 6, 1], "c": [6]}, 1,
      lambda t: torch.exp(t["x"] - t["c"].reshape(1, -1, 1)).squeeze()),
+    # sizes naming the tensor's own dims, as pasted modules write them (b, c, h, w = x.shape)
+    ("relu(x).view(relu(x).size(0), -1) @ w", {"x": [5, 3, 4], "w": [12, 7]}, 2,
+     lambda t: torch.relu(t["x"]).view(5, -1) @ t["w"]),
+    ("softmax(relu(x).view(relu(x).shape[0], relu(x).shape[1] * relu(x).shape[2], -1)).view_as(x) * 2.0",
+     {"x": [2, 3, 4, 5]}, 3, lambda t: torch.softmax(torch.relu(t["x"]).view(2, 12, 5), -1).view_as(t["x"]) * 2),
+    ("sum(exp(x).reshape(-1, exp(x).size(-2), exp(x).size(-1)), dim=0)", {"x": [2, 3, 4, 5]}, 2,
+     lambda t: torch.exp(t["x"]).reshape(-1, 4, 5).sum(0)),
+    # and another tensor's whole shape, dim by dim
+    ("relu(y).view(x.shape[0], x.shape[1]) + x", {"x": [6, 10], "y": [60]}, 2,
+     lambda t: torch.relu(t["y"]).view(6, 10) + t["x"]),
 ]
 
 
@@ -51,7 +61,8 @@ def test_a_view_between_kernels_matches_torch(tmp_path, expression, shapes, kern
 
 
 def test_views_print_as_they_parse_back():
-    for text in ("(A.unsqueeze(1) * B)", "relu(x).flatten(1, -1)", "((a + b).reshape(1, -1, 1) * c)"):
+    for text in ("(A.unsqueeze(1) * B)", "relu(x).flatten(1, -1)", "((a + b).reshape(1, -1, 1) * c)",
+                 "relu(y).reshape_as(x)"):
         node = ir.parse(text, as_written=True)
         assert ir.to_text(node) == text and ir.parse(ir.to_text(node), as_written=True) == node
 
@@ -67,6 +78,11 @@ def test_a_view_keeps_its_operands_indices():
     ("relu(x).view(3, -1)", r"reshape/view to \(3, -1\) is not supported"),
     ("x.view(-1, -1) * 2.0", "is not supported"),
     ("relu(x).unsqueeze(d)", "takes dim as an integer"),
+    # dims out of order, counted from 0 after a -1 (it would take what dims x has beyond), another tensor's
+    # dims but not all of them in order: each names what is read
+    ("relu(x).view(x.size(1), x.size(0))", "join neighbouring dims"),
+    ("relu(x).view(relu(x).size(0), -1, relu(x).size(3))", "join neighbouring dims"),
+    ("relu(x).view(y.size(1), y.size(0))", "another tensor's whole shape"),
 ])
 def test_views_refused_say_what_works(expression, message):
     with pytest.raises(ir.IRError, match=message):
