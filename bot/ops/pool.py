@@ -3,11 +3,13 @@ dilation (max), ceil_mode, count_include_pad and divisor_override (average) as t
 defines them, and adaptive average and max pooling to an output size, over a pointwise body
 (max_pool2d(relu(x), 2)).
 
-One kernel: each program computes BLOCK outputs (neighbours along the last dim), walking its window
-tap by tap in registers, with the body applied to each value loaded and the padding left out
-(max: -inf, average: not counted unless count_include_pad says so, as torch divides). Adaptive
-pooling walks the widest window any output has, each output masking the taps past its own. The
-leading dims (batch, channels, or channels alone for unbatched input) are planes.
+One kernel: each program computes neighbouring outputs of one output row, walking its window's rows
+and loading each as a tile of (outputs, the taps across) at once: contiguous in memory where the
+stride is the window's width, so every element is read once, in full lines. The body is applied to
+each value loaded and the padding left out (max: -inf, average: not counted unless count_include_pad
+says so, as torch divides). Adaptive pooling walks the widest window any output has, each output
+masking the taps past its own. The leading dims (batch, channels, or channels alone for unbatched
+input) are planes; index arithmetic is per program, not per element.
 
 Owns its IR rule (the functions, their arguments as torch reads them), the output shape as torch
 computes it (ceil_mode's last window included only where it starts inside the input or the left
@@ -46,7 +48,7 @@ KEYWORDS = {**{fn: set(_ORDER[kind][1:]) for fn, (kind, _) in FUNCTIONS.items()}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 
-# The space the benchmark sweeps: outputs a program (neighbours along the last dim) and warps.
+# The space the benchmark sweeps: a tile's elements (outputs x the window's taps across) and warps.
 CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(256, 2), (512, 4), (1024, 4), (1024, 8), (2048, 8), (128, 1)]]
 
 
@@ -292,7 +294,7 @@ def _adaptive_window(size, out):
 
 
 def _pool_config(n):
-    # The default: 1024 outputs a program in 4 warps, 256 in 2 while fewer than 1024 programs would run.
+    # The default: tiles of 1024 elements in 4 warps for a million outputs or more, else 256 in 2.
     return {"BLOCK": 1024, "num_warps": 4} if n >= 1024 * 1024 else {"BLOCK": 256, "num_warps": 2}
 
 
@@ -305,10 +307,10 @@ def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
 
 class _PoolKernel(KernelFile):
     block_key = "BLOCK"
-    description = ("One program computes BLOCK outputs, neighbours along the last dim: each walks its window tap\n"
-                   "by tap (an adaptive pooling's widest window, masking the taps past its own), applies the\n"
-                   "body to the values it loads, keeps padding out, and divides an average as torch does.\n"
-                   "The leading dims are planes; 1-d and 2-d run as 3-d with unit dims.")
+    description = ("One program computes BLOCK_W neighbouring outputs of one output row: for each row of the\n"
+                   "window it loads a (outputs x taps) tile (an adaptive pooling's widest window, masking the\n"
+                   "taps past its own), applies the body to the values it loads, keeps padding out, and divides\n"
+                   "an average as torch does. The leading dims are planes; 1-d and 2-d run as 3-d with unit dims.")
 
     def __init__(self, spec, node, inputs, options):
         if node.op not in OPS:
@@ -329,20 +331,26 @@ class _PoolKernel(KernelFile):
     def _kernel(self) -> str:
         node = self.node
         is_max = node.attr("kind") == "max"
-        params = [*(f"{i.local}_ptr" for i in self.body_inputs), "out_ptr", "total", "P1", "D", "H", "W", "OD", "OH",
-                  "OW", *(f"{i.local}_s{k}" for i in self.body_inputs for k in ("p0", "p1", "d", "h", "w"))]
+        params = [*(f"{i.local}_ptr" for i in self.body_inputs), "out_ptr", "P1", "D", "H", "W", "OD", "OH", "OW",
+                  *(f"{i.local}_s{k}" for i in self.body_inputs for k in ("p0", "p1", "d", "h", "w"))]
         constexprs = ["KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "ADAPTIVE",
-                      "COUNT_PAD", "DIVISOR", "BLOCK"]
+                      "COUNT_PAD", "DIVISOR", "BLOCK_W", "BLOCK_K"]
         params += [f"{c}: tl.constexpr" for c in constexprs]
         fill = NEG_INF if is_max else "0.0"
-        loop = "tl.range" if node.op == ADAPTIVE else "tl.static_range"
+        # Rows of a small window unrolled; an adaptive window can span the whole input (global pooling:
+        # thousands of rows), whose unrolling would not compile in time.
+        rows = 1 if node.op == ADAPTIVE else node.attr("kernel")[0] * (node.attr("kernel")[1:-1] or [1])[0]
+        loop = "tl.static_range" if node.op != ADAPTIVE and rows <= 64 else "tl.range"
         lines = [
-            "offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
-            "mask = offs < total",
-            "ow = offs % OW",
-            "oh = (offs // OW) % OH",
-            "od = (offs // (OW * OH)) % OD",
-            "plane = offs // (OW * OH * OD)",
+            "# one program: BLOCK_W neighbouring outputs of one output row (plane, od, oh)",
+            "pid = tl.program_id(0).to(tl.int64)",
+            "n_wb = tl.cdiv(OW, BLOCK_W)",
+            "row = pid // n_wb",
+            "ow = (pid % n_wb) * BLOCK_W + tl.arange(0, BLOCK_W)",
+            "w_ok = ow < OW",
+            "oh = row % OH",
+            "od = (row // OH) % OD",
+            "plane = row // (OH * OD)",
             "# the leading dims as (p0, p1): a body input broadcast over some of them steps by 0 there",
             "p0 = plane // P1",
             "p1 = plane % P1",
@@ -353,21 +361,29 @@ class _PoolKernel(KernelFile):
             "    w0, w1 = (ow * W) // OW, ((ow + 1) * W + OW - 1) // OW",
             "else:",
             "    d0, h0, w0 = od * SD - PD, oh * SH - PH, ow * SW - PW",
-            f"acc = tl.full([BLOCK], {fill}, tl.float32)",
-            # A window's taps unrolled (a few, known at compile time); an adaptive window can span the
-            # whole input (global pooling: thousands of taps), whose unrolling would not compile in time.
+            "taps = tl.arange(0, BLOCK_K)",
+            f"acc = tl.full([BLOCK_W], {fill}, tl.float32)",
             f"for kd in {loop}(KD):",
             f"    for kh in {loop}(KH):",
-            f"        for kw in {loop}(KW):",
-            "            i_d, i_h, i_w = d0 + kd * DD, h0 + kh * DH, w0 + kw * DW",
-            "            inside = (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H) & (i_w >= 0) & (i_w < W) & mask",
+            "        i_d, i_h = d0 + kd * DD, h0 + kh * DH",
+            "        row_ok = (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H)",
+            "        if ADAPTIVE:",
+            "            row_ok = row_ok & (i_d < d1) & (i_h < h1)",
+            "        # a [BLOCK_W, BLOCK_K] tile of the row: each output's taps side by side (contiguous",
+            "        # in memory where the stride is the window's width)",
+            "        for k0 in tl.range(0, KW, BLOCK_K):",
+            "            kw = k0 + taps",
+            "            i_w = w0[:, None] + kw[None, :] * DW",
+            "            inside = w_ok[:, None] & (kw[None, :] < KW) & (i_w >= 0) & (i_w < W)",
+            "            inside = tl.where(row_ok, inside, False)",
             "            if ADAPTIVE:",
-            "                inside = inside & (i_d < d1) & (i_h < h1) & (i_w < w1)",
-            *(f"            {i.local} = tl.load({i.local}_ptr + p0 * {i.local}_sp0 + p1 * {i.local}_sp1 + "
-              f"i_d * {i.local}_sd + i_h * {i.local}_sh + i_w * {i.local}_sw, mask=inside, other=0.0).to(tl.float32)"
-              for i in self.body_inputs),
+            "                inside = inside & (i_w < w1[:, None])",
+            *(f"            {i.local} = tl.load({i.local}_ptr + (p0 * {i.local}_sp0 + p1 * {i.local}_sp1 + "
+              f"i_d * {i.local}_sd + i_h * {i.local}_sh) + i_w * {i.local}_sw, mask=inside, other=0.0)"
+              ".to(tl.float32)" for i in self.body_inputs),
             f"            val = tl.where(inside, {self.body_call()}, {fill})",
-            f"            acc = tl.maximum(acc, val, {NAN_WINS})" if is_max else "            acc += val",
+            "            acc = _max_nan(acc, tl.reduce(val, 1, _max_nan))" if is_max
+            else "            acc += tl.sum(val, axis=1)",
         ]
         if not is_max:
             lines += [
@@ -384,7 +400,7 @@ class _PoolKernel(KernelFile):
                 "        d1, h1, w1 = tl.minimum(d1, D), tl.minimum(h1, H), tl.minimum(w1, W)",
                 "    acc = acc / ((d1 - d0) * (h1 - h0) * (w1 - w0)).to(tl.float32)",
             ]
-        lines.append("tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)")
+        lines.append("tl.store(out_ptr + row * OW + ow, acc.to(out_ptr.dtype.element_ty), mask=w_ok)")
         return jit_source(f"{self.name}_kernel", params, lines)
 
     def _launcher(self) -> str:
@@ -417,12 +433,15 @@ class _PoolKernel(KernelFile):
                  f"    D, H, W = _as_3d(spatial, 1)\n"
                  "    OD, OH, OW = _as_3d(out_sizes, 1)\n")
         text += self._config_line("_pool_config(out.numel())")
-        text += "    grid = (triton.cdiv(out.numel(), config[\"BLOCK\"]),)\n"
-        args = [i.local for i in self.body_inputs] + ["out", "out.numel()", "lead[-1]", "D", "H", "W", "OD", "OH", "OW"]
+        text += ("    # a tile of BLOCK elements: the window's taps across (a chunk of at most 1024), outputs down\n"
+                 "    block_k = min(triton.next_power_of_2(KW), 1024)\n"
+                 "    block_w = max(1, min(config[\"BLOCK\"] // block_k, triton.next_power_of_2(OW)))\n"
+                 "    grid = (triton.cdiv(OW, block_w) * (out.numel() // OW),)\n")
+        args = [i.local for i in self.body_inputs] + ["out", "lead[-1]", "D", "H", "W", "OD", "OH", "OW"]
         args += [f"*{i.local}_strides" for i in self.body_inputs]
         args += ["KD=KD", "KH=KH", "KW=KW", "SD=SD", "SH=SH", "SW=SW", "PD=PD", "PH=PH", "PW=PW", "DD=DD", "DH=DH",
                  "DW=DW", f"ADAPTIVE={node.op == ADAPTIVE}", f"COUNT_PAD={node.attr('count_include_pad') is not False}", f"DIVISOR={node.attr('divisor') or 0}",
-                 'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
+                 "BLOCK_W=block_w", "BLOCK_K=block_k", 'num_warps=config["num_warps"]']
         text += wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
         return text + "    return out\n"
 
