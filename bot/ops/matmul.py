@@ -596,6 +596,16 @@ def _per_sm(bm, bn, bk, num_stages, itemsize):
     return max(1, 224 * 1024 // _shared_bytes(bm, bn, bk, num_stages, itemsize))
 
 
+def _split_k(tiles, k_tiles, slots):
+    # Splits of K (a power of two, at most 32) where the output's tiles leave most of the programs
+    # the GPU holds at once (slots) idle: decode-shaped (few rows) and long-K products. Each split
+    # keeps at least 8 K tiles, so the workspace's extra traffic stays small beside the operands'.
+    splits = 1
+    while splits < 32 and tiles * splits * 2 <= slots and k_tiles // (splits * 2) >= 8:
+        splits *= 2
+    return splits
+
+
 def _padded_length(n, itemsize):
     # The length to store rows of n elements with: n where such rows start on 16-byte boundaries,
     # else n rounded up to a multiple of 64 (to a power of two from 16 when shorter), so a padded K
@@ -665,7 +675,7 @@ class _MatmulKernel(KernelFile):
         self.along = {name: (any(s[1] for s in cases), any(s[2] for s in cases)) for name, cases in strides.items()}
 
     def source(self) -> str:
-        helpers = [_matmul_dims, _default_config, _shared_bytes, _fit_config, _per_sm, _padded_length]
+        helpers = [_matmul_dims, _default_config, _shared_bytes, _fit_config, _per_sm, _split_k, _padded_length]
         if self.epilogue_inputs:
             helpers += [_expanded_strides, _epilogue_strides]
         return self._file([self._kernel(), "\n\n".join(fixed.sources(PAD, {"_pad"}))], helpers, self._launcher())
@@ -690,9 +700,9 @@ class _MatmulKernel(KernelFile):
 
     def _kernel(self) -> str:
         params = ["a_desc", "b_desc"] + [f"{e.local}_ptr" for e in self.epilogue_inputs]
-        params += ["out_ptr", "out_desc", "M", "N", "K", "batches", "b_batched"]
+        params += ["out_ptr", "out_desc", "ws_ptr", "M", "N", "K", "batches", "b_batched", "splits"]
         params += [param for e in self.epilogue_inputs for param, _ in self._strides(e)]
-        constexprs = ("INPUT_PRECISION", "B_KMAJOR", "TMA_STORE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
+        constexprs = ("INPUT_PRECISION", "B_KMAJOR", "TMA_STORE", "PHASE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
         params += [f"{c}: tl.constexpr" for c in constexprs]
         lines = [
             "# Persistent: program p computes output tiles p, p + P, p + 2P, ... of all the batch's (P",
@@ -701,13 +711,22 @@ class _MatmulKernel(KernelFile):
             "# next tile's operand loads are in flight during this tile's epilogue. A pointer store stays nested:",
             "# flattened, its layout change could not reuse the operand buffers, and a float32 128 x 256",
             "# tile with an epilogue then needed 272 KB of shared memory.",
+            "# Split K (PHASE 1, then 2): where the output has too few tiles to fill the GPU and K is",
+            "# long, PHASE 1 computes each tile's product over one of `splits` slices of K into a float32",
+            "# workspace, and PHASE 2 adds the slices in order (the same sum every run) and applies the",
+            "# epilogue. PHASE 0 does both at once.",
             "tiles_m = tl.cdiv(M, BLOCK_M)",
             "tiles_n = tl.cdiv(N, BLOCK_N)",
             "tiles = tiles_m * tiles_n",
             "group_size = GROUP_M * tiles_n",
-            "for tile in tl.range(tl.program_id(0), batches * tiles, tl.num_programs(0), flatten=TMA_STORE):",
+            "total = batches * tiles",
+            "if PHASE == 1:",
+            "    total = total * splits",
+            "for job in tl.range(tl.program_id(0), total, tl.num_programs(0), flatten=TMA_STORE):",
             "    # Tiles run down GROUP_M row tiles before moving one column tile right, so the programs",
             "    # running at once share their tiles of a and b in L2 instead of each streaming all of b.",
+            "    split = job // (batches * tiles)",
+            "    tile = job % (batches * tiles)",
             "    matrix = tile // tiles",
             "    pid = tile % tiles",
             "    first_m = (pid // group_size) * GROUP_M",
@@ -718,29 +737,37 @@ class _MatmulKernel(KernelFile):
             "    # tile is one asynchronous copy into shared memory, pipelined over the K loop, and what lies",
             "    # past an edge reads as zeros, so partial tiles need no masks. Where the launcher padded",
             "    # them, K is the padded length and the added columns of a and rows of b are zeros too.",
+            "    batch = matrix.to(tl.int64)",
+            "    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None]",
+            "    tile_cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)[None, :]",
             "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-            *self._k_loop(),
-            "        a_tile = a_desc.load([matrix, pid_m * BLOCK_M, k * BLOCK_K]).reshape(BLOCK_M, BLOCK_K)",
-            "        if B_KMAJOR:",
-            "            # b was copied K-major, the layout TF32 tensor cores (wgmma) read float32 B in.",
-            "            b_tile = b_desc.load([matrix * b_batched, pid_n * BLOCK_N, k * BLOCK_K]).reshape(BLOCK_N, BLOCK_K)",
-            "            acc = tl.dot(a_tile, tl.trans(b_tile), acc, input_precision=INPUT_PRECISION)",
-            "        else:",
-            "            b_tile = b_desc.load([matrix * b_batched, k * BLOCK_K, pid_n * BLOCK_N]).reshape(BLOCK_K, BLOCK_N)",
-            "            acc = tl.dot(a_tile, b_tile, acc, input_precision=INPUT_PRECISION)",
+            "    if PHASE == 2:",
+            "        for piece in range(0, splits):",
+            "            acc += tl.load(ws_ptr + ((piece * batches + batch) * M + rows) * N + tile_cols,",
+            "                           mask=(rows < M) & (tile_cols < N), other=0.0)",
+            "    else:",
+            *indented(self._k_loop()),
+            "            a_tile = a_desc.load([matrix, pid_m * BLOCK_M, k * BLOCK_K]).reshape(BLOCK_M, BLOCK_K)",
+            "            if B_KMAJOR:",
+            "                # b was copied K-major, the layout TF32 tensor cores (wgmma) read float32 B in.",
+            "                b_tile = b_desc.load([matrix * b_batched, pid_n * BLOCK_N, k * BLOCK_K]).reshape(BLOCK_N, BLOCK_K)",
+            "                acc = tl.dot(a_tile, tl.trans(b_tile), acc, input_precision=INPUT_PRECISION)",
+            "            else:",
+            "                b_tile = b_desc.load([matrix * b_batched, k * BLOCK_K, pid_n * BLOCK_N]).reshape(BLOCK_K, BLOCK_N)",
+            "                acc = tl.dot(a_tile, b_tile, acc, input_precision=INPUT_PRECISION)",
+        ]
+        epilogue = [
             "    # The epilogue and the store, in two halves of BLOCK_N // 2 columns: each half's epilogue",
             "    # inputs and temporaries take half the registers, which keeps epilogues with inputs from",
             "    # spilling. int64 offsets, so outputs past 2**31 elements are safe.",
-            "    batch = matrix.to(tl.int64)",
-            "    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None]",
         ]
         # Inputs that do not vary along the columns (one value per row or per matrix) load once
         # for both halves; the others, per half.
         per_half = [e for e in self.epilogue_inputs if self.along[e.name][1]]
         for e in self.epilogue_inputs:
             if e not in per_half:
-                lines += indented(self._epilogue_load(e))
-        lines += [
+                epilogue += indented(self._epilogue_load(e))
+        epilogue += [
             "    left, right = tl.split(tl.permute(acc.reshape(BLOCK_M, 2, BLOCK_N // 2), (0, 2, 1)))",
             "    for half in tl.static_range(2):",
             "        if half == 0:",
@@ -752,13 +779,13 @@ class _MatmulKernel(KernelFile):
             "        mask = (rows < M) & (cols < N)",
         ]
         if self.tri:
-            lines += ["        # The product's elements outside the kept triangle are zeros, before the epilogue.",
+            epilogue += ["        # The product's elements outside the kept triangle are zeros, before the epilogue.",
                       f"        acc = tl.where(cols - rows {TRIANGLES[self.tri]} {self.diagonal}, acc, 0.0)"]
         for e in per_half:
-            lines += indented(self._epilogue_load(e), 2)
+            epilogue += indented(self._epilogue_load(e), 2)
         if not self.is_bare_input:
-            lines.append(f"        acc = {self.body_call()}")
-        lines += [
+            epilogue.append(f"        acc = {self.body_call()}")
+        epilogue += [
             "        if TMA_STORE:",
             "            # A TMA store of the half (what lies past an edge is not written): its staging",
             "            # buffer in shared memory is half a tile, which leaves room for the operand stages.",
@@ -767,21 +794,31 @@ class _MatmulKernel(KernelFile):
             "        else:",
             "            tl.store(out_ptr + batch * M * N + rows * N + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)",
         ]
+        lines += ["    if PHASE == 1:",
+                  "        tl.store(ws_ptr + ((split * batches + batch) * M + rows) * N + tile_cols, acc,",
+                  "                 mask=(rows < M) & (tile_cols < N))",
+                  "    else:", *indented(epilogue)]
         return jit_source(f"{self.name}_kernel", params, lines)
 
     def _k_loop(self) -> list[str]:
-        """The K loop's head: over every K tile, or none where triu/tril zeroes the whole tile."""
+        """The K loop's head: over every K tile (PHASE 1: its split's slice of them), or none where
+        triu/tril zeroes the whole tile."""
+        head = ["    k_lo, k_hi = 0, tl.cdiv(K, BLOCK_K)",
+                "    if PHASE == 1:",
+                "        per_split = tl.cdiv(k_hi, splits)",
+                "        k_lo = split * per_split",
+                "        k_hi = tl.minimum(k_lo + per_split, k_hi)"]
         if not self.tri:
-            return ["    for k in range(0, tl.cdiv(K, BLOCK_K)):"]
+            return head + ["    for k in range(k_lo, k_hi):"]
         corner = {"triu": "(pid_n * BLOCK_N + BLOCK_N - 1) - pid_m * BLOCK_M",       # the largest col - row
                   "tril": "pid_n * BLOCK_N - (pid_m * BLOCK_M + BLOCK_M - 1)"}[self.tri]   # the smallest
         kept = f"{TRIANGLES[self.tri]} {self.diagonal}"
-        return [f"    # {self.tri} keeps col - row {kept}. A tile whose corner nearest that triangle lies outside",
-                "    # it is all zeros: its K loop runs no steps (about half the tiles of a square product),",
-                "    # only its epilogue does. (flatten merges no K loop of varying length: these loops stay",
-                "    # nested.)",
-                f"    kept = {corner} {kept}",
-                "    for k in range(0, tl.where(kept, tl.cdiv(K, BLOCK_K), 0)):"]
+        return head + [f"    # {self.tri} keeps col - row {kept}. A tile whose corner nearest that triangle lies outside",
+                       "    # it is all zeros: its K loop runs no steps (about half the tiles of a square product),",
+                       "    # only its epilogue does. (flatten merges no K loop of varying length: these loops stay",
+                       "    # nested.)",
+                       f"    kept = {corner} {kept}",
+                       "    for k in range(k_lo, tl.where(kept, k_hi, k_lo)):"]
 
     def _strides(self, e: KernelInput) -> list[tuple[str, str]]:
         """(kernel parameter, offset term) of each stride the kernel reads epilogue input e with."""
@@ -846,14 +883,21 @@ class _MatmulKernel(KernelFile):
                  "    # Persistent programs: as many as the SMs hold at once, or one per tile where there are fewer.\n"
                  + sm_count_line("sms", "out")
                  + f"    per_sm = _per_sm(BLOCK_M, BLOCK_N, BLOCK_K, num_stages, {a.local}.element_size())\n"
-                 + "    grid = (min(batch * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), sms * per_sm),)\n")
+                 + "    tiles = batch * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)\n"
+                 + "    splits = config.get(\"SPLIT_K\") or _split_k(tiles, triton.cdiv(K_pad, BLOCK_K), sms * per_sm)\n"
+                 + "    # Split K: slices of K into a float32 workspace (phase 1), then their sum in order and the\n"
+                 + "    # epilogue (phase 2); else one phase (0).\n"
+                 + "    ws = torch.empty((splits, batch, M, N), dtype=torch.float32, device=out.device) if splits > 1 else out\n"
+                 + "    for phase in (1, 2) if splits > 1 else (0,):\n"
+                 + "        grid = (min(tiles * (splits if phase == 1 else 1), sms * per_sm),)\n")
         args = ["a_desc", "b_desc"] + [e.local for e in self.epilogue_inputs]
-        args += ["out", "out_desc", "M", "N", "K_pad", "batch", f"1 if {b.local}.dim() == 3 else 0"]
+        args += ["out", "out_desc", "ws", "M", "N", "K_pad", "batch", f"1 if {b.local}.dim() == 3 else 0", "splits"]
         args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
-        args += ["INPUT_PRECISION=precision", f"B_KMAJOR={'b_kmajor' if kmajor else 'False'}", "TMA_STORE=tma_store",
+        args += ["INPUT_PRECISION=precision", f"B_KMAJOR={'b_kmajor' if kmajor else 'False'}",
+                 "TMA_STORE=tma_store and phase == 0", "PHASE=phase",
                  "BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", 'GROUP_M=config["GROUP_M"]',
                  'num_warps=config["num_warps"]', "num_stages=num_stages"]
-        text += wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
+        text += wrap(f"{self.name}_kernel[grid]", args, "        ") + "\n"
         return text + "    return out\n"
 
     def _padding(self) -> str:

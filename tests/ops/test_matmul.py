@@ -126,8 +126,28 @@ def test_persistent_programs_walk_many_tiles_and_a_partial_k_tile(tmp_path):
     shapes = {"a": [[3, 100, 40]], "b": [[3, 40, 96]], "bias": [[96]]}
     check(tmp_path, "a @ b + bias", shapes, configs=(config,))
     text = source("a @ b", shapes)
-    assert "tl.range(tl.program_id(0), batches * tiles, tl.num_programs(0), flatten=TMA_STORE)" in text
-    assert "grid = (min(batch * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), sms * per_sm),)" in text
+    assert "tl.range(tl.program_id(0), total, tl.num_programs(0), flatten=TMA_STORE)" in text
+    assert "grid = (min(tiles * (splits if phase == 1 else 1), sms * per_sm),)" in text
+
+
+@pytest.mark.parametrize("expression, shapes, splits", [
+    # K = 300 in 20 tiles of 16 (padded to 320): 4 slices of 5, and 3 of 7, 7 and 6
+    ("relu(a @ b + bias) * 2.0", {"a": [[2, 9, 300]], "b": [[2, 300, 40]], "bias": [[40]]}, 4),
+    ("a @ b.T", {"a": [[9, 300]], "b": [[40, 300]]}, 3),
+    ("torch.tril(a @ b, diagonal=-1)", {"a": [[40, 300]], "b": [[300, 40]]}, 4),
+])
+def test_split_k_adds_its_slices_in_order_before_the_epilogue(tmp_path, expression, shapes, splits):
+    config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 1, "num_stages": 2,
+              "SPLIT_K": splits}
+    check(tmp_path, expression, shapes, configs=(config,))
+
+
+def test_split_k_fills_the_gpu_where_few_tiles_meet_a_long_k():
+    # decode, 16 rows by 4096 columns in 64 tiles of 64, K = 4096 in 64 tiles, 660 program slots
+    assert matmul._split_k(64, 64, 660) == 8
+    assert matmul._split_k(4, 8192, 132) == 32         # 256 x 256 by K = 524288: capped at 32
+    assert matmul._split_k(1024, 64, 660) == 1         # enough tiles already
+    assert matmul._split_k(4, 12, 132) == 1            # too short a K to split
 
 
 def test_empty_dims_give_what_torch_gives(tmp_path):
@@ -421,7 +441,7 @@ def test_triangles_of_the_product(tmp_path, expression, shapes):
                                         "torch.tril(a @ b, 40)"])
 def test_tiles_wholly_outside_the_triangle_and_only_they_skip_their_k_loop(expression):
     text = source(expression, {"a": [[96, 8]], "b": [[8, 96]]})
-    assert "for k in range(0, tl.where(kept, tl.cdiv(K, BLOCK_K), 0)):" in text
+    assert "for k in range(k_lo, tl.where(kept, k_hi, k_lo)):" in text
     kept = text.split("kept = ")[1].split("\n")[0]
     tri, diagonal = matmul.triangle(ir.parse(expression))
     keep = getattr(torch, tri)(torch.ones(96, 96), diagonal) != 0
