@@ -15,6 +15,9 @@ from bot.spec import parse_expression
 from runner.verify import verify
 
 IDS = [e.name for e in catalog.ENTRIES]
+# Under the interpreter the harness runs one entry of each family (its generated tests and the judge
+# are the family's; the other entries' kernels are checked in tests/ops); on a GPU, every entry.
+ONE_PER_FAMILY = list({ir.kind(ir.parse(e.expression)): e for e in reversed(catalog.ENTRIES)}.values())[::-1]
 
 
 def same_expression(a: str, b: str) -> bool:
@@ -43,7 +46,7 @@ def test_catalog_requests_parse_to_their_expressions(entry):
         assert same_expression(spec["expression"], entry.expression), (entry.request(size), spec["expression"])
 
 
-@pytest.mark.parametrize("entry", catalog.ENTRIES, ids=IDS)
+@pytest.mark.parametrize("entry", ONE_PER_FAMILY, ids=[e.name for e in ONE_PER_FAMILY])
 def test_catalog_kernels_pass_the_harness_under_the_interpreter(entry, tmp_path):
     generate(tmp_path, entry.request("small"))
     result = harness(tmp_path, "cpu")

@@ -547,6 +547,20 @@ def test_triangles_are_right_on_a_gpu(tmp_path, expression, dtype, tf32):
           device="cuda")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, tf32", [("float16", False), ("bfloat16", False), ("float32", False),
+                                         ("float32", True)])
+def test_split_k_is_right_on_a_gpu(tmp_path, dtype, tf32):
+    # decode-shaped (16 rows, 4 tiles by BLOCK_N 256) with K = 4100 padded: the launcher's own split,
+    # and 3 and 7 forced, with an epilogue that reads inputs, transposed b and a triangle
+    shapes = {"a": [[16, 4100]], "b": [[4100, 1000]], "bias": [[1000]], "residual": [[16, 1000]]}
+    forced = tuple({**matmul.CONFIGS[0], "SPLIT_K": n} for n in (3, 7))
+    check(tmp_path, f"relu(matmul(a, b, tf32={tf32}) + bias) + residual", shapes, dtypes=(dtype,),
+          configs=(None, *forced), device="cuda")
+    check(tmp_path, f"torch.tril(matmul(a, b.T, tf32={tf32}))", {"a": [[40, 4100]], "b": [[40, 4100]]},
+          dtypes=(dtype,), configs=(None, *forced), device="cuda")
+
+
 # ---------------------------------------------------------------- einsum, and a [..., M, K] @ b [K, N]
 
 def test_a_4d_tensor_times_a_matrix_folds_its_leading_dims_into_the_batch(tmp_path):
