@@ -129,6 +129,8 @@ def _convert(n: ast.expr) -> Node:
         return call(_CMPOPS[type(n.ops[0])], _convert(n.left), _convert(n.comparators[0]))
     if isinstance(n, ast.Call):
         return _convert_call(n)
+    if isinstance(n, ast.Subscript):
+        return view.subscript(n, _convert)
     raise IRError(f"unsupported syntax {ast.unparse(n)!r}. Supported: {SUPPORTED_TEXT}")
 
 

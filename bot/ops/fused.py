@@ -335,6 +335,14 @@ def check(node: Node) -> None:
             # a dim of size 1, not D copies of them: a kernel of its own does that
             raise IRError(f"{to_text(r)} reduces a value that is already reduced over dim {r.attr('dim')}; it runs "
                           "as a kernel of its own")
+    outer = set(outer_inputs(node))
+    for r in found:
+        # The kernel reduces rows of the shape the whole expression broadcasts to. A reduction of inputs
+        # the rest does not read (min(y, 1, keepdim=True) + bias) may reduce rows of another shape
+        # (y [N, D] beside bias [C, 1, 1]): it runs as a kernel of its own.
+        if outer and not outer & set(input_names(r.args[0])):
+            raise IRError(f"{to_text(r)} reduces inputs the rest of the expression does not read; it runs as a "
+                          "kernel of its own")
 
 
 def collapsed(node: Node) -> Node:

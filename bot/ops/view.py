@@ -21,12 +21,15 @@ from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, i
 
 NAME = "view"
 UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS = "unsqueeze", "squeeze", "flatten", "reshape", "reshape_as"
-OPS = {UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS}
+SLICE, SELECT = "slice", "select"
+OPS = {UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS, SLICE, SELECT}
 ROOT = False
-SUPPORTED = ("", "views of a tensor between kernels (unsqueeze, squeeze, flatten, reshape/view to unit dims)")
+SUPPORTED = ("", "views of a tensor between kernels (unsqueeze, squeeze, flatten, reshape/view to unit dims or "
+             "joining dims, view_as; slices x[:, a:b], x[..., 0], narrow, select, chunk(n, dim)[i], "
+             "split(size, dim)[i], unbind(dim)[i])")
 ALIASES = {"view": RESHAPE, "view_as": RESHAPE_AS}
 KEYWORDS = {UNSQUEEZE: {"dim"}, SQUEEZE: {"dim"}, FLATTEN: {"start_dim", "end_dim"}, RESHAPE: {"shape"},
-            RESHAPE_AS: {"other"}}
+            RESHAPE_AS: {"other"}, "narrow": {"dim", "start", "length"}, SELECT: {"dim", "index"}}
 WORDS: list = []
 OUTPUT_DTYPES: dict[str, str] = {}
 ENTRIES: tuple[Entry, ...] = ()
@@ -35,8 +38,10 @@ MAX_NUMEL = 2**31 - 1
 
 
 def convert(c: Call) -> Node | None:
-    if c.fname not in OPS:
+    if c.fname not in OPS | {"narrow"}:
         return None
+    if c.fname == SLICE:
+        raise IRError("slice a tensor with Python's syntax, x[:, a:b], or x.narrow(dim, start, length)")
     if not c.args:
         raise IRError(f"{c.fname} needs a tensor, e.g. x.{c.fname}(...)")
     x = c.expr(c.args[0])
@@ -52,6 +57,8 @@ def convert(c: Call) -> Node | None:
         given = arguments(c, ("start_dim", "end_dim"))
         return call(FLATTEN, x, start=_int(c, given.get("start_dim", ast.Constant(0)), "start_dim"),
                     end=_int(c, given.get("end_dim", ast.Constant(-1)), "end_dim"))
+    if c.fname in ("narrow", SELECT):
+        return _narrow_or_select(c, x)
     if c.fname == RESHAPE_AS:
         other = arguments(c, ("other",)).get("other")
         if other is None:
@@ -79,6 +86,99 @@ def _reshape(c: Call, x: Node) -> Node:
     if owners == {x}:
         return _flattened(c, x, elts, refs)
     raise _unsupported(c, elts)
+
+
+def _narrow_or_select(c: Call, x: Node) -> Node:
+    """x.narrow(dim, start, length) (length a number, or x.size(dim) - k: up to k before the end) and
+    x.select(dim, index), as slices."""
+    if c.fname == SELECT:
+        given = arguments(c, ("dim", "index"))
+        return call(SELECT, x, dim=_int(c, given.get("dim"), "dim"), index=_int(c, given.get("index"), "index"))
+    given = arguments(c, ("dim", "start", "length"))
+    dim, start = _int(c, given.get("dim"), "dim"), _int(c, given.get("start"), "start")
+    length = given.get("length")
+    if length is not None and is_int_literal(length):
+        return sliced(x, dim, start, start + int(number(length)))
+    short = _size_less(length, c, x, dim)
+    if short is None or start < 0 or start - short > 0:
+        raise IRError(f"narrow takes a length as a number or as x.size({dim}) - k, got "
+                      f"{'nothing' if length is None else repr(ast.unparse(length))}")
+    return sliced(x, dim, start, start - short if start - short else None)
+
+
+def _size_less(e: ast.expr | None, c: Call, x: Node, dim: int) -> int | None:
+    """k where e is `x.size(dim) - k` or `x.shape[dim] - k` (k >= 0), else None."""
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Sub) and is_int_literal(e.right):
+        named = _dims_named(e.left, c)
+        if named == [(x, dim)] and number(e.right) >= 0:
+            return int(number(e.right))
+    return None
+
+
+def sliced(x: Node, dim: int, start: int | None, stop: int | None, step: int = 1) -> Node:
+    return call(SLICE, x, dim=dim, start=start, stop=stop, step=step)
+
+
+def subscript(n: ast.Subscript, expr) -> Node:
+    """x[...] with slices, integers and one Ellipsis (dims after it counted from the end), and one piece
+    of a tensor cut along a dim: x.chunk(n, dim)[i], x.split(size, dim)[i], x.unbind(dim)[i]."""
+    if isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute) \
+            and n.value.func.attr in ("chunk", "split", "unbind", "tensor_split"):
+        return _piece(n, expr)
+    items = list(n.slice.elts) if isinstance(n.slice, ast.Tuple) else [n.slice]
+    dots = [k for k, e in enumerate(items) if isinstance(e, ast.Constant) and e.value is Ellipsis]
+    if len(dots) > 1 or any(not isinstance(e, ast.Slice) and not is_int_literal(e) for k, e in enumerate(items)
+                            if k not in dots):
+        raise IRError(f"unsupported indexing {ast.unparse(n)!r}: slices with number bounds (x[:, 1:-1], x[..., :64], "
+                      "x[:, ::2]), integers (x[:, 0]) and one ... are read")
+    cut = dots[0] if dots else len(items)
+    after = items[cut + 1:]         # after the Ellipsis, dims counted from the end: -len(after), ..., -1
+    dims = list(enumerate(items[:cut])) + [(k - len(after), e) for k, e in enumerate(after)]
+    node = expr(n.value)
+    # a select removes its dim: dims from 0 are taken right to left, dims from the end left to right
+    for d, e in sorted((p for p in dims if p[0] >= 0), key=lambda p: -p[0]) + [p for p in dims if p[0] < 0]:
+        if isinstance(e, ast.Slice):
+            bounds = [None if b is None else _bound(b, n) for b in (e.lower, e.upper, e.step)]
+            if bounds[2] is not None and bounds[2] < 1:
+                raise IRError(f"{ast.unparse(n)}: a slice's step must be positive")
+            if bounds[:2] != [None, None] or (bounds[2] or 1) != 1:
+                node = sliced(node, d, bounds[0], bounds[1], bounds[2] or 1)
+        else:
+            node = call(SELECT, node, dim=d, index=int(number(e)))
+    return node
+
+
+def _bound(b: ast.expr, n: ast.Subscript) -> int:
+    if not is_int_literal(b):
+        raise IRError(f"unsupported indexing {ast.unparse(n)!r}: a slice's bounds must be numbers")
+    return int(number(b))
+
+
+def _piece(n: ast.Subscript, expr) -> Node:
+    """x.chunk(n, dim)[i], x.split(size, dim)[i] (a size or a list of sizes), x.unbind(dim)[i]."""
+    f = n.value
+    how, args, kw = f.func.attr, list(f.args), {k.arg: k.value for k in f.keywords}
+    names = {"chunk": ("chunks", "dim"), "split": ("split_size_or_sections", "dim"), "unbind": ("dim",),
+             "tensor_split": ()}[how]
+    given = {**dict(zip(names, args)), **kw}
+    if how == "tensor_split" or set(given) - set(names) or not is_int_literal(n.slice) \
+            or not all(isinstance(v, (ast.List, ast.Tuple)) or is_int_literal(v) for v in given.values()):
+        raise IRError(f"unsupported indexing {ast.unparse(n)!r}: x.chunk(n, dim)[i], x.split(size, dim)[i] and "
+                      "x.unbind(dim)[i] with numbers are read")
+    x, i = expr(f.func.value), int(number(n.slice))
+    dim = int(number(given.get("dim", ast.Constant(0))))
+    if how == "unbind":
+        return call(SELECT, x, dim=dim, index=i)
+    if i < 0:
+        raise IRError(f"{ast.unparse(n)}: take a piece by its position from 0")
+    if how == "chunk":
+        return call(SLICE, x, dim=dim, chunks=(int(number(given["chunks"])), i), start=None, stop=None, step=1)
+    sizes = given["split_size_or_sections"]
+    if is_int_literal(sizes):
+        size = int(number(sizes))
+        return sliced(x, dim, i * size, (i + 1) * size)
+    lengths = [int(number(e)) for e in sizes.elts]
+    return sliced(x, dim, sum(lengths[:i]), sum(lengths[:i + 1]))
 
 
 def _unsupported(c: Call, elts: list) -> IRError:
@@ -161,6 +261,13 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     shape = list(shapes[node.args[0].name])
     if node.op == RESHAPE:
         return _reshaped(shape, list(node.attr("sizes")))
+    if node.op == SLICE:
+        return _sliced_shape(node, shape)
+    if node.op == SELECT:
+        d = _dim(node, "dim", max(len(shape), 1))
+        if not -shape[d] <= node.attr("index") < shape[d]:
+            raise IRError(f"select: index {node.attr('index')} is out of range for dim {node.attr('dim')} of size {shape[d]}")
+        return shape[:d] + shape[d + 1:]
     if node.op == RESHAPE_AS:
         other = list(shapes[node.args[1].name])
         if math.prod(other) != math.prod(shape):
@@ -178,6 +285,26 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     if start > end:
         raise IRError(f"flatten: start_dim {node.attr('start')} comes after end_dim {node.attr('end')}")
     return shape[:start] + [math.prod(shape[start:end + 1])] + shape[end + 1:]
+
+
+def _sliced_shape(node: Node, shape: list[int]) -> list[int]:
+    d = _dim(node, "dim", max(len(shape), 1))
+    if node.attr("chunks"):
+        n, i = node.attr("chunks")
+        size = -(-shape[d] // n)
+        if i * size >= shape[d]:
+            raise IRError(f"chunk({n}, dim={node.attr('dim')}) of a dim of size {shape[d]} gives fewer than {i + 1} "
+                          "chunks")
+        return shape[:d] + [min(size, shape[d] - i * size)] + shape[d + 1:]
+    size = len(range(shape[d])[node.attr("start"):node.attr("stop"):node.attr("step")])
+    return shape[:d] + [size] + shape[d + 1:]
+
+
+def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
+    """A slice or select keeps the size of the dim it cuts: its bounds are numbers written for it."""
+    if node.op not in (SLICE, SELECT):
+        return set(), 1
+    return {case[node.args[0].name][node.attr("dim")] for case in cases}, 1
 
 
 def _dim(node: Node, key: str, rank: int) -> int:
@@ -201,12 +328,26 @@ def torch_text(node: Node, x: str, other: str | None = None) -> str:
     x = _operand(x)
     if node.op == RESHAPE_AS:
         return f"{x}.reshape_as({other or x})"
+    if node.op == SELECT:
+        return f"{x}.select({node.attr('dim')}, {node.attr('index')})"
+    if node.op == SLICE:
+        return _slice_text(node, x)
     if node.op == RESHAPE:
         return f"{x}.reshape({', '.join(map(str, node.attr('sizes')))})"
     if node.op == FLATTEN:
         return f"{x}.flatten({node.attr('start')}, {node.attr('end')})"
     dim = node.attr("dim")
     return f"{x}.{node.op}({'' if dim is None else dim})"
+
+
+def _slice_text(node: Node, x: str) -> str:
+    d = node.attr("dim")
+    if node.attr("chunks"):
+        n, i = node.attr("chunks")
+        return f"{x}.chunk({n}, dim={d})[{i}]"
+    start, stop, step = ("" if v is None else str(v) for v in (node.attr("start"), node.attr("stop"), node.attr("step")))
+    bounds = f"{start}:{stop}" + (f":{step}" if step != "1" else "")
+    return f"{x}[{':, ' * d}{bounds}]" if d >= 0 else f"{x}[..., {bounds}{', :' * (-d - 1)}]"
 
 
 def _operand(x: str) -> str:

@@ -25,6 +25,9 @@ CASES = [
      lambda t: torch.relu(F.group_norm(F.conv2d(t["x"], t["w"], t["b"]), 2, t["g"], t["gb"]))),
     ("max_pool2d(relu(conv2d(x, w)), kernel_size=2)", {"x": X, "w": W}, 2,
      lambda t: F.max_pool2d(torch.relu(F.conv2d(t["x"], t["w"])), 2)),
+    # a reduction of inputs the rest does not read may reduce rows of another shape: its own stage
+    ("min(matmul(a, b), dim=1, keepdim=True) + c", {"a": [9, 20], "b": [20, 24], "c": [1, 5, 1, 1]}, 3,
+     lambda t: torch.amin(t["a"] @ t["b"], dim=1, keepdim=True) + t["c"]),
     ("sum(matmul(a, b) / 2.0, dim=1, keepdim=True) * 1.5", {"a": [9, 20], "b": [20, 24]}, 2,
      lambda t: torch.sum(t["a"] @ t["b"] / 2, dim=1, keepdim=True) * 1.5),
     ("exp(conv2d(x, w) - max(conv2d(x, w), dim=1, keepdim=True)) / sum(exp(conv2d(x, w) - max(conv2d(x, w), dim=1, "

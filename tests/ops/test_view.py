@@ -28,6 +28,15 @@ CASES = [
      {"x": [2, 3, 4, 5]}, 3, lambda t: torch.softmax(torch.relu(t["x"]).view(2, 12, 5), -1).view_as(t["x"]) * 2),
     ("sum(exp(x).reshape(-1, exp(x).size(-2), exp(x).size(-1)), dim=0)", {"x": [2, 3, 4, 5]}, 2,
      lambda t: torch.exp(t["x"]).reshape(-1, 4, 5).sum(0)),
+    # slices, selects and pieces (bounds as numbers, from the end, steps; chunk, split, unbind, narrow)
+    ("silu(x.chunk(2, dim=-1)[0]) * x.chunk(2, dim=-1)[1]", {"x": [5, 14]}, 1,
+     lambda t: F.silu(t["x"].chunk(2, -1)[0]) * t["x"].chunk(2, -1)[1]),
+    ("relu(x[:, :4]) + x[:, 4:] * x.split(2, dim=1)[1].sum(dim=1, keepdim=True)", {"x": [5, 8]}, 2,
+     lambda t: torch.relu(t["x"][:, :4]) + t["x"][:, 4:] * t["x"].split(2, 1)[1].sum(1, keepdim=True)),
+    ("sigmoid(x[1:-1, ..., 0]) * sum(x[1:-1, :, ::3], dim=-1) + x.unbind(2)[2][1:-1]", {"x": [4, 6, 5]}, 2,
+     lambda t: torch.sigmoid(t["x"][..., 0][1:-1]) * t["x"][1:-1, :, ::3].sum(-1) + t["x"].unbind(2)[2][1:-1]),
+    ("cumsum(x.narrow(1, 0, x.size(1) - 1), dim=1) * x.select(1, 0).unsqueeze(1)", {"x": [3, 7]}, 2,
+     lambda t: torch.cumsum(t["x"].narrow(1, 0, 6), 1) * t["x"][:, 0:1]),
     # and another tensor's whole shape, dim by dim
     ("relu(y).view(x.shape[0], x.shape[1]) + x", {"x": [6, 10], "y": [60]}, 2,
      lambda t: torch.relu(t["y"]).view(6, 10) + t["x"]),
@@ -62,7 +71,8 @@ def test_a_view_between_kernels_matches_torch(tmp_path, expression, shapes, kern
 
 def test_views_print_as_they_parse_back():
     for text in ("(A.unsqueeze(1) * B)", "relu(x).flatten(1, -1)", "((a + b).reshape(1, -1, 1) * c)",
-                 "relu(y).reshape_as(x)"):
+                 "relu(y).reshape_as(x)", "(relu(x)[:, 1:-1:2] * y)", "(relu(x)[..., :4, :] * y)",
+                 "(relu(x).chunk(3, dim=-1)[2] * y)", "(relu(x).select(-1, 0) * y)"):
         node = ir.parse(text, as_written=True)
         assert ir.to_text(node) == text and ir.parse(ir.to_text(node), as_written=True) == node
 
@@ -83,6 +93,10 @@ def test_a_view_keeps_its_operands_indices():
     ("relu(x).view(x.size(1), x.size(0))", "join neighbouring dims"),
     ("relu(x).view(relu(x).size(0), -1, relu(x).size(3))", "join neighbouring dims"),
     ("relu(x).view(y.size(1), y.size(0))", "another tensor's whole shape"),
+    ("x[i] * 2.0", "slices with number bounds"),
+    ("x[:, 0:n] * 2.0", "bounds must be numbers"),
+    ("x.chunk(2, dim=1)[-1] * 2.0", "by its position from 0"),
+    ("x.narrow(1, 0, n) * 2.0", "narrow takes a length as a number"),
 ])
 def test_views_refused_say_what_works(expression, message):
     with pytest.raises(ir.IRError, match=message):
@@ -92,3 +106,12 @@ def test_views_refused_say_what_works(expression, message):
 def test_a_shape_a_view_cannot_take_is_named():
     with pytest.raises(Exception, match="cannot be viewed"):
         raw_spec("relu(x).view(1, 1)", {"x": [3, 5]})
+    with pytest.raises(Exception, match="gives fewer than 4 chunks"):
+        raw_spec("relu(x.chunk(4, dim=1)[3])", {"x": [3, 5]})          # 5 in chunks of 2: 3 chunks
+    with pytest.raises(Exception, match="out of range"):
+        raw_spec("relu(x.select(1, 5))", {"x": [3, 5]})
+
+
+def test_a_slice_keeps_the_size_of_the_dim_it_cuts():
+    spec = raw_spec("relu(x[:, :4]) + y", {"x": [3, 10], "y": [3, 4]})
+    assert 10 in spec["fixed_sizes"]
