@@ -35,6 +35,7 @@ CASES = [
     ("sum(x, dim=-1)", lambda x: x.sum(-1), {"x": [64, 1024]}),
     ("rmsnorm(x, w, eps=1e-06)", lambda x, w: torch.nn.functional.rms_norm(x, [x.shape[-1]], w, 1e-6),
      {"x": [64, 1024], "w": [1024]}),
+    ("a @ b", lambda a, b: a @ b, {"a": [16, 512], "b": [512, 512]}),
 ]
 
 

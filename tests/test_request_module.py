@@ -282,11 +282,16 @@ LEARNED = {
         module(", d: self.fc = nn.Linear(d, d, bias=False)", "x):\n        y = self.fc(x)\n        return y + y",
                "torch.randn(32, 20)", "[20]"), "matmul(x, fc_weight.T) + matmul(x, fc_weight.T)",
         {"fc_weight": ([20, 20], "fc.weight")}),
+    # nn.Sequential: each layer's function on the one before's result, its tensors where the module keeps them
+    "sequential": (module(", k: self.net = nn.Sequential(nn.Linear(k, 12), nn.GELU(), nn.Flatten(0), nn.Identity())",
+                          "x):\n        return self.net(x)", "torch.randn(6, 20)", "[20]"),
+                   "gelu(matmul(x, net_0_weight.T) + net_0_bias).flatten(0, -1)",
+                   {"net_0_weight": ([12, 20], "net.0.weight"), "net_0_bias": ([12], "net.0.bias")}),
 }
 
 
 @pytest.mark.parametrize("name, kinds", [("linear", ("reference_test", "kernel_test")), ("layernorm", ()),
-                                         ("linear without bias, called twice", ())])
+                                         ("linear without bias, called twice", ()), ("sequential", ("kernel_test",))])
 def test_learned_weights_are_inputs_the_judge_makes_and_binds_into_the_pasted_module(name, kinds):
     code, expression, learned = LEARNED[name]
     request = fenced("import torch\nimport torch.nn as nn\n\n" + code)

@@ -25,6 +25,27 @@ class Sub:
 
 
 @dataclass(frozen=True)
+class Seq:
+    """An nn.Sequential set in __init__: its layers, in order (each a Sub)."""
+    layers: tuple[Sub, ...]
+    line: int
+
+
+def sequence(seq: Seq, attr: str, args: list[ast.expr], keywords: list[ast.keyword], line: int,
+             name_of: Callable[[str], str]) -> tuple[ast.expr, list[Param]]:
+    """nn.Sequential's call: each layer's function on the one before's result (layer k's tensors at
+    '<attr>.<k>.weight', as the module names them)."""
+    if len(args) != 1 or keywords:
+        raise GenerationError(f"line {line}: nn.Sequential (set on line {seq.line}) takes one tensor, got "
+                              f"{len(args) + len(keywords)} arguments")
+    x, params = args[0], []
+    for k, layer in enumerate(seq.layers):
+        x, taken = functional(layer, f"{attr}.{k}", [x], [], line, name_of)
+        params += [p for p in taken if p not in params]
+    return x, params
+
+
+@dataclass(frozen=True)
 class Param:
     """A learned tensor of a submodule, as an input of the function: its name there, its path in
     the pasted module ('fc.weight') and its shape."""
@@ -198,8 +219,14 @@ def _embedding(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: 
     return ast.Call(_path("F.embedding"), [*args, *_names([weight])], kw + keywords), [weight]
 
 
-# nn classes holding learned tensors -> what writes their call.
-_LAYERS = {"Linear": _linear, "LayerNorm": _norm, "RMSNorm": _norm,
+def _flatten(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int, name_of: Callable[[str], str]):
+    # nn.Flatten keeps dim 0 (start_dim=1), where torch.flatten starts at 0
+    o = _options(sub, ("start_dim", "end_dim"), {"start_dim": 1, "end_dim": -1})
+    return ast.Call(_path("torch.flatten"), args, [ast.keyword(k, ast.Constant(v)) for k, v in o.items()]), []
+
+
+# nn classes holding learned tensors, or with defaults unlike their function's -> what writes their call.
+_LAYERS = {"Linear": _linear, "LayerNorm": _norm, "RMSNorm": _norm, "Flatten": _flatten,
            **{f"Conv{n}d": _conv for n in (1, 2, 3)}, **{f"ConvTranspose{n}d": _conv for n in (1, 2, 3)},
            **{f"{kind}Norm{n}d": _channel_norm for kind in ("Batch", "Instance") for n in (1, 2, 3)},
            "GroupNorm": _channel_norm, "Embedding": _embedding}

@@ -21,7 +21,7 @@ from bot.generators.interface import GenerationError
 from bot.request.pasted_constants import (NotConstant, Opaque, assigned, const, literal, module_constants,
                                           refuse_constant, returned_constant)
 from bot.request.pasted_inputs import INDEX, MASK, made_shape, read_inputs
-from bot.request.pasted_layers import Param, Sub, functional
+from bot.request.pasted_layers import Param, Seq, Sub, functional, sequence
 
 
 @dataclass
@@ -192,6 +192,12 @@ def _attribute(value: ast.expr, env: dict, line: int):
             except (NotConstant, IndexError):
                 pass
         return Learned(made_shape(made, env, "a parameter"), line)
+    if isinstance(value, ast.Call) and ast.unparse(value.func) in ("nn.Sequential", "torch.nn.Sequential") \
+            and not value.keywords:
+        layers = [_attribute(a, env, line) for a in value.args]
+        if all(isinstance(layer, Sub) for layer in layers):
+            return Seq(tuple(layers), line)
+        return Opaque(line, ast.unparse(value)[:60])
     if isinstance(value, ast.Call) and (path := ast.unparse(value.func)).split(".")[0] in ("nn", "torch") \
             and "." in path:
         try:
@@ -241,8 +247,9 @@ class _Resolver(ast.NodeTransformer):
         if isinstance(value, Opaque):
             raise GenerationError(f"line {n.lineno}: self.{n.attr} is set on line {value.line} by {value.text!r}, "
                                   "which is not a constant I can evaluate")
-        if isinstance(value, Sub):
-            raise GenerationError(f"line {n.lineno}: self.{n.attr} is nn.{value.cls}, used here other than by "
+        if isinstance(value, (Sub, Seq)):
+            cls = value.cls if isinstance(value, Sub) else "Sequential"
+            raise GenerationError(f"line {n.lineno}: self.{n.attr} is nn.{cls}, used here other than by "
                                   f"calling it; write {n.attr}'s call, self.{n.attr}(x)")
         if isinstance(value, Learned):      # a Parameter of the module itself: an input like a layer's weight
             param = Param(self._name(n.attr), n.attr, value.shape)
@@ -264,12 +271,13 @@ class _Resolver(ast.NodeTransformer):
         f = n.func
         if isinstance(f, ast.Attribute) and ast.unparse(f.value) == "self":
             sub = self.attrs.get(f.attr)
-            if not isinstance(sub, Sub):
+            if not isinstance(sub, (Sub, Seq)):
                 what = "a method of the class" if sub is None else "not a submodule"
                 raise GenerationError(f"line {n.lineno}: self.{f.attr}(...) calls {what}; write what it computes "
                                       "in forward itself")
             args = [self.visit(a) for a in n.args]
-            call, params = functional(sub, f.attr, args, [self.visit(k) for k in n.keywords], n.lineno, self._name)
+            lower = functional if isinstance(sub, Sub) else sequence
+            call, params = lower(sub, f.attr, args, [self.visit(k) for k in n.keywords], n.lineno, self._name)
             self.params += [p for p in params if p not in self.params]      # a layer called twice: its tensors once
             return call
         return self._folded(self.generic_visit(n))
