@@ -16,7 +16,7 @@ import functools
 from bot.ops import (argreduce, chain, channel_norm, conv, fused, gather, layout, loss, matmul, norm, pointwise, reduce,
                      registry, scan, softmax, view)
 from bot.ops.node import (ALL, CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
-                          is_int_literal, number, to_text)
+                          is_float_call, is_int_literal, number, to_text)
 
 __all__ = ["IRError", "Node", "broadcast_shapes", "call", "const", "inp", "input_names", "is_int_literal", "to_text"]
 
@@ -128,7 +128,7 @@ def _convert(n: ast.expr) -> Node:
             raise IRError(f"unsupported comparison {ast.unparse(n)!r}; compare two values at a time")
         return call(_CMPOPS[type(n.ops[0])], _convert(n.left), _convert(n.comparators[0]))
     if isinstance(n, ast.Call):
-        return _convert_call(n)
+        return const(number(n)) if is_float_call(n) else _convert_call(n)
     if isinstance(n, ast.Subscript):
         return view.subscript(n, _convert)
     raise IRError(f"unsupported syntax {ast.unparse(n)!r}. Supported: {SUPPORTED_TEXT}")

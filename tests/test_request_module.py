@@ -314,6 +314,21 @@ def test_learned_weights_are_inputs_the_judge_makes_and_binds_into_the_pasted_mo
         assert result["pytest"]["passed"] >= 1 and not result["pytest"]["failed"], result["pytest"]
 
 
+def test_infinities_written_as_calls_reach_the_kernel_and_pass_its_test():
+    code = module("", "x, mask):\n        return torch.softmax(x.masked_fill(mask, float('-inf')), dim=-1) * math.inf ** 0",
+                  "torch.randn(6, 33), torch.rand(6, 33) > 0.7")
+    request = fenced("import math\nimport torch\nimport torch.nn as nn\n\n" + code)
+    spec, _ = parse_request(request)
+    assert spec["expression"] == "softmax(where(mask, -inf, x)) * 1.0"
+    gen, approved = OfflineGenerator(), {"spec": __import__("json").dumps(spec)}
+    files = {"spec.json": approved["spec"], **{f: gen.generate(GenRequest(k, request, approved)).content
+                                               for f, k in (("reference.py", "reference"), ("kernel.py", "kernel"),
+                                                            ("test_kernel.py", "kernel_test"))}}
+    result = worker.execute_job({"job_id": "t-inf", "kind": "kernel_test", "backend": "cpu", "attempt": 1,
+                                 "timeout_s": 300, "files": files}, lambda line: None)
+    assert result["status"] == "pass", result["summary"]
+
+
 def test_a_reference_class_the_file_cannot_build_fails_with_why():
     spec, _ = parse_request(fenced(SUM_MODULE))
     broken = textwrap.dedent(SUM_MODULE).replace("return [reduce_dim]", "return [reduce_dim, 2]")

@@ -4,6 +4,8 @@ so the lowerings cannot drift apart in how they parenthesise, name temporaries o
 comparisons."""
 from __future__ import annotations
 
+import math
+
 from typing import Callable
 
 from bot.ops.node import Node
@@ -21,8 +23,10 @@ OpWriter = Callable[[Node, list[str]], str]
 
 
 def fmt_const(value: float) -> str:
-    """A float literal that reads back exactly."""
-    return repr(float(value))
+    """A float literal that reads back exactly (infinities and NaN as float('inf'), which Python,
+    torch and Triton's jit all read)."""
+    value = float(value)
+    return repr(value) if math.isfinite(value) else f"float('{value}')"
 
 
 def call_writer(fn: str) -> OpWriter:

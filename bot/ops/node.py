@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
-CONSTANTS = {"pi": math.pi, "e": math.e}
+CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
 ALL = "all"          # a reduction's dim when it reduces every element (PyTorch: no dim, or dim=None)
 
 
@@ -103,7 +103,27 @@ def number(n: ast.expr) -> float:
         return -v if isinstance(n.op, ast.USub) else v
     if isinstance(n, ast.Name) and n.id in CONSTANTS:
         return CONSTANTS[n.id]
+    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in ("math", "torch") \
+            and n.attr in CONSTANTS:
+        return CONSTANTS[n.attr]
+    if is_float_call(n):
+        return float(n.args[0].value)
     raise IRError(f"expected a number, got {ast.unparse(n)!r}")
+
+
+def is_float_call(n: ast.expr) -> bool:
+    """float('inf'), float('-inf'), float('nan'), float(2): a number written as a call."""
+    return isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "float" and len(n.args) == 1 \
+        and not n.keywords and isinstance(n.args[0], ast.Constant) and not isinstance(n.args[0].value, bool) \
+        and isinstance(n.args[0].value, (str, int, float)) and _reads_as_float(n.args[0].value)
+
+
+def _reads_as_float(v) -> bool:
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return False
 
 
 def is_int_literal(n: ast.expr) -> bool:
