@@ -82,7 +82,7 @@ def _reshape(c: Call, x: Node) -> Node:
     owners = {r[0] for group in refs if group for r in group}
     if len(owners) == 1 and x not in owners and all(g and len(g) == 1 for g in refs) \
             and [g[0][1] for g in refs] == list(range(len(refs))):
-        return call(RESHAPE_AS, x, owners.pop())
+        return call(RESHAPE_AS, x, owners.pop(), dims=len(refs))       # y.view(b, c): x's first dims
     if owners == {x}:
         return _flattened(c, x, elts, refs)
     raise _unsupported(c, elts)
@@ -98,7 +98,12 @@ def _narrow_or_select(c: Call, x: Node) -> Node:
     dim, start = _int(c, given.get("dim"), "dim"), _int(c, given.get("start"), "start")
     length = given.get("length")
     if length is not None and is_int_literal(length):
-        return sliced(x, dim, start, start + int(number(length)))
+        stop = start + int(number(length))
+        if start < 0 < stop:
+            raise IRError(f"narrow from {start} over {stop - start} elements runs past the end of dim {dim}")
+        if start < 0 and stop == 0:
+            return sliced(x, dim, start, None)
+        return sliced(x, dim, start, stop, within=True)
     short = _size_less(length, c, x, dim)
     if short is None or start < 0 or start - short > 0:
         raise IRError(f"narrow takes a length as a number or as x.size({dim}) - k, got "
@@ -115,8 +120,10 @@ def _size_less(e: ast.expr | None, c: Call, x: Node, dim: int) -> int | None:
     return None
 
 
-def sliced(x: Node, dim: int, start: int | None, stop: int | None, step: int = 1) -> Node:
-    return call(SLICE, x, dim=dim, start=start, stop=stop, step=step)
+def sliced(x: Node, dim: int, start: int | None, stop: int | None, step: int = 1, within: bool = False) -> Node:
+    """x[..., start:stop:step] along dim; within (narrow, split): torch raises where it runs past the dim,
+    where Python's slice would stop short."""
+    return call(SLICE, x, dim=dim, start=start, stop=stop, step=step, **({"within": True} if within else {}))
 
 
 def subscript(n: ast.Subscript, expr) -> Node:
@@ -125,6 +132,9 @@ def subscript(n: ast.Subscript, expr) -> Node:
     if isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute) \
             and n.value.func.attr in ("chunk", "split", "unbind", "tensor_split"):
         return _piece(n, expr)
+    if isinstance(n.value, ast.Call) and _called(n.value.func) in TUPLES:
+        raise IRError(f"{ast.unparse(n)}: {_called(n.value.func)} gives a tuple; write the part as its own op "
+                      "(torch.amax(x, dim) for max's values, argmax for its indices)")
     items = list(n.slice.elts) if isinstance(n.slice, ast.Tuple) else [n.slice]
     dots = [k for k, e in enumerate(items) if isinstance(e, ast.Constant) and e.value is Ellipsis]
     if len(dots) > 1 or any(not isinstance(e, ast.Slice) and not is_int_literal(e) for k, e in enumerate(items)
@@ -146,6 +156,15 @@ def subscript(n: ast.Subscript, expr) -> Node:
         else:
             node = call(SELECT, node, dim=d, index=int(number(e)))
     return node
+
+
+# functions whose result is a tuple (values, indices): indexing it is not a slice of a tensor
+TUPLES = {"max", "min", "cummax", "cummin", "sort", "topk", "kthvalue", "median", "mode", "aminmax", "var_mean",
+          "std_mean", "frexp", "unique", "histogram", "lu", "qr", "svd", "eig", "eigh", "slogdet"}
+
+
+def _called(f: ast.expr) -> str:
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
 
 
 def _bound(b: ast.expr, n: ast.Subscript) -> int:
@@ -176,9 +195,11 @@ def _piece(n: ast.Subscript, expr) -> Node:
     sizes = given["split_size_or_sections"]
     if is_int_literal(sizes):
         size = int(number(sizes))
-        return sliced(x, dim, i * size, (i + 1) * size)
+        return call(SLICE, x, dim=dim, chunks=(-size, i), start=None, stop=None, step=1)
     lengths = [int(number(e)) for e in sizes.elts]
-    return sliced(x, dim, sum(lengths[:i]), sum(lengths[:i + 1]))
+    if i >= len(lengths):
+        raise IRError(f"{ast.unparse(n)}: split into {len(lengths)} pieces has no piece {i}")
+    return sliced(x, dim, sum(lengths[:i]), sum(lengths[:i + 1]), within=True)
 
 
 def _unsupported(c: Call, elts: list) -> IRError:
@@ -227,9 +248,11 @@ def _flattened(c: Call, x: Node, elts: list, refs: list) -> Node:
     if head != list(range(len(head))) or (tail and tail != list(range(-len(tail), 0))):
         raise _unsupported(c, elts)
     groups = [(g[0][1], g[-1][1]) if g else (len(head), -len(tail) - 1) for g in refs]
+    if not minus:           # x.view(b, c) of [b, c, 1, 1]: the last size takes the (unit) dims after it
+        groups[-1] = (groups[-1][0], -1)
     node, shift = x, 0
     for first, last in groups:          # left to right: a flatten shifts the dims after it counted from 0
-        if first != last:
+        if first != last and (first, last) != (-1, -1):
             node = call(FLATTEN, node, start=first - shift if first >= 0 else first,
                         end=last - shift if last >= 0 else last)
             shift += last - first if last >= 0 else 0
@@ -264,12 +287,12 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     if node.op == SLICE:
         return _sliced_shape(node, shape)
     if node.op == SELECT:
-        d = _dim(node, "dim", max(len(shape), 1))
+        d = _dim(node, "dim", len(shape))
         if not -shape[d] <= node.attr("index") < shape[d]:
             raise IRError(f"select: index {node.attr('index')} is out of range for dim {node.attr('dim')} of size {shape[d]}")
         return shape[:d] + shape[d + 1:]
     if node.op == RESHAPE_AS:
-        other = list(shapes[node.args[1].name])
+        other = list(shapes[node.args[1].name])[:node.attr("dims")]
         if math.prod(other) != math.prod(shape):
             raise IRError(f"a tensor of shape {shape} cannot be viewed as the shape {other} of {node.args[1].name}")
         return other
@@ -288,27 +311,37 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
 
 
 def _sliced_shape(node: Node, shape: list[int]) -> list[int]:
-    d = _dim(node, "dim", max(len(shape), 1))
-    if node.attr("chunks"):
+    d = _dim(node, "dim", len(shape))
+    if node.attr("chunks"):         # (n, i): chunk(n)'s piece i; (-size, i): split(size)'s
         n, i = node.attr("chunks")
-        size = -(-shape[d] // n)
+        size = -(-shape[d] // n) if n > 0 else -n
         if i * size >= shape[d]:
-            raise IRError(f"chunk({n}, dim={node.attr('dim')}) of a dim of size {shape[d]} gives fewer than {i + 1} "
-                          "chunks")
+            what = f"chunk({n}" if n > 0 else f"split({-n}"
+            raise IRError(f"{what}, dim={node.attr('dim')}) of a dim of size {shape[d]} gives fewer than {i + 1} pieces")
         return shape[:d] + [min(size, shape[d] - i * size)] + shape[d + 1:]
-    size = len(range(shape[d])[node.attr("start"):node.attr("stop"):node.attr("step")])
+    start, stop = node.attr("start"), node.attr("stop")
+    if node.attr("within") and not (-shape[d] <= (start or 0) <= shape[d] and (stop is None or stop <= shape[d])):
+        raise IRError(f"narrow or split of [{start}, {stop}) runs past dim {node.attr('dim')}'s size {shape[d]}")
+    size = len(range(shape[d])[start:stop:node.attr("step")])
     return shape[:d] + [size] + shape[d + 1:]
 
 
 def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
-    """A slice or select keeps the size of the dim it cuts: its bounds are numbers written for it."""
+    """A slice or select keeps the size of the dim it cuts and of the piece it takes (its bounds are
+    numbers written for them, and what meets the piece has its size); a reshape_as every size of both
+    tensors (their element counts stay equal)."""
+    if node.op == RESHAPE_AS:
+        return {d for case in cases for a in node.args for d in case[a.name]}, 1
     if node.op not in (SLICE, SELECT):
         return set(), 1
-    return {case[node.args[0].name][node.attr("dim")] for case in cases}, 1
+    dim = node.attr("dim")
+    return {d for case in cases for d in (case[node.args[0].name][dim], *output_shape(node, case)[dim:dim + 1])}, 1
 
 
 def _dim(node: Node, key: str, rank: int) -> int:
     d = node.attr(key)
+    if rank == 0:
+        raise IRError(f"{node.op} of a 0-d tensor (one value): there is no dim {d} to take")
     if not -rank <= d < rank:
         raise IRError(f"{node.op} at dim {d}, but that tensor has {rank - (node.op == UNSQUEEZE)} dims")
     return d % rank
@@ -327,6 +360,9 @@ def torch_text(node: Node, x: str, other: str | None = None) -> str:
     the chain's entry names a tensor once)."""
     x = _operand(x)
     if node.op == RESHAPE_AS:
+        if node.attr("dims"):
+            o = _operand(other or x)
+            return f"{x}.reshape({', '.join(f'{o}.shape[{k}]' for k in range(node.attr('dims')))})"
         return f"{x}.reshape_as({other or x})"
     if node.op == SELECT:
         return f"{x}.select({node.attr('dim')}, {node.attr('index')})"
@@ -344,7 +380,9 @@ def _slice_text(node: Node, x: str) -> str:
     d = node.attr("dim")
     if node.attr("chunks"):
         n, i = node.attr("chunks")
-        return f"{x}.chunk({n}, dim={d})[{i}]"
+        return f"{x}.chunk({n}, dim={d})[{i}]" if n > 0 else f"{x}.split({-n}, dim={d})[{i}]"
+    if node.attr("within") and node.attr("stop") is not None:
+        return f"{x}.narrow({d}, {node.attr('start')}, {node.attr('stop') - node.attr('start')})"
     start, stop, step = ("" if v is None else str(v) for v in (node.attr("start"), node.attr("stop"), node.attr("step")))
     bounds = f"{start}:{stop}" + (f":{step}" if step != "1" else "")
     return f"{x}[{':, ' * d}{bounds}]" if d >= 0 else f"{x}[..., {bounds}{', :' * (-d - 1)}]"

@@ -106,12 +106,42 @@ def test_views_refused_say_what_works(expression, message):
 def test_a_shape_a_view_cannot_take_is_named():
     with pytest.raises(Exception, match="cannot be viewed"):
         raw_spec("relu(x).view(1, 1)", {"x": [3, 5]})
-    with pytest.raises(Exception, match="gives fewer than 4 chunks"):
+    with pytest.raises(Exception, match="gives fewer than 4 pieces"):
         raw_spec("relu(x.chunk(4, dim=1)[3])", {"x": [3, 5]})          # 5 in chunks of 2: 3 chunks
     with pytest.raises(Exception, match="out of range"):
         raw_spec("relu(x.select(1, 5))", {"x": [3, 5]})
 
 
-def test_a_slice_keeps_the_size_of_the_dim_it_cuts():
+def test_a_slice_keeps_the_size_of_the_dim_it_cuts_and_of_its_piece():
     spec = raw_spec("relu(x[:, :4]) + y", {"x": [3, 10], "y": [3, 4]})
-    assert 10 in spec["fixed_sizes"]
+    assert {10, 4} <= set(spec["fixed_sizes"])
+    spec = raw_spec("relu(y).view_as(x) + x", {"x": [6, 10], "y": [60]})      # element counts stay equal
+    assert {6, 10, 60} <= set(spec["fixed_sizes"])
+
+
+@pytest.mark.parametrize("expression, shapes, shape", [
+    # sizes naming a tensor's first dims, no -1: torch's view drops the unit dims after them
+    ("adaptive_avg_pool2d(x, output_size=1).view(adaptive_avg_pool2d(x, output_size=1).size(0), "
+     "adaptive_avg_pool2d(x, output_size=1).size(1)) + y", {"x": [2, 3, 4, 5], "y": [2, 3]}, [2, 3]),
+    ("relu(y).view(x.size(0), x.size(1)) + 1.0", {"x": [2, 3, 1], "y": [6]}, [2, 3]),
+    ("x.narrow(1, -2, 2) * 2.0", {"x": [3, 5]}, [3, 2]),          # from 2 before the end to the end
+    ("x.split(3, dim=1)[1] * 2.0", {"x": [3, 5]}, [3, 2]),        # the last piece is what is left
+])
+def test_views_take_torchs_shapes(expression, shapes, shape):
+    node = ir.parse(expression, as_written=True)
+    assert ir.output_shape(node, shapes) == shape and ir.parse(ir.to_text(node), as_written=True) == node
+
+
+@pytest.mark.parametrize("expression, shapes, says", [
+    ("x.narrow(1, 0, 10) * 2.0", {"x": [3, 5]}, "runs past dim 1's size 5"),
+    ("x.split(3, dim=1)[2] * 2.0", {"x": [3, 5]}, "gives fewer than 3 pieces"),
+    ("sum(x)[0] + y", {"x": [3, 5], "y": [2]}, "0-d tensor"),
+])
+def test_views_torch_refuses_are_refused(expression, shapes, says):
+    with pytest.raises(ir.IRError, match=says):
+        ir.output_shape(ir.parse(expression, as_written=True), shapes)
+
+
+def test_indexing_a_tuple_a_function_returns_is_not_a_slice():
+    with pytest.raises(ir.IRError, match="max gives a tuple"):
+        ir.parse("torch.max(x, dim=1)[0]", as_written=True)
