@@ -7,8 +7,8 @@ rstd, a softmax) in the same pass instead of storing it.
 Each rule is PyTorch's own derivative (tools/autograd/derivatives.yaml): relu's at 0 is 0, abs's
 sign(x) with 0 at 0, maximum and minimum split an equal pair's gradient in halves, clamp passes it
 where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layernorm and rmsnorm
-over the last dim (with weight and bias, of a pointwise body) and matmul (transposed operands,
-a pointwise epilogue) have rules; any other op is refused, naming it.
+over the last dim (with weight and bias, of a pointwise body), matmul (transposed operands,
+a pointwise epilogue) and cross entropy (its logits') have rules; any other op is refused, naming it.
 """
 from __future__ import annotations
 
@@ -126,6 +126,12 @@ def _matmul(node: Node, a: list[str], up: str):
     return [(node.args[0], f"({d_a}).mT" if ta else d_a), (node.args[1], f"({d_b}).mT" if tb else d_b)]
 
 
+def _cross_entropy(node: Node, a: list[str], up: str):
+    """The logits' gradient, softmax less the target's one-hot, times the loss's gradient (a kernel of the
+    loss family, bot.ops.loss); the class indices get none."""
+    return [(node.args[0], f"cross_entropy_grad({a[0]}, {a[1]}, {up}, reduction={node.attr('reduction')!r})")]
+
+
 _RULES = {
     "add": lambda node, a, up: [(node.args[0], up), (node.args[1], up)],
     "sub": lambda node, a, up: [(node.args[0], up), (node.args[1], f"-({up})")],
@@ -155,4 +161,5 @@ _RULES = {
     "rmsnorm": _norm,
     "layernorm": _norm,
     "matmul": _matmul,
+    "cross_entropy": _cross_entropy,
 }

@@ -28,8 +28,8 @@ from bot.ops.text import END, NUM, FLAGS as _F, blank as _blank
 from runner.protocol import IGNORE_INDEX
 
 NAME = "loss"
-CE_OP, NLL = "cross_entropy", "nll_loss"
-OPS = {CE_OP, NLL}
+CE_OP, NLL, CE_GRAD = "cross_entropy", "nll_loss", "cross_entropy_grad"
+OPS = {CE_OP, NLL, CE_GRAD}
 _PAIR, _TRIPLE = ("input", "target"), ("input1", "input2", "target")
 _LEGACY = ("size_average", "reduce", "reduction")      # torch's deprecated size_average and reduce, then reduction
 # cosine_embedding_loss's cosine as torch computes it over the last dim (its dim 1 of 2-D inputs, 0 of
@@ -76,7 +76,7 @@ ALIASES = {"crossentropy": CE_OP}
 TRIPLET = "triplet_margin_loss"
 # torch's positional order of cross_entropy's and nll_loss's arguments
 _CLASS_ORDER = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
-KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]),
+KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]), CE_GRAD: {"reduction"},
             **{name: set(order) for name, (order, _, _) in FORMULAS.items()}}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []                    # read apart, before the generic reader: CROSS_ENTROPY, cross_entropy_words
@@ -208,6 +208,8 @@ def convert(c: Call) -> Node | None:
         return _formula(c)
     if c.fname not in OPS:
         return None
+    if c.fname == CE_GRAD:
+        return _gradient(c)
     # cross_entropy(logits, target) and nll_loss(log_probs, target) with torch's defaults: no class
     # weights, ignore_index -100, no label smoothing.
     given = arguments(c, _CLASS_ORDER if c.fname == CE_OP else _CLASS_ORDER[:-1])
@@ -218,6 +220,15 @@ def convert(c: Call) -> Node | None:
         raise IRError(f"cross_entropy with label_smoothing={ast.unparse(given['label_smoothing'])} is not supported")
     reduction = _read_reduction(c.fname, given.get("reduction"))
     return call(c.fname, c.expr(given["input"]), c.expr(given["target"]), reduction=reduction)
+
+
+def _gradient(c: Call) -> Node:
+    """cross_entropy_grad(logits, target, upstream, reduction=...): cross entropy's gradient with respect
+    to its logits (the training kernels' backward, bot.autodiff), upstream the loss's own gradient."""
+    if len(c.args) != 3:
+        raise IRError("cross_entropy_grad takes logits, target and the loss's upstream gradient")
+    reduction = _read_reduction(c.fname, c.kw.get("reduction"))
+    return call(CE_GRAD, *(c.expr(a) for a in c.args), reduction=reduction)
 
 
 def _defaults_only(fname: str, given: dict, keys: tuple[str, ...], defaults: dict) -> None:
@@ -270,17 +281,17 @@ def _formula(c: Call) -> Node:
 @prints(*OPS)
 def _print(node: Node, text) -> str:
     reduction = node.attr("reduction")
-    return f"{node.op}({text(node.args[0])}, {text(node.args[1])}" + (
+    return f"{node.op}({', '.join(text(a) for a in node.args)}" + (
         ")" if reduction == "mean" else f", reduction={reduction!r})")
 
 
 def check(node: Node) -> None:
-    """The target is an input of its own, not part of the logits."""
-    target = node.args[1]
-    if target.op != "input":
-        raise IRError(f"{node.op} target must be inputs, got {to_text(target)!r}")
-    if target.name in input_names(node.args[0]):
-        raise IRError(f"{node.op}'s target (class indices) cannot also be part of its input")
+    """The target (and a gradient's upstream) are inputs of their own, not part of the logits."""
+    for extra in node.args[1:]:
+        if extra.op != "input":
+            raise IRError(f"{node.op} target and upstream must be inputs, got {to_text(extra)!r}")
+        if extra.name in input_names(node.args[0]):
+            raise IRError(f"{node.op}'s target (class indices) cannot also be part of its input")
 
 
 def index_inputs(node: Node) -> dict[str, str]:
@@ -289,9 +300,9 @@ def index_inputs(node: Node) -> dict[str, str]:
 
 
 def reduced(node: Node) -> tuple[list[str], int] | None:
-    """(inputs, dim) the op accumulates over: cross entropy each row's classes; nll_loss nothing in a
-    row, its 'mean' and 'sum' the rows (dim 0)."""
-    if node.op == CE_OP:
+    """(inputs, dim) the op accumulates over: cross entropy (and its gradient) each row's classes;
+    nll_loss nothing in a row, its 'mean' and 'sum' the rows (dim 0)."""
+    if node.op in (CE_OP, CE_GRAD):
         return input_names(node.args[0]), -1
     return None if node.attr("reduction") == "none" else (input_names(node.args[0]), 0)
 
@@ -299,6 +310,12 @@ def reduced(node: Node) -> tuple[list[str], int] | None:
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     logits = broadcast_shapes([shapes[n] for n in input_names(node.args[0])])
     target = list(shapes[node.args[1].name])
+    if node.op == CE_GRAD:
+        up = list(shapes[node.args[2].name])
+        if target != logits[:-1] or up != (target if node.attr("reduction") == "none" else []):
+            raise IRError(f"cross_entropy_grad: target {target} must be the logits' {logits} without the class dim, "
+                          "and the upstream gradient the loss's shape")
+        return logits
     if node.op == NLL and len(logits) != 2:
         raise IRError(f"nll_loss takes a 2-D input [rows, classes] (classes in dim 1) and a 1-D target; got a "
                       f"{len(logits)}-D input {logits}")
@@ -316,12 +333,24 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
         body = "h"
     target = names[node.args[1].name]
     reduction = node.attr("reduction")
+    if node.op == CE_GRAD:
+        return _gradient_result(body, target, names[node.args[2].name], reduction, lines)
     if node.op == NLL:
         return f"torch.nn.functional.nll_loss({body}, {target}, reduction={reduction!r})"
     # Classes are the last dim (torch's own cross_entropy takes them at dim 1): rows flattened.
     loss = (f"torch.nn.functional.cross_entropy({body}.flatten(0, -2), {target}.flatten(), "
             f"reduction={reduction!r})")
     return f"{loss}.reshape({target}.shape)" if reduction == "none" else loss
+
+
+def _gradient_result(body: str, target: str, up: str, reduction: str, lines: list[str]) -> str:
+    """(softmax(logits) - one_hot(target)) * the upstream gradient (per row for 'none'; over the rows
+    not ignored for 'mean'), 0 on ignored rows."""
+    lines += [f"kept = ({target} != {IGNORE_INDEX}).unsqueeze(-1)",
+              f"onehot = torch.nn.functional.one_hot({target}.clamp(min=0), {body}.shape[-1]).to({body}.dtype)",
+              {"none": f"scale = {up}.unsqueeze(-1)", "sum": f"scale = {up}",
+               "mean": f"scale = {up} / kept.sum()"}[reduction]]
+    return f"torch.where(kept, (torch.softmax({body}, dim=-1) - onehot) * scale, 0.0).to({body}.dtype)"
 
 
 # ---------------------------------------------------------------- kernel.py
@@ -342,7 +371,8 @@ def _cross_entropy_tiles(config, R, V, elem_bytes):
 
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:
-    return (_NllKernel if node.op == NLL else _CrossEntropyKernel).render(spec, node, options, pointwise.triton_body)
+    kernel = {NLL: _NllKernel, CE_GRAD: _CrossEntropyGradKernel}.get(node.op, _CrossEntropyKernel)
+    return kernel.render(spec, node, options, pointwise.triton_body)
 
 
 def _total_kernel(name: str, target: str, mean: bool) -> str:
@@ -535,6 +565,84 @@ class _CrossEntropyKernel(ReducedBodyFile):
         text += self._launch(f"{self.name}_kernel", "(triton.cdiv(R, BLOCK_R),)", args + ["NUM_STAGES=num_stages"],
                              "        ")
         return text + _total_launch(self.name, t.local, self.reduction) + "    return out\n"
+
+
+def _count_kernel(name: str, target: str) -> str:
+    """The kernel counting the rows not ignored, as float32 ('mean' divides by them)."""
+    lines = ["count = tl.zeros([BLOCK], tl.float32)",
+             "for start in range(0, R, BLOCK):",
+             "    offs = start + tl.arange(0, BLOCK)",
+             f"    kept = tl.load({target}_ptr + offs, mask=offs < R, other={IGNORE_INDEX}) != {IGNORE_INDEX}",
+             "    count += kept.to(tl.float32)",
+             "tl.store(dst_ptr, tl.sum(count, axis=0))"]
+    return jit_source(f"{name}_count_kernel", [f"{target}_ptr", "dst_ptr", "R", "BLOCK: tl.constexpr"], lines)
+
+
+class _CrossEntropyGradKernel(ReducedBodyFile):
+    description = ("The gradient of cross entropy with respect to its logits: BLOCK_R rows a program, read twice\n"
+                   "in BLOCK_V chunks: an online logsumexp, then (softmax - one_hot(target)) times the loss's\n"
+                   "upstream gradient (per row for 'none'; divided by the rows not ignored for 'mean', which a\n"
+                   f"kernel of one program counts first). A row whose target is {IGNORE_INDEX} gets zeros.")
+    block_key = "BLOCK_V"
+
+    def __init__(self, spec, node, inputs, options, body):
+        super().__init__(spec, node, inputs, options, body)
+        self.reduction = node.attr("reduction")
+        self.target, self.up = (next(i for i in inputs if i.name == a.name) for a in node.args[1:])
+        self.rows_of = [(math.prod(full[:-1]), full[-1]) for full in self.fulls]
+
+    def configs(self) -> list[dict]:
+        defaults = [_cross_entropy_config(*rows) for rows in self.rows_of]
+        return self._space(defaults + CROSS_ENTROPY_CONFIGS, lambda config: [
+            _cross_entropy_tiles(config, *rows, self.max_elem_bytes) for rows in self.rows_of])[:MAX_CONFIGS]
+
+    def source(self) -> str:
+        kernels = [self._kernel()] + [_count_kernel(self.name, self.target.local)] * (self.reduction == "mean")
+        helpers = [_row_config, _row_tile, _fit, _fit_stages, _cross_entropy_config, _cross_entropy_tiles,
+                   _expanded, _require_full]
+        return self._file(kernels, helpers, self._launcher())
+
+    def _kernel(self) -> str:
+        t, up = self.target.local, self.up.local
+        scale = {"none": f"tl.load({up}_ptr + rows, mask=rows < R, other=0.0).to(tl.float32)",
+                 "sum": f"tl.load({up}_ptr).to(tl.float32)",
+                 "mean": f"tl.load({up}_ptr).to(tl.float32) / tl.load(count_ptr)"}[self.reduction]
+        chunk = ["cols = start + tl.arange(0, BLOCK_V)[None, :]", "mask = (rows < R) & (cols < V)",
+                 *self.body_values("rows * V + cols", NEG_INF)]
+        lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",
+                 f"LOG2E: tl.constexpr = {math.log2(math.e)!r}",
+                 f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other={IGNORE_INDEX})",
+                 f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
+                 "row_sum = tl.zeros([BLOCK_R], tl.float32)",
+                 "for start in range(0, V, BLOCK_V):", *indented(chunk + _CrossEntropyKernel._online_update()),
+                 "lse = (row_max + tl.log(row_sum))[:, None]",
+                 f"scale = tl.where({t} == {IGNORE_INDEX}, 0.0, {scale})",
+                 "for start in range(0, V, BLOCK_V):",
+                 *indented(chunk + [f"grad = (tl.exp(val - lse) - (cols == {t}).to(tl.float32)) * scale",
+                                    "tl.store(dst_ptr + rows * V + cols, grad.to(dst_ptr.dtype.element_ty), "
+                                    "mask=mask)"])]
+        params = ([f"{i.local}_ptr" for i in self.body_inputs] + [f"{t}_ptr", f"{up}_ptr", "count_ptr", "dst_ptr", "R",
+                                                                  "V", "BLOCK_R: tl.constexpr", "BLOCK_V: tl.constexpr"])
+        return jit_source(f"{self.name}_kernel", params, lines, "    # BLOCK_R rows per program in BLOCK_V-wide chunks.\n")
+
+    def _launcher(self) -> str:
+        first, t = self.body_inputs[0].local, self.target
+        text = self._head()
+        text += ("    # R rows of V classes, one class index per row.\n"
+                 "    V = shape[-1]\n    R = shape[:-1].numel()\n"
+                 f'    _require_full("{t.name}", {t.local}.shape, shape[:-1])\n'
+                 f"    out = torch.empty(shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
+                 "    if out.numel() == 0:\n        return out\n")
+        if self.reduction == "mean":
+            text += (f"    count = torch.empty((), dtype=torch.float32, device={first}.device)\n"
+                     f"    {self.name}_count_kernel[(1,)]({t.local}, count, R, BLOCK=8192, num_warps=16)\n")
+        text += self._config_line("_cross_entropy_config(R, V)")
+        text += wrap("BLOCK_R, BLOCK_V, num_warps, num_stages = _cross_entropy_tiles",
+                     ["config", "R", "V", self._elem_bytes()], "    ") + "\n"
+        args = [i.local for i in self.body_inputs] + [t.local, f"{self.up.local}.contiguous()",
+                                                      "count" if self.reduction == "mean" else "out", "out", "R", "V",
+                                                      "BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "num_warps=num_warps"]
+        return text + self._launch(f"{self.name}_kernel", "(triton.cdiv(R, BLOCK_R),)", args) + "    return out\n"
 
 
 # nll_loss: BLOCK rows a program. A row is one class index and one element read, so the kernel waits on

@@ -57,6 +57,50 @@ def test_gradients_match_pytorchs_autograd(tmp_path, expression, shapes, dtype):
         assert bool((err <= atol + scale + rtol * expected.abs()).all()), f"{name}: max err {err.max():.3g}"
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("expression", ["cross_entropy(x, t)", "cross_entropy(x * 2.0 + b, t, reduction='sum')",
+                                        "cross_entropy(x, t, reduction='none')"])
+def test_cross_entropy_gives_its_logits_gradient_and_none_to_the_classes(tmp_path, expression, dtype):
+    # an ignored row (-100): its gradient 0
+    names = ir.input_names(ir.parse(expression))
+    shapes = {"x": [5, 70], "b": [70], "t": [5]}
+    spec = validate({"name": "op", "expression": expression, "training": True, "inputs": [
+        {"name": n, "dtypes": ["int64" if n == "t" else dtype], "shapes": [shapes[n]]} for n in names]})
+    node = parse_expression(spec)
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "op")
+    kernel = getattr(load(tmp_path, "kernel.py", training.kernel_source(spec, node)), "op")
+    gen = torch.Generator().manual_seed(0)
+    t = torch.randint(0, 70, (5,), generator=gen)
+    t[2] = -100
+    values = {"x": torch.randn(5, 70, generator=gen).to(getattr(torch, dtype)),
+              "b": torch.randn(70, generator=gen).to(getattr(torch, dtype)), "t": t}
+    ours = [values[n].clone().requires_grad_(n != "t") for n in names]
+    truth = [values[n].double().requires_grad_() if n != "t" else t for n in names]
+    out, want = kernel(*ours), reference(*truth)
+    upstream = torch.randn(want.shape, generator=gen)
+    out.backward(upstream.to(out.dtype))
+    want.backward(upstream.to(out.dtype).double())
+    rtol, atol = protocol.tolerance(dtype, 70)
+    for name, got, expected in zip(names, ours, truth):
+        if name != "t":
+            err = (got.grad.double() - expected.grad).abs()
+            assert bool((err <= atol + rtol * expected.grad.abs()).all()), f"{name}: max err {err.max():.3g}"
+            assert float(got.grad[2].abs().max()) == 0.0 or name != "x"          # the ignored row
+
+
+def test_cross_entropys_gradient_kernel_reads_rows_in_chunks(tmp_path):
+    # 70 classes in chunks of 32: two passes over each row, the second writing softmax - one_hot
+    spec = validate({"name": "op", "expression": "cross_entropy_grad(x, t, g, reduction='none')", "inputs": [
+        {"name": "x", "dtypes": ["float32"], "shapes": [[5, 70]]}, {"name": "t", "dtypes": ["int64"], "shapes": [[5]]},
+        {"name": "g", "dtypes": ["float32"], "shapes": [[5]]}]})
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), "op")
+    x, t, g = torch.randn(5, 70), torch.tensor([3, 69, -100, 0, 32]), torch.randn(5)
+    got = kernel(x, t, g, config={"BLOCK_R": 2, "BLOCK_V": 32, "num_warps": 1, "num_stages": 1})
+    want = (torch.softmax(x.double(), -1) - torch.nn.functional.one_hot(t.clamp(min=0), 70)) * g.double()[:, None]
+    want[2] = 0.0
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
 def test_an_input_only_compared_gets_no_gradient_and_a_mask_none(tmp_path):
     spec = validate({"name": "op", "expression": "where(m, x * 2.0, 0.0) + where(y > 0.0, 1.0, 0.0)", "inputs": [
         {"name": "m", "dtypes": ["bool"], "shapes": [[3, 4]]}, {"name": "x", "dtypes": ["float32"], "shapes": [[3, 4]]},
