@@ -596,12 +596,13 @@ def _per_sm(bm, bn, bk, num_stages, itemsize):
     return max(1, 224 * 1024 // _shared_bytes(bm, bn, bk, num_stages, itemsize))
 
 
-def _split_k(tiles, k_tiles, slots):
-    # Splits of K (a power of two, at most 32) where the output's tiles leave most of the programs
-    # the GPU holds at once (slots) idle: decode-shaped (few rows) and long-K products. Each split
-    # keeps at least 8 K tiles, so the workspace's extra traffic stays small beside the operands'.
+def _split_k(tiles, k_tiles, sms):
+    # Splits of K (a power of two, at most 32) while the output's tiles leave SMs without a program:
+    # decode-shaped (few rows) and long-K products. Each split keeps at least 8 K tiles, so the
+    # workspace's extra traffic stays small beside the operands'. On an H200, splitting 224 tiles
+    # (32 x 14336, K 4096) in two was slower than not: tiles enough for every SM are not split.
     splits = 1
-    while splits < 32 and tiles * splits * 2 <= slots and k_tiles // (splits * 2) >= 8:
+    while splits < 32 and tiles * splits < sms and k_tiles // (splits * 2) >= 8:
         splits *= 2
     return splits
 
@@ -884,7 +885,7 @@ class _MatmulKernel(KernelFile):
                  + sm_count_line("sms", "out")
                  + f"    per_sm = _per_sm(BLOCK_M, BLOCK_N, BLOCK_K, num_stages, {a.local}.element_size())\n"
                  + "    tiles = batch * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)\n"
-                 + "    splits = config.get(\"SPLIT_K\") or _split_k(tiles, triton.cdiv(K_pad, BLOCK_K), sms * per_sm)\n"
+                 + "    splits = config.get(\"SPLIT_K\") or _split_k(tiles, triton.cdiv(K_pad, BLOCK_K), sms)\n"
                  + "    # Split K: slices of K into a float32 workspace (phase 1), then their sum in order and the\n"
                  + "    # epilogue (phase 2); else one phase (0).\n"
                  + "    ws = torch.empty((splits, batch, M, N), dtype=torch.float32, device=out.device) if splits > 1 else out\n"

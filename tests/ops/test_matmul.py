@@ -143,10 +143,10 @@ def test_split_k_adds_its_slices_in_order_before_the_epilogue(tmp_path, expressi
 
 
 def test_split_k_fills_the_gpu_where_few_tiles_meet_a_long_k():
-    # decode, 16 rows by 4096 columns in 64 tiles of 64, K = 4096 in 64 tiles, 660 program slots
-    assert matmul._split_k(64, 64, 660) == 8
+    # decode, 16 rows by 4096 columns in 64 tiles of 64, K = 4096 in 64 tiles, on 132 SMs
+    assert matmul._split_k(64, 64, 132) == 4
     assert matmul._split_k(4, 8192, 132) == 32         # 256 x 256 by K = 524288: capped at 32
-    assert matmul._split_k(1024, 64, 660) == 1         # enough tiles already
+    assert matmul._split_k(224, 64, 132) == 1          # a program for every SM already
     assert matmul._split_k(4, 12, 132) == 1            # too short a K to split
 
 
