@@ -62,12 +62,19 @@ def _as_3d(values, fill):
 
 
 def _broadcast_shape(*shapes):
-    # The inputs' broadcast shape. torch.broadcast_shapes costs tens of microseconds a call, the
-    # launcher's largest cost on small tensors; inputs of one shape (the common case) skip it.
-    for s in shapes[1:]:
-        if s != shapes[0]:
-            return torch.broadcast_shapes(*shapes)
-    return shapes[0]
+    # The inputs' broadcast shape, by torch's rule. Written out: torch.broadcast_shapes costs tens of
+    # microseconds a call (symbolic-shape guards), the launcher's largest cost on small tensors.
+    if all(s == shapes[0] for s in shapes[1:]):
+        return shapes[0]
+    rank = max(len(s) for s in shapes)
+    out = [1] * rank
+    for s in shapes:
+        for i, d in enumerate(s, rank - len(s)):
+            if d != 1 and out[i] != d:
+                if out[i] != 1:
+                    raise RuntimeError(f"shapes {[list(s) for s in shapes]} do not broadcast (dim {i - rank})")
+                out[i] = d
+    return torch.Size(out)
 
 
 def _expanded(x, shape):

@@ -91,3 +91,23 @@ def test_math_helpers_compute_what_they_say(which, want, tol):
     out = torch.empty_like(x)
     _apply[(1,)](x, out, x.numel(), WHICH=which, BLOCK=1024)
     assert torch.allclose(out.double(), want(x.double()), rtol=0, atol=tol)
+
+
+def test_the_launchers_broadcast_shape_is_torchs(monkeypatch):
+    # Written out for speed (torch.broadcast_shapes' guards cost tens of microseconds a call): the same
+    # shape, or the same refusal, as torch's on random shapes with 0, 1 and other sizes, ranks 0-4.
+    from bot.codegen import kernel_file
+    monkeypatch.setattr(kernel_file, "torch", torch, raising=False)    # a generated file imports it
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3000):
+        shapes = [torch.Size(torch.randint(0, 4, (int(torch.randint(0, 5, (), generator=gen)),), generator=gen).tolist())
+                  for _ in range(int(torch.randint(1, 4, (), generator=gen)))]
+        try:
+            want = torch.broadcast_shapes(*shapes)
+        except RuntimeError:
+            want = None
+        try:
+            got = kernel_file._broadcast_shape(*shapes)
+        except RuntimeError:
+            got = None
+        assert got == want, shapes
