@@ -283,7 +283,7 @@ LEARNED = {
                "torch.randn(32, 20)", "[20]"), "matmul(x, fc_weight.T) + matmul(x, fc_weight.T)",
         {"fc_weight": ([20, 20], "fc.weight")}),
     # nn.Sequential: each layer's function on the one before's result, its tensors where the module keeps them
-    "sequential": (module(", k: self.net = nn.Sequential(nn.Linear(k, 12), nn.GELU(), nn.Flatten(0), nn.Identity())",
+    "sequential": (module(", k: self.net = nn.Sequential(nn.Linear(k, 12), nn.GELU(), nn.Flatten(0), nn.Dropout(0.0))",
                           "x):\n        return self.net(x)", "torch.randn(6, 20)", "[20]"),
                    "gelu(matmul(x, net_0_weight.T) + net_0_bias).flatten(0, -1)",
                    {"net_0_weight": ([12, 20], "net.0.weight"), "net_0_bias": ([12], "net.0.bias")}),

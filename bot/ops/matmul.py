@@ -33,8 +33,8 @@ from bot.codegen.row_kernel import sm_count_line
 from bot.generators.interface import GenerationError
 from bot.ops import layout, pointwise
 from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry
-from bot.ops.node import (Call, IRError, Node, arguments, arity, broadcast_shapes, call, flag, inp, input_names,
-                          inputs_outside, is_int_literal, is_none, number, prints, substitute, to_text)
+from bot.ops.node import (Call, IRError, Node, arguments, arity, broadcast_shapes, call, const, flag, inp,
+                          input_names, inputs_outside, is_int_literal, is_none, number, prints, substitute, to_text)
 from bot.ops.text import DIM, FLAGS as _F, blank as _blank, blank_span, fmt_shape, size as _size
 from runner import protocol
 
@@ -52,6 +52,7 @@ SUPPORTED = ("", "matmul a @ b (2-D, batched 3-D, or [..., M, K] @ [K, N]; tf32=
              "torch.triu(a @ b, diagonal=1)")
 ALIASES = {"mm": "matmul", "bmm": "matmul"}
 KEYWORDS = {MATMUL: {"tf32"}, TRANSPOSE: set(), "t": set(), "linear": {"weight", "bias"}, EINSUM: set(),
+            "addmm": {"beta", "alpha"}, "baddbmm": {"beta", "alpha"},
             **dict.fromkeys(TRIANGLES, {"diagonal"})}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []                    # read apart, with their sizes: MATMUL_WORD, take_epilogue
@@ -88,10 +89,25 @@ def convert(c: Call) -> Node | None:
         return _linear(c)
     if c.fname == EINSUM:
         return _einsum(c)
+    if c.fname in ("addmm", "baddbmm"):
+        return _added_product(c)
     if c.fname != MATMUL:
         return None
     arity(c.fname, c.args, 2)
     return product(c.expr(c.args[0]), c.expr(c.args[1]), tf32=flag(c.kw.get("tf32")))
+
+
+def _added_product(c: Call) -> Node:
+    """torch.addmm(input, a, b, beta=1, alpha=1) and baddbmm: beta * input + alpha * (a @ b), the product
+    with its epilogue (beta 0 leaves input out, as torch does, NaN in it included)."""
+    arity(c.fname, c.args, 3)
+    beta, alpha = (number(c.kw.get(k, ast.Constant(1.0))) for k in ("beta", "alpha"))
+    mm = product(c.expr(c.args[1]), c.expr(c.args[2]), tf32=False)
+    scaled = mm if alpha == 1 else call("mul", mm, const(alpha))
+    if beta == 0:
+        return scaled
+    added = c.expr(c.args[0]) if beta == 1 else call("mul", c.expr(c.args[0]), const(beta))
+    return call("add", added, scaled)
 
 
 def _linear(c: Call) -> Node:

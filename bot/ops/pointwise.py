@@ -35,7 +35,9 @@ POSITIVE_DOMAIN_OPS = {"log", "sqrt", "rsqrt"}
 EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where"} | COMPARE
 SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, erf, "
              "gelu (approximate='none' or 'tanh'), silu, sigmoid, tanh, maximum, minimum, "
-             "where(cond, a, b), masked_fill(x, mask, value), clamp(x, min, max), comparisons, constants")
+             "where(cond, a, b), masked_fill(x, mask, value), clamp(x, min, max), clamp_min, clamp_max, "
+             "expm1, log1p, log2, log10, exp2, sign, addcmul, addcdiv, lerp, logaddexp, the activations of "
+             "torch.nn.functional, dropout with p=0, comparisons, constants")
 ALIASES = {"negative": "neg", "swish": "silu", "clip": "clamp", "multiply": "mul", "divide": "div",
            "true_divide": "div", "subtract": "sub", "square": "square", "gelu_tanh": "gelu_tanh",
            "reciprocal": "reciprocal"}
@@ -63,10 +65,24 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
     "tanhshrink": ((("x", None),), "x - tanh(x)"),
     "softshrink": ((("x", None), ("lambd", 0.5)), "where(x > lambd, x - lambd, where(x < -lambd, x + lambd, 0.0))"),
     "hardshrink": ((("x", None), ("lambd", 0.5)), "where(abs(x) > lambd, x, 0.0)"),
+    # PyTorch's math functions written in the IR's ops (a parameter without a default is a tensor or a number)
+    "expm1": ((("x", None),), "exp(x) - 1.0"),
+    "log1p": ((("x", None),), "log(1.0 + x)"),
+    "log2": ((("x", None),), "log(x) * 1.4426950408889634"),
+    "log10": ((("x", None),), "log(x) * 0.4342944819032518"),
+    "exp2": ((("x", None),), "exp(x * 0.6931471805599453)"),
+    "sign": ((("x", None),), "where(x > 0.0, 1.0, where(x < 0.0, -1.0, 0.0))"),      # torch: 0 for NaN and -0.0
+    "clamp_min": ((("x", None), ("min", None)), "maximum(x, min)"),
+    "clamp_max": ((("x", None), ("max", None)), "minimum(x, max)"),
+    "addcmul": ((("x", None), ("tensor1", None), ("tensor2", None), ("value", 1.0)), "x + value * tensor1 * tensor2"),
+    "addcdiv": ((("x", None), ("tensor1", None), ("tensor2", None), ("value", 1.0)), "x + value * tensor1 / tensor2"),
+    "lerp": ((("x", None), ("end", None), ("weight", None)), "x + weight * (end - x)"),
+    "logaddexp": ((("x", None), ("other", None)), "maximum(x, other) + log(1.0 + exp(-abs(x - other)))"),
 }
 
 # The keywords each function is read with (any other is refused: it may change the result).
 KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "tensor": {"device"}, "masked_fill": {"mask", "value"},
+            "dropout": {"p", "training", "inplace"},
             **{name: {p for p, _ in params[1:]} for name, (params, _) in COMPOSITES.items()}}
 # Functions read with no keyword at all.
 FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "pow", "where", "tensor",
@@ -170,6 +186,8 @@ def convert(c: Call) -> Node | None:
         return call("where", *(c.expr(a) for a in args))
     if fname == "masked_fill":
         return _masked_fill(c)
+    if fname == "dropout":
+        return _dropout(c)
     if fname == "logical_not":       # a bool mask's complement, as a comparison both lowerings read alike
         arity(fname, args, 1)
         return call("eq", c.expr(args[0]), const(0.0))
@@ -179,6 +197,18 @@ def convert(c: Call) -> Node | None:
     if fname in COMPOSITES:
         return _convert_composite(c)
     return None
+
+
+def _dropout(c: Call) -> Node:
+    """F.dropout with p=0 or training=False is its input; any other is random, which no kernel can be
+    checked against."""
+    given = dict(zip(("x", "p", "training", "inplace"), c.args)) | c.kw
+    p = number(given.get("p", ast.Constant(0.5)))
+    training = given.get("training", ast.Constant(True))
+    if p == 0 or (isinstance(training, ast.Constant) and training.value is False):
+        return c.expr(given["x"])
+    raise IRError(f"dropout with p={fmt_num(p)} in training mode is random: no kernel can be checked against it "
+                  "(p=0 or training=False is the input itself)")
 
 
 def _masked_fill(c: Call) -> Node:
@@ -208,9 +238,10 @@ def _convert_composite(c: Call) -> Node:
         if p in kw:
             bound[p] = kw.pop(p)
         bound.setdefault(p, None if default is None else ast.Constant(default))
-    if bound["x"] is None:
-        raise IRError(f"{fname} needs an input, e.g. {fname}(x)")
-    values = {p: bound["x"] if p == "x" else ast.Constant(number(bound[p])) for p, _ in params}
+    if missing := [p for p, _ in params if bound[p] is None]:
+        raise IRError(f"{fname} takes {', '.join(p for p, _ in params)}; {', '.join(missing)} missing")
+    # a parameter with a default is a number; one without, an operand (a tensor or a number)
+    values = {p: bound[p] if default is None else ast.Constant(number(bound[p])) for p, default in params}
     return c.expr(Bind(values).visit(ast.parse(formula, mode="eval").body))
 
 

@@ -66,6 +66,7 @@ _FUNCTIONAL = {
     "Softsign": ("F.softsign", ()), "Mish": ("F.mish", ()), "Tanhshrink": ("F.tanhshrink", ()),
     "LogSigmoid": ("F.logsigmoid", ()), "Softshrink": ("F.softshrink", ("lambd",)), "Hardshrink": ("F.hardshrink", ("lambd",)),
     "CosineSimilarity": ("F.cosine_similarity", ("dim", "eps")),
+    "Dropout": ("F.dropout", ("p", "inplace")),         # the input itself where p is 0, else refused: random
     **{f"{cls}Loss": (f"F.{fn}", ("weight", "size_average", "ignore_index", "reduce", "reduction"))
        for cls, fn in (("CrossEntropy", "cross_entropy"), ("NLL", "nll_loss"))},
     **{f"{cls}Loss": (f"F.{fn}", ("margin", "size_average", "reduce", "reduction")) for cls, fn in (
@@ -86,8 +87,7 @@ _FUNCTIONAL = {
     **{f"Adaptive{k}Pool{n}d": (f"F.adaptive_{k.lower()}_pool{n}d", ("output_size", "return_indices"))
        for k in ("Avg", "Max") for n in (1, 2, 3)},
 }
-_OTHER = {"Bilinear": "a bilinear layer", "MultiheadAttention": "attention",
-          "Dropout": "dropout (random in training mode)"}
+_OTHER = {"Bilinear": "a bilinear layer", "MultiheadAttention": "attention"}
 _FAMILIES = [(r"Conv", "a convolution"), (r"ConvTranspose", "a transposed convolution"), (r"BatchNorm", "batch norm"),
              (r"InstanceNorm", "instance norm"), (r"GroupNorm", "group norm"), (r"Pool", "pooling"),
              (r"LSTM|GRU|RNN", "a recurrent layer"), (r"Loss$", "a loss"), (r"Transformer", "a transformer block")]

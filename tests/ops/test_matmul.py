@@ -585,3 +585,15 @@ def test_einsum_of_a_matrix_product_is_the_matmul(equation, text):
 def test_einsum_that_is_no_matrix_product_is_refused(call, says):
     with pytest.raises(ir.IRError, match=says):
         ir.parse(call, as_written=True)
+
+
+@pytest.mark.parametrize("code, text", [
+    ("torch.addmm(bias, a, b)", "(bias + matmul(a, b))"),
+    ("torch.addmm(bias, a, b, beta=0.5, alpha=2.0)", "((bias * 0.5) + (matmul(a, b) * 2.0))"),
+    ("torch.baddbmm(bias, a, b, beta=0.0)", "matmul(a, b)"),       # beta 0: input left out, as torch does
+])
+def test_addmm_and_baddbmm_are_the_product_with_its_epilogue(tmp_path, code, text):
+    node = ir.parse(code, as_written=True)
+    assert ir.to_text(node) == text
+    shapes = {"a": [[3, 9, 20]], "b": [[3, 20, 12]], "bias": [[12]]}
+    check(tmp_path, text, {n: shapes[n] for n in ir.input_names(node)}, dtypes=("float32",))

@@ -253,3 +253,35 @@ def test_nan_propagates_as_in_torch(tmp_path, expression, over_rows):
 def test_activations_in_words(words, typed):
     spec, _ = parse_request(words)
     assert ir.parse(spec["expression"], as_written=True) == ir.parse(typed, as_written=True)
+
+
+@pytest.mark.parametrize("code, fn", [
+    ("torch.expm1(x)", lambda x, y, z: torch.expm1(x)), ("torch.log1p(x.abs())", lambda x, y, z: torch.log1p(x.abs())),
+    ("torch.log2(x.abs())", lambda x, y, z: torch.log2(x.abs())),
+    ("torch.log10(x.abs())", lambda x, y, z: torch.log10(x.abs())), ("torch.exp2(x)", lambda x, y, z: torch.exp2(x)),
+    ("torch.sign(x)", lambda x, y, z: torch.sign(x)), ("x.clamp_min(0.2)", lambda x, y, z: x.clamp_min(0.2)),
+    ("torch.clamp_max(x, y)", lambda x, y, z: torch.clamp_max(x, y)),
+    ("torch.addcmul(x, y, z, value=0.5)", lambda x, y, z: torch.addcmul(x, y, z, value=0.5)),
+    ("x.addcdiv(y, z.abs() + 1.0)", lambda x, y, z: x.addcdiv(y, z.abs() + 1.0)),
+    ("torch.lerp(x, y, 0.3)", lambda x, y, z: torch.lerp(x, y, 0.3)), ("torch.lerp(x, y, z)", torch.lerp),
+    ("torch.logaddexp(x * 30.0, y)", lambda x, y, z: torch.logaddexp(x * 30.0, y)),
+    ("torch.nn.functional.dropout(x, p=0.0) + torch.nn.functional.dropout(y, 0.3, training=False)",
+     lambda x, y, z: x + y),
+])
+def test_math_functions_written_in_ir_ops_are_torchs(tmp_path, code, fn):
+    node = ir.parse(code, as_written=True)
+    names = ir.input_names(node)
+    spec = validate({"name": "op", "expression": ir.to_text(node),
+                     "inputs": [{"name": n, "dtypes": ["float32"], "shapes": [[257]]} for n in names]})
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, parse_expression(spec))), "op")
+    gen = torch.Generator().manual_seed(0)
+    x, y, z = (torch.randn(257, generator=gen, dtype=torch.float64) for _ in range(3))
+    x[:3] = torch.tensor([0.0, float("nan"), -0.0])          # torch's sign gives 0 for NaN; the rest propagate it
+    values = {"x": x, "y": y, "z": z}
+    torch.testing.assert_close(reference(*[values[n] for n in names]), fn(x, y, z), rtol=1e-12, atol=1e-12,
+                               equal_nan=True)
+
+
+def test_dropout_that_is_random_is_refused_naming_why():
+    with pytest.raises(ir.IRError, match="dropout with p=0.1 in training mode is random"):
+        ir.parse("torch.nn.functional.dropout(x, 0.1)", as_written=True)
