@@ -149,6 +149,8 @@ _RULES = {
     "tanh": _unary("1.0 - tanh({a}) ** 2.0"),
     "silu": _unary("sigmoid({a}) * (1.0 + ({a}) * (1.0 - sigmoid({a})))"),
     "erf": _unary(f"{2 / math.sqrt(math.pi)!r} * exp(-({{a}}) ** 2.0)"),
+    "sin": _unary("cos({a})"),
+    "cos": _unary("-sin({a})"),
     "pow": _pow,
     "gelu": _gelu,
     "clamp": _clamp,

@@ -26,14 +26,15 @@ from bot.ops.text import END as _END, FLAGS as _F, NUM as _NUM
 NAME = "pointwise"
 ROOT = False
 OUTPUT_DTYPES: dict[str, str] = {}
-UNARY = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu", "gelu", "silu", "sigmoid", "tanh", "erf", "pow", "clamp"}
+UNARY = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu", "gelu", "silu", "sigmoid", "tanh", "erf", "pow", "clamp",
+         "sin", "cos"}
 BINARY = {"add", "sub", "mul", "div", "maximum", "minimum"}
 OPS = UNARY | BINARY | COMPARE | {"where"}
 # Inputs whose values reach these ops need a restricted domain.
 POSITIVE_DOMAIN_OPS = {"log", "sqrt", "rsqrt"}
 # Ops whose result is exact on values already in the dtype: they add no rounding (generated tests).
 EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where"} | COMPARE
-SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, erf, "
+SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, erf, sin, cos, "
              "gelu (approximate='none' or 'tanh'), silu, sigmoid, tanh, maximum, minimum, "
              "where(cond, a, b), masked_fill(x, mask, value), clamp(x, min, max), clamp_min, clamp_max, "
              "expm1, log1p, log2, log10, exp2, sign, addcmul, addcdiv, lerp, logaddexp, the activations of "
@@ -383,7 +384,7 @@ _CONST_OPS: dict[str, Callable[..., float]] = {
     "neg": lambda a: -a, "abs": abs, "exp": math.exp, "erf": math.erf, "log": math.log, "sqrt": math.sqrt,
     "rsqrt": lambda a: 1 / math.sqrt(a), "relu": lambda a: max(a, 0.0), "gelu": _gelu,
     "silu": lambda a: a / (1 + math.exp(-a)), "sigmoid": lambda a: 1 / (1 + math.exp(-a)), "tanh": math.tanh,
-    "pow": lambda a, exponent: float(a**exponent), "clamp": _clamp,
+    "pow": lambda a, exponent: float(a**exponent), "clamp": _clamp, "sin": math.sin, "cos": math.cos,
 }
 
 
@@ -419,7 +420,7 @@ def torch_ops(anchor: str) -> dict[str, OpWriter]:
 
     return {
         **{op: call_writer(f"torch.{op}") for op in ("abs", "exp", "log", "sqrt", "rsqrt", "relu", "sigmoid", "tanh",
-                                                      "erf")},
+                                                      "erf", "sin", "cos")},
         "silu": call_writer("torch.nn.functional.silu"),
                 "gelu": _torch_gelu,
         "pow": lambda node, a: f"torch.pow({a[0]}, {fmt_const(node.attr('exponent'))})",
@@ -456,7 +457,7 @@ def _triton_clamp(node: Node, a: list[str]) -> str:
 
 
 TRITON_OPS: dict[str, OpWriter] = {
-    **{op: call_writer(f"tl.{op}") for op in ("abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "where")},
+    **{op: call_writer(f"tl.{op}") for op in ("abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "where", "sin", "cos")},
     "maximum": lambda node, a: f"tl.maximum({a[0]}, {a[1]}, {NAN_WINS})",
     "minimum": lambda node, a: f"tl.minimum({a[0]}, {a[1]}, {NAN_WINS})",
     "tanh": call_writer("_tanh"),

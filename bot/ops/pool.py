@@ -26,7 +26,6 @@ from bot.codegen.kernel_file import NEG_INF, KernelFile, _as_3d, _expanded_strid
 from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_none, number, prints
-from bot.ops.pointwise import NAN_WINS
 from bot.ops.text import FLAGS as _F, WINDOW_PARAMS, blank as _blank, param, sizes_arg, taken, window_sizes
 
 NAME = "pool"

@@ -35,6 +35,7 @@ POINTWISE = [
     "relu(x + y)", "silu(x) * y + exp(-abs(x))", "x / (1.0 + exp(-x))", "gelu(x * y - 1.0) ** 2",
     "gelu(x * 8.0)",    # past erf's clamp at +-4 for most elements
     "where(x >= y, tanh(x), sigmoid(y)) * (x - y)", "exp(x - y) / (1.0 + exp(x - y))",
+    "sin(x) * cos(y * 3.0) + cos(sin(x))",
 ]
 
 

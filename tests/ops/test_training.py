@@ -17,6 +17,7 @@ CASES = [
     ("gelu(x * w + b)", {"x": [2, 3, 10], "w": [10], "b": [10]}),          # w, b summed over two dims
     ("gelu(x, approximate='tanh') - silu(x) / (1.0 + abs(y))", {"x": [6, 10], "y": [6, 1]}),   # y: kept dim
     ("clamp(x, -0.5, 0.5) + maximum(x, y) + where(x > y, tanh(x), sigmoid(y) ** 2.0)", {"x": [4, 8], "y": [4, 8]}),
+    ("sin(x) * cos(y)", {"x": [4, 9], "y": [4, 9]}),
     ("softmax(x * 2.0)", {"x": [4, 33]}),
     ("log_softmax(x)", {"x": [4, 33]}),
     ("rmsnorm(x + r, w, eps=1e-06)", {"x": [5, 33], "r": [5, 33], "w": [33]}),
