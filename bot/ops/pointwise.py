@@ -79,6 +79,10 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
     "addcdiv": ((("x", None), ("tensor1", None), ("tensor2", None), ("value", 1.0)), "x + value * tensor1 / tensor2"),
     "lerp": ((("x", None), ("end", None), ("weight", None)), "x + weight * (end - x)"),
     "logaddexp": ((("x", None), ("other", None)), "maximum(x, other) + log(1.0 + exp(-abs(x - other)))"),
+    # a tensor of x's shape and dtype holding one value, whatever x holds (inf and NaN take the other branch)
+    "zeros_like": ((("x", None),), "where(abs(x) < inf, x * 0.0, 0.0)"),
+    "ones_like": ((("x", None),), "where(abs(x) < inf, x * 0.0 + 1.0, 1.0)"),
+    "full_like": ((("x", None), ("fill_value", 0.0)), "where(abs(x) < inf, x * 0.0 + fill_value, fill_value)"),
 }
 
 # The keywords each function is read with (any other is refused: it may change the result).

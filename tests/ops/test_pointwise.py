@@ -268,6 +268,8 @@ def test_activations_in_words(words, typed):
     ("torch.logaddexp(x * 30.0, y)", lambda x, y, z: torch.logaddexp(x * 30.0, y)),
     ("torch.nn.functional.dropout(x, p=0.0) + torch.nn.functional.dropout(y, 0.3, training=False)",
      lambda x, y, z: x + y),
+    ("torch.zeros_like(x) + torch.ones_like(y) * torch.full_like(x, 2.5)",     # x holds NaN and inf: still 0
+     lambda x, y, z: torch.zeros_like(x) + torch.ones_like(y) * torch.full_like(x, 2.5)),
 ])
 def test_math_functions_written_in_ir_ops_are_torchs(tmp_path, code, fn):
     node = ir.parse(code, as_written=True)
@@ -277,7 +279,7 @@ def test_math_functions_written_in_ir_ops_are_torchs(tmp_path, code, fn):
     reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, parse_expression(spec))), "op")
     gen = torch.Generator().manual_seed(0)
     x, y, z = (torch.randn(257, generator=gen, dtype=torch.float64) for _ in range(3))
-    x[:3] = torch.tensor([0.0, float("nan"), -0.0])          # torch's sign gives 0 for NaN; the rest propagate it
+    x[:4] = torch.tensor([0.0, float("nan"), -0.0, float("inf")])      # torch's sign: 0 for NaN; the rest keep NaN
     values = {"x": x, "y": y, "z": z}
     torch.testing.assert_close(reference(*[values[n] for n in names]), fn(x, y, z), rtol=1e-12, atol=1e-12,
                                equal_nan=True)
