@@ -412,12 +412,12 @@ class DimKernel(ReducedBodyFile):
         args = [i.local for i in self.body_inputs] + self._dsts() + ["A", "D", "B", "chunk"]
         consts = ["BLOCK_D=BLOCK_D", "FINAL=SPLIT == 1", "NUM_STAGES=num_stages", "num_warps=num_warps"]
         text += "    if B > 1:\n"
-        text += self._launch(f"{self.name}_cols_kernel", "(A * triton.cdiv(B, block), SPLIT)",
+        text += self._launch(f"{self.name}_cols_kernel", "(A * _cdiv(B, block), SPLIT)",
                              args + ["BLOCK_B=block"] + consts, "        ")
         text += "    else:\n"
-        text += self._launch(f"{self.name}_rows_kernel", "(triton.cdiv(A, block), SPLIT)",
+        text += self._launch(f"{self.name}_rows_kernel", "(_cdiv(A, block), SPLIT)",
                              args + ["BLOCK_R=block"] + consts, "        ")
         text += "    if SPLIT > 1:\n        BLOCK, SPLIT_P2 = _combine_block(A * B, SPLIT)\n"
         combine = self._dsts() + ["out", "A * B", "SPLIT", "D", "BLOCK=BLOCK", "SPLIT_P2=SPLIT_P2", "num_warps=4"]
-        text += wrap(f"{self.name}_combine_kernel[(triton.cdiv(A * B, BLOCK),)]", combine, "        ") + "\n"
+        text += wrap(f"{self.name}_combine_kernel[(_cdiv(A * B, BLOCK),)]", combine, "        ") + "\n"
         return text + "    return out\n"

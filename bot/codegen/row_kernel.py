@@ -301,6 +301,6 @@ class RowKernel(KernelFile):
         args = [i.local for i in self.inputs] + ["out", "R", "N"]
         args += [f"{i.local}_rs" for i in self.partial] + [f"{i.local}_cs={i.local}_cs" for i in self.partial]
         args += ["ALIGN=ALIGN", "TAIL=N % ALIGN != 0"] if self.affine else []
-        text += "    grid = (triton.cdiv(R, BLOCK_M),)\n"
+        text += "    grid = (_cdiv(R, BLOCK_M),)\n"
         text += wrap("kernel[grid]", args + ["BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N", "num_warps=num_warps"], "    ") + "\n"
         return text + "    return out\n"

@@ -161,10 +161,10 @@ class ScanKernel(ReducedBodyFile):
         text += "    block, BLOCK_D, num_warps = _scan_tiles(config, A, D, B)\n"
         args = [i.local for i in self.body_inputs] + ["out", "A", "D", "B"]
         text += "    if B > 1:\n"
-        text += self._launch(f"{self.name}_cols_kernel", "(A * triton.cdiv(B, block),)",
+        text += self._launch(f"{self.name}_cols_kernel", "(A * _cdiv(B, block),)",
                              args + ["BLOCK_B=block", "BLOCK_D=BLOCK_D", "num_warps=num_warps"], "        ")
         text += "    else:\n"
-        text += self._launch(f"{self.name}_rows_kernel", "(triton.cdiv(A, block),)",
+        text += self._launch(f"{self.name}_rows_kernel", "(_cdiv(A, block),)",
                              args + ["BLOCK_R=block", "BLOCK_D=BLOCK_D", "num_warps=num_warps"], "        ")
         return text + "    return out\n"
 

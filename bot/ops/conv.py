@@ -514,7 +514,7 @@ class _ConvKernel(KernelFile):
             text += ("    # Outputs by phase (position mod stride): the programs of a phase walk every stride-th\n"
                      "    # position of it, and there are stride phases a dim.\n"
                      "    phases = SD * SH * SW\n"
-                     "    positions = shape[0] * triton.cdiv(OD, SD) * triton.cdiv(OH, SH) * triton.cdiv(OW, SW)\n")
+                     "    positions = shape[0] * _cdiv(OD, SD) * _cdiv(OH, SH) * _cdiv(OW, SW)\n")
         else:
             text += "    phases = 1\n    positions = shape[0] * OD * OH * OW\n"
         text += self._config_line("_conv_config(positions, c_out_g, c_in_g, taps)")
@@ -530,7 +530,7 @@ class _ConvKernel(KernelFile):
             text += (f"    # {e.local} broadcast over the output: its strides over [N, C, D, H, W], 0 where it broadcasts.\n"
                      f"    {e.local}_strides = _expanded_strides({e.local}.shape, shape)\n"
                      f"    {e.local}_strides = [*{e.local}_strides[:2], *_as_3d({e.local}_strides[2:], 0)]\n")
-        text += "    grid = (triton.cdiv(positions, BLOCK_M), triton.cdiv(c_out_g, BLOCK_N), groups * phases)\n"
+        text += "    grid = (_cdiv(positions, BLOCK_M), _cdiv(c_out_g, BLOCK_N), groups * phases)\n"
         args = [x, w, b if b != "None" else x] + [e.local for e in self.epilogue_inputs]
         args += ["out", "shape[0]", f"{x}.shape[1]", "D", "H", "W", "shape[1]", "OD", "OH", "OW"]
         args += [f"*{e.local}_strides" for e in self.epilogue_inputs]

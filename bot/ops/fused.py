@@ -837,7 +837,7 @@ class _FusedKernel(KernelFile):
                  f"if {first}.is_cuda else 4\n"
                  "    rows = A * B\n"
                  "    BLOCK_X, BLOCK_D, split, chunk = _fused_tiles(config, rows, D, sms)\n"
-                 "    grid = (triton.cdiv(rows, BLOCK_X), split)\n")
+                 "    grid = (_cdiv(rows, BLOCK_X), split)\n")
         common = ["rows", "D", "B", "split", "chunk", *(f"*{i.local}_strides" for i in self.used),
                   "COLS=B > 1", "AXIS=0 if B > 1 else 1", "BLOCK_X=BLOCK_X", "BLOCK_D=BLOCK_D",
                   "SPLIT_P2=triton.next_power_of_2(split)", 'num_warps=config["num_warps"]']

@@ -231,7 +231,7 @@ class _RowsKernel(_IndexKernel):
                  f"    inner = {t}.numel() // max(outer * n, 1)\n")
         text += self._config_line("_rows_config(k, inner)")
         text += ('    BLOCK_K, BLOCK_I = config["BLOCK_K"], config["BLOCK_I"]\n'
-                 "    grid = (triton.cdiv(inner, BLOCK_I) * triton.cdiv(k, BLOCK_K) * outer,)\n")
+                 "    grid = (_cdiv(inner, BLOCK_I) * _cdiv(k, BLOCK_K) * outer,)\n")
         args = [t, i, "out", "k", "n", "inner", "INT64=big", "BLOCK_K=BLOCK_K", "BLOCK_I=BLOCK_I",
                 'num_warps=config["num_warps"]']
         return text + wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n    return out\n"
@@ -289,7 +289,7 @@ class _GatherKernel(_IndexKernel):
                  "    # lower ranks run with leading unit dims\n"
                  f"    sizes, strides = [1] * pad + list({i}.shape), [0] * pad + list({t}.stride())\n")
         text += self._config_line("_gather_config(out.numel())")
-        text += "    grid = (triton.cdiv(out.numel(), config[\"BLOCK\"]),)\n"
+        text += "    grid = (_cdiv(out.numel(), config[\"BLOCK\"]),)\n"
         args = [t, i, "out", "out.numel()", "n", "dim + pad", "*sizes[1:]", "*strides", "INT64=big",
                 'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
         return text + wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n    return out\n"

@@ -439,7 +439,7 @@ class _PermuteKernel(KernelFile):
                  "    transposed = src[-1] != 1\n")
         text += self._config_line("_permute_config(sizes[-2], sizes[-1], transposed)")
         text += ('    BLOCK_A, BLOCK_L = config["BLOCK_A"], config["BLOCK_L"]\n'
-                 "    grid = (triton.cdiv(sizes[-2], BLOCK_A) * triton.cdiv(sizes[-1], BLOCK_L) * "
+                 "    grid = (_cdiv(sizes[-2], BLOCK_A) * _cdiv(sizes[-1], BLOCK_L) * "
                  "math.prod(sizes[:-2]),)\n")
         args = [*body, "out", "*sizes", "*src", "*dst[:-1]", "TRANSPOSED=transposed", "INT64=out.numel() >= 2**31",
                 "BLOCK_A=BLOCK_A", "BLOCK_L=BLOCK_L", 'num_warps=config["num_warps"]']
@@ -501,7 +501,7 @@ class _CatKernel(KernelFile):
                  "    outer = math.prod(shape[:dim])\n"
                  "    inner = [p.numel() // outer for p in parts]\n")
         text += self._config_line("_cat_config(out.numel())")
-        text += "    grid = (triton.cdiv(max(inner) * outer, config[\"BLOCK\"]), len(parts))\n"
+        text += "    grid = (_cdiv(max(inner) * outer, config[\"BLOCK\"]), len(parts))\n"
         args = [*parts, "out", "*(outer * i for i in inner)", "*inner", "out.numel() // outer", "INT32=out.numel() < 2**31",
                 'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
         text += wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"

@@ -559,10 +559,10 @@ class _CrossEntropyKernel(ReducedBodyFile):
         text += ("    # PER_SM > 0: that many persistent programs per SM (4 on the CPU interpreter), if a row\n"
                  "    # fits one tile (the sweep picks it where it wins); else one program per BLOCK_R rows.\n"
                  '    elif config.get("PER_SM", 0) and BLOCK_V >= V:\n' + sm_count_line("sms", "out", "        "))
-        text += self._launch(f"{self.name}_persistent_kernel", '(min(triton.cdiv(R, BLOCK_R), config["PER_SM"] * sms),)',
+        text += self._launch(f"{self.name}_persistent_kernel", '(min(_cdiv(R, BLOCK_R), config["PER_SM"] * sms),)',
                              args, "        ")
         text += "    else:\n"
-        text += self._launch(f"{self.name}_kernel", "(triton.cdiv(R, BLOCK_R),)", args + ["NUM_STAGES=num_stages"],
+        text += self._launch(f"{self.name}_kernel", "(_cdiv(R, BLOCK_R),)", args + ["NUM_STAGES=num_stages"],
                              "        ")
         return text + _total_launch(self.name, t.local, self.reduction) + "    return out\n"
 
@@ -642,7 +642,7 @@ class _CrossEntropyGradKernel(ReducedBodyFile):
         args = [i.local for i in self.body_inputs] + [t.local, f"{self.up.local}.contiguous()",
                                                       "count" if self.reduction == "mean" else "out", "out", "R", "V",
                                                       "BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "num_warps=num_warps"]
-        return text + self._launch(f"{self.name}_kernel", "(triton.cdiv(R, BLOCK_R),)", args) + "    return out\n"
+        return text + self._launch(f"{self.name}_kernel", "(_cdiv(R, BLOCK_R),)", args) + "    return out\n"
 
 
 # nll_loss: BLOCK rows a program. A row is one class index and one element read, so the kernel waits on
@@ -698,7 +698,7 @@ class _NllKernel(KernelFile):
         text += '    BLOCK = min(config["BLOCK"], triton.next_power_of_2(R))\n'
         args = [a for i in self.body_inputs for a in (i.local, f"*_expanded_strides(list({i.local}.shape), shape)")]
         args += [t.local, _rows_out(self.reduction), "R", "V", "BLOCK=BLOCK", 'num_warps=config["num_warps"]']
-        text += "    grid = (triton.cdiv(R, BLOCK),)\n" + wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
+        text += "    grid = (_cdiv(R, BLOCK),)\n" + wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
         return text + _total_launch(self.name, t.local, self.reduction) + "    return out\n"
 
 

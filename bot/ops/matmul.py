@@ -900,8 +900,8 @@ class _MatmulKernel(KernelFile):
                  "    # Persistent programs: as many as the SMs hold at once, or one per tile where there are fewer.\n"
                  + sm_count_line("sms", "out")
                  + f"    per_sm = _per_sm(BLOCK_M, BLOCK_N, BLOCK_K, num_stages, {a.local}.element_size())\n"
-                 + "    tiles = batch * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)\n"
-                 + "    splits = config.get(\"SPLIT_K\") or _split_k(tiles, triton.cdiv(K_pad, BLOCK_K), sms)\n"
+                 + "    tiles = batch * _cdiv(M, BLOCK_M) * _cdiv(N, BLOCK_N)\n"
+                 + "    splits = config.get(\"SPLIT_K\") or _split_k(tiles, _cdiv(K_pad, BLOCK_K), sms)\n"
                  + "    # Split K: slices of K into a float32 workspace (phase 1), then their sum in order and the\n"
                  + "    # epilogue (phase 2); else one phase (0).\n"
                  + "    ws = torch.empty((splits, batch, M, N), dtype=torch.float32, device=out.device) if splits > 1 else out\n"

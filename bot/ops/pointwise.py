@@ -618,7 +618,7 @@ class _PointwiseKernel(KernelFile):
         text += "    n_elements = out.numel()\n"
         text += self._config_line("_pointwise_config(n_elements)")
         text += '    BLOCK, num_warps = config["BLOCK"], config["num_warps"]\n'
-        text += "    grid = (triton.cdiv(n_elements, BLOCK),)\n"
+        text += "    grid = (_cdiv(n_elements, BLOCK),)\n"
         text += wrap(f"{self.name}_kernel[grid]", args + ["BLOCK=BLOCK", "num_warps=num_warps"], "    ") + "\n"
         return text + "    return out\n"
 

@@ -435,7 +435,7 @@ class _PoolKernel(KernelFile):
         text += ("    # a tile of BLOCK elements: the window's taps across (a chunk of at most 1024), outputs down\n"
                  "    block_k = min(triton.next_power_of_2(KW), 1024)\n"
                  "    block_w = max(1, min(config[\"BLOCK\"] // block_k, triton.next_power_of_2(OW)))\n"
-                 "    grid = (triton.cdiv(OW, block_w) * (out.numel() // OW),)\n")
+                 "    grid = (_cdiv(OW, block_w) * (out.numel() // OW),)\n")
         args = [i.local for i in self.body_inputs] + ["out", "lead[-1]", "D", "H", "W", "OD", "OH", "OW"]
         args += [f"*{i.local}_strides" for i in self.body_inputs]
         args += ["KD=KD", "KH=KH", "KW=KW", "SD=SD", "SH=SH", "SW=SW", "PD=PD", "PH=PH", "PW=PW", "DD=DD", "DH=DH",
