@@ -62,24 +62,20 @@ def _as_3d(values, fill):
 
 
 def _cdiv(a, b):
-    # Grid sizes in plain Python: triton.cdiv is a constexpr function, several microseconds a call
-    # from a launcher.
+    # in plain Python: triton.cdiv, a constexpr function, costs microseconds a call
     return -(-a // b)
 
 
 def _broadcast_shape(*shapes):
-    # The inputs' broadcast shape, by torch's rule. Written out: torch.broadcast_shapes costs tens of
-    # microseconds a call (symbolic-shape guards), the launcher's largest cost on small tensors.
+    # torch's broadcast rule in plain Python (torch.broadcast_shapes costs tens of us a call)
     if all(s == shapes[0] for s in shapes[1:]):
         return shapes[0]
-    rank = max(len(s) for s in shapes)
-    out = [1] * rank
+    out = [1] * max(len(s) for s in shapes)
     for s in shapes:
-        for i, d in enumerate(s, rank - len(s)):
-            if d != 1 and out[i] != d:
-                if out[i] != 1:
-                    raise RuntimeError(f"shapes {[list(s) for s in shapes]} do not broadcast (dim {i - rank})")
-                out[i] = d
+        for i, d in enumerate(s, len(out) - len(s)):
+            if d != 1 and out[i] not in (1, d):
+                raise RuntimeError(f"shapes {[list(s) for s in shapes]} do not broadcast")
+            out[i] = out[i] if d == 1 else d
     return torch.Size(out)
 
 
