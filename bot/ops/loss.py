@@ -421,19 +421,42 @@ _TARGETS_TEXT = (f"A target of {IGNORE_INDEX} (torch's default ignore_index, pad
                  "divides by the rows not ignored.")
 
 
-class _CrossEntropyKernel(ReducedBodyFile):
-    description = ("BLOCK_R rows of V class logits per program, read in BLOCK_V chunks: an online logsumexp less\n"
-                   "the target's logit (read directly) gives loss = logsumexp(row) - row[target].\n"
-                   + _TARGETS_TEXT.format(outside="picks 0"))
+class _ClassRowsFile(ReducedBodyFile):
+    """What cross entropy's file and its gradient's share: R rows of V class logits, one target index a
+    row, tiled as the row kernels tile them."""
     block_key = "BLOCK_V"
+    HELPERS = [_row_config, _row_tile, _fit, _fit_stages, _cross_entropy_config, _cross_entropy_tiles, _expanded,
+               _require_full]
 
     def __init__(self, spec, node, inputs, options, body):
         super().__init__(spec, node, inputs, options, body)
         self.reduction = node.attr("reduction")
         self.target = next(i for i in inputs if i.name == node.args[1].name)
+        self.rows_of = [(math.prod(full[:-1]), full[-1]) for full in self.fulls]     # (R, V) per case
+
+    def _rows_head(self) -> str:
+        """The launcher's head: the body's shape, R and V, the target checked against the rows."""
+        t = self.target
+        return self._head() + ("    # R rows of V classes, one class index per row.\n"
+                               "    V = shape[-1]\n    R = shape[:-1].numel()\n"
+                               f'    _require_full("{t.name}", {t.local}.shape, shape[:-1])\n')
+
+    def _tiles(self) -> str:
+        """The launcher's config and its tiles fitted to R and V."""
+        return self._config_line("_cross_entropy_config(R, V)") + wrap(
+            "BLOCK_R, BLOCK_V, num_warps, num_stages = _cross_entropy_tiles",
+            ["config", "R", "V", self._elem_bytes()], "    ") + "\n"
+
+
+class _CrossEntropyKernel(_ClassRowsFile):
+    description = ("BLOCK_R rows of V class logits per program, read in BLOCK_V chunks: an online logsumexp less\n"
+                   "the target's logit (read directly) gives loss = logsumexp(row) - row[target].\n"
+                   + _TARGETS_TEXT.format(outside="picks 0"))
+
+    def __init__(self, spec, node, inputs, options, body):
+        super().__init__(spec, node, inputs, options, body)
         if self.target in self.body_inputs:
             raise ValueError("cross_entropy's target (class indices) cannot also be part of the logits")
-        self.rows_of = [(math.prod(full[:-1]), full[-1]) for full in self.fulls]     # (R, V) per case
         for case, (full, (rows, _)) in enumerate(zip(self.fulls, self.rows_of)):
             if math.prod(self.target.shapes[case]) != rows:
                 raise ValueError(f"cross_entropy's target {self.target.name} has shape {self.target.shapes[case]} in "
@@ -448,9 +471,7 @@ class _CrossEntropyKernel(ReducedBodyFile):
     def source(self) -> str:
         kernels = [self._kernel(), self._persistent_kernel(), self._aligned_kernel()]
         kernels += [_total_kernel(self.name, self.target.local, self.reduction == "mean")] * (self.reduction != "none")
-        helpers = [_row_config, _row_tile, _fit, _fit_stages, _cross_entropy_config, _cross_entropy_tiles,
-                   _expanded, _require_full]
-        return self._file(kernels, helpers, self._launcher())
+        return self._file(kernels, self.HELPERS, self._launcher())
 
     def _params(self) -> list[str]:
         return [f"{i.local}_ptr" for i in self.body_inputs] + [f"{self.target.local}_ptr", "dst_ptr", "R", "V",
@@ -543,14 +564,8 @@ class _CrossEntropyKernel(ReducedBodyFile):
 
     def _launcher(self) -> str:
         first, t = self.body_inputs[0].local, self.target
-        text = self._head()
-        text += ("    # R rows of V classes, one class index per row.\n"
-                 "    V = shape[-1]\n    R = shape[:-1].numel()\n"
-                 f'    _require_full("{t.name}", {t.local}.shape, shape[:-1])\n')
-        text += _out_lines(self.reduction, "shape[:-1]", self.out_dtype(first), f"{first}.device")
-        text += self._config_line("_cross_entropy_config(R, V)")
-        text += wrap("BLOCK_R, BLOCK_V, num_warps, num_stages = _cross_entropy_tiles",
-                      ["config", "R", "V", self._elem_bytes()], "    ") + "\n"
+        text = self._rows_head() + _out_lines(self.reduction, "shape[:-1]", self.out_dtype(first), f"{first}.device")
+        text += self._tiles()
         tensors = [i.local for i in self.body_inputs] + [t.local, _rows_out(self.reduction), "R", "V"]
         args = tensors + ["BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "num_warps=num_warps"]
         text += align_elements(self.body_inputs) + ALIGNED_LAUNCH.format(also="", n="V")
@@ -578,18 +593,15 @@ def _count_kernel(name: str, target: str) -> str:
     return jit_source(f"{name}_count_kernel", [f"{target}_ptr", "dst_ptr", "R", "BLOCK: tl.constexpr"], lines)
 
 
-class _CrossEntropyGradKernel(ReducedBodyFile):
+class _CrossEntropyGradKernel(_ClassRowsFile):
     description = ("The gradient of cross entropy with respect to its logits: BLOCK_R rows a program, read twice\n"
                    "in BLOCK_V chunks: an online logsumexp, then (softmax - one_hot(target)) times the loss's\n"
                    "upstream gradient (per row for 'none'; divided by the rows not ignored for 'mean', which a\n"
                    f"kernel of one program counts first). A row whose target is {IGNORE_INDEX} gets zeros.")
-    block_key = "BLOCK_V"
 
     def __init__(self, spec, node, inputs, options, body):
         super().__init__(spec, node, inputs, options, body)
-        self.reduction = node.attr("reduction")
-        self.target, self.up = (next(i for i in inputs if i.name == a.name) for a in node.args[1:])
-        self.rows_of = [(math.prod(full[:-1]), full[-1]) for full in self.fulls]
+        self.up = next(i for i in inputs if i.name == node.args[2].name)
 
     def configs(self) -> list[dict]:
         defaults = [_cross_entropy_config(*rows) for rows in self.rows_of]
@@ -598,9 +610,7 @@ class _CrossEntropyGradKernel(ReducedBodyFile):
 
     def source(self) -> str:
         kernels = [self._kernel()] + [_count_kernel(self.name, self.target.local)] * (self.reduction == "mean")
-        helpers = [_row_config, _row_tile, _fit, _fit_stages, _cross_entropy_config, _cross_entropy_tiles,
-                   _expanded, _require_full]
-        return self._file(kernels, helpers, self._launcher())
+        return self._file(kernels, self.HELPERS, self._launcher())
 
     def _kernel(self) -> str:
         t, up = self.target.local, self.up.local
@@ -627,19 +637,14 @@ class _CrossEntropyGradKernel(ReducedBodyFile):
 
     def _launcher(self) -> str:
         first, t = self.body_inputs[0].local, self.target
-        text = self._head()
-        text += ("    # R rows of V classes, one class index per row.\n"
-                 "    V = shape[-1]\n    R = shape[:-1].numel()\n"
-                 f'    _require_full("{t.name}", {t.local}.shape, shape[:-1])\n'
-                 f"    out = torch.empty(shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
+        text = self._rows_head()
+        text += (f"    out = torch.empty(shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if out.numel() == 0:\n        return out\n")
         if self.reduction == "mean":
             text += (f"    count = torch.empty((), dtype=torch.float32, device={first}.device)\n"
                      f"    {self.name}_count_kernel[(1,)]({t.local}, count, R, BLOCK=8192, num_warps=16)\n")
-        text += self._config_line("_cross_entropy_config(R, V)")
-        text += wrap("BLOCK_R, BLOCK_V, num_warps, num_stages = _cross_entropy_tiles",
-                     ["config", "R", "V", self._elem_bytes()], "    ") + "\n"
-        args = [i.local for i in self.body_inputs] + [t.local, f"{self.up.local}.contiguous()",
+        text += self._tiles()
+        args = [i.local for i in self.body_inputs] + [t.local, self.up.local,
                                                       "count" if self.reduction == "mean" else "out", "out", "R", "V",
                                                       "BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "num_warps=num_warps"]
         return text + self._launch(f"{self.name}_kernel", "(_cdiv(R, BLOCK_R),)", args) + "    return out\n"
