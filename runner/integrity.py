@@ -37,7 +37,8 @@ TENSOR_DESCRIBE = _words("""size stride dim ndimension numel nelement element_si
     storage_offset get_device is_floating_point is_complex""")
 # ... and those that allocate, reshape or cast one. Any other method on a tensor computes.
 TENSOR_MAKE = _words("""contiguous view view_as reshape reshape_as expand expand_as broadcast_to flatten unflatten
-    unsqueeze squeeze permute transpose t movedim narrow select chunk split unbind new_empty new_empty_strided new_zeros new_ones new_full to
+    unsqueeze squeeze permute transpose t movedim narrow select chunk split unbind new_empty new_empty_strided
+    new_zeros new_ones new_full to
     float half bfloat16 double type cuda cpu detach clone zero_ fill_""")
 TENSOR_ATTRIBUTES = _words("shape dtype device ndim is_cuda is_cpu layout requires_grad itemsize nbytes")
 TENSOR_VIEWS = _words("T mT H mH")

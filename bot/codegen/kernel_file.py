@@ -228,8 +228,7 @@ class KernelFile:
                 'Math in float32; the output has the first input\'s dtype."""\n'
                 "import math\n\nimport torch\nimport triton\nimport triton.language as tl\n" + self.imports)
         for helper in (_broadcast_shape, _cdiv):        # the launchers' per-call helpers, where used
-            if f"{helper.__name__}(" in launcher + "".join(inspect.getsource(f) for f in py_helpers) \
-                    and helper not in py_helpers:
+            if f"{helper.__name__}(" in launcher and helper not in py_helpers:
                 py_helpers = [*py_helpers, helper]
         blocks = [head, tuning_source(self.configs()), *self._math_helpers(kernels), *self._body_helper(), *kernels,
                   *(inspect.getsource(f) for f in py_helpers), launcher]

@@ -19,6 +19,7 @@ may not shrink (no spatial size below the window's reach).
 from __future__ import annotations
 
 import ast
+import math
 import re
 
 from bot.codegen.code import jit_source, wrap
@@ -338,8 +339,8 @@ class _PoolKernel(KernelFile):
         fill = NEG_INF if is_max else "0.0"
         # Rows of a small window unrolled; an adaptive window can span the whole input (global pooling:
         # thousands of rows), whose unrolling would not compile in time.
-        rows = 1 if node.op == ADAPTIVE else node.attr("kernel")[0] * (node.attr("kernel")[1:-1] or [1])[0]
-        loop = "tl.static_range" if node.op != ADAPTIVE and rows <= 64 else "tl.range"
+        rows = math.prod(node.attr("kernel")[:-1]) if node.op != ADAPTIVE else None
+        loop = "tl.static_range" if rows is not None and rows <= 64 else "tl.range"
         lines = [
             "# one program: BLOCK_W neighbouring outputs of one output row (plane, od, oh)",
             "pid = tl.program_id(0).to(tl.int64)",

@@ -14,9 +14,14 @@ def blank(m: re.Match) -> str:
     return ";" + " " * (len(m.group(0)) - 1)
 
 
+def blank_range(text: str, start: int, end: int) -> str:
+    """text with text[start:end] blanked: a ';' (which ends an expression) and spaces."""
+    return text[:start] + ";" + " " * (end - start - 1) + text[end:]
+
+
 def blank_span(text: str, m: re.Match) -> str:
     """text with the match m blanked (blank)."""
-    return text[:m.start()] + blank(m) + text[m.end():]
+    return blank_range(text, m.start(), m.end())
 
 
 def size(word: str) -> int:

@@ -15,7 +15,7 @@ from bot import ir
 from bot.generators.interface import GenerationError
 from bot.ops import loss
 from bot.ops import matmul as mmf
-from bot.ops.text import blank as _blank
+from bot.ops.text import blank as _blank, blank_range
 from bot.request import residue
 from bot.request.expression import find_expression
 from bot.request.messages import CORRECTION_HELP, SUPPORTED, node_text
@@ -24,8 +24,8 @@ from bot.request.pasted import read_code, split_code
 from bot.request.reading import Reading
 from bot.request.state import State, input_names
 from bot.request.vocabulary import APPEND, CORRECTION_WORDS, WHERE_CLAUSE
-from bot.request.words import (bare_shape_phrase, blank_range, mask_phrase, operand_order, refuse_out_of_scope,
-                               take_dims, take_dtypes, take_scalars, take_shapes, take_training, vector_phrase)
+from bot.request.words import (bare_shape_phrase, mask_phrase, operand_order, refuse_out_of_scope, take_dims,
+                               take_dtypes, take_scalars, take_shapes, take_training, vector_phrase)
 
 
 def read(text: str, feedback: bool, context: State | None = None) -> Reading:

@@ -147,11 +147,6 @@ def take_scalars(text: str, rd: Reading) -> str:
     return text
 
 
-def blank_range(text: str, start: int, end: int) -> str:
-    """text with text[start:end] blanked: a ';' (which ends an expression) and spaces."""
-    return text[:start] + ";" + " " * (end - start - 1) + text[end:]
-
-
 def take_shapes(text: str, rd: Reading) -> str:
     """The shapes named, each with the label it is said of, into rd.shapes; the text with them blanked."""
     taken = []
@@ -177,7 +172,7 @@ def take_shapes(text: str, rd: Reading) -> str:
         if re.search(r"\dk\b", m.group(0), re.I):
             rd.op_notes.append(f"read {m.group(0).strip()!r} with k = 1024 (4k = 4096)")
     for m in reversed(taken):
-        text = blank_range(text, m.start(), m.end())
+        text = blank_span(text, m)
     return text
 
 
