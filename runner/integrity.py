@@ -422,6 +422,9 @@ class V:
 
 
 VALUE, TENSOR, STR = V("value"), V("tensor"), V("str")
+# reference.py: what the module's __init__ stored on self, or an item of it (a layer of an nn.ModuleList).
+# Calling one adds nothing to what `self.<name>(...)` may already call: __init__'s values pass the same rules.
+HELD = V("value", "self")
 _CALLABLE = {"jit", "func", "lambda"}
 
 
@@ -466,7 +469,7 @@ def _element(v: V) -> V:
         return TENSOR if v.tensor else V("value", shared=v.shared)
     if v.tag == "str":
         return STR
-    return V("value", tensor=v.tensor)
+    return V("value", v.path if v == HELD else "", tensor=v.tensor)
 
 
 def _container(items: list[V], shared: bool = False, keep: bool = True) -> V:
@@ -1451,7 +1454,7 @@ class _Check:
             if isinstance(root, ast.Name) and root.id in ctx.params and root_kind.tag != "self":
                 self.flag(target, "state", f"writes into its input {root.id}: work on a copy (x = x.clone())")
             elif not isinstance(root, ast.Name) or root_kind.shared or root.id not in ctx.names or (
-                    root_kind.tag == "self" and ctx.method != "__init__"):
+                    (root_kind.tag == "self" or root_kind == HELD) and ctx.method != "__init__"):
                 self.flag(target, "state", f"writes items of {_src(target.value)}: reference.py may change only "
                                            "what the function made (out = x.clone(); out[m] = 0), never its inputs, "
                                            "self or module-level names")
@@ -1627,8 +1630,8 @@ class _Check:
                 base.tag, "functions and classes carry no attributes a generated file may use")
             self.flag(node, "introspection", f"uses {_src(node)}: {what}")
             return VALUE
-        if base.tag == "self":
-            return VALUE
+        if base.tag == "self" or base == HELD:      # what self holds, and what that holds (a layer's weight)
+            return HELD if self.reference else VALUE
         if base.tag == "instance":
             return V("instance", base.path) if node.attr == "forward" else VALUE
         if self.kernel and base.tensor and base.tag == "value" and node.attr not in TENSOR_ATTRIBUTES:
@@ -1754,7 +1757,7 @@ class _Check:
             return replace(_element(base), shared=base.shared) if not base.tensor else TENSOR
         if base.tag == "str":
             return STR
-        return V("value", tensor=base.tensor, shared=base.shared)
+        return HELD if base == HELD else V("value", tensor=base.tensor, shared=base.shared)
 
     def e_Slice(self, node: ast.Slice, ctx: _Fn) -> V:
         for part in (node.lower, node.upper, node.step):
@@ -1961,7 +1964,7 @@ class _Check:
         elif tag == "class" and self.reference:
             self.call_args(node, ctx)
             return V("instance", callee.path)
-        elif tag == "instance":
+        elif tag == "instance" or callee == HELD:
             self.call_args(node, ctx)
             return VALUE
         elif tag == "lambda" and self.test:
@@ -2002,6 +2005,9 @@ class _Check:
         kernel = self.ev(sub.value, ctx)
         if kernel.tag == "refused":
             self.value(sub.slice, ctx)
+        elif kernel == HELD:                      # self.layers[k](x): a layer of a module list
+            self.value(sub.slice, ctx)
+            return self.call(node, kernel, ctx)
         elif kernel.tag not in ("jit", "compiled"):
             self.flag(node, "launch", f"calls {_src(sub)}(...): only a @triton.jit function this file defines (or "
                                       "what its .warmup(...) compiled) is launched with [grid]" if self.kernel else
@@ -2092,6 +2098,8 @@ class _Check:
         kinds = self.call_args(node, ctx, tensors=name in BUILTINS_TAKING_TENSORS, who=name)
         if name in ("str", "repr", "format"):
             return STR
+        if name in ("list", "tuple", "reversed") and kinds == [HELD]:
+            return HELD                       # reversed(self.layers): still what __init__ stored
         if name in ("list", "tuple", "set", "frozenset", "dict", "sorted", "reversed"):
             return V("container", tensor=any(k.tensorish for k in kinds))
         if name in ("zip", "enumerate"):
@@ -2302,12 +2310,15 @@ class _Check:
         if self.reference:
             root = _root(func.value)
             kind = self.lookup(root, ctx, quiet=True) if isinstance(root, ast.Name) else VALUE
-            outside = (kind.tag == "self" and ctx.method != "__init__") or (kind.tag != "self" and kind.shared)
+            owned = kind.tag == "self" or kind == HELD         # self, or a layer read from it
+            outside = (owned and ctx.method != "__init__") or (not owned and kind.shared)
             if outside and ((name.endswith("_") and not name.endswith("__")) or
                             (name in MUTATING and base.tag in ("value", "container"))):
                 self.flag(node, "state", f".{name}() changes {root.id}, which the function did not make (an input, "
                                          "self or a module-level name): the reference keeps no state between calls "
                                          "and leaves its inputs as they are; use the out-of-place form")
+            if base == HELD and name != "clone":     # a view of a layer's weight is still the module's
+                return HELD
         return VALUE
 
     # ------------------------------------------------------------------ tests: testgen's header idioms

@@ -287,11 +287,22 @@ LEARNED = {
                           "x):\n        return self.net(x)", "torch.randn(6, 20)", "[20]"),
                    "gelu(matmul(x, net_0_weight.T) + net_0_bias).flatten(0, -1)",
                    {"net_0_weight": ([12, 20], "net.0.weight"), "net_0_bias": ([12], "net.0.bias")}),
+    # nn.ModuleList built in a loop and looped over in forward: unrolled, one weight per layer
+    "module list": (module(", d, n: self.blocks = nn.ModuleList()\n        for _ in range(n):\n"
+                           "            self.blocks.append(nn.Linear(d, d))",
+                           "x):\n        for k, block in enumerate(self.blocks):\n"
+                           "            x = torch.tanh(block(x)) + (x if k else 0.0)\n        return x",
+                           "torch.randn(10, 12)", "[12, 2]"),
+                    "tanh(matmul(tanh(matmul(x, blocks_0_weight.T) + blocks_0_bias) + 0.0, blocks_1_weight.T) + "
+                    "blocks_1_bias) + (tanh(matmul(x, blocks_0_weight.T) + blocks_0_bias) + 0.0)",
+                    {f"blocks_{k}_{p}": (shape, f"blocks.{k}.{p}") for k in (0, 1)
+                     for p, shape in (("weight", [12, 12]), ("bias", [12]))}),
 }
 
 
 @pytest.mark.parametrize("name, kinds", [("linear", ("reference_test", "kernel_test")), ("layernorm", ()),
-                                         ("linear without bias, called twice", ()), ("sequential", ("kernel_test",))])
+                                         ("linear without bias, called twice", ()), ("sequential", ("kernel_test",)),
+                                         ("module list", ("kernel_test",))])
 def test_learned_weights_are_inputs_the_judge_makes_and_binds_into_the_pasted_module(name, kinds):
     code, expression, learned = LEARNED[name]
     request = fenced("import torch\nimport torch.nn as nn\n\n" + code)

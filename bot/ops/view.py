@@ -120,10 +120,13 @@ def _size_less(e: ast.expr | None, c: Call, x: Node, dim: int) -> int | None:
     return None
 
 
-def sliced(x: Node, dim: int, start: int | None, stop: int | None, step: int = 1, within: bool = False) -> Node:
+def sliced(x: Node, dim: int, start: int | None, stop: int | None, step: int = 1, within: bool = False,
+           whole: int | None = None) -> Node:
     """x[..., start:stop:step] along dim; within (narrow, split): torch raises where it runs past the dim,
-    where Python's slice would stop short."""
-    return call(SLICE, x, dim=dim, start=start, stop=stop, step=step, **({"within": True} if within else {}))
+    where Python's slice would stop short; whole (split by a list of sizes): the dim's size the sizes add
+    up to, which torch requires."""
+    return call(SLICE, x, dim=dim, start=start, stop=stop, step=step, **({"within": True} if within else {}),
+                **({"whole": whole} if whole is not None else {}))
 
 
 def subscript(n: ast.Subscript, expr) -> Node:
@@ -199,7 +202,7 @@ def _piece(n: ast.Subscript, expr) -> Node:
     lengths = [int(number(e)) for e in sizes.elts]
     if i >= len(lengths):
         raise IRError(f"{ast.unparse(n)}: split into {len(lengths)} pieces has no piece {i}")
-    return sliced(x, dim, sum(lengths[:i]), sum(lengths[:i + 1]), within=True)
+    return sliced(x, dim, sum(lengths[:i]), sum(lengths[:i + 1]), within=True, whole=sum(lengths))
 
 
 def _unsupported(c: Call, elts: list) -> IRError:
@@ -322,6 +325,9 @@ def _sliced_shape(node: Node, shape: list[int]) -> list[int]:
     start, stop = node.attr("start"), node.attr("stop")
     if node.attr("within") and not (-shape[d] <= (start or 0) <= shape[d] and (stop is None or stop <= shape[d])):
         raise IRError(f"narrow or split of [{start}, {stop}) runs past dim {node.attr('dim')}'s size {shape[d]}")
+    if node.attr("whole") not in (None, shape[d]):
+        raise IRError(f"split sizes adding up to {node.attr('whole')} do not cover dim {node.attr('dim')} of size "
+                      f"{shape[d]}: torch.split needs sizes that add up to the dim's size")
     size = len(range(shape[d])[start:stop:node.attr("step")])
     return shape[:d] + [size] + shape[d + 1:]
 
@@ -381,6 +387,9 @@ def _slice_text(node: Node, x: str) -> str:
     if node.attr("chunks"):
         n, i = node.attr("chunks")
         return f"{x}.chunk({n}, dim={d})[{i}]" if n > 0 else f"{x}.split({-n}, dim={d})[{i}]"
+    if node.attr("whole") is not None:        # pieces around the slice, so the text keeps the sizes' total
+        start, stop, whole = node.attr("start"), node.attr("stop"), node.attr("whole")
+        return f"{x}.split([{start}, {stop - start}, {whole - stop}], dim={d})[1]"
     if node.attr("within") and node.attr("stop") is not None:
         return f"{x}.narrow({d}, {node.attr('start')}, {node.attr('stop') - node.attr('start')})"
     start, stop, step = ("" if v is None else str(v) for v in (node.attr("start"), node.attr("stop"), node.attr("step")))

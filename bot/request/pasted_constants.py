@@ -116,7 +116,35 @@ def const(n: ast.expr, env: dict) -> Any:
         return slice(*(None if p is None else const(p, env) for p in (n.lower, n.upper, n.step)))
     if isinstance(n, ast.Call) and not n.keywords:
         return _call(n, [const(a, env) for a in n.args])
+    if isinstance(n, ast.IfExp):
+        return const(n.body if const(n.test, env) else n.orelse, env)
+    if isinstance(n, ast.BoolOp):         # Python's short circuit: the first deciding operand's value
+        value = None
+        for operand in n.values:
+            value = const(operand, env)
+            if bool(value) is isinstance(n.op, ast.Or):
+                return value
+        return value
+    if isinstance(n, ast.Compare):
+        return _compared(n, env)
     raise NotConstant(n)
+
+
+def _compared(n: ast.Compare, env: dict) -> bool:
+    ops = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
+           ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
+           ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
+           ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+    left = const(n.left, env)
+    for op, right in zip(n.ops, n.comparators):
+        right = const(right, env)
+        try:
+            if not ops[type(op)](left, right):
+                return False
+        except TypeError:
+            raise NotConstant(n) from None
+        left = right
+    return True
 
 
 def _binop(n: ast.BinOp, a, b):

@@ -26,23 +26,35 @@ class Sub:
 
 @dataclass(frozen=True)
 class Seq:
-    """An nn.Sequential set in __init__: its layers, in order (each a Sub)."""
-    layers: tuple[Sub, ...]
+    """An nn.Sequential (callable) or nn.ModuleList (indexed, looped over) set in __init__: its layers,
+    in order (each a Sub or a Seq)."""
+    layers: tuple[Sub | Seq, ...]
     line: int
+    callable: bool = True
 
 
 def sequence(seq: Seq, attr: str, args: list[ast.expr], keywords: list[ast.keyword], line: int,
              name_of: Callable[[str], str]) -> tuple[ast.expr, list[Param]]:
     """nn.Sequential's call: each layer's function on the one before's result (layer k's tensors at
     '<attr>.<k>.weight', as the module names them)."""
+    if not seq.callable:
+        raise GenerationError(f"line {line}: {attr} is an nn.ModuleList (set on line {seq.line}), which is not "
+                              f"called; call its layers (`for layer in self.{attr}: x = layer(x)`)")
     if len(args) != 1 or keywords:
         raise GenerationError(f"line {line}: nn.Sequential (set on line {seq.line}) takes one tensor, got "
                               f"{len(args) + len(keywords)} arguments")
     x, params = args[0], []
     for k, layer in enumerate(seq.layers):
-        x, taken = functional(layer, f"{attr}.{k}", [x], [], line, name_of)
+        x, taken = layer_call(layer, f"{attr}.{k}", [x], [], line, name_of)
         params += [p for p in taken if p not in params]
     return x, params
+
+
+def layer_call(layer: Sub | Seq, attr: str, args: list[ast.expr], keywords: list[ast.keyword], line: int,
+               name_of: Callable[[str], str]) -> tuple[ast.expr, list[Param]]:
+    """A submodule's call: a layer's function, or a Sequential's chain of them."""
+    lower = functional if isinstance(layer, Sub) else sequence
+    return lower(layer, attr, args, keywords, line, name_of)
 
 
 @dataclass(frozen=True)

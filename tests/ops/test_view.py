@@ -126,6 +126,7 @@ def test_a_slice_keeps_the_size_of_the_dim_it_cuts_and_of_its_piece():
     ("relu(y).view(x.size(0), x.size(1)) + 1.0", {"x": [2, 3, 1], "y": [6]}, [2, 3]),
     ("x.narrow(1, -2, 2) * 2.0", {"x": [3, 5]}, [3, 2]),          # from 2 before the end to the end
     ("x.split(3, dim=1)[1] * 2.0", {"x": [3, 5]}, [3, 2]),        # the last piece is what is left
+    ("x.split([1, 3, 1], dim=1)[1] * 2.0", {"x": [3, 5]}, [3, 3]),
 ])
 def test_views_take_torchs_shapes(expression, shapes, shape):
     node = ir.parse(expression, as_written=True)
@@ -135,6 +136,7 @@ def test_views_take_torchs_shapes(expression, shapes, shape):
 @pytest.mark.parametrize("expression, shapes, says", [
     ("x.narrow(1, 0, 10) * 2.0", {"x": [3, 5]}, "runs past dim 1's size 5"),
     ("x.split(3, dim=1)[2] * 2.0", {"x": [3, 5]}, "gives fewer than 3 pieces"),
+    ("x.split([2, 2], dim=1)[0] * 2.0", {"x": [3, 5]}, "adding up to 4 do not cover dim 1 of size 5"),
     ("sum(x)[0] + y", {"x": [3, 5], "y": [2]}, "0-d tensor"),
 ])
 def test_views_torch_refuses_are_refused(expression, shapes, says):
