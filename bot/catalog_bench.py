@@ -119,6 +119,7 @@ def table(rows_: list[dict]) -> str:
         us = lambda v: _fmt(v and v * 1e3, ".1f")  # noqa: E731
         share = (f"{_fmt(r.get('tflops'), '.0f')} ({_fmt(r.get('speedup'), '.0%')} of cuBLAS)" if r["op"] in PLAIN_MATMUL
                  else _fmt(r.get("tflops"), ".0f") if r["kind"] == "matmul"
+                 else "-" if r["kind"] == "compute"          # attention: neither bandwidth- nor cuBLAS-bound
                  else _fmt(r.get("pct_of_copy"), ".1f"))
         body.append([r["op"], r["case"], r["dtype"], us(r.get("kernel_ms")), us(r.get("torch_ms")),
                      us(r.get("compile_ms")), _speedup(r, "speedup"), _speedup(r, "speedup_vs_compile"),

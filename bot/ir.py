@@ -13,8 +13,8 @@ from __future__ import annotations
 import ast
 import functools
 
-from bot.ops import (argreduce, chain, channel_norm, conv, fused, gather, layout, loss, matmul, norm, pointwise, reduce,
-                     registry, scan, softmax, view)
+from bot.ops import (argreduce, attention, chain, channel_norm, conv, fused, gather, layout, loss, matmul, norm,
+                     pointwise, reduce, registry, scan, softmax, view)
 from bot.ops.node import (ALL, CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
                           is_float_call, is_int_literal, number, to_text)
 
@@ -289,6 +289,8 @@ def reduced(node: Node, rank: int = 0) -> tuple[list[str], int | list[int] | Non
         return input_names(node.args[0]), None if dim == ALL else dim      # None: every element
     if node.op in LOSSES:
         return loss.reduced(node)
+    if node.op == attention.SDPA:            # each output is a weighted sum of S rows of v: k's dim -2
+        return [node.args[1].name], -2
     if node.op in channel_norm.OPS:       # rank: the body's, for the dims a statistic spans
         return input_names(node.args[0]), channel_norm.reduced_dims(node, rank)
     mm = matmul_node(node)

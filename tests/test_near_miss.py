@@ -45,7 +45,7 @@ REFUSED = [
     # convolution and attention
     ("conv2d 3x3 of 1x64x56x56", "convolution"),
     ("depthwise convolution", "convolution"),
-    ("flash attention for 8x1024x64", "attention"),
+    ("masked attention for 8x1024x64", "masked"),
     ("fused rotary embedding", "rotary"),
     # losses
     ("hinge loss over the last dim of 64x256", "this loss"),

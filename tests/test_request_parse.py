@@ -415,7 +415,6 @@ def test_feedback_that_says_nothing_usable_is_refused():
     ("einsum ij,jk->ik", "matrix multiplication"),
     ("binary cross entropy", "this loss"),
     ("causal conv1d with kernel 4", "this convolution"),
-    ("flash attention", "attention"),
     ("sort each row", "sorting"),
     ("top-k over the last dim", "top-k"),
     ("prelu", "prelu"),

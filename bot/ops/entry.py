@@ -17,7 +17,7 @@ class Entry:
     name: str
     words: str              # the request, with {shapes} and {dtypes}
     expression: str         # what it must parse to
-    kind: str = "memory"    # memory-bound (judged on bandwidth) or "matmul" (judged against cuBLAS)
+    kind: str = "memory"    # memory-bound (judged on bandwidth), "matmul" (judged against cuBLAS) or "compute"
     big: str = BIG
     small: str = SMALL
     dtypes: str = ALL_DTYPES

@@ -9,7 +9,7 @@ from bot import ir
 from bot import spec as specmod
 from bot.generators.interface import GenerationError
 from bot.ops import matmul as mmf
-from bot.ops import fused, registry, softmax
+from bot.ops import attention, fused, registry, softmax
 from bot.ops.text import sizes_text
 from bot.request.describe import default_name, describe, spec_params
 from bot.request.messages import SUPPORTED, node_text
@@ -162,6 +162,9 @@ def _cases(st: State, names: list[str], main: str, notes: list[str]) -> list[lis
         notes.append(f"no shape named for {main}: using {cases[0][0]}x{n_last} and {cases[1][0]}x{n_last} "
                      f"to match the shapes given")
         return cases
+    if st.node is not None and st.node.op == attention.SDPA:
+        notes.append("no shape named: using [batch, heads, L, E] 4x16x2048x64 and an odd 1x8x1000x80")
+        return [list(s) for s in attention.DEFAULT_SHAPES]
     notes.append("no shape named: using 4096x4096 and an odd 5333x497 (no block size divides it)")
     return [list(s) for s in DEFAULT_SHAPES]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.ops import channel_norm, conv, fused, layout, loss, norm, pool, registry, scan
+from bot.ops import attention, channel_norm, conv, fused, layout, loss, norm, pool, registry, scan
 from bot.ops import matmul as mmf
 from bot.ops.text import blank as _blank
 from bot.request import order
@@ -29,6 +29,9 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
         return _loss_words(prose, rd)
     if expr is None and loss.CROSS_ENTROPY.search(prose):
         return _cross_entropy_words(prose, rd)
+    if expr is None and attention.ATTENTION_WORD.search(prose):
+        return _family_words(lambda p: (*attention.attention_words(p), []), prose, rd,
+                             "'F.scaled_dot_product_attention(q, k, v, is_causal=True)'")
     if expr is None and pool.POOL_WORD.search(prose):
         return _pool_words(prose, rd)
     if expr is None and conv.CONV_WORD.search(prose):

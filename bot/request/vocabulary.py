@@ -23,11 +23,10 @@ BAD_DTYPE = re.compile(r"\b(?:u?int(?:4|8|16|32|64)|fp8\w*|float8\w*|fp64|float6
                        r"nvfp4|mxfp\d+|complex\d*)\b|双精度", _F)
 
 OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, what in [
-    (r"\baddmm\b|\beinsum\b|\bdot[\s-]product\b|\bmatrix[\s-]vector\s+product\b|\blinear\s+layer\b",
+    (r"\baddmm\b|\beinsum\b|\bdot[\s-]product\b(?![\s_-]+attention)|\bmatrix[\s-]vector\s+product\b|\blinear\s+layer\b",
      "this form of matrix multiplication (say 'matmul a @ b with bias' instead)"),
     (r"\bconvolve\b|\b(?:separable|dilated?[\s_-]+causal|causal|deformable|circular)[\s_-]+conv\w*",
      "this convolution (conv1d/2d/3d, transposed, depthwise and grouped are supported)"),
-    (r"\battention\b|\bsdpa\b|注意力", "attention"),
     (r"\b(?:arg)?sort\w*|排序", "sorting"),
     (r"\btop[\s_-]?k\b", "top-k"),
     (r"\blog[\s_-]?cum[\s_-]?sum[\s_-]?exp\b", "logcumsumexp"),

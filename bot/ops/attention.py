@@ -1,0 +1,279 @@
+"""The attention family: scaled dot-product attention, softmax(q @ k^T * scale [+ causal mask]) @ v,
+as torch.nn.functional.scaled_dot_product_attention defines it (is_causal's mask aligned to the top
+left, scale 1/sqrt(E) by default, enable_gqa's key/value heads shared by groups of query heads).
+
+One program per BLOCK_M query rows of one (batch, head): it walks the keys BLOCK_N at a time keeping
+each row's running maximum and sum (the online softmax), so the [L, S] scores never reach memory and
+q, k, v are each read once per program. q @ k^T is accumulated over the head dim BLOCK_E at a time,
+so wide heads (E = 1024) fit; the output tile [BLOCK_M, Ev] stays in registers. A causal program
+stops at its last row's diagonal. fp16/bf16 probabilities are rounded to the inputs' dtype for
+p @ v (tensor cores), float32 stays IEEE float32 throughout.
+
+Owns its IR rule, the output shape, the torch call and the kernel with its config space and default.
+"""
+from __future__ import annotations
+
+import re
+
+from bot.codegen.code import Code, jit_source, wrap
+from bot.codegen.kernel_file import KernelFile
+from bot.ops import pointwise
+from bot.ops.entry import Entry
+from bot.ops.node import Call, IRError, Node, arguments, call, flag, is_none, number, prints
+from bot.ops.text import FLAGS as _F, blank as _blank
+
+NAME = "attention"
+SDPA = "scaled_dot_product_attention"
+OPS = {SDPA}
+ROOT = True
+MAX_RANK = 4
+MAX_NUMEL = 2**34                   # the kernel indexes with int64
+SUPPORTED = ("", "scaled_dot_product_attention(q, k, v) with is_causal, scale and enable_gqa")
+ALIASES = {"sdpa": SDPA}
+KEYWORDS = {SDPA: {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"}}
+OUTPUT_DTYPES: dict[str, str] = {}
+WORDS: list = []
+
+DEFAULT_SHAPES = [[4, 16, 2048, 64], [1, 8, 1000, 80]]    # no shape named: a model's, and an odd one
+# query rows and keys a step (BLOCK_M x BLOCK_N), the head dim's chunk for q @ k^T, warps, stages
+CONFIGS = [{"BLOCK_M": m, "BLOCK_N": n, "BLOCK_E": e, "num_warps": w, "num_stages": s}
+           for m, n, e, w, s in [(64, 64, 64, 4, 2), (128, 64, 64, 8, 2), (64, 32, 64, 4, 3), (128, 128, 64, 8, 2),
+                                 (32, 32, 64, 4, 2), (16, 16, 128, 8, 1), (32, 16, 64, 8, 1), (64, 64, 128, 4, 2)]]
+
+
+# ---------------------------------------------------------------- words
+
+# "causal self-attention", "scaled dot product attention", "flash attention", "grouped-query attention",
+# "sdpa", "因果注意力"
+ATTENTION_WORD = re.compile(
+    r"(?:\b(?:non[\s_-]?causal|causal|bidirectional)[\s_-]+)?(?:\b(?:scaled[\s_-]+)?dot[\s_-]+product[\s_-]+|"
+    r"\bflash[\s_-]*|\bself[\s_-]*|\bmulti[\s_-]?head(?:ed)?[\s_-]+|\bgrouped[\s_-]*query[\s_-]+)*attention\b|"
+    r"\bsdpa\b|\bgqa\b|(?:因果|双向)?(?:自|多头|分组查询)?注意力", _F)
+_CAUSAL = re.compile(r"\bcausal\b|\bautoregressive\b|因果", _F)
+_NOT_CAUSAL = re.compile(r"\bnon[\s_-]?causal\b|\bbidirectional\b|\bnot\s+causal\b|双向|非因果", _F)
+_GROUPED = re.compile(r"\bgrouped[\s_-]*query\b|\bgqa\b|分组查询", _F)
+_SCALE = re.compile(r"\b(?:softmax\s+)?scale\s*(?:of|=|:|is|by)?\s*(\d*\.?\d+(?:e-?\d+)?)\b|缩放\s*(?:为|是|=)?\s*"
+                    r"(\d*\.?\d+)", _F)
+
+
+def attention_words(text: str) -> tuple[str, str, list[str]]:
+    """(expression, text without the words read, notes) for 'causal attention over 4x16x2048x64 in
+    fp16': q, k and v are the inputs (k and v take q's shape unless given theirs)."""
+    causal = bool(_CAUSAL.search(text)) and not _NOT_CAUSAL.search(text)
+    args = ["q", "k", "v"] + ["is_causal=True"] * causal
+    m = _SCALE.search(text)
+    if m:
+        args.append(f"scale={float(m.group(1) or m.group(2))!r}")
+    if _GROUPED.search(text):
+        args.append("enable_gqa=True")
+    notes = [] if causal or _NOT_CAUSAL.search(text) else ["'causal' not said: every query attends to every key"]
+    for pattern in (_SCALE, _NOT_CAUSAL, _CAUSAL, _GROUPED, ATTENTION_WORD):
+        text = pattern.sub(_blank, text)
+    return f"{SDPA}({', '.join(args)})", text, notes
+
+
+# ---------------------------------------------------------------- IR rule
+
+def convert(c: Call) -> Node | None:
+    if c.fname != SDPA:
+        return None
+    given = arguments(c, ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"))
+    if not {"query", "key", "value"} <= set(given):
+        raise IRError("scaled_dot_product_attention takes query, key and value, e.g. F.scaled_dot_product_attention(q, k, v)")
+    if not is_none(given.get("attn_mask")):
+        raise IRError("scaled_dot_product_attention with attn_mask is not read yet; is_causal=True covers the causal "
+                      "mask, or write the masked softmax out: torch.softmax((q @ k.transpose(-2, -1)) * scale + mask, "
+                      "dim=-1) @ v")
+    if "dropout_p" in given and number(given["dropout_p"]) != 0:
+        raise IRError("scaled_dot_product_attention with dropout_p > 0 is random; a kernel is judged against a "
+                      "reference that gives one answer (dropout_p=0.0)")
+    scale = None if is_none(given.get("scale")) else number(given["scale"])
+    q, k, v = (c.expr(given[n]) for n in ("query", "key", "value"))
+    return call(SDPA, q, k, v, causal=flag(given.get("is_causal")), scale=scale, gqa=flag(given.get("enable_gqa")))
+
+
+@prints(SDPA)
+def _text(node: Node, text) -> str:
+    return f"{SDPA}({', '.join(text(a) for a in node.args)}{_keywords(node)})"
+
+
+def _keywords(node: Node) -> str:
+    out = ", is_causal=True" if node.attr("causal") else ""
+    out += f", scale={node.attr('scale')!r}" if node.attr("scale") is not None else ""
+    return out + (", enable_gqa=True" if node.attr("gqa") else "")
+
+
+def check(node: Node) -> None:
+    """q, k and v are inputs or earlier stages' outputs."""
+    if any(a.op != "input" for a in node.args):
+        raise IRError("scaled_dot_product_attention reads q, k and v as they are: each is an input or a kernel's output")
+
+
+def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    q, k, v = (list(shapes[a.name]) for a in node.args)
+    if not (2 <= len(q) <= MAX_RANK and len(k) == len(v) == len(q)):
+        raise IRError(f"scaled_dot_product_attention here takes q, k, v of one rank from 2 to {MAX_RANK} "
+                      f"([batch, heads, L, E]); got {q}, {k}, {v}")
+    if k[-1] != q[-1] or v[-2] != k[-2]:
+        raise IRError(f"scaled_dot_product_attention: q {q} and k {k} need one head dim E, k and v {v} one key count S")
+    return _batch(node, q, k, v) + [q[-2], v[-1]]
+
+
+def _batch(node: Node, q: list[int], k: list[int], v: list[int]) -> list[int]:
+    """The batch dims: torch's broadcast, the heads' dim by groups where enable_gqa."""
+    out = []
+    for d, (a, b, c) in enumerate(zip(q[:-2], k[:-2], v[:-2])):
+        heads = d == len(q) - 3
+        if b != c:
+            raise IRError(f"scaled_dot_product_attention: k {k} and v {v} differ in dim {d}")
+        grouped = node.attr("gqa") and heads and a % b == 0
+        if not (a == b or b == 1 or a == 1 or grouped):
+            raise IRError(f"scaled_dot_product_attention: dim {d} of q {q} and of k {k} do not broadcast" +
+                          ("" if not heads else "; with enable_gqa=True, k's heads must divide q's"))
+        out.append(a if grouped else max(a, b))
+    return out
+
+
+def torch_text(node: Node, a: list[str]) -> str:
+    return f"torch.nn.functional.{SDPA}({', '.join(a)}{_keywords(node)})"
+
+
+TORCH_OPS = {SDPA: torch_text}
+
+
+def over_text(node: Node) -> str:
+    return ""
+
+
+def reference_property(node: Node) -> tuple[str, bool]:
+    return "", False
+
+
+# ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
+
+def _attention_config(e, ev):
+    # The output tile [BLOCK_M, Ev] lives in registers: fewer rows a program as Ev grows.
+    block_e = min(128, max(16, 1 << (e - 1).bit_length()))
+    if ev <= 64:
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_E": block_e, "num_warps": 4, "num_stages": 2}
+    if ev <= 128:
+        return {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_E": min(block_e, 64), "num_warps": 4, "num_stages": 2}
+    if ev <= 256:
+        return {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_E": 64, "num_warps": 8, "num_stages": 1}
+    return {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_E": 128, "num_warps": 8, "num_stages": 1}
+
+
+def _batch_strides(t, shape):
+    # A tensor's (batch, heads) strides over the output's [B, H]; 0 along a dim it broadcasts.
+    sizes = [1] * (4 - t.dim()) + list(t.shape)
+    strides = [0] * (4 - t.dim()) + list(t.stride())
+    return [s if n != 1 or m == 1 else 0 for n, m, s in zip(sizes[:2], shape[:2], strides[:2])]
+
+
+# ---------------------------------------------------------------- kernel.py
+
+def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
+    return _AttentionKernel.render(spec, node, options)
+
+
+class _AttentionKernel(KernelFile):
+    block_key = "BLOCK_N"
+    description = ("One program per BLOCK_M query rows of one (batch, head): the keys BLOCK_N at a time with a\n"
+                   "running maximum and sum per row (online softmax); the scores never reach memory.")
+
+    def __init__(self, spec, node, inputs, options):
+        self.q, self.k, self.v = (next(i for i in inputs if i.name == a.name) for a in node.args)
+        super().__init__(spec, pointwise.triton_body(node.args[0], [self.q]), inputs, [], options)
+        self.node = node
+
+    def configs(self) -> list[dict]:
+        return self._space(CONFIGS)
+
+    def source(self) -> str:
+        return self._file([self._kernel()], [_attention_config, _batch_strides], self._launcher())
+
+    def _kernel(self) -> str:
+        params = ["q_ptr", "k_ptr", "v_ptr", "out_ptr", "H", "L", "S", "E", "EV", "group", "sqb", "sqh", "skb",
+                  "skh", "svb", "svh", "qk_scale", "CAUSAL: tl.constexpr", "PRECISION: tl.constexpr",
+                  "BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_E: tl.constexpr", "BLOCK_EV: tl.constexpr"]
+        code = Code()("pid_m = tl.program_id(0)",
+                      "bh = tl.program_id(1).to(tl.int64)",
+                      "b = bh // H",
+                      "h = bh % H",
+                      "q_ptr += b * sqb + h * sqh",
+                      "# enable_gqa: query heads h share key/value head h // group",
+                      "k_ptr += b * skb + (h // group) * skh",
+                      "v_ptr += b * svb + (h // group) * svh",
+                      "out_ptr += bh * L * EV",
+                      "rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+                      "offs_n = tl.arange(0, BLOCK_N)",
+                      "offs_e = tl.arange(0, BLOCK_E)",
+                      "offs_ev = tl.arange(0, BLOCK_EV)",
+                      "row_in = rows < L",
+                      'm_i = tl.full([BLOCK_M], float("-inf"), tl.float32)',
+                      "l_i = tl.zeros([BLOCK_M], tl.float32)",
+                      "acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)",
+                      "hi = S")
+        with code.block("if CAUSAL:"):
+            code("# row i attends to keys j <= i (top-left aligned): nothing past the last row's diagonal",
+                 "hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)")
+        with code.block("for start_n in range(0, hi, BLOCK_N):"):
+            code("cols = start_n + offs_n",
+                 "col_in = cols < S",
+                 "s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)")
+            with code.block("for e0 in range(0, E, BLOCK_E):"):
+                code("es = e0 + offs_e",
+                     "q = tl.load(q_ptr + rows[:, None] * E + es[None, :], mask=row_in[:, None] & (es < E)[None, :], "
+                     "other=0.0)",
+                     "k = tl.load(k_ptr + cols[:, None] * E + es[None, :], mask=col_in[:, None] & (es < E)[None, :], "
+                     "other=0.0)",
+                     "s = tl.dot(q, tl.trans(k), s, input_precision=PRECISION)")
+            code("# base-2 exponentials: qk_scale holds log2(e)",
+                 "s = s * qk_scale",
+                 "keep = col_in[None, :]")
+            with code.block("if CAUSAL:"):
+                code("keep = keep & (cols[None, :] <= rows[:, None])")
+            code('s = tl.where(keep, s, float("-inf"))',
+                 "m_new = tl.maximum(m_i, tl.max(s, 1))",
+                 "alpha = tl.exp2(m_i - m_new)",
+                 "p = tl.exp2(s - m_new[:, None])",
+                 "l_i = l_i * alpha + tl.sum(p, 1)",
+                 "v = tl.load(v_ptr + cols[:, None] * EV + offs_ev[None, :], mask=col_in[:, None] & "
+                 "(offs_ev < EV)[None, :], other=0.0)",
+                 "acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)",
+                 "m_i = m_new")
+        code("out = acc / l_i[:, None]",
+             "tl.store(out_ptr + rows[:, None] * EV + offs_ev[None, :], out.to(out_ptr.dtype.element_ty), "
+             "mask=row_in[:, None] & (offs_ev < EV)[None, :])")
+        return jit_source(f"{self.name}_kernel", params, code.lines)
+
+    def _launcher(self) -> str:
+        q, k, v, node = self.q.local, self.k.local, self.v.local, self.node
+        scale = node.attr("scale")
+        text = self._signature_and_prologue()
+        text += (f"    L, E, S, EV = {q}.shape[-2], {q}.shape[-1], {k}.shape[-2], {v}.shape[-1]\n"
+                 f"    lead = [max(a, b) for a, b in zip({q}.shape[:-2], {k}.shape[:-2])]\n")
+        text += ("    full = [1] * (2 - len(lead)) + lead\n"
+                 f"    out = torch.empty([*lead, L, EV], dtype={self.out_dtype(q)}, device={q}.device)\n"
+                 "    if out.numel() == 0:\n        return out\n"
+                 f"    heads_kv = [1, 1, *{k}.shape[:-2]][-1]\n"
+                 "    group = full[1] // heads_kv if heads_kv > 1 else 1\n"
+                 f'    precision = "ieee" if {q}.dtype == torch.float32 else None\n'
+                 f"    qk_scale = {'1.0 / math.sqrt(E)' if scale is None else repr(scale)} * 1.4426950408889634\n")
+        text += self._config_line("_attention_config(E, EV)")
+        text += ('    BLOCK_M = config["BLOCK_M"]\n'
+                 "    grid = (_cdiv(L, BLOCK_M), full[0] * full[1])\n")
+        args = [q, k, v, "out", "full[1]", "L", "S", "E", "EV", "group", f"*_batch_strides({q}, full)",
+                f"*_batch_strides({k}, full)", f"*_batch_strides({v}, full)", "qk_scale",
+                f"CAUSAL={bool(node.attr('causal'))}", "PRECISION=precision", "BLOCK_M=BLOCK_M",
+                'BLOCK_N=config["BLOCK_N"]', 'BLOCK_E=config["BLOCK_E"]',
+                "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())", 'num_warps=config["num_warps"]',
+                'num_stages=config["num_stages"]']
+        return text + wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n    return out\n"
+
+
+ENTRIES = (
+    Entry("attention_causal", "causal attention over {shapes}, each in {dtypes}",
+          "scaled_dot_product_attention(q, k, v, is_causal=True)", kind="compute",
+          big="4x16x2048x64, 1x8x1000x80", small="1x2x40x16, 2x1x33x24"),
+)

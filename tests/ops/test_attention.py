@@ -1,0 +1,106 @@
+"""The attention family (bot.ops.attention): scaled dot-product attention as a generated kernel.py run
+under Triton's interpreter against torch's own F.scaled_dot_product_attention on float64 copies:
+causal and not, queries and keys of different counts, heads broadcast and grouped (enable_gqa), wide
+and odd head dims, every config of the space; and what the kernel does not read refused saying why."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from generated import load
+
+from bot import ir, lower_torch
+from bot.ops import attention
+from bot.spec import parse_expression, validate
+
+SDPA = "F.scaled_dot_product_attention"
+CASES = [
+    (f"{SDPA}(q, k, v)", {"q": [2, 3, 37, 16], "k": [2, 3, 45, 16], "v": [2, 3, 45, 16]}),
+    (f"{SDPA}(q, k, v, is_causal=True)", {"q": [1, 2, 70, 24], "k": [1, 2, 70, 24], "v": [1, 2, 70, 24]}),
+    (f"{SDPA}(q, k, v, is_causal=True)", {"q": [1, 2, 50, 16], "k": [1, 2, 19, 16], "v": [1, 2, 19, 16]}),  # L > S
+    (f"{SDPA}(q, k, v, scale=0.3)", {"q": [2, 33, 20], "k": [2, 17, 20], "v": [2, 17, 40]}),   # rank 3, Ev != E
+    (f"{SDPA}(q, k, v, enable_gqa=True)", {"q": [2, 6, 21, 16], "k": [2, 2, 30, 16], "v": [2, 2, 30, 16]}),
+    (f"{SDPA}(q, k, v)", {"q": [3, 4, 9, 16], "k": [1, 4, 30, 16], "v": [1, 4, 30, 16]}),      # a broadcast batch
+    (f"{SDPA}(q, k, v)", {"q": [18, 200], "k": [25, 200], "v": [25, 8]}),                       # rank 2, E = 200
+]
+
+
+def spec_of(expression: str, shapes: dict[str, list[int]]) -> dict:
+    node = ir.parse(expression, as_written=True)
+    return validate({"name": "op", "expression": ir.to_text(node), "inputs": [
+        {"name": n, "dtypes": ["float32", "float16"], "shapes": [shapes[n]]} for n in ir.input_names(node)]})
+
+
+def torch_call(expression: str):
+    return eval(f"lambda q, k, v: {expression}", {"F": F})
+
+
+@pytest.mark.parametrize("expression, shapes", CASES, ids=[f"{c[0][len(SDPA):]} {c[1]['q']}" for c in CASES])
+def test_attention_matches_torch(tmp_path, expression, shapes):
+    spec = spec_of(expression, shapes)
+    node = parse_expression(spec)
+    kernel = load(tmp_path, "kernel.py", ir.kernel_source(spec, node, {})).op
+    reference = load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)).op
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(shapes[n], generator=g) for n in ("q", "k", "v")]
+    want = torch_call(expression)(*(a.double() for a in args))
+    torch.testing.assert_close(reference(*(a.double() for a in args)), want)
+    assert list(want.shape) == spec["outputs"][0]["shapes"][0]
+    for dtype, tol in ((torch.float32, 1e-5), (torch.float16, 2e-2)):
+        got = kernel(*(a.to(dtype) for a in args))
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("config", attention.CONFIGS[:4] + [attention.CONFIGS[5]])
+def test_every_config_walks_keys_and_head_chunks_alike(tmp_path, config):
+    shapes = {"q": [1, 2, 40, 150], "k": [1, 2, 70, 150], "v": [1, 2, 70, 33]}
+    spec = spec_of(f"{SDPA}(q, k, v, is_causal=True)", shapes)
+    kernel = load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})).op
+    args = [torch.randn(shapes[n]) for n in ("q", "k", "v")]
+    want = F.scaled_dot_product_attention(*(a.double() for a in args), is_causal=True)
+    torch.testing.assert_close(kernel(*args, config=config).double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("expression, shapes, says", [
+    (f"{SDPA}(q, k, v, attn_mask=m)", None, "with attn_mask is not read yet"),
+    (f"{SDPA}(q, k, v, dropout_p=0.1)", None, "dropout_p > 0 is random"),
+    (f"{SDPA}(q, k, v)", {"q": [2, 4, 8, 16], "k": [2, 3, 8, 16], "v": [2, 3, 8, 16]}, "dim 1 of q"),
+    (f"{SDPA}(q, k, v)", {"q": [2, 8, 16], "k": [2, 8, 12], "v": [2, 8, 16]}, "need one head dim E"),
+    (f"{SDPA}(q * 2.0, k, v)", None, "each is an input or a kernel's output"),
+])
+def test_what_the_kernel_does_not_read_is_refused(expression, shapes, says):
+    with pytest.raises(ir.IRError, match=None) as e:
+        node = ir.parse(expression, as_written=True)
+        attention.check(node)
+        ir.output_shape(node, shapes or {})
+    assert says in str(e.value)
+
+
+@pytest.mark.parametrize("request_, expression, shapes", [
+    ("causal self-attention over 4x16x2048x64 in fp16", f"{attention.SDPA}(q, k, v, is_causal=True)", None),
+    ("scaled dot product attention on 2x8x128x64, bf16, scale 0.125", f"{attention.SDPA}(q, k, v, scale=0.125)", None),
+    ("grouped-query attention with q 2x8x128x64, k 2x2x128x64, v 2x2x128x64, causal",
+     f"{attention.SDPA}(q, k, v, is_causal=True, enable_gqa=True)", [[2, 8, 128, 64], [2, 2, 128, 64], [2, 2, 128, 64]]),
+    ("因果注意力 4x16x1024x64 fp16", f"{attention.SDPA}(q, k, v, is_causal=True)", None),
+    ("bidirectional attention", f"{attention.SDPA}(q, k, v)", [attention.DEFAULT_SHAPES[0]] * 3),
+])
+def test_attention_in_words(request_, expression, shapes):
+    from bot.request import parse_request
+    spec, _ = parse_request(request_)
+    assert spec["expression"] == expression
+    if shapes:
+        assert [i["shapes"][0] for i in spec["inputs"]] == shapes
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("expression, shapes", CASES[:5], ids=[f"{c[0][len(SDPA):]} {c[1]['q']}" for c in CASES[:5]])
+def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, shapes):
+    spec = spec_of(expression, shapes)
+    kernel = load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})).op
+    args = [torch.randn(shapes[n], device="cuda") for n in ("q", "k", "v")]
+    want = torch_call(expression)(*(a.double() for a in args))
+    got = kernel(*(a.to(getattr(torch, dtype)) for a in args))
+    tol = {"float16": 2e-2, "bfloat16": 6e-2, "float32": 1e-5}[dtype]
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
