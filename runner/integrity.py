@@ -454,6 +454,31 @@ def _join(a: V | None, b: V | None) -> V:
     return V("mixed")
 
 
+def _construction(cls: ast.ClassDef) -> set[str]:
+    """The methods that build a module: __init__ and the helpers it calls (self._make_layer(...)),
+    less any forward reaches; only these may set self's attributes, so forward keeps no state."""
+    calls = {m.name: {c.func.attr for c in ast.walk(m) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                      and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"}
+             for m in cls.body if isinstance(m, ast.FunctionDef)}
+
+    def reached(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            m = todo.pop()
+            if m in calls and m not in seen:
+                seen.add(m)
+                todo += calls[m]
+        return seen
+    return (reached("__init__") - reached("forward")) | {"__init__"}
+
+
+def _class_constant(stmt: ast.stmt) -> bool:
+    """`expansion = 4` in a module class's body: a name bound to a literal (numbers, strings, tuples)."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    return all(isinstance(n, (ast.Constant, ast.Tuple, ast.Load, ast.UnaryOp, ast.USub)) for n in ast.walk(stmt.value))
+
+
 def _element(v: V) -> V:
     """What iterating over v gives."""
     if v.tag == "tensor":
@@ -591,6 +616,10 @@ class _Check:
         self.builtins = {"kernel": KERNEL_BUILTINS, "reference": REFERENCE_BUILTINS, "test": TEST_BUILTINS}[mode]
         self.file = {"kernel": "kernel.py", "reference": "reference.py", "test": "a test file"}[mode]
         self.found: list[Violation] = []
+        self.own_methods: set[str] = set()       # reference.py: the methods of the class being walked
+        self.construction = {"__init__"}         # ... and those that build it (may set self.x)
+        self.class_constants = {c.name: {s.targets[0].id for s in c.body if _class_constant(s)}
+                                for c in tree.body if isinstance(c, ast.ClassDef)}
         self.record = False
         self.globals: dict[str, V] = {}
         self.bound: dict[str, list[int]] = {}
@@ -1169,8 +1198,10 @@ class _Check:
                                      "Model(torch.nn.Module)` with methods (no other bases, metaclasses or "
                                      "decorators)")
             return
+        self.own_methods = {s.name for s in node.body if isinstance(s, ast.FunctionDef) and not _dunder(s.name)}
+        self.construction = _construction(node)
         for stmt in node.body:
-            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) or _class_constant(stmt):
                 continue
             if not isinstance(stmt, ast.FunctionDef) or stmt.decorator_list or (
                     _dunder(stmt.name) and stmt.name != "__init__") or not stmt.args.args:
@@ -1404,7 +1435,7 @@ class _Check:
 
     def store_target(self, target: ast.expr, ctx: _Fn, kind: V = VALUE) -> None:
         if isinstance(target, ast.Attribute):
-            if (self.reference and ctx.method == "__init__" and isinstance(target.value, ast.Name)
+            if (self.reference and ctx.method in self.construction and isinstance(target.value, ast.Name)
                     and self.lookup(target.value, ctx).tag == "self" and _public(target.attr)):
                 return                                                   # self.linear = nn.Linear(...)
             if self.kernel and isinstance(target.value, ast.Name):
@@ -1454,7 +1485,7 @@ class _Check:
             if isinstance(root, ast.Name) and root.id in ctx.params and root_kind.tag != "self":
                 self.flag(target, "state", f"writes into its input {root.id}: work on a copy (x = x.clone())")
             elif not isinstance(root, ast.Name) or root_kind.shared or root.id not in ctx.names or (
-                    (root_kind.tag == "self" or root_kind == HELD) and ctx.method != "__init__"):
+                    (root_kind.tag == "self" or root_kind == HELD) and ctx.method not in self.construction):
                 self.flag(target, "state", f"writes items of {_src(target.value)}: reference.py may change only "
                                            "what the function made (out = x.clone(); out[m] = 0), never its inputs, "
                                            "self or module-level names")
@@ -1623,6 +1654,8 @@ class _Check:
             return VALUE
         if base.tag in ("compiled", "compiledmeta", "ctx", "class") and self.kernel:
             return self.kernel_object_attribute(node, base)
+        if self.reference and base.tag == "class" and node.attr in self.class_constants.get(base.path, ()):
+            return VALUE                          # Block.expansion: a literal in the class's body
         if base.tag in ("func", "jit", "builtin", "lambda", "class", "dtype", "mixed") or (
                 base.tag == "file" and node.attr != "read"):
             what = {"jit": "a @triton.jit function may only be launched (name[grid](...))",
@@ -1931,7 +1964,7 @@ class _Check:
             if self.super_init(node, ctx):
                 self.call_args(node, ctx)
                 return VALUE
-            if not _public(func.attr):
+            if not _public(func.attr) and not self.own_method(func, ctx):
                 self.private(func)
                 self.call_args(node, ctx)
                 return VALUE
@@ -1942,6 +1975,11 @@ class _Check:
         else:
             callee = self.ev(func, ctx)
         return self.call(node, callee, ctx)
+
+    def own_method(self, func: ast.Attribute, ctx: _Fn) -> bool:
+        """reference.py: self._helper(...), a method its own class defines (its body passes these rules)."""
+        return self.reference and isinstance(func.value, ast.Name) and func.attr in self.own_methods \
+            and self.lookup(func.value, ctx, quiet=True).tag == "self"
 
     def call(self, node: ast.Call, callee: V, ctx: _Fn) -> V:
         """A call of a name or chain, by what the callee is (a builtin, a function, an allowed chain, ...)."""
@@ -2311,7 +2349,7 @@ class _Check:
             root = _root(func.value)
             kind = self.lookup(root, ctx, quiet=True) if isinstance(root, ast.Name) else VALUE
             owned = kind.tag == "self" or kind == HELD         # self, or a layer read from it
-            outside = (owned and ctx.method != "__init__") or (not owned and kind.shared)
+            outside = (owned and ctx.method not in self.construction) or (not owned and kind.shared)
             if outside and ((name.endswith("_") and not name.endswith("__")) or
                             (name in MUTATING and base.tag in ("value", "container"))):
                 self.flag(node, "state", f".{name}() changes {root.id}, which the function did not make (an input, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from bot.generators.interface import GenerationError
@@ -27,34 +27,27 @@ class Sub:
 @dataclass(frozen=True)
 class Seq:
     """An nn.Sequential (callable) or nn.ModuleList (indexed, looped over) set in __init__: its layers,
-    in order (each a Sub or a Seq)."""
-    layers: tuple[Sub | Seq, ...]
+    in order (each a Sub, a Seq or a Nested)."""
+    layers: tuple[Sub | Seq | Nested, ...]
     line: int
     callable: bool = True
 
 
-def sequence(seq: Seq, attr: str, args: list[ast.expr], keywords: list[ast.keyword], line: int,
-             name_of: Callable[[str], str]) -> tuple[ast.expr, list[Param]]:
-    """nn.Sequential's call: each layer's function on the one before's result (layer k's tensors at
-    '<attr>.<k>.weight', as the module names them)."""
-    if not seq.callable:
-        raise GenerationError(f"line {line}: {attr} is an nn.ModuleList (set on line {seq.line}), which is not "
-                              f"called; call its layers (`for layer in self.{attr}: x = layer(x)`)")
-    if len(args) != 1 or keywords:
-        raise GenerationError(f"line {line}: nn.Sequential (set on line {seq.line}) takes one tensor, got "
-                              f"{len(args) + len(keywords)} arguments")
-    x, params = args[0], []
-    for k, layer in enumerate(seq.layers):
-        x, taken = layer_call(layer, f"{attr}.{k}", [x], [], line, name_of)
-        params += [p for p in taken if p not in params]
-    return x, params
+@dataclass(frozen=True)
+class Nested:
+    """An instance of a module class the paste defines (a residual block): its forward, read with
+    the attributes its own __init__ set for the arguments it was made with."""
+    cls: str
+    forward: ast.FunctionDef
+    attrs: dict = field(compare=False)
+    line: int = 0
 
 
-def layer_call(layer: Sub | Seq, attr: str, args: list[ast.expr], keywords: list[ast.keyword], line: int,
-               name_of: Callable[[str], str]) -> tuple[ast.expr, list[Param]]:
-    """A submodule's call: a layer's function, or a Sequential's chain of them."""
-    lower = functional if isinstance(layer, Sub) else sequence
-    return lower(layer, attr, args, keywords, line, name_of)
+@dataclass(frozen=True)
+class Learned:
+    """A tensor __init__ makes a Parameter of (self.bias = nn.Parameter(torch.randn(c, 1, 1))): its shape."""
+    shape: list[int]
+    line: int
 
 
 @dataclass(frozen=True)

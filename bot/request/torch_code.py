@@ -14,6 +14,11 @@ from bot import ir
 from bot.generators.interface import GenerationError
 
 
+# Syntax nodes the inlined expression may reach: a local read many times (a residual's input, the
+# input of a block whose branches are concatenated) is copied into each use, so deep models grow
+# exponentially when inlined; past this they are refused, rather than parsed for minutes.
+MAX_INLINED = 50_000
+
 # Casts in pasted code: the kernel computes in float32 and returns the input dtype anyway.
 _CASTS = {"float", "half", "bfloat16", "to", "type_as", "contiguous", "clone", "detach"}
 _MODULES = {"torch", "F", "nn", "functional", "math"}
@@ -40,11 +45,20 @@ class Inline(MaxParts):
         self.casts = False
         self.fixed: list[str] = []                 # casts to one dtype: .float(), .to(torch.float32)
         self.back: set[int] = set()                # ids of nodes cast back to an input's dtype
+        self.copied = 0                            # syntax nodes copied into uses of locals so far
 
     def visit_Name(self, n: ast.Name) -> ast.expr:
         if n.id in self.aliases:
             return ast.Name("torch", ast.Load())
-        return copy.deepcopy(self.env[n.id]) if n.id in self.env else n
+        if n.id not in self.env:
+            return n
+        value = copy.deepcopy(self.env[n.id])
+        self.copied += sum(1 for _ in ast.walk(value))
+        if self.copied > MAX_INLINED:
+            raise GenerationError(f"line {n.lineno}: with its locals written in, the expression grows past "
+                                  f"{MAX_INLINED:,} operations ({n.id} and others are read many times, as residual "
+                                  "and concatenated blocks do); paste one block of the model to get its kernel")
+        return value
 
     def visit_Call(self, n: ast.Call) -> ast.expr:
         self.generic_visit(n)
