@@ -179,3 +179,12 @@ def test_a_model_of_blocks_passes_the_judge_against_the_pasted_file():
     result = worker.execute_job({"job_id": "t-blocks", "kind": "kernel_test", "backend": "cpu", "attempt": 1,
                                  "timeout_s": 600, "files": files}, lambda line: None)
     assert result["status"] == "pass", result["summary"]
+
+
+def test_a_forward_growing_a_list_of_features_concatenates_them_as_they_were():
+    from bot.request import parse_request
+    code = ("def f(x, y):\n    feats = [x]\n    feats.append(torch.relu(y))\n    z = torch.cat(feats, dim=1)\n"
+            "    feats.extend([z[:, :8] * 2.0])\n    return torch.cat(feats, dim=1)\n")
+    spec, _ = parse_request(f"```python\n{code}```\nx and y are 4x8")
+    assert spec["expression"] == "cat([x, relu(y), cat([x, relu(y)], dim=1)[:, :8] * 2.0], dim=1)"
+

@@ -56,7 +56,8 @@ class Inline(MaxParts):
         self.copied += sum(1 for _ in ast.walk(value))
         if self.copied > MAX_INLINED:
             raise GenerationError(f"line {n.lineno}: with its locals written in, the expression grows past "
-                                  f"{MAX_INLINED:,} operations ({n.id} and others are read many times, as residual "
+                                  f"{MAX_INLINED:,} operations ({n.id.split('__')[0]} and others are read many "
+                                  "times, as residual "
                                   "and concatenated blocks do); paste one block of the model to get its kernel")
         return value
 
@@ -106,6 +107,8 @@ def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
                                   "or its indices)")
         if isinstance(stmt, ast.Return) and stmt.value is not None:
             return inline.visit(stmt.value)
+        if _appended(stmt, inline):
+            continue
         bound = _assignment(stmt)
         if not bound:
             raise GenerationError(f"line {stmt.lineno} of {fn.name}: {ast.unparse(stmt)[:60]!r} is not supported; "
@@ -113,6 +116,22 @@ def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
         for target, value in bound:
             inline.env[target] = inline.visit(value)
     raise GenerationError(f"{fn.name} returns nothing; end it with 'return <expression>'")
+
+
+def _appended(stmt: ast.stmt, inline: Inline) -> bool:
+    """`features.append(y)` / `.extend([...])` on a local list (later torch.cat(features, 1)): the list
+    grown with the values inlined; False for other statements."""
+    call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+    if call is None or not isinstance(call.func, ast.Attribute) or call.func.attr not in ("append", "extend") \
+            or not isinstance(call.func.value, ast.Name) or len(call.args) != 1 or call.keywords:
+        return False
+    held = inline.env.get(call.func.value.id)
+    added = inline.visit(call.args[0])
+    if not isinstance(held, ast.List) or (call.func.attr == "extend" and not isinstance(added, (ast.List, ast.Tuple))):
+        return False
+    grown = held.elts + ([added] if call.func.attr == "append" else list(added.elts))
+    inline.env[call.func.value.id] = ast.List(grown, ast.Load())
+    return True
 
 
 def _assignment(stmt: ast.stmt) -> list[tuple[str, ast.expr]]:
