@@ -51,6 +51,12 @@ def test_layers_appended_in_init_loops_local_lists_and_nested_sequentials():
     assert p.shapes["mlp_2_weight"] == [6, 16] and p.parameters["heads_1_0_bias"] == "heads.1.0.bias"
 
 
+def test_a_slice_of_a_module_list():
+    p = read("self.layers = nn.ModuleList([nn.ReLU(), nn.Tanh(), nn.Sigmoid()])",
+             "x = self.layers[0](x)\nfor layer in self.layers[1:]:\n    x = layer(x) * 2.0\nreturn x")
+    assert body(p) == ["x = torch.relu(x)", "x = torch.tanh(x) * 2.0", "x = torch.sigmoid(x) * 2.0", "return x"]
+
+
 def test_constant_ranges_zips_and_reversed_lists():
     p = read("self.a = nn.ModuleList([nn.Linear(8, 8), nn.Linear(8, 8)])\nself.b = nn.ModuleList([nn.ReLU(), nn.Tanh()])",
              "for f, g in zip(self.a, reversed(self.b)):\n    x = g(f(x))\nfor s in (2.0, 3.0):\n    x = x * s\n"

@@ -71,11 +71,17 @@ class Resolver(ast.NodeTransformer):
         return const(self.visit(held), {"__present__": object()})
 
     def _modules(self, e: ast.expr) -> list[ast.expr] | None:
-        """self.<module list>'s layers as self.<attr>[k], for a loop over it."""
-        seq = self.attrs.get(e.attr) if isinstance(e, ast.Attribute) and ast.unparse(e.value) == "self" else None
+        """self.<module list>'s layers (or a slice's: self.layers[1:]) as self.<attr>[k], for a loop over it."""
+        whole = e.value if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Slice) else e
+        seq = self.attrs.get(whole.attr) if isinstance(whole, ast.Attribute) and ast.unparse(whole.value) == "self" \
+            else None
         if not isinstance(seq, Seq):
             return None
-        return [ast.Subscript(copy.deepcopy(e), ast.Constant(k), ast.Load()) for k in range(len(seq.layers))]
+        ks = range(len(seq.layers))
+        if whole is not e:
+            bounds = [None if b is None else self._value(b) for b in (e.slice.lower, e.slice.upper, e.slice.step)]
+            ks = ks[slice(*bounds)]
+        return [ast.Subscript(copy.deepcopy(whole), ast.Constant(k), ast.Load()) for k in ks]
 
     def visit_Attribute(self, n: ast.Attribute) -> ast.expr:
         if ast.unparse(n.value) != "self":
