@@ -51,6 +51,11 @@ def test_layers_appended_in_init_loops_local_lists_and_nested_sequentials():
     assert p.shapes["mlp_2_weight"] == [6, 16] and p.parameters["heads_1_0_bias"] == "heads.1.0.bias"
 
 
+def test_self_training_is_true_as_the_judge_runs_the_module_as_made():
+    p = read("self.p = 0.0", "if self.training:\n    x = x * 2.0\nreturn x")
+    assert body(p) == ["x = x * 2.0", "return x"]
+
+
 def test_a_slice_of_a_module_list():
     p = read("self.layers = nn.ModuleList([nn.ReLU(), nn.Tanh(), nn.Sigmoid()])",
              "x = self.layers[0](x)\nfor layer in self.layers[1:]:\n    x = layer(x) * 2.0\nreturn x")
