@@ -7,8 +7,8 @@ rstd, a softmax) in the same pass instead of storing it.
 Each rule is PyTorch's own derivative (tools/autograd/derivatives.yaml): relu's at 0 is 0, abs's
 sign(x) with 0 at 0, maximum and minimum split an equal pair's gradient in halves, clamp passes it
 where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layernorm and rmsnorm
-over the last dim (with weight and bias, of a pointwise body), matmul (transposed operands,
-a pointwise epilogue) and cross entropy (its logits') have rules; any other op is refused, naming it.
+over the last dim (with weight and bias, of a pointwise body), sum and mean over a dim or all,
+matmul (transposed operands, a pointwise epilogue) and cross entropy (its logits') have rules; any other op is refused, naming it.
 """
 from __future__ import annotations
 
@@ -28,20 +28,22 @@ def gradients(node: Node, upstream: str) -> dict[str, str]:
     """Each input's gradient as an expression text at the shape its contributions broadcast to
     (bot.ops.training sums it down to the input's own shape): d(sum(upstream * node)) / d(input)."""
     acc: dict[str, list[str]] = {}
-    _back(node, upstream, acc)
+    _back(node, upstream, acc, root=True)
     return {name: " + ".join(f"({p})" for p in parts) for name, parts in acc.items()}
 
 
-def _back(node: Node, up: str, acc: dict[str, list[str]]) -> None:
+def _back(node: Node, up: str, acc: dict[str, list[str]], root: bool = False) -> None:
     if node.op == "input":
         acc.setdefault(node.name, []).append(up)
         return
     if node.op == "const" or node.op in ir.COMPARE:
         return                               # no gradient flows into a constant or through a comparison
     rule = _RULES.get(node.op)
+    if node.op in ("sum", "mean"):
+        rule = lambda n, a, u: _reduced(n, a, u, root)     # noqa: E731 (its upstream's shape matters)
     if rule is None:
         raise NoGradient(f"{node.op} has no gradient rule in the offline generator's training kernels; supported: "
-                         f"{', '.join(sorted(_RULES))}")
+                         f"{', '.join(sorted([*_RULES, 'sum', 'mean']))}")
     for child, grad in rule(node, [to_text(a) for a in node.args], up):
         _back(child, grad, acc)
 
@@ -111,6 +113,27 @@ def _norm(node: Node, a: list[str], up: str):
     shift = f" - mean({gw}, dim=-1, keepdim=True)" if node.op == "layernorm" else ""
     out.append((node.args[0], f"{rstd} * ({gw}{shift} - {x_hat} * mean({gw} * {x_hat}, dim=-1, keepdim=True))"))
     return out
+
+
+def _reduced(node: Node, a: list[str], up: str, root: bool):
+    """sum and mean over one dim or all: the upstream gradient broadcast back over what was reduced
+    (zeros_like gives the input's shape without reading its values); mean's divided by the count,
+    itself a sum of ones, so the rule needs no shapes. A whole reduction's upstream is first summed
+    to its one value (what broadcast it further gave it more); a reduction over a dim takes its
+    upstream as it is, so only at the root, where the upstream has its shape."""
+    d = node.attr("dim")
+    whole = d is None or d == ir.ALL
+    if isinstance(d, (tuple, list)) or not (whole or root):
+        where = "several dims" if isinstance(d, (tuple, list)) else "a dim inside an expression"
+        raise NoGradient(f"{node.op} over {where} has no gradient rule here yet; reduce over one dim at the "
+                         "root, or over all")
+    g = f"sum({up}, dim=None)" if whole and not root else f"({up})" if whole or node.attr("keepdim") \
+        else f"unsqueeze({up}, {d})"
+    spread = f"({g} + zeros_like({a[0]}))"
+    if node.op == "sum":
+        return [(node.args[0], spread)]
+    count = f"sum(ones_like({a[0]}), dim=None)" if whole else f"sum(ones_like({a[0]}), dim={d}, keepdim=True)"
+    return [(node.args[0], f"{spread} / {count}")]
 
 
 def _matmul(node: Node, a: list[str], up: str):

@@ -25,6 +25,11 @@ CASES = [
     ("relu(a @ b + bias)", {"a": [8, 16], "b": [16, 12], "bias": [12]}),
     ("gelu(a @ w.T) * 2.0", {"a": [8, 16], "w": [12, 16]}),             # F.linear's layout
     ("a.mT @ b", {"a": [3, 16, 8], "b": [16, 12]}),                     # b shared: summed over the batch
+    ("sum(relu(x) * y, dim=-1)", {"x": [5, 33], "y": [5, 33]}),          # the upstream broadcast back
+    ("mean(x, dim=0)", {"x": [6, 9]}),
+    ("mean(x * 2.0, dim=1, keepdim=True)", {"x": [3, 7, 5]}),
+    ("sum(x, dim=None)", {"x": [6, 9]}),
+    ("mean(x, dim=None) * y", {"x": [6, 9], "y": [3]}),
 ]
 
 
@@ -112,9 +117,14 @@ def test_an_input_only_compared_gets_no_gradient_and_a_mask_none(tmp_path):
     assert torch.equal(x.grad, torch.where(m, 2.0, 0.0)) and y.grad is None
 
 
-def test_an_op_without_a_gradient_rule_is_refused_naming_it():
-    spec = spec_of("cumsum(x, dim=-1)", {"x": [4, 8]}, "float32")
-    with pytest.raises(autodiff.NoGradient, match="cumsum has no gradient rule"):
+@pytest.mark.parametrize("expression, says", [
+    ("cumsum(x, dim=-1)", "cumsum has no gradient rule"),
+    # its upstream would be broadcast past the sum's shape: not summed back here yet
+    ("sum(x, dim=-1, keepdim=True) * x", "sum over a dim inside an expression has no gradient rule"),
+])
+def test_an_op_without_a_gradient_rule_is_refused_naming_it(expression, says):
+    spec = spec_of(expression, {"x": [4, 8]}, "float32")
+    with pytest.raises(autodiff.NoGradient, match=says):
         training.kernel_source(spec, parse_expression(spec))
 
 
