@@ -59,7 +59,7 @@ CHANNEL_NORM_WORD = re.compile(r"\b(batch|group|instance)[\s_-]?norm(?:ali[sz]at
 _GROUPS = re.compile(r"\b(\d+)\s+groups\b|\bgroups?\s*(?:of|=|:|is)?\s*(\d+)\b|(\d+)\s*(?:个)?组(?!归一化|标准化)|"
                      r"分组(?:数)?\s*(?:为|是|=|:)?\s*(\d+)", _F)
 _EVAL = re.compile(r"\b(?:inference|eval(?:uation)?(?:[\s_-]mode)?|running[\s_-](?:stats|statistics|mean))\b|推理|推断", _F)
-_TRAINING = re.compile(r"\btraining(?:[\s_-]mode)?\b|\bbatch[\s_-]stat(?:s|istics)\b|训练", _F)
+_TRAINING = re.compile(r"\btraining(?:[\s_-]mode)?\b|\bbatch[\s_-]stat(?:s|istics)\b|(?:用于)?训练(?:模式)?", _F)
 _AFFINE = re.compile(r"\bwith\s+(?:an?\s+)?affine\b|\baffine\b|带仿射", _F)
 _NO_AFFINE = re.compile(r"\b(?:no|without)\s+(?:an?\s+)?affine\b|\baffine\s*=\s*false\b|无仿射|不带仿射", _F)
 

@@ -91,11 +91,14 @@ def _dtype_role(text: str, m: re.Match) -> str:
 def take_training(text: str, rd: Reading) -> str:
     """Whether the words ask for training (the backward too) or say forward only; the text with
     those words blanked. Where batch norm is named, "for training" is its mode (bot.ops.channel_norm
-    reads it) and only backward words ask for the backward."""
+    reads it) and only backward words ask for the backward; group and instance norm have no mode, so
+    there it asks for the backward as anywhere."""
     if NO_TRAINING.search(text):
         rd.training = False
         return NO_TRAINING.sub(_blank, text)
-    patterns = [BACKWARD] + ([] if channel_norm.CHANNEL_NORM_WORD.search(text) else [FOR_TRAINING])
+    batch_norm = any((m.group(1) or "").lower() == "batch" or m.group(2) == "批"
+                     for m in channel_norm.CHANNEL_NORM_WORD.finditer(text))
+    patterns = [BACKWARD] + ([] if batch_norm else [FOR_TRAINING])
     for pattern in patterns:
         if pattern.search(text):
             rd.training = True

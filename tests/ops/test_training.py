@@ -138,8 +138,18 @@ def test_an_op_without_a_gradient_rule_is_refused_naming_it(expression, says):
     ("relu(x) forward only on 4x8", None),
     ("batch norm in training mode on 8x16x4x4", None),      # batch norm's mode, not a backward
     ("batch norm for training on 8x16x4x4", None),
+    ("批归一化 用于训练 8x16x4x4", None),
+    ("mean over the last dim of 8x64 for training", True),
 ])
 def test_training_in_words(text, training):
     from bot.request import parse_request
     spec, _ = parse_request(text)
     assert spec.get("training") is training
+
+
+@pytest.mark.parametrize("text", ["group norm with 4 groups on 2x8x3x4 for training", "instance norm on 2x4x8x8 for training"])
+def test_training_of_a_norm_without_a_mode_asks_for_its_backward_and_is_refused_not_dropped(text):
+    from bot.generators.interface import GenerationError
+    from bot.request import parse_request
+    with pytest.raises(GenerationError, match="has no gradient rule"):
+        parse_request(text)
