@@ -1,5 +1,5 @@
-"""The matmul family: a @ b (2-D, batched 3-D, or 3-D by a shared 2-D b) inside a pointwise
-epilogue, e.g. relu(a @ b + bias) * 0.5 + residual, as one tiled tl.dot kernel: a program computes
+"""The matmul family: a @ b (2-D, batched [..., M, K] @ [..., K, N] over the same batch dims, or
+[..., M, K] by a shared 2-D b) inside a pointwise epilogue, e.g. relu(a @ b + bias) * 0.5 + residual, as one tiled tl.dot kernel: a program computes
 a BLOCK_M x BLOCK_N tile of a [M, K] @ b [K, N] into a float32 accumulator, applies the epilogue to
 that tile, and stores it once in the output dtype.
 
@@ -47,7 +47,7 @@ ROOT = False
 # torch.triu(a @ b, diagonal) keeps the elements with col - row >= diagonal of each matrix (the last
 # two dims), tril those with col - row <= diagonal: read as the matmul's attrs tri and diagonal.
 TRIANGLES = {"triu": ">=", "tril": "<="}
-SUPPORTED = ("", "matmul a @ b (2-D, batched 3-D, or [..., M, K] @ [K, N]; tf32=True for float32; einsum of "
+SUPPORTED = ("", "matmul a @ b (2-D, batched [..., M, K] @ [..., K, N], or [..., M, K] @ [K, N]; tf32=True for float32; einsum of "
              "such a product) with a pointwise epilogue, e.g. relu(a @ b + bias), and its upper or lower triangle, "
              "torch.triu(a @ b, diagonal=1)")
 ALIASES = {"mm": "matmul", "bmm": "matmul"}
@@ -279,13 +279,14 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
 
 
 def _matmul_shape(a: list[int], b: list[int]) -> list[int]:
-    if len(a) < 2 or len(b) not in (2, 3) or (len(b) == 3 and len(a) != 3):
-        raise IRError(f"matmul takes a [M, K] @ b [K, N], batched a [B, M, K] @ b [B, K, N], or a [..., M, K] @ "
+    if len(a) < 2 or len(b) < 2 or (len(b) > 2 and len(a) != len(b)):
+        raise IRError(f"matmul takes a [M, K] @ b [K, N], batched a [..., M, K] @ b [..., K, N], or a [..., M, K] @ "
                       f"b [K, N]; got {a} @ {b}")
     if a[-1] != b[-2]:
         raise IRError(f"matmul: a {a} has K = {a[-1]} but b {b} has K = {b[-2]}; they must match")
-    if len(b) == 3 and b[0] != a[0]:
-        raise IRError(f"batched matmul: a {a} and b {b} have different batch sizes")
+    if len(b) > 2 and b[:-2] != a[:-2]:
+        raise IRError(f"batched matmul: a {a} and b {b} have different batch dims (the kernel does not broadcast "
+                      "them; expand the operand first)")
     return a[:-1] + [b[-1]]
 
 
@@ -547,11 +548,12 @@ def _inside_out(node: Node) -> list[Node]:
 def _matmul_dims(a_name, a_shape, b_name, b_shape):
     # (batch, M, N, K) of a [M, K] @ b [K, N], a [B, M, K] @ b [B, K, N] or a [..., M, K] @ b [K, N]
     # (every matrix of a times the one b: a's leading dims are the batch).
-    ok = len(a_shape) >= 2 and (len(b_shape) == 2 or len(b_shape) == len(a_shape) == 3) \
+    ok = len(a_shape) >= 2 and (len(b_shape) == 2 or len(b_shape) == len(a_shape) >= 3) \
         and a_shape[-1] == b_shape[-2]
-    if not ok or (len(b_shape) == 3 and b_shape[0] != a_shape[0]):
+    if not ok or (len(b_shape) > 2 and list(b_shape[:-2]) != list(a_shape[:-2])):
         raise ValueError(f"cannot multiply {a_name} {list(a_shape)} by {b_name} {list(b_shape)}: this kernel "
-                         "multiplies [M, K] @ [K, N], [B, M, K] @ [B, K, N] or [..., M, K] @ [K, N]")
+                         "multiplies [M, K] @ [K, N], [..., M, K] @ [..., K, N] (the same batch dims) or "
+                         "[..., M, K] @ [K, N]")
     batch = 1
     for d in a_shape[:-2]:
         batch *= d
@@ -908,7 +910,7 @@ class _MatmulKernel(KernelFile):
                  + "    for phase in (1, 2) if splits > 1 else (0,):\n"
                  + "        grid = (min(tiles * (splits if phase == 1 else 1), sms * per_sm),)\n")
         args = ["a_desc", "b_desc"] + [e.local for e in self.epilogue_inputs]
-        args += ["out", "out_desc", "ws", "M", "N", "K_pad", "batch", f"1 if {b.local}.dim() == 3 else 0", "splits"]
+        args += ["out", "out_desc", "ws", "M", "N", "K_pad", "batch", f"1 if {b.local}.dim() > 2 else 0", "splits"]
         args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
         args += ["INPUT_PRECISION=precision", f"B_KMAJOR={'b_kmajor' if kmajor else 'False'}",
                  "TMA_STORE=tma_store and phase == 0", "PHASE=phase",

@@ -569,6 +569,14 @@ def test_a_4d_tensor_times_a_matrix_folds_its_leading_dims_into_the_batch(tmp_pa
         ir.output_shape(ir.parse("a @ b + c"), {"a": [2, 3, 5, 7], "b": [7, 9], "c": [2, 3, 5, 9]})
 
 
+def test_4d_batches_of_matrices_multiply_pairwise(tmp_path):
+    # [B, H, M, K] @ [B, H, K, N], b transposed too (q @ k^T), with a per-row epilogue
+    check(tmp_path, "relu(a @ b) * 0.5", {"a": [[2, 3, 20, 16]], "b": [[2, 3, 16, 24]]})
+    check(tmp_path, "a @ b.transpose(-2, -1) + c", {"a": [[2, 3, 20, 16]], "b": [[2, 3, 24, 16]], "c": [[20, 1]]})
+    with pytest.raises(ir.IRError, match="different batch dims"):
+        ir.output_shape(ir.parse("a @ b"), {"a": [2, 3, 5, 7], "b": [1, 3, 7, 9]})
+
+
 @pytest.mark.parametrize("equation, text", [
     ("bijl,lk->bijk", "matmul(a, b)"), ("ik,jk->ij", "matmul(a, b.T)"), ("ki,kj->ij", "matmul(a.T, b)"),
     ("bij,bjk->bik", "matmul(a, b)"), ("bij,bkj->bik", "matmul(a, b.mT)"), ("ij,jk", "matmul(a, b)"),
