@@ -190,7 +190,8 @@ ERF_ULPS = {protocol.ERF_ULPS!r}
 CPU_MAX_ELEMENTS = {protocol.CPU_MAX_ELEMENTS!r}
 
 
-''' + inspect.getsource(protocol.shrunk_sizes) + "\n\n" + inspect.getsource(protocol.accumulated_length)
+''' + "\n\n".join(inspect.getsource(f) for f in (protocol.shrunk_sizes, protocol.accumulated_length,
+                                                     protocol.init_scale))
 
     def helpers(self) -> str:
         return _COMMON + self._rounding_error() + self._step_error() + self._erf_error() + self._body_function()
@@ -447,7 +448,7 @@ def params(skip_bf16):
 
 def make_inputs(case, variant):
     """The case's inputs in the variant's dtypes, drawn from each input's domain with a fixed seed:
-    normal (standard normal), positive (uniform in [0.5, 2)), nonzero (random sign times that),
+    normal (standard normal; a learned weight and its bias at the layer's initial scale), positive (uniform in [0.5, 2)), nonzero (random sign times that),
     sign (-1.0 or 1.0 with even odds: a target compared with 1 and -1), index (indices into dim
     index_dim, default the last, of the input named by index_of; unless padding is false about one
     in eight is -100, torch's default ignore_index, as padding is in a language model's batch), mask
@@ -467,7 +468,8 @@ def make_inputs(case, variant):
         elif domain == "mask":
             values = torch.rand(shape, generator=gen, device=DEVICE) < 0.5
         elif domain == "normal":
-            values = torch.randn(shape, generator=gen, device=DEVICE)
+            values = torch.randn(shape, generator=gen, device=DEVICE) * init_scale(SPEC["inputs"], spec_input["name"],
+                                                                                 shapes)
         elif domain == "sign":
             values = torch.where(torch.rand(shape, generator=gen, device=DEVICE) < 0.5, -1.0, 1.0)
         else:

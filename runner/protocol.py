@@ -83,6 +83,24 @@ def entry(spec: dict, file: str) -> str:
     return (spec.get("reference_class") or spec["name"]) if file == "reference.py" else spec["name"]
 
 
+def init_scale(inputs, name, shapes):
+    # The scale a learned weight is drawn at (spec "parameter": its path in the pasted module): its
+    # layer's initial scale 1/sqrt(fan_in), fan_in its dims after the first as torch counts them, and
+    # a bias its weight's. Standard normal weights would grow each layer's output by sqrt(fan_in)
+    # until a deep module's float16 reference overflows or rounds to another answer. Derived from
+    # the shapes and the module's own parameter paths, never from a number in the spec; copied
+    # verbatim into the generated tests (bot.testgen), so both draw alike.
+    paths = {i["parameter"]: i["name"] for i in inputs if i.get("parameter")}
+    path = next((i.get("parameter") for i in inputs if i["name"] == name), None)
+    if not path:
+        return 1.0
+    weight = paths.get(path[:-len("bias")] + "weight") if path.endswith("bias") else name
+    shape = shapes.get(weight) if weight else None
+    if not shape or len(shape) < 2:
+        return 1.0
+    return 1.0 / math.sqrt(math.prod(shape[1:]))
+
+
 def accumulated_length(reduce, shapes):
     # How many elements each output accumulates over, from the spec's "reduce" and the inputs'
     # shapes by name: a chain's longest sum, else the named inputs' broadcast shape at its dim

@@ -188,3 +188,62 @@ def test_a_forward_growing_a_list_of_features_concatenates_them_as_they_were():
     spec, _ = parse_request(f"```python\n{code}```\nx and y are 4x8")
     assert spec["expression"] == "cat([x, relu(y), cat([x, relu(y)], dim=1)[:, :8] * 2.0], dim=1)"
 
+
+
+MHA = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.h = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.qkv(x).split(32, dim=2)
+        q = q.view(B, T, self.h, C // self.h).transpose(1, 2)
+        k = k.view(B, T, self.h, C // self.h).transpose(1, 2)
+        v = v.view(B, T, self.h, C // self.h).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y)
+
+
+def get_inputs():
+    return [torch.randn(2, 12, 32)]
+
+
+def get_init_inputs():
+    return [32, 4]
+'''
+
+
+def test_multi_head_self_attention_passes_the_judge_with_weights_at_their_init_scale():
+    """Heads split out of the hidden dim (q.view(B, T, h, C // h)), attention, heads joined back:
+    read as unflatten, scaled_dot_product_attention and reshape; the judge draws each Linear's weight
+    and bias at 1/sqrt(fan_in), as the layer is made, so its float16 reference stays the float64 one."""
+    import json
+
+    from bot.generators.interface import GenRequest
+    from bot.generators.offline import OfflineGenerator
+    from bot.request import parse_request
+    from runner import protocol, worker
+
+    request = f"in fp16\n```python\n{MHA}```\n"
+    spec, _ = parse_request(request)
+    assert "scaled_dot_product_attention(" in spec["expression"] and ".unflatten(2, (4, -1))" in spec["expression"]
+    shapes = {i["name"]: i["shapes"][0] for i in spec["inputs"]}
+    assert protocol.init_scale(spec["inputs"], "qkv_bias", shapes) == 1 / 32 ** 0.5
+    assert protocol.init_scale(spec["inputs"], "x", shapes) == 1.0
+    gen, approved = OfflineGenerator(), {"spec": json.dumps(spec)}
+    files = {"spec.json": approved["spec"], **{name: gen.generate(GenRequest(kind, request, approved)).content
+                                                for name, kind in (("reference.py", "reference"), ("kernel.py", "kernel"),
+                                                                   ("test_kernel.py", "kernel_test"))}}
+    result = worker.execute_job({"job_id": "t-mha", "kind": "kernel_test", "backend": "cpu", "attempt": 1,
+                                 "timeout_s": 600, "files": files}, lambda line: None)
+    assert result["status"] == "pass", result["summary"]

@@ -21,15 +21,16 @@ from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, i
 
 NAME = "view"
 UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS = "unsqueeze", "squeeze", "flatten", "reshape", "reshape_as"
-SLICE, SELECT = "slice", "select"
-OPS = {UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS, SLICE, SELECT}
+SLICE, SELECT, UNFLATTEN = "slice", "select", "unflatten"
+OPS = {UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS, SLICE, SELECT, UNFLATTEN}
 ROOT = False
-SUPPORTED = ("", "views of a tensor between kernels (unsqueeze, squeeze, flatten, reshape/view to unit dims or "
-             "joining dims, view_as; slices x[:, a:b], x[..., 0], narrow, select, chunk(n, dim)[i], "
+SUPPORTED = ("", "views of a tensor between kernels (unsqueeze, squeeze, flatten, reshape/view to unit dims, "
+             "joining dims or splitting one by a constant (x.view(b, t, heads, -1), x.unflatten(2, (heads, -1))), view_as; slices x[:, a:b], x[..., 0], narrow, select, chunk(n, dim)[i], "
              "split(size, dim)[i], unbind(dim)[i])")
 ALIASES = {"view": RESHAPE, "view_as": RESHAPE_AS}
 KEYWORDS = {UNSQUEEZE: {"dim"}, SQUEEZE: {"dim"}, FLATTEN: {"start_dim", "end_dim"}, RESHAPE: {"shape"},
-            RESHAPE_AS: {"other"}, "narrow": {"dim", "start", "length"}, SELECT: {"dim", "index"}}
+            RESHAPE_AS: {"other"}, "narrow": {"dim", "start", "length"}, SELECT: {"dim", "index"},
+            UNFLATTEN: {"dim", "sizes"}}
 WORDS: list = []
 OUTPUT_DTYPES: dict[str, str] = {}
 ENTRIES: tuple[Entry, ...] = ()
@@ -59,6 +60,12 @@ def convert(c: Call) -> Node | None:
                     end=_int(c, given.get("end_dim", ast.Constant(-1)), "end_dim"))
     if c.fname in ("narrow", SELECT):
         return _narrow_or_select(c, x)
+    if c.fname == UNFLATTEN:
+        given = arguments(c, ("dim", "sizes"))
+        sizes = given.get("sizes")
+        if not isinstance(sizes, (ast.Tuple, ast.List)) or len(sizes.elts) != 2:
+            raise IRError("unflatten is read splitting one dim in two, e.g. x.unflatten(2, (heads, -1))")
+        return _split(c, x, _int(c, given.get("dim"), "dim"), sizes.elts, None)
     if c.fname == RESHAPE_AS:
         other = arguments(c, ("other",)).get("other")
         if other is None:
@@ -83,9 +90,42 @@ def _reshape(c: Call, x: Node) -> Node:
     if len(owners) == 1 and x not in owners and all(g and len(g) == 1 for g in refs) \
             and [g[0][1] for g in refs] == list(range(len(refs))):
         return call(RESHAPE_AS, x, owners.pop(), dims=len(refs))       # y.view(b, c): x's first dims
+    split = _split_at(refs) if len(owners) == 1 else None
+    if split is not None:           # sizes naming x's dims, or another's of the same shape (B, T, C = x.size())
+        return _split(c, x, split, elts[split:split + 2], len(refs) - 1, owners.pop())
     if owners == {x}:
         return _flattened(c, x, elts, refs)
     raise _unsupported(c, elts)
+
+
+def _split_at(refs: list) -> int | None:
+    """Where x.view(sizes) splits x's dim d in two: sizes naming x's dims 0 .. d-1, two sizes that
+    name none (numbers, -1, x.size(d) // n), then x's dims d+1 ... in order; None where it does not."""
+    for d in range(len(refs) - 1):
+        around = [g for k, g in enumerate(refs) if k not in (d, d + 1)]
+        if all(g and len(g) == 1 for g in around) and [g[0][1] for g in around] == \
+                [*range(d), *range(d + 1, len(refs) - 1)] and all(g is None for g in refs[d:d + 2]):
+            return d
+    return None
+
+
+def _split(c: Call, x: Node, d: int, pair: list, rank: int | None, like: Node | None = None) -> Node:
+    """x's dim d split in two: sizes a number and -1, two numbers, or a number and `x.size(d) // number`.
+    rank: the rank x must have (a view naming its other dims: with more, the view would merge them);
+    like: the tensor whose dims the view's sizes name, x or one that must have x's shape."""
+    owner, sizes = like if like is not None else x, []
+    for e in pair:
+        if is_int_literal(e) and (number(e) > 0 or number(e) == -1):
+            sizes.append(int(number(e)))
+        elif isinstance(e, ast.BinOp) and isinstance(e.op, ast.FloorDiv) and is_int_literal(e.right) \
+                and _dims_named(e.left, c) == [(owner, d)] and number(e.right) in [number(p) for p in pair if p is not e]:
+            sizes.append(-1)
+        else:
+            raise _unsupported(c, [*pair])
+    if sizes.count(-1) > 1:
+        raise _unsupported(c, [*pair])
+    args = (x,) if owner == x else (x, owner)
+    return call(UNFLATTEN, *args, dim=d, sizes=tuple(sizes), **({"rank": rank} if rank is not None else {}))
 
 
 def _narrow_or_select(c: Call, x: Node) -> Node:
@@ -294,6 +334,18 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
         if not -shape[d] <= node.attr("index") < shape[d]:
             raise IRError(f"select: index {node.attr('index')} is out of range for dim {node.attr('dim')} of size {shape[d]}")
         return shape[:d] + shape[d + 1:]
+    if node.op == UNFLATTEN:
+        if len(node.args) == 2 and shapes[node.args[1].name] != shape:
+            raise IRError(f"{node.args[0].name} {shape} is viewed with the sizes of {node.args[1].name} "
+                          f"{list(shapes[node.args[1].name])}, whose shape differs; view it with its own sizes")
+        if node.attr("rank") not in (None, len(shape)):
+            raise IRError(f"a view naming {node.attr('rank') - 1} of the dims of a {len(shape)}-D tensor {shape} "
+                          "besides the one it splits would merge the others; write x.unflatten(dim, (a, -1))")
+        d, sizes = _dim(node, "dim", len(shape)), list(node.attr("sizes"))
+        if shape[d] % math.prod(s for s in sizes if s != -1) or (-1 not in sizes and math.prod(sizes) != shape[d]):
+            raise IRError(f"dim {node.attr('dim')} of {shape} has {shape[d]} elements, which do not split into "
+                          f"{tuple(sizes)}")
+        return shape[:d] + _reshaped([shape[d]], sizes) + shape[d + 1:]
     if node.op == RESHAPE_AS:
         other = list(shapes[node.args[1].name])[:node.attr("dims")]
         if math.prod(other) != math.prod(shape):
@@ -338,6 +390,9 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
     tensors (their element counts stay equal)."""
     if node.op == RESHAPE_AS:
         return {d for case in cases for a in node.args for d in case[a.name]}, 1
+    if node.op == UNFLATTEN:            # the split dim and its parts keep their sizes: they divide
+        d = node.attr("dim")
+        return {s for case in cases for s in (case[node.args[0].name][d], *output_shape(node, case))}, 1
     if node.op not in (SLICE, SELECT):
         return set(), 1
     dim = node.attr("dim")
@@ -378,6 +433,8 @@ def torch_text(node: Node, x: str, other: str | None = None) -> str:
         return f"{x}.reshape({', '.join(map(str, node.attr('sizes')))})"
     if node.op == FLATTEN:
         return f"{x}.flatten({node.attr('start')}, {node.attr('end')})"
+    if node.op == UNFLATTEN:
+        return f"{x}.unflatten({node.attr('dim')}, {tuple(node.attr('sizes'))})"
     dim = node.attr("dim")
     return f"{x}.{node.op}({'' if dim is None else dim})"
 

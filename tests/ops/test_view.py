@@ -3,6 +3,8 @@ chain stage the entry takes (`stage0 = A.unsqueeze(1)`), the next kernel reading
 Generated and run under Triton's interpreter against torch on float64 inputs."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -131,6 +133,29 @@ def test_a_slice_keeps_the_size_of_the_dim_it_cuts_and_of_its_piece():
 def test_views_take_torchs_shapes(expression, shapes, shape):
     node = ir.parse(expression, as_written=True)
     assert ir.output_shape(node, shapes) == shape and ir.parse(ir.to_text(node), as_written=True) == node
+
+
+@pytest.mark.parametrize("expression, shape, text, out", [
+    # a dim split by a constant: heads out of a hidden dim, as attention code writes it
+    ("relu(x.view(x.size(0), x.size(1), 4, -1))", [2, 5, 32], "relu(x.unflatten(2, (4, -1)))", [2, 5, 4, 8]),
+    ("relu(x.view(x.shape[0], x.shape[1], 4, x.shape[2] // 4))", [2, 5, 32], "relu(x.unflatten(2, (4, -1)))",
+     [2, 5, 4, 8]),
+    ("relu(x.view(x.size(0), 4, 8, x.size(2)))", [2, 32, 16], "relu(x.unflatten(1, (4, 8)))", [2, 4, 8, 16]),
+    ("relu(x.unflatten(-1, (-1, 2)))", [3, 8], "relu(x.unflatten(-1, (-1, 2)))", [3, 4, 2]),
+])
+def test_a_dim_split_by_a_constant_is_an_unflatten(expression, shape, text, out):
+    node = ir.parse(expression, as_written=True)
+    assert ir.to_text(node) == text and ir.output_shape(node, {"x": shape}) == out
+
+
+@pytest.mark.parametrize("expression, shape, says", [
+    ("relu(x.view(x.size(0), -1, 4))", [2, 5, 32], "would merge the others"),       # torch merges dims 1 and 2
+    ("relu(x.view(x.size(0), x.size(1), 4, -1))", [2, 5, 30], "do not split into (4, -1)"),
+    ("relu(x.unflatten(1, (3, 3)))", [2, 10], "do not split into (3, 3)"),
+])
+def test_splits_that_do_not_fit_are_refused(expression, shape, says):
+    with pytest.raises(ir.IRError, match=re.escape(says)):
+        ir.output_shape(ir.parse(expression, as_written=True), {"x": shape})
 
 
 @pytest.mark.parametrize("expression, shapes, says", [
