@@ -5,6 +5,7 @@ weights named by their path in the whole model; a forward too large to inline re
 from __future__ import annotations
 
 import ast
+import json
 import textwrap
 
 import pytest
@@ -66,6 +67,23 @@ def get_init_inputs():
 
 def read(code: str) -> pasted_module.Pasted:
     return pasted_module.read(ast.parse(textwrap.dedent(code)))
+
+
+def judged(request: str) -> tuple[dict, dict, dict]:
+    """(spec, generated files, the CPU runner's kernel_test result) of a request."""
+    from bot.generators.interface import GenRequest
+    from bot.generators.offline import OfflineGenerator
+    from bot.request import parse_request
+    from runner import worker
+
+    spec, _ = parse_request(request)
+    gen, approved = OfflineGenerator(), {"spec": json.dumps(spec)}
+    files = {"spec.json": approved["spec"], **{name: gen.generate(GenRequest(kind, request, approved)).content
+                                                for name, kind in (("reference.py", "reference"), ("kernel.py", "kernel"),
+                                                                   ("test_kernel.py", "kernel_test"))}}
+    result = worker.execute_job({"job_id": "t-judged", "kind": "kernel_test", "backend": "cpu", "attempt": 1,
+                                 "timeout_s": 600, "files": files}, lambda line: None)
+    return spec, files, result
 
 
 def test_blocks_from_a_helper_method_are_inlined_with_their_weights_at_their_paths():
@@ -160,24 +178,11 @@ def test_blocks_made_of_what_is_not_known_are_refused(init, says):
 def test_a_model_of_blocks_passes_the_judge_against_the_pasted_file():
     """The whole path: the pasted file is the reference (integrity-checked), the judge binds each
     inlined block's weights at its path, and the chain's kernels match the model's own forward."""
-    import json
-
-    from bot.generators.interface import GenRequest
-    from bot.generators.offline import OfflineGenerator
-    from bot.request import parse_request
-    from runner import worker
     from runner.integrity import check_reference
 
     small = RESNET_BLOCKS.replace("torch.randn(2, 4, 8, 8)", "torch.randn(1, 4, 5, 5)")
-    request = f"in fp32\n```python\nimport torch\nimport torch.nn as nn\n{small}```\n"
-    spec, _ = parse_request(request)
-    gen, approved = OfflineGenerator(), {"spec": json.dumps(spec)}
-    files = {"spec.json": approved["spec"], **{name: gen.generate(GenRequest(kind, request, approved)).content
-                                                for name, kind in (("reference.py", "reference"), ("kernel.py", "kernel"),
-                                                                   ("test_kernel.py", "kernel_test"))}}
+    _, files, result = judged(f"in fp32\n```python\nimport torch\nimport torch.nn as nn\n{small}```\n")
     assert check_reference(files["reference.py"], "Model") == []
-    result = worker.execute_job({"job_id": "t-blocks", "kind": "kernel_test", "backend": "cpu", "attempt": 1,
-                                 "timeout_s": 600, "files": files}, lambda line: None)
     assert result["status"] == "pass", result["summary"]
 
 
@@ -227,23 +232,11 @@ def test_multi_head_self_attention_passes_the_judge_with_weights_at_their_init_s
     """Heads split out of the hidden dim (q.view(B, T, h, C // h)), attention, heads joined back:
     read as unflatten, scaled_dot_product_attention and reshape; the judge draws each Linear's weight
     and bias at 1/sqrt(fan_in), as the layer is made, so its float16 reference stays the float64 one."""
-    import json
+    from runner import protocol
 
-    from bot.generators.interface import GenRequest
-    from bot.generators.offline import OfflineGenerator
-    from bot.request import parse_request
-    from runner import protocol, worker
-
-    request = f"in fp16\n```python\n{MHA}```\n"
-    spec, _ = parse_request(request)
+    spec, _, result = judged(f"in fp16\n```python\n{MHA}```\n")
     assert "scaled_dot_product_attention(" in spec["expression"] and ".unflatten(2, (4, -1))" in spec["expression"]
     shapes = {i["name"]: i["shapes"][0] for i in spec["inputs"]}
     assert protocol.init_scale(spec["inputs"], "qkv_bias", shapes) == 1 / 32 ** 0.5
     assert protocol.init_scale(spec["inputs"], "x", shapes) == 1.0
-    gen, approved = OfflineGenerator(), {"spec": json.dumps(spec)}
-    files = {"spec.json": approved["spec"], **{name: gen.generate(GenRequest(kind, request, approved)).content
-                                                for name, kind in (("reference.py", "reference"), ("kernel.py", "kernel"),
-                                                                   ("test_kernel.py", "kernel_test"))}}
-    result = worker.execute_job({"job_id": "t-mha", "kind": "kernel_test", "backend": "cpu", "attempt": 1,
-                                 "timeout_s": 600, "files": files}, lambda line: None)
     assert result["status"] == "pass", result["summary"]
