@@ -88,3 +88,12 @@ def test_loops_and_branches_on_what_is_not_known_are_refused_by_line(init, forwa
     with pytest.raises(GenerationError, match=None) as e:
         read(init, forward)
     assert says in str(e.value)
+
+
+def test_forward_parameters_get_inputs_leaves_out_take_their_defaults():
+    code = ("class Model(nn.Module):\n    def forward(self, x, mask=None, scale=2.0):\n"
+            "        if mask is not None:\n            x = x.masked_fill(mask, 0.0)\n        return x * scale\n\n"
+            "def get_inputs():\n    return [torch.randn(4, 8)]\n\ndef get_init_inputs():\n    return []\n")
+    p = pasted_module.read(ast.parse(code))
+    assert p.function.startswith("def forward(x):") and "* 2.0" in p.function and list(p.shapes) == ["x"]
+    assert pasted_module.buildable(ast.parse(code)) == ("Model", ["x"])

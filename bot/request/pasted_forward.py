@@ -44,9 +44,9 @@ class Resolver(ast.NodeTransformer):
     def _take(self, params: list[Param]) -> None:
         self.root.params += [p for p in params if p not in self.root.params]   # a layer called twice: once
 
-    def function(self, forward: ast.FunctionDef) -> ast.FunctionDef:
+    def function(self, forward: ast.FunctionDef, tensors: list[str]) -> ast.FunctionDef:
         """forward as a plain function of its tensors and then the learned tensors it reads."""
-        names = [a.arg for a in forward.args.args[1:]]
+        names = list(tensors)
         body = self.statements(forward.body)
         args = ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in names + [p.name for p in self.params]],
                              kwonlyargs=[], kw_defaults=[], defaults=[])
@@ -68,7 +68,8 @@ class Resolver(ast.NodeTransformer):
         a present object (`if self.bias is not None`); NotConstant where it reads anything else."""
         present = {f"self.{k}" for k, v in self.attrs.items() if isinstance(v, (Sub, Seq, Nested, Learned))}
         held = _Present(present, self.attrs).visit(copy.deepcopy(e))
-        return const(self.visit(held), {"__present__": object()})
+        known = {k: v for k, v in self.env.items() if k not in self.shadowed and v is None}   # mask=None
+        return const(self.visit(held), {**known, "__present__": object()})
 
     def _modules(self, e: ast.expr) -> list[ast.expr] | None:
         """self.<module list>'s layers (or a slice's: self.layers[1:]) as self.<attr>[k], for a loop over it."""

@@ -65,7 +65,23 @@ def buildable(tree: ast.Module) -> tuple[str, list[str]] | None:
     functions, cls, forward = _layout(tree)
     if cls is None or forward is None or "get_init_inputs" not in functions:
         return None
-    return cls.name, [a.arg for a in forward.args.args[1:]]
+    left = _defaulted(forward, functions.get("get_inputs"))
+    return cls.name, [a.arg for a in forward.args.args[1:] if a.arg not in left]
+
+
+def _defaulted(forward: ast.FunctionDef, made: ast.FunctionDef | None) -> dict:
+    """forward's trailing parameters get_inputs does not give, each with its constant default
+    (`mask=None`, `scale=1.0`): constants of the function, not inputs. Empty where any left out has no
+    constant default or is assigned in forward (get_inputs' count is then refused as it is)."""
+    returned = next((s.value for s in made.body if isinstance(s, ast.Return)), None) if made else None
+    if not isinstance(returned, (ast.List, ast.Tuple)) or any(isinstance(e, ast.Starred) for e in returned.elts):
+        return {}
+    params, defaults = forward.args.args[1:], forward.args.defaults
+    left = params[len(returned.elts):]
+    if not left or len(left) > len(defaults) or not all(isinstance(d, ast.Constant) for d in defaults[-len(left):]) \
+            or {p.arg for p in left} & _local_names(forward):        # one forward assigns is not a constant
+        return {}
+    return {p.arg: d.value for p, d in zip(left, defaults[-len(left):])}
 
 
 def read(tree: ast.Module) -> Pasted:
@@ -80,9 +96,11 @@ def read(tree: ast.Module) -> Pasted:
     init = methods.get("__init__")
     given = init_inputs(functions.get("get_init_inputs"), env)
     attrs = init_attributes(cls, init_arguments(init, given, {}, env, cls) if init else {}, env)
-    tensors = [a.arg for a in forward.args.args[1:]]
+    left = _defaulted(forward, functions.get("get_inputs"))
+    env.update(left)
+    tensors = [a.arg for a in forward.args.args[1:] if a.arg not in left]
     resolver = Resolver(env, attrs, set(tensors) | _local_names(forward))
-    fn = resolver.function(forward)
+    fn = resolver.function(forward, tensors)
     name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", cls.name).lower() if cls and cls.name != "Model" else None
     line = next((s.lineno for s in ast.walk(forward) if isinstance(s, ast.Return)), forward.lineno)
     built = buildable(tree)
