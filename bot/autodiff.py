@@ -8,7 +8,8 @@ Each rule is PyTorch's own derivative (tools/autograd/derivatives.yaml): relu's 
 sign(x) with 0 at 0, maximum and minimum split an equal pair's gradient in halves, clamp passes it
 where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layernorm and rmsnorm
 over the last dim (with weight and bias, of a pointwise body), sum and mean over a dim or all,
-matmul (transposed operands, a pointwise epilogue) and cross entropy (its logits') have rules; any other op is refused, naming it.
+matmul (transposed operands, a pointwise epilogue) and cross entropy (its logits') have rules; any
+other op is refused, naming it.
 """
 from __future__ import annotations
 

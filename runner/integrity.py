@@ -479,6 +479,11 @@ def _class_constant(stmt: ast.stmt) -> bool:
     return all(isinstance(n, (ast.Constant, ast.Tuple, ast.Load, ast.UnaryOp, ast.USub)) for n in ast.walk(stmt.value))
 
 
+def _of_self(kind: V) -> bool:
+    """reference.py: self, or what was read from it (a layer, a weight, a view of one)."""
+    return kind.tag == "self" or kind == HELD
+
+
 def _element(v: V) -> V:
     """What iterating over v gives."""
     if v.tag == "tensor":
@@ -494,7 +499,7 @@ def _element(v: V) -> V:
         return TENSOR if v.tensor else V("value", shared=v.shared)
     if v.tag == "str":
         return STR
-    return V("value", v.path if v == HELD else "", tensor=v.tensor)
+    return HELD if v == HELD else V("value", tensor=v.tensor)
 
 
 def _container(items: list[V], shared: bool = False, keep: bool = True) -> V:
@@ -1485,7 +1490,7 @@ class _Check:
             if isinstance(root, ast.Name) and root.id in ctx.params and root_kind.tag != "self":
                 self.flag(target, "state", f"writes into its input {root.id}: work on a copy (x = x.clone())")
             elif not isinstance(root, ast.Name) or root_kind.shared or root.id not in ctx.names or (
-                    (root_kind.tag == "self" or root_kind == HELD) and ctx.method not in self.construction):
+                    _of_self(root_kind) and ctx.method not in self.construction):
                 self.flag(target, "state", f"writes items of {_src(target.value)}: reference.py may change only "
                                            "what the function made (out = x.clone(); out[m] = 0), never its inputs, "
                                            "self or module-level names")
@@ -2348,7 +2353,7 @@ class _Check:
         if self.reference:
             root = _root(func.value)
             kind = self.lookup(root, ctx, quiet=True) if isinstance(root, ast.Name) else VALUE
-            owned = kind.tag == "self" or kind == HELD         # self, or a layer read from it
+            owned = _of_self(kind)
             outside = (owned and ctx.method not in self.construction) or (not owned and kind.shared)
             if outside and ((name.endswith("_") and not name.endswith("__")) or
                             (name in MUTATING and base.tag in ("value", "container"))):

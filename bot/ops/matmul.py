@@ -1,7 +1,7 @@
 """The matmul family: a @ b (2-D, batched [..., M, K] @ [..., K, N] over the same batch dims, or
-[..., M, K] by a shared 2-D b) inside a pointwise epilogue, e.g. relu(a @ b + bias) * 0.5 + residual, as one tiled tl.dot kernel: a program computes
-a BLOCK_M x BLOCK_N tile of a [M, K] @ b [K, N] into a float32 accumulator, applies the epilogue to
-that tile, and stores it once in the output dtype.
+[..., M, K] by a shared 2-D b) inside a pointwise epilogue, e.g. relu(a @ b + bias) * 0.5 + residual,
+as one tiled tl.dot kernel: a program computes a BLOCK_M x BLOCK_N tile of a [M, K] @ b [K, N] into
+a float32 accumulator, applies the epilogue to that tile, and stores it once in the output dtype.
 
 The kernel is persistent (a few programs per SM walk the tiles of the whole batch) and loads its
 operand tiles with TMA (host-made tensor descriptors). A float16/bfloat16 output with aligned rows
@@ -47,8 +47,8 @@ ROOT = False
 # torch.triu(a @ b, diagonal) keeps the elements with col - row >= diagonal of each matrix (the last
 # two dims), tril those with col - row <= diagonal: read as the matmul's attrs tri and diagonal.
 TRIANGLES = {"triu": ">=", "tril": "<="}
-SUPPORTED = ("", "matmul a @ b (2-D, batched [..., M, K] @ [..., K, N], or [..., M, K] @ [K, N]; tf32=True for float32; einsum of "
-             "such a product) with a pointwise epilogue, e.g. relu(a @ b + bias), and its upper or lower triangle, "
+SUPPORTED = ("", "matmul a @ b (2-D, batched [..., M, K] @ [..., K, N], or [..., M, K] @ [K, N]; tf32=True for "
+             "float32; einsum of such a product) with a pointwise epilogue, e.g. relu(a @ b + bias), and its upper or lower triangle, "
              "torch.triu(a @ b, diagonal=1)")
 ALIASES = {"mm": "matmul", "bmm": "matmul"}
 KEYWORDS = {MATMUL: {"tf32"}, TRANSPOSE: set(), "t": set(), "linear": {"weight", "bias"}, EINSUM: set(),

@@ -25,8 +25,9 @@ SLICE, SELECT, UNFLATTEN = "slice", "select", "unflatten"
 OPS = {UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS, SLICE, SELECT, UNFLATTEN}
 ROOT = False
 SUPPORTED = ("", "views of a tensor between kernels (unsqueeze, squeeze, flatten, reshape/view to unit dims, "
-             "joining dims or splitting one by a constant (x.view(b, t, heads, -1), x.unflatten(2, (heads, -1))), view_as; slices x[:, a:b], x[..., 0], narrow, select, chunk(n, dim)[i], "
-             "split(size, dim)[i], unbind(dim)[i])")
+             "joining dims or splitting one by a constant (x.view(b, t, heads, -1), x.unflatten(2, (heads, -1))), "
+             "view_as; slices x[:, a:b], x[..., 0], narrow, select, chunk(n, dim)[i], split(size, dim)[i], "
+             "unbind(dim)[i])")
 ALIASES = {"view": RESHAPE, "view_as": RESHAPE_AS}
 KEYWORDS = {UNSQUEEZE: {"dim"}, SQUEEZE: {"dim"}, FLATTEN: {"start_dim", "end_dim"}, RESHAPE: {"shape"},
             RESHAPE_AS: {"other"}, "narrow": {"dim", "start", "length"}, SELECT: {"dim", "index"},
@@ -342,10 +343,11 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
             raise IRError(f"a view naming {node.attr('rank') - 1} of the dims of a {len(shape)}-D tensor {shape} "
                           "besides the one it splits would merge the others; write x.unflatten(dim, (a, -1))")
         d, sizes = _dim(node, "dim", len(shape)), list(node.attr("sizes"))
-        if shape[d] % math.prod(s for s in sizes if s != -1) or (-1 not in sizes and math.prod(sizes) != shape[d]):
+        try:
+            return shape[:d] + _reshaped([shape[d]], sizes) + shape[d + 1:]
+        except IRError:
             raise IRError(f"dim {node.attr('dim')} of {shape} has {shape[d]} elements, which do not split into "
-                          f"{tuple(sizes)}")
-        return shape[:d] + _reshaped([shape[d]], sizes) + shape[d + 1:]
+                          f"{tuple(sizes)}") from None
     if node.op == RESHAPE_AS:
         other = list(shapes[node.args[1].name])[:node.attr("dims")]
         if math.prod(other) != math.prod(shape):

@@ -170,7 +170,7 @@ class Resolver(ast.NodeTransformer):
         local = {p: e.value for p, e in bound.items() if isinstance(e, ast.Constant)}
         self.root.inlined += 1
         suffix = f"__{self.root.inlined}"
-        mine = set(tensors) | _assigned(fn)
+        mine = set(tensors) | assigned_names(fn)
         inner = Resolver({**self.env, **local}, nested.attrs, mine, f"{self.prefix}{attr}.", self.root)
         body = inner.statements(fn.body)
         returned = next((s for s in body if isinstance(s, ast.Return)), None)
@@ -219,7 +219,8 @@ def _bound(fn: ast.FunctionDef, params: list[str], args: list[ast.expr], keyword
     return bound
 
 
-def _assigned(fn: ast.FunctionDef) -> set[str]:
+def assigned_names(fn: ast.FunctionDef) -> set[str]:
+    """The names a function binds: by assignment, augmented assignment or as a loop's variable."""
     return {t.id for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For))
             for t in ast.walk(n.targets[0] if isinstance(n, ast.Assign) else n.target) if isinstance(t, ast.Name)}
 

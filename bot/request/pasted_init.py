@@ -37,11 +37,11 @@ def init_inputs(made: ast.FunctionDef | None, env: dict) -> list | None:
 
 
 def init_arguments(init: ast.FunctionDef, given: list | None, keywords: dict, env: dict, cls: ast.ClassDef,
-                   line: int | None = None) -> dict:
-    """A function's parameters (after self) -> the values given (get_init_inputs', or a constructor or
-    method call's on `line`), the defaults for the rest."""
+                   line: int | None = None, takes_self: bool = True) -> dict:
+    """A function's parameters (after self, where it takes one) -> the values given (get_init_inputs',
+    or a constructor or function call's on `line`), the defaults for the rest."""
     a = init.args
-    params = [p.arg for p in a.args[1:]]
+    params = [p.arg for p in a.args[1 if takes_self else 0:]]
     defaults = dict(zip(params[len(params) - len(a.defaults):], a.defaults))
     defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
     given = given or []
@@ -73,6 +73,15 @@ def init_attributes(cls: ast.ClassDef | None, arguments: dict, env: dict) -> dic
     attrs: dict = {}
     _Run(cls, attrs, env).body(init.body, {**env, **arguments})
     return attrs
+
+
+def _constants(made: ast.Call, env: dict) -> tuple[tuple, dict] | None:
+    """A call's positional and keyword arguments as constants (a **mapping left out); None where one
+    is not a constant."""
+    try:
+        return tuple(const(a, env) for a in made.args), {k.arg: const(k.value, env) for k in made.keywords if k.arg}
+    except NotConstant:
+        return None
 
 
 def _methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
@@ -167,17 +176,12 @@ class _Run:
     def method(self, fn: ast.FunctionDef, made: ast.Call, local: dict, line: int, scope: dict, takes_self: bool):
         """A helper method of the class (run with the same self: it may set attributes too) or a
         function __init__ defines (run in __init__'s scope): the layer it returns."""
-        try:
-            args = [const(a, local) for a in made.args]
-            keywords = {k.arg: const(k.value, local) for k in made.keywords if k.arg}
-        except NotConstant:
+        given = _constants(made, local)
+        if given is None:
             return Opaque(line, ast.unparse(made)[:60])
-        helper = fn if takes_self else ast.FunctionDef(fn.name, ast.arguments(
-            posonlyargs=[], args=[ast.arg("self"), *fn.args.args], kwonlyargs=fn.args.kwonlyargs,
-            kw_defaults=fn.args.kw_defaults, defaults=fn.args.defaults), fn.body, [], None, type_params=[])
-        arguments = init_arguments(helper, args, keywords, local, self.cls, line)
-        made = _Run(self.cls, self.attrs, self.env, self.depth + 1).body(fn.body, {**scope, **arguments})
-        return Opaque(line, ast.unparse(made)[:60]) if made is None else made
+        arguments = init_arguments(fn, list(given[0]), given[1], local, self.cls, line, takes_self)
+        returned = _Run(self.cls, self.attrs, self.env, self.depth + 1).body(fn.body, {**scope, **arguments})
+        return Opaque(line, ast.unparse(made)[:60]) if returned is None else returned
 
 
 class _Known(ast.NodeTransformer):
@@ -247,26 +251,21 @@ def _appended(stmt: ast.stmt, local: dict, attrs: dict, value, run: _Run) -> boo
     return True
 
 
-def _nested(cls: ast.ClassDef, made: ast.Call, env: dict, line: int, depth: int) -> Nested | Opaque:
-    """An instance of a module class the paste defines: its attributes for the constructor's arguments."""
-    methods = _methods(cls)
-    try:
-        args = [const(a, env) for a in made.args]
-        keywords = {k.arg: const(k.value, env) for k in made.keywords if k.arg}
-    except NotConstant:
-        return Opaque(line, ast.unparse(made)[:60])
-    if "forward" not in methods or len(keywords) != len(made.keywords) or depth >= MAX_DEPTH:
+def _nested(cls: ast.ClassDef, made: ast.Call, env: dict, line: int, run: _Run) -> Nested | Opaque:
+    """An instance of a module class the paste defines: its attributes for the constructor's arguments
+    (evaluated where it is made, env), its __init__ run in the module's scope (run.env)."""
+    methods, given = _methods(cls), _constants(made, env)
+    if given is None or "forward" not in methods or len(given[1]) != len(made.keywords) or run.depth >= MAX_DEPTH:
         return Opaque(line, ast.unparse(made)[:60])
     init = methods.get("__init__")
-    arguments = init_arguments(init, args, keywords, env, cls, line) if init else {}
+    arguments = init_arguments(init, list(given[0]), given[1], env, cls, line) if init else {}
     attrs: dict = {}
     if init is not None:
-        _Run(cls, attrs, {k: v for k, v in env.items() if not k.startswith("__self_")}, depth + 1).body(
-            init.body, {**env, **arguments})
+        _Run(cls, attrs, run.env, run.depth + 1).body(init.body, {**run.env, **arguments})
     return Nested(cls.name, methods["forward"], attrs, line)
 
 
-def _layers(args: list[ast.expr], env: dict, line: int, run: _Run | None = None) -> tuple[Sub | Seq | Nested, ...] | None:
+def _layers(args: list[ast.expr], env: dict, line: int, run: _Run) -> tuple[Sub | Seq | Nested, ...] | None:
     """The layers a Sequential or ModuleList is given (each written, a list, `*layers`, or a list
     comprehension over constants); None where one is not a layer I can read."""
     out: list = []
@@ -281,7 +280,7 @@ def _layers(args: list[ast.expr], env: dict, line: int, run: _Run | None = None)
     return tuple(out) if all(isinstance(x, _LAYER) for x in out) else None
 
 
-def _listed(e: ast.expr, env: dict, line: int, run: _Run | None) -> list | None:
+def _listed(e: ast.expr, env: dict, line: int, run: _Run) -> list | None:
     if isinstance(e, (ast.List, ast.Tuple)):
         return [_attribute(x, env, line, run) for x in e.elts]
     if isinstance(e, ast.Name) and isinstance(env.get(e.id), list):
@@ -303,17 +302,16 @@ def _is_super_init(stmt: ast.stmt) -> bool:
         re.fullmatch(r"super\((\w+, self)?\)\.__init__", ast.unparse(stmt.value.func)) is not None
 
 
-def _attribute(value: ast.expr, env: dict, line: int, run: _Run | None = None):
+def _attribute(value: ast.expr, env: dict, line: int, run: _Run):
     """What value evaluates to in env: a constant, a layer (run: the instance whose helpers it may
     call), or Opaque."""
     try:
         return const(value, env)
     except NotConstant:
         pass
-    made = run.helper(value, env, line) if run is not None and isinstance(value, ast.Call) else None
+    made = run.helper(value, env, line) if isinstance(value, ast.Call) else None
     if made is not None:
         return made
-    depth = run.depth if run is not None else 0
     if isinstance(value, ast.Call) and ast.unparse(value.func) in ("nn.Parameter", "torch.nn.Parameter") and value.args:
         made = value.args[0]
         if isinstance(made, ast.Call) and ast.unparse(made.func) == "torch.tensor":
@@ -324,7 +322,7 @@ def _attribute(value: ast.expr, env: dict, line: int, run: _Run | None = None):
                 pass
         return Learned(made_shape(made, env, "a parameter"), line)
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and isinstance(env.get(value.func.id), ast.ClassDef):
-        return _nested(env[value.func.id], value, env, line, depth)
+        return _nested(env[value.func.id], value, env, line, run)
     kind = ast.unparse(value.func).removeprefix("torch.").removeprefix("nn.") if isinstance(value, ast.Call) else ""
     if kind in ("Sequential", "ModuleList") and not value.keywords and (kind == "Sequential" or len(value.args) <= 1):
         layers = _layers([ast.Starred(a, ast.Load()) if kind == "ModuleList" else a for a in value.args], env, line,
@@ -336,10 +334,7 @@ def _attribute(value: ast.expr, env: dict, line: int, run: _Run | None = None):
             return items
     if isinstance(value, ast.Call) and (path := ast.unparse(value.func)).split(".")[0] in ("nn", "torch") \
             and "." in path:
-        try:
-            args = tuple(const(a, env) for a in value.args)
-            kwargs = {k.arg: const(k.value, env) for k in value.keywords if k.arg}
-            return Sub(path.rsplit(".", 1)[1], args, kwargs, line)
-        except NotConstant:
-            pass
+        given = _constants(value, env)
+        if given is not None:
+            return Sub(path.rsplit(".", 1)[1], *given, line)
     return Opaque(line, ast.unparse(value)[:60])

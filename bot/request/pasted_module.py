@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from bot.generators.interface import GenerationError
 from bot.request.pasted_constants import module_constants
-from bot.request.pasted_forward import Resolver
+from bot.request.pasted_forward import Resolver, assigned_names
 from bot.request.pasted_init import init_arguments, init_attributes, init_inputs
 from bot.request.pasted_inputs import INDEX, MASK, read_inputs
 
@@ -79,7 +79,7 @@ def _defaulted(forward: ast.FunctionDef, made: ast.FunctionDef | None) -> dict:
     params, defaults = forward.args.args[1:], forward.args.defaults
     left = params[len(returned.elts):]
     if not left or len(left) > len(defaults) or not all(isinstance(d, ast.Constant) for d in defaults[-len(left):]) \
-            or {p.arg for p in left} & _local_names(forward):        # one forward assigns is not a constant
+            or {p.arg for p in left} & assigned_names(forward):        # one forward assigns is not a constant
         return {}
     return {p.arg: d.value for p, d in zip(left, defaults[-len(left):])}
 
@@ -99,7 +99,7 @@ def read(tree: ast.Module) -> Pasted:
     left = _defaulted(forward, functions.get("get_inputs"))
     env.update(left)
     tensors = [a.arg for a in forward.args.args[1:] if a.arg not in left]
-    resolver = Resolver(env, attrs, set(tensors) | _local_names(forward))
+    resolver = Resolver(env, attrs, set(tensors) | assigned_names(forward))
     fn = resolver.function(forward, tensors)
     name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", cls.name).lower() if cls and cls.name != "Model" else None
     line = next((s.lineno for s in ast.walk(forward) if isinstance(s, ast.Return)), forward.lineno)
@@ -121,8 +121,3 @@ def _is_nn_module(base: ast.expr) -> bool:
 
 def _takes_self(fn: ast.FunctionDef) -> bool:
     return bool(fn.args.args) and fn.args.args[0].arg == "self"
-
-
-def _local_names(fn: ast.FunctionDef) -> set[str]:
-    return {t.id for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
-            for t in ast.walk(n.targets[0] if isinstance(n, ast.Assign) else n.target) if isinstance(t, ast.Name)}
