@@ -18,7 +18,10 @@ torch, math and the job's own modules, and reads nothing but its spec.json.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass, field, replace
+
+from runner import protocol
 
 
 def _words(text: str) -> frozenset[str]:
@@ -407,7 +410,7 @@ def _plain_super(args: list[ast.expr], classes: dict[str, ast.ClassDef]) -> bool
 @dataclass(frozen=True)
 class V:
     """What an expression is, as far as names show: tag module | leaf | tensor | container | str | value |
-    builtin | func | jit | lambda | class | instance | self | dtype | file | mixed."""
+    builtin | func | jit | lambda | class | instance | self | dtype | file | mixed | lean (the lean launch)."""
     tag: str
     path: str = ""            # module or chain path, function name(s), builtin name
     role: str = ""            # a leaf's role
@@ -588,6 +591,27 @@ def _stored_names(body: list[ast.stmt]) -> set[str]:
     return found
 
 
+def _bound_at_module(node: ast.stmt) -> set[str]:
+    """Names a module-level statement binds, imports inside a try included."""
+    names = _stored_names([node])
+    for sub in ast.walk(node) if isinstance(node, ast.Try) else ():
+        if isinstance(sub, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in sub.names}
+    return names
+
+
+@functools.cache
+def _lean_block() -> tuple[tuple[str, ...], frozenset[str]]:
+    """runner/lean_launch.py's block as kernel.py carries it: each statement's syntax tree (no
+    positions), and the names it binds (a separate `from triton.runtime import driver` aside)."""
+    body = ast.parse(protocol.lean_launch_source()).body
+    return tuple(ast.dump(n) for n in body), frozenset().union(*map(_bound_at_module, body))
+
+
+def _lean_statement(node: ast.stmt) -> bool:
+    return bool(_bound_at_module(node) & _lean_block()[1]) and not isinstance(node, (ast.Import, ast.ImportFrom))
+
+
 def _arg_names(args: ast.arguments) -> list[ast.arg]:
     return [*args.posonlyargs, *args.args, *([args.vararg] if args.vararg else []), *args.kwonlyargs,
             *([args.kwarg] if args.kwarg else [])]
@@ -627,6 +651,7 @@ class _Check:
                                 for c in tree.body if isinstance(c, ast.ClassDef)}
         self.record = False
         self.globals: dict[str, V] = {}
+        self.lean = self.kernel and self.take_lean_block()
         self.bound: dict[str, list[int]] = {}
         self.functions: dict[str, ast.FunctionDef] = {}
         self.classes: dict[str, ast.ClassDef] = {}
@@ -666,8 +691,27 @@ class _Check:
         if self.record:
             self.found.append(Violation(getattr(node, "lineno", 0) or 0, rule, message))
 
+    def take_lean_block(self) -> bool:
+        """kernel.py: the lean launch block (runner/lean_launch.py), when every statement binding its
+        names is exactly the block, leaves the walk: it is the runner's own code. The file may then call
+        _launch(kernel, grid, ...), checked as kernel[grid](...), and use no other name of the block."""
+        at = [i for i, node in enumerate(self.tree.body) if _lean_statement(node)]
+        if not at:
+            return False
+        if tuple(ast.dump(self.tree.body[i]) for i in at) != _lean_block()[0] or at[-1] - at[0] != len(at) - 1:
+            self.found.append(Violation(self.tree.body[at[0]].lineno, "lean", (
+                f"binds {', '.join(sorted(set().union(*(_bound_at_module(self.tree.body[i]) for i in at))))}, names "
+                "of the lean launch block, but not as runner/lean_launch.py writes them (it keeps state between "
+                "calls, so only its own text may): keep the block exactly as generated, or launch with "
+                "kernel[grid](...)")))
+            return False
+        del self.tree.body[at[0]:at[-1] + 1]
+        return True
+
     def prescan(self) -> None:
         """Module-level names: imports, defs and classes (constants get their kinds in the passes)."""
+        if self.lean:
+            self.globals["_launch"] = V("lean", "_launch")
         for node in self.tree.body:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for alias, kind in self.imported(node, flag=False):
@@ -1522,6 +1566,9 @@ class _Check:
                 self.flag(node, rule, f"uses {name}() ({why}): it is not one of {self.file}'s builtins "
                                       f"({', '.join(sorted(self.builtins - EXCEPTIONS))})" +
                           ("; allocate with torch.empty and launch a @triton.jit function" if self.kernel else ""))
+            elif self.lean and name in _lean_block()[1]:
+                self.flag(node, "name", f"uses {name}, which belongs to the lean launch block: kernel.py calls "
+                                        "_launch(kernel, grid, ...) and uses nothing else of it")
             else:
                 self.flag(node, "name", f"uses {name}, which {self.file} does not define: it may use only "
                                         "parameters, locals, names it defines or imports, and the builtins "
@@ -1638,7 +1685,12 @@ class _Check:
         return STR
 
     def e_Name(self, node: ast.Name, ctx: _Fn) -> V:
-        return self.lookup(node, ctx)
+        kind = self.lookup(node, ctx)
+        if kind.tag == "lean":
+            self.flag(node, "launch", f"uses {node.id} as a value: the lean launch is only called, "
+                                      f"{node.id}(kernel, grid, *args), so the launch it makes is the one checked")
+            return V("refused")
+        return kind
 
     def e_Attribute(self, node: ast.Attribute, ctx: _Fn) -> V:
         if not _public(node.attr):
@@ -1963,6 +2015,8 @@ class _Check:
         func = node.func
         if isinstance(func, ast.Subscript):
             return self.launch(node, ctx)
+        if isinstance(func, ast.Name) and self.lookup(func, ctx, quiet=True).tag == "lean":
+            return self.lean_launch(node, ctx)
         if isinstance(func, ast.Attribute):
             if self.init_handles(node, ctx):
                 return VALUE
@@ -2042,6 +2096,17 @@ class _Check:
                 and func.attr == "__init__" and isinstance(func.value, ast.Call)
                 and isinstance(func.value.func, ast.Name) and func.value.func.id == "super"
                 and _plain_super(func.value.args, self.classes) and "super" not in self.globals)
+
+    def lean_launch(self, node: ast.Call, ctx: _Fn) -> V:
+        """_launch(kernel, grid, *args, **kwargs): checked as the launch kernel[grid](*args, **kwargs)."""
+        if len(node.args) < 2 or any(isinstance(a, ast.Starred) for a in node.args[:2]):
+            self.flag(node, "launch", f"calls {_src(node.func)} without a kernel and a grid first: "
+                                      f"{_src(node.func)}(kernel, grid, *args, **kwargs)")
+            self.call_args(node, ctx)
+            return VALUE
+        sub = ast.copy_location(ast.Subscript(value=node.args[0], slice=node.args[1], ctx=ast.Load()), node)
+        return self.launch(ast.copy_location(ast.Call(func=sub, args=node.args[2:], keywords=node.keywords), node),
+                           ctx)
 
     def launch(self, node: ast.Call, ctx: _Fn) -> V:
         sub = node.func

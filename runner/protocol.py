@@ -6,10 +6,12 @@ an optional PNG. Both sides import this module; nothing here runs generated code
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 DTYPE_ALIASES: dict[str, str] = {
     "float16": "float16", "fp16": "float16", "half": "float16", "f16": "float16",
@@ -231,6 +233,17 @@ def benchmarks_compile(device_type: str) -> bool:
 #   TUNED = {tuning_key(inputs): config, ...}      # filled in by the benchmark's export
 #   def NAME(*inputs, *, config=None)              # None: TUNED, else the launcher's default
 # The generated file carries a verbatim copy of tuning_key, so both sides key cases alike.
+LEAN_LAUNCH_MARKER = "# ---- copied into kernel.py from here\n"
+
+
+@functools.cache
+def lean_launch_source() -> str:
+    """The lean launch block every kernel.py carries, exactly: runner/lean_launch.py below its marker
+    (the generator copies it, the integrity check accepts nothing else under its names)."""
+    text = Path(__file__).with_name("lean_launch.py").read_text()
+    return text[text.index(LEAN_LAUNCH_MARKER) + len(LEAN_LAUNCH_MARKER):]
+
+
 MAX_CONFIGS = 32
 
 

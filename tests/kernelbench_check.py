@@ -66,6 +66,18 @@ def check(path: Path, workdir: Path, timed: bool, device: str) -> dict:
         return {**row, "status": "error", "detail": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]}
 
 
+def _against_float64(model: torch.nn.Module, inputs: list, want: torch.Tensor, got: torch.Tensor) -> str:
+    """For a mismatch: how far torch's own float32 forward and the kernel each are from the module run
+    in float64 on the same inputs. Both far off says the problem is ill-conditioned at this dtype (the
+    check compares two roundings); the kernel alone far off says the kernel is wrong."""
+    with torch.no_grad():
+        exact = model.double()(*[t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                                 for t in inputs])
+    scale = float(exact.abs().max()) or 1.0
+    return (f"max |error| / max |float64|: torch float32 {float((want.double() - exact).abs().max()) / scale:.2e}, "
+            f"kernel {float((got.double() - exact).abs().max()) / scale:.2e}")
+
+
 def run(path: Path, kernel_path: Path, spec: dict, timed: bool, device: str) -> dict:
     problem = load(path, "kb_" + re.sub(r"\W", "_", path.stem))
     kernel = getattr(load(kernel_path, "kb_kernel_" + re.sub(r"\W", "_", path.stem)), spec["name"])
@@ -91,6 +103,8 @@ def run(path: Path, kernel_path: Path, spec: dict, timed: bool, device: str) -> 
     else:
         ok = torch.equal(got, want)
     out["status"] = "pass" if ok else "mismatch"
+    if not ok and want.is_floating_point():
+        out["detail"] = _against_float64(model, inputs, want, got)
     if ok and timed:
         from triton.testing import do_bench
         with torch.no_grad():

@@ -4,7 +4,8 @@ kernel.py, called back to back from Python on small tensors, against the torch o
     python tests/launch_overhead.py [--device cuda] [--calls 20000]
 
 Two columns per operator: "python us", the launcher with its Triton launch replaced by a no-op (what
-the generated Python costs per call: checks, shapes, config lookup, the output's allocation), and,
+the generated Python costs per call: checks, shapes, config lookup, the output's allocation, the lean
+launch's key and lookup), and,
 on a GPU, "call us", the whole call with the real launch (torch.cuda.synchronize once at the end of
 the loop), beside torch eager's. Without a GPU only the first is measured (the interpreter's launch
 is no launch). The median of 5 loops is printed with the spread of the 5.
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -45,16 +47,24 @@ def launcher(expression: str, shapes: dict[str, list[int]], workdir: Path, stub:
     folder = workdir / f"k{abs(hash((expression, stub)))}"
     folder.mkdir()
     module = load(folder, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {}))
-    if stub:            # every @triton.jit kernel launched as a no-op
-        for name, value in vars(module).items():
+    if stub:            # every @triton.jit kernel launched as a no-op, through the lean launch's cache
+        for name, value in list(vars(module).items()):
             if name.endswith("_kernel"):
                 setattr(module, name, _NoLaunch())
+        module.driver = SimpleNamespace(active=SimpleNamespace(get_current_device=lambda: 0,
+                                                               get_current_stream=lambda device: 0))
     return module.op
 
 
 class _NoLaunch:
+    """A kernel whose launch returns a binary that launches nothing: the lean launch keeps it, so the
+    calls after the first take its cached path, as on a GPU."""
+    arg_names = ()
+
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: None
+        binary = SimpleNamespace(packed_metadata=None, function=None, run=lambda *args: None,
+                                 _init_handles=lambda: None)
+        return lambda *args, **kwargs: binary
 
 
 def per_call_us(fn, args, calls: int, device: str) -> tuple[float, float]:

@@ -12,16 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from bot import catalog, integrity, lower_torch, testgen
+from bot import catalog, integrity, ir, lower_torch, testgen
 from bot.ops import registry
 from bot.generators.interface import GenRequest
 from bot.generators.offline import OfflineGenerator
 from bot.request import parse_request
-from bot.spec import parse_expression
+from bot.spec import parse_expression, validate
 from bot.workflow import engine
 from bot.workflow.events import Edit, Generated, Start
 from bot.workflow.model import Session
 from runner import integrity as rules
+from runner import protocol
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CORPUS = Path(__file__).parent / "integrity"
@@ -352,7 +353,13 @@ def test_the_checks_are_pure_and_the_runner_never_imports_bot():
     tree = ast.parse((Path(rules.__file__)).read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | {
         n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"__future__", "ast", "dataclasses"}, imported
+    assert imported <= {"__future__", "ast", "dataclasses", "functools", "runner"}, imported
+    # from runner: the wire contract alone (the lean launch block's text), which is pure itself
+    assert {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "runner"
+            for a in n.names} == {"protocol"}
+    protocol_tree = ast.parse(Path(rules.__file__).with_name("protocol.py").read_text())
+    assert {n.module for n in ast.walk(protocol_tree) if isinstance(n, ast.ImportFrom)} <= {"__future__", "dataclasses",
+                                                                                              "pathlib"}
 
 
 # ---------------------------------------------------------------- where the checks apply
@@ -405,3 +412,34 @@ def test_edit_of_a_test_stage_that_reads_files_is_refused():
     assert "test_kernel.py breaks the integrity rules" in effects[0].text and "opens" in effects[0].text
     engine.handle(s, Edit("kernel_test", 1, "dave", test.replace("1e-6)", "2e-6)")), 4.0)
     assert s.latest("kernel_test").rev == 2
+
+
+# ---------------------------------------------------------------- the lean launch block
+
+def _lean_add() -> str:
+    spec = validate({"name": "op", "expression": "x + y",
+                     "inputs": [{"name": n, "dtypes": ["float16"], "shapes": [[64, 64]]} for n in "xy"]})
+    return ir.kernel_source(spec, parse_expression(spec), {})
+
+
+def test_the_lean_launch_block_is_copied_exactly_and_passes():
+    source = _lean_add()
+    assert protocol.lean_launch_source() in source and "_launch(op_kernel, grid, " in source
+    assert rules.check_kernel(source, "op") == []
+
+
+@pytest.mark.parametrize("change, words", [
+    # the block's own text changed: launched off the caller's stream, or results kept between calls
+    (lambda s: s.replace("driver.active.get_current_stream(device)", "0"), "not as runner/lean_launch.py writes"),
+    (lambda s: s.replace("_COMPILED = {}\n", "_COMPILED = {}\n_RESULTS = {}\n", 1) + "\n_COMPILED = {}\n",
+     "not as runner/lean_launch.py writes"),
+    (lambda s: s.replace("    return out\n", "    _COMPILED.clear()\n    return out\n"), "belongs to the lean launch"),
+    (lambda s: s.replace("    return out\n", "    keep = _keep\n    return out\n"), "belongs to the lean launch"),
+    (lambda s: s.replace("    return out\n", "    f = _launch\n    return out\n"), "uses _launch as a value"),
+    (lambda s: s.replace("_launch(op_kernel, grid, ", "_launch(torch.add, grid, "), "torch.add"),
+    (lambda s: s.replace("_launch(op_kernel, grid, ", "_launch(*(op_kernel, grid), "), "without a kernel and a grid"),
+    (lambda s: s.replace(protocol.lean_launch_source(), ""), "uses _launch, which kernel.py does not define"),
+])
+def test_the_lean_launch_is_the_runners_text_and_stands_for_a_checked_launch(change, words):
+    found = rules.check_kernel(change(_lean_add()), "op")
+    assert any(words in v.message for v in found), rules.report(found, "kernel.py")

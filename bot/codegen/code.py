@@ -59,6 +59,12 @@ def wrap(head: str, args: list[str], indent: str) -> str:
     return "\n".join([f"{indent}{head}(", *lines, current.rstrip(), f"{indent})"])
 
 
+def launch(kernel: str, grid: str, args: list[str], indent: str) -> str:
+    """The launch `kernel[grid](args)`, written as the lean launch every kernel.py carries
+    (runner/lean_launch.py: Triton's own launch path costs more than a small kernel's GPU time)."""
+    return wrap("_launch", [kernel, grid, *args], indent)
+
+
 def jit_source(name: str, params: list[str], lines: list[str], comment: str = "") -> str:
     """A @triton.jit function: its signature, a comment block (lines ending in newlines), the body."""
     return (f"@triton.jit\n{wrap(f'def {name}', params, '')}:\n{comment}"

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from bot.codegen.code import body_text, indented, jit_source, wrap
+from bot.codegen.code import body_text, indented, jit_source, launch, wrap
 from bot.codegen.kernel_file import Body, KernelFile, KernelInput, _expanded
 from bot.codegen.row_kernel import (EDGE_LINES, _row_config, _row_tile, align_elements, aligned_chunk, aligned_span,
                                     refuse_empty_dim)
@@ -145,7 +145,7 @@ class ReducedBodyFile(KernelFile):
 
     @staticmethod
     def _launch(kernel: str, grid: str, args: list[str], indent: str = "    ") -> str:
-        return f"{indent}grid = {grid}\n" + wrap(f"{kernel}[grid]", args, indent) + "\n"
+        return f"{indent}grid = {grid}\n" + launch(kernel, "grid", args, indent) + "\n"
 
 
 @dataclass(frozen=True)
@@ -419,5 +419,5 @@ class DimKernel(ReducedBodyFile):
                              args + ["BLOCK_R=block"] + consts, "        ")
         text += "    if SPLIT > 1:\n        BLOCK, SPLIT_P2 = _combine_block(A * B, SPLIT)\n"
         combine = self._dsts() + ["out", "A * B", "SPLIT", "D", "BLOCK=BLOCK", "SPLIT_P2=SPLIT_P2", "num_warps=4"]
-        text += wrap(f"{self.name}_combine_kernel[(_cdiv(A * B, BLOCK),)]", combine, "        ") + "\n"
+        text += launch(f"{self.name}_combine_kernel", "(_cdiv(A * B, BLOCK),)", combine, "        ") + "\n"
         return text + "    return out\n"

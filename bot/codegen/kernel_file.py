@@ -230,7 +230,8 @@ class KernelFile:
         for helper in (_broadcast_shape, _cdiv):        # the launchers' per-call helpers, where used
             if f"{helper.__name__}(" in launcher and helper not in py_helpers:
                 py_helpers = [*py_helpers, helper]
-        blocks = [head, tuning_source(self.configs()), *self._math_helpers(kernels), *self._body_helper(), *kernels,
+        blocks = [head, protocol.lean_launch_source(), tuning_source(self.configs()), *self._math_helpers(kernels),
+                  *self._body_helper(), *kernels,
                   *(inspect.getsource(f) for f in py_helpers), launcher]
         return "\n\n".join(block.strip("\n") + "\n" for block in blocks if block)
 

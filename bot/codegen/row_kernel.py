@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from bot.codegen.code import Code, indented, jit_source, wrap
+from bot.codegen.code import Code, indented, jit_source, launch
 from bot.codegen.kernel_file import Body, KernelFile, KernelInput, _require_full
 from bot.ops.node import Node, broadcast_shapes, input_names
 
@@ -275,7 +275,7 @@ class RowKernel(KernelFile):
                 "    if N % ALIGN and N >= 1024:\n"
                 "        BLOCK_N = min(BLOCK_N, 2048)\n"
                 "        num_warps = min(num_warps, max(1, BLOCK_N // 256))\n"
-                + wrap(f"{self.name}_aligned_kernel[(R,)]", args, "        ") + "\n"
+                + launch(f"{self.name}_aligned_kernel", "(R,)", args, "        ") + "\n"
                 "        return out\n")
 
     def _launcher(self) -> str:
@@ -302,5 +302,5 @@ class RowKernel(KernelFile):
         args += [f"{i.local}_rs" for i in self.partial] + [f"{i.local}_cs={i.local}_cs" for i in self.partial]
         args += ["ALIGN=ALIGN", "TAIL=N % ALIGN != 0"] if self.affine else []
         text += "    grid = (_cdiv(R, BLOCK_M),)\n"
-        text += wrap("kernel[grid]", args + ["BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N", "num_warps=num_warps"], "    ") + "\n"
+        text += launch("kernel", "grid", args + ["BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N", "num_warps=num_warps"], "    ") + "\n"
         return text + "    return out\n"

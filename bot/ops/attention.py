@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from bot.codegen.code import Code, jit_source, wrap
+from bot.codegen.code import Code, jit_source, launch
 from bot.codegen.kernel_file import KernelFile
 from bot.ops import pointwise
 from bot.ops.entry import Entry
@@ -269,7 +269,7 @@ class _AttentionKernel(KernelFile):
                 'BLOCK_N=config["BLOCK_N"]', 'BLOCK_E=config["BLOCK_E"]',
                 "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())", 'num_warps=config["num_warps"]',
                 'num_stages=config["num_stages"]']
-        return text + wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n    return out\n"
+        return text + launch(f"{self.name}_kernel", "grid", args, "    ") + "\n    return out\n"
 
 
 ENTRIES = (

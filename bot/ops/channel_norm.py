@@ -22,7 +22,7 @@ import ast
 import math
 import re
 
-from bot.codegen.code import jit_source, wrap
+from bot.codegen.code import jit_source, launch
 from bot.codegen.expr import fmt_const
 from bot.codegen.kernel_file import KernelFile
 from bot.ops import pointwise
@@ -431,15 +431,15 @@ class _ChannelNormKernel(KernelFile):
         body = [i.local for i in self.body_inputs]
         if self.training:
             text += (f"    stats = torch.empty((R, split, 3), dtype=torch.float32, device={first}.device)\n"
-                     + wrap(f"{self.name}_stats_kernel[(R, split)]",
-                            body + ["stats", "P", "R", "Q", "split", 'BLOCK=config["BLOCK"]',
+                     + launch(f"{self.name}_stats_kernel", "(R, split)",
+                              body + ["stats", "P", "R", "Q", "split", 'BLOCK=config["BLOCK"]',
                                     'num_warps=config["num_warps"]'], "    ") + "\n")
         else:
             text += f"    stats = {x}\n"
         extras = [t[role].local for role in ("running_mean", "running_var", "weight", "bias") if role in t]
         args = body + ["stats", *extras, "out", "P", "R", "Q", "split", "WR", "WM", "WQ",
                        "SPLIT_P2=triton.next_power_of_2(split)", 'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
-        text += wrap(f"{self.name}_kernel[(R, split)]", args, "    ") + "\n"
+        text += launch(f"{self.name}_kernel", "(R, split)", args, "    ") + "\n"
         return text + "    return out\n"
 
 

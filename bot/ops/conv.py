@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from bot.codegen import fixed
-from bot.codegen.code import jit_source, wrap
+from bot.codegen.code import jit_source, launch
 from bot.codegen.kernel_file import KernelFile, KernelInput, _as_3d, _expanded_strides
 from bot.ops import pointwise
 from bot.ops.entry import Entry
@@ -538,7 +538,7 @@ class _ConvKernel(KernelFile):
                  "PH=PH", "PW=PW", "DD=DD", "DH=DH", "DW=DW", f"TRANSPOSED={g['transposed']}",
                  f"HAS_BIAS={self.bias is not None}", "DOT=dot", "TAP_OUTER=tap_outer", "INPUT_PRECISION=precision", "BLOCK_M=BLOCK_M",
                  "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", 'num_warps=config["num_warps"]', "num_stages=num_stages"]
-        text += wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
+        text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + "    return out\n"
 
 

@@ -26,7 +26,7 @@ import math
 import re
 from dataclasses import replace
 
-from bot.codegen.code import jit_source, wrap
+from bot.codegen.code import jit_source, launch
 from bot.codegen.expr import fmt_const
 from bot.codegen.kernel_file import NEG_INF, POS_INF, KernelFile, KernelInput, _expanded_strides
 from bot.ops import pointwise
@@ -844,13 +844,13 @@ class _FusedKernel(KernelFile):
         ptrs = [i.local for i in self.used]
         slots = sum(len(_states(r)) for r in self.reds)
         text += "    if split == 1:\n"
-        text += wrap(f"{self.name}_kernel[grid]", [*ptrs, "out", "out", *common], "        ") + "\n"
+        text += launch(f"{self.name}_kernel", "grid", [*ptrs, "out", "out", *common], "        ") + "\n"
         text += "        return out\n"
         text += ("    # D split over programs: each level's partial states, merged by the kernels after it.\n"
                  f"    part = torch.empty(({slots}, split, rows), dtype=torch.float32, device={first}.device)\n")
         for level in range(self.levels):
-            text += wrap(f"{self.name}_level{level}_kernel[grid]", [*ptrs, "out", "part", *common], "    ") + "\n"
-        text += wrap(f"{self.name}_out_kernel[grid]", [*ptrs, "out", "part", *common], "    ") + "\n"
+            text += launch(f"{self.name}_level{level}_kernel", "grid", [*ptrs, "out", "part", *common], "    ") + "\n"
+        text += launch(f"{self.name}_out_kernel", "grid", [*ptrs, "out", "part", *common], "    ") + "\n"
         return text + "    return out\n"
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 
-from bot.codegen.code import Code, jit_source, wrap
+from bot.codegen.code import Code, jit_source, launch
 from bot.codegen.kernel_file import KernelFile
 from bot.ops import pointwise
 from bot.ops.entry import Entry
@@ -234,7 +234,7 @@ class _RowsKernel(_IndexKernel):
                  "    grid = (_cdiv(inner, BLOCK_I) * _cdiv(k, BLOCK_K) * outer,)\n")
         args = [t, i, "out", "k", "n", "inner", "INT64=big", "BLOCK_K=BLOCK_K", "BLOCK_I=BLOCK_I",
                 'num_warps=config["num_warps"]']
-        return text + wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n    return out\n"
+        return text + launch(f"{self.name}_kernel", "grid", args, "    ") + "\n    return out\n"
 
 
 class _GatherKernel(_IndexKernel):
@@ -292,7 +292,7 @@ class _GatherKernel(_IndexKernel):
         text += "    grid = (_cdiv(out.numel(), config[\"BLOCK\"]),)\n"
         args = [t, i, "out", "out.numel()", "n", "dim + pad", "*sizes[1:]", "*strides", "INT64=big",
                 'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
-        return text + wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n    return out\n"
+        return text + launch(f"{self.name}_kernel", "grid", args, "    ") + "\n    return out\n"
 
 
 ENTRIES: tuple[Entry, ...] = ()

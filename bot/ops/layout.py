@@ -23,7 +23,7 @@ import ast
 import math
 import re
 
-from bot.codegen.code import Code, jit_source, wrap
+from bot.codegen.code import Code, jit_source, launch
 from bot.codegen.kernel_file import KernelFile, _expanded
 from bot.ops import pointwise, view
 from bot.ops.entry import Entry
@@ -443,7 +443,7 @@ class _PermuteKernel(KernelFile):
                  "math.prod(sizes[:-2]),)\n")
         args = [*body, "out", "*sizes", "*src", "*dst[:-1]", "TRANSPOSED=transposed", "INT64=out.numel() >= 2**31",
                 "BLOCK_A=BLOCK_A", "BLOCK_L=BLOCK_L", 'num_warps=config["num_warps"]']
-        text += wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
+        text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + "    return out\n"
 
 
@@ -504,7 +504,7 @@ class _CatKernel(KernelFile):
         text += "    grid = (_cdiv(max(inner) * outer, config[\"BLOCK\"]), len(parts))\n"
         args = [*parts, "out", "*(outer * i for i in inner)", "*inner", "out.numel() // outer", "INT32=out.numel() < 2**31",
                 'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
-        text += wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
+        text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + "    return out\n"
 
 

@@ -14,7 +14,7 @@ import ast
 import math
 import re
 
-from bot.codegen.code import indented, jit_source, wrap
+from bot.codegen.code import indented, jit_source, launch, wrap
 from bot.codegen.dim_kernel import ALIGNED_COMMENT, ALIGNED_LAUNCH, MAX_CONFIGS, ReducedBodyFile, _fit, _fit_stages
 from bot.codegen.kernel_file import NEG_INF, KernelFile, _expanded, _expanded_strides, _require_full
 from bot.codegen.row_kernel import (EDGE_LINES, _row_config, _row_tile, align_elements, aligned_chunk, aligned_span,
@@ -411,7 +411,7 @@ def _total_launch(name: str, target: str, reduction: str) -> str:
         return ""
     return ("    # One program, 8192 rows a step: each step waits out a load's latency, and one step\n"
             "    # covers the usual batch of rows.\n"
-            f"    {name}_total_kernel[(1,)](losses, {target}, out, R, BLOCK=8192, num_warps=16)\n")
+            + launch(f"{name}_total_kernel", "(1,)", ["losses", target, "out", "R", "BLOCK=8192", "num_warps=16"], "    ") + "\n")
 
 
 # What both kernel.py files say of their targets and reductions.
@@ -642,7 +642,7 @@ class _CrossEntropyGradKernel(_ClassRowsFile):
                  "    if out.numel() == 0:\n        return out\n")
         if self.reduction == "mean":
             text += (f"    count = torch.empty((), dtype=torch.float32, device={first}.device)\n"
-                     f"    {self.name}_count_kernel[(1,)]({t.local}, count, R, BLOCK=8192, num_warps=16)\n")
+                     + launch(f"{self.name}_count_kernel", "(1,)", [t.local, "count", "R", "BLOCK=8192", "num_warps=16"], "    ") + "\n")
         text += self._tiles()
         args = [i.local for i in self.body_inputs] + [t.local, self.up.local,
                                                       "count" if self.reduction == "mean" else "out", "out", "R", "V",
@@ -703,7 +703,7 @@ class _NllKernel(KernelFile):
         text += '    BLOCK = min(config["BLOCK"], triton.next_power_of_2(R))\n'
         args = [a for i in self.body_inputs for a in (i.local, f"*_expanded_strides(list({i.local}.shape), shape)")]
         args += [t.local, _rows_out(self.reduction), "R", "V", "BLOCK=BLOCK", 'num_warps=config["num_warps"]']
-        text += "    grid = (_cdiv(R, BLOCK),)\n" + wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
+        text += "    grid = (_cdiv(R, BLOCK),)\n" + launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + _total_launch(self.name, t.local, self.reduction) + "    return out\n"
 
 

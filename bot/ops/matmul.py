@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bot.codegen import fixed
-from bot.codegen.code import indented, jit_source, wrap
+from bot.codegen.code import indented, jit_source, launch
 from bot.codegen.expr import call_writer
 from bot.codegen.kernel_file import KernelFile, KernelInput, _expanded_strides
 from bot.codegen.row_kernel import sm_count_line
@@ -916,7 +916,7 @@ class _MatmulKernel(KernelFile):
                  "TMA_STORE=tma_store and phase == 0", "PHASE=phase",
                  "BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", 'GROUP_M=config["GROUP_M"]',
                  'num_warps=config["num_warps"]', "num_stages=num_stages"]
-        text += wrap(f"{self.name}_kernel[grid]", args, "        ") + "\n"
+        text += launch(f"{self.name}_kernel", "grid", args, "        ") + "\n"
         return text + "    return out\n"
 
     def _padding(self) -> str:

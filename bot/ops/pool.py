@@ -22,7 +22,7 @@ import ast
 import math
 import re
 
-from bot.codegen.code import jit_source, wrap
+from bot.codegen.code import jit_source, launch
 from bot.codegen.kernel_file import NEG_INF, KernelFile, _as_3d, _expanded_strides
 from bot.ops import pointwise
 from bot.ops.entry import Entry
@@ -442,7 +442,7 @@ class _PoolKernel(KernelFile):
         args += ["KD=KD", "KH=KH", "KW=KW", "SD=SD", "SH=SH", "SW=SW", "PD=PD", "PH=PH", "PW=PW", "DD=DD", "DH=DH",
                  "DW=DW", f"ADAPTIVE={node.op == ADAPTIVE}", f"COUNT_PAD={node.attr('count_include_pad') is not False}", f"DIVISOR={node.attr('divisor') or 0}",
                  "BLOCK_W=block_w", "BLOCK_K=block_k", 'num_warps=config["num_warps"]']
-        text += wrap(f"{self.name}_kernel[grid]", args, "    ") + "\n"
+        text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + "    return out\n"
 
 
