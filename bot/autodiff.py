@@ -8,8 +8,9 @@ Each rule is PyTorch's own derivative (tools/autograd/derivatives.yaml): relu's 
 sign(x) with 0 at 0, maximum and minimum split an equal pair's gradient in halves, clamp passes it
 where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layernorm and rmsnorm
 over the last dim (with weight and bias, of a pointwise body), sum and mean over a dim or all,
-matmul (transposed operands, a pointwise epilogue) and cross entropy (its logits') have rules; any
-other op is refused, naming it.
+matmul (transposed operands, a pointwise epilogue), cross entropy (its logits'), cumsum (any
+direction, exclusive too), transposes and permutations, and views that keep every element have
+rules; any other op is refused, naming it.
 """
 from __future__ import annotations
 
@@ -150,6 +151,29 @@ def _matmul(node: Node, a: list[str], up: str):
     return [(node.args[0], f"({d_a}).mT" if ta else d_a), (node.args[1], f"({d_b}).mT" if tb else d_b)]
 
 
+def _cumsum(node: Node, a: list[str], up: str):
+    """Each element reaches every output the scan sums it into: the scan of up the other way (an
+    exclusive scan stays exclusive)."""
+    d, exclusive, reverse = node.attr("dim"), node.attr("exclusive"), node.attr("reverse")
+    return [(node.args[0], f"cumsum({up}, dim={d}, exclusive={exclusive}, reverse={not reverse})")]
+
+
+def _permute(node: Node, a: list[str], up: str):
+    """A permutation's gradient is up permuted back (a swap undoes itself)."""
+    swap = node.attr("swap")
+    if swap:
+        return [(node.args[0], f"transpose({up}, {swap[0]}, {swap[1]})")]
+    dims = node.attr("dims")
+    back = tuple(sorted(range(len(dims)), key=lambda i: dims[i] % len(dims)))
+    return [(node.args[0], f"permute({up}, {back})")]
+
+
+def _reshaped(node: Node, a: list[str], up: str):
+    """A view that keeps every element (unsqueeze, squeeze, flatten, unflatten, reshape): up in the
+    input's shape."""
+    return [(node.args[0], f"reshape_as({up}, {a[0]})")]
+
+
 def _cross_entropy(node: Node, a: list[str], up: str):
     """The logits' gradient, softmax less the target's one-hot, times the loss's gradient (a kernel of the
     loss family, bot.ops.loss); the class indices get none."""
@@ -188,4 +212,7 @@ _RULES = {
     "layernorm": _norm,
     "matmul": _matmul,
     "cross_entropy": _cross_entropy,
+    "cumsum": _cumsum,
+    "permute": _permute,
+    **{op: _reshaped for op in ("unsqueeze", "squeeze", "flatten", "unflatten", "reshape_as", "reshape")},
 }

@@ -30,6 +30,9 @@ CASES = [
     ("mean(x * 2.0, dim=1, keepdim=True)", {"x": [3, 7, 5]}),
     ("sum(x, dim=None)", {"x": [6, 9]}),
     ("mean(x, dim=None) * y", {"x": [6, 9], "y": [3]}),
+    ("cumsum(x * y, dim=1) + cumsum(x, dim=0, exclusive=True, reverse=True)", {"x": [5, 9], "y": [5, 9]}),
+    ("transpose(relu(x), 0, 1) * y + permute(z, (2, 0, 1)).flatten(1)", {"x": [4, 6], "y": [6, 4], "z": [2, 2, 6]}),
+    ("sigmoid(x.unflatten(1, (3, 4))) * w", {"x": [2, 12], "w": [2, 3, 4]}),
 ]
 
 
@@ -118,7 +121,7 @@ def test_an_input_only_compared_gets_no_gradient_and_a_mask_none(tmp_path):
 
 
 @pytest.mark.parametrize("expression, says", [
-    ("cumsum(x, dim=-1)", "cumsum has no gradient rule"),
+    ("cumprod(x, dim=-1)", "cumprod has no gradient rule"),
     # its upstream would be broadcast past the sum's shape: not summed back here yet
     ("sum(x, dim=-1, keepdim=True) * x", "sum over a dim inside an expression has no gradient rule"),
 ])
