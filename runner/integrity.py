@@ -601,15 +601,38 @@ def _bound_at_module(node: ast.stmt) -> set[str]:
 
 
 @functools.cache
-def _lean_block() -> tuple[tuple[str, ...], frozenset[str]]:
+def _lean_block() -> tuple[tuple[str, ...], frozenset[str], frozenset[str]]:
     """runner/lean_launch.py's block as kernel.py carries it: each statement's syntax tree (no
-    positions), and the names it binds (a separate `from triton.runtime import driver` aside)."""
+    positions), the names it binds, and the module-level and builtin names it reads (its own, torch,
+    id, type, len, getattr, ...), which the rest of the file may not rebind: the block's text is
+    fixed, but what those names mean is the module's."""
     body = ast.parse(protocol.lean_launch_source()).body
-    return tuple(ast.dump(n) for n in body), frozenset().union(*map(_bound_at_module, body))
+    bound = frozenset().union(*map(_bound_at_module, body))
+    local = set()
+    for fn in (n for n in body if isinstance(n, ast.FunctionDef)):
+        local |= {a.arg for a in _arg_names(fn.args)} | {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+                                                           and isinstance(n.ctx, ast.Store)}   # comprehensions too
+    read = {n.id for n in ast.walk(ast.Module(body=body, type_ignores=[]))
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return tuple(ast.dump(n) for n in body), bound, frozenset(read - local) | bound
 
 
 def _lean_statement(node: ast.stmt) -> bool:
     return bool(_bound_at_module(node) & _lean_block()[1]) and not isinstance(node, (ast.Import, ast.ImportFrom))
+
+
+# The module-level bindings of names the lean block reads that a kernel.py may make: the same
+# modules the block means by them.
+_LEAN_IMPORTS = ("Import(names=[alias(name='torch')])",
+                 "ImportFrom(module='triton.runtime', names=[alias(name='driver')], level=0)")
+
+
+def _module_bindings(node: ast.stmt) -> set[str]:
+    """Every name a module-level statement binds: defs, classes, assignments, import aliases."""
+    names = _bound_at_module(node)
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
 
 
 def _arg_names(args: ast.arguments) -> list[ast.arg]:
@@ -706,6 +729,13 @@ class _Check:
                 "kernel[grid](...)")))
             return False
         del self.tree.body[at[0]:at[-1] + 1]
+        for node in self.tree.body:
+            rebound = _module_bindings(node) & _lean_block()[2]
+            if rebound and ast.dump(node) not in _LEAN_IMPORTS:
+                self.found.append(Violation(node.lineno, "lean", (
+                    f"binds {', '.join(sorted(rebound))}, which the lean launch block reads: its text is "
+                    "fixed, and so is what its names mean (the builtins, torch, its own names); name yours "
+                    "otherwise")))
         return True
 
     def prescan(self) -> None:

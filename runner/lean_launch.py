@@ -21,19 +21,19 @@ except ImportError:
 
 # key -> how to launch the binary Triton compiled for it (filled by _keep, read by _launch only)
 _COMPILED = {}
-# Positional arguments keyed by value; a tensor by its dtype and its address modulo 16 (Triton
-# specializes on 16-byte alignment); anything else gives an unhashable key, so its launch takes
-# Triton's own path. Keyword arguments (constexprs, launch options) by value: _keep keeps none but
-# plain ones.
+# Arguments keyed by type and value (1, 1.0 and True are equal but compile apart); a tensor by its
+# dtype and its address modulo 16 (Triton specializes on 16-byte alignment); anything else gives an
+# unhashable key, so its launch takes Triton's own path (_keep keeps no keyword but plain ones).
 _PLAIN = frozenset({int, float, bool, str, type(None), torch.dtype})
 
 
 def _launch(kernel, grid, *args, **kwargs):
     # kernel[grid](*args, **kwargs), through the binary Triton compiled for this key the first time.
-    key = (id(kernel), grid, *kwargs.items(), *[(a.dtype, a.data_ptr() % 16) if type(a) is torch.Tensor
-                                                else (type(a), a) if type(a) in _PLAIN else [] for a in args])
+    key = (id(kernel), grid, *kwargs.items(), *map(type, kwargs.values()),
+           *[(a.dtype, a.data_ptr() % 16) if type(a) is torch.Tensor else (type(a), a) if type(a) in _PLAIN
+             else (a.dtype, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else [] for a in args])
     try:
-        run, gx, gy, gz, device, function, metadata, names = _COMPILED[key]
+        run, gx, gy, gz, device, function, metadata, names, _ = _COMPILED[key]
     except KeyError:
         _keep(key, kernel, grid, args, kwargs, kernel[grid](*args, **kwargs))
         return
@@ -62,5 +62,6 @@ def _keep(key, kernel, grid, args, kwargs, compiled):
         _COMPILED.clear()
     compiled._init_handles()
     gx, gy, gz = (*grid, 1, 1)[:3]
+    # compiled itself too: its binary is unloaded when it is freed
     _COMPILED[key] = (compiled.run, gx, gy, gz, driver.active.get_current_device(), compiled.function,
-                      compiled.packed_metadata, names)
+                      compiled.packed_metadata, names, compiled)

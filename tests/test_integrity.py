@@ -439,6 +439,15 @@ def test_the_lean_launch_block_is_copied_exactly_and_passes():
     (lambda s: s.replace("_launch(op_kernel, grid, ", "_launch(torch.add, grid, "), "torch.add"),
     (lambda s: s.replace("_launch(op_kernel, grid, ", "_launch(*(op_kernel, grid), "), "without a kernel and a grid"),
     (lambda s: s.replace(protocol.lean_launch_source(), ""), "uses _launch, which kernel.py does not define"),
+    # the block's text kept, what its names mean changed: another kernel's binary for this key, hooks
+    # never seen, arguments dropped, the cap gone
+    (lambda s: s + "\n\ndef id(k):\n    return 0\n", "binds id, which the lean launch block reads"),
+    (lambda s: s + "\n\ndef getattr(a, b, c):\n    return None\n", "binds getattr, which the lean"),
+    (lambda s: s + "\n\ndef tuple(a):\n    return ()\n", "binds tuple, which the lean"),
+    (lambda s: s.replace("import torch\n", "import torch\nimport math as _PLAIN\n", 1), "binds _PLAIN"),
+    (lambda s: s.replace("import torch\n", "import torch\nfrom triton.runtime import driver as knobs\n", 1),
+     "binds knobs"),
+    (lambda s: s.replace("import torch\n", "import torch\nfrom triton import jit as _keep\n", 1), "binds _keep"),
 ])
 def test_the_lean_launch_is_the_runners_text_and_stands_for_a_checked_launch(change, words):
     found = rules.check_kernel(change(_lean_add()), "op")
