@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bot.generators.hybrid import MODES
@@ -25,6 +26,7 @@ def _backend(name: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+RUNNER_SEEN_S = 30.0      # a runner whose presence is older than this is not listed by status
 BACKEND_HELP = "runner backend: cpu, cuda or cuda-NAME (default: cuda if a GPU is visible)"
 
 
@@ -54,7 +56,10 @@ def _parser() -> argparse.ArgumentParser:
                                                                         "cuda-NAME (a host class, e.g. cuda-h200)")
     runner.add_argument("--queue", help="queue URL: sqlite:///PATH or redis://HOST:PORT/DB "
                                         "(default KERNELBOT_QUEUE_URL or the local SQLite queue)")
-    runner.add_argument("--gpu", type=int, help="the one GPU this runner pins (CUDA_VISIBLE_DEVICES)")
+    pinned = runner.add_mutually_exclusive_group()
+    pinned.add_argument("--gpu", type=int, help="the one GPU this runner pins (CUDA_VISIBLE_DEVICES)")
+    pinned.add_argument("--gpus", help="a fleet: one runner per GPU, 'all' or indices such as 0,1,3, each "
+                                       "restarted when it dies")
 
     verify = sub.add_parser("verify", help="run the trusted harness on files you bring")
     verify.add_argument("--spec", type=Path, required=True, help="the operator spec, spec.json (docs/CONTRACTS.md)")
@@ -207,6 +212,13 @@ def _discord(args, cfg) -> int:
 
 
 def _runner(args, cfg) -> int:
+    if args.gpus is not None:
+        from runner.fleet import FleetError, supervise
+        try:
+            return supervise(args.backend, args.queue or cfg.queue_url, args.gpus, heartbeat_s=cfg.heartbeat_s)
+        except FleetError as e:
+            print(f"kernelbot runner: {e}", file=sys.stderr)
+            return 2
     from runner.worker import serve
     serve(args.backend, args.queue or cfg.queue_url, gpu=args.gpu, heartbeat_s=cfg.heartbeat_s)
     return 0
@@ -253,10 +265,25 @@ def _status(args, cfg) -> int:
         print(render(cards.summary_card(s)) + _driver_note(store, s))
         print("\n".join(format_table(_revision_rows(s))))
         return 0
-    for s in store.sessions(store.session_ids()):
+    sessions = store.sessions(store.session_ids())
+    for s in sessions:
         tokens = f"  {s.usage['total_tokens']} tokens" if s.usage.get("total_tokens") else ""
         print(f"{s.id}  {s.status:<9} {s.stage:<15} {s.request[:70]}{tokens}{_driver_note(store, s)}")
+    print("\n".join(runner_lines(cfg.queue_url, {"cpu", "cuda", *(s.backend for s in sessions)})))
     return 0
+
+
+def runner_lines(queue_url: str, backends: set[str]) -> list[str]:
+    """The runners alive on the queue, per backend: host, GPU, device, and the job each runs."""
+    from runner.queue import JobQueue
+    lines = []
+    for backend in sorted(backends):
+        for r in sorted(JobQueue(queue_url, backend).runners(RUNNER_SEEN_S), key=lambda r: r.get("runner", "")):
+            gpu = f"GPU {r['gpu']}" if r.get("gpu") is not None else "no GPU pinned"
+            job = f"running {r['busy']}" if r.get("busy") else "idle"
+            lines.append(f"runner {backend:<6} {r.get('host')}  {gpu}  {r.get('device')}  {job}  "
+                         f"(seen {time.time() - r['ts']:.0f} s ago)")
+    return lines or ["no runner alive on the queue"]
 
 
 def _cancel(args, cfg) -> int:

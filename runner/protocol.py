@@ -173,8 +173,12 @@ def result_key(job_id: str) -> str:
     return f"result:{job_id}"
 
 
-def runner_key(backend: str) -> str:
-    return f"runner:{backend}"
+def runner_key(backend: str, runner: str) -> str:
+    """One runner's presence (runner: its id, host/gpuN or host/pidN), under its backend."""
+    return f"runner:{backend}:{runner}"
+
+
+RUNNERS_KEY = "runners"     # the backend's runner ids, whose presences a status reads
 
 
 # Per-dtype tolerances (FlagGems' rtol). atol grows with sqrt(reduced length):

@@ -24,6 +24,8 @@ from huey.constants import EmptyData
 
 from runner import protocol
 
+STALE_RUNNER_S = 3600.0   # a runner id not refreshed for this long leaves the backend's list
+
 TASK_NAME = "kernelbot.run_job"
 
 
@@ -127,11 +129,17 @@ class JobQueue:
         self.huey.storage.delete_data(protocol.heartbeat_key(job_id))
 
     def runner_alive(self, max_age_s: float) -> dict | None:
-        """The latest presence of a runner of this backend, if refreshed within max_age_s."""
-        data = self._read(protocol.runner_key(self.backend))
-        if data is None or time.time() - float(data.get("ts", 0)) > max_age_s:
-            return None
-        return data
+        """The latest presence of a runner of this backend, if one was refreshed within max_age_s."""
+        return max(self.runners(max_age_s), key=lambda r: r["ts"], default=None)
+
+    def runners(self, max_age_s: float) -> list[dict]:
+        """The presence of each runner of this backend refreshed within max_age_s (not stopped)."""
+        found = []
+        for runner in (self._read(protocol.RUNNERS_KEY) or {}).get("runners", []):
+            data = self._read(protocol.runner_key(self.backend, runner))
+            if data and not data.get("stopped") and time.time() - float(data.get("ts", 0)) <= max_age_s:
+                found.append(data)
+        return found
 
     # --- runner side ----------------------------------------------------------------
     def put_heartbeat(self, job_id: str, data: dict) -> None:
@@ -141,7 +149,16 @@ class JobQueue:
         self._write(protocol.result_key(job_id), result)
 
     def put_runner_alive(self, data: dict) -> None:
-        self._write(protocol.runner_key(self.backend), data)
+        """A runner's presence (data["runner"] its id), and its id in the backend's list. Runners
+        starting together may each write the list without the other; every tick adds the id again
+        where it is missing, so the list is whole within a tick. Ids not seen for an hour leave it."""
+        runner = data["runner"]
+        self._write(protocol.runner_key(self.backend, runner), data)
+        listed = (self._read(protocol.RUNNERS_KEY) or {}).get("runners", [])
+        if runner not in listed:
+            kept = [r for r in listed if time.time() - float((self._read(protocol.runner_key(self.backend, r))
+                                                              or {}).get("ts", 0)) < STALE_RUNNER_S]
+            self._write(protocol.RUNNERS_KEY, {"runners": [*kept, runner]})
 
     def consumer(self):
         """A Huey consumer with one worker thread: one job at a time on this runner's GPU. It stays

@@ -108,7 +108,8 @@ def job_files(job: dict) -> dict[str, str]:
 def new_result(job, backend: str, gpu: int | None) -> dict:
     job = job if isinstance(job, dict) else {}
     return {"job_id": job.get("job_id"), "kind": job.get("kind"), "status": "error", "summary": "",
-            "host": HOST, "device": device_name(backend, gpu), "backend": backend, "attempt": job.get("attempt", 1),
+            "host": HOST, "device": device_name(backend, gpu), "gpu": gpu, "backend": backend,
+            "attempt": job.get("attempt", 1),
             "started_at": time.time(), "finished_at": None, "correctness": [], "ghost": [], "pytest": None, "bench": [],
             "report_rows": [], "tuning": [], "copy_gbps": None, "timing_note": "", "accept_implausible": False,
             "launches_counted": False, "warnings": [], "log_tail": ""}
@@ -446,8 +447,9 @@ class Runner:
             self.say(f"could not write the alive record (retrying): {type(e).__name__}: {e}")
 
     def presence(self) -> dict:
-        return {"ts": time.time(), "host": HOST, "pid": os.getpid(), "device": self.device,
-                "backend": self.backend, "busy": self.current}
+        where = f"gpu{self.gpu}" if self.gpu is not None else f"pid{os.getpid()}"
+        return {"ts": time.time(), "runner": f"{HOST}/{where}", "host": HOST, "pid": os.getpid(), "gpu": self.gpu,
+                "device": self.device, "backend": self.backend, "busy": self.current}
 
     def handle(self, job) -> None:
         job_id = job.get("job_id") if isinstance(job, dict) else None

@@ -80,7 +80,8 @@ def bot_home(tmp_path: Path) -> Path:
     none (these trials never reach a job)."""
     home = tmp_path / "home"
     home.mkdir()
-    JobQueue(f"sqlite:///{home / 'queue.db'}", "cpu").put_runner_alive({"ts": time.time() + 86400, "host": "test"})
+    JobQueue(f"sqlite:///{home / 'queue.db'}", "cpu").put_runner_alive({"ts": time.time() + 86400, "host": "test",
+                                                                "runner": "test/pid1"})
     return home
 
 

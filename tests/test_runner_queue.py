@@ -125,13 +125,13 @@ def test_results_heartbeats_and_presence_are_json_in_the_store(tmp_path):
     queue.put_result("j", {"status": "pass"})
     assert queue.peek_result("j") == {"status": "pass"} == queue.pop_result("j")
     assert queue.pop_result("j") is None
-    queue.put_runner_alive({"ts": time.time() - 60, "pid": 1})
+    queue.put_runner_alive({"ts": time.time() - 60, "pid": 1, "runner": "test/pid1"})
     assert queue.runner_alive(max_age_s=30) is None and queue.runner_alive(max_age_s=120)["pid"] == 1
     assert other_backend.runner_alive(max_age_s=120) is None
     queue.enqueue({"job_id": "j-waiting", "kind": "verify"})
     assert queue.is_pending("j-waiting") and not queue.is_pending("j-other")
     assert not other_backend.is_pending("j-waiting")
-    raw = queue.huey.storage.peek_data("runner:cpu")
+    raw = queue.huey.storage.peek_data("runner:cpu:test/pid1")
     assert raw.startswith(b"{")    # JSON, never pickle
 
 
