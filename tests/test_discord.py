@@ -186,10 +186,13 @@ def test_full_session_through_discord_payloads(make_bot, fake):
     click(fake, dev, k2, "edit")
     edit = fake.wait_for(lambda: len(fake.modals) == 2 and fake.modals[-1])
     code = bot.session().latest("kernel").content
-    assert edit["components"][0]["component"]["value"] == code
+    # longer than one text box: in boxes of whole lines, which joined are the file
+    boxes = {c["component"]["custom_id"]: c["component"]["value"] for c in edit["components"]}
+    assert len(boxes) > 1 and "".join(boxes.values()) == code and all(v.endswith("\n") for v in boxes.values())
+    assert [c["label"] for c in edit["components"]][:2] == [f"kernel.py, part {k} of {len(boxes)}" for k in (1, 2)]
     fake.submit(dev, edit, {"edit": "def broken(:\n"})
     ephemeral(fake, dev, "not valid Python")
-    fake.submit(dev, edit, {"edit": code + "# reviewed\n"})
+    fake.submit(dev, edit, {**boxes, list(boxes)[-1]: list(boxes.values())[-1] + "# reviewed\n"})
     k3 = card(bot, "4/6 Triton kernel · r3")
     assert f"<@{dev}> (edit)" in shown(k3)
 
@@ -538,3 +541,11 @@ def test_cli_wires_the_discord_command(monkeypatch):
     monkeypatch.setattr(da, "main", lambda cfg, guild_ids: seen.update(cfg=cfg, guilds=guild_ids) or 0)
     assert cli.main(["discord", "--guild", "11", "--guild", "22", "--backend", "cpu"]) == 0
     assert seen["guilds"] == [11, 22] and seen["cfg"].backend == "cpu"
+
+
+def test_a_long_file_is_edited_in_boxes_of_whole_lines():
+    text = "".join(f"line {i} " + "x" * (i % 97) + "\n" for i in range(600))
+    parts = da.edit_parts(text)
+    assert len(parts) > 1 and "".join(parts) == text
+    assert all(len(p) <= da.INPUT_MAX and p.endswith("\n") for p in parts)
+    assert da.edit_parts("y" * 9000) == ["y" * 4000, "y" * 4000, "y" * 1000]     # no line end: cut at the limit

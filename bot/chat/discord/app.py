@@ -40,6 +40,7 @@ log = logging.getLogger("kernelbot.discord")
 HELP = (help_text("**", "/kernel request:") +
         "\nThe `action:` and `session:` options do the same as `list`, `status ID`, `cancel ID` and `export ID`.")
 INPUT_MAX, MODAL_TITLE_MAX = 4000, 45
+EDIT_PARTS = 5                          # text boxes a modal holds: a file up to 5 x INPUT_MAX is edited in one
 CODE_FILE_MAX = 512 * 1024
 CODE_FILES = (".py", ".json", ".txt")
 MODAL_TIMEOUT_S = 30 * 60.0             # discord.py drops an abandoned modal object after this
@@ -118,23 +119,42 @@ def card_view(buttons: list[de.Button]) -> discord.ui.View | None:
     return view
 
 
-def _modal(custom_id: str, box: str, title: str, label: str, **options: Any) -> discord.ui.Modal:
-    """One text box named `box`, under the custom id of the button that opened it (kb:correct:… or
-    kb:edit:…). Submissions are read in DiscordBot.on_modal by that id, not by this object (which a
-    restart forgets)."""
+def _modal(custom_id: str, boxes: list[tuple[str, str, dict]], title: str) -> discord.ui.Modal:
+    """Text boxes (custom id, label, TextInput options), under the custom id of the button that opened
+    it (kb:correct:… or kb:edit:…). Submissions are read in DiscordBot.on_modal by that id, not by this
+    object (which a restart forgets)."""
     modal = discord.ui.Modal(title=de.clip(title, MODAL_TITLE_MAX), custom_id=custom_id, timeout=MODAL_TIMEOUT_S)
-    modal.add_item(discord.ui.Label(text=de.clip(label, MODAL_TITLE_MAX), component=discord.ui.TextInput(
-        custom_id=box, style=discord.TextStyle.paragraph, max_length=INPUT_MAX, **options)))
+    for box, label, options in boxes:
+        modal.add_item(discord.ui.Label(text=de.clip(label, MODAL_TITLE_MAX), component=discord.ui.TextInput(
+            custom_id=box, style=discord.TextStyle.paragraph, max_length=INPUT_MAX, **options)))
     return modal
 
 
 def correction_modal(custom_id: str, stage: str) -> discord.ui.Modal:
-    return _modal(custom_id, "correct", "Request changes", f"What should change in {stages.label(stage)}?",
-                  placeholder="e.g. use shape 8x16 instead, or block size 2048")
+    return _modal(custom_id, [("correct", f"What should change in {stages.label(stage)}?",
+                               {"placeholder": "e.g. use shape 8x16 instead, or block size 2048"})], "Request changes")
+
+
+def edit_parts(content: str) -> list[str]:
+    """content in pieces a text box holds, each ending at a line's end where one is near; joined
+    they are content again. More than EDIT_PARTS pieces: the file is attached instead."""
+    parts = []
+    while len(content) > INPUT_MAX:
+        cut = content.rfind("\n", 0, INPUT_MAX) + 1 or INPUT_MAX
+        parts.append(content[:cut])
+        content = content[cut:]
+    return parts + [content]
+
+
+def edit_box(k: int) -> str:
+    return "edit" if k == 0 else f"edit_{k + 1}"
 
 
 def edit_modal(custom_id: str, stage: str, content: str) -> discord.ui.Modal:
-    return _modal(custom_id, "edit", f"Edit {stages.TITLES[stage]}", stages.FILENAMES[stage], default=content)
+    parts, name = edit_parts(content), stages.FILENAMES[stage]
+    boxes = [(edit_box(k), name if len(parts) == 1 else f"{name}, part {k + 1} of {len(parts)}",
+              {"default": part, "required": k == 0}) for k, part in enumerate(parts)]
+    return _modal(custom_id, boxes, f"Edit {stages.TITLES[stage]}")
 
 
 def modal_value(components: list[dict], custom_id: str) -> str | None:
@@ -279,11 +299,11 @@ class DiscordBot:
         revision = s.revision(stage, rev) if s else None
         if revision is None:
             await _respond(interaction.response.send_message(_unknown(sid), ephemeral=True))
-        elif len(revision.content) > INPUT_MAX:
+        elif len(edit_parts(revision.content)) > EDIT_PARTS:
             await _respond(interaction.response.send_message(
-                f"`{stages.FILENAMES[stage]}` is longer than a Discord text box holds ({len(revision.content)} of "
-                f"{INPUT_MAX} characters): reply in the thread with the new `{stages.FILENAMES[stage]}` attached.",
-                ephemeral=True))
+                f"`{stages.FILENAMES[stage]}` is longer than a Discord form holds ({len(revision.content)} "
+                f"characters; {EDIT_PARTS} boxes of {INPUT_MAX}): reply in the thread with the new "
+                f"`{stages.FILENAMES[stage]}` attached.", ephemeral=True))
         else:
             await _respond(interaction.response.send_modal(edit_modal(custom_id, stage, revision.content)))
 
@@ -301,7 +321,8 @@ class DiscordBot:
             await _respond(interaction.response.send_message(NOT_OURS, ephemeral=True))
             return
         action, sid, stage, rev = ref
-        typed = modal_value(interaction.data.get("components", []), action) or ""
+        boxes = [action] if action == "correct" else [edit_box(k) for k in range(EDIT_PARTS)]
+        typed = "".join(modal_value(interaction.data.get("components", []), box) or "" for box in boxes)
         user = str(interaction.user.id)
         if action == "correct":
             ev: Event = Correct(stage, rev, user, typed)
