@@ -8,7 +8,6 @@ import logging
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from bot.generators.hybrid import MODES
@@ -26,7 +25,6 @@ def _backend(name: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-RUNNER_SEEN_S = 30.0      # a runner whose presence is older than this is not listed by status
 BACKEND_HELP = "runner backend: cpu, cuda or cuda-NAME (default: cuda if a GPU is visible)"
 
 
@@ -275,14 +273,10 @@ def _status(args, cfg) -> int:
 
 def runner_lines(queue_url: str, backends: set[str]) -> list[str]:
     """The runners alive on the queue, per backend: host, GPU, device, and the job each runs."""
+    from bot.workflow.cards import RUNNER_SEEN_S, runner_line
     from runner.queue import JobQueue
-    lines = []
-    for backend in sorted(backends):
-        for r in sorted(JobQueue(queue_url, backend).runners(RUNNER_SEEN_S), key=lambda r: r.get("runner", "")):
-            gpu = f"GPU {r['gpu']}" if r.get("gpu") is not None else "no GPU pinned"
-            job = f"running {r['busy']}" if r.get("busy") else "idle"
-            lines.append(f"runner {backend:<6} {r.get('host')}  {gpu}  {r.get('device')}  {job}  "
-                         f"(seen {time.time() - r['ts']:.0f} s ago)")
+    lines = [f"runner {backend:<6} {runner_line(r)}" for backend in sorted(backends)
+             for r in sorted(JobQueue(queue_url, backend).runners(RUNNER_SEEN_S), key=lambda r: r.get("runner", ""))]
     return lines or ["no runner alive on the queue"]
 
 

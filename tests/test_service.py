@@ -171,6 +171,20 @@ def test_job_payload_carries_approved_files(env):
     assert json.loads(job["files"]["spec.json"])["name"] == "add"
 
 
+def test_a_status_reply_lists_the_backends_runners_and_their_load(env):
+    make, out, queue, gen, clock = env
+    svc, sid, job_id = reference_test_job(make)
+    s = svc.session(sid)
+    assert dict(svc.status_card(s).fields)["runners"].startswith("none alive for cpu")
+    now = time.time()
+    queue.presences = [{"ts": now, "runner": "h1/gpu0", "host": "h1", "gpu": 0, "device": "NVIDIA H200", "busy": job_id},
+                       {"ts": now, "runner": "h1/gpu1", "host": "h1", "gpu": 1, "device": "NVIDIA H200", "busy": None},
+                       {"ts": now - 600, "runner": "h2/gpu0", "host": "h2", "gpu": 0, "device": "NVIDIA H200"}]
+    text = dict(svc.status_card(s).fields)["runners"]
+    assert text.startswith("2 for cpu, 1 busy: ") and f"h1 GPU 0 (NVIDIA H200): running {job_id}" in text
+    assert "h1 GPU 1 (NVIDIA H200): idle" in text and "h2" not in text
+
+
 def test_result_from_queue_advances_the_session(env):
     make, out, queue, gen, clock = env
     svc, sid, job_id = reference_test_job(make)

@@ -196,6 +196,25 @@ def summary_card(s: Session) -> Card:
     return card
 
 
+RUNNER_SEEN_S = 30.0        # a runner whose presence is older than this is not listed
+
+
+def runner_line(r: dict) -> str:
+    """One runner's presence (runner.queue's record): host, GPU, device and what it runs."""
+    gpu = f"GPU {r['gpu']}" if r.get("gpu") is not None else "no GPU pinned"
+    job = f"running {r['busy']}" if r.get("busy") else "idle"
+    return f"{r.get('host')} {gpu} ({r.get('device')}): {job}, seen {max(0.0, time.time() - r['ts']):.0f} s ago"
+
+
+def runners_text(runners: list[dict], backend: str) -> str:
+    """The runners of a backend for a status reply: each GPU and its load, or that none is alive."""
+    if not runners:
+        return f"none alive for {backend}: its jobs wait in the queue until one starts"
+    busy = sum(bool(r.get("busy")) for r in runners)
+    lines = sorted(runner_line(r) for r in runners)
+    return f"{len(runners)} for {backend}, {busy} busy: " + "; ".join(lines)
+
+
 def _num(v, digits: int = 4) -> str:
     if v is None:
         return "-"

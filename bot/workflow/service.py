@@ -86,6 +86,8 @@ class Queue(Protocol):
 
     def is_pending(self, job_id: str) -> bool: ...
 
+    def runners(self, max_age_s: float) -> list[dict]: ...
+
 
 class Service:
     def __init__(self, cfg: Config, store: Store, generator: Generator, chat: Chat,
@@ -123,6 +125,18 @@ class Service:
 
     def session(self, session_id: str) -> Session | None:
         return self.store.load(session_id)
+
+    def status_card(self, s: Session) -> Card:
+        """A session's status reply: where it stands, and the runners (GPUs and their load) of its
+        backend, so a person sees whether anything will take its next job."""
+        card = cards.summary_card(s)
+        try:
+            runners = self.queue_for(s.backend).runners(cards.RUNNER_SEEN_S)
+        except Exception as e:         # the queue unreachable: the reply still comes, saying so
+            card.fields.append(("runners", f"unknown: the queue did not answer ({type(e).__name__})"))
+            return card
+        card.fields.append(("runners", cards.runners_text(runners, s.backend)))
+        return card
 
     def listed(self, status: str | None = None, channel: str | None = None,
                platform: str | None = None) -> list[Session]:

@@ -136,7 +136,7 @@ class Repl:
 
     def _status(self) -> None:
         s = self.svc.session(self.current) if self.current else None
-        print(render(cards.summary_card(s)) if s else "no session yet; type a request")
+        print(render(self.svc.status_card(s)) if s else "no session yet; type a request")
 
     def _show(self, which: str = "") -> None:
         """A revision in full: the current stage's latest, a stage's latest ('kernel'), or 'kernel:2'."""

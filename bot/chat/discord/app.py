@@ -211,7 +211,7 @@ class DiscordBot:
         return de.clip("\n".join(lines), de.CONTENT_MAX) or "No open sessions in this channel."
 
     async def _status(self, interaction: discord.Interaction, s: Session) -> None:
-        embed = de.render(cards.summary_card(s)).embed
+        embed = de.render(self.svc.status_card(s)).embed
         await interaction.edit_original_response(content=f"<#{self.chat.thread_id(s)}>",
                                                  embed=discord.Embed.from_dict(embed))
 

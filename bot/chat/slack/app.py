@@ -93,7 +93,7 @@ class SlackBot:
         return "\n".join(lines) or "No open sessions in this channel."
 
     def _status(self, ack, respond, command: dict, s: Session) -> None:
-        card = cards.summary_card(s)
+        card = self.svc.status_card(s)
         ack(text=sb.fallback_text(card), blocks=sb.card_blocks(card))
 
     def _cancel(self, ack, respond, command: dict, s: Session) -> None:
