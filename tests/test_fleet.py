@@ -53,7 +53,7 @@ def test_the_gpus_named_are_checked_against_the_host(tmp_path, monkeypatch):
         fleet.chosen_gpus("all", [])
 
 
-def test_a_fleet_reruns_a_killed_runners_job_on_another_gpu_and_spreads_jobs(tmp_path):
+def test_a_fleet_reruns_a_killed_runners_job_and_spreads_jobs(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     cfg = Config.from_env(backend="cpu")
@@ -88,7 +88,7 @@ def test_a_fleet_reruns_a_killed_runners_job_on_another_gpu_and_spreads_jobs(tmp
         assert again[0]["runner"].endswith(f"/gpu{busy['gpu']}")
 
         for k in range(2):                           # two jobs at once: each GPU's runner takes one
-            queue.enqueue(job_payload(f"j{k}"))
+            queue.enqueue(job_payload(f"j{k}", kind="verify"))
         results = [wait_for(lambda k=k: queue.pop_result(f"j{k}"), timeout_s=120) for k in range(2)]
         assert all(r["status"] == "pass" for r in results), [r["summary"] for r in results]
         assert sorted(r["gpu"] for r in results) == [0, 1]      # a job a runner, none waiting behind another

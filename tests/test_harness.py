@@ -70,7 +70,7 @@ def test_bad_kernel_fails_with_a_summary_naming_the_problem(name, monkeypatch):
     monkeypatch.setenv("KERNELBOT_SANDBOX_MEMORY_GB", "3")
     files = {**add_files(), "kernel.py": (BAD / f"{name}.py").read_text()}
     # Off, so these reach the worker: what is tried is how the judge survives them at run time.
-    result = run("verify", files, timeout_s=15 if name == "hangs" else 120, static_check=False)
+    result = run("verify", files, timeout_s=8 if name == "hangs" else 120, static_check=False)
     assert result["status"] == "fail"
     assert BAD_KERNELS[name] in result["summary"], result["summary"]
 

@@ -122,7 +122,7 @@ REFUSED = [
     ("cross entropy with label smoothing 0.1", "label smoothing"),
     ("binary cross entropy of x and y", "this loss"),
     # training: ops without a gradient rule
-    ("cumsum over the last dim, forward and backward", "cumsum has no gradient rule"),
+    ("cumprod over the last dim, forward and backward", "cumprod has no gradient rule"),
     ("batch norm backward on 8x16x4x4", "batch_norm has no gradient rule"),
     # layout
     ("reshape x to 64x64", "reshape"),

@@ -29,7 +29,8 @@ def test_arg_reduce_first_index_on_ties(tmp_path, op, dim):
 def test_arg_reduce_over_every_element_is_the_first_flat_index(tmp_path, op):
     spec = make_spec(f"{op}(x, dim=None)", {"x": [MATRIX, CUBE, [3, 1031]]})
     _, module = generate_reduction(tmp_path, spec)
-    check_reduction(tmp_path, spec, configs=(None, SPLIT, *module.CONFIGS), draw=ties)
+    # every config once (argmax); argmin shares the kernels, so the default and a split suffice
+    check_reduction(tmp_path, spec, configs=(None, SPLIT, *(module.CONFIGS if op == "argmax" else ())), draw=ties)
 
 
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
