@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 RESTART_PAUSE_S = 2.0        # between a child's death and its restart
 FAST_DEATH_S = 10.0          # a child that dies sooner than this after its start ...
@@ -67,8 +67,7 @@ class _Child:
     process: subprocess.Popen | None = None
     started: float = 0.0
     fast_deaths: int = 0
-    restarts: int = 0
-    not_before: float = field(default=0.0)
+    not_before: float = 0.0        # when a dead child may start again (0: not dead)
 
 
 class Fleet:
@@ -108,7 +107,6 @@ class Fleet:
                          f"after {lived:.0f} s; restarting in {pause:.0f} s")
                 continue
             if now >= child.not_before:
-                child.restarts += child.process is not None
                 child.not_before = 0.0
                 self.start(child)
 

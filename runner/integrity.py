@@ -592,20 +592,27 @@ def _stored_names(body: list[ast.stmt]) -> set[str]:
 
 
 def _bound_at_module(node: ast.stmt) -> set[str]:
-    """Names a module-level statement binds, imports inside a try included."""
+    """Every name a module-level statement binds: defs, classes, assignments, import aliases (a try's
+    imports included)."""
     names = _stored_names([node])
-    for sub in ast.walk(node) if isinstance(node, ast.Try) else ():
+    for sub in ast.walk(node) if isinstance(node, (ast.Try, ast.Import, ast.ImportFrom)) else ():
         if isinstance(sub, (ast.Import, ast.ImportFrom)):
             names |= {(a.asname or a.name).split(".")[0] for a in sub.names}
     return names
 
 
+@dataclass(frozen=True)
+class _LeanBlock:
+    statements: tuple[str, ...]     # each statement's syntax tree, without positions
+    binds: frozenset[str]           # the names the block binds
+    reads: frozenset[str]           # module-level and builtin names it reads, its own included
+
+
 @functools.cache
-def _lean_block() -> tuple[tuple[str, ...], frozenset[str], frozenset[str]]:
-    """runner/lean_launch.py's block as kernel.py carries it: each statement's syntax tree (no
-    positions), the names it binds, and the module-level and builtin names it reads (its own, torch,
-    id, type, len, getattr, ...), which the rest of the file may not rebind: the block's text is
-    fixed, but what those names mean is the module's."""
+def _lean_block() -> _LeanBlock:
+    """runner/lean_launch.py's block as kernel.py carries it. The names it reads (its own, torch, id,
+    type, len, getattr, ...) the rest of the file may not rebind: the block's text is fixed, but what
+    those names mean is the module's."""
     body = ast.parse(protocol.lean_launch_source()).body
     bound = frozenset().union(*map(_bound_at_module, body))
     local = set()
@@ -614,25 +621,17 @@ def _lean_block() -> tuple[tuple[str, ...], frozenset[str], frozenset[str]]:
                                                            and isinstance(n.ctx, ast.Store)}   # comprehensions too
     read = {n.id for n in ast.walk(ast.Module(body=body, type_ignores=[]))
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return tuple(ast.dump(n) for n in body), bound, frozenset(read - local) | bound
+    return _LeanBlock(tuple(ast.dump(n) for n in body), bound, frozenset(read - local) | bound)
 
 
 def _lean_statement(node: ast.stmt) -> bool:
-    return bool(_bound_at_module(node) & _lean_block()[1]) and not isinstance(node, (ast.Import, ast.ImportFrom))
+    return bool(_bound_at_module(node) & _lean_block().binds) and not isinstance(node, (ast.Import, ast.ImportFrom))
 
 
 # The module-level bindings of names the lean block reads that a kernel.py may make: the same
 # modules the block means by them.
 _LEAN_IMPORTS = ("Import(names=[alias(name='torch')])",
                  "ImportFrom(module='triton.runtime', names=[alias(name='driver')], level=0)")
-
-
-def _module_bindings(node: ast.stmt) -> set[str]:
-    """Every name a module-level statement binds: defs, classes, assignments, import aliases."""
-    names = _bound_at_module(node)
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        names |= {(a.asname or a.name).split(".")[0] for a in node.names}
-    return names
 
 
 def _arg_names(args: ast.arguments) -> list[ast.arg]:
@@ -721,7 +720,7 @@ class _Check:
         at = [i for i, node in enumerate(self.tree.body) if _lean_statement(node)]
         if not at:
             return False
-        if tuple(ast.dump(self.tree.body[i]) for i in at) != _lean_block()[0] or at[-1] - at[0] != len(at) - 1:
+        if tuple(ast.dump(self.tree.body[i]) for i in at) != _lean_block().statements or at[-1] - at[0] != len(at) - 1:
             self.found.append(Violation(self.tree.body[at[0]].lineno, "lean", (
                 f"binds {', '.join(sorted(set().union(*(_bound_at_module(self.tree.body[i]) for i in at))))}, names "
                 "of the lean launch block, but not as runner/lean_launch.py writes them (it keeps state between "
@@ -730,7 +729,7 @@ class _Check:
             return False
         del self.tree.body[at[0]:at[-1] + 1]
         for node in self.tree.body:
-            rebound = _module_bindings(node) & _lean_block()[2]
+            rebound = _bound_at_module(node) & _lean_block().reads
             if rebound and ast.dump(node) not in _LEAN_IMPORTS:
                 self.found.append(Violation(node.lineno, "lean", (
                     f"binds {', '.join(sorted(rebound))}, which the lean launch block reads: its text is "
@@ -1596,7 +1595,7 @@ class _Check:
                 self.flag(node, rule, f"uses {name}() ({why}): it is not one of {self.file}'s builtins "
                                       f"({', '.join(sorted(self.builtins - EXCEPTIONS))})" +
                           ("; allocate with torch.empty and launch a @triton.jit function" if self.kernel else ""))
-            elif self.lean and name in _lean_block()[1]:
+            elif self.lean and name in _lean_block().binds:
                 self.flag(node, "name", f"uses {name}, which belongs to the lean launch block: kernel.py calls "
                                         "_launch(kernel, grid, ...) and uses nothing else of it")
             else:
