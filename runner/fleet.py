@@ -111,7 +111,8 @@ class Fleet:
                 self.start(child)
 
     def run(self) -> None:
-        self.say(f"{len(self.children)} runners, one per GPU: "
+        n = len(self.children)
+        self.say(f"{n} runner{'s' * (n != 1)}, one per GPU: "
                  + ", ".join(f"{c.gpu} ({c.name})" for c in self.children))
         while not self.stopping.is_set():
             self.tick()

@@ -38,7 +38,10 @@ REQUIRED_FILES = {
     "benchmark": ("spec.json", "reference.py", "kernel.py", "bench_plan.json"),
     "verify": ("spec.json", "reference.py", "kernel.py"),
 }
-HOST = socket.gethostname()
+# The host's name in runner ids (HOST/gpuN) and results; KERNELBOT_HOST names it where hostnames
+# repeat (containers started from one image).
+HOST = os.environ.get("KERNELBOT_HOST") or socket.gethostname()
+LOAD_EVERY_S = 10.0     # how often a runner asks nvidia-smi for its GPU's load (for status replies)
 
 
 class JobError(ValueError):
@@ -115,17 +118,35 @@ def new_result(job, backend: str, gpu: int | None) -> dict:
             "launches_counted": False, "warnings": [], "log_tail": ""}
 
 
+def _nvidia_smi(query: str, index: str) -> str | None:
+    """One GPU's answer to `nvidia-smi --query-gpu=QUERY`, or None where nvidia-smi does not answer."""
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", index],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
 def device_name(backend: str, gpu: int | None) -> str:
     """Asked of nvidia-smi, so the runner process itself never initialises CUDA."""
     if protocol.device_type(backend) == "cpu":
         return "cpu (Triton interpreter)"
     index = sandbox.pinned_gpu(gpu)
+    return _nvidia_smi("name", index) or f"cuda:{index}"
+
+
+def gpu_load(backend: str, gpu: int | None) -> dict | None:
+    """The pinned GPU's utilisation (%) and memory (MiB) as nvidia-smi sees them, every tenant's work
+    included; None on the cpu backend or where nvidia-smi gives no such line."""
+    if protocol.device_type(backend) == "cpu":
+        return None
+    fields = (_nvidia_smi("utilization.gpu,memory.used,memory.total", sandbox.pinned_gpu(gpu)) or "").split(",")
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", index],
-                             capture_output=True, text=True, timeout=20)
-        return out.stdout.strip() or f"cuda:{index}"
-    except (OSError, subprocess.TimeoutExpired):
-        return f"cuda:{index}"
+        util, used, total = (float(f) for f in fields)
+    except ValueError:
+        return None
+    return {"util_pct": util, "mem_used_mib": used, "mem_total_mib": total}
 
 
 # --- running it -----------------------------------------------------------------------------
@@ -434,6 +455,13 @@ class Runner:
         self.device = device_name(self.backend, gpu)
         self.stopping = threading.Event()
         self.current: str | None = None
+        self.load, self.load_at = None, -LOAD_EVERY_S
+
+    def gpu_load(self) -> dict | None:
+        """The GPU's load for the presence, asked of nvidia-smi at most every LOAD_EVERY_S."""
+        if time.monotonic() - self.load_at >= LOAD_EVERY_S:
+            self.load, self.load_at = gpu_load(self.backend, self.gpu), time.monotonic()
+        return self.load
 
     def say(self, text: str) -> None:
         print(f"[runner {self.backend}] {text}", flush=True)
@@ -449,7 +477,7 @@ class Runner:
     def presence(self) -> dict:
         where = f"gpu{self.gpu}" if self.gpu is not None else f"pid{os.getpid()}"
         return {"ts": time.time(), "runner": f"{HOST}/{where}", "host": HOST, "pid": os.getpid(), "gpu": self.gpu,
-                "device": self.device, "backend": self.backend, "busy": self.current}
+                "device": self.device, "backend": self.backend, "busy": self.current, "load": self.gpu_load()}
 
     def handle(self, job) -> None:
         job_id = job.get("job_id") if isinstance(job, dict) else None

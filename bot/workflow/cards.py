@@ -203,6 +203,10 @@ def runner_line(r: dict) -> str:
     """One runner's presence (runner.queue's record): host, GPU, device and what it runs."""
     gpu = f"GPU {r['gpu']}" if r.get("gpu") is not None else "no GPU pinned"
     job = f"running {r['busy']}" if r.get("busy") else "idle"
+    load = r.get("load")
+    if isinstance(load, dict) and {"util_pct", "mem_used_mib", "mem_total_mib"} <= load.keys():
+        job += (f", GPU {load['util_pct']:.0f}% busy, {load['mem_used_mib'] / 1024:.1f} of "
+                f"{load['mem_total_mib'] / 1024:.0f} GiB in use")
     return f"{r.get('host')} {gpu} ({r.get('device')}): {job}, seen {max(0.0, time.time() - r['ts']):.0f} s ago"
 
 
