@@ -631,7 +631,8 @@ def _lean_statement(node: ast.stmt) -> bool:
 # The module-level bindings of names the lean block reads that a kernel.py may make: the same
 # modules the block means by them.
 _LEAN_IMPORTS = ("Import(names=[alias(name='torch')])",
-                 "ImportFrom(module='triton.runtime', names=[alias(name='driver')], level=0)")
+                 "ImportFrom(module='triton.runtime', names=[alias(name='driver')], level=0)",
+                 "ImportFrom(module='triton.tools.tensor_descriptor', names=[alias(name='TensorDescriptor')], level=0)")
 
 
 def _arg_names(args: ast.arguments) -> list[ast.arg]:

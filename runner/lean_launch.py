@@ -16,14 +16,17 @@ import torch
 try:        # Triton 3.4 and later; with an older one every launch takes Triton's own path
     from triton import knobs
     from triton.runtime import driver
+    from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:
-    knobs = driver = None
+    knobs = driver = TensorDescriptor = None
 
 # key -> how to launch the binary Triton compiled for it (filled by _keep, read by _launch only)
 _COMPILED = {}
 # Arguments keyed by type and value (1, 1.0 and True are equal but compile apart); a tensor by its
-# dtype and its address modulo 16 (Triton specializes on 16-byte alignment); anything else gives an
-# unhashable key, so its launch takes Triton's own path (_keep keeps no keyword but plain ones).
+# dtype and its address modulo 16 (Triton specializes on 16-byte alignment); a host TMA descriptor by
+# its dtype and block shape (what Triton specializes it on: the binary's launcher encodes the rest
+# from the descriptor each call); anything else gives an unhashable key, so its launch takes Triton's
+# own path (_keep keeps no keyword but plain ones).
 _PLAIN = frozenset({int, float, bool, str, type(None), torch.dtype})
 
 
@@ -31,6 +34,7 @@ def _launch(kernel, grid, *args, **kwargs):
     # kernel[grid](*args, **kwargs), through the binary Triton compiled for this key the first time.
     key = (id(kernel), grid, *kwargs.items(), *map(type, kwargs.values()),
            *[(a.dtype, a.data_ptr() % 16) if type(a) is torch.Tensor else (type(a), a) if type(a) in _PLAIN
+             else (TensorDescriptor, a.base.dtype, *a.block_shape) if type(a) is TensorDescriptor
              else (a.dtype, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else [] for a in args])
     try:
         run, gx, gy, gz, device, function, metadata, names, _ = _COMPILED[key]
