@@ -9,6 +9,11 @@ so wide heads (E = 1024) fit; the output tile [BLOCK_M, Ev] stays in registers. 
 stops at its last row's diagonal. fp16/bf16 probabilities are rounded to the inputs' dtype for
 p @ v (tensor cores), float32 stays IEEE float32 throughout.
 
+Wide value heads (Ev > WIDE_EV) leave that tile room for only a few rows a program, so every
+program rereads all of k and v through dots too small to run well. They take two kernels instead,
+torch's own math path as two tiled products: the scores q @ k^T of a group of heads into a float32
+workspace, then per output tile each row's maximum and sum over its scores and p @ v.
+
 Owns its IR rule, the output shape, the torch call and the kernel with its config space and default.
 """
 from __future__ import annotations
@@ -34,6 +39,9 @@ KEYWORDS = {SDPA: {"query", "key", "value", "attn_mask", "dropout_p", "is_causal
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 
+WIDE_EV = 256                       # value head dims past this take the two-kernel path ...
+WIDE_SCORES = 1 << 28               # ... where one head's [L, S] float32 scores fit in 1 GiB
+WORKSPACE = 1 << 26                 # scores held at once (256 MiB of float32): heads go in groups
 DEFAULT_SHAPES = [[4, 16, 2048, 64], [1, 8, 1000, 80]]    # no shape named: a model's, and an odd one
 # query rows and keys a step (BLOCK_M x BLOCK_N), the head dim's chunk for q @ k^T, warps, stages
 CONFIGS = [{"BLOCK_M": m, "BLOCK_N": n, "BLOCK_E": e, "num_warps": w, "num_stages": s}
@@ -160,7 +168,8 @@ def _attention_config(e, ev):
         return {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_E": min(block_e, 64), "num_warps": 4, "num_stages": 2}
     if ev <= 256:
         return {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_E": 64, "num_warps": 8, "num_stages": 1}
-    return {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_E": 128, "num_warps": 8, "num_stages": 1}
+    # the two-kernel path: 64 x 64 tiles of scores and of the output, the head dim 64 at a time
+    return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_E": 64, "num_warps": 4, "num_stages": 2}
 
 
 def _batch_strides(t, shape):
@@ -190,49 +199,32 @@ class _AttentionKernel(KernelFile):
         return self._space(CONFIGS)
 
     def source(self) -> str:
-        return self._file([self._kernel()], [_attention_config, _batch_strides], self._launcher())
+        kernels = [self._kernel(), self._scores_kernel(), self._pv_kernel()]
+        return self._file(kernels, [_attention_config, _batch_strides], self._launcher())
 
     def _kernel(self) -> str:
         params = ["q_ptr", "k_ptr", "v_ptr", "out_ptr", "H", "L", "S", "E", "EV", "group", "sqb", "sqh", "skb",
                   "skh", "svb", "svh", "qk_scale", "CAUSAL: tl.constexpr", "PRECISION: tl.constexpr",
                   "BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_E: tl.constexpr", "BLOCK_EV: tl.constexpr"]
         code = Code()("pid_m = tl.program_id(0)",
-                      "bh = tl.program_id(1).to(tl.int64)",
-                      "b = bh // H",
-                      "h = bh % H",
-                      "q_ptr += b * sqb + h * sqh",
-                      "# enable_gqa: query heads h share key/value head h // group",
-                      "k_ptr += b * skb + (h // group) * skh",
-                      "v_ptr += b * svb + (h // group) * svh",
-                      "out_ptr += bh * L * EV",
-                      "rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-                      "offs_n = tl.arange(0, BLOCK_N)",
-                      "offs_e = tl.arange(0, BLOCK_E)",
-                      "offs_ev = tl.arange(0, BLOCK_EV)",
-                      "row_in = rows < L",
-                      'm_i = tl.full([BLOCK_M], float("-inf"), tl.float32)',
-                      "l_i = tl.zeros([BLOCK_M], tl.float32)",
-                      "acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)",
-                      "hi = S")
-        with code.block("if CAUSAL:"):
-            code("# row i attends to keys j <= i (top-left aligned): nothing past the last row's diagonal",
-                 "hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)")
+                      "bh = tl.program_id(1).to(tl.int64)")
+        _heads(code, "qkv")
+        code("out_ptr += bh * L * EV",
+             "rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+             "offs_n = tl.arange(0, BLOCK_N)",
+             "offs_ev = tl.arange(0, BLOCK_EV)",
+             "row_in = rows < L",
+             'm_i = tl.full([BLOCK_M], float("-inf"), tl.float32)',
+             "l_i = tl.zeros([BLOCK_M], tl.float32)",
+             "acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)")
+        _last_key(code)
         with code.block("for start_n in range(0, hi, BLOCK_N):"):
             code("cols = start_n + offs_n",
-                 "col_in = cols < S",
-                 "s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)")
-            with code.block("for e0 in range(0, E, BLOCK_E):"):
-                code("es = e0 + offs_e",
-                     "q = tl.load(q_ptr + rows[:, None] * E + es[None, :], mask=row_in[:, None] & (es < E)[None, :], "
-                     "other=0.0)",
-                     "k = tl.load(k_ptr + cols[:, None] * E + es[None, :], mask=col_in[:, None] & (es < E)[None, :], "
-                     "other=0.0)",
-                     "s = tl.dot(q, tl.trans(k), s, input_precision=PRECISION)")
+                 "col_in = cols < S")
+            _scores(code)
             code("# base-2 exponentials: qk_scale holds log2(e)",
-                 "s = s * qk_scale",
-                 "keep = col_in[None, :]")
-            with code.block("if CAUSAL:"):
-                code("keep = keep & (cols[None, :] <= rows[:, None])")
+                 "s = s * qk_scale")
+            _kept(code)
             code('s = tl.where(keep, s, float("-inf"))',
                  "m_new = tl.maximum(m_i, tl.max(s, 1))",
                  "alpha = tl.exp2(m_i - m_new)",
@@ -246,6 +238,75 @@ class _AttentionKernel(KernelFile):
              "tl.store(out_ptr + rows[:, None] * EV + offs_ev[None, :], out.to(out_ptr.dtype.element_ty), "
              "mask=row_in[:, None] & (offs_ev < EV)[None, :])")
         return jit_source(f"{self.name}_kernel", params, code.lines)
+
+    def _scores_kernel(self) -> str:
+        """Wide heads, first kernel: one BLOCK_M x BLOCK_N tile of a head's scores q @ k^T * qk_scale
+        into the workspace (one [L, S] slab per head of the group from bh0); a causal tile wholly
+        past its rows' diagonal is skipped (never read)."""
+        params = ["q_ptr", "k_ptr", "ws_ptr", "H", "L", "S", "E", "group", "bh0", "sqb", "sqh", "skb", "skh",
+                  "qk_scale", "CAUSAL: tl.constexpr", "PRECISION: tl.constexpr", "BLOCK_M: tl.constexpr",
+                  "BLOCK_N: tl.constexpr", "BLOCK_E: tl.constexpr"]
+        code = Code()("pid_m = tl.program_id(0)",
+                      "pid_n = tl.program_id(1)",
+                      "slab = tl.program_id(2).to(tl.int64)",
+                      "bh = bh0 + slab")
+        _heads(code, "qk")
+        code("ws_ptr += slab * L * S",
+             "rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+             "cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+             "row_in = rows < L",
+             "col_in = cols < S")
+        _last_key(code)
+        with code.block("if pid_n * BLOCK_N < hi:"):
+            _scores(code)
+            code("tl.store(ws_ptr + rows[:, None] * S + cols[None, :], s * qk_scale, "
+                 "mask=row_in[:, None] & col_in[None, :])")
+        return jit_source(f"{self.name}_scores_kernel", params, code.lines)
+
+    def _pv_kernel(self) -> str:
+        """Wide heads, second kernel: BLOCK_M rows by BLOCK_E value columns of the output. A first
+        walk over the rows' scores finds each row's maximum and sum, a second adds p @ v."""
+        params = ["v_ptr", "ws_ptr", "out_ptr", "H", "L", "S", "EV", "group", "bh0", "svb", "svh",
+                  "CAUSAL: tl.constexpr", "PRECISION: tl.constexpr", "BLOCK_M: tl.constexpr",
+                  "BLOCK_N: tl.constexpr", "BLOCK_E: tl.constexpr"]
+        code = Code()("pid_m = tl.program_id(0)",
+                      "pid_e = tl.program_id(1)",
+                      "slab = tl.program_id(2).to(tl.int64)",
+                      "bh = bh0 + slab")
+        _heads(code, "v")
+        code("ws_ptr += slab * L * S",
+             "out_ptr += bh * L * EV",
+             "rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+             "offs_n = tl.arange(0, BLOCK_N)",
+             "evs = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)",
+             "row_in = rows < L",
+             "ev_in = evs < EV",
+             'm_i = tl.full([BLOCK_M], float("-inf"), tl.float32)',
+             "l_i = tl.zeros([BLOCK_M], tl.float32)",
+             "acc = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)")
+        _last_key(code)
+        load = ["cols = start_n + offs_n",
+                "col_in = cols < S",
+                "s = tl.load(ws_ptr + rows[:, None] * S + cols[None, :], mask=row_in[:, None] & col_in[None, :], "
+                "other=0.0)"]
+        with code.block("for start_n in range(0, hi, BLOCK_N):"):
+            code(*load)
+            _kept(code)
+            code('s = tl.where(keep, s, float("-inf"))',
+                 "m_new = tl.maximum(m_i, tl.max(s, 1))",
+                 "l_i = l_i * tl.exp2(m_i - m_new) + tl.sum(tl.exp2(s - m_new[:, None]), 1)",
+                 "m_i = m_new")
+        with code.block("for start_n in range(0, hi, BLOCK_N):"):
+            code(*load)
+            _kept(code)
+            code('p = tl.exp2(tl.where(keep, s, float("-inf")) - m_i[:, None])',
+                 "v = tl.load(v_ptr + cols[:, None] * EV + evs[None, :], mask=col_in[:, None] & ev_in[None, :], "
+                 "other=0.0)",
+                 "acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)")
+        code("out = acc / l_i[:, None]",
+             "tl.store(out_ptr + rows[:, None] * EV + evs[None, :], out.to(out_ptr.dtype.element_ty), "
+             "mask=row_in[:, None] & ev_in[None, :])")
+        return jit_source(f"{self.name}_pv_kernel", params, code.lines)
 
     def _launcher(self) -> str:
         q, k, v, node = self.q.local, self.k.local, self.v.local, self.node
@@ -261,15 +322,69 @@ class _AttentionKernel(KernelFile):
                  f'    precision = "ieee" if {q}.dtype == torch.float32 else None\n'
                  f"    qk_scale = {'1.0 / math.sqrt(E)' if scale is None else repr(scale)} * 1.4426950408889634\n")
         text += self._config_line("_attention_config(E, EV)")
-        text += ('    BLOCK_M = config["BLOCK_M"]\n'
-                 "    grid = (_cdiv(L, BLOCK_M), full[0] * full[1])\n")
-        args = [q, k, v, "out", "full[1]", "L", "S", "E", "EV", "group", f"*_batch_strides({q}, full)",
-                f"*_batch_strides({k}, full)", f"*_batch_strides({v}, full)", "qk_scale",
-                f"CAUSAL={bool(node.attr('causal'))}", "PRECISION=precision", "BLOCK_M=BLOCK_M",
-                'BLOCK_N=config["BLOCK_N"]', 'BLOCK_E=config["BLOCK_E"]',
-                "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())", 'num_warps=config["num_warps"]',
-                'num_stages=config["num_stages"]']
+        shared = ["full[1]", "L", "S"]
+        flags = [f"CAUSAL={bool(node.attr('causal'))}", "PRECISION=precision", 'BLOCK_M=config["BLOCK_M"]',
+                 'BLOCK_N=config["BLOCK_N"]', 'BLOCK_E=config["BLOCK_E"]']
+        options = ['num_warps=config["num_warps"]', 'num_stages=config["num_stages"]']
+        text += (f"    if EV > {WIDE_EV} and L * S <= {WIDE_SCORES}:\n"
+                 "        # Wide value heads: the scores of up to 65535 heads at a time, in a float32\n"
+                 f"        # workspace of at most {WORKSPACE} scores (or one head's), then p @ v.\n"
+                 "        heads = full[0] * full[1]\n"
+                 f"        per = max(1, min(heads, 65535, {WORKSPACE} // (L * S)))\n"
+                 f"        ws = torch.empty((per, L, S), dtype=torch.float32, device={q}.device)\n")
+        text += "        for bh0 in range(0, heads, per):\n"
+        text += ('            grid = (_cdiv(L, config["BLOCK_M"]), _cdiv(S, config["BLOCK_N"]), min(per, heads - bh0))\n'
+                 + launch(f"{self.name}_scores_kernel", "grid",
+                          [q, k, "ws", *shared, "E", "group", "bh0", f"*_batch_strides({q}, full)",
+                           f"*_batch_strides({k}, full)", "qk_scale", *flags, *options], "            ") + "\n"
+                 '            grid = (_cdiv(L, config["BLOCK_M"]), _cdiv(EV, config["BLOCK_E"]), min(per, heads - bh0))\n'
+                 + launch(f"{self.name}_pv_kernel", "grid",
+                          [v, "ws", "out", *shared, "EV", "group", "bh0", f"*_batch_strides({v}, full)", *flags,
+                           *options], "            ") + "\n"
+                 "        return out\n")
+        text += '    grid = (_cdiv(L, config["BLOCK_M"]), full[0] * full[1])\n'
+        args = [q, k, v, "out", *shared, "E", "EV", "group", f"*_batch_strides({q}, full)",
+                f"*_batch_strides({k}, full)", f"*_batch_strides({v}, full)", "qk_scale", *flags,
+                "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())", *options]
         return text + launch(f"{self.name}_kernel", "grid", args, "    ") + "\n    return out\n"
+
+
+def _heads(code: Code, tensors: str) -> None:
+    """A kernel's prologue: its (batch, head) bh and the tensors' pointers moved to that head."""
+    code("b = bh // H",
+         "h = bh % H")
+    for t in tensors:
+        head = "h" if t == "q" else "(h // group)"
+        code(*(["# enable_gqa: query heads h share key/value head h // group"] if t == "k" else []),
+             f"{t}_ptr += b * s{t}b + {head} * s{t}h")
+
+
+def _last_key(code: Code) -> None:
+    """hi: the keys a program's rows attend to (a causal row i attends to keys j <= i)."""
+    code("hi = S")
+    with code.block("if CAUSAL:"):
+        code("# top-left aligned: nothing past the last row's diagonal",
+             "hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)")
+
+
+def _scores(code: Code) -> None:
+    """s = q @ k^T for rows x cols, summed over the head dim BLOCK_E at a time."""
+    code("offs_e = tl.arange(0, BLOCK_E)",
+         "s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)")
+    with code.block("for e0 in range(0, E, BLOCK_E):"):
+        code("es = e0 + offs_e",
+             "q = tl.load(q_ptr + rows[:, None] * E + es[None, :], mask=row_in[:, None] & (es < E)[None, :], "
+             "other=0.0)",
+             "k = tl.load(k_ptr + cols[:, None] * E + es[None, :], mask=col_in[:, None] & (es < E)[None, :], "
+             "other=0.0)",
+             "s = tl.dot(q, tl.trans(k), s, input_precision=PRECISION)")
+
+
+def _kept(code: Code) -> None:
+    """keep: the scores that count (keys that exist, and under CAUSAL not past the row's diagonal)."""
+    code("keep = col_in[None, :]")
+    with code.block("if CAUSAL:"):
+        code("keep = keep & (cols[None, :] <= rows[:, None])")
 
 
 ENTRIES = (

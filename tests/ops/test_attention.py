@@ -1,7 +1,8 @@
 """The attention family (bot.ops.attention): scaled dot-product attention as a generated kernel.py run
 under Triton's interpreter against torch's own F.scaled_dot_product_attention on float64 copies:
 causal and not, queries and keys of different counts, heads broadcast and grouped (enable_gqa), wide
-and odd head dims, every config of the space; and what the kernel does not read refused saying why."""
+and odd head dims, wide value heads (the two-kernel path), every config of the space; and what the
+kernel does not read refused saying why."""
 from __future__ import annotations
 
 import pytest
@@ -22,7 +23,12 @@ CASES = [
     (f"{SDPA}(q, k, v, enable_gqa=True)", {"q": [2, 6, 21, 16], "k": [2, 2, 30, 16], "v": [2, 2, 30, 16]}),
     (f"{SDPA}(q, k, v)", {"q": [3, 4, 9, 16], "k": [1, 4, 30, 16], "v": [1, 4, 30, 16]}),      # a broadcast batch
     (f"{SDPA}(q, k, v)", {"q": [18, 200], "k": [25, 200], "v": [25, 8]}),                       # rank 2, E = 200
+    # value heads past WIDE_EV: scores into a workspace, then p @ v
+    (f"{SDPA}(q, k, v)", {"q": [1, 2, 16, 64], "k": [1, 2, 24, 64], "v": [1, 2, 24, 300]}),
+    (f"{SDPA}(q, k, v, is_causal=True, enable_gqa=True)", {"q": [1, 4, 21, 40], "k": [1, 2, 19, 40],
+                                                          "v": [1, 2, 19, 260]}),
 ]
+WIDE = CASES[-2:]
 
 
 def spec_of(expression: str, shapes: dict[str, list[int]]) -> dict:
@@ -53,8 +59,9 @@ def test_attention_matches_torch(tmp_path, expression, shapes):
 
 
 @pytest.mark.parametrize("config", attention.CONFIGS[:4] + [attention.CONFIGS[5]])
-def test_every_config_walks_keys_and_head_chunks_alike(tmp_path, config):
-    shapes = {"q": [1, 2, 40, 150], "k": [1, 2, 70, 150], "v": [1, 2, 70, 33]}
+@pytest.mark.parametrize("ev", [33, 257])         # the flash kernel, and the two-kernel path
+def test_every_config_walks_keys_and_head_chunks_alike(tmp_path, config, ev):
+    shapes = {"q": [1, 2, 40, 150], "k": [1, 2, 70, 150], "v": [1, 2, 70, ev]}
     spec = spec_of(f"{SDPA}(q, k, v, is_causal=True)", shapes)
     kernel = load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})).op
     args = [torch.randn(shapes[n]) for n in ("q", "k", "v")]
@@ -95,7 +102,9 @@ def test_attention_in_words(request_, expression, shapes):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-@pytest.mark.parametrize("expression, shapes", CASES[:5], ids=[f"{c[0][len(SDPA):]} {c[1]['q']}" for c in CASES[:5]])
+@pytest.mark.parametrize("expression, shapes", CASES[:5] + WIDE + [
+    (f"{SDPA}(q, k, v)", {"q": [1, 5, 4096, 96], "k": [1, 5, 4096, 96], "v": [1, 5, 4096, 264]}),  # 2 head groups
+], ids=lambda c: str(c)[:60])
 def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, shapes):
     spec = spec_of(expression, shapes)
     kernel = load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})).op
