@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.codegen import fixed
-from bot.codegen.code import doc_text, jit_source
+from bot.codegen.code import doc_text, indented, jit_source
 from bot.codegen.names import allocate
 from bot.ops.node import Node
 from runner import protocol
@@ -89,6 +89,25 @@ def _require_full(name, shape, full):
     if math.prod(shape) != math.prod(full):
         raise ValueError(f"input {name} has shape {list(shape)}, but this kernel was generated for the full "
                          f"shape {list(full)}; regenerate it for these shapes")
+
+
+def shape_lines(inputs: list[str], checks: list[str], always: bool) -> list[str]:
+    """Launcher lines setting `shape`, the inputs' broadcast shape, and running `checks` against it.
+    Inputs of one shape (the usual call) skip the broadcast rule and the checks, which cost
+    microseconds a call; `always` keeps both (some input is broadcast by design)."""
+    rule = [f"shape = _broadcast_shape({', '.join(f'{x}.shape' for x in inputs)})", *checks]
+    if always:
+        return rule
+    if len(inputs) == 1:
+        return [f"shape = {inputs[0]}.shape"]
+    others = " or ".join(f"{x}.shape != shape" for x in inputs[1:])
+    return [f"shape = {inputs[0]}.shape", f"if {others}:", *indented(rule)]
+
+
+def empty_line(like: str, dtype: str, shape: str) -> str:
+    """`out = ...`: empty_like where the output has `like`'s shape (half of torch.empty's cost a call)."""
+    same = f"torch.empty_like({like})" if dtype == f"{like}.dtype" else f"torch.empty_like({like}, dtype={dtype})"
+    return f"out = {same} if {shape} == {like}.shape else torch.empty({shape}, dtype={dtype}, device={like}.device)"
 
 
 # ---------------------------------------------------------------- review options

@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from bot.codegen.code import Code, indented, jit_source, launch
-from bot.codegen.kernel_file import Body, KernelFile, KernelInput, _require_full
+from bot.codegen.code import Code, body_text, indented, jit_source, launch
+from bot.codegen.kernel_file import Body, KernelFile, KernelInput, _require_full, empty_line, shape_lines
 from bot.ops.node import Node, broadcast_shapes, input_names
 
 # Row ops, after the default's pick for each of the spec's cases: one row per program with 4, 8
@@ -281,18 +281,18 @@ class RowKernel(KernelFile):
     def _launcher(self) -> str:
         first = self.inputs[0].local
         text = self._signature_and_prologue()
-        text += f"    shape = _broadcast_shape({', '.join(f'{i.local}.shape' for i in self.body_inputs)})\n"
+        checks = [f'_require_full("{i.name}", {i.local}.shape, shape)' for i in self.body_inputs if i not in self.partial]
+        text += body_text(shape_lines([i.local for i in self.body_inputs], checks, always=bool(self.partial)))
         text += "    N = shape[-1]\n    R = shape[:-1].numel()\n"
-        for i in self.body_inputs:
-            if i in self.partial:
-                text += f'    {i.local}_rs, {i.local}_cs = _row_strides("{i.name}", {i.local}.shape, shape)\n'
-            else:
-                text += f'    _require_full("{i.name}", {i.local}.shape, shape)\n'
+        for i in self.partial:
+            text += f'    {i.local}_rs, {i.local}_cs = _row_strides("{i.name}", {i.local}.shape, shape)\n'
         for e in self.affine:
             text += f'    _require_full("{e.name}", {e.local}.shape, shape[-1:])\n'
         text += align_elements(self.affine) if self.affine else ""
-        out_shape = "shape[:-1]" if self.reduces else "shape"
-        text += f"    out = torch.empty({out_shape}, dtype={self.out_dtype(first)}, device={first}.device)\n"
+        if self.reduces:
+            text += f"    out = torch.empty(shape[:-1], dtype={self.out_dtype(first)}, device={first}.device)\n"
+        else:
+            text += body_text([empty_line(first, self.out_dtype(first), "shape")])
         text += self.plan.guard
         text += self._config_line("_row_config(R, N)")
         text += "    BLOCK_M, BLOCK_N, num_warps = _row_tile(R, N, config)\n"

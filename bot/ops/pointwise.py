@@ -18,7 +18,8 @@ from typing import Callable
 from bot.ops.entry import Entry
 from bot.codegen.code import Code, body_text, doc_text, jit_source, launch
 from bot.codegen.expr import COMPARE, ExprWriter, OpWriter, call_writer, fmt_const
-from bot.codegen.kernel_file import Body, KernelFile, KernelInput, _expanded_strides, _require_full
+from bot.codegen.kernel_file import (Body, KernelFile, KernelInput, _expanded_strides, _require_full, empty_line,
+                                     shape_lines)
 from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, const, fmt_num, input_names, number,
                           plain_text, prints, to_text)
 from bot.ops.text import END as _END, FLAGS as _F, NUM as _NUM
@@ -599,17 +600,9 @@ class _PointwiseKernel(KernelFile):
 
     def _launcher(self) -> str:
         first = self.inputs[0].local
-        shapes = ", ".join(f"{i.local}.shape" for i in self.inputs)
         text = self._signature_and_prologue()
         checks = [f'_require_full("{i.name}", {i.local}.shape, shape)' for i in self.inputs if i not in self.broadcast]
-        if self.broadcast:
-            text += body_text([f"shape = _broadcast_shape({shapes})", *checks])
-        elif len(self.inputs) == 1:
-            text += f"    shape = {first}.shape\n"
-        else:       # inputs of one shape, the usual call, skip the broadcast rule and its checks
-            others = " or ".join(f"{i.local}.shape != shape" for i in self.inputs[1:])
-            text += body_text([f"shape = {first}.shape", f"if {others}:"])
-            text += body_text([f"shape = _broadcast_shape({shapes})", *checks], 2)
+        text += body_text(shape_lines([i.local for i in self.inputs], checks, always=bool(self.broadcast)))
         args = [i.local for i in self.inputs] + ["out", "n_elements"]
         if self.broadcast:
             strides = ", ".join(f"{i.local}_strides" for i in self.broadcast)
@@ -618,11 +611,7 @@ class _PointwiseKernel(KernelFile):
             args += ["*dims[1:]"] + [f"*{i.local}_strides" for i in self.broadcast]
             args += [f"{i.local}_full={i.local}.numel() == n_elements" for i in self.broadcast]
             args.append("INT32_INDEX=n_elements < 2**31")
-        dtype = self.out_dtype(first)
-        like = f"torch.empty_like({first})" if dtype == f"{first}.dtype" else f"torch.empty_like({first}, dtype={dtype})"
-        # empty_like where the output has the first input's shape: it costs half of torch.empty per call
-        text += (f"    out = {like} if shape == {first}.shape else "
-                 f"torch.empty(shape, dtype={dtype}, device={first}.device)\n")
+        text += body_text([empty_line(first, self.out_dtype(first), "shape")])
         text += "    n_elements = out.numel()\n"
         text += self._config_line("_pointwise_config(n_elements)")
         text += '    BLOCK, num_warps = config["BLOCK"], config["num_warps"]\n'
