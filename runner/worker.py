@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -417,6 +418,16 @@ def _add_chart(result: dict, job: dict) -> None:
 
 # --- the long-running runner ------------------------------------------------------------------
 
+def gpu_lost(backend: str, gpu: int | None) -> str | None:
+    """Why the runner's GPU cannot take jobs (it no longer answers nvidia-smi: fallen off the bus, a
+    fatal Xid), or None. Asked where a GPU is pinned or the backend is a GPU's, and only where
+    nvidia-smi is installed: without it there is nothing to ask."""
+    if (gpu is None and protocol.device_type(backend) == "cpu") or not shutil.which("nvidia-smi"):
+        return None
+    index = sandbox.pinned_gpu(gpu)
+    return None if _nvidia_smi("name", index) else f"GPU {index} does not answer nvidia-smi"
+
+
 class Heartbeat:
     """hb:JOB_ID, written at once and then every every_s seconds from a thread, with the latest
     progress line as detail."""
@@ -455,6 +466,10 @@ class Runner:
         self.device = device_name(self.backend, gpu)
         self.stopping = threading.Event()
         self.current: str | None = None
+        self.down: str | None = None      # why the GPU takes no jobs now (gpu_lost), or None
+        # Watched: a GPU pinned by --gpu (the fleet's, from nvidia-smi's list), or one that answered
+        # nvidia-smi at start; one it cannot name (a MIG slice, say) is never taken for lost.
+        self.watched = gpu is not None or gpu_lost(self.backend, gpu) is None
         self.load, self.load_at = None, -LOAD_EVERY_S
 
     def gpu_load(self) -> dict | None:
@@ -477,7 +492,7 @@ class Runner:
     def presence(self) -> dict:
         where = f"gpu{self.gpu}" if self.gpu is not None else f"pid{os.getpid()}"
         return {"ts": time.time(), "runner": f"{HOST}/{where}", "host": HOST, "pid": os.getpid(), "gpu": self.gpu,
-                "device": self.device, "backend": self.backend, "busy": self.current, "load": self.gpu_load()}
+                "device": self.device, "backend": self.backend, "busy": self.current, "load": self.gpu_load(), "down": self.down}
 
     def handle(self, job) -> None:
         job_id = job.get("job_id") if isinstance(job, dict) else None
@@ -488,6 +503,8 @@ class Runner:
         beat = Heartbeat(self.queue, job_id, self.heartbeat_s,
                          {"host": HOST, "device": self.device, "pid": os.getpid(), "attempt": attempt})
         beat.start()
+        if self.gpu_down(job_id, beat):
+            return
         self.current = job_id
         self.say(f"job {job_id} ({job.get('kind')}, attempt {attempt}): picked up")
 
@@ -510,17 +527,55 @@ class Runner:
         finally:
             beat.stop()
             self.current = None
+        if self.gpu_down(job_id, beat):     # a GPU lost during the job: its verdict is not the kernel's
+            return
         # The result comes after the last heartbeat, never before one: the bot pops the result and
         # clears the heartbeat, and a beat landing later would stay in the store for good.
         self.queue.put_result(job_id, result)
         self.say(f"job {job_id}: {result['status']}: {result['summary']}")
 
 
+    def gpu_lost(self) -> str | None:
+        return gpu_lost(self.backend, self.gpu) if self.watched else None
+
+    def gpu_down(self, job_id: str, beat: Heartbeat) -> bool:
+        """Whether the GPU is lost (now, or found so before): the job is then left abandoned, which
+        the bot re-queues at once for another runner, with no result from this one; serve() stops
+        taking jobs until the GPU answers again."""
+        self.down = self.down or self.gpu_lost()
+        if not self.down:
+            return False
+        beat.stop()
+        beat.beat("abandoned")
+        self.say(f"job {job_id}: {self.down}; left for another runner, with no result from this one")
+        return True
+
+
+def wait_for_gpu(runner: Runner) -> bool:
+    """Until the runner's GPU answers nvidia-smi (True), or the runner is stopping (False); the
+    presence says why it takes no jobs meanwhile."""
+    runner.down = runner.gpu_lost()
+    if runner.down:
+        runner.say(f"{runner.down}: taking no jobs until it does")
+    while runner.down:
+        runner.report_alive()
+        if runner.stopping.wait(min(runner.heartbeat_s, 5.0)):
+            return False
+        runner.down = runner.gpu_lost()
+        if not runner.down:
+            runner.say("the GPU answers again: taking jobs")
+    return True
+
+
+def on_stop_signals(runner: Runner) -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: runner.stopping.set())
+
+
 def start_consumer(queue, runner: Runner):
     consumer = queue.consumer()
     consumer.start()
-    for signum in (signal.SIGTERM, signal.SIGINT):   # after start(): ours replace Huey's handlers
-        signal.signal(signum, lambda *_: runner.stopping.set())
+    on_stop_signals(runner)         # after start(): ours replace Huey's handlers
     return consumer
 
 
@@ -534,6 +589,9 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
     queue = JobQueue(queue_url, backend)
     runner = Runner(queue, gpu, heartbeat_s)
     queue.handler = runner.handle
+    on_stop_signals(runner)
+    if not wait_for_gpu(runner):
+        return stopped(runner)
     consumer, serving = start_consumer(queue, runner), queue.opened
     runner.say(f"serving queue {protocol.queue_name(backend)} at {queue_url} on {runner.device} (pid {os.getpid()})")
     runner.report_alive()                          # now: the sandbox probes below take seconds
@@ -550,14 +608,23 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
             runner.say(f"the queue file {queue.path} was replaced or deleted: serving the one there now")
             consumer.stop(graceful=True)
             consumer, serving = start_consumer(queue, runner), queue.opened
+        if runner.down:                 # found lost during a job (Runner.gpu_down)
+            consumer.stop(graceful=True)
+            if not wait_for_gpu(runner):
+                return stopped(runner)
+            consumer, serving = start_consumer(queue, runner), queue.opened
         if users and not runner_users.alive(users):
             runner.say(f"no command that uses this runner is alive any more ({users})")
             runner.stopping.set()
         if runner.stopping.wait(min(runner.heartbeat_s, 5.0)):
             break
-    runner.say("stopping")
-    queue.put_runner_alive({**runner.presence(), "ts": 0.0, "stopped": True})   # gone now, not in 15 s
     consumer.stop(graceful=True)
+    stopped(runner)
+
+
+def stopped(runner: Runner) -> None:
+    runner.say("stopping")
+    runner.queue.put_runner_alive({**runner.presence(), "ts": 0.0, "stopped": True})   # gone now, not in 15 s
     runner.say("stopped")
 
 

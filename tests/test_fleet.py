@@ -27,15 +27,21 @@ FAKE_GPUS = ["Fake GPU A", "Fake GPU B", "Fake GPU C"]
 
 
 def fake_nvidia_smi(folder: Path, names: list[str]) -> Path:
-    """An nvidia-smi answering --query-gpu=index,name, and name or load with -i N, in its CSV form."""
+    """An nvidia-smi answering --query-gpu=index,name, and name or load with -i N, in its CSV form;
+    GPU N is lost (every -i N query fails, as nvidia-smi does for a GPU off the bus) while the file
+    folder/lostN exists."""
     folder.mkdir()
     script = folder / "nvidia-smi"
     rows = "\n".join(f"{i}, {n}" for i, n in enumerate(names))
     script.write_text("#!/bin/sh\n"
+                      'case "$*" in *-i*) eval "last=\\${$#}"\n'
+                      f'  if [ -e "{folder}/lost$last" ]; then echo "Unable to determine the device handle for GPU '
+                      '$last: Unknown Error" >&2; exit 15; fi ;;\n'
+                      "esac\n"
                       'case "$*" in\n'
                       f'  *index,name*) printf "%s\\n" "{rows}" ;;\n'
                       '  *utilization.gpu,memory.used,memory.total*) echo "37, 2048, 81559" ;;\n'
-                      '  *-i*) eval "last=\\${$#}"; printf "Fake GPU %s\\n" "$last" ;;\n'
+                      '  *-i*) printf "Fake GPU %s\\n" "$last" ;;\n'
                       "  *) exit 9 ;;\n"
                       "esac\n")
     script.chmod(0o755)
@@ -83,10 +89,11 @@ def where(record: dict) -> tuple[str, int]:
     return record["host"], record["gpu"]
 
 
-def fleet_scenario(tmp_path: Path, queue_url: str, hosts: dict[str, int]) -> None:
-    """Supervisors (host -> its number of fake GPUs) on one queue: every GPU gets a runner; a runner
-    SIGKILLed mid-job has its job run again in the fleet, once, and is started again; as many jobs at
-    once as GPUs run one per GPU; SIGTERM stops each supervisor and its runners."""
+def fleet_scenario(tmp_path: Path, queue_url: str, hosts: dict[str, int], fault: str) -> None:
+    """Supervisors (host -> its number of fake GPUs) on one queue: every GPU gets a runner; a job whose
+    runner is SIGKILLed (fault "kill") or whose GPU is lost (fault "gpu lost") mid-job runs again in the
+    fleet, once; the runner is started again, or waits for its GPU and takes jobs once it answers; as
+    many jobs at once as GPUs run one per GPU; SIGTERM stops each supervisor and its runners."""
     home = tmp_path / "home"
     home.mkdir()
     cfg = Config.from_env(backend="cpu")
@@ -101,21 +108,35 @@ def fleet_scenario(tmp_path: Path, queue_url: str, hosts: dict[str, int]) -> Non
         assert sorted(map(where, first)) == gpus
         assert sorted(r["runner"] for r in first) == [f"{h}/gpu{i}" for h, i in gpus]
 
-        # A runner SIGKILLed mid-job: once its heartbeat is stale the job runs again on a runner of the
-        # fleet, once, and the dead runner is started again on its own GPU.
+        # Mid-job, the runner is killed (its heartbeat goes stale) or its GPU is lost (the runner leaves
+        # the job abandoned, with no result): the job runs again on a runner of the fleet, once.
         s = svc.start("relu(x) for fp32 33x5", "alice")
         drive(svc, s.id, lambda s: any(j.stage == "reference_test" and j.status == "running" for j in s.jobs),
               approve=lambda s: s.stage in ("spec", "reference", "reference_test"))
         busy = wait_for(lambda: [r for r in queue.runners(5) if r.get("busy")], timeout_s=30)[0]
-        os.kill(busy["pid"], signal.SIGKILL)
+        lost = tmp_path / f"bin-{busy['host']}" / f"lost{busy['gpu']}"
+        if fault == "kill":
+            os.kill(busy["pid"], signal.SIGKILL)
+        else:
+            lost.touch()
         s = drive(svc, s.id, lambda s: s.stage == "kernel" or not s.active, approve=lambda s: False)
         job = next(j for j in s.jobs if j.stage == "reference_test")
         assert (s.stage, job.status, job.attempt) == ("kernel", "pass", 2), job.result
-        assert where(job.result) in gpus     # another GPU's runner, or this GPU's restarted one
         assert chat.getvalue().count(f"[{s.id}] Reference test result") == 1
-        again = wait_for(lambda: [r for r in queue.runners(5) if where(r) == where(busy) and r["pid"] != busy["pid"]],
-                         timeout_s=60)
-        assert again[0]["runner"] == busy["runner"]
+        log = tmp_path / f"{busy['host']}.log"
+        if fault == "kill":      # another GPU's runner, or this GPU's restarted one; the dead one restarted
+            assert where(job.result) in gpus
+            again = wait_for(lambda: [r for r in queue.runners(5) if where(r) == where(busy)
+                                      and r["pid"] != busy["pid"]], timeout_s=60)
+            assert again[0]["runner"] == busy["runner"]
+        else:                    # another GPU's; the runner says why it waits, and serves once the GPU answers
+            assert where(job.result) != where(busy) and where(job.result) in gpus
+            down = wait_for(lambda: [r for r in queue.runners(5) if where(r) == where(busy) and r.get("down")],
+                            timeout_s=30)[0]
+            assert down["down"] == f"GPU {busy['gpu']} does not answer nvidia-smi" and "down (GPU" in cards.runner_line(down)
+            lost.unlink()
+            wait_for(lambda: "the GPU answers again: taking jobs" in log.read_text(), timeout_s=30)
+            assert "left for another runner, with no result from this one" in log.read_text()
 
         for k in range(len(gpus)):                   # as many jobs at once as GPUs: each runner takes one
             queue.enqueue(job_payload(f"j{k}", kind="verify"))
@@ -130,7 +151,8 @@ def fleet_scenario(tmp_path: Path, queue_url: str, hosts: dict[str, int]) -> Non
         for host, n in hosts.items():
             listed = ", ".join(f"{i} ({name})" for i, name in enumerate(FAKE_GPUS[:n]))
             assert f"{n} runner{'s' * (n != 1)}, one per GPU: {listed}" in (tmp_path / f"{host}.log").read_text()
-        assert f"runner pid {busy['pid']} exited with -9" in (tmp_path / f"{busy['host']}.log").read_text()
+        if fault == "kill":
+            assert f"runner pid {busy['pid']} exited with -9" in log.read_text()
     finally:
         svc.shutdown()
         for proc in procs.values():
@@ -141,11 +163,11 @@ def fleet_scenario(tmp_path: Path, queue_url: str, hosts: dict[str, int]) -> Non
 
 
 def test_a_fleet_on_one_host_reruns_a_killed_runners_job_and_spreads_jobs(tmp_path):
-    fleet_scenario(tmp_path, f"sqlite:///{tmp_path / 'queue.db'}", {"host-a": 2})
+    fleet_scenario(tmp_path, f"sqlite:///{tmp_path / 'queue.db'}", {"host-a": 2}, fault="kill")
 
 
-def test_two_hosts_share_one_redis_queue(tmp_path):
-    """Two supervisors standing for two hosts on one Redis: jobs spread over both, and a job whose
-    runner is killed is taken over."""
+def test_two_hosts_share_one_redis_queue_and_take_over_a_lost_gpus_job(tmp_path):
+    """Two supervisors standing for two hosts on one Redis: jobs spread over both, and the job of a
+    GPU lost mid-job is taken over by the other host."""
     with redis_server(tmp_path) as url:
-        fleet_scenario(tmp_path, url, {"host-a": 1, "host-b": 1})
+        fleet_scenario(tmp_path, url, {"host-a": 1, "host-b": 1}, fault="gpu lost")

@@ -202,7 +202,7 @@ RUNNER_SEEN_S = 30.0        # a runner whose presence is older than this is not 
 def runner_line(r: dict) -> str:
     """One runner's presence (runner.queue's record): host, GPU, device and what it runs."""
     gpu = f"GPU {r['gpu']}" if r.get("gpu") is not None else "no GPU pinned"
-    job = f"running {r['busy']}" if r.get("busy") else "idle"
+    job = f"running {r['busy']}" if r.get("busy") else f"down ({r['down']})" if r.get("down") else "idle"
     load = r.get("load")
     if isinstance(load, dict) and {"util_pct", "mem_used_mib", "mem_total_mib"} <= load.keys():
         job += (f", GPU {load['util_pct']:.0f}% busy, {load['mem_used_mib'] / 1024:.1f} of "
