@@ -1,0 +1,147 @@
+"""Issue 25, item 2: on shapes no benchmark tuned, how far is each family's default config from the
+best config of its own space? Each catalog entry's request, with shapes none of the catalog's tables
+hold (LLM-shaped and odd), generates its kernel.py; the default (config=None) and every config of
+CONFIGS are timed on the GPU and checked against the default's output.
+
+    python tests/default_vs_best.py [--only softmax,rmsnorm] [--dtype bf16] [--json out.json]
+
+Time is GPU time: the median of triton.testing.do_bench_cudagraph (launch overhead removed, so the
+comparison is of the configs' device work), with the interquartile range of its samples. The table
+gives default / best per case (1.00: the default is the best); the target is 1.10 at most.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+
+from generated import load  # noqa: E402
+
+from bot import catalog, ir  # noqa: E402
+from bot.request.parse import parse_request  # noqa: E402
+from bot.spec import parse_expression  # noqa: E402
+
+TARGET = 1.10
+# entry -> shapes as its request takes them; none is in a catalog table (docs/BENCHMARKS.md)
+UNTUNED = {
+    "add": "16x4096, 4096x11008, 1000x999",
+    "swiglu": "4096x11008, 333x7001",
+    "sum": "1x4096, 16384x4096, 4096x1024, 1024x16384",
+    "mean_dim0": "4096x11008, 333x7001",
+    "max": "16384x4096, 1000x999",
+    "min_dim0": "4096x11008",
+    "sum_all": "4096x11008",
+    "argmax": "4096x32000, 1000x999",
+    "argmin_dim0": "4096x11008",
+    "softmax": "16384x1024, 4096x32000, 512x128256, 1000x999",
+    "layernorm": "16x2048, 16384x4096, 1000x999",
+    "rmsnorm": "1x4096, 16x4096, 16384x4096, 4096x2048, 2048x8192",
+    "add_rmsnorm": "16x4096, 16384x4096",
+    "cross_entropy": "4096x32000, 1024x128256",
+    "cumsum": "4096x4096, 1000x999",
+    "cummax": "4096x4096",
+    "matmul": "16x4096 by 4096x4096, 64x4096 by 4096x11008, 2000x3000 by 3000x1000",
+    "bmm": "16x512x512 by 16x512x512",
+    "transpose": "4096x11008, 1000x999",
+    "group_norm": "8x128x28x28",
+    "max_pool2d": "16x64x112x112",
+    "avg_pool2d_3x3": "16x64x56x56",
+    "conv2d_3x3": "8x64x28x28",
+    "attention_causal": "2x16x1024x128",
+}
+
+
+def inputs(spec: dict, case: int, dtype: torch.dtype) -> list[torch.Tensor]:
+    """Random inputs of one case: class indices within their range, masks half set, floats normal."""
+    out = []
+    for i in spec["inputs"]:
+        shape = i["shapes"][case]
+        if i.get("domain") == "index":
+            of = next(j for j in spec["inputs"] if j["name"] == i.get("index_of", spec["inputs"][0]["name"]))
+            out.append(torch.randint(0, of["shapes"][case][-1], shape, device="cuda"))
+        elif i["dtypes"][0] == "bool":
+            out.append(torch.rand(shape, device="cuda") < 0.5)
+        else:
+            out.append(torch.randn(shape, device="cuda", dtype=dtype))
+    return out
+
+
+def gpu_us(fn) -> tuple[float, float]:
+    """(median, interquartile range) of the call's GPU time in microseconds."""
+    from triton.testing import do_bench_cudagraph
+    fn()                                   # compile outside the graph
+    samples = do_bench_cudagraph(fn, rep=50, return_mode="all")
+    q = statistics.quantiles(samples, n=4)
+    return statistics.median(samples) * 1e3, (q[2] - q[0]) * 1e3
+
+
+def close(a, b) -> bool:
+    a, b = (a if isinstance(a, tuple) else (a,)), (b if isinstance(b, tuple) else (b,))
+    return all(torch.allclose(x.float(), y.float(), rtol=2e-2, atol=2e-2) for x, y in zip(a, b))
+
+
+def measure(entry, shapes: str, dtype: str, workdir: Path) -> list[dict]:
+    spec, _ = parse_request(entry.words.format(shapes=shapes, dtypes=dtype))
+    node = parse_expression(spec)
+    folder = workdir / entry.name
+    folder.mkdir()
+    module = load(folder, "kernel.py", ir.kernel_source(spec, node, {}))
+    op = getattr(module, spec["name"])
+    rows = []
+    for case in range(len(spec["inputs"][0]["shapes"])):
+        args = inputs(spec, case, getattr(torch, {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[dtype]))
+        want = op(*args)
+        default, spread = gpu_us(lambda: op(*args))
+        timed = []
+        for config in module.CONFIGS:
+            try:
+                got = op(*args, config=config)
+            except Exception as e:          # a config this shape cannot take (the launcher says why)
+                print(f"  {entry.name} case {case}: {config} raised {type(e).__name__}: {str(e)[:80]}")
+                continue
+            if close(got, want):
+                timed.append((gpu_us(lambda c=config: op(*args, config=c))[0], config))
+        best, config = min(timed, key=lambda t: t[0]) if timed else (math.nan, None)
+        case_text = " by ".join("x".join(map(str, i["shapes"][case])) for i in spec["inputs"][:2]
+                                if i.get("domain") != "index")
+        rows.append({"entry": entry.name, "case": case_text, "dtype": dtype, "default_us": default,
+                     "default_iqr": spread, "best_us": best, "best_config": config,
+                     "ratio": default / best if best == best else math.nan, "configs": len(timed)})
+        print(f"{entry.name:16} {case_text:28} {dtype}  default {default:9.2f} ±{spread / 2:5.2f}  best "
+              f"{best:9.2f}  {rows[-1]['ratio']:5.2f}  of {len(timed)}  {config}", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="catalog entries, e.g. softmax,rmsnorm")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    names = [n for n in a.only.split(",") if n] or list(UNTUNED)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for entry in catalog.by_name(names):
+            dtype = "fp32" if entry.dtypes == "fp32" else a.dtype
+            rows += measure(entry, UNTUNED[entry.name], dtype, Path(tmp))
+    worst = {}
+    for r in rows:
+        if r["ratio"] == r["ratio"]:
+            worst[r["entry"]] = max(worst.get(r["entry"], 0.0), r["ratio"])
+    print("\nworst default / best per family (target <= %.2f):" % TARGET)
+    for name, ratio in sorted(worst.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:16} {ratio:5.2f}{'  MISSED' if ratio > TARGET else ''}")
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
