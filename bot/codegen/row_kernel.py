@@ -33,15 +33,17 @@ ROW_CONFIGS = [
 ]
 
 
-def _row_config(rows, n):
+def _row_config(rows, n, stack=1024, chunk=8192):
     # The default config for `rows` rows of n: a row up to 8192 long is one tile (one read); a
-    # longer one goes through the looped kernel in 8192-wide chunks. Short rows are stacked
-    # BLOCK_M to a tile of ~1K elements while at least ~256 programs remain (the 132 SMs of an
-    # H200 twice over), which beat bigger tiles on short rows (docs/BENCHMARKS.md). Warps grow
-    # with the tile.
-    block_n = min(max(16, 1 << (n - 1).bit_length()), 8192)
+    # longer one goes through the looped kernel in `chunk`-wide pieces. Short rows are stacked
+    # BLOCK_M to a tile of about `stack` elements while at least ~256 programs remain (the 132 SMs
+    # of an H200 twice over). Warps grow with the tile. The launcher's family picks stack and chunk
+    # (tests/default_vs_best.py measures the choice against every config of the space).
+    block_n = max(16, 1 << (n - 1).bit_length())
+    if block_n > 8192:
+        return {"BLOCK_M": 1, "BLOCK_N": chunk, "num_warps": 4 if chunk <= 1024 else 8 if chunk <= 4096 else 16}
     block_m = 1
-    while block_m * block_n < 1024 and rows >= 2 * block_m * 256:
+    while block_m * block_n < stack and rows >= 2 * block_m * 256:
         block_m *= 2
     tile = block_m * block_n
     return {"BLOCK_M": block_m, "BLOCK_N": 8192, "num_warps": 4 if tile <= 1024 else 8 if tile <= 4096 else 16}
@@ -163,8 +165,15 @@ class RowKernel(KernelFile):
             if any(math.prod(shape) != math.prod(full) for shape, full in zip(i.shapes, fulls)):
                 self.partial.append(i)
 
+    def default_shape(self) -> tuple[int, int]:
+        """_row_config's (stack, chunk) for this kernel: a reduction stacks rows to 4096 elements and
+        walks long rows 1024 at a time, a norm (weights) stacks to 2048, softmax-like ops to 1024."""
+        if self.reduces:
+            return 4096, 1024
+        return (2048 if self.affine else 1024), 8192
+
     def configs(self) -> list[dict]:
-        defaults = [_row_config(rows, n) for rows, n in self.rows_of]
+        defaults = [_row_config(rows, n, *self.default_shape()) for rows, n in self.rows_of]
         return self._space(defaults + ROW_CONFIGS, lambda config: [_row_tile(*case, config) for case in self.rows_of])
 
     def source(self) -> str:
@@ -294,7 +303,8 @@ class RowKernel(KernelFile):
         else:
             text += body_text([empty_line(first, self.out_dtype(first), "shape")])
         text += self.plan.guard
-        text += self._config_line("_row_config(R, N)")
+        stack, chunk = self.default_shape()
+        text += self._config_line(f"_row_config(R, N, {stack}, {chunk})")
         text += "    BLOCK_M, BLOCK_N, num_warps = _row_tile(R, N, config)\n"
         text += self._aligned_launch() if self._aligns() else ""
         text += f"    kernel = {self.name}_kernel if N <= BLOCK_N else {self.name}_looped_kernel\n"

@@ -358,7 +358,10 @@ def _gradient_result(body: str, target: str, up: str, reduction: str, lines: lis
 def _cross_entropy_config(R, V):
     # The default config for R rows of V classes: row tiles as the row kernels choose them (a
     # vocabulary longer than 8192 is read in 8192-wide chunks), on at most 4 warps (more were
-    # slower on 8192 classes).
+    # slower on 8192 classes). Few rows of a long vocabulary (too few programs to keep the SMs'
+    # loads in flight) take 2048-wide chunks, 3 in flight: 1024x128256 on an H100.
+    if V > 8192 and R <= 2048:
+        return {"BLOCK_R": 1, "BLOCK_V": 2048, "num_warps": 4, "num_stages": 3}
     block_r, block_v, warps = _row_tile(R, V, _row_config(R, V))
     return {"BLOCK_R": block_r, "BLOCK_V": block_v, "num_warps": min(warps, 4), "num_stages": 1}
 
