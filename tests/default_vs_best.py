@@ -124,8 +124,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="catalog entries, e.g. softmax,rmsnorm")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    ap.add_argument("--shapes", action="append", default=[], metavar="ENTRY=SHAPES",
+                    help="other shapes for an entry, e.g. 'mean_dim0=8192x8192, 7919x6007' (a catalog table's, to check it)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    UNTUNED.update(item.split("=", 1) for item in a.shapes)
     names = [n for n in a.only.split(",") if n] or list(UNTUNED)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -57,18 +57,22 @@ def _fit_stages(num_stages, stage_bytes):
 
 
 def _reduce_config(A, D, B, arg_reduce=False):
-    # The default config for a body viewed as [A, D, B], D reduced. B > 1: tiles up to 1024
-    # outputs wide and 8K elements deep, each thread on its own columns (the tile reduces inside
-    # threads). B == 1: whole-row tiles as the row kernels choose them. Then D is split in two
-    # while fewer than ~1024 programs run (8 per SM of an H200: loads enough in flight without
-    # pipelining) and each keeps 8+ BLOCK_D chunks. An 8192x8192 sum over dim 0 thus gets 8
-    # column blocks x 128 splits of 64 rows. arg_reduce (argmax/argmin): small tiles instead,
+    # The default config for a body viewed as [A, D, B], D reduced. B > 1, with 128 or more
+    # 64-wide column blocks: each block walks all of D 64 rows at a time, pipelined 6 deep. With
+    # fewer: 256 x 16 tiles, each thread on its own columns (the tile reduces inside threads),
+    # and D split until ~1024 programs run (a split may be one chunk). B == 1: whole-row tiles as
+    # the row kernels choose them, D split while fewer than ~1024 programs run and each split
+    # keeps 16+ BLOCK_D chunks (8 programs per SM: loads enough in flight without pipelining).
+    # tests/default_vs_best.py measures these against the space. arg_reduce (argmax/argmin): small tiles instead,
     # 512 x 4 pipelined (two accumulators per tile element), or one row on one warp in 512-wide
     # chunks, not pipelined: pipelining gained little on aligned rows and lost much on rows that
     # are not 16-byte aligned (docs/BENCHMARKS.md).
+    if B > 1 and not arg_reduce and A * -(-B // 64) >= 128:
+        # enough 64-wide column blocks to fill the GPU: each walks all of D, 6 chunks in flight
+        return {"BLOCK_B": _fit(64, B), "BLOCK_D": 64, "SPLIT_D": 1, "num_warps": 4, "num_stages": 6}
     if B > 1:
-        key, block = "BLOCK_B", _fit(512 if arg_reduce else 1024, B)
-        block_d, warps, stages = (4, 2, 3) if arg_reduce else (max(8, 8192 // block), 4, 1)
+        key, block = "BLOCK_B", _fit(512 if arg_reduce else 256, B)
+        block_d, warps, stages = (4, 2, 3) if arg_reduce else (16, 2, 1)
         programs = A * -(-B // block)
     elif arg_reduce:
         key, block, block_d, warps, stages = "BLOCK_R", 1, _fit(512, D), 1, 1
@@ -77,8 +81,8 @@ def _reduce_config(A, D, B, arg_reduce=False):
         key, stages = "BLOCK_R", 1
         block, block_d, warps = _row_tile(A, D, _row_config(A, D))
         programs = -(-A // block)
-    split = 1
-    while programs * split < 1024 and D >= split * 16 * block_d:
+    split, depth = 1, 1 if B > 1 and not arg_reduce else 16      # chunks each split keeps, at least
+    while programs * split < 1024 and D >= split * depth * block_d:
         split *= 2
     return {key: block, "BLOCK_D": block_d, "SPLIT_D": split, "num_warps": warps, "num_stages": stages}
 

@@ -278,9 +278,12 @@ def test_cases_of_both_layouts_share_one_space(tmp_path):
 
 
 def test_default_configs():
-    # dim 0 of 8192x8192: A = 1, so 8 column blocks of 1024 x 128 splits of 64 rows (1024 programs).
-    assert dim_kernel._reduce_config(1, 8192, 8192) == {"BLOCK_B": 1024, "BLOCK_D": 8, "SPLIT_D": 128,
-                                                        "num_warps": 4, "num_stages": 1}
+    # dim 0 of 8192x8192: 128 column blocks of 64, each walking all 8192 rows pipelined; dim 0 of
+    # 333x7001 has 110 such blocks only: 28 of 256 x 32 splits (a split is at least 16 rows).
+    assert dim_kernel._reduce_config(1, 8192, 8192) == {"BLOCK_B": 64, "BLOCK_D": 64, "SPLIT_D": 1,
+                                                        "num_warps": 4, "num_stages": 6}
+    assert dim_kernel._reduce_config(1, 333, 7001) == {"BLOCK_B": 256, "BLOCK_D": 16, "SPLIT_D": 32,
+                                                       "num_warps": 2, "num_stages": 1}
     # the last dim of 8192x8192: one row per program, one tile per row, no split.
     assert dim_kernel._reduce_config(8192, 8192, 1) == {"BLOCK_R": 1, "BLOCK_D": 8192, "SPLIT_D": 1,
                                                         "num_warps": 16, "num_stages": 1}
@@ -294,6 +297,8 @@ def test_default_configs():
         "BLOCK_R": 1, "BLOCK_D": 512, "SPLIT_D": 1, "num_warps": 1, "num_stages": 1}
     assert loss._cross_entropy_config(4096, 128256) == {"BLOCK_R": 1, "BLOCK_V": 8192, "num_warps": 4,
                                                         "num_stages": 1}
+    assert loss._cross_entropy_config(1024, 128256) == {"BLOCK_R": 1, "BLOCK_V": 2048, "num_warps": 4,
+                                                        "num_stages": 3}
 
 
 @pytest.mark.parametrize("view", [(1, 8192, 8192), (8192, 8192, 1), (1, 1, 1), (5, 1, 11), (3, 301, 5), (1, 97, 1)])
