@@ -7,7 +7,8 @@ rstd, a softmax) in the same pass instead of storing it.
 Each rule is PyTorch's own derivative (tools/autograd/derivatives.yaml): relu's at 0 is 0, abs's
 sign(x) with 0 at 0, maximum and minimum split an equal pair's gradient in halves, clamp passes it
 where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layernorm and rmsnorm
-over the last dim (with weight and bias, of a pointwise body), sum and mean over a dim or all,
+over the last dim (with weight and bias, of a pointwise body), sum, mean, max, min (amax, amin),
+logsumexp, var and std over a dim or all,
 matmul (transposed operands, a pointwise epilogue), cross entropy (its logits'), cumsum (any
 direction, exclusive too), transposes and permutations, and views that keep every element have
 rules; any other op is refused, naming it.
@@ -20,6 +21,9 @@ from bot import ir
 from bot.ops.node import Node, to_text
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+REDUCTIONS = ("sum", "mean", "max", "min", "logsumexp", "var", "std")   # _reduced's
 
 
 class NoGradient(ValueError):
@@ -41,11 +45,11 @@ def _back(node: Node, up: str, acc: dict[str, list[str]], root: bool = False) ->
     if node.op == "const" or node.op in ir.COMPARE:
         return                               # no gradient flows into a constant or through a comparison
     rule = _RULES.get(node.op)
-    if node.op in ("sum", "mean"):
+    if node.op in REDUCTIONS:
         rule = lambda n, a, u: _reduced(n, a, u, root)     # noqa: E731 (its upstream's shape matters)
     if rule is None:
         raise NoGradient(f"{node.op} has no gradient rule in the offline generator's training kernels; supported: "
-                         f"{', '.join(sorted([*_RULES, 'sum', 'mean']))}")
+                         f"{', '.join(sorted([*_RULES, *REDUCTIONS]))}")
     for child, grad in rule(node, [to_text(a) for a in node.args], up):
         _back(child, grad, acc)
 
@@ -118,11 +122,14 @@ def _norm(node: Node, a: list[str], up: str):
 
 
 def _reduced(node: Node, a: list[str], up: str, root: bool):
-    """sum and mean over one dim or all: the upstream gradient broadcast back over what was reduced
-    (zeros_like gives the input's shape without reading its values); mean's divided by the count,
-    itself a sum of ones, so the rule needs no shapes. A whole reduction's upstream is first summed
-    to its one value (what broadcast it further gave it more); a reduction over a dim takes its
-    upstream as it is, so only at the root, where the upstream has its shape."""
+    """Reductions over one dim or all: the upstream gradient broadcast back over what was reduced
+    (zeros_like gives the input's shape without reading its values), times each element's share:
+    1 for sum, 1/count for mean (count is itself a sum of ones, so the rule needs no shapes); for
+    max and min (torch.amax/amin) the elements equal to the result, split evenly between ties;
+    softmax for logsumexp; 2 (x - mean) / (count - correction) for var, that over 2 std for std. A
+    whole reduction's upstream is first summed to its one value (what broadcast it further gave it
+    more); a reduction over a dim takes its upstream as it is, so only at the root, where the
+    upstream has its shape."""
     d = node.attr("dim")
     whole = d is None or d == ir.ALL
     if isinstance(d, (tuple, list)) or not (whole or root):
@@ -131,11 +138,25 @@ def _reduced(node: Node, a: list[str], up: str, root: bool):
                          "root, or over all")
     g = f"sum({up}, dim=None)" if whole and not root else f"({up})" if whole or node.attr("keepdim") \
         else f"unsqueeze({up}, {d})"
-    spread = f"({g} + zeros_like({a[0]}))"
+    x = a[0]
+    spread = f"({g} + zeros_like({x}))"
+    dims = "dim=None" if whole else f"dim={d}, keepdim=True"
+    count = f"sum(ones_like({x}), {dims})"
     if node.op == "sum":
-        return [(node.args[0], spread)]
-    count = f"sum(ones_like({a[0]}), dim=None)" if whole else f"sum(ones_like({a[0]}), dim={d}, keepdim=True)"
-    return [(node.args[0], f"{spread} / {count}")]
+        share = "1.0"
+    elif node.op == "mean":
+        share = f"1.0 / {count}"
+    elif node.op in ("max", "min"):
+        hit = f"where(({x}) == {node.op}({x}, {dims}), 1.0, 0.0)"
+        share = f"{hit} / sum({hit}, {dims})"
+    elif node.op == "logsumexp":
+        share = f"exp(({x}) - logsumexp({x}, {dims}))"
+    else:                                   # var, std
+        c = node.attr("correction")
+        share = f"2.0 * (({x}) - mean({x}, {dims})) / ({count} - {c!r})"
+        if node.op == "std":
+            share = f"{share} / (2.0 * std({x}, {dims}, correction={c!r}))"
+    return [(node.args[0], spread if share == "1.0" else f"{spread} * {share}")]
 
 
 def _matmul(node: Node, a: list[str], up: str):

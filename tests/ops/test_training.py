@@ -33,6 +33,11 @@ CASES = [
     ("cumsum(x * y, dim=1) + cumsum(x, dim=0, exclusive=True, reverse=True)", {"x": [5, 9], "y": [5, 9]}),
     ("transpose(relu(x), 0, 1) * y + permute(z, (2, 0, 1)).flatten(1)", {"x": [4, 6], "y": [6, 4], "z": [2, 2, 6]}),
     ("sigmoid(x.unflatten(1, (3, 4))) * w", {"x": [2, 12], "w": [2, 3, 4]}),
+    ("max(x * y, dim=-1)", {"x": [5, 33], "y": [5, 33]}),             # to the largest, as torch.amax
+    ("min(x, dim=0, keepdim=True)", {"x": [7, 5]}),
+    ("logsumexp(x, dim=1)", {"x": [4, 33]}),
+    ("var(x, dim=-1)", {"x": [5, 33]}),
+    ("std(x, dim=None, correction=0)", {"x": [6, 9]}),
 ]
 
 
