@@ -126,10 +126,10 @@ def _reduced(node: Node, a: list[str], up: str, root: bool):
     (zeros_like gives the input's shape without reading its values), times each element's share:
     1 for sum, 1/count for mean (count is itself a sum of ones, so the rule needs no shapes); for
     max and min (torch.amax/amin) the elements equal to the result, split evenly between ties;
-    softmax for logsumexp; 2 (x - mean) / (count - correction) for var, that over 2 std for std. A
-    whole reduction's upstream is first summed to its one value (what broadcast it further gave it
-    more); a reduction over a dim takes its upstream as it is, so only at the root, where the
-    upstream has its shape."""
+    softmax for logsumexp; 2 (x - mean) / (count - correction) for var, that over 2 std for std
+    (0 where std is 0, as torch's). A whole reduction's upstream is first summed to its one value
+    (what broadcast it further gave it more); a reduction over a dim takes its upstream as it is,
+    so only at the root, where the upstream has its shape."""
     d = node.attr("dim")
     whole = d is None or d == ir.ALL
     if isinstance(d, (tuple, list)) or not (whole or root):
@@ -154,8 +154,9 @@ def _reduced(node: Node, a: list[str], up: str, root: bool):
     else:                                   # var, std
         c = node.attr("correction")
         share = f"2.0 * (({x}) - mean({x}, {dims})) / ({count} - {c!r})"
-        if node.op == "std":
-            share = f"{share} / (2.0 * std({x}, {dims}, correction={c!r}))"
+        if node.op == "std":        # 0 where the std is 0, as torch's std_backward masks it
+            sd = f"std({x}, {dims}, correction={c!r})"
+            share = f"where({sd} == 0.0, 0.0, {share} / (2.0 * {sd}))"
     return [(node.args[0], spread if share == "1.0" else f"{spread} * {share}")]
 
 

@@ -119,14 +119,22 @@ def new_result(job, backend: str, gpu: int | None) -> dict:
             "launches_counted": False, "warnings": [], "log_tail": ""}
 
 
-def _nvidia_smi(query: str, index: str) -> str | None:
-    """One GPU's answer to `nvidia-smi --query-gpu=QUERY`, or None where nvidia-smi does not answer."""
+NVIDIA_SMI_S = 10.0        # an nvidia-smi slower than this gives no answer, and no verdict
+
+
+def _ask_nvidia_smi(query: str, index: str) -> subprocess.CompletedProcess | None:
+    """`nvidia-smi --query-gpu=QUERY -i INDEX`, or None where it is not installed or too slow."""
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", index],
-                             capture_output=True, text=True, timeout=20)
+        return subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", index],
+                              capture_output=True, text=True, timeout=NVIDIA_SMI_S)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _nvidia_smi(query: str, index: str) -> str | None:
+    """One GPU's answer to `nvidia-smi --query-gpu=QUERY`, or None where nvidia-smi does not answer."""
+    out = _ask_nvidia_smi(query, index)
+    return out.stdout.strip() if out is not None and out.returncode == 0 else None
 
 
 def device_name(backend: str, gpu: int | None) -> str:
@@ -425,7 +433,11 @@ def gpu_lost(backend: str, gpu: int | None) -> str | None:
     if (gpu is None and protocol.device_type(backend) == "cpu") or not shutil.which("nvidia-smi"):
         return None
     index = sandbox.pinned_gpu(gpu)
-    return None if _nvidia_smi("name", index) else f"GPU {index} does not answer nvidia-smi"
+    out = _ask_nvidia_smi("name", index)
+    if out is None or (out.returncode == 0 and out.stdout.strip()):
+        return None             # it answered, or was too slow to say: no verdict from silence
+    said = (out.stderr or out.stdout).strip().splitlines()
+    return f"GPU {index} does not answer nvidia-smi" + (f" ({said[0][:160]})" if said else "")
 
 
 class Heartbeat:
@@ -465,6 +477,7 @@ class Runner:
         self.heartbeat_s = heartbeat_s or float(os.environ.get("KERNELBOT_HEARTBEAT_S", 5))
         self.device = device_name(self.backend, gpu)
         self.stopping = threading.Event()
+        self.wake = threading.Event()     # the serve loop's: a stop, or a GPU found lost
         self.current: str | None = None
         self.down: str | None = None      # why the GPU takes no jobs now (gpu_lost), or None
         # Watched: a GPU pinned by --gpu (the fleet's, from nvidia-smi's list), or one that answered
@@ -548,10 +561,15 @@ class Runner:
         beat.stop()
         beat.beat("abandoned")
         self.say(f"job {job_id}: {self.down}; left for another runner, with no result from this one")
+        self.wake.set()             # serve() stops taking jobs now, before the bot re-queues this one
         return True
 
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()
 
-def wait_for_gpu(runner: Runner) -> bool:
+
+def wait_for_gpu(runner: Runner, users: Path | None) -> bool:
     """Until the runner's GPU answers nvidia-smi (True), or the runner is stopping (False); the
     presence says why it takes no jobs meanwhile."""
     runner.down = runner.gpu_lost()
@@ -559,6 +577,9 @@ def wait_for_gpu(runner: Runner) -> bool:
         runner.say(f"{runner.down}: taking no jobs until it does")
     while runner.down:
         runner.report_alive()
+        if users and not runner_users.alive(users):
+            runner.say(f"no command that uses this runner is alive any more ({users})")
+            return False
         if runner.stopping.wait(min(runner.heartbeat_s, 5.0)):
             return False
         runner.down = runner.gpu_lost()
@@ -569,7 +590,7 @@ def wait_for_gpu(runner: Runner) -> bool:
 
 def on_stop_signals(runner: Runner) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: runner.stopping.set())
+        signal.signal(signum, lambda *_: runner.stop())
 
 
 def start_consumer(queue, runner: Runner):
@@ -590,7 +611,7 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
     runner = Runner(queue, gpu, heartbeat_s)
     queue.handler = runner.handle
     on_stop_signals(runner)
-    if not wait_for_gpu(runner):
+    if not wait_for_gpu(runner, users):
         return stopped(runner)
     consumer, serving = start_consumer(queue, runner), queue.opened
     runner.say(f"serving queue {protocol.queue_name(backend)} at {queue_url} on {runner.device} (pid {os.getpid()})")
@@ -610,13 +631,15 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
             consumer, serving = start_consumer(queue, runner), queue.opened
         if runner.down:                 # found lost during a job (Runner.gpu_down)
             consumer.stop(graceful=True)
-            if not wait_for_gpu(runner):
+            if not wait_for_gpu(runner, users):
                 return stopped(runner)
             consumer, serving = start_consumer(queue, runner), queue.opened
         if users and not runner_users.alive(users):
             runner.say(f"no command that uses this runner is alive any more ({users})")
-            runner.stopping.set()
-        if runner.stopping.wait(min(runner.heartbeat_s, 5.0)):
+            runner.stop()
+        runner.wake.wait(min(runner.heartbeat_s, 5.0))
+        runner.wake.clear()
+        if runner.stopping.is_set():
             break
     consumer.stop(graceful=True)
     stopped(runner)

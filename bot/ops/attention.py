@@ -40,7 +40,8 @@ OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 
 WIDE_EV = 256                       # value head dims past this take the two-kernel path ...
-WIDE_SCORES = 1 << 28               # ... where one head's [L, S] float32 scores fit in 1 GiB
+WIDE_SCORES = 1 << 28               # ... where one head's [L, S] float32 scores fit in 1 GiB, and
+WIDE_KEYS = 1 << 20                 # ... S / BLOCK_N key tiles fit a grid's axis 1 (65535) at BLOCK_N 16
 WORKSPACE = 1 << 26                 # scores held at once (256 MiB of float32): heads go in groups
 DEFAULT_SHAPES = [[4, 16, 2048, 64], [1, 8, 1000, 80]]    # no shape named: a model's, and an odd one
 # query rows and keys a step (BLOCK_M x BLOCK_N), the head dim's chunk for q @ k^T, warps, stages
@@ -159,7 +160,7 @@ def reference_property(node: Node) -> tuple[str, bool]:
 
 # ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
 
-def _attention_config(e, ev):
+def _attention_config(e, ev, wide):
     # The output tile [BLOCK_M, Ev] lives in registers: fewer rows a program as Ev grows.
     block_e = min(128, max(16, 1 << (e - 1).bit_length()))
     if ev <= 64:
@@ -168,8 +169,9 @@ def _attention_config(e, ev):
         return {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_E": min(block_e, 64), "num_warps": 4, "num_stages": 2}
     if ev <= 256:
         return {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_E": 64, "num_warps": 8, "num_stages": 1}
-    # the two-kernel path: 64 x 64 tiles of scores and of the output, the head dim 64 at a time
-    return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_E": 64, "num_warps": 4, "num_stages": 2}
+    if wide:    # the two-kernel path: 64 x 64 tiles of scores and of the output, the head dim 64 at a time
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_E": 64, "num_warps": 4, "num_stages": 2}
+    return {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_E": 128, "num_warps": 8, "num_stages": 1}
 
 
 def _batch_strides(t, shape):
@@ -321,12 +323,15 @@ class _AttentionKernel(KernelFile):
                  "    group = full[1] // heads_kv if heads_kv > 1 else 1\n"
                  f'    precision = "ieee" if {q}.dtype == torch.float32 else None\n'
                  f"    qk_scale = {'1.0 / math.sqrt(E)' if scale is None else repr(scale)} * 1.4426950408889634\n")
-        text += self._config_line("_attention_config(E, EV)")
+        text += ("    # Wide value heads: two kernels (scores, then p @ v) where one head's float32 scores\n"
+                 "    # fit the workspace and its key tiles the grid; else the flash kernel, in small tiles.\n"
+                 f"    wide = EV > {WIDE_EV} and 0 < L * S <= {WIDE_SCORES} and S < {WIDE_KEYS}\n")
+        text += self._config_line("_attention_config(E, EV, wide)")
         shared = ["full[1]", "L", "S"]
         flags = [f"CAUSAL={bool(node.attr('causal'))}", "PRECISION=precision", 'BLOCK_M=config["BLOCK_M"]',
                  'BLOCK_N=config["BLOCK_N"]', 'BLOCK_E=config["BLOCK_E"]']
         options = ['num_warps=config["num_warps"]', 'num_stages=config["num_stages"]']
-        text += (f"    if EV > {WIDE_EV} and L * S <= {WIDE_SCORES}:\n"
+        text += ("    if wide:\n"
                  "        # Wide value heads: the scores of up to 65535 heads at a time, in a float32\n"
                  f"        # workspace of at most {WORKSPACE} scores (or one head's), then p @ v.\n"
                  "        heads = full[0] * full[1]\n"

@@ -69,6 +69,15 @@ def test_every_config_walks_keys_and_head_chunks_alike(tmp_path, config, ev):
     torch.testing.assert_close(kernel(*args, config=config).double(), want, rtol=1e-5, atol=1e-5)
 
 
+def test_wide_heads_without_keys_or_past_the_workspace_take_the_flash_kernel_in_small_tiles(tmp_path):
+    assert attention._attention_config(64, 512, wide=False)["BLOCK_M"] == 16     # fits shared memory at E 1024
+    assert attention._attention_config(64, 512, wide=True)["BLOCK_M"] == 64
+    spec = spec_of(f"{SDPA}(q, k, v)", {"q": [1, 2, 5, 16], "k": [1, 2, 3, 16], "v": [1, 2, 3, 300]})
+    kernel = load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})).op
+    q, k, v = torch.randn(1, 2, 5, 16), torch.randn(1, 2, 0, 16), torch.randn(1, 2, 0, 300)   # no keys
+    assert kernel(q, k, v).shape == (1, 2, 5, 300)
+
+
 @pytest.mark.parametrize("expression, shapes, says", [
     (f"{SDPA}(q, k, v, attn_mask=m)", None, "with attn_mask is not read yet"),
     (f"{SDPA}(q, k, v, dropout_p=0.1)", None, "dropout_p > 0 is random"),

@@ -115,6 +115,18 @@ def test_cross_entropys_gradient_kernel_reads_rows_in_chunks(tmp_path):
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
 
 
+def test_std_of_a_constant_row_passes_no_gradient_as_torch(tmp_path):
+    spec = spec_of("std(x, dim=-1)", {"x": [3, 8]}, "float32")
+    kernel = getattr(load(tmp_path, "kernel.py", training.kernel_source(spec, parse_expression(spec))), "op")
+    x = torch.randn(3, 8)
+    x[1] = 0.5                                      # zero variance: torch's gradient is 0 there, not 0/0
+    ours, truth = x.clone().requires_grad_(), x.double().requires_grad_()
+    kernel(ours).backward(torch.ones(3))
+    torch.std(truth, dim=-1).backward(torch.ones(3, dtype=torch.float64))
+    assert torch.isfinite(ours.grad).all() and (ours.grad[1] == 0).all()
+    torch.testing.assert_close(ours.grad.double(), truth.grad, rtol=1e-5, atol=1e-6)
+
+
 def test_an_input_only_compared_gets_no_gradient_and_a_mask_none(tmp_path):
     spec = validate({"name": "op", "expression": "where(m, x * 2.0, 0.0) + where(y > 0.0, 1.0, 0.0)", "inputs": [
         {"name": "m", "dtypes": ["bool"], "shapes": [[3, 4]]}, {"name": "x", "dtypes": ["float32"], "shapes": [[3, 4]]},
