@@ -167,6 +167,13 @@ def test_training_in_words(text, training):
     assert spec.get("training") is training
 
 
+def test_a_max_over_a_dim_for_training_says_whose_gradient_it_takes():
+    from bot.request import parse_request
+    said = "tied maxima share it evenly (torch.max(x, dim).values gives it all to the first)"
+    assert any(said in n for n in parse_request("torch.max(x, dim=-1).values for 8x33, for training")[1])
+    assert not any(said in n for n in parse_request("max(x, dim=None) for 8x33, for training")[1])
+
+
 @pytest.mark.parametrize("text", ["group norm with 4 groups on 2x8x3x4 for training", "instance norm on 2x4x8x8 for training"])
 def test_training_of_a_norm_without_a_mode_asks_for_its_backward_and_is_refused_not_dropped(text):
     from bot.generators.interface import GenerationError
