@@ -505,7 +505,8 @@ class Runner:
     def presence(self) -> dict:
         where = f"gpu{self.gpu}" if self.gpu is not None else f"pid{os.getpid()}"
         return {"ts": time.time(), "runner": f"{HOST}/{where}", "host": HOST, "pid": os.getpid(), "gpu": self.gpu,
-                "device": self.device, "backend": self.backend, "busy": self.current, "load": self.gpu_load(), "down": self.down}
+                "device": self.device, "backend": self.backend, "busy": self.current, "load": self.gpu_load(),
+                "down": self.down}
 
     def handle(self, job) -> None:
         job_id = job.get("job_id") if isinstance(job, dict) else None
@@ -547,7 +548,6 @@ class Runner:
         self.queue.put_result(job_id, result)
         self.say(f"job {job_id}: {result['status']}: {result['summary']}")
 
-
     def gpu_lost(self) -> str | None:
         return gpu_lost(self.backend, self.gpu) if self.watched else None
 
@@ -577,14 +577,20 @@ def wait_for_gpu(runner: Runner, users: Path | None) -> bool:
         runner.say(f"{runner.down}: taking no jobs until it does")
     while runner.down:
         runner.report_alive()
-        if users and not runner_users.alive(users):
-            runner.say(f"no command that uses this runner is alive any more ({users})")
-            return False
-        if runner.stopping.wait(min(runner.heartbeat_s, 5.0)):
+        if users_gone(runner, users) or runner.stopping.wait(min(runner.heartbeat_s, 5.0)):
             return False
         runner.down = runner.gpu_lost()
         if not runner.down:
             runner.say("the GPU answers again: taking jobs")
+    return True
+
+
+def users_gone(runner: Runner, users: Path | None) -> bool:
+    """A runner a command started for itself (users) whose commands have all ended: it stops."""
+    if not users or runner_users.alive(users):
+        return False
+    runner.say(f"no command that uses this runner is alive any more ({users})")
+    runner.stop()
     return True
 
 
@@ -634,9 +640,7 @@ def serve(backend: str, queue_url: str, gpu: int | None = None, heartbeat_s: flo
             if not wait_for_gpu(runner, users):
                 return stopped(runner)
             consumer, serving = start_consumer(queue, runner), queue.opened
-        if users and not runner_users.alive(users):
-            runner.say(f"no command that uses this runner is alive any more ({users})")
-            runner.stop()
+        users_gone(runner, users)
         runner.wake.wait(min(runner.heartbeat_s, 5.0))
         runner.wake.clear()
         if runner.stopping.is_set():

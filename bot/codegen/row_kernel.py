@@ -39,14 +39,14 @@ def _row_config(rows, n, stack=1024, chunk=8192):
     # BLOCK_M to a tile of about `stack` elements while at least ~256 programs remain (the 132 SMs
     # of an H200 twice over). Warps grow with the tile. The launcher's family picks stack and chunk
     # (tests/default_vs_best.py measures the choice against every config of the space).
-    block_n = max(16, 1 << (n - 1).bit_length())
-    if block_n > 8192:
-        return {"BLOCK_M": 1, "BLOCK_N": chunk, "num_warps": 4 if chunk <= 1024 else 8 if chunk <= 4096 else 16}
-    block_m = 1
+    block_n, block_m, widest = max(16, 1 << (n - 1).bit_length()), 1, 8192
+    if block_n > widest:            # a long row: chunk-wide pieces, one row a program
+        block_n = widest = chunk
+        stack = 0
     while block_m * block_n < stack and rows >= 2 * block_m * 256:
         block_m *= 2
     tile = block_m * block_n
-    return {"BLOCK_M": block_m, "BLOCK_N": 8192, "num_warps": 4 if tile <= 1024 else 8 if tile <= 4096 else 16}
+    return {"BLOCK_M": block_m, "BLOCK_N": widest, "num_warps": 4 if tile <= 1024 else 8 if tile <= 4096 else 16}
 
 
 def _row_tile(rows, n, config):
@@ -290,7 +290,8 @@ class RowKernel(KernelFile):
     def _launcher(self) -> str:
         first = self.inputs[0].local
         text = self._signature_and_prologue()
-        checks = [f'_require_full("{i.name}", {i.local}.shape, shape)' for i in self.body_inputs if i not in self.partial]
+        checks = [f'_require_full("{i.name}", {i.local}.shape, shape)' for i in self.body_inputs
+                  if i not in self.partial]
         text += body_text(shape_lines([i.local for i in self.body_inputs], checks, always=bool(self.partial)))
         text += "    N = shape[-1]\n    R = shape[:-1].numel()\n"
         for i in self.partial:

@@ -337,12 +337,13 @@ class _AttentionKernel(KernelFile):
                  "        heads = full[0] * full[1]\n"
                  f"        per = max(1, min(heads, 65535, {WORKSPACE} // (L * S)))\n"
                  f"        ws = torch.empty((per, L, S), dtype=torch.float32, device={q}.device)\n")
-        text += "        for bh0 in range(0, heads, per):\n"
-        text += ('            grid = (_cdiv(L, config["BLOCK_M"]), _cdiv(S, config["BLOCK_N"]), min(per, heads - bh0))\n'
+        text += ("        for bh0 in range(0, heads, per):\n"
+                 "            group_heads = min(per, heads - bh0)\n"
+                 '            grid = (_cdiv(L, config["BLOCK_M"]), _cdiv(S, config["BLOCK_N"]), group_heads)\n'
                  + launch(f"{self.name}_scores_kernel", "grid",
                           [q, k, "ws", *shared, "E", "group", "bh0", f"*_batch_strides({q}, full)",
                            f"*_batch_strides({k}, full)", "qk_scale", *flags, *options], "            ") + "\n"
-                 '            grid = (_cdiv(L, config["BLOCK_M"]), _cdiv(EV, config["BLOCK_E"]), min(per, heads - bh0))\n'
+                 '            grid = (_cdiv(L, config["BLOCK_M"]), _cdiv(EV, config["BLOCK_E"]), group_heads)\n'
                  + launch(f"{self.name}_pv_kernel", "grid",
                           [v, "ws", "out", *shared, "EV", "group", "bh0", f"*_batch_strides({v}, full)", *flags,
                            *options], "            ") + "\n"

@@ -39,7 +39,7 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
     node = _with_dim(st, _rows_settled(node, {n: s[0] for n, s in shapes.items()}), shapes[main_input(st, names)])
     domains, index, masks = ir.domains(node), ir.index_inputs(node), mask_inputs(st)
     _refuse_float_indices(st, node, index)
-    if st.training and _extreme_over_a_dim(node):
+    if st.training and any(n.op in ("max", "min") and n.attr("dim") != ir.ALL for n in node.walk()):
         notes.append("the gradient of max/min over a dim is torch.amax/amin's: tied maxima share it evenly "
                      "(torch.max(x, dim).values gives it all to the first)")
     learned = st.pasted.parameters if st.pasted and st.pasted_shapes else {}
@@ -62,12 +62,6 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
         return specmod.validate(spec), notes
     except specmod.SpecError as e:
         raise GenerationError(str(e)) from None
-
-
-def _extreme_over_a_dim(node: ir.Node) -> bool:
-    """A max or min over a dim (not over every element) anywhere in the tree."""
-    here = node.op in ("max", "min") and node.attr("dim") != ir.ALL
-    return here or any(_extreme_over_a_dim(a) for a in node.args if isinstance(a, ir.Node))
 
 
 def _input_dtypes(name: str, dtypes: list[str], index: dict[str, str], masks: set[str]) -> list[str]:
