@@ -343,9 +343,13 @@ class _ChannelNormKernel(KernelFile):
         return self._space(CONFIGS)
 
     def _row_offsets(self) -> list[str]:
+        # e: int32 unless a row's P x Q elements pass it (N's type); a division per element only
+        # where the row is strided (batch norm's P samples)
+        where = (["    p = e // Q", "    q = e - p * Q", "    at = (p.to(tl.int64) * R + r) * Q + q"]
+                 if self.node.op == "batch_norm" else ["    q = e", "    at = r.to(tl.int64) * Q + e"])
         return ["    e = start + first + tl.arange(0, BLOCK)",
                 "    mask = e < stop",
-                "    at = ((e // Q) * R + r) * Q + e % Q",
+                *where,
                 *(f"    {i.local} = tl.load({i.local}_ptr + at, mask=mask, other=0.0).to(tl.float32)"
                   for i in self.body_inputs),
                 f"    val = {self.body_call()}"]
@@ -353,12 +357,12 @@ class _ChannelNormKernel(KernelFile):
     def _chunk(self) -> list[str]:
         return ["r = tl.program_id(0)",
                 "part = tl.program_id(1)",
-                "CHUNK = tl.cdiv(tl.cdiv(P * Q, SPLIT), BLOCK) * BLOCK",
-                "start = part.to(tl.int64) * CHUNK",
-                "stop = tl.minimum(start + CHUNK, P * Q)"]
+                "CHUNK = tl.cdiv(tl.cdiv(N, SPLIT), BLOCK) * BLOCK",
+                "start = part * CHUNK",
+                "stop = tl.minimum(start + CHUNK, N)"]
 
     def _stats_kernel(self) -> str:
-        params = [*(f"{i.local}_ptr" for i in self.body_inputs), "stats_ptr", "P", "R", "Q", "SPLIT",
+        params = [*(f"{i.local}_ptr" for i in self.body_inputs), "stats_ptr", "N", "R", "Q", "SPLIT",
                   "BLOCK: tl.constexpr"]
         lines = [*self._chunk(),
                  "count = tl.full([], 0.0, tl.float32)",
@@ -385,7 +389,7 @@ class _ChannelNormKernel(KernelFile):
         t = self.tensors
         params = [*(f"{i.local}_ptr" for i in self.body_inputs), "stats_ptr",
                   *(f"{t[role].local}_ptr" for role in ("running_mean", "running_var", "weight", "bias") if role in t),
-                  "out_ptr", "P", "R", "Q", "SPLIT", "WR", "WM", "WQ", "SPLIT_P2: tl.constexpr", "BLOCK: tl.constexpr"]
+                  "out_ptr", "N", "R", "Q", "SPLIT", "WR", "WM", "WQ", "SPLIT_P2: tl.constexpr", "BLOCK: tl.constexpr"]
         eps = fmt_const(self.node.attr("eps"))
         if self.training:
             stats = ["# The row's partials merged at once: n = sum n_j, mean = sum n_j mean_j / n,",
@@ -401,21 +405,38 @@ class _ChannelNormKernel(KernelFile):
         else:
             stats = [f"mean = tl.load({t['running_mean'].local}_ptr + r).to(tl.float32)",
                      f"var = tl.load({t['running_var'].local}_ptr + r).to(tl.float32)"]
-        affine = []
-        if "weight" in t or "bias" in t:
-            affine.append("    w_at = (r % WR) * WM + (e % Q) // WQ")
-        if "weight" in t:
-            affine.append(f"    y = y * tl.load({t['weight'].local}_ptr + w_at, mask=mask, other=0.0).to(tl.float32)")
-        if "bias" in t:
-            affine.append(f"    y = y + tl.load({t['bias'].local}_ptr + w_at, mask=mask, other=0.0).to(tl.float32)")
-        lines = [*self._chunk(), *stats,
-                 f"rstd = 1.0 / tl.sqrt(var + {eps})",
+        lines = [*self._chunk(), *stats, f"rstd = 1.0 / tl.sqrt(var + {eps})", *self._affine(),
                  "for first in range(0, CHUNK, BLOCK):",
                  *self._row_offsets(),
-                 "    y = (val - mean) * rstd",
-                 *affine,
+                 "    y = (val - mean) * scale + shift" if self._per_row() else "    y = (val - mean) * rstd",
+                 *([] if self._per_row() else self._affine_per_element()),
                  "    tl.store(out_ptr + at, y.to(out_ptr.dtype.element_ty), mask=mask)"]
         return jit_source(f"{self.name}_kernel", params, lines)
+
+    def _per_row(self) -> bool:
+        """Whether a row's elements share one weight (batch and instance norm: the row's channel)."""
+        return self.node.op not in ("layer_norm_nd", "group_norm")
+
+    def _affine(self) -> list[str]:
+        """Per-row weights folded into one scale and shift before the loop."""
+        if not self._per_row():
+            return []
+        t = self.tensors
+        return ["scale = rstd" + (f" * tl.load({t['weight'].local}_ptr + r % WR).to(tl.float32)" if "weight" in t else ""),
+                # (val - mean) * scale, not val * scale - mean * scale: a large mean cancels exactly
+                "shift = " + (f"tl.load({t['bias'].local}_ptr + r % WR).to(tl.float32)" if "bias" in t else "0.0")]
+
+    def _affine_per_element(self) -> list[str]:
+        """Weights indexed by the element (layer norm) or its channel in the group (group norm)."""
+        t = self.tensors
+        if not ("weight" in t or "bias" in t):
+            return []
+        at = "q" if self.node.op == "layer_norm_nd" else "(r % WR) * WM + q // WQ"
+        return [f"    w_at = {at}",
+                *([f"    y = y * tl.load({t['weight'].local}_ptr + w_at, mask=mask, other=0.0).to(tl.float32)"]
+                  if "weight" in t else []),
+                *([f"    y = y + tl.load({t['bias'].local}_ptr + w_at, mask=mask, other=0.0).to(tl.float32)"]
+                  if "bias" in t else [])]
 
     def _launcher(self) -> str:
         node, x, first, t = self.node, self.first.local, self.inputs[0].local, self.tensors
@@ -432,12 +453,12 @@ class _ChannelNormKernel(KernelFile):
         if self.training:
             text += (f"    stats = torch.empty((R, split, 3), dtype=torch.float32, device={first}.device)\n"
                      + launch(f"{self.name}_stats_kernel", "(R, split)",
-                              body + ["stats", "P", "R", "Q", "split", 'BLOCK=config["BLOCK"]',
+                              body + ["stats", "P * Q", "R", "Q", "split", 'BLOCK=config["BLOCK"]',
                                     'num_warps=config["num_warps"]'], "    ") + "\n")
         else:
             text += f"    stats = {x}\n"
         extras = [t[role].local for role in ("running_mean", "running_var", "weight", "bias") if role in t]
-        args = body + ["stats", *extras, "out", "P", "R", "Q", "split", "WR", "WM", "WQ",
+        args = body + ["stats", *extras, "out", "P * Q", "R", "Q", "split", "WR", "WM", "WQ",
                        "SPLIT_P2=triton.next_power_of_2(split)", 'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
         text += launch(f"{self.name}_kernel", "(R, split)", args, "    ") + "\n"
         return text + "    return out\n"

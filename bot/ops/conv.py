@@ -550,8 +550,10 @@ def reference_property(node: Node) -> tuple[str, bool]:
     return "", False
 
 
-# a ResNet-like 3x3 layer, and an odd size of the same channels
+# ResNet-like 3x3 and 1x1 (expanding) layers, and an odd size of the same channels
 ENTRIES = (
     Entry("conv2d_3x3", "conv2d 3x3 with 64 output channels and padding 1 on {shapes}, each in {dtypes}",
           "conv2d(x, w, padding=1)", "matmul", big="32x64x56x56, 7x64x29x31", small="1x2x3x4, 1x2x5x3"),
+    Entry("conv2d_1x1", "conv2d 1x1 with 256 output channels on {shapes}, each in {dtypes}",
+          "conv2d(x, w)", "matmul", big="32x64x56x56, 7x64x29x31", small="1x2x3x4, 1x2x5x3"),
 )

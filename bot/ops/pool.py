@@ -3,13 +3,13 @@ dilation (max), ceil_mode, count_include_pad and divisor_override (average) as t
 defines them, and adaptive average and max pooling to an output size, over a pointwise body
 (max_pool2d(relu(x), 2)).
 
-One kernel: each program computes neighbouring outputs of one output row, walking its window's rows
-and loading each as a tile of (outputs, the taps across) at once: contiguous in memory where the
+One kernel: each program computes neighbouring outputs of a few consecutive output rows, walking its
+window's rows and loading each as a tile of (outputs, the taps across) at once: contiguous in memory where the
 stride is the window's width, so every element is read once, in full lines. The body is applied to
 each value loaded and the padding left out (max: -inf, average: not counted unless count_include_pad
 says so, as torch divides). Adaptive pooling walks the widest window any output has, each output
 masking the taps past its own. The leading dims (batch, channels, or channels alone for unbatched
-input) are planes; index arithmetic is per program, not per element.
+input) are planes; index arithmetic is per row, not per element.
 
 Owns its IR rule (the functions, their arguments as torch reads them), the output shape as torch
 computes it (ceil_mode's last window included only where it starts inside the input or the left
@@ -307,7 +307,7 @@ def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
 
 class _PoolKernel(KernelFile):
     block_key = "BLOCK"
-    description = ("One program computes BLOCK_W neighbouring outputs of one output row: for each row of the\n"
+    description = ("One program computes BLOCK_W neighbouring outputs of BLOCK_R output rows: for each row of the\n"
                    "window it loads a (outputs x taps) tile (an adaptive pooling's widest window, masking the\n"
                    "taps past its own), applies the body to the values it loads, keeps padding out, and divides\n"
                    "an average as torch does. The leading dims are planes; 1-d and 2-d run as 3-d with unit dims.")
@@ -331,10 +331,10 @@ class _PoolKernel(KernelFile):
     def _kernel(self) -> str:
         node = self.node
         is_max = node.attr("kind") == "max"
-        params = [*(f"{i.local}_ptr" for i in self.body_inputs), "out_ptr", "P1", "D", "H", "W", "OD", "OH", "OW",
+        params = [*(f"{i.local}_ptr" for i in self.body_inputs), "out_ptr", "ROWS", "P1", "D", "H", "W", "OD", "OH", "OW",
                   *(f"{i.local}_s{k}" for i in self.body_inputs for k in ("p0", "p1", "d", "h", "w"))]
         constexprs = ["KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "ADAPTIVE",
-                      "COUNT_PAD", "DIVISOR", "BLOCK_W", "BLOCK_K"]
+                      "COUNT_PAD", "DIVISOR", "BLOCK_R", "BLOCK_W", "BLOCK_K"]
         params += [f"{c}: tl.constexpr" for c in constexprs]
         fill = NEG_INF if is_max else "0.0"
         # Rows of a small window unrolled; an adaptive window can span the whole input (global pooling:
@@ -342,11 +342,13 @@ class _PoolKernel(KernelFile):
         rows = math.prod(node.attr("kernel")[:-1]) if node.op != ADAPTIVE else None
         loop = "tl.static_range" if rows is not None and rows <= 64 else "tl.range"
         lines = [
-            "# one program: BLOCK_W neighbouring outputs of one output row (plane, od, oh)",
+            "# one program: BLOCK_W neighbouring outputs of each of BLOCK_R consecutive output rows",
+            "# (plane, od, oh); index arithmetic per row, not per element",
             "pid = tl.program_id(0).to(tl.int64)",
             "n_wb = tl.cdiv(OW, BLOCK_W)",
-            "row = pid // n_wb",
+            "row = (pid // n_wb) * BLOCK_R + tl.arange(0, BLOCK_R)",
             "ow = (pid % n_wb) * BLOCK_W + tl.arange(0, BLOCK_W)",
+            "r_ok = row < ROWS",
             "w_ok = ow < OW",
             "oh = row % OH",
             "od = (row // OH) % OD",
@@ -362,45 +364,45 @@ class _PoolKernel(KernelFile):
             "else:",
             "    d0, h0, w0 = od * SD - PD, oh * SH - PH, ow * SW - PW",
             "taps = tl.arange(0, BLOCK_K)",
-            f"acc = tl.full([BLOCK_W], {fill}, tl.float32)",
+            f"acc = tl.full([BLOCK_R, BLOCK_W], {fill}, tl.float32)",
             f"for kd in {loop}(KD):",
             f"    for kh in {loop}(KH):",
             "        i_d, i_h = d0 + kd * DD, h0 + kh * DH",
-            "        row_ok = (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H)",
+            "        row_ok = r_ok & (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H)",
             "        if ADAPTIVE:",
             "            row_ok = row_ok & (i_d < d1) & (i_h < h1)",
-            "        # a [BLOCK_W, BLOCK_K] tile of the row: each output's taps side by side (contiguous",
+            "        # a [BLOCK_R, BLOCK_W, BLOCK_K] tile: each output's taps side by side (contiguous",
             "        # in memory where the stride is the window's width)",
             "        for k0 in tl.range(0, KW, BLOCK_K):",
             "            kw = k0 + taps",
             "            i_w = w0[:, None] + kw[None, :] * DW",
-            "            inside = w_ok[:, None] & (kw[None, :] < KW) & (i_w >= 0) & (i_w < W)",
-            "            inside = tl.where(row_ok, inside, False)",
+            "            in_w = w_ok[:, None] & (kw[None, :] < KW) & (i_w >= 0) & (i_w < W)",
             "            if ADAPTIVE:",
-            "                inside = inside & (i_w < w1[:, None])",
+            "                in_w = in_w & (i_w < w1[:, None])",
+            "            inside = row_ok[:, None, None] & in_w[None, :, :]",
             *(f"            {i.local} = tl.load({i.local}_ptr + (p0 * {i.local}_sp0 + p1 * {i.local}_sp1 + "
-              f"i_d * {i.local}_sd + i_h * {i.local}_sh) + i_w * {i.local}_sw, mask=inside, other=0.0)"
-              ".to(tl.float32)" for i in self.body_inputs),
+              f"i_d * {i.local}_sd + i_h * {i.local}_sh)[:, None, None] + (i_w * {i.local}_sw)[None, :, :], "
+              "mask=inside, other=0.0).to(tl.float32)" for i in self.body_inputs),
             f"            val = tl.where(inside, {self.body_call()}, {fill})",
-            "            acc = _max_nan(acc, tl.reduce(val, 1, _max_nan))" if is_max
-            else "            acc += tl.sum(val, axis=1)",
+            "            acc = _max_nan(acc, tl.reduce(val, 2, _max_nan))" if is_max
+            else "            acc += tl.sum(val, axis=2)",
         ]
         if not is_max:
             lines += [
                 "if DIVISOR:",
                 "    acc = acc / DIVISOR",
-                "elif ADAPTIVE:",
-                "    acc = acc / ((d1 - d0) * (h1 - h0) * (w1 - w0)).to(tl.float32)",
                 "else:",
-                "    # torch's divisor: the window clipped to the padded input (count_include_pad), or to",
-                "    # the input itself",
-                "    d1, h1, w1 = tl.minimum(d0 + KD, D + PD), tl.minimum(h0 + KH, H + PH), tl.minimum(w0 + KW, W + PW)",
-                "    if not COUNT_PAD:",
-                "        d0, h0, w0 = tl.maximum(d0, 0), tl.maximum(h0, 0), tl.maximum(w0, 0)",
-                "        d1, h1, w1 = tl.minimum(d1, D), tl.minimum(h1, H), tl.minimum(w1, W)",
-                "    acc = acc / ((d1 - d0) * (h1 - h0) * (w1 - w0)).to(tl.float32)",
+                "    if not ADAPTIVE:",
+                "        # torch's divisor: the window clipped to the padded input (count_include_pad), or to",
+                "        # the input itself",
+                "        d1, h1, w1 = tl.minimum(d0 + KD, D + PD), tl.minimum(h0 + KH, H + PH), tl.minimum(w0 + KW, W + PW)",
+                "        if not COUNT_PAD:",
+                "            d0, h0, w0 = tl.maximum(d0, 0), tl.maximum(h0, 0), tl.maximum(w0, 0)",
+                "            d1, h1, w1 = tl.minimum(d1, D), tl.minimum(h1, H), tl.minimum(w1, W)",
+                "    acc = acc / (((d1 - d0) * (h1 - h0))[:, None] * (w1 - w0)[None, :]).to(tl.float32)",
             ]
-        lines.append("tl.store(out_ptr + row * OW + ow, acc.to(out_ptr.dtype.element_ty), mask=w_ok)")
+        lines.append("tl.store(out_ptr + row[:, None] * OW + ow[None, :], acc.to(out_ptr.dtype.element_ty), "
+                     "mask=r_ok[:, None] & w_ok[None, :])")
         return jit_source(f"{self.name}_kernel", params, lines)
 
     def _launcher(self) -> str:
@@ -433,15 +435,18 @@ class _PoolKernel(KernelFile):
                  f"    D, H, W = _as_3d(spatial, 1)\n"
                  "    OD, OH, OW = _as_3d(out_sizes, 1)\n")
         text += self._config_line("_pool_config(out.numel())")
-        text += ("    # a tile of BLOCK elements: the window's taps across (a chunk of at most 1024), outputs down\n"
+        text += ("    # a tile of BLOCK elements: the window's taps across (a chunk of at most 1024), a row's outputs\n"
+                 "    # down, and as many rows as fill it\n"
+                 "    rows = out.numel() // OW\n"
                  "    block_k = min(triton.next_power_of_2(KW), 1024)\n"
                  "    block_w = max(1, min(config[\"BLOCK\"] // block_k, triton.next_power_of_2(OW)))\n"
-                 "    grid = (_cdiv(OW, block_w) * (out.numel() // OW),)\n")
-        args = [i.local for i in self.body_inputs] + ["out", "lead[-1]", "D", "H", "W", "OD", "OH", "OW"]
+                 "    block_r = max(1, min(config[\"BLOCK\"] // (block_k * block_w), triton.next_power_of_2(rows)))\n"
+                 "    grid = (_cdiv(OW, block_w) * _cdiv(rows, block_r),)\n")
+        args = [i.local for i in self.body_inputs] + ["out", "rows", "lead[-1]", "D", "H", "W", "OD", "OH", "OW"]
         args += [f"*{i.local}_strides" for i in self.body_inputs]
         args += ["KD=KD", "KH=KH", "KW=KW", "SD=SD", "SH=SH", "SW=SW", "PD=PD", "PH=PH", "PW=PW", "DD=DD", "DH=DH",
                  "DW=DW", f"ADAPTIVE={node.op == ADAPTIVE}", f"COUNT_PAD={node.attr('count_include_pad') is not False}", f"DIVISOR={node.attr('divisor') or 0}",
-                 "BLOCK_W=block_w", "BLOCK_K=block_k", 'num_warps=config["num_warps"]']
+                 "BLOCK_R=block_r", "BLOCK_W=block_w", "BLOCK_K=block_k", 'num_warps=config["num_warps"]']
         text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + "    return out\n"
 
