@@ -7,7 +7,9 @@ rstd, a softmax) in the same pass instead of storing it.
 Each rule is PyTorch's own derivative (tools/autograd/derivatives.yaml): relu's at 0 is 0, abs's
 sign(x) with 0 at 0, maximum and minimum split an equal pair's gradient in halves, clamp passes it
 where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layernorm and rmsnorm
-over the last dim (with weight and bias, of a pointwise body), sum, mean, max, min (amax, amin),
+over the last dim (with weight and bias, of a pointwise body), group norm, instance norm,
+training-mode batch norm and layer norm over several dims (each as layer norm's over a view whose
+rows hold one statistic's elements), sum, mean, max, min (amax, amin),
 logsumexp, var and std over a dim or all,
 matmul (transposed operands, a pointwise epilogue), cross entropy (its logits'), cumsum (any
 direction, exclusive too), transposes and permutations, and views that keep every element have
@@ -101,24 +103,66 @@ def _softmax(node: Node, a: list[str], up: str):
     return [(node.args[0], f"{y} * (({up}) - sum(({up}) * {y}, dim={d}, keepdim=True))")]
 
 
+def _normalized(x: str, g: str, eps: float, centred: bool = True) -> tuple[str, str]:
+    """(x_hat, dx) over the last dim: x_hat = (x - mean) * rstd (no mean where not centred, as
+    rmsnorm), and the gradient of x_hat . g: rstd * (g - mean(g) - x_hat * mean(g * x_hat)) (the
+    mean(g) term where centred)."""
+    c = f"(({x}) - mean({x}, dim=-1, keepdim=True))" if centred else f"({x})"
+    rstd = f"rsqrt(mean({c} * {c}, dim=-1, keepdim=True) + {eps!r})"
+    x_hat = f"({c} * {rstd})"
+    shift = f" - mean({g}, dim=-1, keepdim=True)" if centred else ""
+    return x_hat, f"{rstd} * ({g}{shift} - {x_hat} * mean({g} * {x_hat}, dim=-1, keepdim=True))"
+
+
 def _norm(node: Node, a: list[str], up: str):
-    """rmsnorm and layernorm over the last dim: x_hat = (x - mean) * rstd (no mean for rmsnorm),
-    y = x_hat * w + b. dx = rstd * (gw - mean(gw) - x_hat * mean(gw * x_hat)), gw = up * w (the
-    mean(gw) term for layernorm alone); dw and db per element, summed over the rows later."""
-    x, eps = a[0], node.attr("eps")
-    centred = f"(({x}) - mean({x}, dim=-1, keepdim=True))" if node.op == "layernorm" else f"({x})"
-    rstd = f"rsqrt(mean({centred} * {centred}, dim=-1, keepdim=True) + {eps!r})"
-    x_hat = f"({centred} * {rstd})"
-    out = []
-    gw = f"({up})"
-    if node.attr("has_weight"):
-        gw = f"(({up}) * ({a[1]}))"
-        out.append((node.args[1], f"({up}) * {x_hat}"))
-    if node.attr("has_bias"):
-        out.append((node.args[2 if node.attr("has_weight") else 1], up))
-    shift = f" - mean({gw}, dim=-1, keepdim=True)" if node.op == "layernorm" else ""
-    out.append((node.args[0], f"{rstd} * ({gw}{shift} - {x_hat} * mean({gw} * {x_hat}, dim=-1, keepdim=True))"))
+    """rmsnorm and layernorm over the last dim, y = x_hat * w + b: dx from gw = up * w (_normalized);
+    dw and db per element, summed over the rows later."""
+    has_w, has_b = node.attr("has_weight"), node.attr("has_bias")
+    gw = f"(({up}) * ({a[1]}))" if has_w else f"({up})"
+    x_hat, dx = _normalized(a[0], gw, node.attr("eps"), centred=node.op == "layernorm")
+    out = [(node.args[1], f"({up}) * {x_hat}")] if has_w else []
+    out += [(node.args[2 if has_w else 1], up)] if has_b else []
+    return out + [(node.args[0], dx)]
+
+
+def _channel_norm(node: Node, a: list[str], up: str):
+    """group_norm, instance_norm, training-mode batch_norm and layer norm over trailing dims: x flat
+    ([N, C, S]; layer norm [rows, the normalized elements]) viewed as rows of one statistic each
+    ([N, G, C/G * S] group norm, [N, C, S] instance norm, [C, N * S] batch norm), _normalized over
+    them and viewed back. The weight scales the upstream per channel (layer norm's per element);
+    the weight's and bias's gradients are summed over the rest here (layer norm's later)."""
+    x, op = a[0], node.op
+    if op == "batch_norm" and not node.attr("training"):
+        raise NoGradient("batch_norm in eval mode (running statistics) has no gradient rule here yet; training=True has")
+    start = f"-{node.attr('dims')}" if op == "layer_norm_nd" else "2"
+    flat, up_flat = f"flatten({x}, {start})", f"flatten({up}, {start})"
+    rows, back = _statistic_rows(node, flat)
+    tensors = dict(zip(["weight"] * bool(node.attr("has_weight")) + ["bias"] * bool(node.attr("has_bias")),
+                       zip(node.args[1:], a[1:])))
+    per_channel = op != "layer_norm_nd"
+    g = up_flat
+    if "weight" in tensors:         # over the flat view: [C, 1] a channel, else the weight's elements flat
+        w = tensors["weight"][1]
+        g = f"({up_flat}) * " + (f"unsqueeze({w}, -1)" if per_channel else f"flatten({w}, 0)")
+    x_hat, dx = _normalized(rows(flat), rows(g), node.attr("eps"))
+    out = [(node.args[0], f"reshape_as({back(dx)}, {x})")]
+    if "weight" in tensors:
+        out.append((tensors["weight"][0], f"sum(sum(({up_flat}) * {back(x_hat)}, dim=-1), dim=0)" if per_channel
+                    else f"({up}) * reshape_as({back(x_hat)}, {x})"))
+    if "bias" in tensors:
+        out.append((tensors["bias"][0], f"sum(sum({up_flat}, dim=-1), dim=0)" if per_channel else up))
     return out
+
+
+def _statistic_rows(node: Node, flat: str):
+    """(rows, back): a channel norm's flat view to rows of one statistic each, and back."""
+    if node.op == "group_norm":
+        return (lambda t: f"flatten(unflatten({t}, 1, ({node.attr('groups')}, -1)), 2)",
+                lambda t: f"reshape_as({t}, {flat})")
+    if node.op == "batch_norm":
+        return (lambda t: f"flatten(transpose({t}, 0, 1), 1)",
+                lambda t: f"transpose(reshape_as({t}, transpose({flat}, 0, 1)), 0, 1)")
+    return (lambda t: t), (lambda t: f"reshape_as({t}, {flat})")
 
 
 def _reduced(node: Node, a: list[str], up: str, root: bool):
@@ -232,6 +276,7 @@ _RULES = {
     "log_softmax": _softmax,
     "rmsnorm": _norm,
     "layernorm": _norm,
+    **{op: _channel_norm for op in ("group_norm", "instance_norm", "batch_norm", "layer_norm_nd")},
     "matmul": _matmul,
     "cross_entropy": _cross_entropy,
     "cumsum": _cumsum,
