@@ -3,7 +3,7 @@ best config of its own space? Each catalog entry's request, with shapes none of 
 hold (LLM-shaped and odd), generates its kernel.py; the default (config=None) and every config of
 CONFIGS are timed on the GPU and checked against the default's output.
 
-    python tests/default_vs_best.py [--only softmax,rmsnorm] [--dtype bf16] [--json out.json]
+    python tests/default_vs_best.py [--only softmax,rmsnorm] [--dtype bf16] [--torch] [--json out.json]
 
 Time is GPU time: the median of triton.testing.do_bench_cudagraph (launch overhead removed, so the
 comparison is of the configs' device work), with the interquartile range of its samples. The table
@@ -25,7 +25,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 from generated import load  # noqa: E402
 
-from bot import catalog, ir  # noqa: E402
+from bot import catalog, ir, lower_torch  # noqa: E402
 from bot.request.parse import parse_request  # noqa: E402
 from bot.spec import parse_expression  # noqa: E402
 
@@ -91,7 +91,14 @@ def close(a, b) -> bool:
     return all(torch.allclose(x.float(), y.float(), rtol=2e-2, atol=2e-2) for x, y in zip(a, b))
 
 
-def measure(entry, shapes: str, dtype: str, workdir: Path) -> list[dict]:
+def torch_times(spec: dict, node, folder: Path, args: list) -> dict:
+    """The reference's GPU time in torch eager and under torch.compile, us (median)."""
+    reference = getattr(load(folder, "reference.py", lower_torch.reference_source(spec, node)), spec["name"])
+    compiled = torch.compile(reference, dynamic=False)
+    return {"eager_us": gpu_us(lambda: reference(*args))[0], "compile_us": gpu_us(lambda: compiled(*args))[0]}
+
+
+def measure(entry, shapes: str, dtype: str, workdir: Path, against_torch: bool = False) -> list[dict]:
     spec, _ = parse_request(entry.words.format(shapes=shapes, dtypes=dtype))
     node = parse_expression(spec)
     folder = workdir / entry.name
@@ -117,9 +124,12 @@ def measure(entry, shapes: str, dtype: str, workdir: Path) -> list[dict]:
                                 if i.get("domain") != "index")
         rows.append({"entry": entry.name, "case": case_text, "dtype": dtype, "default_us": default,
                      "default_iqr": spread, "best_us": best, "best_config": config,
-                     "ratio": default / best if best == best else math.nan, "configs": len(timed)})
+                     "ratio": default / best if best == best else math.nan, "configs": len(timed),
+                     **(torch_times(spec, node, folder, args) if against_torch else {})})
+        versus = (f"  eager {rows[-1]['eager_us']:9.2f}  compile {rows[-1]['compile_us']:9.2f}"
+                  if against_torch else "")
         print(f"{entry.name:16} {case_text:28} {dtype}  default {default:9.2f} ±{spread / 2:5.2f}  best "
-              f"{best:9.2f}  {rows[-1]['ratio']:5.2f}  of {len(timed)}  {config}", flush=True)
+              f"{best:9.2f}  {rows[-1]['ratio']:5.2f}  of {len(timed)}  {config}{versus}", flush=True)
     return rows
 
 
@@ -129,6 +139,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     ap.add_argument("--shapes", action="append", default=[], metavar="ENTRY=SHAPES",
                     help="other shapes for an entry, e.g. 'mean_dim0=8192x8192, 7919x6007' (a catalog table's, to check it)")
+    ap.add_argument("--torch", action="store_true", help="time the reference in torch eager and torch.compile too")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     UNTUNED.update(item.split("=", 1) for item in a.shapes)
@@ -137,7 +148,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for entry in catalog.by_name(names):
             dtype = "fp32" if entry.dtypes == "fp32" else a.dtype
-            rows += measure(entry, UNTUNED[entry.name], dtype, Path(tmp))
+            rows += measure(entry, UNTUNED[entry.name], dtype, Path(tmp), a.torch)
     worst = {}
     for r in rows:
         if r["ratio"] == r["ratio"]:
