@@ -12,8 +12,9 @@ training-mode batch norm and layer norm over several dims (each as layer norm's 
 rows hold one statistic's elements), sum, mean, max, min (amax, amin),
 logsumexp, var and std over a dim or all,
 matmul (transposed operands, a pointwise epilogue), cross entropy (its logits'), cumsum (any
-direction, exclusive too), transposes and permutations, and views that keep every element have
-rules; any other op is refused, naming it.
+direction, exclusive too), transposes and permutations, views that keep every element, and
+convolutions and transposed ones (stride, padding, dilation, groups, bias; each gradient itself a
+convolution) have rules; any other op is refused, naming it.
 """
 from __future__ import annotations
 
@@ -32,15 +33,17 @@ class NoGradient(ValueError):
     """The operator holds an op without a gradient rule here; the message names it."""
 
 
-def gradients(node: Node, upstream: str) -> dict[str, str]:
+def gradients(node: Node, upstream: str, cases: list[dict[str, list[int]]]) -> dict[str, str]:
     """Each input's gradient as an expression text at the shape its contributions broadcast to
-    (bot.ops.training sums it down to the input's own shape): d(sum(upstream * node)) / d(input)."""
+    (bot.ops.training sums it down to the input's own shape): d(sum(upstream * node)) / d(input).
+    cases: each case's input shapes and the upstream's, for the rules whose text depends on them
+    (a strided convolution's output padding)."""
     acc: dict[str, list[str]] = {}
-    _back(node, upstream, acc, root=True)
+    _back(node, upstream, acc, cases, root=True)
     return {name: " + ".join(f"({p})" for p in parts) for name, parts in acc.items()}
 
 
-def _back(node: Node, up: str, acc: dict[str, list[str]], root: bool = False) -> None:
+def _back(node: Node, up: str, acc: dict[str, list[str]], cases: list[dict], root: bool = False) -> None:
     if node.op == "input":
         acc.setdefault(node.name, []).append(up)
         return
@@ -49,11 +52,13 @@ def _back(node: Node, up: str, acc: dict[str, list[str]], root: bool = False) ->
     rule = _RULES.get(node.op)
     if node.op in REDUCTIONS:
         rule = lambda n, a, u: _reduced(n, a, u, root)     # noqa: E731 (its upstream's shape matters)
+    if node.op == "conv":
+        rule = lambda n, a, u: _conv(n, a, u, cases)       # noqa: E731 (its sizes matter)
     if rule is None:
         raise NoGradient(f"{node.op} has no gradient rule in the offline generator's training kernels; supported: "
-                         f"{', '.join(sorted([*_RULES, *REDUCTIONS]))}")
+                         f"{', '.join(sorted([*_RULES, *REDUCTIONS, 'conv']))}")
     for child, grad in rule(node, [to_text(a) for a in node.args], up):
-        _back(child, grad, acc)
+        _back(child, grad, acc, cases)
 
 
 def _unary(formula: str):
@@ -163,6 +168,61 @@ def _statistic_rows(node: Node, flat: str):
         return (lambda t: f"flatten(transpose({t}, 0, 1), 1)",
                 lambda t: f"transpose(reshape_as({t}, transpose({flat}, 0, 1)), 0, 1)")
     return (lambda t: t), (lambda t: f"reshape_as({t}, {flat})")
+
+
+def _conv(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
+    """A convolution (stride s, padding p, dilation d, groups g) of input x by weight w: dx is the
+    transposed convolution of up by w, its output padding what gives x's size back (a transposed
+    convolution's dx: the convolution of up by w); dw is the convolution of x by up (a transposed
+    one's: of up by x) with batch and channels swapped, stride d and dilation s (_weight_gradient);
+    the bias's, up summed over all but the channels."""
+    nd, s, p, d, g = (node.attr(k) for k in ("nd", "stride", "padding", "dilation", "groups"))
+    x, w = (n.name for n in node.args[:2])
+    tf32 = ", tf32=True" if node.attr("tf32") else ""
+    sizes = [_conv_sizes(node, c[x][2:], c[w][2:]) for c in cases]       # (input, output, kernel) a case
+    if node.attr("transposed"):
+        d_x = f"conv{nd}d({up}, {w}, stride={s}, padding={p}, dilation={d}, groups={g}{tf32})"
+        d_w = _weight_gradient(node, up, x, [(o, i, k) for i, o, k in sizes], tf32)
+    else:
+        pads = {tuple((i[j] + 2 * p[j] - d[j] * (k[j] - 1) - 1) % s[j] for j in range(nd)) for i, _, k in sizes}
+        if len(pads) > 1:
+            raise NoGradient(f"conv{nd}d with stride {list(s)}: the input's sizes leave different remainders in "
+                             "different cases, so its gradient's output padding differs; give every case the same "
+                             "sizes modulo the stride")
+        d_x = (f"conv_transpose{nd}d({up}, {w}, stride={s}, padding={p}, output_padding="
+               f"{pads.pop() if pads else (0,) * nd}, groups={g}, dilation={d}{tf32})")
+        d_w = _weight_gradient(node, x, up, sizes, tf32)
+    out = [(node.args[0], d_x), (node.args[1], d_w)]
+    if len(node.args) > 2:
+        out.append((node.args[2], f"sum(sum(flatten({up}, 2), dim=-1), dim=0)"))
+    return out
+
+
+def _conv_sizes(node: Node, x: list[int], k: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """(input, output, kernel) spatial sizes of a convolution (or a transposed one) of x by a k kernel."""
+    s, p, d = node.attr("stride"), node.attr("padding"), node.attr("dilation")
+    if node.attr("transposed"):
+        op = node.attr("output_padding") or (0,) * len(x)
+        out = [(i - 1) * s[j] - 2 * p[j] + d[j] * (k[j] - 1) + op[j] + 1 for j, i in enumerate(x)]
+    else:
+        out = [(i + 2 * p[j] - d[j] * (k[j] - 1) - 1) // s[j] + 1 for j, i in enumerate(x)]
+    return x, out, k
+
+
+def _weight_gradient(node: Node, source: str, by: str, sizes: list[tuple], tf32: str) -> str:
+    """dw[., ., t] = sum over samples and positions of by at a position times source where tap t
+    reaches from it: a convolution of source, its channels of each group as the batch and (group,
+    sample) as channels, by `by` with batch and channels swapped, stride d and dilation s, cut to the
+    kernel's size (the positions past it, which no tap reaches). sizes: (source, by, kernel) a case."""
+    nd, s, p, d, g = (node.attr(k) for k in ("nd", "stride", "padding", "dilation", "groups"))
+    lhs = f"transpose({source}, 0, 1)" if g == 1 else \
+        f"flatten(permute(unflatten({source}, 1, ({g}, -1)), {(2, 1, 0, *range(3, 3 + nd))}), 1, 2)"
+    d_w = (f"transpose(conv{nd}d({lhs}, transpose({by}, 0, 1), stride={d}, padding={p}, dilation={s}, "
+           f"groups={g}{tf32}), 0, 1)")
+    for j in range(nd):
+        if any((a[j] + 2 * p[j] - s[j] * (b[j] - 1) - 1) // d[j] + 1 > k[j] for a, b, k in sizes):
+            d_w = f"narrow({d_w}, {2 + j}, 0, {sizes[0][2][j]})"
+    return d_w
 
 
 def _reduced(node: Node, a: list[str], up: str, root: bool):

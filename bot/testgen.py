@@ -177,9 +177,6 @@ sys.path.insert(0, HERE)
     SPEC = json.load(f)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-# TF32 only where the spec allows it, as the runner's worker sets it: cuDNN's default (on) would
-# round a float32 convolution's reference to TF32.
-torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(SPEC.get("tf32"))
 {built}INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 BF16_SKIP = "Triton's interpreter computes bfloat16 wrongly; bf16 is tested on the GPU"
 SEED = 0

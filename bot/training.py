@@ -32,8 +32,8 @@ def gradient_expressions(spec: dict, node: ir.Node) -> dict[str, str]:
     """Each differentiable input's gradient, at its own shape in every case; an input the output
     does not depend on gets none (its gradient is None, as torch gives)."""
     upstream = upstream_name(spec)
-    raw = autodiff.gradients(node, upstream)
     cases = _cases(spec, node, upstream)
+    raw = autodiff.gradients(node, upstream, cases)
     return {name: _summed_down(raw[name], name, cases) for name in differentiable(spec) if name in raw}
 
 

@@ -276,7 +276,7 @@ def run_pytest(job: dict, workdir: Path, backend: str, gpu: int | None, timeout_
     if found:
         return {**pytest_counts(""), "exit_code": None, "timed_out": False, "duration_s": 0.0,
                 "refused": f"{name} is refused unrun: {integrity.summary(found)}", "log_tail": ""}
-    cmd = sandbox.python_cmd("-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", name)
+    cmd = sandbox.python_cmd("-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", "-p", "runner.pytest_tf32", name)
     outcome = _sandboxed(cmd, workdir, job, backend, gpu, sandbox.Limits.from_env(timeout_s), None, cancel)
     return {**pytest_counts(outcome.stdout_tail), "exit_code": outcome.exit_code, "timed_out": outcome.timed_out,
             "duration_s": round(outcome.duration_s, 1), "log_tail": _tail(outcome.stdout_tail + outcome.stderr_tail)}

@@ -57,6 +57,19 @@ def test_generated_tests_pass_and_skip_bf16_kernels_under_the_interpreter(add_re
     assert "Triton's interpreter computes bfloat16 wrongly; bf16 is tested on the GPU" in result.stdout
 
 
+@pytest.mark.parametrize("tf32", [False, True])
+def test_the_runners_pytest_plugin_sets_tf32_as_the_spec_says(tmp_path, tf32):
+    # torch allows TF32 in cuDNN by default: a float32 convolution's reference would round to it
+    (tmp_path / "spec.json").write_text(f'{{"tf32": {str(tf32).lower()}}}')
+    (tmp_path / "test_flags.py").write_text(
+        "import torch\n\n\ndef test_flags():\n"
+        f"    assert torch.backends.cudnn.allow_tf32 is {tf32} and torch.backends.cuda.matmul.allow_tf32 is {tf32}\n")
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "runner.pytest_tf32",
+                             "test_flags.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 WRONG_KERNELS = {
     "wrong values": ("return x - y", "kernel vs reference on float64 inputs: "),
     "NaN": ("return torch.full_like(x, float('nan'))", "got nan"),

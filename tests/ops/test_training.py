@@ -43,6 +43,11 @@ CASES = [
     ("instance_norm(x, weight=w, bias=b, eps=1e-05)", {"x": [3, 4, 9], "w": [4], "b": [4]}),
     ("batch_norm(x, None, None, w, b, training=True, eps=1e-05)", {"x": [3, 4, 5, 6], "w": [4], "b": [4]}),
     ("layer_norm_nd(x, w, b, dims=2, eps=1e-05)", {"x": [3, 4, 5, 6], "w": [5, 6], "b": [5, 6]}),
+    ("conv2d(x, w, b, padding=1)", {"x": [2, 3, 6, 7], "w": [4, 3, 3, 3], "b": [4]}),
+    ("relu(conv2d(x, w))", {"x": [2, 3, 5, 6], "w": [5, 3, 1, 1]}),               # 1x1, an epilogue
+    ("conv2d(x, w, stride=2, groups=2)", {"x": [2, 4, 7, 6], "w": [6, 2, 3, 3]}),  # dw cut to the kernel
+    ("conv1d(x, w, groups=4, padding=2, dilation=2)", {"x": [3, 4, 11], "w": [4, 1, 3]}),  # depthwise
+    ("conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1)", {"x": [2, 3, 4, 5], "w": [3, 4, 3, 3], "b": [4]}),
 ]
 
 
@@ -140,6 +145,14 @@ def test_an_input_only_compared_gets_no_gradient_and_a_mask_none(tmp_path):
     m, x, y = torch.rand(3, 4) < 0.5, torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
     kernel(m, x, y).sum().backward()
     assert torch.equal(x.grad, torch.where(m, 2.0, 0.0)) and y.grad is None
+
+
+def test_a_strided_convolution_whose_cases_need_different_output_paddings_is_refused():
+    spec = validate({"name": "op", "expression": "conv2d(x, w, stride=2)",
+                     "inputs": [{"name": "x", "dtypes": ["float32"], "shapes": [[1, 2, 7, 7], [1, 2, 8, 8]]},
+                                {"name": "w", "dtypes": ["float32"], "shapes": [[3, 2, 3, 3], [3, 2, 3, 3]]}]})
+    with pytest.raises(autodiff.NoGradient, match="same sizes modulo the stride"):
+        training.kernel_source(spec, parse_expression(spec))
 
 
 @pytest.mark.parametrize("expression, says", [
