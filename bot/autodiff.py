@@ -12,7 +12,8 @@ training-mode batch norm and layer norm over several dims (each as layer norm's 
 rows hold one statistic's elements), sum, mean, max, min (amax, amin),
 logsumexp, var and std over a dim or all,
 matmul (transposed operands, a pointwise epilogue), cross entropy (its logits'), cumsum (any
-direction, exclusive too), transposes and permutations, views that keep every element, and
+direction, exclusive too), transposes and permutations, views that keep every element, cat and
+stack (each piece's slice of the upstream, where its place is the same in every case), and
 convolutions and transposed ones (stride, padding, dilation, groups, bias; each gradient itself a
 convolution) have rules; any other op is refused, naming it.
 """
@@ -52,11 +53,11 @@ def _back(node: Node, up: str, acc: dict[str, list[str]], cases: list[dict], roo
     rule = _RULES.get(node.op)
     if node.op in REDUCTIONS:
         rule = lambda n, a, u: _reduced(n, a, u, root)     # noqa: E731 (its upstream's shape matters)
-    if node.op == "conv":
-        rule = lambda n, a, u: _conv(n, a, u, cases)       # noqa: E731 (its sizes matter)
+    if node.op in ("conv", "cat"):
+        rule = lambda n, a, u: _SIZED[n.op](n, a, u, cases)     # noqa: E731 (its sizes matter)
     if rule is None:
         raise NoGradient(f"{node.op} has no gradient rule in the offline generator's training kernels; supported: "
-                         f"{', '.join(sorted([*_RULES, *REDUCTIONS, 'conv']))}")
+                         f"{', '.join(sorted([*_RULES, *REDUCTIONS, 'conv', 'cat']))}")
     for child, grad in rule(node, [to_text(a) for a in node.args], up):
         _back(child, grad, acc, cases)
 
@@ -225,6 +226,34 @@ def _weight_gradient(node: Node, source: str, by: str, sizes: list[tuple], tf32:
     return d_w
 
 
+def _cat(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
+    """Each piece's gradient is its slice of up along the joined dim: from a fixed offset, or to a
+    fixed distance from the end, so every case's slice is written the same (sizes that differ
+    between cases are only allowed where the slice needs them not)."""
+    d = node.attr("dim")
+    sizes = [[ir.output_shape(part, c)[d] for part in node.args] for c in cases]
+    out = []
+    for k, part in enumerate(node.args):
+        start = {sum(s[:k]) for s in sizes}
+        length = {s[k] for s in sizes}
+        tail = {sum(s[k + 1:]) for s in sizes}
+        if len(start) == 1 and len(length) == 1:
+            lo, hi = start.pop(), None
+            hi = lo + length.pop()
+        elif len(start) == 1 and len(tail) == 1:
+            lo, hi = start.pop(), -tail.pop() or None
+        elif len(tail) == 1 and len(length) == 1:
+            t = tail.pop()
+            lo, hi = -(t + length.pop()), -t or None
+        else:
+            raise NoGradient(f"cat along dim {d}: piece {k + 1}'s place differs between cases (its size and the "
+                             "sizes beside it all vary); give the pieces before or after it the same size in every case")
+        lead = ":, " * d if d >= 0 else "..., "
+        trail = ", :" * (-d - 1) if d < 0 else ""
+        out.append((part, f"({up})[{lead}{lo}:{'' if hi is None else hi}{trail}]"))
+    return out
+
+
 def _reduced(node: Node, a: list[str], up: str, root: bool):
     """Reductions over one dim or all: the upstream gradient broadcast back over what was reduced
     (zeros_like gives the input's shape without reading its values), times each element's share:
@@ -306,6 +335,7 @@ def _cross_entropy(node: Node, a: list[str], up: str):
     return [(node.args[0], f"cross_entropy_grad({a[0]}, {a[1]}, {up}, reduction={node.attr('reduction')!r})")]
 
 
+_SIZED = {"conv": _conv, "cat": _cat}
 _RULES = {
     "add": lambda node, a, up: [(node.args[0], up), (node.args[1], up)],
     "sub": lambda node, a, up: [(node.args[0], up), (node.args[1], f"-({up})")],

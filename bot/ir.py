@@ -40,6 +40,21 @@ def parse(text: str, as_written: bool = False) -> Node:
     """Parse an expression string into a checked IR tree. In a spec, a reduction without a dim is
     over the last dim; as_written (code a person typed or pasted) leaves its dim None, as PyTorch
     reads it: over all elements, which the caller must settle or refuse."""
+    node = _tree(text, as_written)
+    check(node)
+    return node
+
+
+def only_views(text: str) -> bool:
+    """Whether the expression only views its input (a slice, a reshape): no kernel computes it."""
+    return _views_only(_tree(text, as_written=True))
+
+
+def _views_only(node: Node) -> bool:
+    return all(s.node.op in view.OPS for s in stages(node))
+
+
+def _tree(text: str, as_written: bool) -> Node:
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
@@ -52,7 +67,6 @@ def parse(text: str, as_written: bool = False) -> Node:
         node = with_dim(node, -1) if node.op in REDUCE | ARG_REDUCE | SCANS and node.attr("dim") is None else node
         if node.op in ROW_PRESERVING and node.attr("dim") != -1:
             raise IRError(f"{node.op} is supported over the last dim (dim=-1) only")
-    check(node)
     return node
 
 
@@ -180,7 +194,7 @@ def check(node: Node) -> None:
     """The tree is one family's kernel (check_single), or a chain of them (bot.ops.chain): raises
     IRError naming what no split avoids. An op with an output dtype of its own (argmax, any) is the
     outermost but for views: PyTorch's math around it would change the output's dtype."""
-    if all(s.node.op in view.OPS for s in stages(node)):
+    if _views_only(node):
         raise IRError(f"{to_text(node)} only views its input: there is no computation to write a kernel for")
     top = node
     while top.op in view.OPS:

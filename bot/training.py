@@ -34,7 +34,13 @@ def gradient_expressions(spec: dict, node: ir.Node) -> dict[str, str]:
     upstream = upstream_name(spec)
     cases = _cases(spec, node, upstream)
     raw = autodiff.gradients(node, upstream, cases)
-    return {name: _summed_down(raw[name], name, cases) for name in differentiable(spec) if name in raw}
+    return {name: _summed_down(_materialized(raw[name]), name, cases) for name in differentiable(spec) if name in raw}
+
+
+def _materialized(text: str) -> str:
+    """A gradient that only views the upstream (a cat piece's slice of it) is copied by a kernel: the
+    backward returns a tensor of its own, as torch's does."""
+    return f"({text}) * 1.0" if ir.only_views(text) else text
 
 
 def _cases(spec: dict, node: ir.Node, upstream: str) -> list[dict[str, list[int]]]:

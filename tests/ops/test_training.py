@@ -48,6 +48,8 @@ CASES = [
     ("conv2d(x, w, stride=2, groups=2)", {"x": [2, 4, 7, 6], "w": [6, 2, 3, 3]}),  # dw cut to the kernel
     ("conv1d(x, w, groups=4, padding=2, dilation=2)", {"x": [3, 4, 11], "w": [4, 1, 3]}),  # depthwise
     ("conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1)", {"x": [2, 3, 4, 5], "w": [3, 4, 3, 3], "b": [4]}),
+    ("cat([x, relu(y)], dim=1)", {"x": [2, 3, 4], "y": [2, 5, 4]}),       # x's: a slice of up, copied
+    ("stack([x, y], dim=-1) * 2.0", {"x": [4, 3], "y": [4, 3]}),
 ]
 
 
@@ -145,6 +147,14 @@ def test_an_input_only_compared_gets_no_gradient_and_a_mask_none(tmp_path):
     m, x, y = torch.rand(3, 4) < 0.5, torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
     kernel(m, x, y).sum().backward()
     assert torch.equal(x.grad, torch.where(m, 2.0, 0.0)) and y.grad is None
+
+
+def test_a_cat_whose_pieces_move_between_cases_is_refused():
+    spec = validate({"name": "op", "expression": "cat([x, y], dim=-1)",
+                     "inputs": [{"name": "x", "dtypes": ["float32"], "shapes": [[4, 3], [2, 5]]},
+                                {"name": "y", "dtypes": ["float32"], "shapes": [[4, 6], [2, 9]]}]})
+    with pytest.raises(autodiff.NoGradient, match="piece 1's place differs between cases"):
+        training.kernel_source(spec, parse_expression(spec))
 
 
 def test_a_strided_convolution_whose_cases_need_different_output_paddings_is_refused():
