@@ -13,8 +13,8 @@ rows hold one statistic's elements), sum, mean, max, min (amax, amin),
 logsumexp, var and std over a dim or all,
 matmul (transposed operands, a pointwise epilogue), cross entropy (its logits'), cumsum (any
 direction, exclusive too), transposes and permutations, views that keep every element, cat and
-stack (each piece's slice of the upstream, where its place is the same in every case), and
-convolutions and transposed ones (stride, padding, dilation, groups, bias; each gradient itself a
+stack (each piece's slice of the upstream, where its place is the same in every case), max and
+average pooling with a window (the pool family's gradient kernel), and convolutions and transposed ones (stride, padding, dilation, groups, bias; each gradient itself a
 convolution) have rules; any other op is refused, naming it.
 """
 from __future__ import annotations
@@ -254,6 +254,16 @@ def _cat(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
     return out
 
 
+def _pool(node: Node, a: list[str], up: str):
+    """Max and average pooling with a window: the pool family's gradient kernel (pool_grad), which
+    sends each output's gradient back to the input its max came from, or spreads it over the window
+    as the average divided it."""
+    if node.op != "pool":
+        raise NoGradient("adaptive pooling has no gradient rule here yet; max and average pooling with a window have")
+    attrs = ", ".join(f"{k}={v!r}" for k, v in node.attrs)
+    return [(node.args[0], f"pool_grad({a[0]}, {up}, {attrs})")]
+
+
 def _reduced(node: Node, a: list[str], up: str, root: bool):
     """Reductions over one dim or all: the upstream gradient broadcast back over what was reduced
     (zeros_like gives the input's shape without reading its values), times each element's share:
@@ -370,6 +380,8 @@ _RULES = {
     "matmul": _matmul,
     "cross_entropy": _cross_entropy,
     "cumsum": _cumsum,
+    "pool": _pool,
+    "adaptive_pool": _pool,
     "permute": _permute,
     **{op: _reshaped for op in ("unsqueeze", "squeeze", "flatten", "unflatten", "reshape_as", "reshape")},
 }

@@ -1,7 +1,8 @@
 """The pooling family: max and average pooling in 1-D, 2-D and 3-D with kernel size, stride, padding,
 dilation (max), ceil_mode, count_include_pad and divisor_override (average) as torch.nn.functional
 defines them, and adaptive average and max pooling to an output size, over a pointwise body
-(max_pool2d(relu(x), 2)).
+(max_pool2d(relu(x), 2)); and the gradient of a windowed pooling (pool_grad, which bot.autodiff
+writes for training kernels).
 
 One kernel: each program computes neighbouring outputs of a few consecutive output rows, walking its
 window's rows and loading each as a tile of (outputs, the taps across) at once: contiguous in memory where the
@@ -10,6 +11,10 @@ each value loaded and the padding left out (max: -inf, average: not counted unle
 says so, as torch divides). Adaptive pooling walks the widest window any output has, each output
 masking the taps past its own. The leading dims (batch, channels, or channels alone for unbatched
 input) are planes; index arithmetic is per row, not per element.
+
+The gradient kernel walks the inputs instead: for each tap, the one output whose window takes the
+input there (where the stride lands), and that output's gradient, divided as the average divided it,
+or, for max, where that output's window picks this tap (its max recomputed: no indices are stored).
 
 Owns its IR rule (the functions, their arguments as torch reads them), the output shape as torch
 computes it (ceil_mode's last window included only where it starts inside the input or the left
@@ -30,8 +35,8 @@ from bot.ops.node import Call, IRError, Node, arguments, broadcast_shapes, call,
 from bot.ops.text import FLAGS as _F, WINDOW_PARAMS, blank as _blank, param, sizes_arg, taken, window_sizes
 
 NAME = "pool"
-POOL, ADAPTIVE = "pool", "adaptive_pool"
-OPS = {POOL, ADAPTIVE}
+POOL, ADAPTIVE, POOL_GRAD = "pool", "adaptive_pool", "pool_grad"
+OPS = {POOL, ADAPTIVE, POOL_GRAD}
 ROOT = True
 MAX_RANK = 5                        # x [N, C, D, H, W] of a 3-d pooling
 MAX_NUMEL = 2**34                   # the kernel indexes with int64
@@ -43,8 +48,11 @@ FUNCTIONS = {f"{kind}_pool{n}d": (kind, n) for kind in ("max", "avg") for n in (
 ADAPTIVE_FUNCTIONS = {f"adaptive_{kind}_pool{n}d": (kind, n) for kind in ("max", "avg") for n in (1, 2, 3)}
 _ORDER = {"max": ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"),
           "avg": ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")}
+# pool_grad(x, up, kind=..., nd=..., kernel=..., ...): a training kernel's part (bot.autodiff writes it),
+# the gradient of a pooling of x given its output's, up
+_GRAD_ATTRS = {"kind", "nd", "kernel", "stride", "padding", "dilation", "ceil_mode", "count_include_pad", "divisor"}
 KEYWORDS = {**{fn: set(_ORDER[kind][1:]) for fn, (kind, _) in FUNCTIONS.items()},
-            **{fn: {"output_size", "return_indices"} for fn in ADAPTIVE_FUNCTIONS}}
+            **{fn: {"output_size", "return_indices"} for fn in ADAPTIVE_FUNCTIONS}, POOL_GRAD: _GRAD_ATTRS}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 
@@ -103,6 +111,10 @@ def pool_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
 # ---------------------------------------------------------------- IR rule
 
 def convert(c: Call) -> Node | None:
+    if c.fname == POOL_GRAD:
+        if len(c.args) != 2 or not set(c.kw) <= _GRAD_ATTRS:
+            raise IRError("pool_grad takes (x, up) and the pooling's attributes, as bot.autodiff writes it")
+        return call(POOL_GRAD, *map(c.expr, c.args), **{k: ast.literal_eval(v) for k, v in c.kw.items()})
     if c.fname in ADAPTIVE_FUNCTIONS:
         return _adaptive(c)
     if c.fname not in FUNCTIONS:
@@ -221,8 +233,15 @@ def _print(node: Node, text) -> str:
     return f"{function_name(node)}({', '.join(parts)})"
 
 
+@prints(POOL_GRAD)
+def _print_grad(node: Node, text) -> str:
+    return f"pool_grad({text(node.args[0])}, {text(node.args[1])}, {', '.join(f'{k}={v!r}' for k, v in node.attrs)})"
+
+
 def check(node: Node) -> None:
-    """Nothing beyond the root rule: the body is pointwise."""
+    """A pooling's body is pointwise (the root rule); its gradient reads two tensors."""
+    if node.op == POOL_GRAD and any(a.op != "input" for a in node.args):
+        raise IRError("pool_grad reads x and its output's gradient as tensors; compute them in kernels before it")
 
 
 def _spatial(node: Node, full: list[int]) -> tuple[list[int], list[int]]:
@@ -236,6 +255,8 @@ def _spatial(node: Node, full: list[int]) -> tuple[list[int], list[int]]:
 
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     full = broadcast_shapes([shapes[n] for n in input_names(node.args[0])])
+    if node.op == POOL_GRAD:
+        return full
     lead, spatial = _spatial(node, full)
     if node.op == ADAPTIVE:
         return [*lead, *(s if o is None else o for o, s in zip(node.attr("output"), spatial))]
@@ -248,7 +269,7 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
 
 def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
     """No spatial size below the window's reach less both paddings (the output keeps a position)."""
-    if node.op == ADAPTIVE:
+    if node.op != POOL:
         return set(), 1
     dilation = node.attr("dilation") or (1,) * node.attr("nd")
     reach = [d * (k - 1) + 1 - 2 * p for k, d, p in zip(node.attr("kernel"), dilation, node.attr("padding"))]
@@ -256,6 +277,8 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
 
 
 def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str]) -> str:
+    if node.op == POOL_GRAD:
+        raise IRError("pool_grad is a part of a training kernel: the judge checks it through the forward's autograd")
     kw = ", ".join(f"{k}={v}" for k, v in _keywords(node))
     return f"torch.nn.functional.{function_name(node)}({body}, {kw})"
 
@@ -301,8 +324,8 @@ def _pool_config(n):
 # ---------------------------------------------------------------- kernel.py
 
 def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
-    """kernel.py for pooling of a pointwise body."""
-    return _PoolKernel.render(spec, node, options)
+    """kernel.py for pooling of a pointwise body, or for its gradient."""
+    return (_PoolGradKernel if node.op == POOL_GRAD else _PoolKernel).render(spec, node, options)
 
 
 class _PoolKernel(KernelFile):
@@ -449,6 +472,130 @@ class _PoolKernel(KernelFile):
                  "BLOCK_R=block_r", "BLOCK_W=block_w", "BLOCK_K=block_k", 'num_warps=config["num_warps"]']
         text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + "    return out\n"
+
+
+class _PoolGradKernel(KernelFile):
+    block_key = "BLOCK"
+    description = ("The gradient of a pooling of x, from its output's (up). One program computes BLOCK_W\n"
+                   "neighbouring inputs of BLOCK_R input rows: for each tap of the window, the output whose\n"
+                   "window takes this input at that tap (where the stride lands), and up there: divided as the\n"
+                   "average divides it, or, for max, where that output's window picks this tap (its first\n"
+                   "largest value; a NaN wins, the last one, as torch picks).")
+
+    def __init__(self, spec, node, inputs, options):
+        self.node = node
+        by_name = {i.name: i for i in inputs}
+        self.x, self.up = (by_name[a.name] for a in node.args)
+        super().__init__(spec, pointwise.triton_body(node.args[0], [self.x]), inputs, [self.x], options)
+
+    def source(self) -> str:
+        return self._file([self._window_argmax(), self._kernel()], [_pool_config, _as_3d], self._launcher())
+
+    def configs(self) -> list[dict]:
+        return self._space(CONFIGS)
+
+    def _loop(self) -> str:
+        # small windows unrolled; a large one (and max's taps x taps scan) in runtime loops
+        return "tl.static_range" if math.prod(self.node.attr("kernel")) <= 16 else "tl.range"
+
+    def _window_argmax(self) -> str:
+        params = ["x_ptr", "plane", "od", "oh", "ow", "ok", "D", "H", "W", *(f"{c}: tl.constexpr" for c in _GEOMETRY)]
+        loop = self._loop()
+        lines = ["# The tap each output (od, oh, ow) takes its max from: the first in-bounds one unless a later",
+                 "# value is larger, or NaN (torch's rule); taps numbered (jd * KH + jh) * KW + jw.",
+                 "best = tl.full(ok.shape, float(\"-inf\"), tl.float32)",
+                 "sel = tl.full(ok.shape, -1, tl.int32)",
+                 f"for jd in {loop}(KD):",
+                 f"    for jh in {loop}(KH):",
+                 "        i_d, i_h = od * SD - PD + jd * DD, oh * SH - PH + jh * DH",
+                 "        row_in = (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H)",
+                 f"        for jw in {loop}(KW):",
+                 "            i_w = ow * SW - PW + jw * DW",
+                 "            inside = ok & row_in[:, None] & ((i_w >= 0) & (i_w < W))[None, :]",
+                 "            v = tl.load(x_ptr + (plane * D * H * W + i_d * (H * W) + i_h * W)[:, None] + i_w[None, :],",
+                 "                        mask=inside, other=float(\"-inf\")).to(tl.float32)",
+                 "            take = inside & ((v > best) | (v != v) | (sel < 0))",
+                 "            best = tl.where(take, v, best)",
+                 "            sel = tl.where(take, (jd * KH + jh) * KW + jw, sel)",
+                 "return sel"]
+        return jit_source("_window_argmax", params, lines)
+
+    def _kernel(self) -> str:
+        loop = self._loop()
+        params = ["x_ptr", "up_ptr", "out_ptr", "ROWS", "D", "H", "W", "OD", "OH", "OW",
+                  *(f"{c}: tl.constexpr" for c in (*_GEOMETRY, "IS_MAX", "COUNT_PAD", "DIVISOR", "BLOCK_R", "BLOCK_W"))]
+        lines = [
+            "# one program: BLOCK_W neighbouring inputs of each of BLOCK_R input rows (plane, d, h)",
+            "pid = tl.program_id(0).to(tl.int64)",
+            "n_wb = tl.cdiv(W, BLOCK_W)",
+            "row = (pid // n_wb) * BLOCK_R + tl.arange(0, BLOCK_R)",
+            "iw = (pid % n_wb) * BLOCK_W + tl.arange(0, BLOCK_W)",
+            "r_ok = row < ROWS",
+            "w_ok = iw < W",
+            "ih = row % H",
+            "i_d = (row // H) % D",
+            "plane = row // (H * D)",
+            "acc = tl.zeros([BLOCK_R, BLOCK_W], tl.float32)",
+            f"for kd in {loop}(KD):",
+            f"    for kh in {loop}(KH):",
+            "        # the output whose window takes this input at tap (kd, kh, kw): where the stride lands",
+            "        td, th = i_d + PD - kd * DD, ih + PH - kh * DH",
+            "        od, oh = td // SD, th // SH",
+            "        row_ok = r_ok & (td >= 0) & (td % SD == 0) & (od < OD) & (th >= 0) & (th % SH == 0) & (oh < OH)",
+            f"        for kw in {loop}(KW):",
+            "            tw = iw + PW - kw * DW",
+            "            ow = tw // SW",
+            "            ok = row_ok[:, None] & (w_ok & (tw >= 0) & (tw % SW == 0) & (ow < OW))[None, :]",
+            "            u = tl.load(up_ptr + ((plane * OD + od) * OH + oh)[:, None] * OW + ow[None, :], mask=ok,",
+            "                        other=0.0).to(tl.float32)",
+            "            if IS_MAX:",
+            "                sel = _window_argmax(x_ptr, plane, od, oh, ow, ok, D, H, W, "
+            + ", ".join(f"{c}={c}" for c in _GEOMETRY) + ")",
+            "                acc += tl.where(ok & (sel == (kd * KH + kh) * KW + kw), u, 0.0)",
+            "            elif DIVISOR:",
+            "                acc += tl.where(ok, u / DIVISOR, 0.0)",
+            "            else:",
+            "                # the forward's divisor: the window clipped to the padded input, or to the input",
+            "                d0, h0, w0 = od * SD - PD, oh * SH - PH, ow * SW - PW",
+            "                d1, h1, w1 = tl.minimum(d0 + KD, D + PD), tl.minimum(h0 + KH, H + PH), tl.minimum(w0 + KW, W + PW)",
+            "                if not COUNT_PAD:",
+            "                    d0, h0, w0 = tl.maximum(d0, 0), tl.maximum(h0, 0), tl.maximum(w0, 0)",
+            "                    d1, h1, w1 = tl.minimum(d1, D), tl.minimum(h1, H), tl.minimum(w1, W)",
+            "                count = ((d1 - d0) * (h1 - h0))[:, None] * (w1 - w0)[None, :]",
+            "                acc += tl.where(ok, u / tl.maximum(count, 1).to(tl.float32), 0.0)",
+            "tl.store(out_ptr + row[:, None] * W + iw[None, :], acc.to(out_ptr.dtype.element_ty),",
+            "         mask=r_ok[:, None] & w_ok[None, :])",
+        ]
+        return jit_source(f"{self.name}_kernel", params, lines)
+
+    def _launcher(self) -> str:
+        node, x, up = self.node, self.x.local, self.up.local
+        nd = node.attr("nd")
+        dilation = node.attr("dilation") or (1,) * nd
+        text = self._signature_and_prologue()
+        text += (f"    out = torch.empty_like({x}, dtype={self.out_dtype(up)})\n"
+                 "    if out.numel() == 0:\n        return out\n"
+                 f"    D, H, W = _as_3d({x}.shape[-{nd}:], 1)\n"
+                 f"    OD, OH, OW = _as_3d({up}.shape[-{nd}:], 1)\n"
+                 f"    KD, KH, KW = _as_3d({node.attr('kernel')}, 1)\n"
+                 f"    SD, SH, SW = _as_3d({node.attr('stride')}, 1)\n"
+                 f"    PD, PH, PW = _as_3d({node.attr('padding')}, 0)\n"
+                 f"    DD, DH, DW = _as_3d({dilation}, 1)\n")
+        text += self._config_line("_pool_config(out.numel())")
+        text += ("    # a tile of BLOCK inputs: a row's across, as many rows as fill it\n"
+                 "    rows = out.numel() // W\n"
+                 "    block_w = min(config[\"BLOCK\"], triton.next_power_of_2(W))\n"
+                 "    block_r = max(1, min(config[\"BLOCK\"] // block_w, triton.next_power_of_2(rows)))\n"
+                 "    grid = (_cdiv(W, block_w) * _cdiv(rows, block_r),)\n")
+        args = [x, up, "out", "rows", "D", "H", "W", "OD", "OH", "OW", *(f"{c}={c}" for c in _GEOMETRY),
+                f"IS_MAX={node.attr('kind') == 'max'}", f"COUNT_PAD={node.attr('count_include_pad') is not False}",
+                f"DIVISOR={node.attr('divisor') or 0}", "BLOCK_R=block_r", "BLOCK_W=block_w",
+                'num_warps=config["num_warps"]']
+        text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
+        return text + "    return out\n"
+
+
+_GEOMETRY = ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW")
 
 
 # images as a CNN pools them (batch, channels, height, width), and an odd size

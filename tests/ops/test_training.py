@@ -50,6 +50,13 @@ CASES = [
     ("conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1)", {"x": [2, 3, 4, 5], "w": [3, 4, 3, 3], "b": [4]}),
     ("cat([x, relu(y)], dim=1)", {"x": [2, 3, 4], "y": [2, 5, 4]}),       # x's: a slice of up, copied
     ("stack([x, y], dim=-1) * 2.0", {"x": [4, 3], "y": [4, 3]}),
+    ("max_pool2d(x, kernel_size=2)", {"x": [2, 3, 6, 8]}),
+    ("max_pool2d(relu(x), kernel_size=3, stride=2, padding=1, ceil_mode=True)", {"x": [2, 2, 7, 9]}),   # ties at 0
+    ("max_pool1d(x, kernel_size=3, stride=2, dilation=2)", {"x": [2, 3, 13]}),
+    ("max_pool2d(x, kernel_size=5, stride=3, padding=2)", {"x": [1, 2, 9, 10]}),     # taps in runtime loops
+    ("avg_pool2d(x, kernel_size=3, stride=1, padding=1)", {"x": [2, 3, 5, 7]}),
+    ("avg_pool2d(x, kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)", {"x": [1, 2, 6, 7]}),
+    ("avg_pool3d(x, kernel_size=2, divisor_override=3) * 2.0", {"x": [1, 2, 4, 4, 5]}),
 ]
 
 
@@ -168,6 +175,7 @@ def test_a_strided_convolution_whose_cases_need_different_output_paddings_is_ref
 @pytest.mark.parametrize("expression, says", [
     ("cumprod(x, dim=-1)", "cumprod has no gradient rule"),
     ("batch_norm(x, m, v, training=False, eps=1e-05)", "eval mode"),
+    ("adaptive_avg_pool1d(x, 2)", "adaptive pooling has no gradient rule"),
     # its upstream would be broadcast past the sum's shape: not summed back here yet
     ("sum(x, dim=-1, keepdim=True) * x", "sum over a dim inside an expression has no gradient rule"),
 ])
