@@ -258,8 +258,6 @@ def _pool(node: Node, a: list[str], up: str):
     """Max and average pooling with a window: the pool family's gradient kernel (pool_grad), which
     sends each output's gradient back to the input its max came from, or spreads it over the window
     as the average divided it."""
-    if node.op != "pool":
-        raise NoGradient("adaptive pooling has no gradient rule here yet; max and average pooling with a window have")
     attrs = ", ".join(f"{k}={v!r}" for k, v in node.attrs)
     return [(node.args[0], f"pool_grad({a[0]}, {up}, {attrs})")]
 
@@ -381,7 +379,6 @@ _RULES = {
     "cross_entropy": _cross_entropy,
     "cumsum": _cumsum,
     "pool": _pool,
-    "adaptive_pool": _pool,
     "permute": _permute,
     **{op: _reshaped for op in ("unsqueeze", "squeeze", "flatten", "unflatten", "reshape_as", "reshape")},
 }
