@@ -238,7 +238,7 @@ def _cat(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
         length = {s[k] for s in sizes}
         tail = {sum(s[k + 1:]) for s in sizes}
         if len(start) == 1 and len(length) == 1:
-            lo, hi = start.pop(), None
+            lo = start.pop()
             hi = lo + length.pop()
         elif len(start) == 1 and len(tail) == 1:
             lo, hi = start.pop(), -tail.pop() or None
