@@ -56,7 +56,8 @@ def compile_instead(self: JITFunction, *args, grid, warmup, **kwargs):
 # Matmul entries compile at one aligned size besides their small ones: the small shapes shrink the
 # tiles, and only full-size tiles show what an epilogue's layout changes and a TMA store add to the
 # operand stages' shared memory. TF32 with an epilogue is no catalog entry but a spec like any.
-BIG_TILES = {"bmm": "2x512x512 by 2x512x512", "conv2d_3x3": "2x2x64x64"}   # a convolution: 64 x 64 positions
+BIG_TILES = {"bmm": "2x512x512 by 2x512x512", "conv2d_3x3": "2x2x64x64",    # a convolution: 64 x 64 positions
+             "conv2d_1x1": "2x2x64x64"}
 MATMUL_EPILOGUE_TF32 = Entry(
     "matmul_epilogue_tf32", "matmul with tf32, bias, gelu and residual, {shapes}, in {dtypes}",
     "gelu(matmul(a, b, tf32=True) + bias) + residual", "matmul", MATMUL_BIG, MATMUL_SMALL, "fp32", "fp32")

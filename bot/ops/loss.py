@@ -719,6 +719,4 @@ def reference_property(node: Node) -> tuple[str, bool]:
 ENTRIES = (
     Entry("cross_entropy", "cross entropy over the last dim of logits on {shapes}, each in {dtypes}",
           "cross_entropy(logits, target)", small=SMALL_LONG_ODD),
-    Entry("smooth_l1_loss", "smooth l1 loss of x and y on {shapes}, each in {dtypes}",
-          "mean(where(abs(x - y) < 1.0, 0.5 * (x - y) ** 2.0 / 1.0, abs(x - y) - 0.5 * 1.0), dim=None)"),
 )
