@@ -56,8 +56,6 @@ UNTUNED = {
     "avg_pool2d_3x3": "16x64x56x56",
     "conv2d_3x3": "8x64x28x28",
     "conv2d_1x1": "8x64x28x28",
-    "mish": "4096x11008, 1000x999",
-    "smooth_l1_loss": "4096x11008",
     "attention_causal": "2x16x1024x128",
 }
 

@@ -629,5 +629,4 @@ def reference_property(node: Node) -> tuple[str, bool]:
 ENTRIES = (
     Entry("add", "add two matrices on {shapes}, each in {dtypes}", "x + y"),
     Entry("swiglu", "silu(x) * y on {shapes}, each in {dtypes}", "silu(x) * y"),
-    Entry("mish", "mish on {shapes}, each in {dtypes}", "x * tanh(where(x > 20.0, x, log(1.0 + exp(x))))"),
 )

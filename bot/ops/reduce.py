@@ -238,8 +238,4 @@ ENTRIES = (
     Entry("max", "max over the last dim on {shapes}, each in {dtypes}", "max(x)", small=SMALL_LONG_ODD),
     Entry("min_dim0", "min over dim 0 on {shapes}, each in {dtypes}", "min(x, dim=0)"),
     Entry("sum_all", "sum over all elements on {shapes}, each in {dtypes}", "sum(x, dim=None)"),
-    # a loss as words give it: its mean over every element is this family's (the loss family's own
-    # kernels are cross entropy's and the other row losses')
-    Entry("smooth_l1_loss", "smooth l1 loss of x and y on {shapes}, each in {dtypes}",
-          "mean(where(abs(x - y) < 1.0, 0.5 * (x - y) ** 2.0 / 1.0, abs(x - y) - 0.5 * 1.0), dim=None)"),
 )
