@@ -14,8 +14,9 @@ logsumexp, var and std over a dim or all,
 matmul (transposed operands, a pointwise epilogue), cross entropy (its logits'), cumsum (any
 direction, exclusive too), transposes and permutations, views that keep every element, cat and
 stack (each piece's slice of the upstream, where its place is the same in every case), max and
-average pooling with a window (the pool family's gradient kernel), and convolutions and transposed ones (stride, padding, dilation, groups, bias; each gradient itself a
-convolution) have rules; any other op is refused, naming it.
+average pooling with a window (the pool family's gradient kernel), and convolutions and
+transposed ones (stride, padding, dilation, groups, bias; each gradient itself a convolution) have
+rules; any other op is refused, naming it.
 """
 from __future__ import annotations
 
@@ -53,11 +54,11 @@ def _back(node: Node, up: str, acc: dict[str, list[str]], cases: list[dict], roo
     rule = _RULES.get(node.op)
     if node.op in REDUCTIONS:
         rule = lambda n, a, u: _reduced(n, a, u, root)     # noqa: E731 (its upstream's shape matters)
-    if node.op in ("conv", "cat"):
+    if node.op in _SIZED:
         rule = lambda n, a, u: _SIZED[n.op](n, a, u, cases)     # noqa: E731 (its sizes matter)
     if rule is None:
         raise NoGradient(f"{node.op} has no gradient rule in the offline generator's training kernels; supported: "
-                         f"{', '.join(sorted([*_RULES, *REDUCTIONS, 'conv', 'cat']))}")
+                         f"{', '.join(sorted([*_RULES, *REDUCTIONS, *_SIZED]))}")
     for child, grad in rule(node, [to_text(a) for a in node.args], up):
         _back(child, grad, acc, cases)
 
@@ -153,11 +154,16 @@ def _channel_norm(node: Node, a: list[str], up: str):
     x_hat, dx = _normalized(rows(flat), rows(g), node.attr("eps"))
     out = [(node.args[0], f"reshape_as({back(dx)}, {x})")]
     if "weight" in tensors:
-        out.append((tensors["weight"][0], f"sum(sum(({up_flat}) * {back(x_hat)}, dim=-1), dim=0)" if per_channel
+        out.append((tensors["weight"][0], _per_channel(f"({up_flat}) * {back(x_hat)}") if per_channel
                     else f"({up}) * reshape_as({back(x_hat)}, {x})"))
     if "bias" in tensors:
-        out.append((tensors["bias"][0], f"sum(sum({up_flat}, dim=-1), dim=0)" if per_channel else up))
+        out.append((tensors["bias"][0], _per_channel(up_flat) if per_channel else up))
     return out
+
+
+def _per_channel(flat: str) -> str:
+    """A [N, C, S] view summed to its C channels (a per-channel weight's or bias's gradient)."""
+    return f"sum(sum({flat}, dim=-1), dim=0)"
 
 
 def _statistic_rows(node: Node, flat: str):
@@ -195,7 +201,7 @@ def _conv(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
         d_w = _weight_gradient(node, x, up, sizes, tf32)
     out = [(node.args[0], d_x), (node.args[1], d_w)]
     if len(node.args) > 2:
-        out.append((node.args[2], f"sum(sum(flatten({up}, 2), dim=-1), dim=0)"))
+        out.append((node.args[2], _per_channel(f"flatten({up}, 2)")))
     return out
 
 
