@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 from bot import ir
+from bot.ops import conv
 from bot.ops.node import Node, to_text
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -186,7 +187,7 @@ def _conv(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
     nd, s, p, d, g = (node.attr(k) for k in ("nd", "stride", "padding", "dilation", "groups"))
     x, w = (n.name for n in node.args[:2])
     tf32 = ", tf32=True" if node.attr("tf32") else ""
-    sizes = [_conv_sizes(node, c[x][2:], c[w][2:]) for c in cases]       # (input, output, kernel) a case
+    sizes = [_conv_sizes(node, c[x], c[w]) for c in cases]       # (input, output, kernel) a case
     if node.attr("transposed"):
         d_x = f"conv{nd}d({up}, {w}, stride={s}, padding={p}, dilation={d}, groups={g}{tf32})"
         d_w = _weight_gradient(node, up, x, [(o, i, k) for i, o, k in sizes], tf32)
@@ -205,15 +206,12 @@ def _conv(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
     return out
 
 
-def _conv_sizes(node: Node, x: list[int], k: list[int]) -> tuple[list[int], list[int], list[int]]:
-    """(input, output, kernel) spatial sizes of a convolution (or a transposed one) of x by a k kernel."""
-    s, p, d = node.attr("stride"), node.attr("padding"), node.attr("dilation")
-    if node.attr("transposed"):
-        op = node.attr("output_padding") or (0,) * len(x)
-        out = [(i - 1) * s[j] - 2 * p[j] + d[j] * (k[j] - 1) + op[j] + 1 for j, i in enumerate(x)]
-    else:
-        out = [(i + 2 * p[j] - d[j] * (k[j] - 1) - 1) // s[j] + 1 for j, i in enumerate(x)]
-    return x, out, k
+def _conv_sizes(node: Node, x: list[int], w: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """(input, output, kernel) spatial sizes of a convolution (or a transposed one) of x by w."""
+    nd = node.attr("nd")
+    out = conv.conv_shape(x, w, None, nd, bool(node.attr("transposed")), node.attr("stride"), node.attr("padding"),
+                          node.attr("dilation"), node.attr("groups"), node.attr("output_padding") or (0,) * nd)
+    return x[2:], out[2:], w[2:]
 
 
 def _weight_gradient(node: Node, source: str, by: str, sizes: list[tuple], tf32: str) -> str:
