@@ -56,8 +56,12 @@ KEYWORDS = {**{fn: set(_ORDER[kind][1:]) for fn, (kind, _) in FUNCTIONS.items()}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 
-# The space the benchmark sweeps: a tile's elements (outputs x the window's taps across) and warps.
-CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(256, 2), (512, 4), (1024, 4), (1024, 8), (2048, 8), (128, 1)]]
+# The space the benchmark sweeps: a tile's elements (outputs x the window's taps across), warps, and
+# whether a window row's taps are loaded one after another ([rows, outputs] tiles, taps unrolled at
+# compile time: no padded tap lanes, no reduction across lanes) or side by side as a tap axis.
+_TILES = [(256, 2), (512, 4), (1024, 4), (1024, 8), (2048, 8), (128, 1)]
+CONFIGS = [{"BLOCK": b, "num_warps": w, "UNROLL": u} for u in (1, 0) for b, w in _TILES]
+UNROLL_MAX = 8          # the widest window row unrolled
 
 
 # ---------------------------------------------------------------- words
@@ -317,8 +321,11 @@ def _adaptive_window(size, out):
 
 
 def _pool_config(n):
-    # The default: tiles of 1024 elements in 4 warps for a million outputs or more, else 256 in 2.
-    return {"BLOCK": 1024, "num_warps": 4} if n >= 1024 * 1024 else {"BLOCK": 256, "num_warps": 2}
+    # The default: tiles of 1024 elements in 4 warps for a million outputs or more, else 256 in 2;
+    # a small window's row unrolled.
+    if n >= 1024 * 1024:
+        return {"BLOCK": 1024, "num_warps": 4, "UNROLL": 1}
+    return {"BLOCK": 256, "num_warps": 2, "UNROLL": 1}
 
 
 # ---------------------------------------------------------------- kernel.py
@@ -331,9 +338,10 @@ def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
 class _PoolKernel(KernelFile):
     block_key = "BLOCK"
     description = ("One program computes BLOCK_W neighbouring outputs of BLOCK_R output rows: for each row of the\n"
-                   "window it loads a (outputs x taps) tile (an adaptive pooling's widest window, masking the\n"
-                   "taps past its own), applies the body to the values it loads, keeps padding out, and divides\n"
-                   "an average as torch does. The leading dims are planes; 1-d and 2-d run as 3-d with unit dims.")
+                   "window it loads each tap's outputs in turn (UNROLL: a small fixed window), or a (outputs x\n"
+                   "taps) tile (an adaptive pooling's widest window, masking the taps past its own), applies\n"
+                   "the body to the values it loads, keeps padding out, and divides an average as torch does.\n"
+                   "The leading dims are planes; 1-d and 2-d run as 3-d with unit dims.")
 
     def __init__(self, spec, node, inputs, options):
         if node.op not in OPS:
@@ -346,10 +354,12 @@ class _PoolKernel(KernelFile):
 
     def source(self) -> str:
         helpers = [pooled_sizes, _adaptive_window, _pool_config, _as_3d, _expanded_strides]
-        return self._file([self._kernel()], helpers, self._launcher())
+        counts = [_window_count()] if self.node.attr("kind") == "avg" else []
+        return self._file([*counts, self._kernel()], helpers, self._launcher())
 
     def configs(self) -> list[dict]:
-        return self._space(CONFIGS)
+        unrolled = self._unrolled()
+        return self._space(CONFIGS, lambda config: {**config, "UNROLL": unrolled and config["UNROLL"]})
 
     def _kernel(self) -> str:
         node = self.node
@@ -357,7 +367,7 @@ class _PoolKernel(KernelFile):
         params = [*(f"{i.local}_ptr" for i in self.body_inputs), "out_ptr", "ROWS", "P1", "D", "H", "W", "OD", "OH", "OW",
                   *(f"{i.local}_s{k}" for i in self.body_inputs for k in ("p0", "p1", "d", "h", "w"))]
         constexprs = ["KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "ADAPTIVE",
-                      "COUNT_PAD", "DIVISOR", "BLOCK_R", "BLOCK_W", "BLOCK_K"]
+                      "COUNT_PAD", "DIVISOR", "UNROLL", "BLOCK_R", "BLOCK_W", "BLOCK_K"]
         params += [f"{c}: tl.constexpr" for c in constexprs]
         fill = NEG_INF if is_max else "0.0"
         # Rows of a small window unrolled; an adaptive window can span the whole input (global pooling:
@@ -394,39 +404,52 @@ class _PoolKernel(KernelFile):
             "        row_ok = r_ok & (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H)",
             "        if ADAPTIVE:",
             "            row_ok = row_ok & (i_d < d1) & (i_h < h1)",
-            "        # a [BLOCK_R, BLOCK_W, BLOCK_K] tile: each output's taps side by side (contiguous",
-            "        # in memory where the stride is the window's width)",
-            "        for k0 in tl.range(0, KW, BLOCK_K):",
-            "            kw = k0 + taps",
-            "            i_w = w0[:, None] + kw[None, :] * DW",
-            "            in_w = w_ok[:, None] & (kw[None, :] < KW) & (i_w >= 0) & (i_w < W)",
-            "            if ADAPTIVE:",
-            "                in_w = in_w & (i_w < w1[:, None])",
-            "            inside = row_ok[:, None, None] & in_w[None, :, :]",
-            *(f"            {i.local} = tl.load({i.local}_ptr + (p0 * {i.local}_sp0 + p1 * {i.local}_sp1 + "
-              f"i_d * {i.local}_sd + i_h * {i.local}_sh)[:, None, None] + (i_w * {i.local}_sw)[None, :, :], "
-              "mask=inside, other=0.0).to(tl.float32)" for i in self.body_inputs),
-            f"            val = tl.where(inside, {self.body_call()}, {fill})",
-            "            acc = _max_nan(acc, tl.reduce(val, 2, _max_nan))" if is_max
-            else "            acc += tl.sum(val, axis=2)",
+            "        if UNROLL:",
+            "            # the row's taps one after another, each a [BLOCK_R, BLOCK_W] tile",
+            "            for kw in tl.static_range(KW):",
+            "                i_w = w0 + kw * DW",
+            "                inside = row_ok[:, None] & (w_ok & (i_w >= 0) & (i_w < W))[None, :]",
+            *self._tap_loads("                ", "[:, None]", "[None, :]"),
+            "                acc = _max_nan(acc, val)" if is_max else "                acc += val",
+            "        else:",
+            "            # a [BLOCK_R, BLOCK_W, BLOCK_K] tile: each output's taps side by side (contiguous",
+            "            # in memory where the stride is the window's width)",
+            "            for k0 in tl.range(0, KW, BLOCK_K):",
+            "                kw = k0 + taps",
+            "                i_w = w0[:, None] + kw[None, :] * DW",
+            "                in_w = w_ok[:, None] & (kw[None, :] < KW) & (i_w >= 0) & (i_w < W)",
+            "                if ADAPTIVE:",
+            "                    in_w = in_w & (i_w < w1[:, None])",
+            "                inside = row_ok[:, None, None] & in_w[None, :, :]",
+            *self._tap_loads("                ", "[:, None, None]", "[None, :, :]"),
+            "                acc = _max_nan(acc, tl.reduce(val, 2, _max_nan))" if is_max
+            else "                acc += tl.sum(val, axis=2)",
         ]
         if not is_max:
             lines += [
                 "if DIVISOR:",
                 "    acc = acc / DIVISOR",
-                "else:",
-                "    if not ADAPTIVE:",
-                "        # torch's divisor: the window clipped to the padded input (count_include_pad), or to",
-                "        # the input itself",
-                "        d1, h1, w1 = tl.minimum(d0 + KD, D + PD), tl.minimum(h0 + KH, H + PH), tl.minimum(w0 + KW, W + PW)",
-                "        if not COUNT_PAD:",
-                "            d0, h0, w0 = tl.maximum(d0, 0), tl.maximum(h0, 0), tl.maximum(w0, 0)",
-                "            d1, h1, w1 = tl.minimum(d1, D), tl.minimum(h1, H), tl.minimum(w1, W)",
+                "elif ADAPTIVE:",
                 "    acc = acc / (((d1 - d0) * (h1 - h0))[:, None] * (w1 - w0)[None, :]).to(tl.float32)",
+                "else:",
+                f"    acc = acc / _window_count(d0, h0, w0, D, H, W, {_COUNT_ARGS}).to(tl.float32)",
             ]
         lines.append("tl.store(out_ptr + row[:, None] * OW + ow[None, :], acc.to(out_ptr.dtype.element_ty), "
                      "mask=r_ok[:, None] & w_ok[None, :])")
         return jit_source(f"{self.name}_kernel", params, lines)
+
+    def _tap_loads(self, pad: str, rows: str, cols: str) -> list[str]:
+        """Lines loading each body input at (i_d, i_h) of each row, i_w across (`rows`, `cols`: how
+        they broadcast), and applying the body there (`val`; padding and masked taps `fill`)."""
+        fill = NEG_INF if self.node.attr("kind") == "max" else "0.0"
+        return [*(f"{pad}{i.local} = tl.load({i.local}_ptr + (p0 * {i.local}_sp0 + p1 * {i.local}_sp1 + i_d * "
+                  f"{i.local}_sd + i_h * {i.local}_sh){rows} + (i_w * {i.local}_sw){cols}, mask=inside, "
+                  "other=0.0).to(tl.float32)" for i in self.body_inputs),
+                f"{pad}val = tl.where(inside, {self.body_call()}, {fill})"]
+
+    def _unrolled(self) -> bool:
+        """Whether a window row's taps can be unrolled at compile time (a fixed window, not too wide)."""
+        return self.node.op != ADAPTIVE and self.node.attr("kernel")[-1] <= UNROLL_MAX
 
     def _launcher(self) -> str:
         node, first = self.node, self.inputs[0].local
@@ -458,10 +481,13 @@ class _PoolKernel(KernelFile):
                  f"    D, H, W = _as_3d(spatial, 1)\n"
                  "    OD, OH, OW = _as_3d(out_sizes, 1)\n")
         text += self._config_line("_pool_config(out.numel())")
-        text += ("    # a tile of BLOCK elements: the window's taps across (a chunk of at most 1024), a row's outputs\n"
-                 "    # down, and as many rows as fill it\n"
+        text += ("    # a tile of BLOCK elements: the window's taps across (a chunk of at most 1024; one where the\n"
+                 "    # taps are unrolled), a row's outputs down, and as many rows as fill it\n"
                  "    rows = out.numel() // OW\n"
-                 "    block_k = min(triton.next_power_of_2(KW), 1024)\n"
+                 + ("    unroll = bool(config.get(\"UNROLL\", 1))\n" if self._unrolled() else
+                    f"    unroll = False      # {'an adaptive window' if node.op == ADAPTIVE else 'a wide window row'}\n")
+                 +
+                 "    block_k = 1 if unroll else min(triton.next_power_of_2(KW), 1024)\n"
                  "    block_w = max(1, min(config[\"BLOCK\"] // block_k, triton.next_power_of_2(OW)))\n"
                  "    block_r = max(1, min(config[\"BLOCK\"] // (block_k * block_w), triton.next_power_of_2(rows)))\n"
                  "    grid = (_cdiv(OW, block_w) * _cdiv(rows, block_r),)\n")
@@ -469,7 +495,7 @@ class _PoolKernel(KernelFile):
         args += [f"*{i.local}_strides" for i in self.body_inputs]
         args += ["KD=KD", "KH=KH", "KW=KW", "SD=SD", "SH=SH", "SW=SW", "PD=PD", "PH=PH", "PW=PW", "DD=DD", "DH=DH",
                  "DW=DW", f"ADAPTIVE={node.op == ADAPTIVE}", f"COUNT_PAD={node.attr('count_include_pad') is not False}", f"DIVISOR={node.attr('divisor') or 0}",
-                 "BLOCK_R=block_r", "BLOCK_W=block_w", "BLOCK_K=block_k", 'num_warps=config["num_warps"]']
+                 "UNROLL=unroll", "BLOCK_R=block_r", "BLOCK_W=block_w", "BLOCK_K=block_k", 'num_warps=config["num_warps"]']
         text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + "    return out\n"
 
@@ -489,10 +515,11 @@ class _PoolGradKernel(KernelFile):
         super().__init__(spec, pointwise.triton_body(node.args[0], [self.x]), inputs, [self.x], options)
 
     def source(self) -> str:
-        return self._file([self._window_argmax(), self._kernel()], [_pool_config, _as_3d], self._launcher())
+        helper = self._window_argmax() if self.node.attr("kind") == "max" else _window_count()
+        return self._file([helper, self._kernel()], [_pool_config, _as_3d], self._launcher())
 
     def configs(self) -> list[dict]:
-        return self._space(CONFIGS)
+        return self._space(CONFIGS, lambda config: {**config, "UNROLL": 0})
 
     def _loop(self) -> str:
         # small windows unrolled; a large one (and max's taps x taps scan) in runtime loops
@@ -523,7 +550,7 @@ class _PoolGradKernel(KernelFile):
     def _kernel(self) -> str:
         loop = self._loop()
         params = ["x_ptr", "up_ptr", "out_ptr", "ROWS", "D", "H", "W", "OD", "OH", "OW",
-                  *(f"{c}: tl.constexpr" for c in (*_GEOMETRY, "IS_MAX", "COUNT_PAD", "DIVISOR", "BLOCK_R", "BLOCK_W"))]
+                  *(f"{c}: tl.constexpr" for c in (*_GEOMETRY, "COUNT_PAD", "DIVISOR", "BLOCK_R", "BLOCK_W"))]
         lines = [
             "# one program: BLOCK_W neighbouring inputs of each of BLOCK_R input rows (plane, d, h)",
             "pid = tl.program_id(0).to(tl.int64)",
@@ -548,25 +575,24 @@ class _PoolGradKernel(KernelFile):
             "            ok = row_ok[:, None] & (w_ok & (tw >= 0) & (tw % SW == 0) & (ow < OW))[None, :]",
             "            u = tl.load(up_ptr + ((plane * OD + od) * OH + oh)[:, None] * OW + ow[None, :], mask=ok,",
             "                        other=0.0).to(tl.float32)",
-            "            if IS_MAX:",
-            "                sel = _window_argmax(x_ptr, plane, od, oh, ow, ok, D, H, W, "
-            + ", ".join(f"{c}={c}" for c in _GEOMETRY) + ")",
-            "                acc += tl.where(ok & (sel == (kd * KH + kh) * KW + kw), u, 0.0)",
-            "            elif DIVISOR:",
-            "                acc += tl.where(ok, u / DIVISOR, 0.0)",
-            "            else:",
-            "                # the forward's divisor: the window clipped to the padded input, or to the input",
-            "                d0, h0, w0 = od * SD - PD, oh * SH - PH, ow * SW - PW",
-            "                d1, h1, w1 = tl.minimum(d0 + KD, D + PD), tl.minimum(h0 + KH, H + PH), tl.minimum(w0 + KW, W + PW)",
-            "                if not COUNT_PAD:",
-            "                    d0, h0, w0 = tl.maximum(d0, 0), tl.maximum(h0, 0), tl.maximum(w0, 0)",
-            "                    d1, h1, w1 = tl.minimum(d1, D), tl.minimum(h1, H), tl.minimum(w1, W)",
-            "                count = ((d1 - d0) * (h1 - h0))[:, None] * (w1 - w0)[None, :]",
-            "                acc += tl.where(ok, u / tl.maximum(count, 1).to(tl.float32), 0.0)",
+            *self._tap_share(),
             "tl.store(out_ptr + row[:, None] * W + iw[None, :], acc.to(out_ptr.dtype.element_ty),",
             "         mask=r_ok[:, None] & w_ok[None, :])",
         ]
         return jit_source(f"{self.name}_kernel", params, lines)
+
+    def _tap_share(self) -> list[str]:
+        """What of up (the output's gradient there, u) this input gets at this tap: all of it where
+        the output's max is here, or u over the average's divisor."""
+        if self.node.attr("kind") == "max":
+            return ["            sel = _window_argmax(x_ptr, plane, od, oh, ow, ok, D, H, W, "
+                    + ", ".join(f"{c}={c}" for c in _GEOMETRY) + ")",
+                    "            acc += tl.where(ok & (sel == (kd * KH + kh) * KW + kw), u, 0.0)"]
+        if self.node.attr("divisor"):
+            return ["            acc += tl.where(ok, u / DIVISOR, 0.0)"]
+        return ["            # the forward's divisor (at least 1 where this output is masked off)",
+                f"            count = _window_count(od * SD - PD, oh * SH - PH, ow * SW - PW, D, H, W, {_COUNT_ARGS})",
+                "            acc += tl.where(ok, u / tl.maximum(count, 1).to(tl.float32), 0.0)"]
 
     def _launcher(self) -> str:
         node, x, up = self.node, self.x.local, self.up.local
@@ -588,7 +614,7 @@ class _PoolGradKernel(KernelFile):
                  "    block_r = max(1, min(config[\"BLOCK\"] // block_w, triton.next_power_of_2(rows)))\n"
                  "    grid = (_cdiv(W, block_w) * _cdiv(rows, block_r),)\n")
         args = [x, up, "out", "rows", "D", "H", "W", "OD", "OH", "OW", *(f"{c}={c}" for c in _GEOMETRY),
-                f"IS_MAX={node.attr('kind') == 'max'}", f"COUNT_PAD={node.attr('count_include_pad') is not False}",
+                f"COUNT_PAD={node.attr('count_include_pad') is not False}",
                 f"DIVISOR={node.attr('divisor') or 0}", "BLOCK_R=block_r", "BLOCK_W=block_w",
                 'num_warps=config["num_warps"]']
         text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
@@ -596,6 +622,20 @@ class _PoolGradKernel(KernelFile):
 
 
 _GEOMETRY = ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW")
+_COUNT_ARGS = "KD=KD, KH=KH, KW=KW, PD=PD, PH=PH, PW=PW, COUNT_PAD=COUNT_PAD"
+
+
+def _window_count() -> str:
+    """The jit helper both kernels divide an average by, as torch does: each window (starting at
+    rows' d0, h0 and columns' w0) clipped to the padded input (count_include_pad), or to the input."""
+    params = ["d0", "h0", "w0", "D", "H", "W", *(f"{c}: tl.constexpr" for c in
+                                                    ("KD", "KH", "KW", "PD", "PH", "PW", "COUNT_PAD"))]
+    return jit_source("_window_count", params, [
+        "d1, h1, w1 = tl.minimum(d0 + KD, D + PD), tl.minimum(h0 + KH, H + PH), tl.minimum(w0 + KW, W + PW)",
+        "if not COUNT_PAD:",
+        "    d0, h0, w0 = tl.maximum(d0, 0), tl.maximum(h0, 0), tl.maximum(w0, 0)",
+        "    d1, h1, w1 = tl.minimum(d1, D), tl.minimum(h1, H), tl.minimum(w1, W)",
+        "return ((d1 - d0) * (h1 - h0))[:, None] * (w1 - w0)[None, :]"])
 
 
 # images as a CNN pools them (batch, channels, height, width), and an odd size
