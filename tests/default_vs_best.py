@@ -117,12 +117,15 @@ def measure(entry, shapes: str, dtype: str, workdir: Path, against_torch: bool =
                 continue
             if close(got, want):
                 timed.append((gpu_us(lambda c=config: op(*args, config=c))[0], config))
+            else:
+                print(f"  {entry.name} case {case}: {config} DIFFERS from the default's output; not timed")
         best, config = min(timed, key=lambda t: t[0]) if timed else (math.nan, None)
         case_text = " by ".join("x".join(map(str, i["shapes"][case])) for i in spec["inputs"][:2]
                                 if i.get("domain") != "index")
         rows.append({"entry": entry.name, "case": case_text, "dtype": dtype, "default_us": default,
                      "default_iqr": spread, "best_us": best, "best_config": config,
                      "ratio": default / best if best == best else math.nan, "configs": len(timed),
+                     "timed": sorted(timed, key=lambda t: t[0]),
                      **(torch_times(spec, node, folder, args) if against_torch else {})})
         versus = (f"  eager {rows[-1]['eager_us']:9.2f}  compile {rows[-1]['compile_us']:9.2f}"
                   if against_torch else "")
