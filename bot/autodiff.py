@@ -9,21 +9,22 @@ sign(x) with 0 at 0, maximum and minimum split an equal pair's gradient in halve
 where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layernorm and rmsnorm
 over the last dim (with weight and bias, of a pointwise body), group norm, instance norm,
 training-mode batch norm and layer norm over several dims (each as layer norm's over a view whose
-rows hold one statistic's elements), sum, mean, max, min (amax, amin),
+rows hold one statistic's elements), eval-mode batch norm (an affine map per channel), sum, mean, max, min (amax, amin),
 logsumexp, var and std over a dim or all,
 matmul (transposed operands, a pointwise epilogue), cross entropy (its logits'), cumsum (any
 direction, exclusive too), transposes and permutations, views that keep every element, cat and
 stack (each piece's slice of the upstream, where its place is the same in every case), max and
-average pooling with a window (the pool family's gradient kernel), and convolutions and
-transposed ones (stride, padding, dilation, groups, bias; each gradient itself a convolution) have
-rules; any other op is refused, naming it.
+average pooling with a window (the pool family's gradient kernel), convolutions and transposed
+ones (stride, padding, dilation, groups, bias; each gradient itself a convolution), and scaled
+dot-product attention (the attention family's gradient kernels) have rules; any other op is
+refused, naming it.
 """
 from __future__ import annotations
 
 import math
 
 from bot import ir
-from bot.ops import conv
+from bot.ops import attention, channel_norm, conv
 from bot.ops.node import Node, to_text
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -140,13 +141,12 @@ def _channel_norm(node: Node, a: list[str], up: str):
     them and viewed back. The weight scales the upstream per channel (layer norm's per element);
     the weight's and bias's gradients are summed over the rest here (layer norm's later)."""
     x, op = a[0], node.op
-    if op == "batch_norm" and not node.attr("training"):
-        raise NoGradient("batch_norm in eval mode (running statistics) has no gradient rule here yet; training=True has")
     start = f"-{node.attr('dims')}" if op == "layer_norm_nd" else "2"
     flat, up_flat = f"flatten({x}, {start})", f"flatten({up}, {start})"
+    tensors = {role: (n, to_text(n)) for role, n in channel_norm.roles(node).items()}
+    if op == "batch_norm" and not node.attr("training"):
+        return _eval_batch_norm(node, x, up_flat, tensors)
     rows, back = _statistic_rows(node, flat)
-    tensors = dict(zip(["weight"] * bool(node.attr("has_weight")) + ["bias"] * bool(node.attr("has_bias")),
-                       zip(node.args[1:], a[1:])))
     per_channel = op != "layer_norm_nd"
     g = up_flat
     if "weight" in tensors:         # over the flat view: [C, 1] a channel, else the weight's elements flat
@@ -159,6 +159,26 @@ def _channel_norm(node: Node, a: list[str], up: str):
                     else f"({up}) * reshape_as({back(x_hat)}, {x})"))
     if "bias" in tensors:
         out.append((tensors["bias"][0], _per_channel(up_flat) if per_channel else up))
+    return out
+
+
+def _eval_batch_norm(node: Node, x: str, up_flat: str, tensors: dict[str, tuple[Node, str]]):
+    """Batch norm by running statistics, y = (x - m) * r * w + b with r = rsqrt(v + eps) per channel:
+    an affine map of x, so dx = up * r * w. The other gradients are per-channel products of the
+    sums s0 = sum(up) and s1 = sum(up * (x - m)) = sum(up * x) - m * s0 (no per-channel tensor
+    inside a reduction: the row kernels read none)."""
+    t = {role: text for role, (_, text) in tensors.items()}
+    r = f"rsqrt({t['running_var']} + {node.attr('eps')!r})"
+    scale = f"{r} * {t['weight']}" if "weight" in tensors else r
+    s0 = _per_channel(up_flat)
+    s1 = f"({_per_channel(f'({up_flat}) * flatten({x}, 2)')} - {t['running_mean']} * {s0})"
+    out = [(node.args[0], f"reshape_as(({up_flat}) * unsqueeze({scale}, -1), {x})"),
+           (tensors["running_mean"][0], f"-{s0} * {scale}"),
+           (tensors["running_var"][0], f"-0.5 * {s1} * {scale} / ({t['running_var']} + {node.attr('eps')!r})")]
+    if "weight" in tensors:
+        out.append((tensors["weight"][0], f"{s1} * {r}"))
+    if "bias" in tensors:
+        out.append((tensors["bias"][0], s0))
     return out
 
 
@@ -266,6 +286,31 @@ def _pool(node: Node, a: list[str], up: str):
     return [(node.args[0], f"pool_grad({a[0]}, {up}, {attrs})")]
 
 
+def _attention(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
+    """Scaled dot-product attention: q's, k's and v's gradients by the attention family's kernels
+    (sdpa_grad: FlashAttention-2's backward, the scores recomputed, never stored); k's and v's come per
+    query head, summed here over each group of query heads that shares one (enable_gqa)."""
+    out = []
+    for arg, wrt in zip(node.args, "qkv"):
+        grad = f"sdpa_grad({', '.join(a)}, {up}, wrt={wrt!r}{attention._keywords(node)})"
+        out.append((arg, grad if wrt == "q" else _query_groups(node, grad, cases)))
+    return out
+
+
+def _query_groups(node: Node, grad: str, cases: list[dict[str, list[int]]]) -> str:
+    """A key's or value's gradient per query head, summed over the query heads sharing each of its
+    heads (enable_gqa with fewer key heads than query heads; a broadcast one is summed later)."""
+    q, k = (n.name for n in node.args[:2])
+    heads = {(c[q][-3], c[k][-3]) for c in cases} if len(cases[0][q]) >= 3 else {(1, 1)}
+    if not node.attr("gqa") or all(hk in (1, hq) for hq, hk in heads):
+        return grad
+    if len(heads) > 1:
+        raise NoGradient("attention with enable_gqa: the query and key heads differ between cases, so the sum of each "
+                         "group's gradients differs; give every case the same heads")
+    (hq, hk), = heads
+    return f"sum(unflatten({grad}, -3, ({hk}, {hq // hk})), dim=-3)"
+
+
 def _reduced(node: Node, a: list[str], up: str, root: bool):
     """Reductions over one dim or all: the upstream gradient broadcast back over what was reduced
     (zeros_like gives the input's shape without reading its values), times each element's share:
@@ -347,7 +392,7 @@ def _cross_entropy(node: Node, a: list[str], up: str):
     return [(node.args[0], f"cross_entropy_grad({a[0]}, {a[1]}, {up}, reduction={node.attr('reduction')!r})")]
 
 
-_SIZED = {"conv": _conv, "cat": _cat}
+_SIZED = {"conv": _conv, "cat": _cat, attention.SDPA: _attention}
 _RULES = {
     "add": lambda node, a, up: [(node.args[0], up), (node.args[1], up)],
     "sub": lambda node, a, up: [(node.args[0], up), (node.args[1], f"-({up})")],

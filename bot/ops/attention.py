@@ -18,6 +18,7 @@ Owns its IR rule, the output shape, the torch call and the kernel with its confi
 """
 from __future__ import annotations
 
+import ast
 import re
 
 from bot.codegen.code import Code, jit_source, launch
@@ -29,13 +30,17 @@ from bot.ops.text import FLAGS as _F, blank as _blank
 
 NAME = "attention"
 SDPA = "scaled_dot_product_attention"
-OPS = {SDPA}
+# sdpa_grad(q, k, v, g, wrt='k', ...): a training kernel's part (bot.autodiff writes it), the gradient
+# of q, k or v given the output's, g; k's and v's per query head (bot.autodiff sums a group's)
+SDPA_GRAD = "sdpa_grad"
+OPS = {SDPA, SDPA_GRAD}
 ROOT = True
 MAX_RANK = 4
 MAX_NUMEL = 2**34                   # the kernel indexes with int64
 SUPPORTED = ("", "scaled_dot_product_attention(q, k, v) with is_causal, scale and enable_gqa")
 ALIASES = {"sdpa": SDPA}
-KEYWORDS = {SDPA: {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"}}
+KEYWORDS = {SDPA: {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"},
+            SDPA_GRAD: {"wrt", "is_causal", "scale", "enable_gqa"}}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 
@@ -43,6 +48,7 @@ WIDE_EV = 256                       # value head dims past this take the two-ker
 WIDE_SCORES = 1 << 28               # ... where one head's [L, S] float32 scores fit in 1 GiB, and
 WIDE_KEYS = 1 << 20                 # ... S / BLOCK_N key tiles fit a grid's axis 1 (65535) at BLOCK_N 16
 WORKSPACE = 1 << 26                 # scores held at once (256 MiB of float32): heads go in groups
+GRAD_MAX_HEAD = 256                 # the gradient kernels hold a head's whole row (q, k, v, g) in a tile
 DEFAULT_SHAPES = [[4, 16, 2048, 64], [1, 8, 1000, 80]]    # no shape named: a model's, and an odd one
 # query rows and keys a step (BLOCK_M x BLOCK_N), the head dim's chunk for q @ k^T, warps, stages
 CONFIGS = [{"BLOCK_M": m, "BLOCK_N": n, "BLOCK_E": e, "num_warps": w, "num_stages": s}
@@ -84,6 +90,8 @@ def attention_words(text: str) -> tuple[str, str, list[str]]:
 # ---------------------------------------------------------------- IR rule
 
 def convert(c: Call) -> Node | None:
+    if c.fname == SDPA_GRAD:
+        return _grad(c)
     if c.fname != SDPA:
         return None
     given = arguments(c, ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"))
@@ -101,9 +109,21 @@ def convert(c: Call) -> Node | None:
     return call(SDPA, q, k, v, causal=flag(given.get("is_causal")), scale=scale, gqa=flag(given.get("enable_gqa")))
 
 
-@prints(SDPA)
+def _grad(c: Call) -> Node:
+    wrt = c.kw.get("wrt")
+    wrt = wrt.value if isinstance(wrt, ast.Constant) else None
+    if len(c.args) != 4 or wrt not in ("q", "k", "v") or not set(c.kw) <= KEYWORDS[SDPA_GRAD]:
+        raise IRError("sdpa_grad takes (q, k, v, g, wrt='q', 'k' or 'v') and the attention's keywords, as "
+                      "bot.autodiff writes it")
+    scale = None if is_none(c.kw.get("scale")) else number(c.kw["scale"])
+    return call(SDPA_GRAD, *map(c.expr, c.args), wrt=wrt, causal=flag(c.kw.get("is_causal")), scale=scale,
+                gqa=flag(c.kw.get("enable_gqa")))
+
+
+@prints(SDPA, SDPA_GRAD)
 def _text(node: Node, text) -> str:
-    return f"{SDPA}({', '.join(text(a) for a in node.args)}{_keywords(node)})"
+    wrt = f", wrt={node.attr('wrt')!r}" if node.op == SDPA_GRAD else ""
+    return f"{node.op}({', '.join(text(a) for a in node.args)}{wrt}{_keywords(node)})"
 
 
 def _keywords(node: Node) -> str:
@@ -113,19 +133,27 @@ def _keywords(node: Node) -> str:
 
 
 def check(node: Node) -> None:
-    """q, k and v are inputs or earlier stages' outputs."""
+    """q, k and v (and a gradient's g) are inputs or earlier stages' outputs."""
     if any(a.op != "input" for a in node.args):
-        raise IRError("scaled_dot_product_attention reads q, k and v as they are: each is an input or a kernel's output")
+        raise IRError(f"{node.op} reads q, k and v as they are: each is an input or a kernel's output")
 
 
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
-    q, k, v = (list(shapes[a.name]) for a in node.args)
+    q, k, v = (list(shapes[a.name]) for a in node.args[:3])
     if not (2 <= len(q) <= MAX_RANK and len(k) == len(v) == len(q)):
         raise IRError(f"scaled_dot_product_attention here takes q, k, v of one rank from 2 to {MAX_RANK} "
                       f"([batch, heads, L, E]); got {q}, {k}, {v}")
     if k[-1] != q[-1] or v[-2] != k[-2]:
         raise IRError(f"scaled_dot_product_attention: q {q} and k {k} need one head dim E, k and v {v} one key count S")
-    return _batch(node, q, k, v) + [q[-2], v[-1]]
+    lead = _batch(node, q, k, v)
+    if node.op == SDPA:
+        return lead + [q[-2], v[-1]]
+    if max(q[-1], v[-1]) > GRAD_MAX_HEAD:
+        raise IRError(f"attention's gradient kernels take head dims up to {GRAD_MAX_HEAD}; q's is {q[-1]}, v's {v[-1]}")
+    g = list(shapes[node.args[3].name])
+    if g != lead + [q[-2], v[-1]]:
+        raise IRError(f"sdpa_grad: g {g} is not the attention's output shape {lead + [q[-2], v[-1]]}")
+    return lead + {"q": q[-2:], "k": k[-2:], "v": v[-2:]}[node.attr("wrt")]
 
 
 def _batch(node: Node, q: list[int], k: list[int], v: list[int]) -> list[int]:
@@ -147,7 +175,11 @@ def torch_text(node: Node, a: list[str]) -> str:
     return f"torch.nn.functional.{SDPA}({', '.join(a)}{_keywords(node)})"
 
 
-TORCH_OPS = {SDPA: torch_text}
+def _no_torch(node: Node, a: list[str]) -> str:
+    raise IRError("sdpa_grad is a part of a training kernel: the judge checks it through the forward's autograd")
+
+
+TORCH_OPS = {SDPA: torch_text, SDPA_GRAD: _no_torch}
 
 
 def over_text(node: Node) -> str:
@@ -184,7 +216,7 @@ def _batch_strides(t, shape):
 # ---------------------------------------------------------------- kernel.py
 
 def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
-    return _AttentionKernel.render(spec, node, options)
+    return (_GradKernel if node.op == SDPA_GRAD else _AttentionKernel).render(spec, node, options)
 
 
 class _AttentionKernel(KernelFile):
@@ -211,31 +243,8 @@ class _AttentionKernel(KernelFile):
         code = Code()("pid_m = tl.program_id(0)",
                       "bh = tl.program_id(1).to(tl.int64)")
         _heads(code, "qkv")
-        code("out_ptr += bh * L * EV",
-             "rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-             "offs_n = tl.arange(0, BLOCK_N)",
-             "offs_ev = tl.arange(0, BLOCK_EV)",
-             "row_in = rows < L",
-             'm_i = tl.full([BLOCK_M], float("-inf"), tl.float32)',
-             "l_i = tl.zeros([BLOCK_M], tl.float32)",
-             "acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)")
-        _last_key(code)
-        with code.block("for start_n in range(0, hi, BLOCK_N):"):
-            code("cols = start_n + offs_n",
-                 "col_in = cols < S")
-            _scores(code)
-            code("# base-2 exponentials: qk_scale holds log2(e)",
-                 "s = s * qk_scale")
-            _kept(code)
-            code('s = tl.where(keep, s, float("-inf"))',
-                 "m_new = tl.maximum(m_i, tl.max(s, 1))",
-                 "alpha = tl.exp2(m_i - m_new)",
-                 "p = tl.exp2(s - m_new[:, None])",
-                 "l_i = l_i * alpha + tl.sum(p, 1)",
-                 "v = tl.load(v_ptr + cols[:, None] * EV + offs_ev[None, :], mask=col_in[:, None] & "
-                 "(offs_ev < EV)[None, :], other=0.0)",
-                 "acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)",
-                 "m_i = m_new")
+        code("out_ptr += bh * L * EV")
+        _online_softmax(code)
         code("out = acc / l_i[:, None]",
              "tl.store(out_ptr + rows[:, None] * EV + offs_ev[None, :], out.to(out_ptr.dtype.element_ty), "
              "mask=row_in[:, None] & (offs_ev < EV)[None, :])")
@@ -353,6 +362,230 @@ class _AttentionKernel(KernelFile):
                 f"*_batch_strides({k}, full)", f"*_batch_strides({v}, full)", "qk_scale", *flags,
                 "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())", *options]
         return text + launch(f"{self.name}_kernel", "grid", args, "    ") + "\n    return out\n"
+
+
+def _grad_config(e, ev):
+    # The gradient kernels keep a head's whole rows in registers: smaller tiles as the heads widen.
+    if max(e, ev) <= 64:
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+    if max(e, ev) <= 128:
+        return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+    return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}
+
+
+# query rows and keys a step of the gradient kernels, warps, stages
+GRAD_CONFIGS = [{"BLOCK_M": m, "BLOCK_N": n, "num_warps": w, "num_stages": s}
+                for m, n, w, s in [(64, 64, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (32, 32, 8, 1), (128, 64, 8, 2),
+                                   (16, 16, 2, 1)]]
+
+
+class _GradKernel(KernelFile):
+    block_key = "BLOCK_N"
+    description = ("The gradient of attention's q, k or v from its output's, g (FlashAttention-2's backward): a first\n"
+                   "kernel runs the forward's online softmax per BLOCK_M query rows and keeps each row's log-sum-exp\n"
+                   "and delta = rowsum(g * out) (float32); then q's gradient per BLOCK_M rows walks the keys\n"
+                   "(ds = p * (g @ v^T - delta), dq = ds @ k * scale), and k's or v's per BLOCK_N keys walks the\n"
+                   "query rows (dv = p^T @ g, dk = ds^T @ q * scale). The scores never reach memory. k's and\n"
+                   "v's are per query head; grouped heads are summed by the next stage.")
+
+    def __init__(self, spec, node, inputs, options):
+        self.q, self.k, self.v, self.g = (next(i for i in inputs if i.name == a.name) for a in node.args)
+        super().__init__(spec, pointwise.triton_body(node.args[0], [self.q]), inputs, [], options)
+        self.node = node
+
+    def configs(self) -> list[dict]:
+        return self._space(GRAD_CONFIGS)
+
+    def source(self) -> str:
+        second = self._dq_kernel() if self.node.attr("wrt") == "q" else self._dkv_kernel()
+        return self._file([self._stats_kernel(), second], [_grad_config, _batch_strides], self._launcher())
+
+    _PARAMS = ["q_ptr", "k_ptr", "v_ptr", "g_ptr", "stats_ptr", "out_ptr", "H", "L", "S", "E", "EV", "group", "sqb",
+               "sqh", "skb", "skh", "svb", "svh", "qk_scale", "sm_scale", "CAUSAL: tl.constexpr",
+               "PRECISION: tl.constexpr", "BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_E: tl.constexpr",
+               "BLOCK_EV: tl.constexpr"]
+
+    def _stats_kernel(self) -> str:
+        """Per BLOCK_M query rows: the forward's softmax, then each row's log2-sum-exp2 and delta."""
+        code = Code()("pid_m = tl.program_id(0)",
+                      "bh = tl.program_id(1).to(tl.int64)")
+        _heads(code, "qkv")
+        code("g_ptr += bh * L * EV",
+             "stats_ptr += bh * L * 2")
+        _online_softmax(code)
+        code("g = tl.load(g_ptr + rows[:, None] * EV + offs_ev[None, :], mask=row_in[:, None] & "
+             "(offs_ev < EV)[None, :], other=0.0).to(tl.float32)",
+             "# delta = rowsum(g * out): softmax's gradient subtracts it from g @ v^T",
+             "delta = tl.sum(g * (acc / l_i[:, None]), 1)",
+             "tl.store(stats_ptr + rows * 2, m_i + tl.log2(l_i), mask=row_in)",
+             "tl.store(stats_ptr + rows * 2 + 1, delta, mask=row_in)")
+        return jit_source(f"{self.name}_stats_kernel", self._PARAMS, code.lines)
+
+    def _dq_kernel(self) -> str:
+        """Per BLOCK_M query rows: dq = sum over the keys of (p * (g @ v^T - delta)) @ k, times the scale."""
+        code = Code()("pid_m = tl.program_id(0)",
+                      "bh = tl.program_id(1).to(tl.int64)")
+        _heads(code, "qkv")
+        code("g_ptr += bh * L * EV",
+             "stats_ptr += bh * L * 2",
+             "out_ptr += bh * L * E",
+             "rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+             "row_in = rows < L")
+        _head_tiles(code)
+        code("q = tl.load(q_ptr + rows[:, None] * E + offs_e[None, :], mask=row_in[:, None] & e_in[None, :], other=0.0)",
+             *_upstream_rows(),
+             "lse = tl.load(stats_ptr + rows * 2, mask=row_in, other=0.0)",
+             "delta = tl.load(stats_ptr + rows * 2 + 1, mask=row_in, other=0.0)",
+             "dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)")
+        _last_key(code)
+        with code.block("for start_n in range(0, hi, BLOCK_N):"):
+            code("cols = start_n + tl.arange(0, BLOCK_N)",
+                 "col_in = cols < S")
+            _key_tiles(code)
+            _kept(code)
+            _ds(code)
+            code("dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)")
+        code("tl.store(out_ptr + rows[:, None] * E + offs_e[None, :], (dq * sm_scale).to(out_ptr.dtype.element_ty), "
+             "mask=row_in[:, None] & e_in[None, :])")
+        return jit_source(f"{self.name}_dq_kernel", self._PARAMS, code.lines)
+
+    def _dkv_kernel(self) -> str:
+        """Per BLOCK_N keys: dv = p^T @ g, or dk = ds^T @ q times the scale, over the query rows
+        (a causal tile from the first row block that reaches its first key)."""
+        wrt_v = self.node.attr("wrt") == "v"
+        width = "EV" if wrt_v else "E"
+        code = Code()("pid_n = tl.program_id(0)",
+                      "bh = tl.program_id(1).to(tl.int64)")
+        _heads(code, "qkv")
+        code("g_ptr += bh * L * EV",
+             "stats_ptr += bh * L * 2",
+             f"out_ptr += bh * S * {width}",
+             "cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+             "col_in = cols < S")
+        _head_tiles(code)
+        _key_tiles(code)
+        code(f"acc = tl.zeros([BLOCK_N, BLOCK_{width}], tl.float32)",
+             "lo = 0")
+        with code.block("if CAUSAL:"):
+            code("lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M")
+        with code.block("for start_m in range(lo, L, BLOCK_M):"):
+            code("rows = start_m + tl.arange(0, BLOCK_M)",
+                 "row_in = rows < L",
+                 "q = tl.load(q_ptr + rows[:, None] * E + offs_e[None, :], mask=row_in[:, None] & e_in[None, :], "
+                 "other=0.0)",
+                 *_upstream_rows(),
+                 "lse = tl.load(stats_ptr + rows * 2, mask=row_in, other=0.0)",
+                 "delta = tl.load(stats_ptr + rows * 2 + 1, mask=row_in, other=0.0)")
+            _kept(code)
+            code("keep = keep & row_in[:, None]")
+            if wrt_v:
+                _probabilities(code)
+                code("acc = tl.dot(tl.trans(p).to(g.dtype), g, acc, input_precision=PRECISION)")
+            else:
+                _ds(code)
+                code("acc = tl.dot(tl.trans(ds).to(q.dtype), q, acc, input_precision=PRECISION)")
+        code("acc = acc * sm_scale" if not wrt_v else "# v's gradient takes no scale",
+             f"tl.store(out_ptr + cols[:, None] * {width} + offs_{width.lower()}[None, :], "
+             f"acc.to(out_ptr.dtype.element_ty), mask=col_in[:, None] & {width.lower()}_in[None, :])")
+        return jit_source(f"{self.name}_dkv_kernel", self._PARAMS, code.lines)
+
+    def _launcher(self) -> str:
+        q, k, v, g, node = self.q.local, self.k.local, self.v.local, self.g.local, self.node
+        wrt = node.attr("wrt")
+        scale = node.attr("scale")
+        text = self._signature_and_prologue()
+        text += (f"    L, E, S, EV = {q}.shape[-2], {q}.shape[-1], {k}.shape[-2], {v}.shape[-1]\n"
+                 f"    lead = [max(a, b) for a, b in zip({q}.shape[:-2], {k}.shape[:-2])]\n"
+                 "    full = [1] * (2 - len(lead)) + lead\n"
+                 f"    # {wrt}'s gradient, at every (batch, query head)\n"
+                 f"    out = torch.empty([*lead, {'L, E' if wrt == 'q' else 'S, E' if wrt == 'k' else 'S, EV'}], "
+                 f"dtype={self.out_dtype(q)}, device={q}.device)\n"
+                 "    if out.numel() == 0:\n        return out\n"
+                 f"    heads_kv = [1, 1, *{k}.shape[:-2]][-1]\n"
+                 "    group = full[1] // heads_kv if heads_kv > 1 else 1\n"
+                 f'    precision = "ieee" if {q}.dtype == torch.float32 else None\n'
+                 f"    sm_scale = {'1.0 / math.sqrt(E)' if scale is None else repr(scale)}\n"
+                 "    qk_scale = sm_scale * 1.4426950408889634      # base-2 exponentials\n")
+        text += self._config_line("_grad_config(E, EV)")
+        text += ("    # each query row's log-sum-exp and delta, float32\n"
+                 f"    stats = torch.empty((full[0] * full[1], L, 2), dtype=torch.float32, device={q}.device)\n")
+        args = [q, k, v, g, "stats", "out", "full[1]", "L", "S", "E", "EV", "group", f"*_batch_strides({q}, full)",
+                f"*_batch_strides({k}, full)", f"*_batch_strides({v}, full)", "qk_scale", "sm_scale",
+                f"CAUSAL={bool(node.attr('causal'))}", "PRECISION=precision", 'BLOCK_M=config["BLOCK_M"]',
+                'BLOCK_N=config["BLOCK_N"]', "BLOCK_E=max(16, 1 << (E - 1).bit_length())",
+                "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())", 'num_warps=config["num_warps"]',
+                'num_stages=config["num_stages"]']
+        text += ('    grid = (_cdiv(L, config["BLOCK_M"]), full[0] * full[1])\n'
+                 + launch(f"{self.name}_stats_kernel", "grid", args, "    ") + "\n")
+        if wrt == "q":
+            text += launch(f"{self.name}_dq_kernel", "grid", args, "    ") + "\n"
+        else:
+            text += ('    grid = (_cdiv(S, config["BLOCK_N"]), full[0] * full[1])\n'
+                     + launch(f"{self.name}_dkv_kernel", "grid", args, "    ") + "\n")
+        return text + "    return out\n"
+
+
+def _upstream_rows() -> list[str]:
+    """g at the rows, in the operands' dtype for the dots (an earlier stage's g is float32)."""
+    return ["g = tl.load(g_ptr + rows[:, None] * EV + offs_ev[None, :], mask=row_in[:, None] & ev_in[None, :], "
+            "other=0.0).to(v_ptr.dtype.element_ty)"]
+
+
+def _head_tiles(code: Code) -> None:
+    """The head dims' offsets: a gradient kernel loads a row's whole head (E, EV up to BLOCK_E, BLOCK_EV)."""
+    code("offs_e = tl.arange(0, BLOCK_E)",
+         "offs_ev = tl.arange(0, BLOCK_EV)",
+         "e_in = offs_e < E",
+         "ev_in = offs_ev < EV")
+
+
+def _key_tiles(code: Code) -> None:
+    """k and v at the keys cols."""
+    code("k = tl.load(k_ptr + cols[:, None] * E + offs_e[None, :], mask=col_in[:, None] & e_in[None, :], other=0.0)",
+         "v = tl.load(v_ptr + cols[:, None] * EV + offs_ev[None, :], mask=col_in[:, None] & ev_in[None, :], other=0.0)")
+
+
+def _probabilities(code: Code) -> None:
+    """p: the softmax of rows x cols, recomputed from each row's log-sum-exp (0 where not kept)."""
+    code("s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale",
+         "p = tl.where(keep, tl.exp2(s - lse[:, None]), 0.0)")
+
+
+def _ds(code: Code) -> None:
+    """ds = p * (g @ v^T - delta): the softmax's gradient at the scores of rows x cols."""
+    _probabilities(code)
+    code("dp = tl.dot(g, tl.trans(v), input_precision=PRECISION)",
+         "ds = p * (dp - delta[:, None])")
+
+
+def _online_softmax(code: Code) -> None:
+    """The flash forward of a program's BLOCK_M query rows: the keys BLOCK_N at a time, each row's
+    running maximum m_i and sum l_i (base 2: qk_scale holds log2(e)) and acc = the unnormalized
+    p @ v, so that the output is acc / l_i."""
+    code("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+         "offs_n = tl.arange(0, BLOCK_N)",
+         "offs_ev = tl.arange(0, BLOCK_EV)",
+         "row_in = rows < L",
+         'm_i = tl.full([BLOCK_M], float("-inf"), tl.float32)',
+         "l_i = tl.zeros([BLOCK_M], tl.float32)",
+         "acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)")
+    _last_key(code)
+    with code.block("for start_n in range(0, hi, BLOCK_N):"):
+        code("cols = start_n + offs_n",
+             "col_in = cols < S")
+        _scores(code)
+        code("# base-2 exponentials: qk_scale holds log2(e)",
+             "s = s * qk_scale")
+        _kept(code)
+        code('s = tl.where(keep, s, float("-inf"))',
+             "m_new = tl.maximum(m_i, tl.max(s, 1))",
+             "alpha = tl.exp2(m_i - m_new)",
+             "p = tl.exp2(s - m_new[:, None])",
+             "l_i = l_i * alpha + tl.sum(p, 1)",
+             "v = tl.load(v_ptr + cols[:, None] * EV + offs_ev[None, :], mask=col_in[:, None] & "
+             "(offs_ev < EV)[None, :], other=0.0)",
+             "acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)",
+             "m_i = m_new")
 
 
 def _heads(code: Code, tensors: str) -> None:

@@ -173,11 +173,23 @@ def _flag(value, default: bool) -> bool:
     raise IRError(f"expected True or False, got {ast.unparse(value)!r}")
 
 
-def _tensors(node: Node) -> dict[str, Node]:
+def roles(node: Node) -> dict[str, Node]:
     """The node's tensor arguments by role: running_mean, running_var (eval batch norm), weight, bias."""
     roles = (["running_mean", "running_var"] if node.op == "batch_norm" and not node.attr("training") else [])
     roles += ["weight"] * bool(node.attr("has_weight")) + ["bias"] * bool(node.attr("has_bias"))
     return dict(zip(roles, node.args[1:]))
+
+
+def _eval_batch_norm(node: Node, x: str, t: dict[str, str], lines: list[str]) -> str:
+    """torch's eval-mode batch norm written out: the same values as F.batch_norm(training=False), but
+    differentiable in the running statistics too (F.batch_norm refuses them a gradient), so a
+    training kernel's gradients can be checked against it for every float input."""
+    lines.append(f"per_channel = [-1] + [1] * ({x}.dim() - 2)     # a [C] tensor against [N, C, ...]")
+    result = (f"({x} - {t['running_mean']}.view(per_channel)) * torch.rsqrt({t['running_var']}.view(per_channel) + "
+              f"{fmt_const(node.attr('eps'))})")
+    if "weight" in t:
+        result += f" * {t['weight']}.view(per_channel)"
+    return result + (f" + {t['bias']}.view(per_channel)" if "bias" in t else "")
 
 
 def _call(node: Node, x: str, t: dict[str, str]) -> str:
@@ -194,7 +206,7 @@ def _call(node: Node, x: str, t: dict[str, str]) -> str:
 @prints(*OPS)
 def _print(node: Node, text) -> str:
     """As torch.nn.functional's call, but layer norm's: layer_norm_nd(x, w, b, dims=k, eps=...)."""
-    t = {k: text(v) for k, v in _tensors(node).items()}
+    t = {k: text(v) for k, v in roles(node).items()}
     x = text(node.args[0])
     if node.op == "layer_norm_nd":
         tensors = ", ".join([x, t.get("weight", "None"), t.get("bias", "None")])
@@ -235,7 +247,7 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     if node.op == "batch_norm" and node.attr("training") and full[0] * math.prod(full[2:]) < 2:
         raise IRError("batch_norm in training mode needs more than one value per channel (torch refuses one)")
     want = list(full[-node.attr("dims"):]) if node.op == "layer_norm_nd" else [length]
-    for role, extra in _tensors(node).items():
+    for role, extra in roles(node).items():
         if list(shapes[extra.name]) != want:
             raise IRError(f"{node.op}'s {role} {extra.name} must have shape {want}, got {shapes[extra.name]}")
     return full
@@ -250,12 +262,15 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
 
 
 def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str]) -> str:
-    t = {k: names[v.name] for k, v in _tensors(node).items()}
-    if node.op != "layer_norm_nd":
+    t = {k: names[v.name] for k, v in roles(node).items()}
+    eval_norm = node.op == "batch_norm" and not node.attr("training")
+    if node.op != "layer_norm_nd" and not eval_norm:
         return "torch.nn.functional." + _call(node, body, t)
     if not body.isidentifier():
         lines.append(f"h = {body}")
         body = "h"
+    if eval_norm:
+        return _eval_batch_norm(node, body, t, lines)
     return (f"torch.nn.functional.layer_norm({body}, {body}.shape[-{node.attr('dims')}:], {t.get('weight', 'None')}, "
             f"{t.get('bias', 'None')}, eps={fmt_const(node.attr('eps'))})")
 
@@ -326,7 +341,7 @@ class _ChannelNormKernel(KernelFile):
         body_inputs = [i for i in inputs if i.name in body_names]
         super().__init__(spec, pointwise.triton_body(node.args[0], body_inputs), inputs, body_inputs, options)
         by_name = {i.name: i for i in inputs}
-        self.tensors = {role: by_name[n.name] for role, n in _tensors(node).items()}
+        self.tensors = {role: by_name[n.name] for role, n in roles(node).items()}
         full = broadcast_shapes([i.shapes[0] for i in body_inputs])
         for i in body_inputs:
             if list(i.shapes[0]) != list(full):

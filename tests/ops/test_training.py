@@ -42,6 +42,9 @@ CASES = [
     ("group_norm(relu(x) * y, 3, eps=1e-05)", {"x": [2, 6, 7], "y": [2, 6, 7]}),
     ("instance_norm(x, weight=w, bias=b, eps=1e-05)", {"x": [3, 4, 9], "w": [4], "b": [4]}),
     ("batch_norm(x, None, None, w, b, training=True, eps=1e-05)", {"x": [3, 4, 5, 6], "w": [4], "b": [4]}),
+    # running statistics (var drawn positive): every tensor's gradient, the running ones' too
+    ("batch_norm(x, m, var, w, b, training=False, eps=1e-05)", {"x": [3, 4, 5, 6], "m": [4], "var": [4], "w": [4], "b": [4]}),
+    ("batch_norm(relu(x), m, var, training=False, eps=0.001)", {"x": [3, 4, 7], "m": [4], "var": [4]}),
     ("layer_norm_nd(x, w, b, dims=2, eps=1e-05)", {"x": [3, 4, 5, 6], "w": [5, 6], "b": [5, 6]}),
     ("conv2d(x, w, b, padding=1)", {"x": [2, 3, 6, 7], "w": [4, 3, 3, 3], "b": [4]}),
     ("relu(conv2d(x, w))", {"x": [2, 3, 5, 6], "w": [5, 3, 1, 1]}),               # 1x1, an epilogue
@@ -50,6 +53,11 @@ CASES = [
     ("conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1)", {"x": [2, 3, 4, 5], "w": [3, 4, 3, 3], "b": [4]}),
     ("cat([x, relu(y)], dim=1)", {"x": [2, 3, 4], "y": [2, 5, 4]}),       # x's: a slice of up, copied
     ("stack([x, y], dim=-1) * 2.0", {"x": [4, 3], "y": [4, 3]}),
+    # flash backward: causal with grouped heads (k's and v's summed per group), an upstream from a stage and
+    # key heads broadcast (summed down)
+    ("scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)",
+     {"q": [2, 4, 20, 16], "k": [2, 2, 20, 16], "v": [2, 2, 20, 16]}),
+    ("scaled_dot_product_attention(q, k, v, scale=0.3) * 2.0", {"q": [2, 3, 9, 24], "k": [2, 1, 11, 24], "v": [2, 1, 11, 8]}),
     ("max_pool2d(x, kernel_size=2)", {"x": [2, 3, 6, 8]}),
     ("max_pool2d(relu(x), kernel_size=3, stride=2, padding=1, ceil_mode=True)", {"x": [2, 2, 7, 9]}),   # ties at 0
     ("max_pool1d(x, kernel_size=3, stride=2, dilation=2)", {"x": [2, 3, 13]}),
@@ -69,16 +77,42 @@ def spec_of(expression: str, shapes: dict[str, list[int]], dtype: str) -> dict:
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("expression, shapes", CASES, ids=[c[0] for c in CASES])
 def test_gradients_match_pytorchs_autograd(tmp_path, expression, shapes, dtype):
+    check_gradients(tmp_path, expression, shapes, dtype)
+
+
+# at sizes a model runs, every dtype, where the kernels compile for the GPU
+GPU_CASES = [
+    ("rmsnorm(x, w, eps=1e-06)", {"x": [4096, 2048], "w": [2048]}),
+    ("scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)",
+     {"q": [2, 8, 1000, 64], "k": [2, 2, 1000, 64], "v": [2, 2, 1000, 64]}),
+    ("scaled_dot_product_attention(q, k, v)", {"q": [1, 4, 333, 128], "k": [1, 4, 517, 128], "v": [1, 4, 517, 96]}),
+    ("relu(conv2d(x, w, b, padding=1))", {"x": [8, 32, 28, 28], "w": [64, 32, 3, 3], "b": [64]}),
+    ("max_pool2d(x, kernel_size=3, stride=2, padding=1)", {"x": [8, 64, 56, 56]}),
+    ("batch_norm(x, m, var, w, b, training=False, eps=1e-05)", {"x": [8, 64, 14, 14], "m": [64], "var": [64], "w": [64], "b": [64]}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("expression, shapes", GPU_CASES, ids=[c[0][:40] for c in GPU_CASES])
+def test_on_the_gpu_gradients_match_pytorchs_autograd(tmp_path, expression, shapes, dtype):
+    check_gradients(tmp_path, expression, shapes, dtype, "cuda")
+
+
+def check_gradients(folder, expression: str, shapes: dict, dtype: str, device: str = "cpu") -> None:
+    """The training kernel's output and every input's gradient against the reference's autograd in
+    float64, from one upstream gradient (a running variance, var, drawn positive)."""
     spec = spec_of(expression, shapes, dtype)
     node = parse_expression(spec)
-    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "op")
-    kernel = getattr(load(tmp_path, "kernel.py", training.kernel_source(spec, node)), "op")
+    reference = getattr(load(folder, "reference.py", lower_torch.reference_source(spec, node)), "op")
+    kernel = getattr(load(folder, "kernel.py", training.kernel_source(spec, node)), "op")
     gen = torch.Generator().manual_seed(0)
-    values = [torch.randn(shapes[n], generator=gen).to(getattr(torch, dtype)) for n in ir.input_names(node)]
+    values = {n: torch.randn(shapes[n], generator=gen) for n in ir.input_names(node)}
+    values = [(v.abs() + 0.1 if n == "var" else v).to(device, getattr(torch, dtype)) for n, v in values.items()]
     ours = [v.clone().requires_grad_() for v in values]
     truth = [v.double().requires_grad_() for v in values]
     out, want = kernel(*ours), reference(*truth)
-    upstream = torch.randn(want.shape, generator=gen)
+    upstream = torch.randn(want.shape, generator=gen).to(device)
     out.backward(upstream.to(out.dtype))
     want.backward(upstream.to(out.dtype).double())
     rtol, atol = protocol.tolerance(dtype, max(s[-1] for s in shapes.values()), matmul="@" in expression)
@@ -174,7 +208,6 @@ def test_a_strided_convolution_whose_cases_need_different_output_paddings_is_ref
 
 @pytest.mark.parametrize("expression, says", [
     ("cumprod(x, dim=-1)", "cumprod has no gradient rule"),
-    ("batch_norm(x, m, v, training=False, eps=1e-05)", "eval mode"),
     ("adaptive_avg_pool1d(x, 2)", "adaptive_pool has no gradient rule"),
     # its upstream would be broadcast past the sum's shape: not summed back here yet
     ("sum(x, dim=-1, keepdim=True) * x", "sum over a dim inside an expression has no gradient rule"),
