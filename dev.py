@@ -3,7 +3,7 @@
 and again when pyproject.toml changes), then runs a command inside it.
 
     python3 dev.py kernelbot run "relu(x + y) for fp32 1024x1024" --yes --out out/demo
-    python3 dev.py test [pytest args]
+    python3 dev.py test [pytest args]     (one pytest-xdist worker a core, up to 4; -n 0: none)
 
 KERNELBOT_TORCH picks the torch requirement (default torch==2.13.0, which is a CPU
 build where only that is on offer, and a CUDA build from PyPI on a GPU host).
@@ -90,7 +90,10 @@ def main(argv: list[str]) -> int:
     ensure_venv()
     ensure_bubblewrap()
     if argv[0] == "test":
-        cmd = [str(PY), "-m", "pytest", *argv[1:]]
+        # The suite's processes are independent: one worker a core (up to 4) unless -n is given.
+        workers = [] if any(a.startswith(("-n", "--numprocesses")) for a in argv[1:]) else ["-n", "auto",
+                                                                                             "--maxprocesses", "4"]
+        cmd = [str(PY), "-m", "pytest", *workers, *argv[1:]]
     else:
         cmd = [str(PY), "-m", "bot.cli", *argv[1:]]
     return subprocess.call(cmd, cwd=ROOT)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -29,7 +27,7 @@ def pytest_collection_finish(session):
     """Long background work of a selected test module starts now, beside the tests before it."""
     for module in {getattr(item, "module", None) for item in session.items}:
         if hasattr(module, "start_compiling"):
-            module.start_compiling(Path(tempfile.mkdtemp(prefix="kernelbot-sm90-")))
+            module.start_compiling()
 
 
 @pytest.fixture(params=["sqlite", "redis"])
