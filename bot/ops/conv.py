@@ -58,11 +58,6 @@ CONFIGS = [
     for bm, bn, bk, w, s in [(128, 128, 32, 8, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3), (128, 128, 64, 8, 2),
                              (64, 64, 64, 4, 3), (64, 64, 32, 4, 4), (256, 64, 32, 8, 3), (32, 32, 32, 2, 3),
                              (512, 16, 16, 4, 1), (1024, 16, 16, 8, 1)]
-] + [
-    # channel-major tiles (CO_MAJOR): [channels, positions] = w @ x, reading x's rows as they lie
-    {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": s, "CO_MAJOR": 1}
-    for bm, bn, bk, w, s in [(128, 128, 32, 8, 3), (128, 64, 32, 4, 3), (256, 64, 32, 8, 3), (256, 128, 32, 8, 3),
-                             (64, 64, 64, 4, 3)]
 ]
 
 
@@ -305,34 +300,33 @@ def conv_shape(x_shape, w_shape, b_shape, nd, transposed, stride, padding, dilat
 def _conv_config(positions, out_channels, in_channels, taps):
     # The default config, for one group's channels: 512 positions x up to 16 channels a
     # multiply-add tile where tl.dot's 16-wide tiles would be mostly padding (under 16 output
-    # channels, or under 16 products a sum); else tiles as wide as the channels (up to 128) by 128
-    # positions, 4 warps where the tile is no wider than 64 channels, while two waves of programs
-    # run on an H200's 132 SMs; with fewer positions, 64 x 64 tiles 64 deep (the best of the space
-    # on an H100 for 3x3 convolutions of 64 channels, at 100K and at 6K positions).
+    # channels, or under 16 products a sum); else 128 positions by 64 channels 32 deep in 4 warps
+    # while two waves of programs run on an H200's 132 SMs; with fewer positions, 64 x 64 tiles 64
+    # deep (the best of the space on an H100 and an H200 for 3x3 convolutions of 64 channels at 100K
+    # and 6K positions, and for 1x1 ones to 256 channels at 100K).
     if out_channels < 16 or in_channels * taps < 16:
         return {"BLOCK_M": 512, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1}
-    bn = min(128, 1 << (out_channels - 1).bit_length())
-    if -(-positions // 128) * -(-out_channels // bn) >= 264:
-        return {"BLOCK_M": 128, "BLOCK_N": bn, "BLOCK_K": 32, "num_warps": 4 if bn <= 64 else 8, "num_stages": 3}
+    if -(-positions // 128) * -(-out_channels // 64) >= 264:
+        return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
     return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
 
 
 def _fit_conv_config(config, out_channels, in_channels, taps, itemsize):
-    # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, dot, tap_outer, co_major) of config for one group's channels:
+    # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, dot, tap_outer) of config for one group's channels:
     # the multiply-add path (dot False) takes up to 16 channels a tile; tl.dot tiles are no wider
     # than the channels need. With 16 or more input channels K runs tap by tap, BLOCK_K channels
     # a step (tap_outer), else over (channel, tap) flattened; BLOCK_K halves until the stages fit
-    # in 200 KB of shared memory. Channel-major tiles (co_major) only tap by tap.
+    # in 200 KB of shared memory.
     dot = out_channels >= 16 and in_channels * taps >= 16
     bn = min(config["BLOCK_N"], max(16 if dot else 1, 1 << (out_channels - 1).bit_length()))
     if not dot:
-        return config["BLOCK_M"], min(bn, 16), 1, 1, False, False, False
+        return config["BLOCK_M"], min(bn, 16), 1, 1, False, False
     tap_outer = in_channels >= 16
     k = in_channels if tap_outer else in_channels * taps
     bm, bk, stages = config["BLOCK_M"], min(config["BLOCK_K"], max(16, 1 << (k - 1).bit_length())), config["num_stages"]
     while (bm + bn) * bk * stages * itemsize > 200 * 1024 and bk > 16:
         bk //= 2
-    return bm, bn, bk, stages, True, tap_outer, tap_outer and bool(config.get("CO_MAJOR"))
+    return bm, bn, bk, stages, True, tap_outer
 
 
 # ---------------------------------------------------------------- kernel.py
@@ -348,9 +342,8 @@ class _ConvKernel(KernelFile):
                    "over K = input channels x kernel taps: each K step gathers the taps of the positions from\n"
                    "x (zero in the padding) and the weights, multiplied by tl.dot into a float32 tile; then\n"
                    "the bias, the epilogue and one store. Groups of under 16 channels or taps (depthwise)\n"
-                   "accumulate tap by tap with multiply-adds instead; a channel-major config (CO_MAJOR) takes\n"
-                   "[channels, positions] = w @ x tiles, x's positions as its rows lie. NC[D]HW as it lies; 1-d\n"
-                   "and 2-d run as 3-d with unit dims.")
+                   "accumulate tap by tap with multiply-adds instead. NC[D]HW as it lies; 1-d and 2-d run\n"
+                   "as 3-d with unit dims.")
 
     def __init__(self, spec, node, inputs, options):
         check(node)
@@ -391,7 +384,7 @@ class _ConvKernel(KernelFile):
         params = ["x_ptr", "w_ptr", "b_ptr", *e_ptrs, "out_ptr", "N", "C_in", "D", "H", "W", "C_out", "OD", "OH", "OW",
                   *e_strides]
         constexprs = ["CIN_G", "COUT_G", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW",
-                      "TRANSPOSED", "HAS_BIAS", "DOT", "TAP_OUTER", "CO_MAJOR", "INPUT_PRECISION", "BLOCK_M", "BLOCK_N", "BLOCK_K"]
+                      "TRANSPOSED", "HAS_BIAS", "DOT", "TAP_OUTER", "INPUT_PRECISION", "BLOCK_M", "BLOCK_N", "BLOCK_K"]
         params += [f"{c}: tl.constexpr" for c in constexprs]
         lines = [
             "# Program (pid_m, pid_n, pid_g): BLOCK_M output positions x BLOCK_N of a group's output channels.",
@@ -432,10 +425,7 @@ class _ConvKernel(KernelFile):
             "    w_cols = cols * TAPS",
             "else:",
             "    w_cols = co * (CIN_G * TAPS)",
-            "if CO_MAJOR:        # [channels, positions] tiles, transposed after the K loop",
-            "    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)",
-            "else:",
-            "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+            "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
             "if DOT and TAP_OUTER:",
             "    # Tap by tap, BLOCK_K input channels a step: each tap's input positions are worked out once.",
             "    for tap in range(0, TAPS):",
@@ -452,24 +442,15 @@ class _ConvKernel(KernelFile):
             "            for c0 in range(0, CIN_G, BLOCK_K):",
             "                cs = c0 + tl.arange(0, BLOCK_K)",
             "                c_ok = cs < CIN_G",
+            "                a = tl.load(x_ptr + row_offs[:, None] + (cs * (D * H * W))[None, :],",
+            "                            mask=valid[:, None] & c_ok[None, :], other=0.0)",
             "                if TRANSPOSED:",
             "                    w_rows = (ci0 + cs) * (COUT_G * TAPS) + tap",
             "                else:",
             "                    w_rows = cs * TAPS + tap",
-            "                if CO_MAJOR:",
-            "                    b = tl.load(w_ptr + w_cols[:, None] + w_rows[None, :], mask=col_ok[:, None] & c_ok[None, :],",
-            "                                other=0.0)",
-            "                    a = tl.load(x_ptr + row_offs[None, :] + (cs * (D * H * W))[:, None],",
-            "                                mask=valid[None, :] & c_ok[:, None], other=0.0)",
-            "                    acc = tl.dot(b, a, acc, input_precision=INPUT_PRECISION)",
-            "                else:",
-            "                    a = tl.load(x_ptr + row_offs[:, None] + (cs * (D * H * W))[None, :],",
-            "                                mask=valid[:, None] & c_ok[None, :], other=0.0)",
-            "                    b = tl.load(w_ptr + w_rows[:, None] + w_cols[None, :], mask=c_ok[:, None] & col_ok[None, :],",
-            "                                other=0.0)",
-            "                    acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)",
-            "    if CO_MAJOR:",
-            "        acc = tl.trans(acc)",
+            "                b = tl.load(w_ptr + w_rows[:, None] + w_cols[None, :], mask=c_ok[:, None] & col_ok[None, :],",
+            "                            other=0.0)",
+            "                acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)",
             "elif DOT:",
             "    # Few input channels a group: K = (channel, tap) flattened, BLOCK_K of them a step.",
             "    for k0 in range(0, K, BLOCK_K):",
@@ -538,7 +519,7 @@ class _ConvKernel(KernelFile):
         else:
             text += "    phases = 1\n    positions = shape[0] * OD * OH * OW\n"
         text += self._config_line("_conv_config(positions, c_out_g, c_in_g, taps)")
-        text += (f"    BLOCK_M, BLOCK_N, BLOCK_K, num_stages, dot, tap_outer, co_major = _fit_conv_config(config, c_out_g, c_in_g, "
+        text += (f"    BLOCK_M, BLOCK_N, BLOCK_K, num_stages, dot, tap_outer = _fit_conv_config(config, c_out_g, c_in_g, "
                  f"taps, {x}.element_size())\n")
         if self.tf32:
             text += ("    # float32 rounds to TF32 on the tensor cores (the spec allows it).\n"
@@ -556,7 +537,7 @@ class _ConvKernel(KernelFile):
         args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
         args += ["CIN_G=c_in_g", "COUT_G=c_out_g", "KD=KD", "KH=KH", "KW=KW", "SD=SD", "SH=SH", "SW=SW", "PD=PD",
                  "PH=PH", "PW=PW", "DD=DD", "DH=DH", "DW=DW", f"TRANSPOSED={g['transposed']}",
-                 f"HAS_BIAS={self.bias is not None}", "DOT=dot", "TAP_OUTER=tap_outer", "CO_MAJOR=co_major", "INPUT_PRECISION=precision", "BLOCK_M=BLOCK_M",
+                 f"HAS_BIAS={self.bias is not None}", "DOT=dot", "TAP_OUTER=tap_outer", "INPUT_PRECISION=precision", "BLOCK_M=BLOCK_M",
                  "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", 'num_warps=config["num_warps"]', "num_stages=num_stages"]
         text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + "    return out\n"
