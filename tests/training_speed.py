@@ -55,7 +55,7 @@ def liger(name: str):
             return LigerSiLUMulFunction.apply
         if name == "cross_entropy":
             from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
-            return lambda x, t: LigerCrossEntropyFunction.apply(x, t)[0]
+            return lambda x, t: LigerCrossEntropyFunction.apply(x, t, None)[0]
     except ImportError:
         return None
     return None
