@@ -14,7 +14,7 @@ logsumexp, var and std over a dim or all,
 matmul (transposed operands, a pointwise epilogue), cross entropy (its logits'), cumsum (any
 direction, exclusive too), transposes and permutations, views that keep every element, cat and
 stack (each piece's slice of the upstream, where its place is the same in every case), max and
-average pooling with a window (the pool family's gradient kernel), convolutions and transposed
+average pooling, with a window or adaptive (the pool family's gradient kernels), convolutions and transposed
 ones (stride, padding, dilation, groups, bias; each gradient itself a convolution), and scaled
 dot-product attention (the attention family's gradient kernels) have rules; any other op is
 refused, naming it.
@@ -279,9 +279,9 @@ def _cat(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
 
 
 def _pool(node: Node, a: list[str], up: str):
-    """Max and average pooling with a window: the pool family's gradient kernel (pool_grad), which
-    sends each output's gradient back to the input its max came from, or spreads it over the window
-    as the average divided it."""
+    """Max and average pooling, with a window or adaptive: the pool family's gradient kernel
+    (pool_grad), which sends each output's gradient back to the input its max came from, or spreads
+    it over the window as the average divided it."""
     attrs = ", ".join(f"{k}={v!r}" for k, v in node.attrs)
     return [(node.args[0], f"pool_grad({a[0]}, {up}, {attrs})")]
 
@@ -428,6 +428,7 @@ _RULES = {
     "cross_entropy": _cross_entropy,
     "cumsum": _cumsum,
     "pool": _pool,
+    "adaptive_pool": _pool,
     "permute": _permute,
     **{op: _reshaped for op in ("unsqueeze", "squeeze", "flatten", "unflatten", "reshape_as", "reshape")},
 }

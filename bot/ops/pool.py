@@ -50,7 +50,9 @@ _ORDER = {"max": ("input", "kernel_size", "stride", "padding", "dilation", "ceil
           "avg": ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")}
 # pool_grad(x, up, kind=..., nd=..., kernel=..., ...): a training kernel's part (bot.autodiff writes it),
 # the gradient of a pooling of x given its output's, up
-_GRAD_ATTRS = {"kind", "nd", "kernel", "stride", "padding", "dilation", "ceil_mode", "count_include_pad", "divisor"}
+_GRAD_ATTRS = {"kind", "nd", "kernel", "stride", "padding", "dilation", "ceil_mode", "count_include_pad", "divisor",
+               "output"}
+ADAPTIVE_MAX_GRAD_WINDOW = 256      # an adaptive max's gradient rescans its window per input: at most this
 KEYWORDS = {**{fn: set(_ORDER[kind][1:]) for fn, (kind, _) in FUNCTIONS.items()},
             **{fn: {"output_size", "return_indices"} for fn in ADAPTIVE_FUNCTIONS}, POOL_GRAD: _GRAD_ATTRS}
 OUTPUT_DTYPES: dict[str, str] = {}
@@ -260,6 +262,7 @@ def _spatial(node: Node, full: list[int]) -> tuple[list[int], list[int]]:
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     full = broadcast_shapes([shapes[n] for n in input_names(node.args[0])])
     if node.op == POOL_GRAD:
+        _adaptive_max_window(node, full, shapes[node.args[1].name])
         return full
     lead, spatial = _spatial(node, full)
     if node.op == ADAPTIVE:
@@ -269,6 +272,19 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
                                      node.attr("dilation") or (1,) * len(spatial), node.attr("ceil_mode"))]
     except ValueError as e:
         raise IRError(f"{function_name(node)}: {e}") from None
+
+
+def _adaptive_max_window(node: Node, x: list[int], up: list[int]) -> None:
+    """An adaptive max pooling's gradient finds each window's max again for every input it holds:
+    windows past ADAPTIVE_MAX_GRAD_WINDOW elements are refused rather than run that slowly."""
+    if node.attr("output") is None or node.attr("kind") != "max":
+        return
+    nd = node.attr("nd")
+    window = math.prod(_adaptive_window(i, o) for i, o in zip(x[-nd:], up[-nd:]))
+    if window > ADAPTIVE_MAX_GRAD_WINDOW:
+        raise IRError(f"adaptive max pooling's gradient here takes windows of at most {ADAPTIVE_MAX_GRAD_WINDOW} "
+                      f"elements (it finds each window's max again per input); {x[-nd:]} to {up[-nd:]} has "
+                      f"{window}: use a larger output size, or adaptive average pooling")
 
 
 def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
@@ -334,7 +350,9 @@ def _pool_config(n, overlapping=False):
 
 def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
     """kernel.py for pooling of a pointwise body, or for its gradient."""
-    return (_PoolGradKernel if node.op == POOL_GRAD else _PoolKernel).render(spec, node, options)
+    if node.op == POOL_GRAD:
+        return (_PoolGradKernel if node.attr("output") is None else _AdaptiveGradKernel).render(spec, node, options)
+    return _PoolKernel.render(spec, node, options)
 
 
 class _PoolKernel(KernelFile):
@@ -558,17 +576,7 @@ class _PoolGradKernel(KernelFile):
         params = ["x_ptr", "up_ptr", "out_ptr", "ROWS", "D", "H", "W", "OD", "OH", "OW",
                   *(f"{c}: tl.constexpr" for c in (*_GEOMETRY, "COUNT_PAD", "DIVISOR", "BLOCK_R", "BLOCK_W"))]
         lines = [
-            "# one program: BLOCK_W neighbouring inputs of each of BLOCK_R input rows (plane, d, h)",
-            "pid = tl.program_id(0).to(tl.int64)",
-            "n_wb = tl.cdiv(W, BLOCK_W)",
-            "row = (pid // n_wb) * BLOCK_R + tl.arange(0, BLOCK_R)",
-            "iw = (pid % n_wb) * BLOCK_W + tl.arange(0, BLOCK_W)",
-            "r_ok = row < ROWS",
-            "w_ok = iw < W",
-            "ih = row % H",
-            "i_d = (row // H) % D",
-            "plane = row // (H * D)",
-            "acc = tl.zeros([BLOCK_R, BLOCK_W], tl.float32)",
+            *_INPUT_ROWS,
             f"for kd in {loop}(KD):",
             f"    for kh in {loop}(KH):",
             "        # the output whose window takes this input at tap (kd, kh, kw): where the stride lands",
@@ -613,11 +621,7 @@ class _PoolGradKernel(KernelFile):
                  f"    PD, PH, PW = _as_3d({node.attr('padding')}, 0)\n"
                  f"    DD, DH, DW = _as_3d({dilation}, 1)\n")
         text += self._config_line("_pool_config(out.numel())")
-        text += ("    # a tile of BLOCK inputs: a row's across, as many rows as fill it\n"
-                 "    rows = out.numel() // W\n"
-                 "    block_w = min(config[\"BLOCK\"], triton.next_power_of_2(W))\n"
-                 "    block_r = max(1, min(config[\"BLOCK\"] // block_w, triton.next_power_of_2(rows)))\n"
-                 "    grid = (_cdiv(W, block_w) * _cdiv(rows, block_r),)\n")
+        text += _GRAD_TILES
         args = [x, up, "out", "rows", "D", "H", "W", "OD", "OH", "OW", *(f"{c}={c}" for c in _GEOMETRY),
                 f"COUNT_PAD={node.attr('count_include_pad') is not False}",
                 f"DIVISOR={node.attr('divisor') or 0}", "BLOCK_R=block_r", "BLOCK_W=block_w",
@@ -626,6 +630,126 @@ class _PoolGradKernel(KernelFile):
         return text + "    return out\n"
 
 
+class _AdaptiveGradKernel(_PoolGradKernel):
+    description = ("The gradient of an adaptive pooling of x, from its output's (up). One program computes\n"
+                   "BLOCK_W neighbouring inputs of BLOCK_R input rows: the outputs whose windows hold an input\n"
+                   "are a run, o from i * O // I to ((i + 1) * O - 1) // I a dim; each gives up there over its\n"
+                   "window's size (average), or all of it where its window's max is this input (max: its first\n"
+                   "largest value; a NaN wins, the last one, as torch picks).")
+
+    def source(self) -> str:
+        helpers = [self._window_argmax()] if self.node.attr("kind") == "max" else []
+        return self._file([*helpers, self._kernel()], [_pool_config, _as_3d, _adaptive_reach, _adaptive_window],
+                          self._launcher())
+
+    def _window_argmax(self) -> str:
+        params = ["x_ptr", "plane", "od", "oh", "ow", "ok", "D", "H", "W", "OD", "OH", "OW",
+                  *(f"{c}: tl.constexpr" for c in ("WD", "WH", "WW"))]
+        lines = ["# The element of each output's window [start, end) that its max is: the first unless a later",
+                 "# one is larger, or NaN (torch's rule); numbered (jd * WH + jh) * WW + jw from the window's start.",
+                 *_ADAPTIVE_BOUNDS,
+                 "best = tl.full(ok.shape, float(\"-inf\"), tl.float32)",
+                 "sel = tl.full(ok.shape, -1, tl.int32)",
+                 "for jd in tl.range(WD):",
+                 "    for jh in tl.range(WH):",
+                 "        i_d, i_h = d0 + jd, h0 + jh",
+                 "        row_in = (i_d < d1) & (i_h < h1)",
+                 "        for jw in tl.range(WW):",
+                 "            i_w = w0 + jw",
+                 "            inside = ok & row_in[:, None] & (i_w < w1)[None, :]",
+                 "            v = tl.load(x_ptr + (plane * D * H * W + i_d * (H * W) + i_h * W)[:, None] + i_w[None, :],",
+                 "                        mask=inside, other=float(\"-inf\")).to(tl.float32)",
+                 "            take = inside & ((v > best) | (v != v) | (sel < 0))",
+                 "            best = tl.where(take, v, best)",
+                 "            sel = tl.where(take, (jd * WH + jh) * WW + jw, sel)",
+                 "return sel"]
+        return jit_source("_window_argmax", params, lines)
+
+    def _kernel(self) -> str:
+        params = ["x_ptr", "up_ptr", "out_ptr", "ROWS", "D", "H", "W", "OD", "OH", "OW",
+                  *(f"{c}: tl.constexpr" for c in ("KD", "KH", "KW", "WD", "WH", "WW", "BLOCK_R", "BLOCK_W"))]
+        if self.node.attr("kind") == "max":
+            share = ["            sel = _window_argmax(x_ptr, plane, od, oh, ow, ok, D, H, W, OD, OH, OW, WD=WD, WH=WH, "
+                     "WW=WW)",
+                     "            mine = ((i_d - d0) * WH + (ih - h0))[:, None] * WW + (iw - w0)[None, :]",
+                     "            acc += tl.where(ok & (sel == mine), u, 0.0)"]
+        else:
+            share = ["            rows_share = 1.0 / tl.maximum((d1 - d0) * (h1 - h0), 1).to(tl.float32)",
+                     "            share = rows_share[:, None] * (1.0 / tl.maximum(w1 - w0, 1).to(tl.float32))[None, :]",
+                     "            acc += tl.where(ok, u * share, 0.0)"]
+        lines = [
+            *_INPUT_ROWS,
+            "# the outputs whose windows hold each input: o from i * O // I to ((i + 1) * O - 1) // I, at most",
+            "# KD x KH x KW of them",
+            "od_lo, oh_lo, ow_lo = (i_d * OD) // D, (ih * OH) // H, (iw * OW) // W",
+            "od_hi, oh_hi, ow_hi = ((i_d + 1) * OD - 1) // D, ((ih + 1) * OH - 1) // H, ((iw + 1) * OW - 1) // W",
+            "for kd in tl.static_range(KD):",
+            "    for kh in tl.static_range(KH):",
+            "        od, oh = od_lo + kd, oh_lo + kh",
+            "        row_ok = r_ok & (od <= od_hi) & (oh <= oh_hi)",
+            "        for kw in tl.static_range(KW):",
+            "            ow = ow_lo + kw",
+            "            ok = row_ok[:, None] & (w_ok & (ow <= ow_hi))[None, :]",
+            "            u = tl.load(up_ptr + ((plane * OD + od) * OH + oh)[:, None] * OW + ow[None, :], mask=ok,",
+            "                        other=0.0).to(tl.float32)",
+            *(["            " + line for line in _ADAPTIVE_BOUNDS] if self.node.attr("kind") == "avg" else []),
+            *(["            d0, h0, w0 = (od * D) // OD, (oh * H) // OH, (ow * W) // OW"] if self.node.attr("kind") == "max" else []),
+            *share,
+            "tl.store(out_ptr + row[:, None] * W + iw[None, :], acc.to(out_ptr.dtype.element_ty),",
+            "         mask=r_ok[:, None] & w_ok[None, :])",
+        ]
+        return jit_source(f"{self.name}_kernel", params, lines)
+
+    def _launcher(self) -> str:
+        node, x, up = self.node, self.x.local, self.up.local
+        nd = node.attr("nd")
+        text = self._signature_and_prologue()
+        text += (f"    out = torch.empty_like({x}, dtype={self.out_dtype(up)})\n"
+                 "    if out.numel() == 0:\n        return out\n"
+                 f"    D, H, W = _as_3d({x}.shape[-{nd}:], 1)\n"
+                 f"    OD, OH, OW = _as_3d({up}.shape[-{nd}:], 1)\n"
+                 "    # the most outputs an input feeds, and the widest window, a dim\n"
+                 "    KD, KH, KW = (_adaptive_reach(i, o) for i, o in ((D, OD), (H, OH), (W, OW)))\n"
+                 "    WD, WH, WW = (_adaptive_window(i, o) for i, o in ((D, OD), (H, OH), (W, OW)))\n")
+        text += self._config_line("_pool_config(out.numel())")
+        text += _GRAD_TILES
+        args = [x, up, "out", "rows", "D", "H", "W", "OD", "OH", "OW", "KD=KD", "KH=KH", "KW=KW", "WD=WD", "WH=WH",
+                "WW=WW", "BLOCK_R=block_r", "BLOCK_W=block_w", 'num_warps=config["num_warps"]']
+        text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
+        return text + "    return out\n"
+
+
+def _adaptive_reach(size, out):
+    # The most outputs of an adaptive pooling of `size` to `out` whose windows hold one input:
+    # input i is in the windows of o from i * out // size to ((i + 1) * out - 1) // size.
+    return max(((i + 1) * out - 1) // size - i * out // size + 1 for i in range(size))
+
+
+# the gradient kernels' first lines: a program's inputs, BLOCK_W of a row across, BLOCK_R rows down
+_INPUT_ROWS = [
+    "# one program: BLOCK_W neighbouring inputs of each of BLOCK_R input rows (plane, d, h)",
+    "pid = tl.program_id(0).to(tl.int64)",
+    "n_wb = tl.cdiv(W, BLOCK_W)",
+    "row = (pid // n_wb) * BLOCK_R + tl.arange(0, BLOCK_R)",
+    "iw = (pid % n_wb) * BLOCK_W + tl.arange(0, BLOCK_W)",
+    "r_ok = row < ROWS",
+    "w_ok = iw < W",
+    "ih = row % H",
+    "i_d = (row // H) % D",
+    "plane = row // (H * D)",
+    "acc = tl.zeros([BLOCK_R, BLOCK_W], tl.float32)",
+]
+# an adaptive output (od, oh, ow)'s window, [d0, d1) x [h0, h1) x [w0, w1) of the input
+_ADAPTIVE_BOUNDS = [
+    "d0, h0, w0 = (od * D) // OD, (oh * H) // OH, (ow * W) // OW",
+    "d1, h1, w1 = ((od + 1) * D + OD - 1) // OD, ((oh + 1) * H + OH - 1) // OH, ((ow + 1) * W + OW - 1) // OW",
+]
+# the gradient launchers' tiles
+_GRAD_TILES = ("    # a tile of BLOCK inputs: a row's across, as many rows as fill it\n"
+               "    rows = out.numel() // W\n"
+               "    block_w = min(config[\"BLOCK\"], triton.next_power_of_2(W))\n"
+               "    block_r = max(1, min(config[\"BLOCK\"] // block_w, triton.next_power_of_2(rows)))\n"
+               "    grid = (_cdiv(W, block_w) * _cdiv(rows, block_r),)\n")
 _GEOMETRY = ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW")
 _COUNT_ARGS = "KD=KD, KH=KH, KW=KW, PD=PD, PH=PH, PW=PW, COUNT_PAD=COUNT_PAD"
 

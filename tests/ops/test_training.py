@@ -9,7 +9,8 @@ import torch
 from generated import load
 
 from bot import autodiff, ir, lower_torch, training
-from bot.spec import parse_expression, validate
+from bot.ops.node import IRError
+from bot.spec import SpecError, parse_expression, validate
 from runner import protocol
 
 CASES = [
@@ -65,6 +66,12 @@ CASES = [
     ("avg_pool2d(x, kernel_size=3, stride=1, padding=1)", {"x": [2, 3, 5, 7]}),
     ("avg_pool2d(x, kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)", {"x": [1, 2, 6, 7]}),
     ("avg_pool3d(x, kernel_size=2, divisor_override=3) * 2.0", {"x": [1, 2, 4, 4, 5]}),
+    # adaptive: windows that overlap (7 -> 3, 5 -> 4), grow an input into several outputs (3 -> 7), or
+    # take it all (global); max's ties at 0
+    ("adaptive_avg_pool2d(x, output_size=(3, 4))", {"x": [2, 3, 7, 5]}),
+    ("adaptive_max_pool2d(relu(x), output_size=(7, 2))", {"x": [2, 2, 3, 9]}),
+    ("adaptive_avg_pool1d(x, 1) * 3.0", {"x": [2, 3, 11]}),
+    ("adaptive_max_pool3d(x, output_size=(2, None, 3))", {"x": [1, 2, 5, 4, 7]}),
 ]
 
 
@@ -213,13 +220,14 @@ def test_a_strided_convolution_whose_cases_need_different_output_paddings_is_ref
 
 @pytest.mark.parametrize("expression, says", [
     ("cumprod(x, dim=-1)", "cumprod has no gradient rule"),
-    ("adaptive_avg_pool1d(x, 2)", "adaptive_pool has no gradient rule"),
+    ("adaptive_max_pool1d(x, 1)", "windows of at most 256"),
     # its upstream would be broadcast past the sum's shape: not summed back here yet
     ("sum(x, dim=-1, keepdim=True) * x", "sum over a dim inside an expression has no gradient rule"),
 ])
 def test_an_op_without_a_gradient_rule_is_refused_naming_it(expression, says):
-    spec = spec_of(expression, {"x": [4, 8], "m": [8], "v": [8]}, "float32")
-    with pytest.raises(autodiff.NoGradient, match=says):
+    spec = spec_of(expression, {"x": [4, 8] if "adaptive" not in expression else [2, 3, 300], "m": [8], "v": [8]},
+                   "float32")
+    with pytest.raises((autodiff.NoGradient, SpecError, IRError), match=says):
         training.kernel_source(spec, parse_expression(spec))
 
 
