@@ -22,6 +22,7 @@ import inspect
 from bot import ir
 from bot.codegen.code import body_text, doc_text
 from bot.codegen.names import allocate
+from bot.liger import counterpart
 from bot.lower_torch import torch_expression, torch_lines
 from bot.ops import conv, registry
 from bot.ops.node import plain_text
@@ -30,11 +31,13 @@ from bot.spec import parse_expression
 from runner import protocol
 
 def bench_plan(spec: dict) -> dict:
-    """bench_plan.json: every case and dtype, eager torch vs torch.compile vs the kernel."""
+    """bench_plan.json: every case and dtype, eager torch vs torch.compile vs the kernel, and vs
+    Liger-Kernel's function where Liger has the operator (bot.liger)."""
+    liger = counterpart(spec)
     return {"cases": "all", "dtypes": "all",
-            "versions": ["torch", "torch.compile", "kernel"],
+            "versions": ["torch", "torch.compile", *(["liger"] if liger else []), "kernel"],
             "timing": {"gpu_reps": 100, "cpu_runs": 5},
-            "compile_mode": "max-autotune-no-cudagraphs"}
+            "compile_mode": "max-autotune-no-cudagraphs", **({"liger": liger} if liger else {})}
 
 
 def reference_test_source(spec: dict) -> str:

@@ -37,6 +37,8 @@ from runner.untrusted import describe_error as describe
 from runner.workers import CallFailed, Called, Worker, WorkerDied
 
 SEEDS = (0, 1, 2)
+# the baselines the reference's worker times, and the function each calls there
+BASELINES = {"torch": "main", "torch.compile": "compiled", "liger": "liger"}
 INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
 BF16_SKIP = ("bfloat16 under the Triton CPU interpreter: it computes bfloat16 wrongly (NaN); "
              "a GPU runner checks it")
@@ -470,6 +472,17 @@ def select_variants(spec: dict, wanted) -> list[dict[str, str]]:
     return [v for v in variants if set(v.values()) & names]
 
 
+def ligers(ctx: Context, plan: dict) -> bool:
+    """Whether the plan's Liger-Kernel version is timed here: its kernels run on a GPU only."""
+    if not plan.get("liger"):
+        ctx.warn("the bench plan lists liger but names no Liger-Kernel function; not timed")
+        return False
+    if ctx.device != "cuda":
+        ctx.warn("Liger-Kernel skipped on the cpu backend (its kernels need a GPU)")
+        return False
+    return True
+
+
 def compiles(ctx: Context) -> bool:
     if not protocol.benchmarks_compile(ctx.device):
         ctx.warn("torch.compile skipped on the cpu backend (a runner with KERNELBOT_CPU_COMPILE=1 includes it)")
@@ -529,10 +542,10 @@ def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: di
     rows = []
     for label in plan.get("versions", ["torch", "torch.compile", "kernel"]):
         row = bench_row(case, dtype, label)
-        version = ctx.reference if label in ("torch", "torch.compile") else versions.get(label)
+        version = ctx.reference if label in BASELINES else versions.get(label)
         if not isinstance(version, Version):
             rows.append({**row, "ok": False, "error": str(version or f"the job carries no {label}")})
-        elif label != "torch.compile" or compiles(ctx):
+        elif (label != "torch.compile" or compiles(ctx)) and (label != "liger" or ligers(ctx, plan)):
             try:
                 rows.append(bench_version(ctx, plan, row, version, (args, expected, native), (fresh, *fresh_out),
                                           position))
@@ -552,6 +565,8 @@ def bench_version(ctx: Context, plan: dict, row: dict, version: Version, first: 
     if label == "torch.compile":                      # its autotuning can take minutes: say so
         progress("timing: torch.compile compiling for", *position, row["case"], row["dtype"])
         version.worker.ok({"op": "compile", "mode": plan.get("compile_mode", "max-autotune-no-cudagraphs")})
+    if label == "liger":                              # Liger-Kernel's function, as the plan names it
+        version.worker.ok({"op": "liger", "liger": plan["liger"], "inputs": [i["name"] for i in ctx.spec["inputs"]]})
     if label == "kernel" and ctx.configs:
         tuning = tune(ctx, version, *first, (row["case"], row["dtype"]), position, timing)
         ctx.result["tuning"].append(tuning)
@@ -567,7 +582,7 @@ def bench_version(ctx: Context, plan: dict, row: dict, version: Version, first: 
                 return {**row, "ok": False, "error": f"{verdict(problem)}, not timed: {problem}"}
         else:
             version.worker.refill(ids, fresh[0])
-        call = {"fn": "compiled" if label == "torch.compile" else "main", "args": ids, "config": config}
+        call = {"fn": BASELINES.get(label, "main"), "args": ids, "config": config}
         if ctx.spec.get("training"):        # forward and backward, every version alike
             upstream = version.worker.put([inputs.upstream_gradient(first[2], SEEDS[0])])
             call["upstream"] = upstream[0]
@@ -671,6 +686,7 @@ def report_row(rows: list[dict], on_cpu: bool) -> dict:
     interquartile range (*_q) and each speedup its interval (*_range) and whether it is a tie."""
     by = {r["version"]: r for r in rows}
     torch_row, compile_row, kernel = by.get("torch") or {}, by.get("torch.compile") or {}, by.get("kernel") or {}
+    liger = by.get("liger") or {}
     ranked = kernel.get("ok") and kernel.get("time_ms") and not kernel.get("implausible")
     kernel_ms = kernel.get("time_ms") if ranked else None
     notes = [protocol.CPU_TIMING_NOTE] if on_cpu else []
@@ -683,21 +699,23 @@ def report_row(rows: list[dict], on_cpu: bool) -> dict:
             "torch_ms": torch_row.get("time_ms"), "compile_ms": compile_row.get("time_ms"), "kernel_ms": kernel_ms,
             "speedup": _ratio(torch_row.get("time_ms"), kernel_ms),
             "speedup_vs_compile": _ratio(compile_row.get("time_ms"), kernel_ms),
+            "liger_ms": liger.get("time_ms"), "speedup_vs_liger": _ratio(liger.get("time_ms"), kernel_ms),
             "torch_call_ms": torch_row.get("ms"), "kernel_call_ms": kernel.get("ms") if ranked else None,
             "speedup_per_call": _ratio(torch_row.get("ms"), kernel.get("ms") if ranked else None),
             "gbps": kernel.get("gbps") if ranked else None,
             "pct_of_copy": kernel.get("pct_of_copy") if ranked else None, "config": kernel.get("config"),
             "tflops": kernel.get("tflops") if ranked else None, "torch_tflops": torch_row.get("tflops"),
             "note": "; ".join(notes),
-            **_spreads(torch_row, compile_row, kernel if ranked else {})}
+            **_spreads(torch_row, compile_row, liger, kernel if ranked else {})}
 
 
-def _spreads(torch_row: dict, compile_row: dict, kernel: dict) -> dict:
+def _spreads(torch_row: dict, compile_row: dict, liger: dict, kernel: dict) -> dict:
     """Each time's interquartile range, and each speedup's interval and tie (runner.spread)."""
     out = {"torch_q": torch_row.get("time_q"), "compile_q": compile_row.get("time_q"), "kernel_q": kernel.get("time_q"),
-           "torch_call_q": torch_row.get("ms_q"), "kernel_call_q": kernel.get("ms_q")}
+           "liger_q": liger.get("time_q"), "torch_call_q": torch_row.get("ms_q"), "kernel_call_q": kernel.get("ms_q")}
     for key, num, den in (("speedup", torch_row.get("time_q"), kernel.get("time_q")),
                           ("speedup_vs_compile", compile_row.get("time_q"), kernel.get("time_q")),
+                          ("speedup_vs_liger", liger.get("time_q"), kernel.get("time_q")),
                           ("speedup_per_call", torch_row.get("ms_q"), kernel.get("ms_q"))):
         interval = spread.ratio_range(num, den)
         out.update({f"{key}_range": interval, f"{key}_tie": spread.is_tie(interval)})

@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 import torch.utils.deterministic
 
-from runner import channel, timers
+from runner import channel, liger_ops, timers
 from runner.module_call import module_call
 
 
@@ -160,6 +160,14 @@ class Worker:
             self.fns["compiled"] = module_call(module, parameters, forward=compiled)
         else:
             self.fns["compiled"] = torch.compile(self.fns["main"], mode=msg["mode"], dynamic=False)
+        return {"ok": True}, []
+
+    def op_liger(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        # Liger-Kernel's function for the operator, a baseline the bench plan names (runner.liger_ops).
+        try:
+            self.fns["liger"] = liger_ops.build(msg["liger"], msg["inputs"])
+        except liger_ops.LigerUnavailable as e:
+            return {"ok": False, "error": str(e)}, []
         return {"ok": True}, []
 
     # --- tensors ------------------------------------------------------------------------------

@@ -373,6 +373,9 @@ def bench_verdict(res: dict) -> tuple[str, str]:
     vs_compile = [r["speedup_vs_compile"] for r in ranked if r["speedup_vs_compile"]]
     if vs_compile:
         text += f"; vs torch.compile {statistics.median(vs_compile):.3g}x median"
+    vs_liger = [r["speedup_vs_liger"] for r in ranked if r.get("speedup_vs_liger")]
+    if vs_liger:
+        text += f"; vs Liger-Kernel {statistics.median(vs_liger):.3g}x median"
     ties = sum(bool(r.get("speedup_tie")) for r in ranked)
     if ties:
         text += f"; {ties} of them a tie (the times' interquartile ranges overlap)"

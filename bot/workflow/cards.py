@@ -166,14 +166,18 @@ def correctness_table(r: dict) -> list[list[str]] | None:
 def bench_table(r: dict) -> list[list[str]]:
     """Times (medians, ± half their interquartile range) and speedups on each row's basis (GPU
     time on a GPU), with the per-call speedup (Python launch overhead included) beside them, a
-    speedup whose interval holds 1.0 marked a tie; a tuned kernel's best config."""
+    speedup whose interval holds 1.0 marked a tie; Liger-Kernel's where it was timed; a tuned
+    kernel's best config."""
     rows = r.get("report_rows", [])
     tuned = any(row.get("config") for row in rows)
-    table = [["case", "dtype", "torch ms", "compile ms", "kernel ms", "speedup", "vs compile", "per call",
-              "GB/s", "% copy"] + (["best config"] if tuned else [])]
+    liger = any(row.get("liger_ms") for row in rows)        # Liger-Kernel timed: its time and the ratio beside
+    versions = ["torch", "compile", *(["liger"] if liger else []), "kernel"]
+    ratios = ["speedup", "speedup_vs_compile", *(["speedup_vs_liger"] if liger else []), "speedup_per_call"]
+    table = [["case", "dtype", *(f"{v} ms" for v in versions), "speedup", "vs compile", *(["vs Liger"] if liger else []),
+              "per call", "GB/s", "% copy"] + (["best config"] if tuned else [])]
     for row in rows:
-        times = [_time(row.get(f"{v}_ms"), row.get(f"{v}_q")) for v in ("torch", "compile", "kernel")]
-        speedups = [_ratio(row.get(k), row.get(f"{k}_tie")) for k in ("speedup", "speedup_vs_compile", "speedup_per_call")]
+        times = [_time(row.get(f"{v}_ms"), row.get(f"{v}_q")) for v in versions]
+        speedups = [_ratio(row.get(k), row.get(f"{k}_tie")) for k in ratios]
         table.append([str(row.get("case")), str(row.get("dtype")), *times, *speedups,
                       _num(row.get("gbps"), 0), _pct(row.get("pct_of_copy"))]
                      + ([row.get("config") or "-"] if tuned else []))
