@@ -277,7 +277,8 @@ def test_corrections_accumulate_and_a_refused_or_empty_one_is_forgotten(tmp_path
         assert latest_rev(svc, sid, "spec") == 3
         assert spec()["inputs"][0]["dtypes"] == ["float16"] and spec()["inputs"][0]["shapes"] == [[32, 100]]
         correct("fp16")                                         # says what r3 already says
-        assert "changes nothing" in out.getvalue() and latest_rev(svc, sid, "spec") == 3
+        wait_for(lambda: "changes nothing" in out.getvalue())   # answered once the regeneration ends
+        assert latest_rev(svc, sid, "spec") == 3
         assert svc.store.load(sid).feedback["spec"] == ["make it fp16", "shape 32x100"]
     finally:
         svc.shutdown()
