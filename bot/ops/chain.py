@@ -20,7 +20,7 @@ import re
 import tokenize
 from dataclasses import dataclass
 
-from bot.ops import conv, matmul, registry, view
+from bot.ops import conv, fused, matmul, reduce, registry, view
 from bot.ops.entry import Entry
 from bot.ops.node import IRError, Node, inp, input_names, to_text
 from runner import protocol
@@ -38,6 +38,7 @@ MAX_NUMEL = 2**31 - 1
 WORDS: list = []
 ENTRIES: tuple[Entry, ...] = ()
 TEMP = "stage{}"            # a stage's output as the next stage's input
+_REDUCTIONS = reduce.OPS | fused.OPS
 
 
 @dataclass(frozen=True)
@@ -98,13 +99,15 @@ def plan(node: Node, check_single) -> list[Stage]:
         except IRError as refused:
             computed = [a for a in n.args if a.op not in ("input", "const")]
             heavy = [a for a in computed if is_anchor(a)]
-            # the fewest stages first: one heavy operand its own, then every heavy one, then every computed one
-            for cut in ([[a] for a in heavy] if len(heavy) > 1 else []) + [heavy, computed]:
+            inner = _inner_reduction(computed)
+            # the fewest stages first: the one reduction inside the computed operands (one stage, as
+            # cutting an operand whole, but what it writes is reduced), one heavy operand its own, then
+            # every heavy one, then every computed one
+            for cut in [[inner]] * bool(inner) + ([[a] for a in heavy] if len(heavy) > 1 else []) + [heavy, computed]:
                 if not cut:
                     continue
                 pending: dict[Node, str] = {}
-                trial = Node(n.op, tuple(inp(name_for(a, pending)) if a in cut else a for a in n.args), n.name,
-                             n.value, n.attrs)
+                trial = _cut(n, cut, lambda a: inp(name_for(a, pending)))
                 try:
                     check_single(trial)
                 except IRError:
@@ -115,6 +118,24 @@ def plan(node: Node, check_single) -> list[Stage]:
 
     last = walk(node)
     return [*stages, Stage("", last)]
+
+
+def _inner_reduction(computed: list[Node]) -> Node | None:
+    """The reduction the computed operands hold below their roots where they hold just one (a
+    subtree used twice counts once), else None: rmsnorm's weight gradient, sum(up * x * rsqrt(mean(x * x,
+    -1) + eps), dim=0), stages the per-row mean rather than the full-size product around it."""
+    found = {sub for a in computed for sub in a.walk() if sub is not a and sub.op in _REDUCTIONS}
+    outermost = [f for f in found if not any(f is not g and f in set(g.walk()) for g in found)]
+    return outermost[0] if len(outermost) == 1 and len(found) == len(set(outermost[0].walk()) & found) else None
+
+
+def _cut(n: Node, cut: list[Node], staged) -> Node:
+    """n with each subtree in cut (an operand, or one deeper) replaced by staged(subtree)."""
+    if n in cut:
+        return staged(n)
+    if n.op in ("input", "const"):
+        return n
+    return Node(n.op, tuple(_cut(a, cut, staged) for a in n.args), n.name, n.value, n.attrs)
 
 
 def stage_shapes(stages: list[Stage], shapes: dict[str, list[int]], output_shape) -> dict[str, list[int]]:

@@ -32,7 +32,17 @@ CASES = [
      lambda t: torch.sum(t["a"] @ t["b"] / 2, dim=1, keepdim=True) * 1.5),
     ("exp(conv2d(x, w) - max(conv2d(x, w), dim=1, keepdim=True)) / sum(exp(conv2d(x, w) - max(conv2d(x, w), dim=1, "
      "keepdim=True)), dim=1, keepdim=True)", {"x": X, "w": W}, 2, lambda t: torch.softmax(F.conv2d(t["x"], t["w"]), 1)),
+    # rmsnorm's weight gradient: the per-row mean is the stage, not the full-size product around it
+    ("sum(g * x * rsqrt(mean(x * x, dim=-1, keepdim=True) + 1e-06), dim=0)", {"g": [9, 33], "x": [9, 33]}, 2,
+     lambda t: torch.sum(t["g"] * t["x"] * torch.rsqrt((t["x"] * t["x"]).mean(-1, keepdim=True) + 1e-6), 0)),
 ]
+
+
+def test_a_reduction_inside_an_operand_is_staged_instead_of_the_operand():
+    node = ir.parse(CASES[-1][0])
+    first, last = ir.stages(node)
+    assert first.node.op == "mean" and ir.output_shape(first.node, CASES[-1][1]) == [9, 1]
+    assert last.node.op == "sum" and "mean" not in ir.to_text(last.node)
 
 
 def raw_spec(expression: str, shapes: dict, dtypes=("float32", "float16")) -> dict:
