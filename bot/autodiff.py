@@ -12,7 +12,7 @@ training-mode batch norm and layer norm over several dims (each as layer norm's 
 rows hold one statistic's elements), eval-mode batch norm (an affine map per channel), sum, mean, max, min (amax, amin),
 logsumexp, var and std over a dim or all,
 matmul (transposed operands, a pointwise epilogue), cross entropy (its logits'), cumsum (any
-direction, exclusive too), transposes and permutations, views that keep every element, cat and
+direction, exclusive too), cumprod (either direction, zeros as torch treats them), transposes and permutations, views that keep every element, cat and
 stack (each piece's slice of the upstream, where its place is the same in every case), max and
 average pooling, with a window or adaptive (the pool family's gradient kernels), convolutions and transposed
 ones (stride, padding, dilation, groups, bias; each gradient itself a convolution), and scaled
@@ -370,6 +370,25 @@ def _cumsum(node: Node, a: list[str], up: str):
     return [(node.args[0], f"cumsum({up}, dim={d}, exclusive={exclusive}, reverse={not reverse})")]
 
 
+def _cumprod(node: Node, a: list[str], up: str):
+    """y = cumprod(x): before the scan's first zero, dx_i = (the scan the other way of up * y)_i / x_i;
+    at the first zero, that sum over y' (the cumprod with that zero read as 1); past it, 0 (every
+    product there holds the zero): torch's cumprod_backward, written as scans."""
+    if node.attr("exclusive"):
+        raise NoGradient("an exclusive cumprod has no gradient rule here; the inclusive one (torch.cumprod) has")
+    x, d, rev = a[0], node.attr("dim"), node.attr("reverse")
+
+    def scan(op: str, t: str, back: bool = False) -> str:
+        return f"{op}({t}, dim={d}, reverse={rev != back})"
+    zeros = scan("cumsum", f"where(({x}) == 0.0, 1.0, 0.0)")                     # zeros so far along the scan
+    first = f"where(({x}) == 0.0, where({zeros} == 1.0, 1.0, 0.0), 0.0)"
+    product = scan("cumprod", x)
+    before = f"{scan('cumsum', f'({up}) * {product}', back=True)} / ({x})"
+    product_past = scan("cumprod", f"where({first} > 0.5, 1.0, {x})")
+    at_first = scan("cumsum", f"({up}) * {product_past}", back=True)
+    return [(node.args[0], f"where({zeros} == 0.0, {before}, where({first} > 0.5, {at_first}, 0.0))")]
+
+
 def _permute(node: Node, a: list[str], up: str):
     """A permutation's gradient is up permuted back (a swap undoes itself)."""
     swap = node.attr("swap")
@@ -427,6 +446,7 @@ _RULES = {
     "matmul": _matmul,
     "cross_entropy": _cross_entropy,
     "cumsum": _cumsum,
+    "cumprod": _cumprod,
     "pool": _pool,
     "adaptive_pool": _pool,
     "permute": _permute,

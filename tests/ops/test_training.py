@@ -32,6 +32,9 @@ CASES = [
     ("sum(x, dim=None)", {"x": [6, 9]}),
     ("mean(x, dim=None) * y", {"x": [6, 9], "y": [3]}),
     ("cumsum(x * y, dim=1) + cumsum(x, dim=0, exclusive=True, reverse=True)", {"x": [5, 9], "y": [5, 9]}),
+    # zeros (relu's): before a scan's first zero, at it, and past it
+    ("cumprod(relu(x) * 2.0, dim=0)", {"x": [7, 5]}),
+    ("cumprod(relu(x), dim=1, reverse=True)", {"x": [4, 9]}),
     ("transpose(relu(x), 0, 1) * y + permute(z, (2, 0, 1)).flatten(1)", {"x": [4, 6], "y": [6, 4], "z": [2, 2, 6]}),
     ("sigmoid(x.unflatten(1, (3, 4))) * w", {"x": [2, 12], "w": [2, 3, 4]}),
     ("max(x * y, dim=-1)", {"x": [5, 33], "y": [5, 33]}),             # to the largest, as torch.amax
@@ -219,7 +222,7 @@ def test_a_strided_convolution_whose_cases_need_different_output_paddings_is_ref
 
 
 @pytest.mark.parametrize("expression, says", [
-    ("cumprod(x, dim=-1)", "cumprod has no gradient rule"),
+    ("cumprod(x, dim=-1, exclusive=True)", "exclusive cumprod has no gradient rule"),
     ("adaptive_max_pool1d(x, 1)", "windows of at most 256"),
     # its upstream would be broadcast past the sum's shape: not summed back here yet
     ("sum(x, dim=-1, keepdim=True) * x", "sum over a dim inside an expression has no gradient rule"),
