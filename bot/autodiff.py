@@ -135,17 +135,17 @@ def _norm(node: Node, a: list[str], up: str):
 
 
 def _channel_norm(node: Node, a: list[str], up: str):
-    """group_norm, instance_norm, training-mode batch_norm and layer norm over trailing dims: x flat
-    ([N, C, S]; layer norm [rows, the normalized elements]) viewed as rows of one statistic each
+    """group_norm, instance_norm, batch_norm and layer norm over trailing dims: x flat ([N, C, S], S = 1
+    for [N, C]; layer norm [rows, the normalized elements]) viewed as rows of one statistic each
     ([N, G, C/G * S] group norm, [N, C, S] instance norm, [C, N * S] batch norm), _normalized over
     them and viewed back. The weight scales the upstream per channel (layer norm's per element);
     the weight's and bias's gradients are summed over the rest here (layer norm's later)."""
     x, op = a[0], node.op
-    start = f"-{node.attr('dims')}" if op == "layer_norm_nd" else "2"
-    flat, up_flat = f"flatten({x}, {start})", f"flatten({up}, {start})"
+    flat, up_flat = (f"flatten({t}, -{node.attr('dims')})" if op == "layer_norm_nd" else _channels_flat(t)
+                     for t in (x, up))
     tensors = {role: (n, to_text(n)) for role, n in channel_norm.roles(node).items()}
     if op == "batch_norm" and not node.attr("training"):
-        return _eval_batch_norm(node, x, up_flat, tensors)
+        return _eval_batch_norm(node, flat, up_flat, tensors)
     rows, back = _statistic_rows(node, flat)
     per_channel = op != "layer_norm_nd"
     g = up_flat
@@ -162,7 +162,12 @@ def _channel_norm(node: Node, a: list[str], up: str):
     return out
 
 
-def _eval_batch_norm(node: Node, x: str, up_flat: str, tensors: dict[str, tuple[Node, str]]):
+def _channels_flat(t: str) -> str:
+    """t [N, C, ...] as [N, C, S]: its dims past the channels flattened (S = 1 for [N, C])."""
+    return f"flatten(unsqueeze({t}, -1), 2)"
+
+
+def _eval_batch_norm(node: Node, flat: str, up_flat: str, tensors: dict[str, tuple[Node, str]]):
     """Batch norm by running statistics, y = (x - m) * r * w + b with r = rsqrt(v + eps) per channel:
     an affine map of x, so dx = up * r * w. The other gradients are per-channel products of the
     sums s0 = sum(up) and s1 = sum(up * (x - m)) = sum(up * x) - m * s0 (no per-channel tensor
@@ -171,8 +176,8 @@ def _eval_batch_norm(node: Node, x: str, up_flat: str, tensors: dict[str, tuple[
     r = f"rsqrt({t['running_var']} + {node.attr('eps')!r})"
     scale = f"{r} * {t['weight']}" if "weight" in tensors else r
     s0 = _per_channel(up_flat)
-    s1 = f"({_per_channel(f'({up_flat}) * flatten({x}, 2)')} - {t['running_mean']} * {s0})"
-    out = [(node.args[0], f"reshape_as(({up_flat}) * unsqueeze({scale}, -1), {x})"),
+    s1 = f"({_per_channel(f'({up_flat}) * {flat}')} - {t['running_mean']} * {s0})"
+    out = [(node.args[0], f"reshape_as(({up_flat}) * unsqueeze({scale}, -1), {to_text(node.args[0])})"),
            (tensors["running_mean"][0], f"-{s0} * {scale}"),
            (tensors["running_var"][0], f"-0.5 * {s1} * {scale} / ({t['running_var']} + {node.attr('eps')!r})")]
     if "weight" in tensors:

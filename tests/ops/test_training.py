@@ -49,6 +49,9 @@ CASES = [
     # running statistics (var drawn positive): every tensor's gradient, the running ones' too
     ("batch_norm(x, m, var, w, b, training=False, eps=1e-05)", {"x": [3, 4, 5, 6], "m": [4], "var": [4], "w": [4], "b": [4]}),
     ("batch_norm(relu(x), m, var, training=False, eps=0.001)", {"x": [3, 4, 7], "m": [4], "var": [4]}),
+    # BatchNorm1d over features: x [N, C], both modes
+    ("batch_norm(x, m, var, w, b, training=False, eps=1e-05)", {"x": [6, 4], "m": [4], "var": [4], "w": [4], "b": [4]}),
+    ("batch_norm(x, None, None, w, b, training=True, eps=1e-05)", {"x": [6, 4], "w": [4], "b": [4]}),
     ("layer_norm_nd(x, w, b, dims=2, eps=1e-05)", {"x": [3, 4, 5, 6], "w": [5, 6], "b": [5, 6]}),
     ("conv2d(x, w, b, padding=1)", {"x": [2, 3, 6, 7], "w": [4, 3, 3, 3], "b": [4]}),
     ("relu(conv2d(x, w))", {"x": [2, 3, 5, 6], "w": [5, 3, 1, 1]}),               # 1x1, an epilogue
