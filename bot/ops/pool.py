@@ -413,9 +413,7 @@ class _PoolKernel(KernelFile):
             "p1 = plane % P1",
             "if ADAPTIVE:",
             "    # output o covers [o * size // out, ceil((o + 1) * size / out)) of each dim",
-            "    d0, d1 = (od * D) // OD, ((od + 1) * D + OD - 1) // OD",
-            "    h0, h1 = (oh * H) // OH, ((oh + 1) * H + OH - 1) // OH",
-            "    w0, w1 = (ow * W) // OW, ((ow + 1) * W + OW - 1) // OW",
+            *("    " + line for line in _ADAPTIVE_BOUNDS),
             "else:",
             "    d0, h0, w0 = od * SD - PD, oh * SH - PH, ow * SW - PW",
             "taps = tl.arange(0, BLOCK_K)",
@@ -554,8 +552,7 @@ class _PoolGradKernel(KernelFile):
         loop = self._loop()
         lines = ["# The tap each output (od, oh, ow) takes its max from: the first in-bounds one unless a later",
                  "# value is larger, or NaN (torch's rule); taps numbered (jd * KH + jh) * KW + jw.",
-                 "best = tl.full(ok.shape, float(\"-inf\"), tl.float32)",
-                 "sel = tl.full(ok.shape, -1, tl.int32)",
+                 *_ARGMAX_START,
                  f"for jd in {loop}(KD):",
                  f"    for jh in {loop}(KH):",
                  "        i_d, i_h = od * SD - PD + jd * DD, oh * SH - PH + jh * DH",
@@ -563,12 +560,7 @@ class _PoolGradKernel(KernelFile):
                  f"        for jw in {loop}(KW):",
                  "            i_w = ow * SW - PW + jw * DW",
                  "            inside = ok & row_in[:, None] & ((i_w >= 0) & (i_w < W))[None, :]",
-                 "            v = tl.load(x_ptr + (plane * D * H * W + i_d * (H * W) + i_h * W)[:, None] + i_w[None, :],",
-                 "                        mask=inside, other=float(\"-inf\")).to(tl.float32)",
-                 "            take = inside & ((v > best) | (v != v) | (sel < 0))",
-                 "            best = tl.where(take, v, best)",
-                 "            sel = tl.where(take, (jd * KH + jh) * KW + jw, sel)",
-                 "return sel"]
+                 *_argmax_tail("(jd * KH + jh) * KW + jw")]
         return jit_source("_window_argmax", params, lines)
 
     def _kernel(self) -> str:
@@ -638,8 +630,8 @@ class _AdaptiveGradKernel(_PoolGradKernel):
                    "largest value; a NaN wins, the last one, as torch picks).")
 
     def source(self) -> str:
-        helpers = [self._window_argmax()] if self.node.attr("kind") == "max" else []
-        return self._file([*helpers, self._kernel()], [_pool_config, _as_3d, _adaptive_reach, _adaptive_window],
+        helper = self._window_argmax() if self.node.attr("kind") == "max" else _reciprocal_area()
+        return self._file([helper, self._kernel()], [_pool_config, _as_3d, _adaptive_reach, _adaptive_window],
                           self._launcher())
 
     def _window_argmax(self) -> str:
@@ -648,8 +640,7 @@ class _AdaptiveGradKernel(_PoolGradKernel):
         lines = ["# The element of each output's window [start, end) that its max is: the first unless a later",
                  "# one is larger, or NaN (torch's rule); numbered (jd * WH + jh) * WW + jw from the window's start.",
                  *_ADAPTIVE_BOUNDS,
-                 "best = tl.full(ok.shape, float(\"-inf\"), tl.float32)",
-                 "sel = tl.full(ok.shape, -1, tl.int32)",
+                 *_ARGMAX_START,
                  "for jd in tl.range(WD):",
                  "    for jh in tl.range(WH):",
                  "        i_d, i_h = d0 + jd, h0 + jh",
@@ -657,12 +648,7 @@ class _AdaptiveGradKernel(_PoolGradKernel):
                  "        for jw in tl.range(WW):",
                  "            i_w = w0 + jw",
                  "            inside = ok & row_in[:, None] & (i_w < w1)[None, :]",
-                 "            v = tl.load(x_ptr + (plane * D * H * W + i_d * (H * W) + i_h * W)[:, None] + i_w[None, :],",
-                 "                        mask=inside, other=float(\"-inf\")).to(tl.float32)",
-                 "            take = inside & ((v > best) | (v != v) | (sel < 0))",
-                 "            best = tl.where(take, v, best)",
-                 "            sel = tl.where(take, (jd * WH + jh) * WW + jw, sel)",
-                 "return sel"]
+                 *_argmax_tail("(jd * WH + jh) * WW + jw")]
         return jit_source("_window_argmax", params, lines)
 
     def _kernel(self) -> str:
@@ -674,9 +660,7 @@ class _AdaptiveGradKernel(_PoolGradKernel):
                      "            mine = ((i_d - d0) * WH + (ih - h0))[:, None] * WW + (iw - w0)[None, :]",
                      "            acc += tl.where(ok & (sel == mine), u, 0.0)"]
         else:
-            share = ["            rows_share = 1.0 / tl.maximum((d1 - d0) * (h1 - h0), 1).to(tl.float32)",
-                     "            share = rows_share[:, None] * (1.0 / tl.maximum(w1 - w0, 1).to(tl.float32))[None, :]",
-                     "            acc += tl.where(ok, u * share, 0.0)"]
+            share = ["            acc += tl.where(ok, u * _reciprocal_area(d0, h0, w0, d1, h1, w1), 0.0)"]
         lines = [
             *_INPUT_ROWS,
             "# the outputs whose windows hold each input: o from i * O // I to ((i + 1) * O - 1) // I, at most",
@@ -692,8 +676,7 @@ class _AdaptiveGradKernel(_PoolGradKernel):
             "            ok = row_ok[:, None] & (w_ok & (ow <= ow_hi))[None, :]",
             "            u = tl.load(up_ptr + ((plane * OD + od) * OH + oh)[:, None] * OW + ow[None, :], mask=ok,",
             "                        other=0.0).to(tl.float32)",
-            *(["            " + line for line in _ADAPTIVE_BOUNDS] if self.node.attr("kind") == "avg" else []),
-            *(["            d0, h0, w0 = (od * D) // OD, (oh * H) // OH, (ow * W) // OW"] if self.node.attr("kind") == "max" else []),
+            *("            " + line for line in _ADAPTIVE_BOUNDS),
             *share,
             "tl.store(out_ptr + row[:, None] * W + iw[None, :], acc.to(out_ptr.dtype.element_ty),",
             "         mask=r_ok[:, None] & w_ok[None, :])",
@@ -755,19 +738,41 @@ _COUNT_ARGS = "KD=KD, KH=KH, KW=KW, PD=PD, PH=PH, PW=PW, COUNT_PAD=COUNT_PAD"
 
 
 def _window_share() -> str:
-    """The jit helper both kernels scale an average by, as torch divides it: one over each window
+    """The jit helpers both kernels scale an average by, as torch divides it: one over each window
     (starting at rows' d0, h0 and columns' w0) clipped to the padded input (count_include_pad), or to
-    the input; an outer product of the rows' and the columns' reciprocals (no division an element; at
-    least 1 each where an output is masked off)."""
+    the input (_reciprocal_area's)."""
     params = ["d0", "h0", "w0", "D", "H", "W", *(f"{c}: tl.constexpr" for c in
                                                     ("KD", "KH", "KW", "PD", "PH", "PW", "COUNT_PAD"))]
-    return jit_source("_window_share", params, [
+    return _reciprocal_area() + "\n\n" + jit_source("_window_share", params, [
         "d1, h1, w1 = tl.minimum(d0 + KD, D + PD), tl.minimum(h0 + KH, H + PH), tl.minimum(w0 + KW, W + PW)",
         "if not COUNT_PAD:",
         "    d0, h0, w0 = tl.maximum(d0, 0), tl.maximum(h0, 0), tl.maximum(w0, 0)",
         "    d1, h1, w1 = tl.minimum(d1, D), tl.minimum(h1, H), tl.minimum(w1, W)",
+        "return _reciprocal_area(d0, h0, w0, d1, h1, w1)"])
+
+
+def _reciprocal_area() -> str:
+    """One over the windows [d0, d1) x [h0, h1) (rows) by [w0, w1) (columns): an outer product of the
+    rows' and the columns' reciprocals (no division an element; at least 1 each where an output is
+    masked off)."""
+    return jit_source("_reciprocal_area", ["d0", "h0", "w0", "d1", "h1", "w1"], [
         "rows = 1.0 / tl.maximum((d1 - d0) * (h1 - h0), 1).to(tl.float32)",
         "return rows[:, None] * (1.0 / tl.maximum(w1 - w0, 1).to(tl.float32))[None, :]"])
+
+
+def _argmax_tail(tap: str) -> list[str]:
+    """The max-gradient helpers' innermost lines and their return: load x at the window element
+    (i_d, i_h, i_w) where inside, and keep it as the window's pick (numbered `tap`) unless an earlier
+    one is at least as large and not NaN (torch's first-max rule; a NaN wins, the last one)."""
+    return ["            v = tl.load(x_ptr + (plane * D * H * W + i_d * (H * W) + i_h * W)[:, None] + i_w[None, :],",
+            "                        mask=inside, other=float(\"-inf\")).to(tl.float32)",
+            "            take = inside & ((v > best) | (v != v) | (sel < 0))",
+            "            best = tl.where(take, v, best)",
+            f"            sel = tl.where(take, {tap}, sel)",
+            "return sel"]
+
+
+_ARGMAX_START = ["best = tl.full(ok.shape, float(\"-inf\"), tl.float32)", "sel = tl.full(ok.shape, -1, tl.int32)"]
 
 
 # images as a CNN pools them (batch, channels, height, width), and an odd size
