@@ -9,8 +9,8 @@ forward on fresh leaves, then torch.autograd.grad of every float input from one 
 range in microseconds (a step is several launches, so per-call overheads count, as in training);
 peak memory: torch.cuda.max_memory_allocated over one step, less what was allocated before it.
 Gradients are checked against eager's before timing (2e-2 relative to each gradient's largest).
-Liger runs with its defaults except RMSNorm's in_place=False (it would overwrite the upstream that
-every timed step reuses).
+Liger is built as the benchmark's Liger version builds it (runner.liger_ops: RMSNorm with
+in_place=False, since it would overwrite the upstream that every timed step reuses).
 """
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 from generated import load  # noqa: E402
 
 from bot import ir, lower_torch, training  # noqa: E402
+from bot.liger import counterpart  # noqa: E402
 from bot.spec import parse_expression, validate  # noqa: E402
+from runner import liger_ops  # noqa: E402
 
 # name -> (expression, input shapes); class indices are drawn for t
 CASES = {
@@ -41,24 +43,14 @@ CASES = {
 }
 
 
-def liger(name: str):
-    """Liger-Kernel's function for the case, or None where Liger lacks the op or is not installed."""
+def liger(spec: dict):
+    """Liger-Kernel's function for the spec, as the benchmark builds it (bot.liger names it,
+    runner.liger_ops builds it), or None where Liger lacks the op or is not installed."""
+    entry = counterpart(spec)
     try:
-        if name == "rmsnorm":
-            from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-            return lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False)
-        if name == "layernorm":
-            from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-            return lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
-        if name == "swiglu":
-            from liger_kernel.ops.swiglu import LigerSiLUMulFunction
-            return LigerSiLUMulFunction.apply
-        if name == "cross_entropy":
-            from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
-            return lambda x, t: LigerCrossEntropyFunction.apply(x, t, None)[0]
-    except ImportError:
+        return entry and liger_ops.build(entry, [i["name"] for i in spec["inputs"]])
+    except liger_ops.LigerUnavailable:
         return None
-    return None
 
 
 def make_inputs(expression: str, shapes: dict, dtype: torch.dtype) -> list[torch.Tensor]:
@@ -123,8 +115,8 @@ def case_rows(name: str, dtype: str, folder: Path) -> list[dict]:
     kernel = getattr(load(folder, "kernel.py", training.kernel_source(spec, node)), name)
     eager = getattr(load(folder, "reference.py", lower_torch.reference_source(spec, node)), name)
     versions = {"kernel": kernel, "eager": eager, "compile": torch.compile(eager, dynamic=False)}
-    if liger(name):
-        versions["liger"] = liger(name)
+    if baseline := liger(spec):
+        versions["liger"] = baseline
     args = make_inputs(expression, shapes, tdtype)
     want = step(eager, args)()
     rows = []
