@@ -9,15 +9,15 @@ sign(x) with 0 at 0, maximum and minimum split an equal pair's gradient in halve
 where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layernorm and rmsnorm
 over the last dim (with weight and bias, of a pointwise body), group norm, instance norm,
 training-mode batch norm and layer norm over several dims (each as layer norm's over a view whose
-rows hold one statistic's elements), eval-mode batch norm (an affine map per channel), sum, mean, max, min (amax, amin),
-logsumexp, var and std over a dim or all,
-matmul (transposed operands, a pointwise epilogue), cross entropy (its logits'), cumsum (any
-direction, exclusive too), cumprod (either direction, zeros as torch treats them), transposes and permutations, views that keep every element, cat and
-stack (each piece's slice of the upstream, where its place is the same in every case), max and
-average pooling, with a window or adaptive (the pool family's gradient kernels), convolutions and transposed
-ones (stride, padding, dilation, groups, bias; each gradient itself a convolution), and scaled
-dot-product attention (the attention family's gradient kernels) have rules; any other op is
-refused, naming it.
+rows hold one statistic's elements), eval-mode batch norm (an affine map per channel), sum, mean,
+max, min (amax, amin), logsumexp, var and std over a dim or all, matmul (transposed operands, a
+pointwise epilogue), cross entropy (its logits'), cumsum (any direction, exclusive too), cumprod
+(either direction, zeros as torch treats them), transposes and permutations, views that keep every
+element, cat and stack (each piece's slice of the upstream, where its place is the same in every
+case), max and average pooling, with a window or adaptive (the pool family's gradient kernels),
+convolutions and transposed ones (stride, padding, dilation, groups, bias; each gradient itself a
+convolution), and scaled dot-product attention (the attention family's gradient kernels) have
+rules; any other op is refused, naming it.
 """
 from __future__ import annotations
 
