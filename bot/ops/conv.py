@@ -381,10 +381,10 @@ class _ConvKernel(KernelFile):
     def _kernel(self) -> str:
         e_ptrs = [f"{e.local}_ptr" for e in self.epilogue_inputs]
         e_strides = [f"{e.local}_s{d}" for e in self.epilogue_inputs for d in "ncdhw"]
-        params = ["x_ptr", "w_ptr", "b_ptr", *e_ptrs, "out_ptr", "N", "C_in", "D", "H", "W", "C_out", "OD", "OH", "OW",
+        params = ["x_ptr", "w_ptr", "b_ptr", *e_ptrs, "out_ptr", "N", "C_in", "D", "H", "W", "C_out", "OD", "OH", "OW", "P", "P_IN",
                   *e_strides]
         constexprs = ["CIN_G", "COUT_G", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW",
-                      "TRANSPOSED", "HAS_BIAS", "DOT", "TAP_OUTER", "INPUT_PRECISION", "BLOCK_M", "BLOCK_N", "BLOCK_K"]
+                      "TRANSPOSED", "HAS_BIAS", "DOT", "TAP_OUTER", "PER_IMAGE", "POINTWISE", "INPUT_PRECISION", "BLOCK_M", "BLOCK_N", "BLOCK_K"]
         params += [f"{c}: tl.constexpr" for c in constexprs]
         lines = [
             "# Program (pid_m, pid_n, pid_g): BLOCK_M output positions x BLOCK_N of a group's output channels.",
@@ -402,18 +402,28 @@ class _ConvKernel(KernelFile):
             "QD = tl.cdiv(OD - rd, SD) if TRANSPOSED else OD",
             "QH = tl.cdiv(OH - rh, SH) if TRANSPOSED else OH",
             "QW = tl.cdiv(OW - rw, SW) if TRANSPOSED else OW",
-            "rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
             "cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-            "row_ok = rows < N * QD * QH * QW",
-            "# (a phase with no outputs has an empty grid: its divisors stay 1)",
-            "QD = tl.maximum(QD, 1)",
-            "QH = tl.maximum(QH, 1)",
-            "QW = tl.maximum(QW, 1)",
             "col_ok = cols < COUT_G",
-            "ow = rw + (rows % QW) * (SW if TRANSPOSED else 1)",
-            "oh = rh + ((rows // QW) % QH) * (SH if TRANSPOSED else 1)",
-            "od = rd + ((rows // (QW * QH)) % QD) * (SD if TRANSPOSED else 1)",
-            "n = rows // (QD * QH * QW)",
+            "if PER_IMAGE:",
+            "    # A tile of one sample's positions (P of them, not transposed): they lie contiguous in x",
+            "    # and out, which lets the compiler vectorize the stores (and a 1x1 convolution's loads).",
+            "    tiles = tl.cdiv(P, BLOCK_M)",
+            "    pos = (pid_m % tiles) * BLOCK_M + tl.arange(0, BLOCK_M)",
+            "    row_ok = pos < P",
+            "    n = tl.zeros((BLOCK_M,), dtype=tl.int32) + pid_m // tiles",
+            "else:",
+            "    # Positions of all samples flattened, so that small images still fill a tile.",
+            "    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+            "    row_ok = rows < N * QD * QH * QW",
+            "    # (a phase with no outputs has an empty grid: its divisors stay 1)",
+            "    QD = tl.maximum(QD, 1)",
+            "    QH = tl.maximum(QH, 1)",
+            "    QW = tl.maximum(QW, 1)",
+            "    n = rows // (QD * QH * QW)",
+            "    pos = rows % (QD * QH * QW)",
+            "ow = rw + (pos % QW) * (SW if TRANSPOSED else 1)",
+            "oh = rh + ((pos // QW) % QH) * (SH if TRANSPOSED else 1)",
+            "od = rd + (pos // (QW * QH)) * (SD if TRANSPOSED else 1)",
             "# Output channels of this group, and the first input channel it reads.",
             "co = group * COUT_G + cols",
             "ci0 = group * CIN_G",
@@ -437,12 +447,16 @@ class _ConvKernel(KernelFile):
             "            lands = ((rd + PD - kd * DD) % SD == 0) & ((rh + PH - kh * DH) % SH == 0) & "
             "((rw + PW - kw * DW) % SW == 0)",
             "        if lands:",
-            "            row_offs, valid = _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD, SH, SW,",
-            "                                        PD, PH, PW, DD, DH, DW, TRANSPOSED)",
+            "            if POINTWISE:    # a 1x1 convolution, stride 1, no padding: x's positions are the output's",
+            "                row_offs = (n.to(tl.int64) * C_in + ci0) * P_IN + pos",
+            "                valid = row_ok",
+            "            else:",
+            "                row_offs, valid = _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD, SH,",
+            "                                            SW, PD, PH, PW, DD, DH, DW, TRANSPOSED)",
             "            for c0 in range(0, CIN_G, BLOCK_K):",
             "                cs = c0 + tl.arange(0, BLOCK_K)",
             "                c_ok = cs < CIN_G",
-            "                a = tl.load(x_ptr + row_offs[:, None] + (cs * (D * H * W))[None, :],",
+            "                a = tl.load(x_ptr + row_offs[:, None] + (cs * P_IN)[None, :],",
             "                            mask=valid[:, None] & c_ok[None, :], other=0.0)",
             "                if TRANSPOSED:",
             "                    w_rows = (ci0 + cs) * (COUT_G * TAPS) + tap",
@@ -480,8 +494,8 @@ class _ConvKernel(KernelFile):
             lines.append(f"acc = {self.body_call()}")
         lines += [
             "# NC[D]HW output: position (od, oh, ow) of sample n, channel co.",
-            "P = OD * OH * OW",
-            "out_offs = (n.to(tl.int64) * C_out * P + (od * OH + oh) * OW + ow)[:, None] + co.to(tl.int64)[None, :] * P",
+            "out_pos = pos if PER_IMAGE else (od * OH + oh) * OW + ow",
+            "out_offs = (n.to(tl.int64) * C_out * P + out_pos)[:, None] + co.to(tl.int64)[None, :] * P",
             "tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=mask)",
         ]
         return "\n\n".join([*fixed.sources(GATHER, {"_gather", "_tap_rows"}),
@@ -531,13 +545,18 @@ class _ConvKernel(KernelFile):
             text += (f"    # {e.local} broadcast over the output: its strides over [N, C, D, H, W], 0 where it broadcasts.\n"
                      f"    {e.local}_strides = _expanded_strides({e.local}.shape, shape)\n"
                      f"    {e.local}_strides = [*{e.local}_strides[:2], *_as_3d({e.local}_strides[2:], 0)]\n")
-        text += "    grid = (_cdiv(positions, BLOCK_M), _cdiv(c_out_g, BLOCK_N), groups * phases)\n"
+        text += ("    # A sample's positions get tiles of their own where that wastes little of the last tile: the\n"
+                 "    # kernel then knows they lie contiguous (the stores vectorize).\n"
+                 f"    per_image = {not g['transposed']} and _cdiv(OD * OH * OW, BLOCK_M) * BLOCK_M * 8 <= OD * OH * OW * 9\n"
+                 "    tiles = shape[0] * _cdiv(OD * OH * OW, BLOCK_M) if per_image else _cdiv(positions, BLOCK_M)\n"
+                 f"    pointwise = {not g['transposed']} and taps == 1 and (SD, SH, SW, PD, PH, PW) == (1, 1, 1, 0, 0, 0)\n"
+                 "    grid = (tiles, _cdiv(c_out_g, BLOCK_N), groups * phases)\n")
         args = [x, w, b if b != "None" else x] + [e.local for e in self.epilogue_inputs]
-        args += ["out", "shape[0]", f"{x}.shape[1]", "D", "H", "W", "shape[1]", "OD", "OH", "OW"]
+        args += ["out", "shape[0]", f"{x}.shape[1]", "D", "H", "W", "shape[1]", "OD", "OH", "OW", "OD * OH * OW", "D * H * W"]
         args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
         args += ["CIN_G=c_in_g", "COUT_G=c_out_g", "KD=KD", "KH=KH", "KW=KW", "SD=SD", "SH=SH", "SW=SW", "PD=PD",
                  "PH=PH", "PW=PW", "DD=DD", "DH=DH", "DW=DW", f"TRANSPOSED={g['transposed']}",
-                 f"HAS_BIAS={self.bias is not None}", "DOT=dot", "TAP_OUTER=tap_outer", "INPUT_PRECISION=precision", "BLOCK_M=BLOCK_M",
+                 f"HAS_BIAS={self.bias is not None}", "DOT=dot", "TAP_OUTER=tap_outer", "PER_IMAGE=per_image", "POINTWISE=pointwise", "INPUT_PRECISION=precision", "BLOCK_M=BLOCK_M",
                  "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", 'num_warps=config["num_warps"]', "num_stages=num_stages"]
         text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + "    return out\n"

@@ -41,10 +41,14 @@ GEOMETRIES = [
     ("conv_transpose2d(x, w, b, stride=(2, 3), padding=1, output_padding=(1, 0))", [2, 24, 5, 4], [24, 16, 3, 3], [16]),
     ("conv_transpose3d(x, w, stride=2, groups=2)", [1, 32, 2, 2, 2], [32, 8, 1, 2, 2], None),
     ("conv_transpose1d(x, w, stride=3)", [2, 16, 1], [16, 16, 1], None),      # phases 1 and 2 have no outputs
+    # a sample's positions fill whole tiles: tiles of one sample each (a 1x1's loads by position too)
+    ("conv2d(x, w, b)", [2, 16, 8, 8], [32, 16, 1, 1], [32]),
+    ("conv2d(x, w, padding=1)", [2, 16, 8, 16], [16, 16, 3, 3], None),
 ]
 DOT_CASE = GEOMETRIES[2]            # 3 input channels, 15 taps: tl.dot over (channel, tap)
 FMA_CASE = GEOMETRIES[3]            # depthwise: tap by tap
 TAP_CASE = GEOMETRIES[13]           # transposed, 24 input channels, phases: tl.dot tap by tap
+SAMPLE_CASE = GEOMETRIES[16]        # 1x1: tiles of one sample's positions, or flattened with wide tiles
 
 
 def raw_spec(expression: str, shapes: dict[str, list[int]], dtypes=("float32", "float16")) -> dict:
@@ -97,7 +101,8 @@ def test_every_geometry_matches_torch(tmp_path, expression, x, w, b):
     check(tmp_path, expression, shapes_of(x, w, b), dtypes=("float32", "float16") if half else ("float32",))
 
 
-@pytest.mark.parametrize("case", [DOT_CASE, FMA_CASE, TAP_CASE], ids=["dot", "multiply-add", "tap by tap"])
+@pytest.mark.parametrize("case", [DOT_CASE, FMA_CASE, TAP_CASE, SAMPLE_CASE],
+                         ids=["dot", "multiply-add", "tap by tap", "per sample"])
 def test_every_config_is_right(tmp_path, case):
     expression, x, w, b = case
     check(tmp_path, expression, shapes_of(x, w, b), configs=tuple(conv.CONFIGS), dtypes=("float32",))
