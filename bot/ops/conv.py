@@ -55,7 +55,7 @@ GATHER = Path(__file__).with_name("conv_gather.py")
 # channels or taps a group: depthwise) takes BLOCK_M positions of up to 16 channels.
 CONFIGS = [
     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": s}
-    for bm, bn, bk, w, s in [(128, 128, 32, 8, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3), (128, 128, 64, 8, 2),
+    for bm, bn, bk, w, s in [(128, 256, 32, 8, 3), (128, 128, 32, 8, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3), (128, 128, 64, 8, 2),
                              (64, 64, 64, 4, 3), (64, 64, 32, 4, 4), (256, 64, 32, 8, 3), (32, 32, 32, 2, 3),
                              (512, 16, 16, 4, 1), (1024, 16, 16, 8, 1)]
 ]
@@ -390,8 +390,11 @@ class _ConvKernel(KernelFile):
             "# Program (pid_m, pid_n, pid_g): BLOCK_M output positions x BLOCK_N of a group's output channels.",
             "# A transposed convolution's outputs are split by phase (position mod stride, per dim): every",
             "# output of a phase takes input from the same taps, so a program skips the other taps whole.",
-            "pid_m = tl.program_id(0)",
-            "pid_n = tl.program_id(1)",
+            "# The output channel blocks of a position tile run next to each other, so the tile's input",
+            "# is still in L2 for all but the first.",
+            "channel_blocks = tl.cdiv(COUT_G, BLOCK_N)",
+            "pid_m = tl.program_id(0) // channel_blocks",
+            "pid_n = tl.program_id(0) % channel_blocks",
             "PHASES = SD * SH * SW if TRANSPOSED else 1",
             "group = tl.program_id(2) // PHASES",
             "phase = tl.program_id(2) % PHASES",
@@ -550,7 +553,7 @@ class _ConvKernel(KernelFile):
                  f"    per_image = {not g['transposed']} and _cdiv(OD * OH * OW, BLOCK_M) * BLOCK_M * 8 <= OD * OH * OW * 9\n"
                  "    tiles = shape[0] * _cdiv(OD * OH * OW, BLOCK_M) if per_image else _cdiv(positions, BLOCK_M)\n"
                  f"    pointwise = {not g['transposed']} and taps == 1 and (SD, SH, SW, PD, PH, PW) == (1, 1, 1, 0, 0, 0)\n"
-                 "    grid = (tiles, _cdiv(c_out_g, BLOCK_N), groups * phases)\n")
+                 "    grid = (tiles * _cdiv(c_out_g, BLOCK_N), 1, groups * phases)\n")
         args = [x, w, b if b != "None" else x] + [e.local for e in self.epilogue_inputs]
         args += ["out", "shape[0]", f"{x}.shape[1]", "D", "H", "W", "shape[1]", "OD", "OH", "OW", "OD * OH * OW", "D * H * W"]
         args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
