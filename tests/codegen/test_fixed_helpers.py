@@ -1,5 +1,5 @@
 """The fixed helpers generated files carry (bot/codegen/triton_math.py, bot/ops/matmul_pad.py,
-bot/ops/conv_gather.py) are real code: imported, linted, run, and copied into kernel.py exactly as
+bot/ops/conv_gather.py, bot/ops/norm_grad_kernels.py) are real code: imported, linted, run, and copied into kernel.py exactly as
 written (bot.codegen.fixed)."""
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ import triton.language as tl
 from bot.codegen import fixed
 from bot.codegen.kernel_file import TRITON_MATH
 from bot.codegen.triton_math import _erf, _gelu, _gelu_tanh, _tanh
-from bot.ops import conv, matmul, registry
+from bot.ops import conv, matmul, norm_grad, registry
 from bot.spec import parse_expression, validate
 
-FILES = {"bot.codegen.triton_math": TRITON_MATH, "bot.ops.matmul_pad": matmul.PAD, "bot.ops.conv_gather": conv.GATHER}
+FILES = {"bot.codegen.triton_math": TRITON_MATH, "bot.ops.matmul_pad": matmul.PAD, "bot.ops.conv_gather": conv.GATHER,
+         "bot.ops.norm_grad_kernels": norm_grad.KERNELS}
 
 
 class _Collect(pyflakes.reporter.Reporter):

@@ -9,6 +9,7 @@ import torch
 from generated import load
 
 from bot import autodiff, ir, lower_torch, training
+from bot.ops import norm_grad
 from bot.ops.node import IRError
 from bot.spec import SpecError, parse_expression, validate
 from runner import protocol
@@ -23,6 +24,10 @@ CASES = [
     ("log_softmax(x)", {"x": [4, 33]}),
     ("rmsnorm(x + r, w, eps=1e-06)", {"x": [5, 33], "r": [5, 33], "w": [33]}),
     ("layernorm(x, w, b, eps=1e-05)", {"x": [5, 33], "w": [33], "b": [33]}),
+    # the fused norm backward (bot.ops.norm_grad): leading dims; several programs of several row tiles each
+    ("rmsnorm(x, w, eps=1e-06)", {"x": [3, 5, 33], "w": [33]}),
+    ("layernorm(x, w, eps=1e-05)", {"x": [300, 17], "w": [17]}),
+    ("rmsnorm(x, eps=1e-06)", {"x": [7, 40]}),
     ("relu(a @ b + bias)", {"a": [8, 16], "b": [16, 12], "bias": [12]}),
     ("gelu(a @ w.T) * 2.0", {"a": [8, 16], "w": [12, 16]}),             # F.linear's layout
     ("a.mT @ b", {"a": [3, 16, 8], "b": [16, 12]}),                     # b shared: summed over the batch
@@ -97,6 +102,7 @@ def test_gradients_match_pytorchs_autograd(tmp_path, expression, shapes, dtype):
 # gradient sums 8 x 28 x 28 products: float32's rounding grows with them, as a matmul's)
 GPU_CASES = [
     ("rmsnorm(x, w, eps=1e-06)", {"x": [4096, 2048], "w": [2048]}),
+    ("layernorm(x, w, b, eps=1e-05)", {"x": [2, 1000, 3001], "w": [3001], "b": [3001]}),
     ("scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)",
      {"q": [2, 8, 1000, 64], "k": [2, 2, 1000, 64], "v": [2, 2, 1000, 64]}),
     ("scaled_dot_product_attention(q, k, v)", {"q": [1, 4, 333, 128], "k": [1, 4, 517, 128], "v": [1, 4, 517, 96]}),
@@ -267,3 +273,16 @@ def test_a_max_over_a_dim_for_training_says_whose_gradient_it_takes():
 def test_training_of_a_norm_without_a_mode_asks_for_its_backward(text):
     from bot.request import parse_request
     assert parse_request(text)[0].get("training") is True
+
+
+@pytest.mark.parametrize("expression, shapes, fused", [
+    ("rmsnorm(x, w, eps=1e-06)", {"x": [4, 4096], "w": [4096]}, True),
+    ("layernorm(x, w, b, eps=1e-05)", {"x": [2, 3, 768], "w": [768], "b": [768]}, True),
+    ("rmsnorm(x + r, w, eps=1e-06)", {"x": [4, 64], "r": [4, 64], "w": [64]}, False),     # a body: its chain rule
+    ("rmsnorm(x, w, eps=1e-06)", {"x": [2, norm_grad.MAX_N + 1], "w": [norm_grad.MAX_N + 1]}, False),
+])
+def test_a_norm_of_inputs_takes_one_fused_backward_kernel(expression, shapes, fused):
+    spec = spec_of(expression, shapes, "float32")
+    source = training.kernel_source(spec, parse_expression(spec))
+    assert ("def op_backward(" in source) == fused and ("_norm_grad_p" in source) == fused
+    assert ("def op_grad_x(" in source) != fused

@@ -1,0 +1,69 @@
+"""Training (issue 26): the fused backward of a layernorm or rmsnorm of an input over its last dim,
+with its weight and bias, as one pass over x and the upstream gradient (bot/ops/norm_grad_kernels.py)
+that returns every gradient at once. bot.training takes it instead of one kernel per gradient (which
+reads x and the upstream once for dx and again for dw) wherever the operator is such a norm of inputs
+alone; anything else around the norm keeps the gradient expressions.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.codegen import fixed
+from bot.codegen.code import launch
+from bot.codegen.expr import fmt_const
+from bot.codegen.row_kernel import sm_count_line
+from bot.ops.node import Node
+
+KERNELS = Path(__file__).with_name("norm_grad_kernels.py")
+MAX_N = 32768       # a row lives in registers whole: 32 warps hold 32K elements at about 32 a thread
+
+
+def applies(node: Node, cases: list[dict[str, list[int]]]) -> bool:
+    """Whether node is layernorm/rmsnorm of an input (weight, bias inputs) with rows of at most MAX_N."""
+    if node.op not in ("layernorm", "rmsnorm") or any(a.op != "input" for a in node.args):
+        return False
+    names = [a.name for a in node.args]
+    return len(set(names)) == len(names) and all(0 < c[names[0]][-1] <= MAX_N for c in cases)
+
+
+def inputs_of(node: Node) -> list[str]:
+    """The launcher's tensor parameters, in order: x, then the weight and bias it has."""
+    return [a.name for a in node.args]
+
+
+def kernel_source(node: Node, name: str, upstream: str) -> str:
+    """A kernel.py part defining name(x[, w][, b], upstream) -> the tuple (dx[, dw][, db])."""
+    x, *extras = inputs_of(node)
+    has_w, has_b = bool(node.attr("has_weight")), bool(node.attr("has_bias"))
+    w = extras[0] if has_w else None
+    b = extras[-1] if has_b else None
+    lines = [f"def {name}({', '.join([x, *extras, upstream])}):",
+             "    # The kernels index contiguous memory; inputs may arrive as views.",
+             *[f"    {t} = {t}.contiguous()" for t in (x, *extras, upstream)],
+             f"    N = {x}.shape[-1]",
+             f"    R = {x}.numel() // N",
+             f"    if N > {MAX_N}:",
+             f'        raise ValueError(f"rows of {{N}}: this fused backward holds a row of at most {MAX_N} in registers; "',
+             '                         "regenerate the kernel for these shapes")',
+             f"    d_{x} = torch.empty_like({x})",
+             "    if R == 0:      # no rows: the weight's and bias's gradients are sums of nothing",
+             f"        return {', '.join([f'd_{x}', *(f'torch.zeros_like({t})' for t in extras)])}{',' * (not extras)}",
+             "    BLOCK_M, BLOCK_N, num_warps = _norm_grad_tile(N)",
+             sm_count_line("sms", x).rstrip("\n"),
+             "    # About two programs an SM, each walking its share of the rows; each writes one partial row",
+             "    # of dw and db.",
+             "    rows_per_program = _cdiv(_cdiv(R, min(2 * sms, _cdiv(R, BLOCK_M))), BLOCK_M) * BLOCK_M",
+             "    programs = _cdiv(R, rows_per_program)",
+             *[f"    {t}_part = torch.empty((programs, N), dtype=torch.float32, device={x}.device)" for t in extras]]
+    args = [x, w or x, upstream, f"d_{x}", f"{w}_part" if w else f"d_{x}", f"{b}_part" if b else f"d_{x}", "R", "N",
+            "rows_per_program", fmt_const(node.attr("eps")), f"CENTRED={node.op == 'layernorm'}", f"HAS_W={has_w}",
+            f"HAS_B={has_b}", "BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N", "num_warps=num_warps"]
+    text = "\n".join(lines) + "\n" + launch("_norm_grad", "(programs,)", args, "    ") + "\n"
+    for t in extras:
+        text += (f"    d_{t} = torch.empty(N, dtype={t}.dtype, device={x}.device)\n"
+                 + launch("_column_sums", "(_cdiv(N, 128),)", [f"{t}_part", f"d_{t}", "programs", "N", "BLOCK_P=16",
+                                                               "BLOCK_N=128", "num_warps=4"], "    ") + "\n")
+    text += f"    return {', '.join(f'd_{t}' for t in (x, *extras))}{',' * (not extras)}\n"
+    helpers = "".join(s + "\n\n" for s in fixed.sources(KERNELS, {"_norm_grad", "_column_sums", "_norm_grad_tile"}))
+    return ("import torch\nimport triton\nimport triton.language as tl\n\n\n" + helpers +
+            "def _cdiv(a, b):\n    return -(-a // b)\n\n\n" + text)
