@@ -34,12 +34,13 @@ def test_a_correct_backward_passes_with_its_gradients_checked():
 
 
 @pytest.mark.parametrize("edit, says", [
-    (lambda t: t.replace("return d_x, d_y, d_z", "return d_y, d_x, d_z"), "the gradient of x: "),
-    (lambda t: t.replace("return d_x, d_y, d_z", "return None, d_y, d_z"), "the gradient of x is missing"),
+    (lambda t: t.replace("return d_x if", "return d_y if"), "the gradient of x: "),
+    (lambda t: t.replace("return d_x if ctx.needs_input_grad[0] else None", "return None"), "the gradient of x is missing"),
     (lambda t: t[:t.index("class op_function")] + "def op(x, y, z):\n    return op_forward(x, y, z)\n",
      "backward: raised RuntimeError"),           # a forward kernel alone: autograd has nothing to run
 ])
 def test_a_wrong_or_missing_backward_fails_naming_the_input(edit, says):
+    assert files(edit)["kernel.py"] != files()["kernel.py"], "the edit no longer applies to the generated file"
     result = verify(files(edit))
     assert result["status"] == "fail" and says in result["summary"], result["summary"]
 

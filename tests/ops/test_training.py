@@ -103,6 +103,7 @@ def test_gradients_match_pytorchs_autograd(tmp_path, expression, shapes, dtype):
 GPU_CASES = [
     ("rmsnorm(x, w, eps=1e-06)", {"x": [4096, 2048], "w": [2048]}),
     ("layernorm(x, w, b, eps=1e-05)", {"x": [2, 1000, 3001], "w": [3001], "b": [3001]}),
+    ("silu(a) * b", {"a": [1000, 3001], "b": [1000, 3001]}),
     ("scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)",
      {"q": [2, 8, 1000, 64], "k": [2, 2, 1000, 64], "v": [2, 2, 1000, 64]}),
     ("scaled_dot_product_attention(q, k, v)", {"q": [1, 4, 333, 128], "k": [1, 4, 517, 128], "v": [1, 4, 517, 96]}),
@@ -286,3 +287,16 @@ def test_a_norm_of_inputs_takes_one_fused_backward_kernel(expression, shapes, fu
     source = training.kernel_source(spec, parse_expression(spec))
     assert ("def op_backward(" in source) == fused and ("_norm_grad_p" in source) == fused
     assert ("def op_grad_x(" in source) != fused
+
+
+@pytest.mark.parametrize("expression, shapes, joint", [
+    ("silu(a) * b", {"a": [4, 96], "b": [4, 96]}, ["a", "b"]),
+    ("relu(x) * y + z", {"x": [5, 9], "y": [5, 9], "z": [5, 9]}, ["x", "y", "z"]),
+    ("gelu(x * w + b)", {"x": [2, 3, 10], "w": [10], "b": [10]}, []),      # w and b broadcast: summed down
+    ("x * y", {"x": [6, 8], "y": [6, 1]}, []),                              # y's gradient sums rows
+])
+def test_pointwise_gradients_of_full_shape_inputs_share_one_kernel(expression, shapes, joint):
+    spec = spec_of(expression, shapes, "float32")
+    source = training.kernel_source(spec, parse_expression(spec))
+    assert (f"{', '.join(f'd_{x}' for x in joint)} = op_grads(" in source) == bool(joint)
+    assert all(f"def op_grad_{x}(" not in source for x in joint)
