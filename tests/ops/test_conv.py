@@ -108,8 +108,11 @@ def test_every_config_is_right(tmp_path, case):
     check(tmp_path, expression, shapes_of(x, w, b), configs=tuple(conv.CONFIGS), dtypes=("float32",))
 
 
-def test_a_pointwise_epilogue_is_fused_with_broadcast_inputs(tmp_path):
-    shapes = {"x": [2, 8, 9, 7], "w": [32, 8, 3, 3], "b": [32], "scale": [32, 1, 1], "residual": [2, 32, 7, 5]}
+@pytest.mark.parametrize("x, w, out", [([2, 8, 9, 7], [32, 8, 3, 3], [7, 5]),
+                                       ([2, 16, 8, 8], [32, 16, 1, 1], [8, 8])],     # tiles of one sample
+                         ids=["flattened", "per sample"])
+def test_a_pointwise_epilogue_is_fused_with_broadcast_inputs(tmp_path, x, w, out):
+    shapes = {"x": x, "w": w, "b": [32], "scale": [32, 1, 1], "residual": [2, 32, *out]}
     check(tmp_path, "relu(conv2d(x, w, b) * scale + residual)", shapes,
           extra=lambda out, t: torch.relu(out * t["scale"] + t["residual"]))
 
