@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from bot import autodiff, ir
-from bot.ops import chain, multi_pointwise, norm_grad
+from bot.ops import attention, chain, multi_pointwise, norm_grad
 from runner import protocol
 
 
@@ -75,6 +75,11 @@ def _summed_down(text: str, name: str, cases: list[dict[str, list[int]]]) -> str
     return text
 
 
+# Operators whose whole backward is one part, each: (spec, node, cases, name, upstream) -> (its
+# kernel.py part, the tensors it takes: the inputs, then the upstream gradient) or None.
+FUSED_BACKWARDS = (norm_grad.fused_backward, attention.fused_backward)
+
+
 class _Part(NamedTuple):
     name: str                   # the function it defines
     source: str                 # its kernel.py text (chain.part suffixes its other names)
@@ -84,17 +89,19 @@ class _Part(NamedTuple):
 
 
 def kernel_source(spec: dict, node: ir.Node) -> str:
-    """kernel.py: the forward's kernels, then the gradients' (one fused backward for a norm of
-    inputs, bot.ops.norm_grad; one kernel for the pointwise gradients of full-shape inputs,
+    """kernel.py: the forward's kernels, then the gradients' (one fused backward for a norm or an
+    attention of inputs, FUSED_BACKWARDS; one kernel for the pointwise gradients of full-shape inputs,
     bot.ops.multi_pointwise; a kernel.py of its own for each other), and the autograd.Function."""
     upstream = upstream_name(spec)
     cases = _cases(spec, node, upstream)
     with_upstream = spec["inputs"] + [{"name": upstream, "dtypes": spec["outputs"][0]["dtypes"],
                                        "shapes": spec["outputs"][0]["shapes"]}]
     parts = [_expression_part(spec, f"{spec['name']}_forward", spec["inputs"], spec["expression"], ())]
-    if norm_grad.applies(node, cases):
-        args, name = norm_grad.inputs_of(node), f"{spec['name']}_backward"
-        parts.append(_Part(name, norm_grad.kernel_source(node, name, upstream), [*args, upstream], tuple(args), True))
+    name = f"{spec['name']}_backward"
+    fused = next(filter(None, (f(spec, node, cases, name, upstream) for f in FUSED_BACKWARDS)), None)
+    if fused:
+        source, args = fused
+        parts.append(_Part(name, source, args, tuple(args[:-1]), True))
     else:
         grads = gradient_expressions(spec, node)
         nodes = {x: ir.parse(text, as_written=True) for x, text in grads.items()}

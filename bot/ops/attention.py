@@ -25,7 +25,7 @@ from bot.codegen.code import Code, jit_source, launch
 from bot.codegen.kernel_file import KernelFile
 from bot.ops import pointwise
 from bot.ops.entry import Entry
-from bot.ops.node import Call, IRError, Node, arguments, call, flag, is_none, number, prints
+from bot.ops.node import Call, IRError, Node, arguments, call, flag, is_none, number, prints, to_text
 from bot.ops.text import FLAGS as _F, blank as _blank
 
 NAME = "attention"
@@ -525,9 +525,114 @@ class _GradKernel(KernelFile):
         return text + "    return out\n"
 
 
-def _upstream_rows() -> list[str]:
+class _JointGradKernel(_GradKernel):
+    """q's, k's and v's gradients at once (a training kernel's backward where q, k and v are inputs of
+    one batch): the stats kernel once, q's gradient per query block, and k's and v's together per
+    key block, which walks the query rows of every query head of its group (enable_gqa: no sum after)."""
+
+    def source(self) -> str:
+        return self._file([self._stats_kernel(), self._dq_kernel(), self._joint_dkv_kernel()],
+                          [_grad_config, _batch_strides], self._launcher())
+
+    def _joint_dkv_kernel(self) -> str:
+        code = Code()("pid_n = tl.program_id(0)",
+                      "bkv = tl.program_id(1).to(tl.int64)",
+                      "HK = H // group",
+                      "b = bkv // HK",
+                      "hk = bkv % HK",
+                      "k_ptr += b * skb + hk * skh",
+                      "v_ptr += b * svb + hk * svh",
+                      "cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+                      "col_in = cols < S")
+        _head_tiles(code)
+        _key_tiles(code)
+        code("dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)",
+             "dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)",
+             "lo = 0")
+        with code.block("if CAUSAL:"):
+            code("lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M")
+        with code.block("for j in range(0, group):"):
+            code("# query head h of this key head's group: its q, g and stats",
+                 "h = hk * group + j",
+                 "qh_ptr = q_ptr + b * sqb + h * sqh",
+                 "gh_ptr = g_ptr + (b * H + h) * L * EV",
+                 "sh_ptr = stats_ptr + (b * H + h) * L * 2")
+            with code.block("for start_m in range(lo, L, BLOCK_M):"):
+                code("rows = start_m + tl.arange(0, BLOCK_M)",
+                     "row_in = rows < L",
+                     "q = tl.load(qh_ptr + rows[:, None] * E + offs_e[None, :], mask=row_in[:, None] & e_in[None, :], "
+                     "other=0.0)",
+                     *_upstream_rows("gh_ptr"),
+                     "lse = tl.load(sh_ptr + rows * 2, mask=row_in, other=0.0)",
+                     "delta = tl.load(sh_ptr + rows * 2 + 1, mask=row_in, other=0.0)")
+                _kept(code)
+                code("keep = keep & row_in[:, None]")
+                _ds(code)
+                code("dv = tl.dot(tl.trans(p).to(g.dtype), g, dv, input_precision=PRECISION)",
+                     "dk = tl.dot(tl.trans(ds).to(q.dtype), q, dk, input_precision=PRECISION)")
+        code("kv = bkv * S",
+             "tl.store(dk_ptr + (kv + cols)[:, None] * E + offs_e[None, :], (dk * sm_scale).to(dk_ptr.dtype.element_ty), "
+             "mask=col_in[:, None] & e_in[None, :])",
+             "tl.store(dv_ptr + (kv + cols)[:, None] * EV + offs_ev[None, :], dv.to(dv_ptr.dtype.element_ty), "
+             "mask=col_in[:, None] & ev_in[None, :])")
+        params = [p for p in self._PARAMS if p != "out_ptr"]
+        params[params.index("stats_ptr") + 1:params.index("stats_ptr") + 1] = ["dk_ptr", "dv_ptr"]
+        return jit_source(f"{self.name}_dkv_kernel", params, code.lines)
+
+    def _launcher(self) -> str:
+        q, k, v, g, node = self.q.local, self.k.local, self.v.local, self.g.local, self.node
+        text = self._signature_and_prologue()
+        text += (f"    L, E, S, EV = {q}.shape[-2], {q}.shape[-1], {k}.shape[-2], {v}.shape[-1]\n"
+                 f"    full = [1] * (4 - {q}.dim()) + list({q}.shape[:-2])\n"
+                 f"    heads_kv = ([1] * (4 - {k}.dim()) + list({k}.shape[:-2]))[1]\n"
+                 "    # query heads share key head h // group (enable_gqa, or one key head broadcast)\n"
+                 "    group = full[1] // heads_kv\n"
+                 f"    d_q, d_k, d_v = torch.empty_like({q}), torch.empty_like({k}), torch.empty_like({v})\n"
+                 f"    if {q}.numel() == 0 or {k}.numel() == 0:\n"
+                 "        return d_q.zero_(), d_k.zero_(), d_v.zero_()\n"
+                 f'    precision = "ieee" if {q}.dtype == torch.float32 else None\n'
+                 f"    sm_scale = {'1.0 / math.sqrt(E)' if node.attr('scale') is None else repr(node.attr('scale'))}\n"
+                 "    qk_scale = sm_scale * 1.4426950408889634      # base-2 exponentials\n")
+        text += self._config_line("_grad_config(E, EV)")
+        text += ("    # each query row's log-sum-exp and delta, float32, computed once for the three gradients\n"
+                 f"    stats = torch.empty((full[0] * full[1], L, 2), dtype=torch.float32, device={q}.device)\n")
+        shared = ["full[1]", "L", "S", "E", "EV", "group", f"*_batch_strides({q}, full)", f"*_batch_strides({k}, full)",
+                  f"*_batch_strides({v}, full)", "qk_scale", "sm_scale", f"CAUSAL={bool(node.attr('causal'))}",
+                  "PRECISION=precision", 'BLOCK_M=config["BLOCK_M"]', 'BLOCK_N=config["BLOCK_N"]',
+                  "BLOCK_E=max(16, 1 << (E - 1).bit_length())", "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())",
+                  'num_warps=config["num_warps"]', 'num_stages=config["num_stages"]']
+        text += ('    grid = (_cdiv(L, config["BLOCK_M"]), full[0] * full[1])\n'
+                 + launch(f"{self.name}_stats_kernel", "grid", [q, k, v, g, "stats", "d_q", *shared], "    ") + "\n"
+                 + launch(f"{self.name}_dq_kernel", "grid", [q, k, v, g, "stats", "d_q", *shared], "    ") + "\n"
+                 + '    grid = (_cdiv(S, config["BLOCK_N"]), full[0] * heads_kv)\n'
+                 + launch(f"{self.name}_dkv_kernel", "grid", [q, k, v, g, "stats", "d_k", "d_v", *shared], "    ")
+                 + "\n")
+        return text + "    return d_q, d_k, d_v\n"
+
+
+def fused_backward(spec: dict, node: Node, cases: list[dict[str, list[int]]], name: str,
+                   upstream: str) -> tuple[str, list[str]] | None:
+    """For a training kernel: (a kernel.py part defining name(q, k, v, upstream) -> (dq, dk, dv), its
+    tensor arguments) where node is attention of three distinct inputs of one batch whose query heads
+    are whole groups of the key heads, with head dims the gradient kernels hold; else None."""
+    if node.op != SDPA or len({a.name for a in node.args}) < 3:
+        return None
+    q, k, v = (a.name for a in node.args)
+    for c in cases:
+        qb, kb = ([1] * (4 - len(c[n])) + list(c[n][:-2]) for n in (q, k))
+        if qb[0] != kb[0] or qb[1] % kb[1] or max(c[q][-1], c[v][-1]) > GRAD_MAX_HEAD:
+            return None
+    grad = call(SDPA_GRAD, *node.args, Node("input", name=upstream), wrt="q", causal=node.attr("causal"),
+                scale=node.attr("scale"), gqa=node.attr("gqa"))
+    tensors = {i["name"]: i for i in spec["inputs"]}
+    part = {"name": name, "expression": f"the gradients of {to_text(node)}",
+            "inputs": [tensors[q], tensors[k], tensors[v], {"name": upstream, "dtypes": tensors[q]["dtypes"], "shapes": []}]}
+    return _JointGradKernel.render(part, grad, {}), [q, k, v, upstream]
+
+
+def _upstream_rows(ptr: str = "g_ptr") -> list[str]:
     """g at the rows, in the operands' dtype for the dots (an earlier stage's g is float32)."""
-    return ["g = tl.load(g_ptr + rows[:, None] * EV + offs_ev[None, :], mask=row_in[:, None] & ev_in[None, :], "
+    return [f"g = tl.load({ptr} + rows[:, None] * EV + offs_ev[None, :], mask=row_in[:, None] & ev_in[None, :], "
             "other=0.0).to(v_ptr.dtype.element_ty)"]
 
 

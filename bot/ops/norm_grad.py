@@ -18,22 +18,21 @@ KERNELS = Path(__file__).with_name("norm_grad_kernels.py")
 MAX_N = 32768       # a row lives in registers whole: 32 warps hold 32K elements at about 32 a thread
 
 
-def applies(node: Node, cases: list[dict[str, list[int]]]) -> bool:
-    """Whether node is layernorm/rmsnorm of an input (weight, bias inputs) with rows of at most MAX_N."""
-    if node.op not in ("layernorm", "rmsnorm") or any(a.op != "input" for a in node.args):
-        return False
+def fused_backward(spec: dict, node: Node, cases: list[dict[str, list[int]]], name: str,
+                   upstream: str) -> tuple[str, list[str]] | None:
+    """For a training kernel: (a kernel.py part defining name(x[, w][, b], upstream) -> the tuple
+    (dx[, dw][, db]), its tensor arguments) where node is layernorm/rmsnorm of distinct inputs with
+    rows of at most MAX_N; else None."""
     names = [a.name for a in node.args]
-    return len(set(names)) == len(names) and all(0 < c[names[0]][-1] <= MAX_N for c in cases)
-
-
-def inputs_of(node: Node) -> list[str]:
-    """The launcher's tensor parameters, in order: x, then the weight and bias it has."""
-    return [a.name for a in node.args]
+    if node.op not in ("layernorm", "rmsnorm") or any(a.op != "input" for a in node.args) or \
+            len(set(names)) < len(names) or not all(0 < c[names[0]][-1] <= MAX_N for c in cases):
+        return None
+    return kernel_source(node, name, upstream), [*names, upstream]
 
 
 def kernel_source(node: Node, name: str, upstream: str) -> str:
-    """A kernel.py part defining name(x[, w][, b], upstream) -> the tuple (dx[, dw][, db])."""
-    x, *extras = inputs_of(node)
+    """The part fused_backward gives."""
+    x, *extras = (a.name for a in node.args)
     has_w, has_b = bool(node.attr("has_weight")), bool(node.attr("has_bias"))
     w = extras[0] if has_w else None
     b = extras[-1] if has_b else None

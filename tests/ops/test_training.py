@@ -70,6 +70,9 @@ CASES = [
     ("scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)",
      {"q": [2, 4, 20, 16], "k": [2, 2, 20, 16], "v": [2, 2, 20, 16]}),
     ("scaled_dot_product_attention(q, k, v, scale=0.3) * 2.0", {"q": [2, 3, 9, 24], "k": [2, 1, 11, 24], "v": [2, 1, 11, 8]}),
+    # one fused backward (q, k, v inputs of one batch): a key head shared by all, no heads, causal with L > S
+    ("scaled_dot_product_attention(q, k, v, scale=0.3)", {"q": [2, 3, 9, 24], "k": [2, 1, 11, 24], "v": [2, 1, 11, 8]}),
+    ("scaled_dot_product_attention(q, k, v, is_causal=True)", {"q": [3, 13, 16], "k": [3, 7, 16], "v": [3, 7, 16]}),
     ("max_pool2d(x, kernel_size=2)", {"x": [2, 3, 6, 8]}),
     ("max_pool2d(relu(x), kernel_size=3, stride=2, padding=1, ceil_mode=True)", {"x": [2, 2, 7, 9]}),   # ties at 0
     ("max_pool1d(x, kernel_size=3, stride=2, dilation=2)", {"x": [2, 3, 13]}),
@@ -281,12 +284,18 @@ def test_training_of_a_norm_without_a_mode_asks_for_its_backward(text):
     ("layernorm(x, w, b, eps=1e-05)", {"x": [2, 3, 768], "w": [768], "b": [768]}, True),
     ("rmsnorm(x + r, w, eps=1e-06)", {"x": [4, 64], "r": [4, 64], "w": [64]}, False),     # a body: its chain rule
     ("rmsnorm(x, w, eps=1e-06)", {"x": [2, norm_grad.MAX_N + 1], "w": [norm_grad.MAX_N + 1]}, False),
+    ("scaled_dot_product_attention(q, k, v, enable_gqa=True)", {"q": [2, 4, 8, 16], "k": [2, 2, 8, 16],
+                                                                "v": [2, 2, 8, 16]}, True),
+    ("scaled_dot_product_attention(q, k, v)", {"q": [3, 8, 16], "k": [3, 8, 16], "v": [3, 8, 16]}, True),
+    # k and v broadcast over the batch: their gradients are summed over it, by the gradient expressions
+    ("scaled_dot_product_attention(q, k, v)", {"q": [2, 2, 8, 16], "k": [1, 2, 8, 16], "v": [1, 2, 8, 16]}, False),
 ])
-def test_a_norm_of_inputs_takes_one_fused_backward_kernel(expression, shapes, fused):
+def test_a_norm_or_attention_of_inputs_takes_one_fused_backward(expression, shapes, fused):
     spec = spec_of(expression, shapes, "float32")
     source = training.kernel_source(spec, parse_expression(spec))
-    assert ("def op_backward(" in source) == fused and ("_norm_grad_p" in source) == fused
-    assert ("def op_grad_x(" in source) != fused
+    assert ("def op_backward(" in source) == fused
+    first = ir.input_names(parse_expression(spec))[0]
+    assert (f"def op_grad_{first}(" in source) != fused
 
 
 @pytest.mark.parametrize("expression, shapes, joint", [
