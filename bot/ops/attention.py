@@ -601,11 +601,15 @@ class _JointGradKernel(_GradKernel):
                   "PRECISION=precision", 'BLOCK_M=config["BLOCK_M"]', 'BLOCK_N=config["BLOCK_N"]',
                   "BLOCK_E=max(16, 1 << (E - 1).bit_length())", "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())",
                   'num_warps=config["num_warps"]', 'num_stages=config["num_stages"]']
+        turned = [{'BLOCK_M=config["BLOCK_M"]': 'BLOCK_M=config["BLOCK_N"]',
+                   'BLOCK_N=config["BLOCK_N"]': 'BLOCK_N=config["BLOCK_M"]'}.get(a, a) for a in shared]
         text += ('    grid = (_cdiv(L, config["BLOCK_M"]), full[0] * full[1])\n'
                  + launch(f"{self.name}_stats_kernel", "grid", [q, k, v, g, "stats", "d_q", *shared], "    ") + "\n"
                  + launch(f"{self.name}_dq_kernel", "grid", [q, k, v, g, "stats", "d_q", *shared], "    ") + "\n"
-                 + '    grid = (_cdiv(S, config["BLOCK_N"]), full[0] * heads_kv)\n'
-                 + launch(f"{self.name}_dkv_kernel", "grid", [q, k, v, g, "stats", "d_k", "d_v", *shared], "    ")
+                 + "    # k's and v's per BLOCK_M keys (the dq tile turned over: many keys a program, few query\n"
+                 + "    # rows a step)\n"
+                 + '    grid = (_cdiv(S, config["BLOCK_M"]), full[0] * heads_kv)\n'
+                 + launch(f"{self.name}_dkv_kernel", "grid", [q, k, v, g, "stats", "d_k", "d_v", *turned], "    ")
                  + "\n")
         return text + "    return d_q, d_k, d_v\n"
 

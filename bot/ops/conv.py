@@ -303,9 +303,13 @@ def _conv_config(positions, out_channels, in_channels, taps):
     # channels, or under 16 products a sum); else 128 positions by 64 channels 32 deep in 4 warps
     # while two waves of programs run on an H200's 132 SMs; with fewer positions, 64 x 64 tiles 64
     # deep (the best of the space on an H100 and an H200 for 3x3 convolutions of 64 channels at 100K
-    # and 6K positions, and for 1x1 ones to 256 channels at 100K).
+    # and 6K positions, and for 1x1 ones to 256 channels at 6K); 1x1 ones to 128 channels or more at
+    # 64 x 128 (the best of the space on an H100 at 100K positions).
     if out_channels < 16 or in_channels * taps < 16:
         return {"BLOCK_M": 512, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1}
+    if taps == 1 and out_channels >= 128 and -(-positions // 64) * -(-out_channels // 128) >= 264:
+        # a 1x1 convolution's GEMM is memory-bound: 64 positions x 128 channels
+        return {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
     if -(-positions // 128) * -(-out_channels // 64) >= 264:
         return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
     return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}

@@ -68,9 +68,10 @@ def _column_sums(part_ptr, out_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.con
 
 
 def _norm_grad_tile(n):
-    # (BLOCK_M, BLOCK_N, num_warps) for rows of n: a whole row a tile (short rows stacked to 4096
-    # elements a tile), with warps growing with the tile so each thread holds about 16 of it (x, the
-    # upstream and their products all live in registers at once), 32 warps at most.
+    # (BLOCK_M, BLOCK_N, num_warps, programs an SM) for rows of n: a whole row a tile (short rows
+    # stacked to 4096 elements a tile), with warps growing with the tile so each thread holds about 16
+    # of it (x, the upstream and their products all live in registers at once), 32 warps at most;
+    # two programs an SM, each writing one partial row of dw and db.
     block_n = max(16, 1 << (n - 1).bit_length())
     block_m = max(1, min(16, 4096 // block_n))
-    return block_m, block_n, max(4, min(32, block_m * block_n // 512))
+    return block_m, block_n, max(4, min(32, block_m * block_n // 512)), 2
