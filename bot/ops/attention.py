@@ -239,12 +239,13 @@ class _AttentionKernel(KernelFile):
     def _kernel(self) -> str:
         params = ["q_ptr", "k_ptr", "v_ptr", "out_ptr", "H", "L", "S", "E", "EV", "group", "sqb", "sqh", "skb",
                   "skh", "svb", "svh", "qk_scale", "CAUSAL: tl.constexpr", "PRECISION: tl.constexpr",
-                  "BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_E: tl.constexpr", "BLOCK_EV: tl.constexpr"]
+                  "BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_E: tl.constexpr", "BLOCK_EV: tl.constexpr",
+                  "Q_RESIDENT: tl.constexpr"]
         code = Code()("pid_m = tl.program_id(0)",
                       "bh = tl.program_id(1).to(tl.int64)")
         _heads(code, "qkv")
         code("out_ptr += bh * L * EV")
-        _online_softmax(code)
+        _online_softmax(code, "Q_RESIDENT")
         code("out = acc / l_i[:, None]",
              "tl.store(out_ptr + rows[:, None] * EV + offs_ev[None, :], out.to(out_ptr.dtype.element_ty), "
              "mask=row_in[:, None] & (offs_ev < EV)[None, :])")
@@ -360,7 +361,7 @@ class _AttentionKernel(KernelFile):
         text += '    grid = (_cdiv(L, config["BLOCK_M"]), full[0] * full[1])\n'
         args = [q, k, v, "out", *shared, "E", "EV", "group", f"*_batch_strides({q}, full)",
                 f"*_batch_strides({k}, full)", f"*_batch_strides({v}, full)", "qk_scale", *flags,
-                "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())", *options]
+                "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())", 'Q_RESIDENT=E <= config["BLOCK_E"]', *options]
         return text + launch(f"{self.name}_kernel", "grid", args, "    ") + "\n    return out\n"
 
 
@@ -412,7 +413,7 @@ class _GradKernel(KernelFile):
         _heads(code, "qkv")
         code("g_ptr += bh * L * EV",
              "stats_ptr += bh * L * 2")
-        _online_softmax(code)
+        _online_softmax(code, "True")         # BLOCK_E holds the whole head here
         code("g = tl.load(g_ptr + rows[:, None] * EV + offs_ev[None, :], mask=row_in[:, None] & "
              "(offs_ev < EV)[None, :], other=0.0).to(tl.float32)",
              "# delta = rowsum(g * out): softmax's gradient subtracts it from g @ v^T",
@@ -667,10 +668,11 @@ def _ds(code: Code) -> None:
          "ds = p * (dp - delta[:, None])")
 
 
-def _online_softmax(code: Code) -> None:
+def _online_softmax(code: Code, resident: str) -> None:
     """The flash forward of a program's BLOCK_M query rows: the keys BLOCK_N at a time, each row's
     running maximum m_i and sum l_i (base 2: qk_scale holds log2(e)) and acc = the unnormalized
-    p @ v, so that the output is acc / l_i."""
+    p @ v, so that the output is acc / l_i. resident: a constexpr expression, true where the head
+    dim fits one BLOCK_E tile, so that q is loaded once for every key tile."""
     code("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
          "offs_n = tl.arange(0, BLOCK_N)",
          "offs_ev = tl.arange(0, BLOCK_EV)",
@@ -678,11 +680,20 @@ def _online_softmax(code: Code) -> None:
          'm_i = tl.full([BLOCK_M], float("-inf"), tl.float32)',
          "l_i = tl.zeros([BLOCK_M], tl.float32)",
          "acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)")
+    with code.block(f"if {resident}:"):
+        code("offs_e = tl.arange(0, BLOCK_E)",
+             "q = tl.load(q_ptr + rows[:, None] * E + offs_e[None, :], mask=row_in[:, None] & (offs_e < E)[None, :], "
+             "other=0.0)")
     _last_key(code)
     with code.block("for start_n in range(0, hi, BLOCK_N):"):
         code("cols = start_n + offs_n",
              "col_in = cols < S")
-        _scores(code)
+        with code.block(f"if {resident}:"):
+            code("k = tl.load(k_ptr + cols[:, None] * E + offs_e[None, :], mask=col_in[:, None] & "
+                 "(offs_e < E)[None, :], other=0.0)",
+                 "s = tl.dot(q, tl.trans(k), input_precision=PRECISION)")
+        with code.block("else:"):
+            _scores(code)
         code("# base-2 exponentials: qk_scale holds log2(e)",
              "s = s * qk_scale")
         _kept(code)

@@ -15,7 +15,7 @@ from bot.codegen.row_kernel import sm_count_line
 from bot.ops.node import Node
 
 KERNELS = Path(__file__).with_name("norm_grad_kernels.py")
-MAX_N = 32768       # a row lives in registers whole: 32 warps hold 32K elements at about 32 a thread
+MAX_N = 32768       # a row lives in registers whole: 16 warps hold 32K elements at 64 a thread
 
 
 def fused_backward(spec: dict, node: Node, cases: list[dict[str, list[int]]], name: str,
