@@ -367,8 +367,8 @@ class _AttentionKernel(KernelFile):
 
 def _grad_config(e, ev):
     # The gradient kernels keep a head's whole rows in registers: smaller tiles as the heads widen.
-    if max(e, ev) <= 64:
-        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+    if max(e, ev) <= 64:        # 3 stages: the best of 11 tiles for the fused backward on an H100 and an H200
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
     if max(e, ev) <= 128:
         return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
     return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}
