@@ -465,18 +465,10 @@ class _GradKernel(KernelFile):
              "col_in = cols < S")
         _head_tiles(code)
         _key_tiles(code)
-        code(f"acc = tl.zeros([BLOCK_N, BLOCK_{width}], tl.float32)",
-             "lo = 0")
-        with code.block("if CAUSAL:"):
-            code("lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M")
+        code(f"acc = tl.zeros([BLOCK_N, BLOCK_{width}], tl.float32)")
+        _first_row(code)
         with code.block("for start_m in range(lo, L, BLOCK_M):"):
-            code("rows = start_m + tl.arange(0, BLOCK_M)",
-                 "row_in = rows < L",
-                 "q = tl.load(q_ptr + rows[:, None] * E + offs_e[None, :], mask=row_in[:, None] & e_in[None, :], "
-                 "other=0.0)",
-                 *_upstream_rows(),
-                 "lse = tl.load(stats_ptr + rows * 2, mask=row_in, other=0.0)",
-                 "delta = tl.load(stats_ptr + rows * 2 + 1, mask=row_in, other=0.0)")
+            _query_rows(code, "q_ptr", "g_ptr", "stats_ptr")
             _kept(code)
             code("keep = keep & row_in[:, None]")
             if wrt_v:
@@ -548,10 +540,8 @@ class _JointGradKernel(_GradKernel):
         _head_tiles(code)
         _key_tiles(code)
         code("dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)",
-             "dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)",
-             "lo = 0")
-        with code.block("if CAUSAL:"):
-            code("lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M")
+             "dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)")
+        _first_row(code)
         with code.block("for j in range(0, group):"):
             code("# query head h of this key head's group: its q, g and stats",
                  "h = hk * group + j",
@@ -559,13 +549,7 @@ class _JointGradKernel(_GradKernel):
                  "gh_ptr = g_ptr + (b * H + h) * L * EV",
                  "sh_ptr = stats_ptr + (b * H + h) * L * 2")
             with code.block("for start_m in range(lo, L, BLOCK_M):"):
-                code("rows = start_m + tl.arange(0, BLOCK_M)",
-                     "row_in = rows < L",
-                     "q = tl.load(qh_ptr + rows[:, None] * E + offs_e[None, :], mask=row_in[:, None] & e_in[None, :], "
-                     "other=0.0)",
-                     *_upstream_rows("gh_ptr"),
-                     "lse = tl.load(sh_ptr + rows * 2, mask=row_in, other=0.0)",
-                     "delta = tl.load(sh_ptr + rows * 2 + 1, mask=row_in, other=0.0)")
+                _query_rows(code, "qh_ptr", "gh_ptr", "sh_ptr")
                 _kept(code)
                 code("keep = keep & row_in[:, None]")
                 _ds(code)
@@ -633,6 +617,23 @@ def fused_backward(spec: dict, node: Node, cases: list[dict[str, list[int]]], na
     part = {"name": name, "expression": f"the gradients of {to_text(node)}",
             "inputs": [tensors[q], tensors[k], tensors[v], {"name": upstream, "dtypes": tensors[q]["dtypes"], "shapes": []}]}
     return _JointGradKernel.render(part, grad, {}), [q, k, v, upstream]
+
+
+def _first_row(code: Code) -> None:
+    """lo: the first query row a key block's program walks from (causal: the block that reaches its first key)."""
+    code("lo = 0")
+    with code.block("if CAUSAL:"):
+        code("lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M")
+
+
+def _query_rows(code: Code, q: str, g: str, stats: str) -> None:
+    """A key block's step: BLOCK_M query rows from start_m, their q, g and statistics (log-sum-exp, delta)."""
+    code("rows = start_m + tl.arange(0, BLOCK_M)",
+         "row_in = rows < L",
+         f"q = tl.load({q} + rows[:, None] * E + offs_e[None, :], mask=row_in[:, None] & e_in[None, :], other=0.0)",
+         *_upstream_rows(g),
+         f"lse = tl.load({stats} + rows * 2, mask=row_in, other=0.0)",
+         f"delta = tl.load({stats} + rows * 2 + 1, mask=row_in, other=0.0)")
 
 
 def _upstream_rows(ptr: str = "g_ptr") -> list[str]:
