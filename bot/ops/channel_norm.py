@@ -295,18 +295,30 @@ def over_text(node: Node) -> str:
 # ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
 
 def _norm_view(op, shape, groups, dims):
-    # (P, R, Q, WR, WM, WQ): x as [P, R, Q], each row r's statistics over its P x Q elements; and
-    # the weight index of element (r, q), (r % WR) * WM + q // WQ: the channel, or q itself.
+    # (P, R, Q, WR): x as [P, R, Q], each row r's statistics over its P x Q elements; r % WR indexes
+    # a per-row weight (the channel; layer norm's weights are per element, indexed by q).
     n, c = shape[0], shape[1] if len(shape) > 1 else 1
     s = math.prod(shape[2:])
     if op == "layer_norm_nd":
         q = math.prod(shape[len(shape) - dims:])
-        return 1, math.prod(shape) // q, q, 1, 0, 1
+        return 1, math.prod(shape) // q, q, 1
     if op == "batch_norm":
-        return n, c, s, c, 1, n * c * s + 1
+        return n, c, s, c
     if op == "instance_norm":
-        return 1, n * c, s, c, 1, s + 1
-    return 1, n * groups, c // groups * s, groups, c // groups, s
+        return 1, n * c, s, c
+    return 1, n * groups, c // groups * s, groups
+
+
+def _apply_view(op, shape, groups, view):
+    # (R, Q, RG, WR) of the normalising pass: its rows, each of P x Q elements, row r's statistics
+    # those of row r // RG of the statistics' view, its weight r % WR. Group norm's rows are a
+    # sample's channels (a group's RG of them share its statistics), so each row has one weight and
+    # one bias and no element needs a division to find its channel; the others keep their view.
+    P, R, Q, WR = view
+    if op == "group_norm":
+        c = shape[1]
+        return shape[0] * c, math.prod(shape[2:]), c // groups, c
+    return R, Q, 1, WR
 
 
 def _norm_split(rows, per_row, block, sms):
@@ -352,7 +364,8 @@ class _ChannelNormKernel(KernelFile):
 
     def source(self) -> str:
         kernels = [self._stats_kernel()] if self.training else []
-        return self._file(kernels + [self._norm_kernel()], [_norm_view, _norm_split, _norm_config], self._launcher())
+        return self._file(kernels + [self._norm_kernel()], [_norm_view, _apply_view, _norm_split, _norm_config],
+                          self._launcher())
 
     def configs(self) -> list[dict]:
         return self._space(CONFIGS)
@@ -404,16 +417,18 @@ class _ChannelNormKernel(KernelFile):
         t = self.tensors
         params = [*(f"{i.local}_ptr" for i in self.body_inputs), "stats_ptr",
                   *(f"{t[role].local}_ptr" for role in ("running_mean", "running_var", "weight", "bias") if role in t),
-                  "out_ptr", "N", "R", "Q", "SPLIT", "WR", "WM", "WQ", "SPLIT_P2: tl.constexpr", "BLOCK: tl.constexpr"]
+                  "out_ptr", "N", "R", "Q", "SPLIT", "RG", "STATS_SPLIT", "WR", "SPLIT_P2: tl.constexpr",
+                  "BLOCK: tl.constexpr"]
         eps = fmt_const(self.node.attr("eps"))
         if self.training:
-            stats = ["# The row's partials merged at once: n = sum n_j, mean = sum n_j mean_j / n,",
-                     "# m2 = sum m2_j + sum n_j (mean_j - mean)^2.",
+            stats = ["# The partials of the row's statistics (row r // RG of theirs) merged at once:",
+                     "# n = sum n_j, mean = sum n_j mean_j / n, m2 = sum m2_j + sum n_j (mean_j - mean)^2.",
                      "j = tl.arange(0, SPLIT_P2)",
-                     "have = j < SPLIT",
-                     "n_j = tl.load(stats_ptr + (r * SPLIT + j) * 3, mask=have, other=0.0)",
-                     "mean_j = tl.load(stats_ptr + (r * SPLIT + j) * 3 + 1, mask=have, other=0.0)",
-                     "m2_j = tl.load(stats_ptr + (r * SPLIT + j) * 3 + 2, mask=have, other=0.0)",
+                     "have = j < STATS_SPLIT",
+                     "at_j = ((r // RG) * STATS_SPLIT + j) * 3",
+                     "n_j = tl.load(stats_ptr + at_j, mask=have, other=0.0)",
+                     "mean_j = tl.load(stats_ptr + at_j + 1, mask=have, other=0.0)",
+                     "m2_j = tl.load(stats_ptr + at_j + 2, mask=have, other=0.0)",
                      "n = tl.sum(n_j, axis=0)",
                      "mean = tl.sum(n_j * mean_j, axis=0) / n",
                      "var = (tl.sum(m2_j, axis=0) + tl.sum(n_j * (mean_j - mean) * (mean_j - mean), axis=0)) / n"]
@@ -429,8 +444,8 @@ class _ChannelNormKernel(KernelFile):
         return jit_source(f"{self.name}_kernel", params, lines)
 
     def _per_row(self) -> bool:
-        """Whether a row's elements share one weight (batch and instance norm: the row's channel)."""
-        return self.node.op not in ("layer_norm_nd", "group_norm")
+        """Whether a row's elements share one weight (the row's channel; not layer norm's)."""
+        return self.node.op != "layer_norm_nd"
 
     def _affine(self) -> list[str]:
         """Per-row weights folded into one scale and shift before the loop."""
@@ -442,15 +457,11 @@ class _ChannelNormKernel(KernelFile):
                 "shift = " + (f"tl.load({t['bias'].local}_ptr + r % WR).to(tl.float32)" if "bias" in t else "0.0")]
 
     def _affine_per_element(self) -> list[str]:
-        """Weights indexed by the element (layer norm) or its channel in the group (group norm)."""
+        """Weights indexed by the element (layer norm over several dims)."""
         t = self.tensors
-        if not ("weight" in t or "bias" in t):
-            return []
-        at = "q" if self.node.op == "layer_norm_nd" else "(r % WR) * WM + q // WQ"
-        return [f"    w_at = {at}",
-                *([f"    y = y * tl.load({t['weight'].local}_ptr + w_at, mask=mask, other=0.0).to(tl.float32)"]
+        return [*([f"    y = y * tl.load({t['weight'].local}_ptr + q, mask=mask, other=0.0).to(tl.float32)"]
                   if "weight" in t else []),
-                *([f"    y = y + tl.load({t['bias'].local}_ptr + w_at, mask=mask, other=0.0).to(tl.float32)"]
+                *([f"    y = y + tl.load({t['bias'].local}_ptr + q, mask=mask, other=0.0).to(tl.float32)"]
                   if "bias" in t else [])]
 
     def _launcher(self) -> str:
@@ -458,8 +469,8 @@ class _ChannelNormKernel(KernelFile):
         text = self._signature_and_prologue()
         text += (f"    out = torch.empty_like({x}, dtype={self.out_dtype(x)})\n"
                  "    if out.numel() == 0:\n        return out\n"
-                 f'    P, R, Q, WR, WM, WQ = _norm_view("{node.op}", list({x}.shape), {node.attr("groups") or 0}, '
-                 f'{node.attr("dims") or 0})\n')
+                 f'    view = _norm_view("{node.op}", list({x}.shape), {node.attr("groups") or 0}, {node.attr("dims") or 0})\n'
+                 "    P, R, Q, WR = view\n")
         text += self._config_line("_norm_config(out.numel())")
         text += ("    # Programs per row: enough to fill the GPU however few rows there are.\n"
                  f"    sms = torch.cuda.get_device_properties({first}.device).multi_processor_count if {first}.is_cuda else 4\n"
@@ -473,9 +484,11 @@ class _ChannelNormKernel(KernelFile):
         else:
             text += f"    stats = {x}\n"
         extras = [t[role].local for role in ("running_mean", "running_var", "weight", "bias") if role in t]
-        args = body + ["stats", *extras, "out", "P * Q", "R", "Q", "split", "WR", "WM", "WQ",
+        text += (f'    R2, Q2, RG, WR2 = _apply_view("{node.op}", list({x}.shape), {node.attr("groups") or 0}, view)\n'
+                 '    split2 = _norm_split(R2, P * Q2, config["BLOCK"], sms)\n')
+        args = body + ["stats", *extras, "out", "P * Q2", "R2", "Q2", "split2", "RG", "split", "WR2",
                        "SPLIT_P2=triton.next_power_of_2(split)", 'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
-        text += launch(f"{self.name}_kernel", "(R, split)", args, "    ") + "\n"
+        text += launch(f"{self.name}_kernel", "(R2, split2)", args, "    ") + "\n"
         return text + "    return out\n"
 
 
