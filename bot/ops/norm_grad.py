@@ -27,15 +27,16 @@ def fused_backward(spec: dict, node: Node, cases: list[dict[str, list[int]]], na
     if node.op not in ("layernorm", "rmsnorm") or any(a.op != "input" for a in node.args) or \
             len(set(names)) < len(names) or not all(0 < c[names[0]][-1] <= MAX_N for c in cases):
         return None
-    return kernel_source(node, name, upstream), [*names, upstream]
+    return kernel_source(node, name), [*names, upstream]
 
 
-def kernel_source(node: Node, name: str, upstream: str) -> str:
+def kernel_source(node: Node, name: str) -> str:
     """The part fused_backward gives."""
-    x, *extras = (a.name for a in node.args)
+    # Parameters of the launcher's own naming: an input's name (N, R, ...) cannot clash with its locals.
     has_w, has_b = bool(node.attr("has_weight")), bool(node.attr("has_bias"))
-    w = extras[0] if has_w else None
-    b = extras[-1] if has_b else None
+    x, upstream = "x", "up"
+    w, b = "w" if has_w else None, "b" if has_b else None
+    extras = [t for t in (w, b) if t]
     lines = [f"def {name}({', '.join([x, *extras, upstream])}):",
              "    # The kernels index contiguous memory; inputs may arrive as views.",
              *[f"    {t} = {t}.contiguous()" for t in (x, *extras, upstream)],
