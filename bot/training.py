@@ -139,26 +139,40 @@ def _expression_part(spec: dict, name: str, inputs: list[dict], text: str, wrt: 
 
 def _function(spec: dict, parts: list[_Part], upstream: str) -> str:
     """The autograd.Function: the forward saves the inputs and runs parts[0]; the backward calls the
-    other parts (a single gradient's only where it is needed) and returns each input's gradient."""
+    other parts (a single gradient's only where it is needed) and returns each input's gradient. Its
+    own names (the context, the gradients) are chosen apart from the inputs' ("ctx", "d_x": inputs)."""
     inputs = [i["name"] for i in spec["inputs"]]
+    taken = {*inputs, upstream}
+    ctx = _fresh("ctx", taken)
+    grad = {x: _fresh(f"d_{x}", taken) for x in inputs}
     cls = f"{spec['name']}_function"
     lines = [f"class {cls}(torch.autograd.Function):",
              "    @staticmethod",
-             f"    def forward(ctx, {', '.join(inputs)}):",
-             f"        ctx.save_for_backward({', '.join(inputs)})",
+             f"    def forward({ctx}, {', '.join(inputs)}):",
+             f"        {ctx}.save_for_backward({', '.join(inputs)})",
              f"        return {parts[0].name}({', '.join(parts[0].args)})",
              "",
              "    @staticmethod",
-             f"    def backward(ctx, {upstream}):",
-             f"        {', '.join(inputs)}{',' if len(inputs) == 1 else ''} = ctx.saved_tensors",
+             f"    def backward({ctx}, {upstream}):",
+             f"        {', '.join(inputs)}{',' if len(inputs) == 1 else ''} = {ctx}.saved_tensors",
              f"        {upstream} = {upstream}.contiguous()"]
     for part in parts[1:]:
         call = f"{part.name}({', '.join(part.args)})"
         if part.joint:
-            lines.append(f"        {', '.join(f'd_{x}' for x in part.wrt)}{',' * (len(part.wrt) == 1)} = {call}")
+            lines.append(f"        {', '.join(grad[x] for x in part.wrt)}{',' * (len(part.wrt) == 1)} = {call}")
         else:
-            lines.append(f"        d_{part.wrt[0]} = {call} if ctx.needs_input_grad[{inputs.index(part.wrt[0])}] else None")
+            k = inputs.index(part.wrt[0])
+            lines.append(f"        {grad[part.wrt[0]]} = {call} if {ctx}.needs_input_grad[{k}] else None")
     given = {x for part in parts[1:] for x in part.wrt}
-    returned = [(f"d_{x} if ctx.needs_input_grad[{k}] else None" if x in given else "None") for k, x in enumerate(inputs)]
+    returned = [(f"{grad[x]} if {ctx}.needs_input_grad[{k}] else None" if x in given else "None")
+                for k, x in enumerate(inputs)]
     lines.append(f"        return {', '.join(returned)}{',' if len(returned) == 1 else ''}")
     return "\n".join(lines) + f"\n\n\n{spec['name']} = {cls}.apply\n"
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    """base, or base with underscores added until no name in taken has it; then taken."""
+    while base in taken:
+        base += "_"
+    taken.add(base)
+    return base

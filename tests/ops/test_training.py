@@ -29,6 +29,7 @@ CASES = [
     ("layernorm(x, w, eps=1e-05)", {"x": [300, 17], "w": [17]}),
     ("rmsnorm(x, eps=1e-06)", {"x": [7, 40]}),
     ("layernorm(R, N, sms, eps=1e-05)", {"R": [6, 24], "N": [24], "sms": [24]}),     # inputs named as launcher locals
+    ("relu(ctx) * x + d_x", {"ctx": [3, 8], "x": [3, 8], "d_x": [3, 8]}),      # and as the Function's
     ("relu(a @ b + bias)", {"a": [8, 16], "b": [16, 12], "bias": [12]}),
     ("gelu(a @ w.T) * 2.0", {"a": [8, 16], "w": [12, 16]}),             # F.linear's layout
     ("a.mT @ b", {"a": [3, 16, 8], "b": [16, 12]}),                     # b shared: summed over the batch
