@@ -108,9 +108,9 @@ def kernel_source(spec: dict, node: ir.Node) -> str:
         joint = [x for x in grads if multi_pointwise.qualifies(nodes[x], cases)]
         if len(joint) > 1:
             name = f"{spec['name']}_grads"
-            args = [i["name"] for i in with_upstream if any(i["name"] in ir.input_names(nodes[x]) for x in joint)]
-            likes = [x if x in args else args[0] for x in joint]
-            parts.append(_Part(name, multi_pointwise.kernel_source([nodes[x] for x in joint], name, args, likes), args,
+            args = [i["name"] for i in with_upstream
+                    if i["name"] in joint or any(i["name"] in ir.input_names(nodes[x]) for x in joint)]
+            parts.append(_Part(name, multi_pointwise.kernel_source([nodes[x] for x in joint], name, args, joint), args,
                                tuple(joint), True))
         parts += [_expression_part(spec, f"{spec['name']}_grad_{x}", with_upstream, text, (x,))
                   for x, text in grads.items() if len(joint) < 2 or x not in joint]

@@ -32,10 +32,12 @@ def _names(node: Node) -> list[str]:
 
 
 def kernel_source(nodes: list[Node], name: str, params: list[str], likes: list[str]) -> str:
-    """A kernel.py part defining name(*params) -> the tuple of nodes' values; params: the input names
-    the expressions read, the launcher's order; likes: for each node, the parameter whose dtype its
-    value takes (the input it is the gradient of)."""
-    inputs = [KernelInput(p, f"in{k}", []) for k, p in enumerate(params)]
+    """A kernel.py part defining name(*params) -> the tuple of nodes' values; params: the launcher's
+    tensors in order, those the expressions read and those in likes; likes: for each node, the
+    parameter whose dtype and shape its value takes (the input it is the gradient of, read or not)."""
+    read = {n for node in nodes for n in _names(node)}
+    tensors = [KernelInput(p, f"in{k}", []) for k, p in enumerate(params)]
+    inputs = [t for t in tensors if t.name in read]
     bodies = [pointwise.triton_body(n, inputs) for n in nodes]
     helpers = [jit_source(f"_grad{k}", [i.local for i in inputs], [*b.lines, f"return {b.expr}"],
                           f"    # {b.text} in float32\n") for k, b in enumerate(bodies)]
@@ -55,10 +57,10 @@ def kernel_source(nodes: list[Node], name: str, params: list[str], likes: list[s
                         "    # Each BLOCK of the flattened inputs is read once for every output.\n")
     first, outs = inputs[0].local, [f"out{k}" for k in range(len(nodes))]
     returned = f"{', '.join(outs)}{',' * (len(outs) == 1)}"
-    launcher = Code(1)(*[f"{i.local} = {i.local}.contiguous()" for i in inputs],
+    launcher = Code(1)(*[f"{i.local} = {i.local}.contiguous()" for i in tensors],
                        f"shape = {first}.shape",
-                       *[f'_require_full("{i.name}", {i.local}.shape, shape)' for i in inputs[1:]],
-                       *[f"{o} = torch.empty_like({inputs[params.index(like)].local})" for o, like in zip(outs, likes)],
+                       *[f'_require_full("{i.name}", {i.local}.shape, shape)' for i in tensors if i is not inputs[0]],
+                       *[f"{o} = torch.empty_like({tensors[params.index(like)].local})" for o, like in zip(outs, likes)],
                        f"n_elements = {first}.numel()",
                        "if n_elements == 0:", f"    return {returned}",
                        "config = _pointwise_config(n_elements)")
@@ -71,5 +73,5 @@ def kernel_source(nodes: list[Node], name: str, params: list[str], likes: list[s
     py = [inspect.getsource(f) for f in (pointwise._pointwise_config, _require_full)]
     blocks = ["import math\nimport torch\nimport triton\nimport triton.language as tl", *math_helpers, *helpers,
               kernel, *py, "def _cdiv(a, b):\n    return -(-a // b)",
-              f"def {name}({', '.join(i.local for i in inputs)}):\n" + launcher.text()]
+              f"def {name}({', '.join(i.local for i in tensors)}):\n" + launcher.text()]
     return "\n\n\n".join(b.strip("\n") for b in blocks) + "\n"

@@ -30,6 +30,7 @@ CASES = [
     ("rmsnorm(x, eps=1e-06)", {"x": [7, 40]}),
     ("layernorm(R, N, sms, eps=1e-05)", {"R": [6, 24], "N": [24], "sms": [24]}),     # inputs named as launcher locals
     ("relu(ctx) * x + d_x", {"ctx": [3, 8], "x": [3, 8], "d_x": [3, 8]}),      # and as the Function's
+    ("a * 2.0 + b * 3.0", {"a": [4, 9], "b": [4, 9]}),     # gradients that read neither input: the upstream's
     ("relu(a @ b + bias)", {"a": [8, 16], "b": [16, 12], "bias": [12]}),
     ("gelu(a @ w.T) * 2.0", {"a": [8, 16], "w": [12, 16]}),             # F.linear's layout
     ("a.mT @ b", {"a": [3, 16, 8], "b": [16, 12]}),                     # b shared: summed over the batch
@@ -218,6 +219,18 @@ def test_an_input_only_compared_gets_no_gradient_and_a_mask_none(tmp_path):
     m, x, y = torch.rand(3, 4) < 0.5, torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
     kernel(m, x, y).sum().backward()
     assert torch.equal(x.grad, torch.where(m, 2.0, 0.0)) and y.grad is None
+
+
+def test_gradients_that_read_only_a_mask_and_the_upstream_keep_their_inputs_dtype(tmp_path):
+    spec = validate({"name": "op", "expression": "where(m, a, b)", "inputs": [
+        {"name": "m", "dtypes": ["bool"], "shapes": [[5, 9]]}, {"name": "a", "dtypes": ["float32"], "shapes": [[5, 9]]},
+        {"name": "b", "dtypes": ["float32"], "shapes": [[5, 9]]}]})
+    kernel = getattr(load(tmp_path, "kernel.py", training.kernel_source(spec, parse_expression(spec))), "op")
+    m, a, b = torch.rand(5, 9) < 0.5, torch.randn(5, 9, requires_grad=True), torch.randn(5, 9, requires_grad=True)
+    up = torch.randn(5, 9)
+    kernel(m, a, b).backward(up)
+    assert a.grad.dtype == b.grad.dtype == torch.float32
+    assert torch.equal(a.grad, torch.where(m, up, 0.0)) and torch.equal(b.grad, torch.where(m, 0.0, up))
 
 
 def test_a_cat_whose_pieces_move_between_cases_is_refused():
