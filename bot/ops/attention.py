@@ -482,10 +482,28 @@ class _GradKernel(KernelFile):
              f"acc.to(out_ptr.dtype.element_ty), mask=col_in[:, None] & {width.lower()}_in[None, :])")
         return jit_source(f"{self.name}_dkv_kernel", self._PARAMS, code.lines)
 
+    def _scales_and_stats(self) -> str:
+        """Launcher lines: the dots' precision, the scales, the config and the statistics' buffer."""
+        q, scale = self.q.local, self.node.attr("scale")
+        return (f'    precision = "ieee" if {q}.dtype == torch.float32 else None\n'
+                f"    sm_scale = {'1.0 / math.sqrt(E)' if scale is None else repr(scale)}\n"
+                "    qk_scale = sm_scale * 1.4426950408889634      # base-2 exponentials\n"
+                + self._config_line("_grad_config(E, EV)")
+                + "    # each query row's log-sum-exp and delta, float32\n"
+                f"    stats = torch.empty((full[0] * full[1], L, 2), dtype=torch.float32, device={q}.device)\n")
+
+    def _shared_args(self) -> list[str]:
+        """The kernels' arguments after their tensors."""
+        q, k, v = self.q.local, self.k.local, self.v.local
+        return ["full[1]", "L", "S", "E", "EV", "group", f"*_batch_strides({q}, full)", f"*_batch_strides({k}, full)",
+                f"*_batch_strides({v}, full)", "qk_scale", "sm_scale", f"CAUSAL={bool(self.node.attr('causal'))}",
+                "PRECISION=precision", 'BLOCK_M=config["BLOCK_M"]', 'BLOCK_N=config["BLOCK_N"]',
+                "BLOCK_E=max(16, 1 << (E - 1).bit_length())", "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())",
+                'num_warps=config["num_warps"]', 'num_stages=config["num_stages"]']
+
     def _launcher(self) -> str:
         q, k, v, g, node = self.q.local, self.k.local, self.v.local, self.g.local, self.node
         wrt = node.attr("wrt")
-        scale = node.attr("scale")
         text = self._signature_and_prologue()
         text += (f"    L, E, S, EV = {q}.shape[-2], {q}.shape[-1], {k}.shape[-2], {v}.shape[-1]\n"
                  f"    lead = [max(a, b) for a, b in zip({q}.shape[:-2], {k}.shape[:-2])]\n"
@@ -495,19 +513,9 @@ class _GradKernel(KernelFile):
                  f"dtype={self.out_dtype(q)}, device={q}.device)\n"
                  "    if out.numel() == 0:\n        return out\n"
                  f"    heads_kv = [1, 1, *{k}.shape[:-2]][-1]\n"
-                 "    group = full[1] // heads_kv if heads_kv > 1 else 1\n"
-                 f'    precision = "ieee" if {q}.dtype == torch.float32 else None\n'
-                 f"    sm_scale = {'1.0 / math.sqrt(E)' if scale is None else repr(scale)}\n"
-                 "    qk_scale = sm_scale * 1.4426950408889634      # base-2 exponentials\n")
-        text += self._config_line("_grad_config(E, EV)")
-        text += ("    # each query row's log-sum-exp and delta, float32\n"
-                 f"    stats = torch.empty((full[0] * full[1], L, 2), dtype=torch.float32, device={q}.device)\n")
-        args = [q, k, v, g, "stats", "out", "full[1]", "L", "S", "E", "EV", "group", f"*_batch_strides({q}, full)",
-                f"*_batch_strides({k}, full)", f"*_batch_strides({v}, full)", "qk_scale", "sm_scale",
-                f"CAUSAL={bool(node.attr('causal'))}", "PRECISION=precision", 'BLOCK_M=config["BLOCK_M"]',
-                'BLOCK_N=config["BLOCK_N"]', "BLOCK_E=max(16, 1 << (E - 1).bit_length())",
-                "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())", 'num_warps=config["num_warps"]',
-                'num_stages=config["num_stages"]']
+                 "    group = full[1] // heads_kv if heads_kv > 1 else 1\n")
+        text += self._scales_and_stats()
+        args = [q, k, v, g, "stats", "out", *self._shared_args()]
         text += ('    grid = (_cdiv(L, config["BLOCK_M"]), full[0] * full[1])\n'
                  + launch(f"{self.name}_stats_kernel", "grid", args, "    ") + "\n")
         if wrt == "q":
@@ -522,6 +530,12 @@ class _JointGradKernel(_GradKernel):
     """q's, k's and v's gradients at once (a training kernel's backward where q, k and v are inputs of
     one batch): the stats kernel once, q's gradient per query block, and k's and v's together per
     key block, which walks the query rows of every query head of its group (enable_gqa: no sum after)."""
+
+    description = ("The gradients of attention's q, k and v from its output's, g (FlashAttention-2's backward): a\n"
+                   "first kernel runs the forward's online softmax per BLOCK_M query rows and keeps each row's\n"
+                   "log-sum-exp and delta = rowsum(g * out) (float32); then q's gradient per BLOCK_M rows walks the\n"
+                   "keys, and k's and v's together per BLOCK_M keys walk the query rows of every query head that\n"
+                   "shares the key head. The scores never reach memory.")
 
     def source(self) -> str:
         return self._file([self._stats_kernel(), self._dq_kernel(), self._joint_dkv_kernel()],
@@ -565,27 +579,22 @@ class _JointGradKernel(_GradKernel):
         return jit_source(f"{self.name}_dkv_kernel", params, code.lines)
 
     def _launcher(self) -> str:
-        q, k, v, g, node = self.q.local, self.k.local, self.v.local, self.g.local, self.node
+        q, k, v, g = self.q.local, self.k.local, self.v.local, self.g.local
         text = self._signature_and_prologue()
         text += (f"    L, E, S, EV = {q}.shape[-2], {q}.shape[-1], {k}.shape[-2], {v}.shape[-1]\n"
                  f"    full = [1] * (4 - {q}.dim()) + list({q}.shape[:-2])\n"
-                 f"    heads_kv = ([1] * (4 - {k}.dim()) + list({k}.shape[:-2]))[1]\n"
+                 f"    batch_kv, heads_kv = ([1] * (4 - {k}.dim()) + list({k}.shape[:-2]))[-2:]\n"
+                 f"    if batch_kv != full[0] or heads_kv == 0 or full[1] % heads_kv or max(E, EV) > {GRAD_MAX_HEAD}:\n"
+                 f'        raise ValueError(f"q {{list({q}.shape)}}, k {{list({k}.shape)}}: this backward takes q, k and v '
+                 f'of one batch, the query heads whole groups of the key heads, head dims up to {GRAD_MAX_HEAD}; "\n'
+                 '                         "regenerate the kernel for these shapes")\n'
                  "    # query heads share key head h // group (enable_gqa, or one key head broadcast)\n"
                  "    group = full[1] // heads_kv\n"
                  f"    d_q, d_k, d_v = torch.empty_like({q}), torch.empty_like({k}), torch.empty_like({v})\n"
                  f"    if {q}.numel() == 0 or {k}.numel() == 0:\n"
-                 "        return d_q.zero_(), d_k.zero_(), d_v.zero_()\n"
-                 f'    precision = "ieee" if {q}.dtype == torch.float32 else None\n'
-                 f"    sm_scale = {'1.0 / math.sqrt(E)' if node.attr('scale') is None else repr(node.attr('scale'))}\n"
-                 "    qk_scale = sm_scale * 1.4426950408889634      # base-2 exponentials\n")
-        text += self._config_line("_grad_config(E, EV)")
-        text += ("    # each query row's log-sum-exp and delta, float32, computed once for the three gradients\n"
-                 f"    stats = torch.empty((full[0] * full[1], L, 2), dtype=torch.float32, device={q}.device)\n")
-        shared = ["full[1]", "L", "S", "E", "EV", "group", f"*_batch_strides({q}, full)", f"*_batch_strides({k}, full)",
-                  f"*_batch_strides({v}, full)", "qk_scale", "sm_scale", f"CAUSAL={bool(node.attr('causal'))}",
-                  "PRECISION=precision", 'BLOCK_M=config["BLOCK_M"]', 'BLOCK_N=config["BLOCK_N"]',
-                  "BLOCK_E=max(16, 1 << (E - 1).bit_length())", "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())",
-                  'num_warps=config["num_warps"]', 'num_stages=config["num_stages"]']
+                 "        return d_q.zero_(), d_k.zero_(), d_v.zero_()\n")
+        text += self._scales_and_stats()
+        shared = self._shared_args()
         turned = [{'BLOCK_M=config["BLOCK_M"]': 'BLOCK_M=config["BLOCK_N"]',
                    'BLOCK_N=config["BLOCK_N"]': 'BLOCK_N=config["BLOCK_M"]'}.get(a, a) for a in shared]
         text += ('    grid = (_cdiv(L, config["BLOCK_M"]), full[0] * full[1])\n'

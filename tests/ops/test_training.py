@@ -324,3 +324,13 @@ def test_pointwise_gradients_of_full_shape_inputs_share_one_kernel(expression, s
     source = training.kernel_source(spec, parse_expression(spec))
     assert (f"{', '.join(f'd_{x}' for x in joint)} = op_grads(" in source) == bool(joint)
     assert all(f"def op_grad_{x}(" not in source for x in joint)
+
+
+def test_the_fused_attention_backward_refuses_shapes_it_was_not_generated_for(tmp_path):
+    shapes = {"q": [2, 2, 8, 16], "k": [2, 2, 8, 16], "v": [2, 2, 8, 16]}
+    spec = spec_of("scaled_dot_product_attention(q, k, v)", shapes, "float32")
+    module = load(tmp_path, "kernel.py", training.kernel_source(spec, parse_expression(spec)))
+    q, g = torch.randn(2, 2, 8, 16), torch.randn(2, 2, 8, 16)
+    k = v = torch.randn(1, 2, 8, 16)            # broadcast over the batch: the expressions' case, not this one
+    with pytest.raises(ValueError, match="one batch.*regenerate"):
+        module.op_backward(q, k, v, g)
