@@ -295,30 +295,31 @@ def over_text(node: Node) -> str:
 # ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
 
 def _norm_view(op, shape, groups, dims):
-    # (P, R, Q, WR): x as [P, R, Q], each row r's statistics over its P x Q elements; r % WR indexes
-    # a per-row weight (the channel; layer norm's weights are per element, indexed by q).
+    # (P, R, Q, WR, WM, WQ): x as [P, R, Q], each row r's statistics over its P x Q elements; and
+    # the weight index of element (r, q), (r % WR) * WM + q // WQ: the channel, or q itself.
     n, c = shape[0], shape[1] if len(shape) > 1 else 1
     s = math.prod(shape[2:])
     if op == "layer_norm_nd":
         q = math.prod(shape[len(shape) - dims:])
-        return 1, math.prod(shape) // q, q, 1
+        return 1, math.prod(shape) // q, q, 1, 0, 1
     if op == "batch_norm":
-        return n, c, s, c
+        return n, c, s, c, 1, n * c * s + 1
     if op == "instance_norm":
-        return 1, n * c, s, c
-    return 1, n * groups, c // groups * s, groups
+        return 1, n * c, s, c, 1, s + 1
+    return 1, n * groups, c // groups * s, groups, c // groups, s
 
 
-def _apply_view(op, shape, groups, view):
-    # (R, Q, RG, WR) of the normalising pass: its rows, each of P x Q elements, row r's statistics
-    # those of row r // RG of the statistics' view, its weight r % WR. Group norm's rows are a
-    # sample's channels (a group's RG of them share its statistics), so each row has one weight and
-    # one bias and no element needs a division to find its channel; the others keep their view.
-    P, R, Q, WR = view
-    if op == "group_norm":
+def _apply_view(op, shape, groups, view, block):
+    # (R, Q, RG, WR, WM, WQ, PER_ROW) of the normalising pass: its rows of P x Q elements, row r's
+    # statistics those of row r // RG of the statistics' view, the weight index as _norm_view's, and
+    # whether a row has one weight. Group norm over channels of a quarter tile or more runs over a
+    # sample's channels as rows (RG of them share a group's statistics): one weight and bias a row,
+    # no division an element to find its channel; smaller channels keep the group's rows.
+    P, R, Q, WR, WM, WQ = view
+    if op == "group_norm" and math.prod(shape[2:]) * 4 >= block:
         c = shape[1]
-        return shape[0] * c, math.prod(shape[2:]), c // groups, c
-    return R, Q, 1, WR
+        return shape[0] * c, math.prod(shape[2:]), c // groups, c, 1, Q + 1, True
+    return R, Q, 1, WR, WM, WQ, op not in ("layer_norm_nd", "group_norm")
 
 
 def _norm_split(rows, per_row, block, sms):
@@ -417,8 +418,8 @@ class _ChannelNormKernel(KernelFile):
         t = self.tensors
         params = [*(f"{i.local}_ptr" for i in self.body_inputs), "stats_ptr",
                   *(f"{t[role].local}_ptr" for role in ("running_mean", "running_var", "weight", "bias") if role in t),
-                  "out_ptr", "N", "R", "Q", "SPLIT", "RG", "STATS_SPLIT", "WR", "SPLIT_P2: tl.constexpr",
-                  "BLOCK: tl.constexpr"]
+                  "out_ptr", "N", "R", "Q", "SPLIT", "RG", "STATS_SPLIT", "WR", "WM", "WQ", "PER_ROW: tl.constexpr",
+                  "SPLIT_P2: tl.constexpr", "BLOCK: tl.constexpr"]
         eps = fmt_const(self.node.attr("eps"))
         if self.training:
             stats = ["# The partials of the row's statistics (row r // RG of theirs) merged at once:",
@@ -435,33 +436,40 @@ class _ChannelNormKernel(KernelFile):
         else:
             stats = [f"mean = tl.load({t['running_mean'].local}_ptr + r).to(tl.float32)",
                      f"var = tl.load({t['running_var'].local}_ptr + r).to(tl.float32)"]
-        lines = [*self._chunk(), *stats, f"rstd = 1.0 / tl.sqrt(var + {eps})", *self._affine(),
+        lines = [*self._chunk(), *stats, f"rstd = 1.0 / tl.sqrt(var + {eps})",
+                 *self._either("", self._affine(), []),
                  "for first in range(0, CHUNK, BLOCK):",
                  *self._row_offsets(),
-                 "    y = (val - mean) * scale + shift" if self._per_row() else "    y = (val - mean) * rstd",
-                 *([] if self._per_row() else self._affine_per_element()),
+                 *self._either("    ", ["y = (val - mean) * scale + shift"],
+                               ["y = (val - mean) * rstd", *self._affine_per_element()]),
                  "    tl.store(out_ptr + at, y.to(out_ptr.dtype.element_ty), mask=mask)"]
         return jit_source(f"{self.name}_kernel", params, lines)
 
-    def _per_row(self) -> bool:
-        """Whether a row's elements share one weight (the row's channel; not layer norm's)."""
-        return self.node.op != "layer_norm_nd"
+    def _either(self, pad: str, per_row: list[str], per_element: list[str]) -> list[str]:
+        """Lines for rows of one weight, or of weights per element: group norm's choice is its
+        launcher's (PER_ROW), batch and instance norm's always per row, layer norm's per element."""
+        if self.node.op == "group_norm":
+            return [f"{pad}if PER_ROW:", *(f"{pad}    {line}" for line in per_row),
+                    *([f"{pad}else:", *(f"{pad}    {line}" for line in per_element)] if per_element else [])]
+        return [pad + line for line in (per_element if self.node.op == "layer_norm_nd" else per_row)]
 
     def _affine(self) -> list[str]:
         """Per-row weights folded into one scale and shift before the loop."""
-        if not self._per_row():
-            return []
         t = self.tensors
         return ["scale = rstd" + (f" * tl.load({t['weight'].local}_ptr + r % WR).to(tl.float32)" if "weight" in t else ""),
                 # (val - mean) * scale, not val * scale - mean * scale: a large mean cancels exactly
                 "shift = " + (f"tl.load({t['bias'].local}_ptr + r % WR).to(tl.float32)" if "bias" in t else "0.0")]
 
     def _affine_per_element(self) -> list[str]:
-        """Weights indexed by the element (layer norm over several dims)."""
+        """Weights indexed by the element (layer norm) or its channel in the group (group norm)."""
         t = self.tensors
-        return [*([f"    y = y * tl.load({t['weight'].local}_ptr + q, mask=mask, other=0.0).to(tl.float32)"]
+        if not ("weight" in t or "bias" in t):
+            return []
+        at = "q" if self.node.op == "layer_norm_nd" else "(r % WR) * WM + q // WQ"
+        return [f"w_at = {at}",
+                *([f"y = y * tl.load({t['weight'].local}_ptr + w_at, mask=mask, other=0.0).to(tl.float32)"]
                   if "weight" in t else []),
-                *([f"    y = y + tl.load({t['bias'].local}_ptr + q, mask=mask, other=0.0).to(tl.float32)"]
+                *([f"y = y + tl.load({t['bias'].local}_ptr + w_at, mask=mask, other=0.0).to(tl.float32)"]
                   if "bias" in t else [])]
 
     def _launcher(self) -> str:
@@ -470,7 +478,7 @@ class _ChannelNormKernel(KernelFile):
         text += (f"    out = torch.empty_like({x}, dtype={self.out_dtype(x)})\n"
                  "    if out.numel() == 0:\n        return out\n"
                  f'    view = _norm_view("{node.op}", list({x}.shape), {node.attr("groups") or 0}, {node.attr("dims") or 0})\n'
-                 "    P, R, Q, WR = view\n")
+                 "    P, R, Q, WR, WM, WQ = view\n")
         text += self._config_line("_norm_config(out.numel())")
         text += ("    # Programs per row: enough to fill the GPU however few rows there are.\n"
                  f"    sms = torch.cuda.get_device_properties({first}.device).multi_processor_count if {first}.is_cuda else 4\n"
@@ -484,10 +492,12 @@ class _ChannelNormKernel(KernelFile):
         else:
             text += f"    stats = {x}\n"
         extras = [t[role].local for role in ("running_mean", "running_var", "weight", "bias") if role in t]
-        text += (f'    R2, Q2, RG, WR2 = _apply_view("{node.op}", list({x}.shape), {node.attr("groups") or 0}, view)\n'
+        text += (f'    R2, Q2, RG, WR2, WM2, WQ2, per_row = _apply_view("{node.op}", list({x}.shape), '
+                 f'{node.attr("groups") or 0}, view, config["BLOCK"])\n'
                  '    split2 = _norm_split(R2, P * Q2, config["BLOCK"], sms)\n')
-        args = body + ["stats", *extras, "out", "P * Q2", "R2", "Q2", "split2", "RG", "split", "WR2",
-                       "SPLIT_P2=triton.next_power_of_2(split)", 'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
+        args = body + ["stats", *extras, "out", "P * Q2", "R2", "Q2", "split2", "RG", "split", "WR2", "WM2", "WQ2",
+                       "PER_ROW=per_row", "SPLIT_P2=triton.next_power_of_2(split)", 'BLOCK=config["BLOCK"]',
+                       'num_warps=config["num_warps"]']
         text += launch(f"{self.name}_kernel", "(R2, split2)", args, "    ") + "\n"
         return text + "    return out\n"
 

@@ -27,6 +27,9 @@ CASES = [
      lambda t: F.group_norm(t["x"], 3, t["w"], t["b"])),
     ("group_norm(x + y, 2, None, None, eps=1e-05)", {"x": [3, 4, 9], "y": [3, 4, 9]},
      lambda t: F.group_norm(t["x"] + t["y"], 2)),
+    # channels of a quarter tile or more (the default tile: 1024): the normalising pass by channel rows
+    ("group_norm(x, 2, w, b, eps=1e-05)", {"x": [2, 4, 16, 17], "w": [4], "b": [4]},
+     lambda t: F.group_norm(t["x"], 2, t["w"], t["b"])),
     ("instance_norm(x, weight=w, bias=b, eps=1e-05)", {"x": [2, 3, 6, 5], "w": [3], "b": [3]},
      lambda t: F.instance_norm(t["x"], weight=t["w"], bias=t["b"])),
     ("instance_norm(x, weight=None, bias=None, eps=1e-05)", {"x": [2, 3, 4, 5, 3]},
