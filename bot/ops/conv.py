@@ -391,7 +391,8 @@ class _ConvKernel(KernelFile):
                       "TRANSPOSED", "HAS_BIAS", "DOT", "TAP_OUTER", "PER_IMAGE", "POINTWISE", "INPUT_PRECISION", "BLOCK_M", "BLOCK_N", "BLOCK_K"]
         params += [f"{c}: tl.constexpr" for c in constexprs]
         lines = [
-            "# Program (pid_m, pid_n, pid_g): BLOCK_M output positions x BLOCK_N of a group's output channels.",
+            "# Program (position tile x channel block, group x phase): BLOCK_M output positions x BLOCK_N of a",
+            "# group's output channels.",
             "# A transposed convolution's outputs are split by phase (position mod stride, per dim): every",
             "# output of a phase takes input from the same taps, so a program skips the other taps whole.",
             "# The output channel blocks of a position tile run next to each other, so the tile's input",
@@ -463,7 +464,7 @@ class _ConvKernel(KernelFile):
             "            for c0 in range(0, CIN_G, BLOCK_K):",
             "                cs = c0 + tl.arange(0, BLOCK_K)",
             "                c_ok = cs < CIN_G",
-            "                a = tl.load(x_ptr + row_offs[:, None] + (cs * P_IN)[None, :],",
+            "                a = tl.load(x_ptr + row_offs[:, None] + (cs.to(tl.int64) * P_IN)[None, :],",
             "                            mask=valid[:, None] & c_ok[None, :], other=0.0)",
             "                if TRANSPOSED:",
             "                    w_rows = (ci0 + cs) * (COUT_G * TAPS) + tap",
@@ -494,7 +495,7 @@ class _ConvKernel(KernelFile):
         ]
         for e in self.epilogue_inputs:
             s = [f"{e.local}_s{d}" for d in "ncdhw"]
-            lines += [f"{e.local}_offs = (n * {s[0]} + od * {s[2]} + oh * {s[3]} + ow * {s[4]})[:, None] + "
+            lines += [f"{e.local}_offs = (n.to(tl.int64) * {s[0]} + od * {s[2]} + oh * {s[3]} + ow * {s[4]})[:, None] + "
                       f"co[None, :] * {s[1]}",
                       f"{e.local} = tl.load({e.local}_ptr + {e.local}_offs, mask=mask, other=0.0).to(tl.float32)"]
         if not self.is_bare_input:
