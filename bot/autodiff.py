@@ -305,8 +305,8 @@ def _attention(node: Node, a: list[str], up: str, cases: list[dict[str, list[int
 def _query_groups(node: Node, grad: str, cases: list[dict[str, list[int]]]) -> str:
     """A key's or value's gradient per query head, summed over the query heads sharing each of its
     heads (enable_gqa with fewer key heads than query heads; a broadcast one is summed later)."""
-    q, k = (n.name for n in node.args[:2])
-    heads = {(c[q][-3], c[k][-3]) for c in cases} if len(cases[0][q]) >= 3 else {(1, 1)}
+    shapes = [(ir.output_shape(node.args[0], c), ir.output_shape(node.args[1], c)) for c in cases]
+    heads = {(q[-3], k[-3]) for q, k in shapes} if len(shapes[0][0]) >= 3 else {(1, 1)}
     if not node.attr("gqa") or all(hk in (1, hq) for hq, hk in heads):
         return grad
     if len(heads) > 1:

@@ -433,7 +433,8 @@ class _GradKernel(KernelFile):
              "rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
              "row_in = rows < L")
         _head_tiles(code)
-        code("q = tl.load(q_ptr + rows[:, None] * E + offs_e[None, :], mask=row_in[:, None] & e_in[None, :], other=0.0)",
+        code("q = tl.load(q_ptr + rows[:, None] * E + offs_e[None, :], mask=row_in[:, None] & e_in[None, :], "
+             "other=0.0).to(k_ptr.dtype.element_ty)",
              *_upstream_rows(),
              "lse = tl.load(stats_ptr + rows * 2, mask=row_in, other=0.0)",
              "delta = tl.load(stats_ptr + rows * 2 + 1, mask=row_in, other=0.0)",
@@ -613,7 +614,7 @@ def fused_backward(spec: dict, node: Node, cases: list[dict[str, list[int]]], na
     """For a training kernel: (a kernel.py part defining name(q, k, v, upstream) -> (dq, dk, dv), its
     tensor arguments) where node is attention of three distinct inputs of one batch whose query heads
     are whole groups of the key heads, with head dims the gradient kernels hold; else None."""
-    if node.op != SDPA or len({a.name for a in node.args}) < 3:
+    if node.op != SDPA or any(a.op != "input" for a in node.args) or len({a.name for a in node.args}) < 3:
         return None
     q, k, v = (a.name for a in node.args)
     for c in cases:
@@ -639,7 +640,8 @@ def _query_rows(code: Code, q: str, g: str, stats: str) -> None:
     """A key block's step: BLOCK_M query rows from start_m, their q, g and statistics (log-sum-exp, delta)."""
     code("rows = start_m + tl.arange(0, BLOCK_M)",
          "row_in = rows < L",
-         f"q = tl.load({q} + rows[:, None] * E + offs_e[None, :], mask=row_in[:, None] & e_in[None, :], other=0.0)",
+         f"q = tl.load({q} + rows[:, None] * E + offs_e[None, :], mask=row_in[:, None] & e_in[None, :], "
+         "other=0.0).to(k_ptr.dtype.element_ty)",
          *_upstream_rows(g),
          f"lse = tl.load({stats} + rows * 2, mask=row_in, other=0.0)",
          f"delta = tl.load({stats} + rows * 2 + 1, mask=row_in, other=0.0)")
@@ -693,7 +695,7 @@ def _online_softmax(code: Code, resident: str) -> None:
     with code.block(f"if {resident}:"):
         code("offs_e = tl.arange(0, BLOCK_E)",
              "q = tl.load(q_ptr + rows[:, None] * E + offs_e[None, :], mask=row_in[:, None] & (offs_e < E)[None, :], "
-             "other=0.0)")
+             "other=0.0).to(k_ptr.dtype.element_ty)")
     _last_key(code)
     with code.block("for start_n in range(0, hi, BLOCK_N):"):
         code("cols = start_n + offs_n",
@@ -743,7 +745,7 @@ def _scores(code: Code) -> None:
     with code.block("for e0 in range(0, E, BLOCK_E):"):
         code("es = e0 + offs_e",
              "q = tl.load(q_ptr + rows[:, None] * E + es[None, :], mask=row_in[:, None] & (es < E)[None, :], "
-             "other=0.0)",
+             "other=0.0).to(k_ptr.dtype.element_ty)",
              "k = tl.load(k_ptr + cols[:, None] * E + es[None, :], mask=col_in[:, None] & (es < E)[None, :], "
              "other=0.0)",
              "s = tl.dot(q, tl.trans(k), s, input_precision=PRECISION)")

@@ -23,6 +23,9 @@ CASES = [
     (f"{SDPA}(q, k, v, enable_gqa=True)", {"q": [2, 6, 21, 16], "k": [2, 2, 30, 16], "v": [2, 2, 30, 16]}),
     (f"{SDPA}(q, k, v)", {"q": [3, 4, 9, 16], "k": [1, 4, 30, 16], "v": [1, 4, 30, 16]}),      # a broadcast batch
     (f"{SDPA}(q, k, v)", {"q": [18, 200], "k": [25, 200], "v": [25, 8]}),                       # rank 2, E = 200
+    # q or k from an earlier stage (float32) beside float16 inputs: the dots take one dtype
+    (f"{SDPA}(q * 0.5, k, v)", {"q": [1, 2, 9, 16], "k": [1, 2, 12, 16], "v": [1, 2, 12, 16]}),
+    (f"{SDPA}(q, k * 2.0, v, is_causal=True)", {"q": [1, 2, 9, 16], "k": [1, 2, 9, 16], "v": [1, 2, 9, 16]}),
     # value heads past WIDE_EV: scores into a workspace, then p @ v
     (f"{SDPA}(q, k, v)", {"q": [1, 2, 16, 64], "k": [1, 2, 24, 64], "v": [1, 2, 24, 300]}),
     (f"{SDPA}(q, k, v, is_causal=True, enable_gqa=True)", {"q": [1, 4, 21, 40], "k": [1, 2, 19, 40],

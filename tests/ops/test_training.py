@@ -76,6 +76,8 @@ CASES = [
     # one fused backward (q, k, v inputs of one batch): a key head shared by all, no heads, causal with L > S
     ("scaled_dot_product_attention(q, k, v, scale=0.3)", {"q": [2, 3, 9, 24], "k": [2, 1, 11, 24], "v": [2, 1, 11, 8]}),
     ("scaled_dot_product_attention(q, k, v, is_causal=True)", {"q": [3, 13, 16], "k": [3, 7, 16], "v": [3, 7, 16]}),
+    ("scaled_dot_product_attention(q * 2.0, k, v, enable_gqa=True)",            # q from an earlier stage
+     {"q": [1, 4, 9, 16], "k": [1, 2, 9, 16], "v": [1, 2, 9, 16]}),
     ("max_pool2d(x, kernel_size=2)", {"x": [2, 3, 6, 8]}),
     ("max_pool2d(relu(x), kernel_size=3, stride=2, padding=1, ceil_mode=True)", {"x": [2, 2, 7, 9]}),   # ties at 0
     ("max_pool1d(x, kernel_size=3, stride=2, dilation=2)", {"x": [2, 3, 13]}),
