@@ -10,7 +10,7 @@ import inspect
 
 from bot.codegen import fixed
 from bot.codegen.code import Code, jit_source, launch
-from bot.codegen.kernel_file import TRITON_MATH, KernelInput, _require_full
+from bot.codegen.kernel_file import TRITON_MATH, KernelInput, _cdiv, _require_full
 from bot.ops import pointwise
 from bot.ops.node import Node
 
@@ -70,8 +70,8 @@ def kernel_source(nodes: list[Node], name: str, params: list[str], likes: list[s
     launcher(f"return {returned}")
     text = " ".join(helpers)
     math_helpers = fixed.sources(TRITON_MATH, {h for h in fixed.functions(TRITON_MATH) if f"{h}(" in text})
-    py = [inspect.getsource(f) for f in (pointwise._pointwise_config, _require_full)]
+    py = [inspect.getsource(f) for f in (pointwise._pointwise_config, _require_full, _cdiv)]
     blocks = ["import math\nimport torch\nimport triton\nimport triton.language as tl", *math_helpers, *helpers,
-              kernel, *py, "def _cdiv(a, b):\n    return -(-a // b)",
+              kernel, *py,
               f"def {name}({', '.join(i.local for i in tensors)}):\n" + launcher.text()]
     return "\n\n\n".join(b.strip("\n") for b in blocks) + "\n"

@@ -6,11 +6,13 @@ alone; anything else around the norm keeps the gradient expressions.
 """
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 from bot.codegen import fixed
 from bot.codegen.code import launch
 from bot.codegen.expr import fmt_const
+from bot.codegen.kernel_file import _cdiv
 from bot.codegen.row_kernel import sm_count_line
 from bot.ops.node import Node
 
@@ -65,4 +67,4 @@ def kernel_source(node: Node, name: str) -> str:
     text += f"    return {', '.join(f'd_{t}' for t in (x, *extras))}{',' * (not extras)}\n"
     helpers = "".join(s + "\n\n" for s in fixed.sources(KERNELS, {"_norm_grad", "_column_sums", "_norm_grad_tile"}))
     return ("import torch\nimport triton\nimport triton.language as tl\n\n\n" + helpers +
-            "def _cdiv(a, b):\n    return -(-a // b)\n\n\n" + text)
+            inspect.getsource(_cdiv) + "\n\n" + text)
