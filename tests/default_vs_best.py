@@ -4,6 +4,7 @@ hold (LLM-shaped and odd), generates its kernel.py; the default (config=None) an
 CONFIGS are timed on the GPU and checked against the default's output.
 
     python tests/default_vs_best.py [--only softmax,rmsnorm] [--dtype bf16] [--torch] [--json out.json]
+    python tests/default_vs_best.py --catalog --default-only --torch     # catalog sizes, vs torch only
 
 Time is GPU time: the median of triton.testing.do_bench_cudagraph (launch overhead removed, so the
 comparison is of the configs' device work), with the interquartile range of its samples. The table
@@ -89,14 +90,19 @@ def close(a, b) -> bool:
     return all(torch.allclose(x.float(), y.float(), rtol=2e-2, atol=2e-2) for x, y in zip(a, b))
 
 
-def torch_times(spec: dict, node, folder: Path, args: list) -> dict:
-    """The reference's GPU time in torch eager and under torch.compile, us (median)."""
+def torch_times(spec: dict, node, folder: Path, args: list, out) -> dict:
+    """The reference's GPU time in torch eager and under torch.compile, and a device copy of as many
+    bytes as the inputs and output hold (read and written once), us (median)."""
     reference = getattr(load(folder, "reference.py", lower_torch.reference_source(spec, node)), spec["name"])
     compiled = torch.compile(reference, dynamic=False)
-    return {"eager_us": gpu_us(lambda: reference(*args))[0], "compile_us": gpu_us(lambda: compiled(*args))[0]}
+    moved = sum(t.numel() * t.element_size() for t in [*args, *(out if isinstance(out, tuple) else (out,))])
+    src, dst = (torch.empty(max(1, moved // 2), dtype=torch.uint8, device="cuda") for _ in range(2))
+    return {"eager_us": gpu_us(lambda: reference(*args))[0], "compile_us": gpu_us(lambda: compiled(*args))[0],
+            "copy_us": gpu_us(lambda: dst.copy_(src))[0]}
 
 
-def measure(entry, shapes: str, dtype: str, workdir: Path, against_torch: bool = False) -> list[dict]:
+def measure(entry, shapes: str, dtype: str, workdir: Path, against_torch: bool = False,
+            sweep: bool = True) -> list[dict]:
     spec, _ = parse_request(entry.words.format(shapes=shapes, dtypes=dtype))
     node = parse_expression(spec)
     folder = workdir / entry.name
@@ -109,7 +115,7 @@ def measure(entry, shapes: str, dtype: str, workdir: Path, against_torch: bool =
         want = op(*args)
         default, spread = gpu_us(lambda: op(*args))
         timed = []
-        for config in module.CONFIGS:
+        for config in module.CONFIGS if sweep else []:
             try:
                 got = op(*args, config=config)
             except Exception as e:          # a config this shape cannot take (the launcher says why)
@@ -119,19 +125,28 @@ def measure(entry, shapes: str, dtype: str, workdir: Path, against_torch: bool =
                 timed.append((gpu_us(lambda c=config: op(*args, config=c))[0], config))
             else:
                 print(f"  {entry.name} case {case}: {config} DIFFERS from the default's output; not timed")
-        best, config = min(timed, key=lambda t: t[0]) if timed else (math.nan, None)
+        best, config = min(timed, key=lambda t: t[0]) if timed else (math.nan if sweep else default, None)
         case_text = " by ".join("x".join(map(str, i["shapes"][case])) for i in spec["inputs"][:2]
                                 if i.get("domain") != "index")
         rows.append({"entry": entry.name, "case": case_text, "dtype": dtype, "default_us": default,
                      "default_iqr": spread, "best_us": best, "best_config": config,
                      "ratio": default / best if best == best else math.nan, "configs": len(timed),
                      "timed": sorted(timed, key=lambda t: t[0]),
-                     **(torch_times(spec, node, folder, args) if against_torch else {})})
-        versus = (f"  eager {rows[-1]['eager_us']:9.2f}  compile {rows[-1]['compile_us']:9.2f}"
-                  if against_torch else "")
+                     **(torch_times(spec, node, folder, args, want) if against_torch else {})})
+        versus = (f"  eager {rows[-1]['eager_us']:9.2f}  compile {rows[-1]['compile_us']:9.2f}  copy "
+                  f"{100 * rows[-1]['copy_us'] / default:5.1f}%" if against_torch else "")
         print(f"{entry.name:16} {case_text:28} {dtype}  default {default:9.2f} ±{spread / 2:5.2f}  best "
               f"{best:9.2f}  {rows[-1]['ratio']:5.2f}  of {len(timed)}  {config}{versus}", flush=True)
     return rows
+
+
+def print_geomeans(rows: list[dict]) -> None:
+    """The kernels' geomean and worst case against torch eager and torch.compile (GPU time)."""
+    for side in ("eager", "compile"):
+        ratios = [(r[f"{side}_us"] / r["default_us"], r) for r in rows]
+        geo = math.exp(statistics.fmean(math.log(v) for v, _ in ratios))
+        worst, row = min(ratios, key=lambda t: t[0])
+        print(f"vs {side}: geomean {geo:.3f} over {len(ratios)} cases; worst {worst:.2f} ({row['entry']} {row['case']})")
 
 
 def main() -> None:
@@ -141,15 +156,18 @@ def main() -> None:
     ap.add_argument("--shapes", action="append", default=[], metavar="ENTRY=SHAPES",
                     help="other shapes for an entry, e.g. 'mean_dim0=8192x8192, 7919x6007' (a catalog table's, to check it)")
     ap.add_argument("--torch", action="store_true", help="time the reference in torch eager and torch.compile too")
+    ap.add_argument("--catalog", action="store_true", help="each entry at its catalog sizes (Entry.big)")
+    ap.add_argument("--default-only", action="store_true", help="time the default config only, not the space")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    UNTUNED.update(item.split("=", 1) for item in a.shapes)
-    names = [n for n in a.only.split(",") if n] or list(UNTUNED)
+    given = dict(item.split("=", 1) for item in a.shapes)
+    names = [n for n in a.only.split(",") if n] or ([] if a.catalog else list(UNTUNED))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for entry in catalog.by_name(names):
             dtype = "fp32" if entry.dtypes == "fp32" else a.dtype
-            rows += measure(entry, UNTUNED[entry.name], dtype, Path(tmp), a.torch)
+            shapes = given.get(entry.name) or (entry.big if a.catalog else UNTUNED[entry.name])
+            rows += measure(entry, shapes, dtype, Path(tmp), a.torch, not a.default_only)
     worst = {}
     for r in rows:
         if r["ratio"] == r["ratio"]:
@@ -157,6 +175,8 @@ def main() -> None:
     print("\nworst default / best per family (target <= %.2f):" % TARGET)
     for name, ratio in sorted(worst.items(), key=lambda kv: -kv[1]):
         print(f"  {name:16} {ratio:5.2f}{'  MISSED' if ratio > TARGET else ''}")
+    if a.torch:
+        print_geomeans(rows)
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1, default=str))
 

@@ -34,6 +34,13 @@ GEOMETRIES = [
     ("adaptive_max_pool3d(x, output_size=(2, None, 3))", [1, 2, 5, 4, 7]),
     ("adaptive_avg_pool2d(x, output_size=1)", [2, 5, 6, 9]),                                 # global average
     ("max_pool2d(x * y, kernel_size=2)", [2, 3, 8, 7]),            # y [3, 1, 1]: a body input broadcast
+    # windows overlapping down the rows: the rolled kernel, in chunks of 4, 8 and 16 output rows
+    ("avg_pool2d(x, kernel_size=3, stride=1, padding=1, count_include_pad=False)", [2, 3, 11, 9]),
+    ("max_pool2d(x, kernel_size=3, stride=1)", [2, 3, 20, 9]),
+    ("max_pool2d(relu(x) * y, kernel_size=(4, 3), stride=(1, 2), padding=(2, 1), dilation=(1, 2), ceil_mode=True)",
+     [2, 3, 10, 13]),
+    ("avg_pool3d(x, kernel_size=(2, 3, 2), stride=(2, 1, 1), padding=(1, 1, 0), ceil_mode=True)", [1, 2, 5, 9, 7]),
+    ("avg_pool2d(x, kernel_size=2, stride=1, divisor_override=3)", [3, 7, 9]),              # unbatched
 ]
 
 
@@ -57,7 +64,8 @@ def test_every_geometry_matches_torch(tmp_path, expression, shape):
     spec = validate(raw_spec(expression, shape))
     node = parse_expression(spec)
     reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "pool_op")
-    kernel = getattr(load(tmp_path, "kernel.py", pool.kernel_source(spec, node, {})), "pool_op")
+    module = load(tmp_path, "kernel.py", pool.kernel_source(spec, node, {}))
+    kernel = module.pool_op
     gen = torch.Generator().manual_seed(0)
     tensors = {i["name"]: torch.randn(i["shapes"][0], generator=gen) for i in spec["inputs"]}
     wide = {n: t.double() for n, t in tensors.items()}
@@ -66,7 +74,7 @@ def test_every_geometry_matches_torch(tmp_path, expression, shape):
         args = [t.to(getattr(torch, dtype)) for t in tensors.values()]
         want = reference(*[a.double() for a in args])
         rtol, atol = protocol.tolerance(dtype)
-        for config in (None, pool.CONFIGS[-1]):
+        for config in (None, module.CONFIGS[1], module.CONFIGS[-1]):
             got = kernel(*args, config=config)
             assert got.shape == want.shape and got.dtype == args[0].dtype
             err = (got.double() - want).abs()
@@ -116,6 +124,8 @@ def test_the_runner_never_shrinks_below_the_windows_reach():
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("expression, shape", [
     ("max_pool2d(x, kernel_size=3, stride=2, padding=1)", [32, 64, 112, 112]),
+    ("avg_pool2d(x, kernel_size=3, stride=1, padding=1)", [32, 64, 112, 112]),
+    ("max_pool2d(x, kernel_size=(5, 3), stride=1, padding=(2, 0))", [8, 32, 61, 77]),
     ("avg_pool2d(x, kernel_size=2)", [32, 64, 56, 57]),
     ("max_pool3d(x, kernel_size=3, stride=2, padding=1)", [4, 16, 32, 32, 31]),
     ("adaptive_avg_pool2d(x, output_size=1)", [64, 512, 7, 7]),
