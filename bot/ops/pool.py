@@ -405,7 +405,7 @@ class _PoolKernel(KernelFile):
         params = [*(f"{i.local}_ptr" for i in self.body_inputs), "out_ptr", "ROWS", "P1", "D", "H", "W", "OD", "OH", "OW",
                   *(f"{i.local}_s{k}" for i in self.body_inputs for k in ("p0", "p1", "d", "h", "w"))]
         constexprs = ["KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "ADAPTIVE",
-                      "COUNT_PAD", "DIVISOR", "UNROLL", "WIDE", "BLOCK_R", "BLOCK_W", "BLOCK_K"]
+                      "COUNT_PAD", "DIVISOR", "UNROLL", "ABUT", "WIDE", "BLOCK_R", "BLOCK_W", "BLOCK_K"]
         params += [f"{c}: tl.constexpr" for c in constexprs]
         fill = NEG_INF if is_max else "0.0"
         # Rows of a small window unrolled; an adaptive window can span the whole input (global pooling:
@@ -449,6 +449,15 @@ class _PoolKernel(KernelFile):
             "                inside = row_ok[:, None] & (w_ok & (i_w >= 0) & (i_w < W))[None, :]",
             *self._tap_loads("                ", "[:, None]", "[None, :]"),
             "                acc = _max_nan(acc, val)" if is_max else "                acc += val",
+            "        elif ABUT:",
+            "            # windows side by side (stride = width = BLOCK_K): the row's span loads as one run,",
+            "            # in whole vectors, and is split into each output's taps after",
+            "            i_w = (pid % n_wb) * (BLOCK_W * BLOCK_K) + tl.arange(0, BLOCK_W * BLOCK_K)",
+            "            inside = row_ok[:, None] & (i_w < W)[None, :]",
+            *self._tap_loads("            ", "[:, None]", "[None, :]"),
+            "            val = tl.reshape(val, [BLOCK_R, BLOCK_W, BLOCK_K])",
+            "            acc = _max_nan(acc, tl.reduce(val, 2, _max_nan))" if is_max
+            else "            acc += tl.sum(val, axis=2)",
             "        else:",
             "            # a [BLOCK_R, BLOCK_W, BLOCK_K] tile: each output's taps side by side (contiguous",
             "            # in memory where the stride is the window's width)",
@@ -484,6 +493,16 @@ class _PoolKernel(KernelFile):
                   f"{i.local}_sd + i_h * {i.local}_sh){rows} + (i_w * {i.local}_sw){cols}, mask=inside, "
                   "other=0.0).to(tl.float32)" for i in self.body_inputs),
                 f"{pad}val = tl.where(inside, {self.body_call()}, {fill})"]
+
+    def _abut(self) -> bool:
+        """Whether windows lie side by side across (stride = width, a power of two; no dilation or
+        padding there): a row's span then loads as one contiguous run."""
+        node = self.node
+        if node.op == ADAPTIVE:
+            return False
+        k, s, p = (node.attr(a)[-1] for a in ("kernel", "stride", "padding"))
+        d = (node.attr("dilation") or (1,))[-1]
+        return k == s and k & (k - 1) == 0 and p == 0 and d == 1
 
     def _unrolled(self) -> bool:
         """Whether a window row's taps can be unrolled at compile time (a fixed window, not too wide)."""
@@ -549,7 +568,8 @@ class _PoolKernel(KernelFile):
                  "    block_w = max(1, min(config[\"BLOCK\"] // block_k, triton.next_power_of_2(OW)))\n"
                  "    block_r = max(1, min(config[\"BLOCK\"] // (block_k * block_w), triton.next_power_of_2(rows)))\n"
                  "    grid = (_cdiv(OW, block_w) * _cdiv(rows, block_r),)\n") + self._wide()
-        args = [*self._launch_args("rows"), f"ADAPTIVE={node.op == ADAPTIVE}", "UNROLL=unroll", "BLOCK_R=block_r",
+        args = [*self._launch_args("rows"), f"ADAPTIVE={node.op == ADAPTIVE}", "UNROLL=unroll",
+                f"ABUT=not unroll and {self._abut()}", "BLOCK_R=block_r",
                 "BLOCK_W=block_w", "BLOCK_K=block_k", 'num_warps=config["num_warps"]']
         text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + "    return out\n"

@@ -127,6 +127,7 @@ def test_the_runner_never_shrinks_below_the_windows_reach():
     ("avg_pool2d(x, kernel_size=3, stride=1, padding=1)", [32, 64, 112, 112]),
     ("max_pool2d(x, kernel_size=(5, 3), stride=1, padding=(2, 0))", [8, 32, 61, 77]),
     ("avg_pool2d(x, kernel_size=2)", [32, 64, 56, 57]),
+    ("max_pool2d(x, kernel_size=4, ceil_mode=True)", [16, 32, 130, 131]),
     ("max_pool3d(x, kernel_size=3, stride=2, padding=1)", [4, 16, 32, 32, 31]),
     ("adaptive_avg_pool2d(x, output_size=1)", [64, 512, 7, 7]),
 ])
