@@ -96,7 +96,8 @@ def torch_times(spec: dict, node, folder: Path, args: list, out) -> dict:
     reference = getattr(load(folder, "reference.py", lower_torch.reference_source(spec, node)), spec["name"])
     compiled = torch.compile(reference, dynamic=False)
     moved = sum(t.numel() * t.element_size() for t in [*args, *(out if isinstance(out, tuple) else (out,))])
-    src, dst = (torch.empty(max(1, moved // 2), dtype=torch.uint8, device="cuda") for _ in range(2))
+    # int64 words (whole vectors for torch's copy kernel), half the bytes each way
+    src, dst = (torch.empty(max(1, moved // 16), dtype=torch.int64, device="cuda") for _ in range(2))
     return {"eager_us": gpu_us(lambda: reference(*args))[0], "compile_us": gpu_us(lambda: compiled(*args))[0],
             "copy_us": gpu_us(lambda: dst.copy_(src))[0]}
 

@@ -31,7 +31,6 @@ may not shrink (no spatial size below the window's reach).
 from __future__ import annotations
 
 import ast
-import json
 import math
 import re
 
@@ -77,9 +76,6 @@ ROLL_MAX = 8            # the tallest window whose partial outputs are kept in r
 ROLL_CONFIGS = [{"BLOCK": b, "num_warps": w, "ROWS": r}
                 for b, w, r in ((512, 4, 8), (512, 4, 4), (256, 2, 8), (256, 1, 16), (1024, 8, 8), (512, 4, 16),
                                 (1024, 4, 8), (128, 1, 8))]
-# The rolled kernel's default: the best of its space on an H100 for 3x3 stride-1 pooling at 25M and
-# at 2M outputs, within 5% of it at 3M (16x64x56x56).
-ROLL_DEFAULT = {"BLOCK": 512, "num_warps": 4, "ROWS": 8}
 
 
 # ---------------------------------------------------------------- words
@@ -352,6 +348,15 @@ def _adaptive_window(size, out):
     return max(-(-(o + 1) * size // out) - o * size // out for o in range(out))
 
 
+def _rolled_config(n):
+    # The rolled kernel's default: under 8M outputs, one-warp programs of 128 (more programs, each
+    # walking its chunk with its loads' latency exposed); else 512 in 4 warps. The best of the space on
+    # an H200 for 3x3 stride-1 average pooling at 2.2M and 3.2M outputs, and within 3% of it at 25M.
+    if n < 8 * 1024 * 1024:
+        return {"BLOCK": 128, "num_warps": 1, "ROWS": 8}
+    return {"BLOCK": 512, "num_warps": 4, "ROWS": 8}
+
+
 def _pool_config(n, overlapping=False):
     # The default: windows that overlap (stride under the window) and fewer than a million outputs
     # take 256-element tiles in 2 warps, the window's row unrolled; else 1024 in 4 warps, the taps
@@ -390,7 +395,7 @@ class _PoolKernel(KernelFile):
 
     def source(self) -> str:
         launcher = self._launcher()
-        helpers = [h for h in (pooled_sizes, _adaptive_window, _pool_config, _as_3d, _expanded_strides)
+        helpers = [h for h in (pooled_sizes, _adaptive_window, _pool_config, _rolled_config, _as_3d, _expanded_strides)
                    if f"{h.__name__}(" in launcher]
         counts = [_window_share()] if self.node.attr("kind") == "avg" else []
         return self._file([*counts, self._kernel()], helpers, launcher)
@@ -643,7 +648,7 @@ class _RolledPoolKernel(_PoolKernel):
         return jit_source(f"{self.name}_kernel", params, lines)
 
     def _launcher(self) -> str:
-        text = self._launcher_head() + self._config_line(json.dumps(ROLL_DEFAULT))
+        text = self._launcher_head() + self._config_line("_rolled_config(out.numel())")
         text += ("    # a tile of BLOCK elements: a row's outputs across, as many chunks (a plane's R output rows\n"
                  "    # at a time) as fill it\n"
                  "    chunk_rows = min(config[\"ROWS\"], OH)\n"
