@@ -380,7 +380,8 @@ class _PoolKernel(KernelFile):
     block_key = "BLOCK"
     description = ("One program computes BLOCK_W neighbouring outputs of BLOCK_R output rows: for each row of the\n"
                    "window it loads each tap's outputs in turn (UNROLL: a small fixed window), or a (outputs x\n"
-                   "taps) tile (an adaptive pooling's widest window, masking the taps past its own), applies\n"
+                   "taps) tile (an adaptive pooling's widest window, masking the taps past its own; ABUT: windows\n"
+                   "side by side, the row's span loaded as one run and split into taps after), applies\n"
                    "the body to the values it loads, keeps padding out, and divides an average as torch does.\n"
                    "The leading dims are planes; 1-d and 2-d run as 3-d with unit dims.")
 

@@ -81,12 +81,14 @@ def test_every_geometry_matches_torch(tmp_path, expression, shape):
             assert bool((err <= atol + rtol * want.abs()).all()), f"{dtype} {config}: max err {err.max():.3g}"
 
 
-def test_max_pooling_keeps_nan_as_torch_does(tmp_path):
-    spec = validate(raw_spec("max_pool2d(x, kernel_size=2)", [1, 1, 4, 4], ("float32",)))
+@pytest.mark.parametrize("expression", ["max_pool2d(x, kernel_size=2)",
+                                        "max_pool2d(x, kernel_size=3, stride=1, padding=1)"])    # rolled
+def test_max_pooling_keeps_nan_as_torch_does(tmp_path, expression):
+    spec = validate(raw_spec(expression, [1, 1, 4, 4], ("float32",)))
     kernel = getattr(load(tmp_path, "kernel.py", pool.kernel_source(spec, parse_expression(spec), {})), "pool_op")
     x = torch.arange(16.0).reshape(1, 1, 4, 4)
     x[0, 0, 0, 1] = float("nan")
-    assert torch.equal(kernel(x).isnan(), F.max_pool2d(x, 2).isnan())
+    assert torch.equal(kernel(x).isnan(), torch_pool(expression, {"x": x}).isnan())
 
 
 def test_the_text_reads_back_as_the_same_pooling():
