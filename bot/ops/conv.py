@@ -388,7 +388,8 @@ class _ConvKernel(KernelFile):
         params = ["x_ptr", "w_ptr", "b_ptr", *e_ptrs, "out_ptr", "N", "C_in", "D", "H", "W", "C_out", "OD", "OH", "OW", "P", "P_IN",
                   *e_strides]
         constexprs = ["CIN_G", "COUT_G", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW",
-                      "TRANSPOSED", "HAS_BIAS", "DOT", "TAP_OUTER", "PER_IMAGE", "POINTWISE", "INPUT_PRECISION", "BLOCK_M", "BLOCK_N", "BLOCK_K"]
+                      "TRANSPOSED", "HAS_BIAS", "DOT", "TAP_OUTER", "PER_IMAGE", "POINTWISE", "WIDE_C", "INPUT_PRECISION",
+                      "BLOCK_M", "BLOCK_N", "BLOCK_K"]
         params += [f"{c}: tl.constexpr" for c in constexprs]
         lines = [
             "# Program (position tile x channel block, group x phase): BLOCK_M output positions x BLOCK_N of a",
@@ -464,7 +465,10 @@ class _ConvKernel(KernelFile):
             "            for c0 in range(0, CIN_G, BLOCK_K):",
             "                cs = c0 + tl.arange(0, BLOCK_K)",
             "                c_ok = cs < CIN_G",
-            "                a = tl.load(x_ptr + row_offs[:, None] + (cs.to(tl.int64) * P_IN)[None, :],",
+            "                c_offs = cs * P_IN",
+            "                if WIDE_C:   # a sample's channels span 2**31 elements or more; else int32, cheaper in the loop",
+            "                    c_offs = cs.to(tl.int64) * P_IN",
+            "                a = tl.load(x_ptr + row_offs[:, None] + c_offs[None, :],",
             "                            mask=valid[:, None] & c_ok[None, :], other=0.0)",
             "                if TRANSPOSED:",
             "                    w_rows = (ci0 + cs) * (COUT_G * TAPS) + tap",
@@ -564,7 +568,7 @@ class _ConvKernel(KernelFile):
         args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
         args += ["CIN_G=c_in_g", "COUT_G=c_out_g", "KD=KD", "KH=KH", "KW=KW", "SD=SD", "SH=SH", "SW=SW", "PD=PD",
                  "PH=PH", "PW=PW", "DD=DD", "DH=DH", "DW=DW", f"TRANSPOSED={g['transposed']}",
-                 f"HAS_BIAS={self.bias is not None}", "DOT=dot", "TAP_OUTER=tap_outer", "PER_IMAGE=per_image", "POINTWISE=pointwise", "INPUT_PRECISION=precision", "BLOCK_M=BLOCK_M",
+                 f"HAS_BIAS={self.bias is not None}", "DOT=dot", "TAP_OUTER=tap_outer", "PER_IMAGE=per_image", "POINTWISE=pointwise", f"WIDE_C={x}.shape[1] * D * H * W >= 2**31", "INPUT_PRECISION=precision", "BLOCK_M=BLOCK_M",
                  "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", 'num_warps=config["num_warps"]', "num_stages=num_stages"]
         text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + "    return out\n"

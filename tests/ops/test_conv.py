@@ -67,14 +67,15 @@ def torch_conv(expression: str, tensors: dict[str, torch.Tensor]) -> torch.Tenso
     return getattr(F, conv.function_name(node))(tensors["x"], tensors["w"], tensors.get("b"), **kwargs)
 
 
-def check(tmp_path, expression: str, shapes: dict, configs=(None,), dtypes=("float32", "float16"), extra=None):
+def check(tmp_path, expression: str, shapes: dict, configs=(None,), dtypes=("float32", "float16"), extra=None,
+          edit=lambda source: source):
     """The kernel against torch's convolution (and the generated reference) on float64 inputs, in
     each dtype, with the launcher's config and each given one; extra: the epilogue around it, as a
-    function of the convolution's float64 output and the tensors."""
+    function of the convolution's float64 output and the tensors; edit: a change to kernel.py first."""
     spec = validate(raw_spec(expression, shapes, dtypes))
     node = parse_expression(spec)
     reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "conv_op")
-    kernel = getattr(load(tmp_path, "kernel.py", conv.kernel_source(spec, node, {})), "conv_op")
+    kernel = getattr(load(tmp_path, "kernel.py", edit(conv.kernel_source(spec, node, {}))), "conv_op")
     gen = torch.Generator().manual_seed(0)
     tensors = {n: torch.randn(s, generator=gen) for n, s in shapes.items()}
     wide = {n: t.double() for n, t in tensors.items()}
@@ -106,6 +107,18 @@ def test_every_geometry_matches_torch(tmp_path, expression, x, w, b):
 def test_every_config_is_right(tmp_path, case):
     expression, x, w, b = case
     check(tmp_path, expression, shapes_of(x, w, b), configs=tuple(conv.CONFIGS), dtypes=("float32",))
+
+
+@pytest.mark.parametrize("case", [DOT_CASE, TAP_CASE, SAMPLE_CASE], ids=["dot", "tap by tap", "per sample"])
+def test_the_wide_channel_offsets_are_right(tmp_path, case):
+    # int64 channel offsets where a sample's channels span 2**31 elements: forced on small inputs here
+    expression, x, w, b = case
+    wide = "* D * H * W >= 2**31"
+
+    def forced(source: str) -> str:
+        assert wide in source
+        return source.replace(wide, "* D * H * W >= 0")
+    check(tmp_path, expression, shapes_of(x, w, b), dtypes=("float32",), edit=forced)
 
 
 @pytest.mark.parametrize("x, w, out", [([2, 8, 9, 7], [32, 8, 3, 3], [7, 5]),
