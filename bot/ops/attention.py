@@ -492,12 +492,12 @@ class _GradKernel(KernelFile):
                 + "    # each query row's log-sum-exp and delta, float32\n"
                 f"    stats = torch.empty((full[0] * full[1], L, 2), dtype=torch.float32, device={q}.device)\n")
 
-    def _shared_args(self) -> list[str]:
-        """The kernels' arguments after their tensors."""
+    def _shared_args(self, block_m: str = 'config["BLOCK_M"]', block_n: str = 'config["BLOCK_N"]') -> list[str]:
+        """The kernels' arguments after their tensors; a program's tile is block_m x block_n."""
         q, k, v = self.q.local, self.k.local, self.v.local
         return ["full[1]", "L", "S", "E", "EV", "group", f"*_batch_strides({q}, full)", f"*_batch_strides({k}, full)",
                 f"*_batch_strides({v}, full)", "qk_scale", "sm_scale", f"CAUSAL={bool(self.node.attr('causal'))}",
-                "PRECISION=precision", 'BLOCK_M=config["BLOCK_M"]', 'BLOCK_N=config["BLOCK_N"]',
+                "PRECISION=precision", f"BLOCK_M={block_m}", f"BLOCK_N={block_n}",
                 "BLOCK_E=max(16, 1 << (E - 1).bit_length())", "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())",
                 'num_warps=config["num_warps"]', 'num_stages=config["num_stages"]']
 
@@ -595,8 +595,7 @@ class _JointGradKernel(_GradKernel):
                  "        return d_q.zero_(), d_k.zero_(), d_v.zero_()\n")
         text += self._scales_and_stats()
         shared = self._shared_args()
-        turned = [{'BLOCK_M=config["BLOCK_M"]': 'BLOCK_M=config["BLOCK_N"]',
-                   'BLOCK_N=config["BLOCK_N"]': 'BLOCK_N=config["BLOCK_M"]'}.get(a, a) for a in shared]
+        turned = self._shared_args('config["BLOCK_N"]', 'config["BLOCK_M"]')
         text += ('    grid = (_cdiv(L, config["BLOCK_M"]), full[0] * full[1])\n'
                  + launch(f"{self.name}_stats_kernel", "grid", [q, k, v, g, "stats", "d_q", *shared], "    ") + "\n"
                  + launch(f"{self.name}_dq_kernel", "grid", [q, k, v, g, "stats", "d_q", *shared], "    ") + "\n"
