@@ -12,7 +12,8 @@ training-mode batch norm and layer norm over several dims (each as layer norm's 
 rows hold one statistic's elements), eval-mode batch norm (an affine map per channel), sum, mean,
 max, min (amax, amin), logsumexp, var and std over a dim or all, matmul (transposed operands, a
 pointwise epilogue), cross entropy (its logits'), cumsum (any direction, exclusive too), cumprod
-(either direction, zeros as torch treats them), transposes and permutations, views that keep every
+(either direction, zeros as torch treats them), cummax and cummin (the scan family's gradient
+kernel: each output's gradient to the element its value came from), transposes and permutations, views that keep every
 element, cat and stack (each piece's slice of the upstream, where its place is the same in every
 case), max and average pooling, with a window or adaptive (the pool family's gradient kernels),
 convolutions and transposed ones (stride, padding, dilation, groups, bias; each gradient itself a
@@ -394,6 +395,14 @@ def _cumprod(node: Node, a: list[str], up: str):
     return [(node.args[0], f"where({zeros} == 0.0, {before}, where({first} > 0.5, {at_first}, 0.0))")]
 
 
+def _cumext(node: Node, a: list[str], up: str):
+    """y = cummax (cummin): each output's gradient goes to the element its value came from, the
+    latest equal one, or NaN (torch's indices): the scan family's gradient kernel (cumext_grad), given
+    x and y to find those elements."""
+    d, rev = node.attr("dim"), bool(node.attr("reverse"))
+    return [(node.args[0], f"cumext_grad({a[0]}, {to_text(node)}, {up}, scan={node.op!r}, dim={d!r}, reverse={rev!r})")]
+
+
 def _permute(node: Node, a: list[str], up: str):
     """A permutation's gradient is up permuted back (a swap undoes itself)."""
     swap = node.attr("swap")
@@ -452,6 +461,8 @@ _RULES = {
     "cross_entropy": _cross_entropy,
     "cumsum": _cumsum,
     "cumprod": _cumprod,
+    "cummax": _cumext,
+    "cummin": _cumext,
     "pool": _pool,
     "adaptive_pool": _pool,
     "permute": _permute,

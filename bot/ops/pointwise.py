@@ -482,6 +482,17 @@ def triton_body(node: Node, inputs: list[KernelInput]) -> Body:
     return Body(writer.lines, expr, node.op == "input", doc_text(plain_text(node)))
 
 
+class TensorArgsFile(KernelFile):
+    """A kernel.py whose op reads each of its arguments as a tensor (a family's gradient part: pool_grad,
+    cumext_grad): `tensors`, the kernel inputs they name, in order; the body is the first, as it is."""
+
+    def __init__(self, spec, node, inputs, options):
+        self.node = node
+        by_name = {i.name: i for i in inputs}
+        self.tensors = [by_name[a.name] for a in node.args]
+        super().__init__(spec, triton_body(node.args[0], self.tensors[:1]), inputs, self.tensors[:1], options)
+
+
 # ---------------------------------------------------------------- the elementwise kernel
 
 # The config spaces the benchmark stage sweeps on each case (docs/CONTRACTS.md, tuning contract).

@@ -671,7 +671,7 @@ def _rolls(node: Node) -> bool:
     return 2 <= kh <= ROLL_MAX and node.attr("stride")[-2] == 1 and (node.attr("dilation") or (1, 1))[-2] == 1
 
 
-class _PoolGradKernel(KernelFile):
+class _PoolGradKernel(pointwise.TensorArgsFile):
     block_key = "BLOCK"
     description = ("The gradient of a pooling of x, from its output's (up). One program computes BLOCK_W\n"
                    "neighbouring inputs of BLOCK_R input rows: for each tap of the window, the output whose\n"
@@ -680,10 +680,8 @@ class _PoolGradKernel(KernelFile):
                    "largest value; a NaN wins, the last one, as torch picks).")
 
     def __init__(self, spec, node, inputs, options):
-        self.node = node
-        by_name = {i.name: i for i in inputs}
-        self.x, self.up = (by_name[a.name] for a in node.args)
-        super().__init__(spec, pointwise.triton_body(node.args[0], [self.x]), inputs, [self.x], options)
+        super().__init__(spec, node, inputs, options)
+        self.x, self.up = self.tensors
 
     def source(self) -> str:
         helper = self._window_argmax() if self.node.attr("kind") == "max" else _window_share()

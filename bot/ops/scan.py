@@ -11,7 +11,9 @@ from __future__ import annotations
 import ast
 import re
 
-from bot.codegen.scan_kernel import ScanKernel, ScanMath
+from bot.codegen.code import indented, jit_source, launch
+from bot.codegen.dim_kernel import _fit
+from bot.codegen.scan_kernel import ScanKernel, ScanMath, _scan_config, _scan_tiles
 from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, flag, input_names, is_int_literal,
@@ -19,14 +21,18 @@ from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, fl
 from bot.ops.text import FLAGS as _F
 
 NAME = "scan"
-OPS = {"cumsum", "cumprod", "cummax", "cummin"}
+SCANS = {"cumsum", "cumprod", "cummax", "cummin"}
+# cumext_grad(x, y, up, scan=..., dim=..., reverse=...): a training kernel's part (bot.autodiff writes it),
+# the gradient of y = cummax (cummin) of x given the output's gradient, up
+GRAD = "cumext_grad"
+OPS = SCANS | {GRAD}
 ROOT = True
 SUPPORTED = ("over any one dim", "cumsum, cumprod, cummax, cummin (also reversed: x.flip(d).cumsum(d).flip(d); "
              "cumsum and cumprod also exclusive=True)")
 # torch.cummax(x, d).values, as the request reader writes it (bot.request.torch_code)
 ALIASES = {"cummax_values": "cummax", "cummin_values": "cummin"}
 FLIP = "flip"
-KEYWORDS = {**dict.fromkeys(OPS, {"dim", "reverse", "exclusive"}), FLIP: {"dims"}}
+KEYWORDS = {**dict.fromkeys(SCANS, {"dim", "reverse", "exclusive"}), FLIP: {"dims"}, GRAD: {"scan", "dim", "reverse"}}
 OUTPUT_DTYPES: dict[str, str] = {}
 # Looked for before the reduce family's words, which these hold ("sum", "max").
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
@@ -103,7 +109,9 @@ def convert(c: Call) -> Node | None:
     """cumsum(x, dim=d) (also x.cumsum(d)), reverse= and exclusive= flags; flip(scan(flip(x, d)), d)."""
     if c.fname == FLIP:
         return _flip(c)
-    if c.fname not in OPS:
+    if c.fname == GRAD:
+        return _grad(c)
+    if c.fname not in SCANS:
         return None
     reverse, exclusive = flag(c.kw.pop("reverse", None)), flag(c.kw.pop("exclusive", None))
     if exclusive and c.fname in ("cummax", "cummin"):
@@ -120,6 +128,15 @@ def convert(c: Call) -> Node | None:
     return call(c.fname, body, dim=dim, reverse=reverse, exclusive=exclusive)
 
 
+def _grad(c: Call) -> Node:
+    attrs = {k: ast.literal_eval(v) for k, v in c.kw.items()}
+    if (len(c.args) != 3 or set(attrs) != KEYWORDS[GRAD] or attrs["scan"] not in ("cummax", "cummin")
+            or not isinstance(attrs["dim"], int) or not isinstance(attrs["reverse"], bool)):
+        raise IRError(f"{GRAD} takes (x, y, up), scan='cummax' or 'cummin', an integer dim and reverse=True or False, "
+                      "as bot.autodiff writes it")
+    return call(GRAD, *map(c.expr, c.args), **attrs)
+
+
 def _flip(c: Call) -> Node:
     dim = _dim(c, "dims")
     arity(FLIP, c.args, 1)
@@ -131,7 +148,12 @@ def _flip(c: Call) -> Node:
     return call(FLIP, inner, dim=dim)
 
 
-@prints(*OPS)
+@prints(GRAD)
+def _grad_text(node: Node, text) -> str:
+    return f"{GRAD}({', '.join(text(a) for a in node.args)}, {', '.join(f'{k}={v!r}' for k, v in node.attrs)})"
+
+
+@prints(*SCANS)
 def _text(node: Node, text) -> str:
     flags = "".join(f", {k}=True" for k in ("reverse", "exclusive") if node.attr(k))
     dim = node.attr("dim")
@@ -144,13 +166,22 @@ def _flip_text(node: Node, text) -> str:
 
 
 def check(node: Node) -> None:
-    """A scan of a flipped tensor must be flipped back (else it is a reversed scan, reordered)."""
+    """A scan of a flipped tensor must be flipped back (else it is a reversed scan, reordered); the
+    gradient reads three tensors."""
+    if node.op == GRAD and any(a.op != "input" for a in node.args):
+        raise IRError(f"{GRAD} reads x, the scan's output and its gradient as tensors; compute them in kernels "
+                      "before it")
     if node.attr("unflipped"):
         raise IRError(f"{node.op} of a flipped tensor is returned in flipped order: flip it back "
                       f"(x.flip(d).{node.op}(d).flip(d) is a reversed {node.op}), or flip the result yourself")
 
 
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    if node.op == GRAD:
+        given = [shapes[a.name] for a in node.args]
+        if any(g != given[0] for g in given):
+            raise IRError(f"{GRAD} takes x, the scan's output and its gradient of one shape; got {given}")
+        return given[0]
     return broadcast_shapes([shapes[n] for n in input_names(node.args[0])])
 
 
@@ -158,6 +189,8 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
     """torch's scan over the body; reversed between flips, exclusive as the inclusive result moved
     one step along the dim, the first step the op's identity."""
     dim, op = node.attr("dim"), node.op
+    if op == GRAD:
+        raise IRError(f"{GRAD} is a part of a training kernel: the judge checks it through the forward's autograd")
     if not body.isidentifier():
         lines.append(f"h = {body}")
         body = "h"
@@ -176,15 +209,92 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
 
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:
+    if node.op == GRAD:
+        return _ExtremeGradKernel.render(spec, node, options)
     return ScanKernel.render(spec, node, options, pointwise.triton_body, (COLS_CONFIGS, ROWS_CONFIGS),
                              scan_math(node.op))
+
+
+class _ExtremeGradKernel(pointwise.TensorArgsFile):
+    block_key = "BLOCK_D"
+    description = ("The gradient of y = cummax (cummin) of x from y's, up: each up_i goes to the element y_i came\n"
+                   "from, the latest j <= i (>= i reversed) where x_j equals y_j or is NaN (torch's choice).\n"
+                   "Such a j takes the sum of up over its run, up to the next such element: a segmented\n"
+                   "sum, scanned from the row's far end (the scan's own direction reversed) in BLOCK_D\n"
+                   "chunks, the open run's sum carried between chunks. The scanned dim is moved last.")
+
+    def source(self) -> str:
+        return self._file([_SEGMENT_SUM, self._kernel()], [_fit, _scan_config, _scan_tiles], self._launcher())
+
+    def configs(self) -> list[dict]:
+        return self._space(ROWS_CONFIGS)
+
+    def _kernel(self) -> str:
+        params = ["x_ptr", "y_ptr", "up_ptr", "out_ptr", "ROWS", "N", "REVERSE: tl.constexpr", "BLOCK_R: tl.constexpr",
+                  "BLOCK_D: tl.constexpr"]
+        step = [
+            "# step s of this walk is position d; the forward scan's next position is the step before",
+            "s = start + lane",
+            "d = s if REVERSE else N - 1 - s",
+            "nd = d - 1 if REVERSE else d + 1",
+            "ok = r_ok[:, None] & (s < N)[None, :]",
+            "at = base[:, None] + d[None, :]",
+            "x = tl.load(x_ptr + at, mask=ok, other=0.0)",
+            "y = tl.load(y_ptr + at, mask=ok, other=0.0)",
+            "g = tl.load(up_ptr + at, mask=ok, other=0.0).to(tl.float32)",
+            "# where the forward scan's next position takes over, this run ends: a cut before this step",
+            "nxt = ok & ((nd >= 0) & (nd < N))[None, :]",
+            "x1 = tl.load(x_ptr + base[:, None] + nd[None, :], mask=nxt, other=0.0)",
+            "y1 = tl.load(y_ptr + base[:, None] + nd[None, :], mask=nxt, other=0.0)",
+            "cut = (nxt & ((x1 == y1) | (x1 != x1))).to(tl.int32)",
+            "run, cuts = tl.associative_scan((g, cut), 1, _segment_sum)",
+            "run += tl.where(cuts == 0, carry[:, None], 0.0)",
+            "takes = (x == y) | (x != x)",
+            "tl.store(out_ptr + at, tl.where(takes, run, 0.0).to(out_ptr.dtype.element_ty), mask=ok)",
+            "# the run still open at this chunk's last step",
+            "carry = tl.sum(tl.where((lane == BLOCK_D - 1)[None, :], run, 0.0), axis=1)",
+        ]
+        lines = ["# BLOCK_R rows of N (the scanned dim), walked from the forward scan's far end",
+                 "pid = tl.program_id(0)",
+                 "rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)",
+                 "r_ok = rows < ROWS",
+                 "base = rows.to(tl.int64) * N",
+                 "lane = tl.arange(0, BLOCK_D)",
+                 "carry = tl.zeros([BLOCK_R], tl.float32)",
+                 "for start in tl.range(0, N, BLOCK_D):", *indented(step)]
+        return jit_source(f"{self.name}_kernel", params, lines)
+
+    def _launcher(self) -> str:
+        x, y, up = (t.local for t in self.tensors)
+        text = self._signature_and_prologue()
+        text += (f"    # the scanned dim moved last, each row contiguous\n"
+                 f"    dim = {self.node.attr('dim')} % {x}.dim()\n"
+                 f"    {x}, {y}, {up} = ({x}.movedim(dim, -1).contiguous(), {y}.movedim(dim, -1).contiguous(),\n"
+                 f"                      {up}.movedim(dim, -1).contiguous())\n"
+                 f"    out = torch.empty({x}.shape, dtype={self.out_dtype(self.tensors[2])}, device={x}.device)\n"
+                 f"    N = {x}.shape[-1]\n"
+                 "    rows = out.numel() // max(N, 1)\n"
+                 "    if out.numel() > 0:\n")
+        body = self._config_line("_scan_config(rows, N, 1)")
+        body += ("    block_r, BLOCK_D, num_warps = _scan_tiles(config, rows, N, 1)\n"
+                 + launch(f"{self.name}_kernel", "(_cdiv(rows, block_r),)",
+                          [x, y, up, "out", "rows", "N", f"REVERSE={bool(self.node.attr('reverse'))}",
+                           "BLOCK_R=block_r", "BLOCK_D=BLOCK_D", "num_warps=num_warps"], "    ") + "\n")
+        text += "".join("    " + line + "\n" for line in body.splitlines())
+        return text + "    return out.movedim(-1, dim).contiguous()\n"
+
+
+# the segmented sum the gradient scans with (a the steps before b)
+_SEGMENT_SUM = jit_source("_segment_sum", ["a_sum", "a_cut", "b_sum", "b_cut"], [
+    "# a step holding a cut starts a new run: the sum of the steps before it stops there",
+    "return tl.where(b_cut != 0, b_sum, a_sum + b_sum), a_cut | b_cut"])
 
 
 def reference_property(node: Node) -> tuple[str, bool]:
     """cumsum: the last step (first, reversed) is the sum over the dim; cummax/cummin never go down
     (up) along it. Checked on the reference's own output, in its dtype."""
     dim, op = node.attr("dim"), node.op
-    if node.attr("exclusive") or op == "cumprod":
+    if node.attr("exclusive") or op in ("cumprod", GRAD):
         return "", False
     end = 0 if node.attr("reverse") else -1
     if op == "cumsum":

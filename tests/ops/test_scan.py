@@ -29,13 +29,13 @@ def _spec(expression: str, shapes: list[list[int]], dtypes=("float32", "float16"
     return make_spec(expression, {n: shapes for n in ir.input_names(ir.parse(expression))}, dtypes)
 
 
-@pytest.mark.parametrize("op", sorted(scan.OPS))
+@pytest.mark.parametrize("op", sorted(scan.SCANS))
 @pytest.mark.parametrize("dim", sorted(DIMS))
 def test_scan_over_every_dim(tmp_path, op, dim):
     check_reduction(tmp_path, _spec(f"{op}(x, dim={dim})", DIMS[dim]), configs=(None, SMALL_CHUNKS[0]))
 
 
-@pytest.mark.parametrize("op, flags", [(op, ", reverse=True") for op in sorted(scan.OPS)] + [
+@pytest.mark.parametrize("op, flags", [(op, ", reverse=True") for op in sorted(scan.SCANS)] + [
     (op, flags) for op in ("cumsum", "cumprod") for flags in (", exclusive=True", ", reverse=True, exclusive=True")])
 def test_reversed_and_exclusive_scans(tmp_path, op, flags):
     # the default and the chunks of both layouts (SMALL_CHUNKS[0] sets BLOCK_B and BLOCK_R); every config
@@ -57,7 +57,7 @@ def test_scan_of_a_masked_body(tmp_path):
         check_reduction(tmp_path, spec, configs=(None, SMALL_CHUNKS[0]))
 
 
-@pytest.mark.parametrize("op, flags", [(op, flags) for op in sorted(scan.OPS) for flags in ("", ", reverse=True")] + [
+@pytest.mark.parametrize("op, flags", [(op, flags) for op in sorted(scan.SCANS) for flags in ("", ", reverse=True")] + [
     (op, flags) for op in ("cumsum", "cumprod") for flags in (", exclusive=True", ", reverse=True, exclusive=True")])
 def test_the_reference_is_torch_s_own_scan(tmp_path, op, flags):
     # The reference's exclusive and reversed forms, against the definition step by step.

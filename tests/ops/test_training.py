@@ -43,6 +43,10 @@ CASES = [
     # zeros (relu's): before a scan's first zero, at it, and past it
     ("cumprod(relu(x) * 2.0, dim=0)", {"x": [7, 5]}),
     ("cumprod(relu(x), dim=1, reverse=True)", {"x": [4, 9]}),
+    # each output's gradient to the element its value came from: relu's zeros tie (the latest wins)
+    ("cummax(relu(x), dim=-1)", {"x": [3, 37]}),
+    ("cummin(x * y, dim=0, reverse=True)", {"x": [9, 4], "y": [9, 4]}),
+    ("cummax(x, dim=1, reverse=True) + cummin(x, dim=1)", {"x": [2, 5, 3]}),
     ("transpose(relu(x), 0, 1) * y + permute(z, (2, 0, 1)).flatten(1)", {"x": [4, 6], "y": [6, 4], "z": [2, 2, 6]}),
     ("sigmoid(x.unflatten(1, (3, 4))) * w", {"x": [2, 12], "w": [2, 3, 4]}),
     ("max(x * y, dim=-1)", {"x": [5, 33], "y": [5, 33]}),             # to the largest, as torch.amax
@@ -117,6 +121,7 @@ GPU_CASES = [
     ("scaled_dot_product_attention(q, k, v)", {"q": [1, 4, 333, 128], "k": [1, 4, 517, 128], "v": [1, 4, 517, 96]}),
     ("relu(conv2d(x, w, b, padding=1))", {"x": [8, 32, 28, 28], "w": [64, 32, 3, 3], "b": [64]}, 8 * 28 * 28),
     ("max_pool2d(x, kernel_size=3, stride=2, padding=1)", {"x": [8, 64, 56, 56]}),
+    ("cummax(x, dim=1)", {"x": [16, 5000, 8]}),
     ("batch_norm(x, m, var, w, b, training=False, eps=1e-05)", {"x": [8, 64, 14, 14], "m": [64], "var": [64], "w": [64], "b": [64]}),
 ]
 
@@ -199,6 +204,23 @@ def test_cross_entropys_gradient_kernel_reads_rows_in_chunks(tmp_path):
     want = (torch.softmax(x.double(), -1) - torch.nn.functional.one_hot(t.clamp(min=0), 70)) * g.double()[:, None]
     want[2] = 0.0
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["cummax", "cummin"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cummax_and_cummins_gradient_goes_where_torch_sends_it(tmp_path, op, reverse):
+    # ties (the latest equal element), NaN (the latest NaN), rows in several chunks of the kernel's walk
+    spec = spec_of(f"{op}(x, dim=-1, reverse={reverse})", {"x": [3, 2500]}, "float32")
+    kernel = getattr(load(tmp_path, "kernel.py", training.kernel_source(spec, parse_expression(spec))), "op")
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randint(-4, 5, (3, 2500), generator=gen).float()
+    x[1, 700] = x[1, 1900] = float("nan")
+    up = torch.randn(3, 2500, generator=gen)
+    ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    kernel(ours).backward(up)
+    flip = (lambda t: t.flip(-1)) if reverse else (lambda t: t)
+    flip(getattr(torch, op)(flip(theirs), dim=-1).values).backward(up)
+    torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-4)
 
 
 def test_std_of_a_constant_row_passes_no_gradient_as_torch(tmp_path):
