@@ -11,7 +11,7 @@ over the last dim (with weight and bias, of a pointwise body), group norm, insta
 training-mode batch norm and layer norm over several dims (each as layer norm's over a view whose
 rows hold one statistic's elements), eval-mode batch norm (an affine map per channel), sum, mean,
 max, min (amax, amin), logsumexp, var and std over a dim or all, matmul (transposed operands, a
-pointwise epilogue), cross entropy (its logits'), cumsum (any direction, exclusive too), cumprod
+pointwise epilogue, a triangle of the product), cross entropy (its logits'), cumsum (any direction, exclusive too), cumprod
 (either direction, zeros as torch treats them), cummax and cummin (the scan family's gradient
 kernel: each output's gradient to the element its value came from), transposes and permutations, views that keep every
 element, cat and stack (each piece's slice of the upstream, where its place is the same in every
@@ -359,9 +359,13 @@ def _reduced(node: Node, a: list[str], up: str, root: bool):
 def _matmul(node: Node, a: list[str], up: str):
     """A @ B (A = a, or a's transpose where the product reads it so; B likewise): dA = up @ B^T,
     dB = A^T @ up, each transposed back to how its operand lies. A shared operand's gradient is
-    summed over the batch later. Triangles of the product are refused."""
+    summed over the batch later. A triangle of the product (tril, triu) passes up inside it only:
+    column less row, from running counts of ones along each (exact to 2**24), against the diagonal."""
     if node.attr("tri"):
-        raise NoGradient(f"{node.attr('tri')} of a matmul has no gradient rule here yet")
+        ones = f"ones_like({up})"
+        offset = f"(cumsum({ones}, dim=-1) - cumsum({ones}, dim=-2))"
+        inside = f"{offset} {'<=' if node.attr('tri') == 'tril' else '>='} {float(node.attr('diagonal'))!r}"
+        up = f"where({inside}, {up}, 0.0)"
     ta, tb = node.attr("ta"), node.attr("tb")
     a_t = a[0] if ta else f"({a[0]}).mT"          # A^T
     b_t = a[1] if tb else f"({a[1]}).mT"          # B^T

@@ -34,6 +34,9 @@ CASES = [
     ("relu(a @ b + bias)", {"a": [8, 16], "b": [16, 12], "bias": [12]}),
     ("gelu(a @ w.T) * 2.0", {"a": [8, 16], "w": [12, 16]}),             # F.linear's layout
     ("a.mT @ b", {"a": [3, 16, 8], "b": [16, 12]}),                     # b shared: summed over the batch
+    ("tril(a @ b)", {"a": [9, 16], "b": [16, 7]}),                       # the triangle's gradient only
+    ("relu(triu(a @ b, diagonal=2)) * 3.0", {"a": [2, 6, 8], "b": [2, 8, 11]}),
+    ("tril(a @ b.mT, diagonal=-1)", {"a": [10, 5], "b": [10, 5]}),
     ("sum(relu(x) * y, dim=-1)", {"x": [5, 33], "y": [5, 33]}),          # the upstream broadcast back
     ("mean(x, dim=0)", {"x": [6, 9]}),
     ("mean(x * 2.0, dim=1, keepdim=True)", {"x": [3, 7, 5]}),
