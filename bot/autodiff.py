@@ -10,7 +10,8 @@ where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layern
 over the last dim (with weight and bias, of a pointwise body), group norm, instance norm,
 training-mode batch norm and layer norm over several dims (each as layer norm's over a view whose
 rows hold one statistic's elements), eval-mode batch norm (an affine map per channel), sum, mean,
-max, min (amax, amin), logsumexp, var and std over a dim or all, matmul (transposed operands, a
+max, min (amax, amin), logsumexp, var and std over a dim (inside an expression with keepdim=True) or
+all, matmul (transposed operands, a
 pointwise epilogue, a triangle of the product), cross entropy (its logits'), cumsum (any direction, exclusive too), cumprod
 (either direction, zeros as torch treats them), cummax and cummin (the scan family's gradient
 kernel: each output's gradient to the element its value came from), transposes and permutations, views that keep every
@@ -56,7 +57,7 @@ def _back(node: Node, up: str, acc: dict[str, list[str]], cases: list[dict], roo
         return                               # no gradient flows into a constant or through a comparison
     rule = _RULES.get(node.op)
     if node.op in REDUCTIONS:
-        rule = lambda n, a, u: _reduced(n, a, u, root)     # noqa: E731 (its upstream's shape matters)
+        rule = lambda n, a, u: _reduced(n, a, u, root, cases)     # noqa: E731 (its upstream's shape matters)
     if node.op in _SIZED:
         rule = lambda n, a, u: _SIZED[n.op](n, a, u, cases)     # noqa: E731 (its sizes matter)
     if rule is None:
@@ -317,23 +318,30 @@ def _query_groups(node: Node, grad: str, cases: list[dict[str, list[int]]]) -> s
     return f"sum(unflatten({grad}, -3, ({hk}, {hq // hk})), dim=-3)"
 
 
-def _reduced(node: Node, a: list[str], up: str, root: bool):
+def _reduced(node: Node, a: list[str], up: str, root: bool, cases: list[dict[str, list[int]]]):
     """Reductions over one dim or all: the upstream gradient broadcast back over what was reduced
     (zeros_like gives the input's shape without reading its values), times each element's share:
     1 for sum, 1/count for mean (count is itself a sum of ones, so the rule needs no shapes); for
     max and min (torch.amax/amin) the elements equal to the result, split evenly between ties;
     softmax for logsumexp; 2 (x - mean) / (count - correction) for var, that over 2 std for std
     (0 where std is 0, as torch's). A whole reduction's upstream is first summed to its one value
-    (what broadcast it further gave it more); a reduction over a dim takes its upstream as it is,
-    so only at the root, where the upstream has its shape."""
+    (what broadcast it further gave it more); a reduction over a dim at the root takes its upstream
+    as it is; inside an expression, kept dims only (x / sum(x, dim=-1, keepdim=True)): its upstream
+    first summed over the dim (what broadcast it along the dim), counted from the end, since what
+    broadcast it may have added leading dims."""
     d = node.attr("dim")
     whole = d is None or d == ir.ALL
-    if isinstance(d, (tuple, list)) or not (whole or root):
+    if isinstance(d, (tuple, list)) or not (whole or root or node.attr("keepdim")):
         where = "several dims" if isinstance(d, (tuple, list)) else "a dim inside an expression"
         raise NoGradient(f"{node.op} over {where} has no gradient rule here yet; reduce over one dim at the "
-                         "root, or over all")
-    g = f"sum({up}, dim=None)" if whole and not root else f"({up})" if whole or node.attr("keepdim") \
-        else f"unsqueeze({up}, {d})"
+                         "root, over one dim with keepdim=True, or over all")
+    if whole:
+        g = f"({up})" if root else f"sum({up}, dim=None)"
+    elif root:
+        g = f"({up})" if node.attr("keepdim") else f"unsqueeze({up}, {d})"
+    else:
+        from_end = d if d < 0 else d - len(ir.output_shape(node.args[0], cases[0]))
+        g = f"sum({up}, dim={from_end}, keepdim=True)"
     x = a[0]
     spread = f"({g} + zeros_like({x}))"
     dims = "dim=None" if whole else f"dim={d}, keepdim=True"

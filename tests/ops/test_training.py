@@ -40,6 +40,10 @@ CASES = [
     ("sum(relu(x) * y, dim=-1)", {"x": [5, 33], "y": [5, 33]}),          # the upstream broadcast back
     ("mean(x, dim=0)", {"x": [6, 9]}),
     ("mean(x * 2.0, dim=1, keepdim=True)", {"x": [3, 7, 5]}),
+    # kept dims inside an expression: the upstream summed back over the dim, counted from the end
+    ("exp(x) / sum(exp(x), dim=-1, keepdim=True)", {"x": [5, 9]}),
+    ("(x - mean(x, dim=0, keepdim=True)) * y", {"x": [6, 7], "y": [6, 7]}),
+    ("x * rsqrt(mean(x * x, dim=1, keepdim=True) + 1e-05) + max(x, dim=1, keepdim=True)", {"x": [4, 12]}),
     ("sum(x, dim=None)", {"x": [6, 9]}),
     ("mean(x, dim=None) * y", {"x": [6, 9], "y": [3]}),
     ("cumsum(x * y, dim=1) + cumsum(x, dim=0, exclusive=True, reverse=True)", {"x": [5, 9], "y": [5, 9]}),
@@ -279,8 +283,8 @@ def test_a_strided_convolution_whose_cases_need_different_output_paddings_is_ref
 @pytest.mark.parametrize("expression, says", [
     ("cumprod(x, dim=-1, exclusive=True)", "exclusive cumprod has no gradient rule"),
     ("adaptive_max_pool1d(x, 1)", "windows of at most 256"),
-    # its upstream would be broadcast past the sum's shape: not summed back here yet
-    ("sum(x, dim=-1, keepdim=True) * x", "sum over a dim inside an expression has no gradient rule"),
+    # a dim dropped inside an expression: where its upstream's dims fall is not followed here yet
+    ("sum(x, dim=-1) * 2.0", "sum over a dim inside an expression has no gradient rule"),
 ])
 def test_an_op_without_a_gradient_rule_is_refused_naming_it(expression, says):
     spec = spec_of(expression, {"x": [4, 8] if "adaptive" not in expression else [2, 3, 300], "m": [8], "v": [8]},
