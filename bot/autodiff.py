@@ -10,8 +10,8 @@ where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layern
 over the last dim (with weight and bias, of a pointwise body), group norm, instance norm,
 training-mode batch norm and layer norm over several dims (each as layer norm's over a view whose
 rows hold one statistic's elements), eval-mode batch norm (an affine map per channel), sum, mean,
-max, min (amax, amin), logsumexp, var and std over a dim (inside an expression with keepdim=True) or
-all, matmul (transposed operands, a
+max, min (amax, amin), logsumexp, var and std over one dim or several (inside an expression with
+keepdim=True) or all, matmul (transposed operands, a
 pointwise epilogue, a triangle of the product), cross entropy (its logits'), cumsum (any direction, exclusive too), cumprod
 (either direction, zeros as torch treats them), cummax and cummin (the scan family's gradient
 kernel: each output's gradient to the element its value came from), transposes and permutations, views that keep every
@@ -319,32 +319,37 @@ def _query_groups(node: Node, grad: str, cases: list[dict[str, list[int]]]) -> s
 
 
 def _reduced(node: Node, a: list[str], up: str, root: bool, cases: list[dict[str, list[int]]]):
-    """Reductions over one dim or all: the upstream gradient broadcast back over what was reduced
+    """Reductions over dims or all: the upstream gradient broadcast back over what was reduced
     (zeros_like gives the input's shape without reading its values), times each element's share:
     1 for sum, 1/count for mean (count is itself a sum of ones, so the rule needs no shapes); for
     max and min (torch.amax/amin) the elements equal to the result, split evenly between ties;
     softmax for logsumexp; 2 (x - mean) / (count - correction) for var, that over 2 std for std
     (0 where std is 0, as torch's). A whole reduction's upstream is first summed to its one value
     (what broadcast it further gave it more); a reduction over a dim at the root takes its upstream
-    as it is; inside an expression, kept dims only (x / sum(x, dim=-1, keepdim=True)): its upstream
-    first summed over the dim (what broadcast it along the dim), counted from the end, since what
-    broadcast it may have added leading dims."""
-    d = node.attr("dim")
+    as it is (the dropped dims put back); inside an expression, kept dims only (x / sum(x, dim=-1,
+    keepdim=True)): its upstream first summed over them (what broadcast it along them), counted from
+    the end, since what broadcast it may have added leading dims."""
+    d, keep = node.attr("dim"), node.attr("keepdim")
     whole = d is None or d == ir.ALL
-    if isinstance(d, (tuple, list)) or not (whole or root or node.attr("keepdim")):
-        where = "several dims" if isinstance(d, (tuple, list)) else "a dim inside an expression"
-        raise NoGradient(f"{node.op} over {where} has no gradient rule here yet; reduce over one dim at the "
-                         "root, over one dim with keepdim=True, or over all")
+    if not (whole or root or keep):
+        raise NoGradient(f"{node.op} over a dim inside an expression has no gradient rule here yet; reduce at the "
+                         "root, with keepdim=True, or over all")
     if whole:
-        g = f"({up})" if root else f"sum({up}, dim=None)"
-    elif root:
-        g = f"({up})" if node.attr("keepdim") else f"unsqueeze({up}, {d})"
+        g, dims = (f"({up})" if root else f"sum({up}, dim=None)"), "dim=None"
     else:
-        from_end = d if d < 0 else d - len(ir.output_shape(node.args[0], cases[0]))
-        g = f"sum({up}, dim={from_end}, keepdim=True)"
+        ranks = {len(ir.output_shape(node.args[0], c)) for c in cases}
+        if len(ranks) > 1:
+            raise NoGradient(f"{node.op} over dims of bodies of ranks {sorted(ranks)}: give every case one rank")
+        rank = ranks.pop()
+        ds = sorted(i % rank for i in (d if isinstance(d, (tuple, list)) else (d,)))
+        g = f"({up})"
+        for i in ds if root and not keep else []:
+            g = f"unsqueeze({g}, {i})"
+        if not root:
+            g = f"sum({up}, dim={_dims([i - rank for i in ds])}, keepdim=True)"
+        dims = f"dim={_dims(ds)}, keepdim=True"
     x = a[0]
     spread = f"({g} + zeros_like({x}))"
-    dims = "dim=None" if whole else f"dim={d}, keepdim=True"
     count = f"sum(ones_like({x}), {dims})"
     if node.op == "sum":
         share = "1.0"
@@ -362,6 +367,11 @@ def _reduced(node: Node, a: list[str], up: str, root: bool, cases: list[dict[str
             sd = f"std({x}, {dims}, correction={c!r})"
             share = f"where({sd} == 0.0, 0.0, {share} / (2.0 * {sd}))"
     return [(node.args[0], spread if share == "1.0" else f"{spread} * {share}")]
+
+
+def _dims(ds: list[int]) -> str:
+    """One dim as an integer, several as a tuple, as the IR writes them."""
+    return str(ds[0]) if len(ds) == 1 else str(tuple(ds))
 
 
 def _matmul(node: Node, a: list[str], up: str):

@@ -40,6 +40,10 @@ CASES = [
     ("sum(relu(x) * y, dim=-1)", {"x": [5, 33], "y": [5, 33]}),          # the upstream broadcast back
     ("mean(x, dim=0)", {"x": [6, 9]}),
     ("mean(x * 2.0, dim=1, keepdim=True)", {"x": [3, 7, 5]}),
+    # several dims at once, at the root and kept inside an expression
+    ("sum(x * y, dim=(0, 1))", {"x": [3, 4, 5], "y": [3, 4, 5]}),
+    ("var(x, dim=[-1, 1], keepdim=True) * 2.0 + max(x, dim=(0, 1), keepdim=True)", {"x": [3, 4, 5]}),
+    ("x / logsumexp(x, dim=(1, 2), keepdim=True)", {"x": [2, 3, 4]}),
     # kept dims inside an expression: the upstream summed back over the dim, counted from the end
     ("exp(x) / sum(exp(x), dim=-1, keepdim=True)", {"x": [5, 9]}),
     ("(x - mean(x, dim=0, keepdim=True)) * y", {"x": [6, 7], "y": [6, 7]}),
