@@ -10,8 +10,8 @@ where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layern
 over the last dim (with weight and bias, of a pointwise body), group norm, instance norm,
 training-mode batch norm and layer norm over several dims (each as layer norm's over a view whose
 rows hold one statistic's elements), eval-mode batch norm (an affine map per channel), sum, mean,
-max, min (amax, amin), logsumexp, var and std over one dim or several (inside an expression with
-keepdim=True) or all, matmul (transposed operands, a
+max, min (amax, amin), logsumexp, var and std over one dim, several or all, anywhere in an
+expression, matmul (transposed operands, a
 pointwise epilogue, a triangle of the product), cross entropy (its logits'), cumsum (any direction, exclusive too), cumprod
 (either direction, zeros as torch treats them), cummax and cummin (the scan family's gradient
 kernel: each output's gradient to the element its value came from), transposes and permutations, views that keep every
@@ -325,15 +325,11 @@ def _reduced(node: Node, a: list[str], up: str, root: bool, cases: list[dict[str
     max and min (torch.amax/amin) the elements equal to the result, split evenly between ties;
     softmax for logsumexp; 2 (x - mean) / (count - correction) for var, that over 2 std for std
     (0 where std is 0, as torch's). A whole reduction's upstream is first summed to its one value
-    (what broadcast it further gave it more); a reduction over a dim at the root takes its upstream
-    as it is (the dropped dims put back); inside an expression, kept dims only (x / sum(x, dim=-1,
-    keepdim=True)): its upstream first summed over them (what broadcast it along them), counted from
-    the end, since what broadcast it may have added leading dims."""
+    (what broadcast it further gave it more); a reduction over dims, inside an expression too
+    (x / sum(x, dim=-1, keepdim=True), sum(x * w, dim=-1) + b), first sums its upstream down to the
+    result's shape (what broadcast the result gave it more), then puts dropped dims back."""
     d, keep = node.attr("dim"), node.attr("keepdim")
     whole = d is None or d == ir.ALL
-    if not (whole or root or keep):
-        raise NoGradient(f"{node.op} over a dim inside an expression has no gradient rule here yet; reduce at the "
-                         "root, with keepdim=True, or over all")
     if whole:
         g, dims = (f"({up})" if root else f"sum({up}, dim=None)"), "dim=None"
     else:
@@ -342,11 +338,9 @@ def _reduced(node: Node, a: list[str], up: str, root: bool, cases: list[dict[str
             raise NoGradient(f"{node.op} over dims of bodies of ranks {sorted(ranks)}: give every case one rank")
         rank = ranks.pop()
         ds = sorted(i % rank for i in (d if isinstance(d, (tuple, list)) else (d,)))
-        g = f"({up})"
-        for i in ds if root and not keep else []:
+        g = summed_to(up, [ir.output_shape(node, c) for c in cases], cases, f"{node.op}'s result")
+        for i in ds if not keep else []:
             g = f"unsqueeze({g}, {i})"
-        if not root:
-            g = f"sum({up}, dim={_dims([i - rank for i in ds])}, keepdim=True)"
         dims = f"dim={_dims(ds)}, keepdim=True"
     x = a[0]
     spread = f"({g} + zeros_like({x}))"
@@ -367,6 +361,27 @@ def _reduced(node: Node, a: list[str], up: str, root: bool, cases: list[dict[str
             sd = f"std({x}, {dims}, correction={c!r})"
             share = f"where({sd} == 0.0, 0.0, {share} / (2.0 * {sd}))"
     return [(node.args[0], spread if share == "1.0" else f"{spread} * {share}")]
+
+
+def summed_to(text: str, own: list[list[int]], cases: list[dict[str, list[int]]], what: str) -> str:
+    """text summed over the dims it was broadcast along past `own` (each case's shape of `what`):
+    leading dims it lacks (dropped) and dims where own has 1 (kept), the same in every case."""
+    node = ir.parse(text, as_written=True)
+    plans = set()
+    for shapes, target in zip(cases, own):
+        full = ir.output_shape(node, shapes)
+        lead = len(full) - len(target)
+        kept = tuple(lead + d for d, s in enumerate(target) if s == 1 and full[lead + d] != 1)
+        plans.add((lead, kept))
+    if len(plans) > 1:
+        raise NoGradient(f"{what} is broadcast along different dims in different cases; give every case the same "
+                         "layout of broadcast dims")
+    lead, kept = plans.pop()
+    if kept:
+        text = f"sum({text}, dim={list(kept) if len(kept) > 1 else kept[0]}, keepdim=True)"
+    if lead:
+        text = f"sum({text}, dim={list(range(lead)) if lead > 1 else 0})"
+    return text
 
 
 def _dims(ds: list[int]) -> str:

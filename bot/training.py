@@ -36,7 +36,8 @@ def gradient_expressions(spec: dict, node: ir.Node) -> dict[str, str]:
     upstream = upstream_name(spec)
     cases = _cases(spec, node, upstream)
     raw = autodiff.gradients(node, upstream, cases)
-    return {name: _summed_down(_materialized(raw[name]), name, cases) for name in differentiable(spec) if name in raw}
+    return {name: autodiff.summed_to(_materialized(raw[name]), [c[name] for c in cases], cases, name)
+            for name in differentiable(spec) if name in raw}
 
 
 def _materialized(text: str) -> str:
@@ -52,27 +53,6 @@ def _cases(spec: dict, node: ir.Node, upstream: str) -> list[dict[str, list[int]
         shapes = {i["name"]: i["shapes"][c] for i in spec["inputs"]}
         out.append({**shapes, upstream: ir.output_shape(node, shapes)})
     return out
-
-
-def _summed_down(text: str, name: str, cases: list[dict[str, list[int]]]) -> str:
-    """text summed over the dims its input was broadcast along: leading dims it lacks (dropped) and
-    dims where it has 1 (kept), the same in every case."""
-    node = ir.parse(text, as_written=True)
-    plans = set()
-    for shapes in cases:
-        full, own = ir.output_shape(node, shapes), shapes[name]
-        lead = len(full) - len(own)
-        kept = tuple(lead + d for d, s in enumerate(own) if s == 1 and full[lead + d] != 1)
-        plans.add((lead, kept))
-    if len(plans) > 1:
-        raise autodiff.NoGradient(f"{name} is broadcast along different dims in different cases; give every case "
-                                  "the same layout of broadcast dims")
-    lead, kept = plans.pop()
-    if kept:
-        text = f"sum({text}, dim={list(kept) if len(kept) > 1 else kept[0]}, keepdim=True)"
-    if lead:
-        text = f"sum({text}, dim={list(range(lead)) if lead > 1 else 0})"
-    return text
 
 
 # Operators whose whole backward is one part, each: (spec, node, cases, name, upstream) -> (its
