@@ -10,8 +10,8 @@ where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layern
 over the last dim (with weight and bias, of a pointwise body), group norm, instance norm,
 training-mode batch norm and layer norm over several dims (each as layer norm's over a view whose
 rows hold one statistic's elements), eval-mode batch norm (an affine map per channel), sum, mean,
-max, min (amax, amin), logsumexp, var and std over one dim, several or all, anywhere in an
-expression, matmul (transposed operands, a
+max, min (amax, amin), logsumexp, var, std and p-norms over one dim, several or all, anywhere in
+an expression, matmul (transposed operands, a
 pointwise epilogue, a triangle of the product), cross entropy (its logits'), cumsum (any direction, exclusive too), cumprod
 (either direction, zeros as torch treats them), cummax and cummin (the scan family's gradient
 kernel: each output's gradient to the element its value came from), transposes and permutations, views that keep every
@@ -32,7 +32,7 @@ from bot.ops.node import Node, to_text
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
-REDUCTIONS = ("sum", "mean", "max", "min", "logsumexp", "var", "std")   # _reduced's
+REDUCTIONS = ("sum", "mean", "max", "min", "logsumexp", "var", "std", "norm")   # _reduced's
 
 
 class NoGradient(ValueError):
@@ -354,6 +354,8 @@ def _reduced(node: Node, a: list[str], up: str, root: bool, cases: list[dict[str
         share = f"{hit} / sum({hit}, {dims})"
     elif node.op == "logsumexp":
         share = f"exp(({x}) - logsumexp({x}, {dims}))"
+    elif node.op == "norm":
+        share = _norm_share(x, node.attr("p"), dims)
     else:                                   # var, std
         c = node.attr("correction")
         share = f"2.0 * (({x}) - mean({x}, {dims})) / ({count} - {c!r})"
@@ -361,6 +363,22 @@ def _reduced(node: Node, a: list[str], up: str, root: bool, cases: list[dict[str
             sd = f"std({x}, {dims}, correction={c!r})"
             share = f"where({sd} == 0.0, 0.0, {share} / (2.0 * {sd}))"
     return [(node.args[0], spread if share == "1.0" else f"{spread} * {share}")]
+
+
+def _norm_share(x: str, p, dims: str) -> str:
+    """d norm_p(x) / dx, torch's norm_backward: 0 for p = 0; sign(x) for 1; for +-inf, sign(x) where
+    |x| is the norm, split evenly between ties; else sign(x) |x|^(p-1) / norm^(p-1) (0 where the
+    norm is 0; below p = 1, 0 where x is 0 and norm^(1-p) multiplying)."""
+    if p in ("inf", "-inf"):
+        hit = f"where(abs({x}) == norm({x}, p=float({p!r}), {dims}), 1.0, 0.0)"
+        return f"sign({x}) * {hit} / sum({hit}, {dims})"
+    p = float(p)
+    if p in (0.0, 1.0):
+        return "0.0" if p == 0.0 else f"sign({x})"
+    norm = f"norm({x}, p={p!r}, {dims})"
+    if p < 1.0:
+        return f"sign({x}) * where(({x}) == 0.0, 0.0, abs({x}) ** {p - 1.0!r}) * {norm} ** {1.0 - p!r}"
+    return f"where({norm} == 0.0, 0.0, sign({x}) * abs({x}) ** {p - 1.0!r} / {norm} ** {p - 1.0!r})"
 
 
 def summed_to(text: str, own: list[list[int]], cases: list[dict[str, list[int]]], what: str) -> str:

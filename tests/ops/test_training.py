@@ -44,6 +44,12 @@ CASES = [
     ("sum(x * y, dim=(0, 1))", {"x": [3, 4, 5], "y": [3, 4, 5]}),
     ("var(x, dim=[-1, 1], keepdim=True) * 2.0 + max(x, dim=(0, 1), keepdim=True)", {"x": [3, 4, 5]}),
     ("x / logsumexp(x, dim=(1, 2), keepdim=True)", {"x": [2, 3, 4]}),
+    # p-norms: 2 (F.normalize), 1, inf (ties split), 3, 0.5; a zero row passes no gradient, as torch
+    ("normalize(x, p=2.0, dim=-1) * y", {"x": [4, 9], "y": [4, 9]}),
+    ("norm(x, p=1, dim=0) + norm(x, p=float('inf'), dim=0)", {"x": [6, 5]}),
+    ("norm(x * 2.0, p=3.0, dim=(1, 2), keepdim=True) * x", {"x": [2, 3, 4]}),
+    ("norm(x, p=0.5, dim=None)", {"x": [3, 7]}),
+    ("norm(relu(x), dim=-1)", {"x": [5, 1]}),
     # inside an expression: the upstream summed down to the result's shape, dropped dims put back
     ("sum(x * w, dim=-1) + b", {"x": [5, 9], "w": [9], "b": [5]}),
     ("max(x, dim=1) * y - logsumexp(x, dim=(0, 1))", {"x": [4, 7], "y": [4]}),
