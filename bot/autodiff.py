@@ -12,7 +12,7 @@ training-mode batch norm and layer norm over several dims (each as layer norm's 
 rows hold one statistic's elements), eval-mode batch norm (an affine map per channel), sum, mean,
 max, min (amax, amin), logsumexp, var, std and p-norms over one dim, several or all, anywhere in
 an expression, matmul (transposed operands, a
-pointwise epilogue, a triangle of the product), cross entropy (its logits'), cumsum (any direction, exclusive too), cumprod
+pointwise epilogue, a triangle of the product), cross entropy (its logits') and nll_loss, cumsum (any direction, exclusive too), cumprod
 (either direction, zeros as torch treats them), cummax and cummin (the scan family's gradient
 kernel: each output's gradient to the element its value came from), transposes and permutations, views that keep every
 element, cat and stack (each piece's slice of the upstream, where its place is the same in every
@@ -480,6 +480,15 @@ def _cross_entropy(node: Node, a: list[str], up: str):
     return [(node.args[0], f"cross_entropy_grad({a[0]}, {a[1]}, {up}, reduction={node.attr('reduction')!r})")]
 
 
+def _nll(node: Node, a: list[str], up: str):
+    """nll_loss(x [rows, classes], target): -1 at each row's target class (a column index from a
+    running count of ones, compared with the target), times the row's share of the upstream: its own
+    ('none'), all of it ('sum'), over the rows ('mean'); the class indices get none."""
+    hit = f"where(cumsum(ones_like({a[0]}), dim=1) - 1.0 == unsqueeze({a[1]}, 1), 1.0, 0.0)"
+    share = {"none": f"unsqueeze({up}, 1)", "sum": f"({up})", "mean": f"({up}) / sum({hit}, dim=None)"}
+    return [(node.args[0], f"-({share[node.attr('reduction')]}) * {hit}")]
+
+
 _SIZED = {"conv": _conv, "cat": _cat, attention.SDPA: _attention}
 _RULES = {
     "add": lambda node, a, up: [(node.args[0], up), (node.args[1], up)],
@@ -515,6 +524,7 @@ _RULES = {
     "matmul": _matmul,
     "cross_entropy": _cross_entropy,
     "cumsum": _cumsum,
+    "nll_loss": _nll,
     "cumprod": _cumprod,
     "cummax": _cumext,
     "cummin": _cumext,
