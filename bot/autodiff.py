@@ -13,7 +13,7 @@ rows hold one statistic's elements), eval-mode batch norm (an affine map per cha
 max, min (amax, amin), logsumexp, var, std and p-norms over one dim, several or all, anywhere in
 an expression, matmul (transposed operands, a
 pointwise epilogue, a triangle of the product), cross entropy (its logits') and nll_loss, cumsum (any direction, exclusive too), cumprod
-(either direction, zeros as torch treats them), cummax and cummin (the scan family's gradient
+(either direction, zeros as torch treats them), slices (step 1) and selects, cummax and cummin (the scan family's gradient
 kernel: each output's gradient to the element its value came from), transposes and permutations, views that keep every
 element, cat and stack (each piece's slice of the upstream, where its place is the same in every
 case), max and average pooling, with a window or adaptive (the pool family's gradient kernels),
@@ -285,6 +285,37 @@ def _cat(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
     return out
 
 
+def _sliced(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
+    """A slice (step 1; narrow) or a select of x along a dim: up, summed down to the view's shape,
+    put back in its place, zeros on either side (each zeros_like a slice of x, so its size follows
+    x's in every case; a side empty in every case is left out, one empty in some cases only is
+    refused)."""
+    d = node.attr("dim")
+    up = summed_to(up, [ir.output_shape(node, c) for c in cases], cases, f"{node.op}'s result")
+    if node.op == "slice":
+        if node.attr("step") != 1:
+            raise NoGradient(f"a slice with step {node.attr('step')} has no gradient rule here yet; slice with step 1")
+        start, stop, middle = node.attr("start") or 0, node.attr("stop"), f"({up})"
+    else:
+        start, middle = node.attr("index"), f"unsqueeze({up}, {d})"
+        stop = start + 1 if start != -1 else None
+    lead = ":, " * d if d >= 0 else "..., "
+    trail = ", :" * (-d - 1) if d < 0 else ""
+    sizes = {ir.output_shape(node.args[0], c)[d] for c in cases}
+    parts = []
+    for side, span in (("before", slice(None, start)), ("after", slice(stop, None) if stop is not None else None)):
+        lengths = {len(range(n)[span]) for n in sizes} if span else {0}
+        if 0 in lengths and len(lengths) > 1:
+            raise NoGradient(f"{node.op} along dim {d}: what lies {side} it is empty in some cases only; give every "
+                             "case the same layout")
+        if lengths != {0}:
+            bounds = f"{'' if span.start is None else span.start}:{'' if span.stop is None else span.stop}"
+            parts.append(f"zeros_like(({a[0]})[{lead}{bounds}{trail}])")
+        if side == "before":
+            parts.append(middle)
+    return [(node.args[0], f"cat(({', '.join(parts)}), dim={d})" if len(parts) > 1 else middle)]
+
+
 def _pool(node: Node, a: list[str], up: str):
     """Max and average pooling, with a window or adaptive: the pool family's gradient kernel
     (pool_grad), which sends each output's gradient back to the input its max came from, or spreads
@@ -489,7 +520,7 @@ def _nll(node: Node, a: list[str], up: str):
     return [(node.args[0], f"-({share[node.attr('reduction')]}) * {hit}")]
 
 
-_SIZED = {"conv": _conv, "cat": _cat, attention.SDPA: _attention}
+_SIZED = {"conv": _conv, "cat": _cat, attention.SDPA: _attention, "slice": _sliced, "select": _sliced}
 _RULES = {
     "add": lambda node, a, up: [(node.args[0], up), (node.args[1], up)],
     "sub": lambda node, a, up: [(node.args[0], up), (node.args[1], f"-({up})")],

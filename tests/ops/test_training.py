@@ -44,6 +44,10 @@ CASES = [
     ("sum(x * y, dim=(0, 1))", {"x": [3, 4, 5], "y": [3, 4, 5]}),
     ("var(x, dim=[-1, 1], keepdim=True) * 2.0 + max(x, dim=(0, 1), keepdim=True)", {"x": [3, 4, 5]}),
     ("x / logsumexp(x, dim=(1, 2), keepdim=True)", {"x": [2, 3, 4]}),
+    # slices and selects: up in its place, zeros beside it
+    ("relu(x[:, 2:5]) * y", {"x": [4, 9], "y": [4, 3]}),
+    ("x.narrow(0, 1, 3) * 2.0 + x[:3, 2:]", {"x": [5, 3]}),
+    ("x[:, -1] * x[:, 0] + x[:, 1:].sum(-1)", {"x": [6, 4]}),
     # p-norms: 2 (F.normalize), 1, inf (ties split), 3, 0.5; a zero row passes no gradient, as torch
     ("normalize(x, p=2.0, dim=-1) * y", {"x": [4, 9], "y": [4, 9]}),
     ("norm(x, p=1, dim=0) + norm(x, p=float('inf'), dim=0)", {"x": [6, 5]}),
@@ -296,6 +300,7 @@ def test_a_strided_convolution_whose_cases_need_different_output_paddings_is_ref
 
 @pytest.mark.parametrize("expression, says", [
     ("cumprod(x, dim=-1, exclusive=True)", "exclusive cumprod has no gradient rule"),
+    ("relu(x[:, ::2])", "a slice with step 2 has no gradient rule"),
     ("adaptive_max_pool1d(x, 1)", "windows of at most 256"),
 ])
 def test_an_op_without_a_gradient_rule_is_refused_naming_it(expression, says):
