@@ -10,8 +10,8 @@ where min <= x <= max. Pointwise ops, softmax and log_softmax over a dim, layern
 over the last dim (with weight and bias, of a pointwise body), group norm, instance norm,
 training-mode batch norm and layer norm over several dims (each as layer norm's over a view whose
 rows hold one statistic's elements), eval-mode batch norm (an affine map per channel), sum, mean,
-max, min (amax, amin), logsumexp, var, std and p-norms over one dim, several or all, anywhere in
-an expression, matmul (transposed operands, a
+max, min (amax, amin), prod (zeros as torch treats them), logsumexp, var, std and p-norms over
+one dim, several or all, anywhere in an expression, matmul (transposed operands, a
 pointwise epilogue, a triangle of the product), cross entropy (its logits') and nll_loss, cumsum (any direction, exclusive too), cumprod
 (either direction, zeros as torch treats them), slices (step 1) and selects, cummax and cummin (the scan family's gradient
 kernel: each output's gradient to the element its value came from), transposes and permutations, views that keep every
@@ -32,7 +32,7 @@ from bot.ops.node import Node, to_text
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
-REDUCTIONS = ("sum", "mean", "max", "min", "logsumexp", "var", "std", "norm")   # _reduced's
+REDUCTIONS = ("sum", "mean", "max", "min", "logsumexp", "var", "std", "norm", "prod")   # _reduced's
 
 
 class NoGradient(ValueError):
@@ -387,6 +387,11 @@ def _reduced(node: Node, a: list[str], up: str, root: bool, cases: list[dict[str
         share = f"exp(({x}) - logsumexp({x}, {dims}))"
     elif node.op == "norm":
         share = _norm_share(x, node.attr("p"), dims)
+    elif node.op == "prod":         # torch's prod_backward: the product of the others, zeros apart
+        zeros = f"sum(where(({x}) == 0.0, 1.0, 0.0), {dims})"
+        others = f"prod(where(({x}) == 0.0, 1.0, {x}), {dims})"
+        share = (f"where({zeros} == 0.0, prod({x}, {dims}) / ({x}), "
+                 f"where(({x}) == 0.0, where({zeros} == 1.0, {others}, 0.0), 0.0))")
     else:                                   # var, std
         c = node.attr("correction")
         share = f"2.0 * (({x}) - mean({x}, {dims})) / ({count} - {c!r})"

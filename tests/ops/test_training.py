@@ -44,6 +44,7 @@ CASES = [
     ("sum(x * y, dim=(0, 1))", {"x": [3, 4, 5], "y": [3, 4, 5]}),
     ("var(x, dim=[-1, 1], keepdim=True) * 2.0 + max(x, dim=(0, 1), keepdim=True)", {"x": [3, 4, 5]}),
     ("x / logsumexp(x, dim=(1, 2), keepdim=True)", {"x": [2, 3, 4]}),
+    ("prod(x, dim=1) + prod(x * 0.5, dim=None)", {"x": [12, 3]}),
     # slices and selects: up in its place, zeros beside it
     ("relu(x[:, 2:5]) * y", {"x": [4, 9], "y": [4, 3]}),
     ("x.narrow(0, 1, 3) * 2.0 + x[:3, 2:]", {"x": [5, 3]}),
@@ -246,6 +247,18 @@ def test_cummax_and_cummins_gradient_goes_where_torch_sends_it(tmp_path, op, rev
     flip = (lambda t: t.flip(-1)) if reverse else (lambda t: t)
     flip(getattr(torch, op)(flip(theirs), dim=-1).values).backward(up)
     torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-4)
+
+
+def test_prods_gradient_treats_zeros_as_torch(tmp_path):
+    # rows with no zero, one (its gradient the others' product) and two (none anywhere)
+    spec = spec_of("prod(x, dim=-1)", {"x": [3, 4]}, "float32")
+    kernel = getattr(load(tmp_path, "kernel.py", training.kernel_source(spec, parse_expression(spec))), "op")
+    x = torch.tensor([[1.5, -2.0, 3.0, 0.5], [0.0, 2.0, -3.0, 4.0], [0.0, 1.0, 0.0, 2.0]])
+    up = torch.tensor([1.0, -2.0, 0.5])
+    ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    kernel(ours).backward(up)
+    torch.prod(theirs, dim=-1).backward(up)
+    torch.testing.assert_close(ours.grad, theirs.grad)
 
 
 def test_std_of_a_constant_row_passes_no_gradient_as_torch(tmp_path):
