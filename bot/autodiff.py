@@ -13,7 +13,8 @@ rows hold one statistic's elements), eval-mode batch norm (an affine map per cha
 max, min (amax, amin), prod (zeros as torch treats them), logsumexp, var, std and p-norms over
 one dim, several or all, anywhere in an expression, matmul (transposed operands, a
 pointwise epilogue, a triangle of the product), cross entropy (its logits') and nll_loss, cumsum (any direction, exclusive too), cumprod
-(either direction, zeros as torch treats them), slices (step 1) and selects, cummax and cummin (the scan family's gradient
+(either direction, zeros as torch treats them), slices (step 1) and selects, index_select, embedding
+and gather (the gather family's index_grad kernel), cummax and cummin (the scan family's gradient
 kernel: each output's gradient to the element its value came from), transposes and permutations, views that keep every
 element, cat and stack (each piece's slice of the upstream, where its place is the same in every
 case), max and average pooling, with a window or adaptive (the pool family's gradient kernels),
@@ -316,6 +317,19 @@ def _sliced(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]
     return [(node.args[0], f"cat(({', '.join(parts)}), dim={d})" if len(parts) > 1 else middle)]
 
 
+def _lookup(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
+    """index_select, embedding and gather: the table's gradient is up, summed down to the lookup's
+    shape, added back where the lookup read (the gather family's index_grad kernel; an embedding's
+    padding_idx row gets none); the indices get none."""
+    if node.attr("scale_grad_by_freq"):
+        raise NoGradient("embedding with scale_grad_by_freq=True has no gradient rule here yet")
+    up = summed_to(up, [ir.output_shape(node, c) for c in cases], cases, f"{node.op}'s result")
+    table, index = (node.args[1], node.args[0]) if node.op == "embedding" else node.args
+    t, i = (to_text(table), to_text(index))
+    return [(table, f"index_grad({t}, {i}, {up}, kind={node.op!r}, dim={node.attr('dim') or 0!r}, "
+                    f"padding_idx={node.attr('padding_idx')!r})")]
+
+
 def _pool(node: Node, a: list[str], up: str):
     """Max and average pooling, with a window or adaptive: the pool family's gradient kernel
     (pool_grad), which sends each output's gradient back to the input its max came from, or spreads
@@ -525,7 +539,8 @@ def _nll(node: Node, a: list[str], up: str):
     return [(node.args[0], f"-({share[node.attr('reduction')]}) * {hit}")]
 
 
-_SIZED = {"conv": _conv, "cat": _cat, attention.SDPA: _attention, "slice": _sliced, "select": _sliced}
+_SIZED = {"conv": _conv, "cat": _cat, attention.SDPA: _attention, "slice": _sliced, "select": _sliced,
+          **dict.fromkeys(("index_select", "embedding", "gather"), _lookup)}
 _RULES = {
     "add": lambda node, a, up: [(node.args[0], up), (node.args[1], up)],
     "sub": lambda node, a, up: [(node.args[0], up), (node.args[1], f"-({up})")],

@@ -24,7 +24,10 @@ from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, i
 
 NAME = "gather"
 INDEX_SELECT, GATHER, EMBEDDING = "index_select", "gather", "embedding"
-OPS = {INDEX_SELECT, GATHER, EMBEDDING}
+# index_grad(table, index, up, kind=..., dim=..., padding_idx=...): a training kernel's part (bot.autodiff
+# writes it), the table's gradient of a lookup of kind given the output's, up: up added at the positions read
+GRAD = "index_grad"
+OPS = {INDEX_SELECT, GATHER, EMBEDDING, GRAD}
 ROOT = True
 MAX_RANK = 5
 MAX_NUMEL = 2**34                   # the kernels index with int64 where a tensor needs it
@@ -32,7 +35,8 @@ SUPPORTED = ("", "index_select(x, dim, index), torch.gather(x, dim, index), embe
              "nn.Embedding)")
 ALIASES: dict[str, str] = {}
 KEYWORDS = {INDEX_SELECT: {"dim", "index"}, GATHER: {"dim", "index", "sparse_grad"},
-            EMBEDDING: {"weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"}}
+            EMBEDDING: {"weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"},
+            GRAD: {"kind", "dim", "padding_idx"}}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 
@@ -55,6 +59,12 @@ def convert(c: Call) -> Node | None:
         return call(c.fname, _tensor(c, given["input"]), _tensor(c, given["index"]), dim=int(number(given["dim"])))
     if c.fname == EMBEDDING:
         return _embedding(c)
+    if c.fname == GRAD:
+        attrs = {k: ast.literal_eval(v) for k, v in c.kw.items()}
+        if len(c.args) != 3 or set(attrs) != KEYWORDS[GRAD] or attrs["kind"] not in (INDEX_SELECT, GATHER, EMBEDDING):
+            raise IRError(f"{GRAD} takes (table, index, up), the lookup's kind, dim and padding_idx, as bot.autodiff "
+                          "writes it")
+        return call(GRAD, *(_tensor(c, a) for a in c.args), **attrs)
     return None
 
 
@@ -66,15 +76,26 @@ def _tensor(c: Call, e: ast.expr) -> Node:
 
 
 def _embedding(c: Call) -> Node:
-    """F.embedding(input, weight, padding_idx=None, max_norm=None, ...): rows of weight. padding_idx,
-    scale_grad_by_freq and sparse change only the gradient; max_norm rewrites the table, refused."""
+    """F.embedding(input, weight, padding_idx=None, max_norm=None, ...): rows of weight. padding_idx
+    and scale_grad_by_freq change only the gradient (kept for it), sparse only how it is stored;
+    max_norm rewrites the table, refused."""
     given = arguments(c, ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"))
     if "input" not in given or "weight" not in given:
         raise IRError("embedding takes the indices and the table, e.g. F.embedding(ids, weight)")
     if not is_none(given.get("max_norm")):
         raise IRError("embedding with max_norm renormalises the table's rows in place; the offline generator "
                       "reads the lookup alone (max_norm=None)")
-    return call(EMBEDDING, _tensor(c, given["input"]), _tensor(c, given["weight"]))
+    attrs = {}
+    if not is_none(given.get("padding_idx")):
+        if not is_int_literal(given["padding_idx"]):
+            raise IRError(f"embedding's padding_idx is an integer, got {ast.unparse(given['padding_idx'])!r}")
+        attrs["padding_idx"] = int(number(given["padding_idx"]))
+    scale = given.get("scale_grad_by_freq")
+    if scale is not None and not (isinstance(scale, ast.Constant) and scale.value in (True, False)):
+        raise IRError(f"embedding's scale_grad_by_freq is True or False, got {ast.unparse(scale)!r}")
+    if scale is not None and scale.value:
+        attrs["scale_grad_by_freq"] = True
+    return call(EMBEDDING, _tensor(c, given["input"]), _tensor(c, given["weight"]), **attrs)
 
 
 def operands(node: Node) -> tuple[Node, Node]:
@@ -82,12 +103,22 @@ def operands(node: Node) -> tuple[Node, Node]:
     return (node.args[1], node.args[0]) if node.op == EMBEDDING else (node.args[0], node.args[1])
 
 
-@prints(*OPS)
+def _embedding_keywords(node: Node) -> str:
+    return "".join(f", {k}={node.attr(k)!r}" for k in ("padding_idx", "scale_grad_by_freq")
+                   if node.attr(k) is not None and node.attr(k) is not False)
+
+
+@prints(INDEX_SELECT, GATHER, EMBEDDING)
 def _text(node: Node, text) -> str:
     table, index = (text(a) for a in operands(node))
     if node.op == EMBEDDING:
-        return f"embedding({index}, {table})"
+        return f"embedding({index}, {table}{_embedding_keywords(node)})"
     return f"{node.op}({table}, {node.attr('dim')}, {index})"
+
+
+@prints(GRAD)
+def _grad_text(node: Node, text) -> str:
+    return f"{GRAD}({', '.join(text(a) for a in node.args)}, {', '.join(f'{k}={v!r}' for k, v in node.attrs)})"
 
 
 def check(node: Node) -> None:
@@ -99,12 +130,18 @@ def check(node: Node) -> None:
 def index_inputs(node: Node) -> dict[str, dict]:
     """The index input's spec fields: the table it indexes and along which dim; no padding value."""
     table, index = operands(node)
-    return {index.name: {"index_of": table.name, "index_dim": 0 if node.op == EMBEDDING else node.attr("dim"),
-                         "padding": False}}
+    dim = 0 if EMBEDDING in (node.op, node.attr("kind")) else node.attr("dim")
+    return {index.name: {"index_of": table.name, "index_dim": dim, "padding": False}}
 
 
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     table, index = (list(shapes[a.name]) for a in operands(node))
+    if node.op == GRAD:
+        lookup = call(node.attr("kind"), *(node.args[1::-1] if node.attr("kind") == EMBEDDING else node.args[:2]),
+                      **({} if node.attr("kind") == EMBEDDING else {"dim": node.attr("dim")}))
+        if list(shapes[node.args[2].name]) != output_shape(lookup, shapes):
+            raise IRError(f"{GRAD}: the upstream gradient must have the lookup's shape")
+        return table
     if node.op == EMBEDDING:
         if len(table) != 2:
             raise IRError(f"embedding's table is [num_embeddings, embedding_dim]; got {table}")
@@ -124,9 +161,11 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
 
 
 def torch_text(node: Node, a: list[str]) -> str:
+    if node.op == GRAD:
+        raise IRError(f"{GRAD} is a part of a training kernel: the judge checks it through the forward's autograd")
     table, index = a[::-1] if node.op == EMBEDDING else a
     if node.op == EMBEDDING:
-        return f"torch.nn.functional.embedding({index}, {table})"
+        return f"torch.nn.functional.embedding({index}, {table}{_embedding_keywords(node)})"
     return f"torch.{node.op}({table}, {node.attr('dim')}, {index})"
 
 
@@ -157,7 +196,9 @@ def _gather_config(n):
 # ---------------------------------------------------------------- kernel.py
 
 def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
-    """kernel.py of an index_select, an embedding lookup or a gather."""
+    """kernel.py of an index_select, an embedding lookup or a gather, or of its table's gradient."""
+    if node.op == GRAD:
+        return (_GatherGradKernel if node.attr("kind") == GATHER else _RowsGradKernel).render(spec, node, options)
     return (_GatherKernel if node.op == GATHER else _RowsKernel).render(spec, node, options)
 
 
@@ -174,13 +215,32 @@ class _IndexKernel(KernelFile):
         """The signature, the dim from 0, the output, the indexed dim's size n, and whether any
         tensor needs int64 offsets."""
         t, i = self.table.local, self.index.local
-        dim = 0 if self.node.op == EMBEDDING else self.dim
+        dim = 0 if EMBEDDING in (self.node.op, self.node.attr("kind")) else self.dim
         return (self._signature_and_prologue()
                 + f"    dim = {dim} % max({t}.dim(), 1)\n"
-                f"    out = torch.empty({self._out_shape()}, dtype={self.out_dtype(t)}, device={t}.device)\n"
+                f"    out = {self._output()}\n"
                 "    if out.numel() == 0:\n        return out\n"
                 f"    n = {t}.shape[dim] if {t}.dim() else 1\n"
                 f"    big = max({t}.numel(), out.numel(), {i}.numel()) >= 2**31\n")
+
+    def _output(self) -> str:
+        t = self.table.local
+        return f"torch.empty({self._out_shape()}, dtype={self.out_dtype(t)}, device={t}.device)"
+
+    def _result(self) -> str:
+        return "out"
+
+    def _pointers(self) -> list[str]:
+        return ["table_ptr", "index_ptr", "out_ptr"]
+
+    def _tensors(self) -> list[str]:
+        return [self.table.local, self.index.local, "out"]
+
+    def _moves(self, found: str, written: str, idx: str) -> list[str]:
+        """The lines moving each element: read at src where found, written at dst (idx: each
+        element's index)."""
+        return [f"val = tl.load(table_ptr + src, mask={found}, other=0.0)",
+                f"tl.store(out_ptr + dst, val.to(out_ptr.dtype.element_ty), mask={written})"]
 
 
 class _RowsKernel(_IndexKernel):
@@ -201,8 +261,8 @@ class _RowsKernel(_IndexKernel):
         return self._file([self._kernel()], [_rows_config], self._launcher())
 
     def _kernel(self) -> str:
-        params = ["table_ptr", "index_ptr", "out_ptr", "k", "n", "inner", "INT64: tl.constexpr",
-                  "BLOCK_K: tl.constexpr", "BLOCK_I: tl.constexpr"]
+        params = [*self._pointers(), "k", "n", "inner", "INT64: tl.constexpr", "BLOCK_K: tl.constexpr",
+                  "BLOCK_I: tl.constexpr"]
         code = Code()("tiles_i = tl.cdiv(inner, BLOCK_I)",
                       "tiles_k = tl.cdiv(k, BLOCK_K)",
                       "pid = tl.program_id(0)",
@@ -218,9 +278,8 @@ class _RowsKernel(_IndexKernel):
             code("offs_k = offs_k.to(tl.int64)", "offs_i = offs_i.to(tl.int64)")
         code("inside = offs_i[None, :] < inner",
              "src = o * n * inner + idx[:, None].to(offs_i.dtype) * inner + offs_i[None, :]",
-             "val = tl.load(table_ptr + src, mask=found[:, None] & inside, other=0.0)",
              "dst = o * k * inner + offs_k[:, None] * inner + offs_i[None, :]",
-             "tl.store(out_ptr + dst, val.to(out_ptr.dtype.element_ty), mask=(offs_k[:, None] < k) & inside)")
+             *self._moves("found[:, None] & inside", "(offs_k[:, None] < k) & inside", "idx[:, None]"))
         return jit_source(f"{self.name}_kernel", params, code.lines)
 
     def _launcher(self) -> str:
@@ -232,9 +291,9 @@ class _RowsKernel(_IndexKernel):
         text += self._config_line("_rows_config(k, inner)")
         text += ('    BLOCK_K, BLOCK_I = config["BLOCK_K"], config["BLOCK_I"]\n'
                  "    grid = (_cdiv(inner, BLOCK_I) * _cdiv(k, BLOCK_K) * outer,)\n")
-        args = [t, i, "out", "k", "n", "inner", "INT64=big", "BLOCK_K=BLOCK_K", "BLOCK_I=BLOCK_I",
+        args = [*self._tensors(), "k", "n", "inner", "INT64=big", "BLOCK_K=BLOCK_K", "BLOCK_I=BLOCK_I",
                 'num_warps=config["num_warps"]']
-        return text + launch(f"{self.name}_kernel", "grid", args, "    ") + "\n    return out\n"
+        return text + launch(f"{self.name}_kernel", "grid", args, "    ") + f"\n    return {self._result()}\n"
 
 
 class _GatherKernel(_IndexKernel):
@@ -257,7 +316,7 @@ class _GatherKernel(_IndexKernel):
 
     def _kernel(self) -> str:
         r = self.rank
-        params = ["table_ptr", "index_ptr", "out_ptr", "total", "n", "dim", *(f"size{k}" for k in range(1, r)),
+        params = [*self._pointers(), "total", "n", "dim", *(f"size{k}" for k in range(1, r)),
                   *(f"stride{k}" for k in range(r)), "INT64: tl.constexpr", "BLOCK: tl.constexpr"]
         code = Code()("offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
                       "mask = offs < total")
@@ -275,8 +334,7 @@ class _GatherKernel(_IndexKernel):
             code(f"src += tl.where(dim == {k}, idx, {f'rest % size{k}' if k else 'rest'}) * stride{k}")
             if k:
                 code(f"rest = rest // size{k}")
-        code("val = tl.load(table_ptr + src, mask=found, other=0.0)",
-             "tl.store(out_ptr + offs, val.to(out_ptr.dtype.element_ty), mask=mask)")
+        code("dst = offs", *self._moves("found", "mask", "idx"))
         return jit_source(f"{self.name}_kernel", params, code.lines)
 
     def _launcher(self) -> str:
@@ -290,9 +348,49 @@ class _GatherKernel(_IndexKernel):
                  f"    sizes, strides = [1] * pad + list({i}.shape), [0] * pad + list({t}.stride())\n")
         text += self._config_line("_gather_config(out.numel())")
         text += "    grid = (_cdiv(out.numel(), config[\"BLOCK\"]),)\n"
-        args = [t, i, "out", "out.numel()", "n", "dim + pad", "*sizes[1:]", "*strides", "INT64=big",
+        args = [*self._tensors(), f"{i}.numel()", "n", "dim + pad", "*sizes[1:]", "*strides", "INT64=big",
                 'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
-        return text + launch(f"{self.name}_kernel", "grid", args, "    ") + "\n    return out\n"
+        return text + launch(f"{self.name}_kernel", "grid", args, "    ") + f"\n    return {self._result()}\n"
+
+
+class _Scatter:
+    """What turns a lookup's kernel into its table's gradient (index_grad): the upstream read where the
+    lookup wrote, added where it read (atomically: indices repeat) into float32 zeros of the table's
+    shape, cast to its dtype after; an embedding's padding_idx row gets none."""
+    description = ("The table's gradient of the lookup: the same walk as the lookup's kernel, each element of\n"
+                   "up (read where the lookup wrote) added atomically at the position the lookup read, in\n"
+                   "float32, an embedding's padding row left out.")
+
+    def __init__(self, spec, node, inputs, options):
+        super().__init__(spec, node, inputs, options)
+        self.up = next(i for i in inputs if i.name == node.args[2].name)
+
+    def _output(self) -> str:
+        return f"torch.zeros({self.table.local}.shape, dtype=torch.float32, device={self.table.local}.device)"
+
+    def _result(self) -> str:
+        return f"out.to({self.table.local}.dtype)"
+
+    def _pointers(self) -> list[str]:
+        return ["up_ptr", "index_ptr", "out_ptr", "pad"]
+
+    def _tensors(self) -> list[str]:
+        padding = self.node.attr("padding_idx")
+        return [self.up.local, self.index.local, "out", "-1" if padding is None else f"{padding} % n"]
+
+    def _moves(self, found: str, written: str, idx: str) -> list[str]:
+        return ["# the padding row (an embedding's padding_idx; -1: none) gets no gradient",
+                f"keep = {found} & ({idx} != pad)",
+                "val = tl.load(up_ptr + dst, mask=keep, other=0.0).to(tl.float32)",
+                "tl.atomic_add(out_ptr + src, val, mask=keep)"]
+
+
+class _RowsGradKernel(_Scatter, _RowsKernel):
+    """The gradient of an index_select's or an embedding's table."""
+
+
+class _GatherGradKernel(_Scatter, _GatherKernel):
+    """The gradient of a gather's tensor."""
 
 
 ENTRIES: tuple[Entry, ...] = ()

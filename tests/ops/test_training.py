@@ -249,6 +249,57 @@ def test_cummax_and_cummins_gradient_goes_where_torch_sends_it(tmp_path, op, rev
     torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("expression, shapes", [
+    ("embedding(ids, w) * 2.0", {"ids": [4, 9], "w": [20, 33]}),                    # ids repeat: added up
+    ("embedding(ids, w, padding_idx=3) * y", {"ids": [40], "w": [7, 5], "y": [40, 5]}),   # row 3 gets none
+    ("embedding(ids, w, padding_idx=0)", {"ids": [6, 7], "w": [4, 9]}),                   # row 0 (a false value)
+    ("relu(index_select(x, 1, idx)) + index_select(y, 0, jdx).sum(0)",
+     {"x": [6, 8], "idx": [11], "y": [5, 11], "jdx": [9]}),
+    ("gather(x * 2.0, -1, idx)", {"x": [5, 7], "idx": [5, 12]}),
+])
+def test_a_lookups_gradient_adds_up_where_it_read(tmp_path, expression, shapes, dtype):
+    check_lookup(tmp_path, expression, shapes, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_on_the_gpu_an_embeddings_gradient_adds_up_where_it_read(tmp_path, dtype):
+    check_lookup(tmp_path, "embedding(ids, w, padding_idx=0)", {"ids": [8, 512], "w": [1000, 256]}, dtype, "cuda")
+
+
+def check_lookup(folder, expression: str, shapes: dict, dtype: str, device: str = "cpu") -> None:
+    """A lookup's training kernel: every float input's gradient against the reference's autograd in
+    float64, the indices drawn in range (repeating)."""
+    node = ir.parse(expression)
+    index = ir.index_inputs(node)
+    spec = validate({"name": "op", "expression": expression, "inputs": [
+        {"name": n, "dtypes": ["int64" if n in index else dtype], "shapes": [shapes[n]]} for n in ir.input_names(node)]})
+    node = parse_expression(spec)
+    reference = getattr(load(folder, "reference.py", lower_torch.reference_source(spec, node)), "op")
+    kernel = getattr(load(folder, "kernel.py", training.kernel_source(spec, node)), "op")
+    gen = torch.Generator().manual_seed(0)
+    values = {}
+    for i in spec["inputs"]:
+        if i["name"] in index:
+            of = next(j for j in spec["inputs"] if j["name"] == index[i["name"]]["index_of"])
+            n = of["shapes"][0][index[i["name"]]["index_dim"]]
+            values[i["name"]] = torch.randint(0, n, shapes[i["name"]], generator=gen).to(device)
+        else:
+            values[i["name"]] = torch.randn(shapes[i["name"]], generator=gen).to(device, getattr(torch, dtype))
+    ours = [v.clone().requires_grad_(n not in index) for n, v in values.items()]
+    truth = [v.double().requires_grad_() if n not in index else v for n, v in values.items()]
+    out, want = kernel(*ours), reference(*truth)
+    upstream = torch.randn(want.shape, generator=gen).to(device)
+    out.backward(upstream.to(out.dtype))
+    want.backward(upstream.to(out.dtype).double())
+    rtol, atol = protocol.tolerance(dtype, 40)
+    for name, got, expected in zip(values, ours, truth):
+        if name not in index:
+            err = (got.grad.double() - expected.grad).abs()
+            assert bool((err <= atol + rtol * expected.grad.abs()).all()), f"{name}: max err {err.max():.3g}"
+
+
 def test_prods_gradient_treats_zeros_as_torch(tmp_path):
     # rows with no zero, one (its gradient the others' product) and two (none anywhere)
     spec = spec_of("prod(x, dim=-1)", {"x": [3, 4]}, "float32")
