@@ -219,7 +219,7 @@ class _IndexKernel(KernelFile):
         return (self._signature_and_prologue()
                 + f"    dim = {dim} % max({t}.dim(), 1)\n"
                 f"    out = {self._output()}\n"
-                "    if out.numel() == 0:\n        return out\n"
+                f"    if out.numel() == 0 or {i}.numel() == 0:\n        return {self._result()}\n"
                 f"    n = {t}.shape[dim] if {t}.dim() else 1\n"
                 f"    big = max({t}.numel(), out.numel(), {i}.numel()) >= 2**31\n")
 
@@ -346,8 +346,8 @@ class _GatherKernel(_IndexKernel):
                  f"{{list({t}.shape)}} and {{list({i}.shape)}}\")\n"
                  "    # lower ranks run with leading unit dims\n"
                  f"    sizes, strides = [1] * pad + list({i}.shape), [0] * pad + list({t}.stride())\n")
-        text += self._config_line("_gather_config(out.numel())")
-        text += "    grid = (_cdiv(out.numel(), config[\"BLOCK\"]),)\n"
+        text += self._config_line(f"_gather_config({i}.numel())")
+        text += f"    grid = (_cdiv({i}.numel(), config[\"BLOCK\"]),)      # one index a lane\n"
         args = [*self._tensors(), f"{i}.numel()", "n", "dim + pad", "*sizes[1:]", "*strides", "INT64=big",
                 'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
         return text + launch(f"{self.name}_kernel", "grid", args, "    ") + f"\n    return {self._result()}\n"

@@ -257,6 +257,7 @@ def test_cummax_and_cummins_gradient_goes_where_torch_sends_it(tmp_path, op, rev
     ("relu(index_select(x, 1, idx)) + index_select(y, 0, jdx).sum(0)",
      {"x": [6, 8], "idx": [11], "y": [5, 11], "jdx": [9]}),
     ("gather(x * 2.0, -1, idx)", {"x": [5, 7], "idx": [5, 12]}),
+    ("gather(x, 1, idx)", {"x": [3, 40], "idx": [3, 1000]}),        # more indices than the tensor has elements
 ])
 def test_a_lookups_gradient_adds_up_where_it_read(tmp_path, expression, shapes, dtype):
     check_lookup(tmp_path, expression, shapes, dtype)
