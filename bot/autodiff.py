@@ -292,7 +292,7 @@ def _sliced(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]
     x's in every case; a side empty in every case is left out, one empty in some cases only is
     refused)."""
     d = node.attr("dim")
-    up = summed_to(up, [ir.output_shape(node, c) for c in cases], cases, f"{node.op}'s result")
+    up = _at_result(node, up, cases)
     if node.op == "slice":
         if node.attr("step") != 1:
             raise NoGradient(f"a slice with step {node.attr('step')} has no gradient rule here yet; slice with step 1")
@@ -323,7 +323,7 @@ def _lookup(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]
     padding_idx row gets none); the indices get none."""
     if node.attr("scale_grad_by_freq"):
         raise NoGradient("embedding with scale_grad_by_freq=True has no gradient rule here yet")
-    up = summed_to(up, [ir.output_shape(node, c) for c in cases], cases, f"{node.op}'s result")
+    up = _at_result(node, up, cases)
     table, index = (node.args[1], node.args[0]) if node.op == "embedding" else node.args
     t, i = (to_text(table), to_text(index))
     return [(table, f"index_grad({t}, {i}, {up}, kind={node.op!r}, dim={node.attr('dim') or 0!r}, "
@@ -383,7 +383,7 @@ def _reduced(node: Node, a: list[str], up: str, root: bool, cases: list[dict[str
             raise NoGradient(f"{node.op} over dims of bodies of ranks {sorted(ranks)}: give every case one rank")
         rank = ranks.pop()
         ds = sorted(i % rank for i in (d if isinstance(d, (tuple, list)) else (d,)))
-        g = summed_to(up, [ir.output_shape(node, c) for c in cases], cases, f"{node.op}'s result")
+        g = _at_result(node, up, cases)
         for i in ds if not keep else []:
             g = f"unsqueeze({g}, {i})"
         dims = f"dim={_dims(ds)}, keepdim=True"
@@ -450,6 +450,11 @@ def summed_to(text: str, own: list[list[int]], cases: list[dict[str, list[int]]]
     if lead:
         text = f"sum({text}, dim={list(range(lead)) if lead > 1 else 0})"
     return text
+
+
+def _at_result(node: Node, up: str, cases: list[dict[str, list[int]]]) -> str:
+    """up summed down to node's own result's shape (what broadcast the result gave it more)."""
+    return summed_to(up, [ir.output_shape(node, c) for c in cases], cases, f"{node.op}'s result")
 
 
 def _dims(ds: list[int]) -> str:
