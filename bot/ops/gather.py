@@ -20,7 +20,8 @@ from bot.codegen.code import Code, jit_source, launch
 from bot.codegen.kernel_file import KernelFile
 from bot.ops import pointwise
 from bot.ops.entry import Entry
-from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, is_none, number, prints
+from bot.ops.node import (Call, IRError, Node, arguments, call, is_int_literal, is_none, keywords_text, number,
+                          prints)
 
 NAME = "gather"
 INDEX_SELECT, GATHER, EMBEDDING = "index_select", "gather", "embedding"
@@ -116,9 +117,7 @@ def _text(node: Node, text) -> str:
     return f"{node.op}({table}, {node.attr('dim')}, {index})"
 
 
-@prints(GRAD)
-def _grad_text(node: Node, text) -> str:
-    return f"{GRAD}({', '.join(text(a) for a in node.args)}, {', '.join(f'{k}={v!r}' for k, v in node.attrs)})"
+prints(GRAD)(keywords_text)
 
 
 def check(node: Node) -> None:

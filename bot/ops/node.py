@@ -168,6 +168,12 @@ def prints(*ops: str) -> Callable:
     return register
 
 
+def keywords_text(node: Node, text) -> str:
+    """op(args, key=value, ...) with every attribute written as a literal: the printer of the gradient
+    ops bot.autodiff writes (pool_grad, cumext_grad, index_grad), which read them back by literal_eval."""
+    return f"{node.op}({', '.join(text(a) for a in node.args)}, {', '.join(f'{k}={v!r}' for k, v in node.attrs)})"
+
+
 def to_text(node: Node) -> str:
     """Inverse of parsing: a canonical expression string."""
     if node.op == "input":

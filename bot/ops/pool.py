@@ -38,7 +38,8 @@ from bot.codegen.code import jit_source, launch
 from bot.codegen.kernel_file import NEG_INF, KernelFile, _as_3d, _expanded_strides
 from bot.ops import pointwise
 from bot.ops.entry import Entry
-from bot.ops.node import Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_none, number, prints
+from bot.ops.node import (Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_none,
+                          keywords_text, number, prints)
 from bot.ops.text import FLAGS as _F, WINDOW_PARAMS, blank as _blank, param, sizes_arg, taken, window_sizes
 
 NAME = "pool"
@@ -251,9 +252,7 @@ def _print(node: Node, text) -> str:
     return f"{function_name(node)}({', '.join(parts)})"
 
 
-@prints(POOL_GRAD)
-def _print_grad(node: Node, text) -> str:
-    return f"pool_grad({text(node.args[0])}, {text(node.args[1])}, {', '.join(f'{k}={v!r}' for k, v in node.attrs)})"
+prints(POOL_GRAD)(keywords_text)
 
 
 def check(node: Node) -> None:

@@ -17,7 +17,7 @@ from bot.codegen.scan_kernel import ScanKernel, ScanMath, _scan_config, _scan_ti
 from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, flag, input_names, is_int_literal,
-                          number, prints)
+                          keywords_text, number, prints)
 from bot.ops.text import FLAGS as _F
 
 NAME = "scan"
@@ -148,9 +148,7 @@ def _flip(c: Call) -> Node:
     return call(FLIP, inner, dim=dim)
 
 
-@prints(GRAD)
-def _grad_text(node: Node, text) -> str:
-    return f"{GRAD}({', '.join(text(a) for a in node.args)}, {', '.join(f'{k}={v!r}' for k, v in node.attrs)})"
+prints(GRAD)(keywords_text)
 
 
 @prints(*SCANS)
