@@ -267,18 +267,16 @@ class _ExtremeGradKernel(pointwise.TensorArgsFile):
         text = self._signature_and_prologue()
         text += (f"    # the scanned dim moved last, each row contiguous\n"
                  f"    dim = {self.node.attr('dim')} % {x}.dim()\n"
-                 f"    {x}, {y}, {up} = ({x}.movedim(dim, -1).contiguous(), {y}.movedim(dim, -1).contiguous(),\n"
-                 f"                      {up}.movedim(dim, -1).contiguous())\n"
+                 f"    {x}, {y}, {up} = (t.movedim(dim, -1).contiguous() for t in ({x}, {y}, {up}))\n"
                  f"    out = torch.empty({x}.shape, dtype={self.out_dtype(self.tensors[2])}, device={x}.device)\n"
+                 "    if out.numel() == 0:\n        return out.movedim(-1, dim)\n"
                  f"    N = {x}.shape[-1]\n"
-                 "    rows = out.numel() // max(N, 1)\n"
-                 "    if out.numel() > 0:\n")
-        body = self._config_line("_scan_config(rows, N, 1)")
-        body += ("    block_r, BLOCK_D, num_warps = _scan_tiles(config, rows, N, 1)\n"
+                 "    rows = out.numel() // N\n")
+        text += self._config_line("_scan_config(rows, N, 1)")
+        text += ("    block_r, BLOCK_D, num_warps = _scan_tiles(config, rows, N, 1)\n"
                  + launch(f"{self.name}_kernel", "(_cdiv(rows, block_r),)",
                           [x, y, up, "out", "rows", "N", f"REVERSE={bool(self.node.attr('reverse'))}",
                            "BLOCK_R=block_r", "BLOCK_D=BLOCK_D", "num_warps=num_warps"], "    ") + "\n")
-        text += "".join("    " + line + "\n" for line in body.splitlines())
         return text + "    return out.movedim(-1, dim).contiguous()\n"
 
 
