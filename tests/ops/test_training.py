@@ -123,9 +123,26 @@ CASES = [
 
 
 def spec_of(expression: str, shapes: dict[str, list[int]], dtype: str) -> dict:
-    names = ir.input_names(ir.parse(expression))
-    return validate({"name": "op", "expression": expression,
-                     "inputs": [{"name": n, "dtypes": [dtype], "shapes": [shapes[n]]} for n in names]})
+    """The spec of one case: float inputs in dtype, index inputs (a lookup's) int64."""
+    node = ir.parse(expression)
+    index = ir.index_inputs(node)
+    return validate({"name": "op", "expression": expression, "inputs": [
+        {"name": n, "dtypes": ["int64" if n in index else dtype], "shapes": [shapes[n]]} for n in ir.input_names(node)]})
+
+
+def drawn(spec: dict, device: str, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """Each input of the spec's case, in order: index inputs uniform over the dim they index (repeating),
+    a running variance (var) positive, the rest normal."""
+    out = {}
+    for i in spec["inputs"]:
+        shape, dtype = i["shapes"][0], getattr(torch, i["dtypes"][0])
+        if "index_of" in i:
+            of = next(j for j in spec["inputs"] if j["name"] == i["index_of"])
+            out[i["name"]] = torch.randint(0, of["shapes"][0][i["index_dim"]], shape, generator=gen).to(device)
+        else:
+            v = torch.randn(shape, generator=gen)
+            out[i["name"]] = (v.abs() + 0.1 if i["name"] == "var" else v).to(device, dtype)
+    return out
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -168,8 +185,7 @@ def check_gradients(folder, expression: str, shapes: dict, dtype: str, device: s
     reference = getattr(load(folder, "reference.py", lower_torch.reference_source(spec, node)), "op")
     kernel = getattr(load(folder, "kernel.py", training.kernel_source(spec, node)), "op")
     gen = torch.Generator().manual_seed(0)
-    values = {n: torch.randn(shapes[n], generator=gen) for n in ir.input_names(node)}
-    values = [(v.abs() + 0.1 if n == "var" else v).to(device, getattr(torch, dtype)) for n, v in values.items()]
+    values = list(drawn(spec, device, gen).values())
     ours = [v.clone().requires_grad_() for v in values]
     truth = [v.double().requires_grad_() for v in values]
     out, want = kernel(*ours), reference(*truth)
@@ -272,22 +288,13 @@ def test_on_the_gpu_an_embeddings_gradient_adds_up_where_it_read(tmp_path, dtype
 def check_lookup(folder, expression: str, shapes: dict, dtype: str, device: str = "cpu") -> None:
     """A lookup's training kernel: every float input's gradient against the reference's autograd in
     float64, the indices drawn in range (repeating)."""
-    node = ir.parse(expression)
-    index = ir.index_inputs(node)
-    spec = validate({"name": "op", "expression": expression, "inputs": [
-        {"name": n, "dtypes": ["int64" if n in index else dtype], "shapes": [shapes[n]]} for n in ir.input_names(node)]})
+    spec = spec_of(expression, shapes, dtype)
+    index = ir.index_inputs(ir.parse(expression))
     node = parse_expression(spec)
     reference = getattr(load(folder, "reference.py", lower_torch.reference_source(spec, node)), "op")
     kernel = getattr(load(folder, "kernel.py", training.kernel_source(spec, node)), "op")
     gen = torch.Generator().manual_seed(0)
-    values = {}
-    for i in spec["inputs"]:
-        if i["name"] in index:
-            of = next(j for j in spec["inputs"] if j["name"] == index[i["name"]]["index_of"])
-            n = of["shapes"][0][index[i["name"]]["index_dim"]]
-            values[i["name"]] = torch.randint(0, n, shapes[i["name"]], generator=gen).to(device)
-        else:
-            values[i["name"]] = torch.randn(shapes[i["name"]], generator=gen).to(device, getattr(torch, dtype))
+    values = drawn(spec, device, gen)
     ours = [v.clone().requires_grad_(n not in index) for n, v in values.items()]
     truth = [v.double().requires_grad_() if n not in index else v for n, v in values.items()]
     out, want = kernel(*ours), reference(*truth)
