@@ -33,20 +33,21 @@ ROW_CONFIGS = [
 ]
 
 
-def _row_config(rows, n, stack=1024, chunk=8192):
+def _row_config(rows, n, stack=1024, chunk=8192, wide=16):
     # The default config for `rows` rows of n: a row up to 8192 long is one tile (one read); a
     # longer one goes through the looped kernel in `chunk`-wide pieces. Short rows are stacked
     # BLOCK_M to a tile of about `stack` elements while at least ~256 programs remain (the 132 SMs
-    # of an H200 twice over). Warps grow with the tile. The launcher's family picks stack and chunk
-    # (tests/default_vs_best.py measures the choice against every config of the space).
+    # of an H200 twice over). Warps grow with the tile, to `wide` on whole rows past 4096 elements.
+    # The launcher's family picks stack, chunk and wide (tests/default_vs_best.py measures the
+    # choice against every config of the space).
     block_n, block_m, widest = max(16, 1 << (n - 1).bit_length()), 1, 8192
-    if block_n > widest:            # a long row: chunk-wide pieces, one row a program
+    if block_n > widest:            # a long row: chunk-wide pieces, one row a program, 16 warps
         block_n = widest = chunk
-        stack = 0
+        stack, wide = 0, 16
     while block_m * block_n < stack and rows >= 2 * block_m * 256:
         block_m *= 2
     tile = block_m * block_n
-    return {"BLOCK_M": block_m, "BLOCK_N": widest, "num_warps": 4 if tile <= 1024 else 8 if tile <= 4096 else 16}
+    return {"BLOCK_M": block_m, "BLOCK_N": widest, "num_warps": 4 if tile <= 1024 else 8 if tile <= 4096 else wide}
 
 
 def _row_tile(rows, n, config):
@@ -136,6 +137,9 @@ class RowPlan:
     reduces: bool = False       # one value per row: stored from `result`, and the aligned kernel
     edge: tuple[str, ...] = ()  # reductions: fold the aligned kernel's edge tile `val` into acc
     guard: str = ""             # launcher lines before the launch (an empty dim torch refuses)
+    # the default's warps for tiles past 4096 elements (_row_config's wide): 8 was the best of the
+    # space for softmax and rmsnorm on rows of 6007, within 2% of 16 on rows of 8192
+    wide_warps: int = 8
 
 
 class RowKernel(KernelFile):
@@ -165,12 +169,13 @@ class RowKernel(KernelFile):
             if any(math.prod(shape) != math.prod(full) for shape, full in zip(i.shapes, fulls)):
                 self.partial.append(i)
 
-    def default_shape(self) -> tuple[int, int]:
-        """_row_config's (stack, chunk) for this kernel: a reduction stacks rows to 4096 elements and
-        walks long rows 1024 at a time, a norm (weights) stacks to 2048, softmax-like ops to 1024."""
+    def default_shape(self) -> tuple[int, int, int]:
+        """_row_config's (stack, chunk, wide) for this kernel: a reduction stacks rows to 4096
+        elements and walks long rows 1024 at a time, a norm (weights) stacks to 2048, softmax-like
+        ops to 1024; wide is the plan's."""
         if self.reduces:
-            return 4096, 1024
-        return (2048 if self.affine else 1024), 8192
+            return 4096, 1024, self.plan.wide_warps
+        return (2048 if self.affine else 1024), 8192, self.plan.wide_warps
 
     def configs(self) -> list[dict]:
         defaults = [_row_config(rows, n, *self.default_shape()) for rows, n in self.rows_of]
@@ -304,8 +309,8 @@ class RowKernel(KernelFile):
         else:
             text += body_text([empty_line(first, self.out_dtype(first), "shape")])
         text += self.plan.guard
-        stack, chunk = self.default_shape()
-        text += self._config_line(f"_row_config(R, N, {stack}, {chunk})")
+        stack, chunk, wide = self.default_shape()
+        text += self._config_line(f"_row_config(R, N, {stack}, {chunk}, {wide})")
         text += "    BLOCK_M, BLOCK_N, num_warps = _row_tile(R, N, config)\n"
         text += self._aligned_launch() if self._aligns() else ""
         text += f"    kernel = {self.name}_kernel if N <= BLOCK_N else {self.name}_looped_kernel\n"

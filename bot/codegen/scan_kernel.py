@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from bot.codegen.code import body_text, indented, jit_source
-from bot.codegen.dim_kernel import ReducedBodyFile, _fit
+from bot.codegen.dim_kernel import ReducedBodyFile, _fit, _fit_stages
 from bot.codegen.kernel_file import _expanded
 
 
@@ -34,25 +34,31 @@ class ScanMath:
 def _scan_config(A, D, B):
     # The default config for a body viewed as [A, D, B], D scanned. B > 1: tiles of up to 128
     # columns, narrowed (to 16) while fewer than 512 programs would run, since each program walks
-    # all of D alone; some 4K elements a tile (a [32, 128] tile: one coalesced 128-column row per
-    # warp). B == 1: rows up to 1024 long in one chunk with a program per row; longer rows in
-    # 1024-wide chunks; short rows several per program so a tile holds some 1K elements.
+    # all of D alone; some 4K elements a tile, up to 256 deep (deep tiles keep loads in flight: a
+    # [256, 16] tile was the space's best on 8192 and 6007 columns). B == 1: rows up to 1024 long
+    # in one chunk with a program per row; longer rows in 512-wide chunks on 2 warps, pipelined 4
+    # deep (the space's best on rows of 6007); short rows several per program so a tile holds
+    # some 1K elements.
     if B > 1:
         block = _fit(128, B)
         while block > 16 and A * -(-B // block) < 512:
             block //= 2
-        return {"BLOCK_B": block, "BLOCK_D": _fit(min(64, 4096 // block), D), "num_warps": 4}
+        return {"BLOCK_B": block, "BLOCK_D": _fit(min(256, 4096 // block), D), "num_warps": 4, "num_stages": 1}
+    if D > 1024:
+        return {"BLOCK_R": 1, "BLOCK_D": 512, "num_warps": 2, "num_stages": 4}
     block_d = _fit(1024, D)
-    return {"BLOCK_R": max(1, min(16, 1024 // block_d)), "BLOCK_D": block_d, "num_warps": 4 if block_d >= 512 else 2}
+    return {"BLOCK_R": max(1, min(16, 1024 // block_d)), "BLOCK_D": block_d, "num_warps": 4 if block_d >= 512 else 2,
+            "num_stages": 1}
 
 
-def _scan_tiles(config, A, D, B):
-    # The config fitted to this case, so any config runs on any case: (block, BLOCK_D, num_warps),
-    # block being BLOCK_B (B > 1) or BLOCK_R. Keys a config lacks (one made for the other layout)
-    # come from the default.
+def _scan_tiles(config, A, D, B, elem_bytes):
+    # The config fitted to this case, so any config runs on any case: (block, BLOCK_D, num_warps,
+    # num_stages), block being BLOCK_B (B > 1) or BLOCK_R; elem_bytes, what a tile element loads.
+    # Keys a config lacks (one made for the other layout) come from the default.
     config = {**_scan_config(A, D, B), **config}
     block = _fit(config["BLOCK_B"], B) if B > 1 else _fit(config["BLOCK_R"], A)
-    return block, _fit(config["BLOCK_D"], D), config["num_warps"]
+    block_d = _fit(config["BLOCK_D"], D)
+    return block, block_d, config["num_warps"], _fit_stages(config["num_stages"], block * block_d * elem_bytes)
 
 
 # ---------------------------------------------------------------- kernel.py
@@ -112,10 +118,12 @@ class ScanKernel(ReducedBodyFile):
         layouts = {b > 1 for _, _, b in self.views}
         cols, rows = self.spaces
         candidates = (cols if True in layouts else []) + (rows if False in layouts else [])
-        return self._space(defaults + candidates, lambda config: [_scan_tiles(config, *view) for view in self.views])
+        return self._space(defaults + candidates,
+                           lambda config: [_scan_tiles(config, *view, self.max_elem_bytes) for view in self.views])
 
     def source(self) -> str:
-        return self._file([self._kernel(_COLS), self._kernel(_ROWS)], [_fit, _scan_config, _scan_tiles, _expanded],
+        return self._file([self._kernel(_COLS), self._kernel(_ROWS)], [_fit, _fit_stages, _scan_config, _scan_tiles,
+                                                                              _expanded],
                           self._launcher())
 
     def _position(self) -> str:
@@ -134,7 +142,7 @@ class ScanKernel(ReducedBodyFile):
 
     def _kernel(self, layout: _Layout) -> str:
         params = [f"{i.local}_ptr" for i in self.body_inputs] + ["dst_ptr", "A", "D", "B"]
-        params += [f"{layout.block}: tl.constexpr", "BLOCK_D: tl.constexpr"]
+        params += [f"{layout.block}: tl.constexpr", "BLOCK_D: tl.constexpr", "NUM_STAGES: tl.constexpr"]
         last = "BLOCK_D - 1"
         step = [f"d = {self._position()}", "in_d = d >= 0" if self.reverse else "in_d = d < D",
                 *self._loads(layout),
@@ -145,7 +153,7 @@ class ScanKernel(ReducedBodyFile):
                 f"carry = tl.sum(tl.where(lane == {last}, scanned, 0.0), axis={layout.axis}, keep_dims=True)"]
         lines = [*layout.locate, f"lane = {layout.lane}",
                  f"carry = tl.full({layout.carry}, {self.math.identity}, tl.float32)",
-                 "for start in tl.range(0, D, BLOCK_D):", *indented(step)]
+                 "for start in tl.range(0, D, BLOCK_D, num_stages=NUM_STAGES):", *indented(step)]
         comment = body_text(layout.comment.split("\n"))
         return jit_source(f"{self.name}_{layout.name}_kernel", params, lines, comment)
 
@@ -158,13 +166,14 @@ class ScanKernel(ReducedBodyFile):
                  f"    out = torch.empty(shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if out.numel() == 0:\n        return out\n")
         text += self._config_line("_scan_config(A, D, B)")
-        text += "    block, BLOCK_D, num_warps = _scan_tiles(config, A, D, B)\n"
+        text += f"    block, BLOCK_D, num_warps, num_stages = _scan_tiles(config, A, D, B, {self._elem_bytes()})\n"
         args = [i.local for i in self.body_inputs] + ["out", "A", "D", "B"]
+        tiles = ["BLOCK_D=BLOCK_D", "NUM_STAGES=num_stages", "num_warps=num_warps"]
         text += "    if B > 1:\n"
-        text += self._launch(f"{self.name}_cols_kernel", "(A * _cdiv(B, block),)",
-                             args + ["BLOCK_B=block", "BLOCK_D=BLOCK_D", "num_warps=num_warps"], "        ")
+        text += self._launch(f"{self.name}_cols_kernel", "(A * _cdiv(B, block),)", args + ["BLOCK_B=block", *tiles],
+                             "        ")
         text += "    else:\n"
-        text += self._launch(f"{self.name}_rows_kernel", "(_cdiv(A, block),)",
-                             args + ["BLOCK_R=block", "BLOCK_D=BLOCK_D", "num_warps=num_warps"], "        ")
+        text += self._launch(f"{self.name}_rows_kernel", "(_cdiv(A, block),)", args + ["BLOCK_R=block", *tiles],
+                             "        ")
         return text + "    return out\n"
 

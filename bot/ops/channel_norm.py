@@ -22,9 +22,10 @@ import ast
 import math
 import re
 
-from bot.codegen.code import jit_source, launch
+from bot.codegen.code import indented, jit_source, launch
 from bot.codegen.expr import fmt_const
 from bot.codegen.kernel_file import KernelFile
+from bot.codegen.row_kernel import sm_count_line
 from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_none, number, prints
@@ -46,9 +47,10 @@ OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 DEFAULT_EPS = 1e-5
 
-# The space the benchmark sweeps: elements a tile and warps (both kernels), and how many programs
-# share one row's statistics at least (the launcher splits rows further to fill the GPU).
-CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(2048, 8), (1024, 4), (4096, 8), (512, 4), (256, 2)]]
+# The space the benchmark sweeps: elements a tile and warps (both kernels), and whether one program
+# computes a row's statistics and normalises it (FUSED) or several share each row in two kernels.
+CONFIGS = [{"BLOCK": b, "num_warps": w, "FUSED": f} for f in (0, 1)
+           for b, w in [(2048, 8), (1024, 4), (4096, 8), (512, 4), (256, 2)]]
 
 
 # ---------------------------------------------------------------- words
@@ -309,14 +311,15 @@ def _norm_view(op, shape, groups, dims):
     return 1, n * groups, c // groups * s, groups, c // groups, s
 
 
-def _apply_view(op, shape, groups, view, block):
+def _apply_view(op, shape, groups, view, block, fused):
     # (R, Q, RG, WR, WM, WQ, PER_ROW) of the normalising pass: its rows of P x Q elements, row r's
     # statistics those of row r // RG of the statistics' view, the weight index as _norm_view's, and
-    # whether a row has one weight. Group norm over channels of a quarter tile or more runs over a
-    # sample's channels as rows (RG of them share a group's statistics): one weight and bias a row,
-    # no division an element to find its channel; smaller channels keep the group's rows.
+    # whether a row has one weight. Two-kernel group norm over channels of a quarter tile or more
+    # runs over a sample's channels as rows (RG of them share a group's statistics): one weight and
+    # bias a row, no division an element to find its channel; smaller channels, and a fused kernel
+    # (which computes its row's statistics itself), keep the group's rows.
     P, R, Q, WR, WM, WQ = view
-    if op == "group_norm" and math.prod(shape[2:]) * 4 >= block:
+    if op == "group_norm" and not fused and math.prod(shape[2:]) * 4 >= block:
         c = shape[1]
         return shape[0] * c, math.prod(shape[2:]), c // groups, c, 1, Q + 1, True
     return R, Q, 1, WR, WM, WQ, op not in ("layer_norm_nd", "group_norm")
@@ -328,9 +331,11 @@ def _norm_split(rows, per_row, block, sms):
     return max(1, min(-(-4 * sms // rows), -(-per_row // block)))
 
 
-def _norm_config(numel):
-    # The default: 2048-element tiles in 8 warps, 1024 in 4 on small inputs.
-    return {"BLOCK": 2048, "num_warps": 8} if numel >= 1 << 22 else {"BLOCK": 1024, "num_warps": 4}
+def _norm_config(numel, rows, sms):
+    # The default: 2048-element tiles in 8 warps, 1024 in 4 on small inputs; fused (a program a row,
+    # which reads its row a second time from L2) where the rows alone fill the GPU twice over.
+    tile = {"BLOCK": 2048, "num_warps": 8} if numel >= 1 << 22 else {"BLOCK": 1024, "num_warps": 4}
+    return {**tile, "FUSED": int(rows >= 2 * sms)}
 
 
 # ---------------------------------------------------------------- kernel.py
@@ -390,49 +395,60 @@ class _ChannelNormKernel(KernelFile):
                 "start = part * CHUNK",
                 "stop = tl.minimum(start + CHUNK, N)"]
 
+    def _chunk_stats(self) -> list[str]:
+        """count, mean and m2 (the squared deviations' sum) of the program's chunk of its row."""
+        return ["count = tl.full([], 0.0, tl.float32)",
+                "mean = tl.full([], 0.0, tl.float32)",
+                "m2 = tl.full([], 0.0, tl.float32)",
+                "for first in range(0, CHUNK, BLOCK):",
+                *self._row_offsets(),
+                "    # Chan et al.: the tile's own mean and squared deviations, merged into the running ones",
+                "    n_tile = tl.sum(mask.to(tl.float32), axis=0)",
+                "    tile_mean = tl.sum(tl.where(mask, val, 0.0), axis=0) / tl.maximum(n_tile, 1.0)",
+                "    dev = tl.where(mask, val - tile_mean, 0.0)",
+                "    delta = tile_mean - mean",
+                "    total = count + n_tile",
+                "    mean += delta * (n_tile / tl.maximum(total, 1.0))",
+                "    m2 += tl.sum(dev * dev, axis=0) + delta * delta * (count * n_tile / tl.maximum(total, 1.0))",
+                "    count = total"]
+
     def _stats_kernel(self) -> str:
         params = [*(f"{i.local}_ptr" for i in self.body_inputs), "stats_ptr", "N", "R", "Q", "SPLIT",
                   "BLOCK: tl.constexpr"]
-        lines = [*self._chunk(),
-                 "count = tl.full([], 0.0, tl.float32)",
-                 "mean = tl.full([], 0.0, tl.float32)",
-                 "m2 = tl.full([], 0.0, tl.float32)",
-                 "for first in range(0, CHUNK, BLOCK):",
-                 *self._row_offsets(),
-                 "    # Chan et al.: the tile's own mean and squared deviations, merged into the running ones",
-                 "    n_tile = tl.sum(mask.to(tl.float32), axis=0)",
-                 "    tile_mean = tl.sum(tl.where(mask, val, 0.0), axis=0) / tl.maximum(n_tile, 1.0)",
-                 "    dev = tl.where(mask, val - tile_mean, 0.0)",
-                 "    delta = tile_mean - mean",
-                 "    total = count + n_tile",
-                 "    mean += delta * (n_tile / tl.maximum(total, 1.0))",
-                 "    m2 += tl.sum(dev * dev, axis=0) + delta * delta * (count * n_tile / tl.maximum(total, 1.0))",
-                 "    count = total",
+        lines = [*self._chunk(), *self._chunk_stats(),
                  "at = (r * SPLIT + part) * 3",
                  "tl.store(stats_ptr + at, count)",
                  "tl.store(stats_ptr + at + 1, mean)",
                  "tl.store(stats_ptr + at + 2, m2)"]
         return jit_source(f"{self.name}_stats_kernel", params, lines)
 
+    _MERGED_STATS = [
+        "# The partials of the row's statistics (row r // RG of theirs) merged at once:",
+        "# n = sum n_j, mean = sum n_j mean_j / n, m2 = sum m2_j + sum n_j (mean_j - mean)^2.",
+        "j = tl.arange(0, SPLIT_P2)",
+        "have = j < STATS_SPLIT",
+        "at_j = ((r // RG) * STATS_SPLIT + j) * 3",
+        "n_j = tl.load(stats_ptr + at_j, mask=have, other=0.0)",
+        "mean_j = tl.load(stats_ptr + at_j + 1, mask=have, other=0.0)",
+        "m2_j = tl.load(stats_ptr + at_j + 2, mask=have, other=0.0)",
+        "n = tl.sum(n_j, axis=0)",
+        "mean = tl.sum(n_j * mean_j, axis=0) / n",
+        "var = (tl.sum(m2_j, axis=0) + tl.sum(n_j * (mean_j - mean) * (mean_j - mean), axis=0)) / n"]
+
     def _norm_kernel(self) -> str:
         t = self.tensors
         params = [*(f"{i.local}_ptr" for i in self.body_inputs), "stats_ptr",
                   *(f"{t[role].local}_ptr" for role in ("running_mean", "running_var", "weight", "bias") if role in t),
                   "out_ptr", "N", "R", "Q", "SPLIT", "RG", "STATS_SPLIT", "WR", "WM", "WQ", "PER_ROW: tl.constexpr",
-                  "SPLIT_P2: tl.constexpr", "BLOCK: tl.constexpr"]
+                  "SPLIT_P2: tl.constexpr", "FUSED: tl.constexpr", "BLOCK: tl.constexpr"]
         eps = fmt_const(self.node.attr("eps"))
         if self.training:
-            stats = ["# The partials of the row's statistics (row r // RG of theirs) merged at once:",
-                     "# n = sum n_j, mean = sum n_j mean_j / n, m2 = sum m2_j + sum n_j (mean_j - mean)^2.",
-                     "j = tl.arange(0, SPLIT_P2)",
-                     "have = j < STATS_SPLIT",
-                     "at_j = ((r // RG) * STATS_SPLIT + j) * 3",
-                     "n_j = tl.load(stats_ptr + at_j, mask=have, other=0.0)",
-                     "mean_j = tl.load(stats_ptr + at_j + 1, mask=have, other=0.0)",
-                     "m2_j = tl.load(stats_ptr + at_j + 2, mask=have, other=0.0)",
-                     "n = tl.sum(n_j, axis=0)",
-                     "mean = tl.sum(n_j * mean_j, axis=0) / n",
-                     "var = (tl.sum(m2_j, axis=0) + tl.sum(n_j * (mean_j - mean) * (mean_j - mean), axis=0)) / n"]
+            stats = ["if FUSED:",
+                     "    # one program a row (SPLIT is 1): its statistics, then the row again (mostly from L2)",
+                     *indented(self._chunk_stats()),
+                     "    var = m2 / count",
+                     "else:",
+                     *indented(self._MERGED_STATS)]
         else:
             stats = [f"mean = tl.load({t['running_mean'].local}_ptr + r).to(tl.float32)",
                      f"var = tl.load({t['running_var'].local}_ptr + r).to(tl.float32)"]
@@ -479,25 +495,28 @@ class _ChannelNormKernel(KernelFile):
                  "    if out.numel() == 0:\n        return out\n"
                  f'    view = _norm_view("{node.op}", list({x}.shape), {node.attr("groups") or 0}, {node.attr("dims") or 0})\n'
                  "    P, R, Q, WR, WM, WQ = view\n")
-        text += self._config_line("_norm_config(out.numel())")
-        text += ("    # Programs per row: enough to fill the GPU however few rows there are.\n"
-                 f"    sms = torch.cuda.get_device_properties({first}.device).multi_processor_count if {first}.is_cuda else 4\n"
-                 f"    split = _norm_split(R, P * Q, config[\"BLOCK\"], sms)\n")
+        text += sm_count_line("sms", first)
+        text += self._config_line("_norm_config(out.numel(), R, sms)")
         body = [i.local for i in self.body_inputs]
         if self.training:
-            text += (f"    stats = torch.empty((R, split, 3), dtype=torch.float32, device={first}.device)\n"
+            text += ('    fused = bool(config.get("FUSED"))\n'
+                     "    # Programs per row: one (fused), else enough to fill the GPU however few rows there are.\n"
+                     '    split = 1 if fused else _norm_split(R, P * Q, config["BLOCK"], sms)\n'
+                     f"    stats = {x}     # unread by a fused kernel\n"
+                     "    if not fused:\n"
+                     f"        stats = torch.empty((R, split, 3), dtype=torch.float32, device={first}.device)\n"
                      + launch(f"{self.name}_stats_kernel", "(R, split)",
                               body + ["stats", "P * Q", "R", "Q", "split", 'BLOCK=config["BLOCK"]',
-                                    'num_warps=config["num_warps"]'], "    ") + "\n")
+                                      'num_warps=config["num_warps"]'], "        ") + "\n")
         else:
-            text += f"    stats = {x}\n"
+            text += f"    fused, split, stats = False, 1, {x}     # the running statistics instead\n"
         extras = [t[role].local for role in ("running_mean", "running_var", "weight", "bias") if role in t]
         text += (f'    R2, Q2, RG, WR2, WM2, WQ2, per_row = _apply_view("{node.op}", list({x}.shape), '
-                 f'{node.attr("groups") or 0}, view, config["BLOCK"])\n'
-                 '    split2 = _norm_split(R2, P * Q2, config["BLOCK"], sms)\n')
+                 f'{node.attr("groups") or 0}, view, config["BLOCK"], fused)\n'
+                 '    split2 = 1 if fused else _norm_split(R2, P * Q2, config["BLOCK"], sms)\n')
         args = body + ["stats", *extras, "out", "P * Q2", "R2", "Q2", "split2", "RG", "split", "WR2", "WM2", "WQ2",
-                       "PER_ROW=per_row", "SPLIT_P2=triton.next_power_of_2(split)", 'BLOCK=config["BLOCK"]',
-                       'num_warps=config["num_warps"]']
+                       "PER_ROW=per_row", "SPLIT_P2=triton.next_power_of_2(split)", "FUSED=fused",
+                       'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
         text += launch(f"{self.name}_kernel", "(R2, split2)", args, "    ") + "\n"
         return text + "    return out\n"
 

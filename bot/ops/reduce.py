@@ -208,7 +208,7 @@ def row_plan(node: Node, weight: str | None, bias: str | None) -> RowPlan:
     return RowPlan(fill, [f"result = {reduce_call(op, 'val', 1)}{scale}"],
                    [f"acc = tl.full([BLOCK_M, BLOCK_N], {fill}, tl.float32)"], [fold_line(op, "val")],
                    [f"result = {reduce_call(op, 'acc', 1)}{scale}"], "result", reduces=True, edge=edge,
-                   guard=refuse_empty_dim(op, "N", "-1") if op in ("max", "min") else "")
+                   guard=refuse_empty_dim(op, "N", "-1") if op in ("max", "min") else "", wide_warps=16)
 
 
 def reference_property(node: Node) -> tuple[str, bool]:

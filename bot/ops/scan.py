@@ -12,7 +12,7 @@ import ast
 import re
 
 from bot.codegen.code import indented, jit_source, launch
-from bot.codegen.dim_kernel import _fit
+from bot.codegen.dim_kernel import _fit, _fit_stages
 from bot.codegen.scan_kernel import ScanKernel, ScanMath, _scan_config, _scan_tiles
 from bot.ops import pointwise
 from bot.ops.entry import Entry
@@ -50,26 +50,31 @@ FLAG_WORDS = re.compile(f"{REVERSE_WORD.pattern}|{EXCLUSIVE_WORD.pattern}", _F)
 
 _IDENTITY = {"cumsum": "0.0", "cumprod": "1.0", "cummax": 'float("-inf")', "cummin": 'float("inf")'}
 
-# Config spaces, after the default's pick for each case (_scan_config), not yet swept on a GPU.
-# cols: tiles 16-256 columns wide and 8-64 deep; rows: one to 16 rows per program in 64-4096-wide
-# chunks.
+# Config spaces, after the default's pick for each case (_scan_config). cols: tiles 16-256 columns
+# wide and 16-256 deep, their loads pipelined up to 6 chunks ahead (each program walks all of D,
+# carrying its running value: only pipelining keeps enough loads in flight); rows: one to 16 rows
+# per program in 64-4096-wide chunks.
 COLS_CONFIGS = [
-    {"BLOCK_B": 128, "BLOCK_D": 32, "num_warps": 4},
-    {"BLOCK_B": 256, "BLOCK_D": 16, "num_warps": 4},
-    {"BLOCK_B": 64, "BLOCK_D": 64, "num_warps": 4},
-    {"BLOCK_B": 128, "BLOCK_D": 8, "num_warps": 2},
-    {"BLOCK_B": 256, "BLOCK_D": 32, "num_warps": 8},
-    {"BLOCK_B": 32, "BLOCK_D": 64, "num_warps": 2},
-    {"BLOCK_B": 16, "BLOCK_D": 64, "num_warps": 2},
+    {"BLOCK_B": 64, "BLOCK_D": 64, "num_warps": 4, "num_stages": 6},
+    {"BLOCK_B": 128, "BLOCK_D": 32, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_B": 32, "BLOCK_D": 64, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_B": 16, "BLOCK_D": 128, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_B": 128, "BLOCK_D": 32, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_B": 256, "BLOCK_D": 16, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_B": 16, "BLOCK_D": 256, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_B": 32, "BLOCK_D": 256, "num_warps": 8, "num_stages": 2},
+    {"BLOCK_B": 16, "BLOCK_D": 64, "num_warps": 2, "num_stages": 1},
 ]
 ROWS_CONFIGS = [
-    {"BLOCK_R": 1, "BLOCK_D": 1024, "num_warps": 4},
-    {"BLOCK_R": 1, "BLOCK_D": 2048, "num_warps": 8},
-    {"BLOCK_R": 1, "BLOCK_D": 4096, "num_warps": 8},
-    {"BLOCK_R": 2, "BLOCK_D": 1024, "num_warps": 4},
-    {"BLOCK_R": 1, "BLOCK_D": 512, "num_warps": 2},
-    {"BLOCK_R": 4, "BLOCK_D": 256, "num_warps": 2},
-    {"BLOCK_R": 16, "BLOCK_D": 64, "num_warps": 2},
+    {"BLOCK_R": 1, "BLOCK_D": 1024, "num_warps": 4, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_D": 1024, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_R": 1, "BLOCK_D": 2048, "num_warps": 8, "num_stages": 1},
+    {"BLOCK_R": 1, "BLOCK_D": 2048, "num_warps": 8, "num_stages": 2},
+    {"BLOCK_R": 1, "BLOCK_D": 4096, "num_warps": 8, "num_stages": 1},
+    {"BLOCK_R": 2, "BLOCK_D": 1024, "num_warps": 4, "num_stages": 2},
+    {"BLOCK_R": 1, "BLOCK_D": 512, "num_warps": 2, "num_stages": 4},
+    {"BLOCK_R": 4, "BLOCK_D": 256, "num_warps": 2, "num_stages": 1},
+    {"BLOCK_R": 16, "BLOCK_D": 64, "num_warps": 2, "num_stages": 1},
 ]
 
 
@@ -222,14 +227,15 @@ class _ExtremeGradKernel(pointwise.TensorArgsFile):
                    "chunks, the open run's sum carried between chunks. The scanned dim is moved last.")
 
     def source(self) -> str:
-        return self._file([_SEGMENT_SUM, self._kernel()], [_fit, _scan_config, _scan_tiles], self._launcher())
+        return self._file([_SEGMENT_SUM, self._kernel()], [_fit, _fit_stages, _scan_config, _scan_tiles],
+                          self._launcher())
 
     def configs(self) -> list[dict]:
         return self._space(ROWS_CONFIGS)
 
     def _kernel(self) -> str:
         params = ["x_ptr", "y_ptr", "up_ptr", "out_ptr", "ROWS", "N", "REVERSE: tl.constexpr", "BLOCK_R: tl.constexpr",
-                  "BLOCK_D: tl.constexpr"]
+                  "BLOCK_D: tl.constexpr", "NUM_STAGES: tl.constexpr"]
         step = [
             "# step s of this walk is position d; the forward scan's next position is the step before",
             "s = start + lane",
@@ -259,7 +265,7 @@ class _ExtremeGradKernel(pointwise.TensorArgsFile):
                  "base = rows.to(tl.int64) * N",
                  "lane = tl.arange(0, BLOCK_D)",
                  "carry = tl.zeros([BLOCK_R], tl.float32)",
-                 "for start in tl.range(0, N, BLOCK_D):", *indented(step)]
+                 "for start in tl.range(0, N, BLOCK_D, num_stages=NUM_STAGES):", *indented(step)]
         return jit_source(f"{self.name}_kernel", params, lines)
 
     def _launcher(self) -> str:
@@ -273,10 +279,13 @@ class _ExtremeGradKernel(pointwise.TensorArgsFile):
                  f"    N = {x}.shape[-1]\n"
                  "    rows = out.numel() // N\n")
         text += self._config_line("_scan_config(rows, N, 1)")
-        text += ("    block_r, BLOCK_D, num_warps = _scan_tiles(config, rows, N, 1)\n"
+        text += ("    # a step loads x and y twice and up once\n"
+                 "    block_r, BLOCK_D, num_warps, num_stages = _scan_tiles(config, rows, N, 1, "
+                 f"5 * {x}.element_size())\n"
                  + launch(f"{self.name}_kernel", "(_cdiv(rows, block_r),)",
                           [x, y, up, "out", "rows", "N", f"REVERSE={bool(self.node.attr('reverse'))}",
-                           "BLOCK_R=block_r", "BLOCK_D=BLOCK_D", "num_warps=num_warps"], "    ") + "\n")
+                           "BLOCK_R=block_r", "BLOCK_D=BLOCK_D", "NUM_STAGES=num_stages", "num_warps=num_warps"],
+                          "    ") + "\n")
         return text + "    return out.movedim(-1, dim).contiguous()\n"
 
 
