@@ -39,11 +39,15 @@ def _scan_config(A, D, B):
     # in one chunk with a program per row; longer rows in 512-wide chunks on 2 warps, pipelined 4
     # deep (the space's best on rows of 6007); short rows several per program so a tile holds
     # some 1K elements.
+    if B > 1 and A * -(-B // 128) < 512 and D > 128:
+        # few column blocks: D's chunks too run side by side, each one tile, chained by look-back
+        return {"BLOCK_B": _fit(64, B), "BLOCK_D": 128, "num_warps": 4, "num_stages": 1, "LOOKBACK": 1}
     if B > 1:
         block = _fit(128, B)
         while block > 16 and A * -(-B // block) < 512:
             block //= 2
-        return {"BLOCK_B": block, "BLOCK_D": _fit(min(256, 4096 // block), D), "num_warps": 4, "num_stages": 1}
+        return {"BLOCK_B": block, "BLOCK_D": _fit(min(256, 4096 // block), D), "num_warps": 4, "num_stages": 1,
+                "LOOKBACK": 0}
     if D > 1024:
         return {"BLOCK_R": 1, "BLOCK_D": 512, "num_warps": 2, "num_stages": 4}
     block_d = _fit(1024, D)
@@ -53,12 +57,13 @@ def _scan_config(A, D, B):
 
 def _scan_tiles(config, A, D, B, elem_bytes):
     # The config fitted to this case, so any config runs on any case: (block, BLOCK_D, num_warps,
-    # num_stages), block being BLOCK_B (B > 1) or BLOCK_R; elem_bytes, what a tile element loads.
-    # Keys a config lacks (one made for the other layout) come from the default.
+    # num_stages, lookback), block being BLOCK_B (B > 1) or BLOCK_R; elem_bytes, what a tile
+    # element loads. Keys a config lacks (one made for the other layout) come from the default.
     config = {**_scan_config(A, D, B), **config}
     block = _fit(config["BLOCK_B"], B) if B > 1 else _fit(config["BLOCK_R"], A)
     block_d = _fit(config["BLOCK_D"], D)
-    return block, block_d, config["num_warps"], _fit_stages(config["num_stages"], block * block_d * elem_bytes)
+    stages = _fit_stages(config["num_stages"], block * block_d * elem_bytes)
+    return block, block_d, config["num_warps"], stages, bool(B > 1 and config.get("LOOKBACK"))
 
 
 # ---------------------------------------------------------------- kernel.py
@@ -122,9 +127,8 @@ class ScanKernel(ReducedBodyFile):
                            lambda config: [_scan_tiles(config, *view, self.max_elem_bytes) for view in self.views])
 
     def source(self) -> str:
-        return self._file([self._kernel(_COLS), self._kernel(_ROWS)], [_fit, _fit_stages, _scan_config, _scan_tiles,
-                                                                              _expanded],
-                          self._launcher())
+        return self._file([self._kernel(_COLS), self._kernel(_ROWS), self._lookback_kernel()],
+                          [_fit, _fit_stages, _scan_config, _scan_tiles, _expanded], self._launcher())
 
     def _position(self) -> str:
         """Lane i's position along D in the chunk starting at step `start`: from the end when reversed."""
@@ -157,6 +161,51 @@ class ScanKernel(ReducedBodyFile):
         comment = body_text(layout.comment.split("\n"))
         return jit_source(f"{self.name}_{layout.name}_kernel", params, lines, comment)
 
+    def _lookback_kernel(self) -> str:
+        """The cols layout with D's chunks as programs too: each scans its one tile, publishes the
+        tile's total, and looks back over the chunks before it (decoupled look-back, as CUB's scans
+        do) for its carry: their totals until one whose carry-inclusive prefix is out."""
+        params = [f"{i.local}_ptr" for i in self.body_inputs] + ["dst_ptr", "A", "D", "B", "state_ptr", "part_ptr"]
+        params += ["BLOCK_B: tl.constexpr", "BLOCK_D: tl.constexpr"]
+        combine, identity = self.math.combine, self.math.identity
+        wait = ["at = j * blocks + q",
+                "flag = tl.atomic_add(state_ptr + 1 + at, 0, sem=\"acquire\")",
+                "while flag == 0:",
+                "    flag = tl.atomic_add(state_ptr + 1 + at, 0, sem=\"acquire\")",
+                "# flag 1: chunk j's total (look further back); 2: its prefix, carry included (stop)",
+                "got = tl.load(part_ptr + (at * 2 + flag - 1) * BLOCK_B + lane_b, cache_modifier=\".cg\")",
+                f"carry = {combine('got', 'carry')}",
+                "j = tl.where(flag == 2, -1, j - 1)"]
+        lines = ["# A ticket, not the program id, orders the chunks: every lower ticket has started, so",
+                 "# no program waits on one that cannot run.",
+                 "ticket = tl.atomic_add(state_ptr, 1)",
+                 "n_cols = tl.cdiv(B, BLOCK_B)",
+                 "blocks = A * n_cols",
+                 "q = ticket % blocks",
+                 "start = (ticket // blocks) * BLOCK_D",
+                 "a = (q // n_cols).to(tl.int64)",
+                 "lane_b = tl.arange(0, BLOCK_B)[None, :]",
+                 "cols = (q % n_cols) * BLOCK_B + lane_b",
+                 f"lane = {_COLS.lane}",
+                 f"d = {self._position()}", "in_d = d >= 0" if self.reverse else "in_d = d < D",
+                 *self._loads(_COLS),
+                 f"local = {self.math.scan('val', 0)}",
+                 "total = tl.sum(tl.where(lane == BLOCK_D - 1, local, 0.0), axis=0, keep_dims=True)",
+                 "me = ticket * 2 * BLOCK_B + lane_b",
+                 "tl.store(part_ptr + me, total)",
+                 "tl.debug_barrier()      # every thread's part stored before the flag says so",
+                 "tl.atomic_xchg(state_ptr + 1 + ticket, 1, sem=\"release\")",
+                 f"carry = tl.full([1, BLOCK_B], {identity}, tl.float32)",
+                 "j = ticket // blocks - 1",
+                 "while j >= 0:", *indented(wait),
+                 f"tl.store(part_ptr + me + BLOCK_B, {combine('carry', 'total')})",
+                 "tl.debug_barrier()",
+                 "tl.atomic_xchg(state_ptr + 1 + ticket, 2, sem=\"release\")",
+                 f"scanned = {combine('carry', 'local')}",
+                 f"tl.store(dst_ptr + {_COLS.offs.format(d='d')}, scanned.to(dst_ptr.dtype.element_ty), "
+                 f"mask=in_d & {_COLS.keep})"]
+        return jit_source(f"{self.name}_lookback_kernel", params, lines)
+
     def _launcher(self) -> str:
         first = self.body_inputs[0].local
         text = self._head()
@@ -166,10 +215,19 @@ class ScanKernel(ReducedBodyFile):
                  f"    out = torch.empty(shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if out.numel() == 0:\n        return out\n")
         text += self._config_line("_scan_config(A, D, B)")
-        text += f"    block, BLOCK_D, num_warps, num_stages = _scan_tiles(config, A, D, B, {self._elem_bytes()})\n"
+        text += ("    block, BLOCK_D, num_warps, num_stages, lookback = _scan_tiles(config, A, D, B, "
+                 f"{self._elem_bytes()})\n")
         args = [i.local for i in self.body_inputs] + ["out", "A", "D", "B"]
         tiles = ["BLOCK_D=BLOCK_D", "NUM_STAGES=num_stages", "num_warps=num_warps"]
-        text += "    if B > 1:\n"
+        text += ("    if lookback:\n"
+                 "        tiles = A * _cdiv(B, block) * _cdiv(D, BLOCK_D)\n"
+                 "        # the ticket counter, then a flag per tile; each tile's total and prefix\n"
+                 f"        state = torch.zeros(1 + tiles, dtype=torch.int32, device={first}.device)\n"
+                 f"        part = torch.empty((tiles, 2, block), dtype=torch.float32, device={first}.device)\n")
+        text += self._launch(f"{self.name}_lookback_kernel", "(tiles,)",
+                             args + ["state", "part", "BLOCK_B=block", "BLOCK_D=BLOCK_D", "num_warps=num_warps"],
+                             "        ")
+        text += "    elif B > 1:\n"
         text += self._launch(f"{self.name}_cols_kernel", "(A * _cdiv(B, block),)", args + ["BLOCK_B=block", *tiles],
                              "        ")
         text += "    else:\n"

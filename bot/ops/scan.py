@@ -50,20 +50,22 @@ FLAG_WORDS = re.compile(f"{REVERSE_WORD.pattern}|{EXCLUSIVE_WORD.pattern}", _F)
 
 _IDENTITY = {"cumsum": "0.0", "cumprod": "1.0", "cummax": 'float("-inf")', "cummin": 'float("inf")'}
 
-# Config spaces, after the default's pick for each case (_scan_config). cols: tiles 16-256 columns
-# wide and 16-256 deep, their loads pipelined up to 6 chunks ahead (each program walks all of D,
-# carrying its running value: only pipelining keeps enough loads in flight); rows: one to 16 rows
-# per program in 64-4096-wide chunks.
+# Config spaces, after the default's pick for each case (_scan_config). cols: one tile a program,
+# chained by look-back (LOOKBACK), or a program walking all of D in tiles 16-128 columns wide and
+# 32-256 deep, their loads pipelined up to 6 chunks ahead (pipelining keeps loads in flight where
+# each program carries its running value alone); rows: one to 16 rows per program in 64-4096-wide
+# chunks.
 COLS_CONFIGS = [
-    {"BLOCK_B": 64, "BLOCK_D": 64, "num_warps": 4, "num_stages": 6},
-    {"BLOCK_B": 128, "BLOCK_D": 32, "num_warps": 4, "num_stages": 4},
-    {"BLOCK_B": 32, "BLOCK_D": 64, "num_warps": 4, "num_stages": 4},
-    {"BLOCK_B": 16, "BLOCK_D": 128, "num_warps": 4, "num_stages": 3},
-    {"BLOCK_B": 128, "BLOCK_D": 32, "num_warps": 4, "num_stages": 1},
-    {"BLOCK_B": 256, "BLOCK_D": 16, "num_warps": 4, "num_stages": 1},
-    {"BLOCK_B": 16, "BLOCK_D": 256, "num_warps": 4, "num_stages": 1},
-    {"BLOCK_B": 32, "BLOCK_D": 256, "num_warps": 8, "num_stages": 2},
-    {"BLOCK_B": 16, "BLOCK_D": 64, "num_warps": 2, "num_stages": 1},
+    {"BLOCK_B": 64, "BLOCK_D": 128, "num_warps": 4, "num_stages": 1, "LOOKBACK": 1},
+    {"BLOCK_B": 64, "BLOCK_D": 64, "num_warps": 4, "num_stages": 1, "LOOKBACK": 1},
+    {"BLOCK_B": 128, "BLOCK_D": 64, "num_warps": 4, "num_stages": 1, "LOOKBACK": 1},
+    {"BLOCK_B": 32, "BLOCK_D": 256, "num_warps": 4, "num_stages": 1, "LOOKBACK": 1},
+    {"BLOCK_B": 128, "BLOCK_D": 128, "num_warps": 8, "num_stages": 1, "LOOKBACK": 1},
+    {"BLOCK_B": 16, "BLOCK_D": 256, "num_warps": 4, "num_stages": 1, "LOOKBACK": 0},
+    {"BLOCK_B": 16, "BLOCK_D": 128, "num_warps": 4, "num_stages": 3, "LOOKBACK": 0},
+    {"BLOCK_B": 64, "BLOCK_D": 64, "num_warps": 4, "num_stages": 6, "LOOKBACK": 0},
+    {"BLOCK_B": 128, "BLOCK_D": 32, "num_warps": 4, "num_stages": 4, "LOOKBACK": 0},
+    {"BLOCK_B": 32, "BLOCK_D": 64, "num_warps": 4, "num_stages": 4, "LOOKBACK": 0},
 ]
 ROWS_CONFIGS = [
     {"BLOCK_R": 1, "BLOCK_D": 1024, "num_warps": 4, "num_stages": 1},
@@ -280,7 +282,7 @@ class _ExtremeGradKernel(pointwise.TensorArgsFile):
                  "    rows = out.numel() // N\n")
         text += self._config_line("_scan_config(rows, N, 1)")
         text += ("    # a step loads x and y twice and up once\n"
-                 "    block_r, BLOCK_D, num_warps, num_stages = _scan_tiles(config, rows, N, 1, "
+                 "    block_r, BLOCK_D, num_warps, num_stages, _ = _scan_tiles(config, rows, N, 1, "
                  f"5 * {x}.element_size())\n"
                  + launch(f"{self.name}_kernel", "(_cdiv(rows, block_r),)",
                           [x, y, up, "out", "rows", "N", f"REVERSE={bool(self.node.attr('reverse'))}",

@@ -112,10 +112,10 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, case):
                      "norm_op")
     tensors = {n: t.cuda().to(getattr(torch, dtype)) for n, t in tensors_for(spec).items()}
     want = torch_call({n: t.double() for n, t in tensors.items()})
-    got = kernel(*tensors.values())
     rtol, atol = protocol.tolerance(dtype, max(shapes["x"]))
-    err = (got.double() - want).abs()
-    assert bool((err <= atol + rtol * want.abs()).all()), f"max err {err.max():.3g}"
+    for config in (None, *channel_norm.CONFIGS):        # fused and split, at the GPU's own split
+        err = (kernel(*tensors.values(), config=config).double() - want).abs()
+        assert bool((err <= atol + rtol * want.abs()).all()), f"{config}: max err {err.max():.3g}"
 
 
 @pytest.mark.parametrize("words, typed", [

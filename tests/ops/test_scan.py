@@ -20,9 +20,10 @@ from runner import inputs as runner_inputs
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 DIMS = {0: [MATRIX, CUBE, VECTOR], 1: [MATRIX, CUBE], -1: [MATRIX, CUBE, VECTOR], -2: [MATRIX, CUBE], 2: [CUBE]}
-LONG = [[3, 301], [301, 5]]        # D = 301: chunks of 16-64 carry across many steps
-SMALL_CHUNKS = [{"BLOCK_B": 4, "BLOCK_R": 2, "BLOCK_D": 16, "num_warps": 2}, {"BLOCK_B": 64, "BLOCK_D": 8, "num_warps": 4},
-                {"BLOCK_R": 1, "BLOCK_D": 32, "num_warps": 1}]
+LONG = [[3, 301], [301, 5]]        # D = 301: chunks of 8-64 carry across many steps
+# walking D in chunks (cols and rows kernels), and one program a chunk chained by look-back
+SMALL_CHUNKS = [{"BLOCK_B": 4, "BLOCK_R": 2, "BLOCK_D": 16, "num_warps": 2, "LOOKBACK": 0},
+                {"BLOCK_B": 64, "BLOCK_D": 8, "num_warps": 4, "LOOKBACK": 1}, {"BLOCK_R": 1, "BLOCK_D": 32, "num_warps": 1}]
 
 
 def _spec(expression: str, shapes: list[list[int]], dtypes=("float32", "float16")) -> dict:
@@ -38,10 +39,10 @@ def test_scan_over_every_dim(tmp_path, op, dim):
 @pytest.mark.parametrize("op, flags", [(op, ", reverse=True") for op in sorted(scan.SCANS)] + [
     (op, flags) for op in ("cumsum", "cumprod") for flags in (", exclusive=True", ", reverse=True, exclusive=True")])
 def test_reversed_and_exclusive_scans(tmp_path, op, flags):
-    # the default and the chunks of both layouts (SMALL_CHUNKS[0] sets BLOCK_B and BLOCK_R); every config
-    # of the plain scans is in test_scan_of_a_body
+    # the default (dim 0 of [301, 5]: look-back) and the chunks of every kernel (SMALL_CHUNKS[0] sets
+    # BLOCK_B and BLOCK_R); every config of the plain scans is in test_scan_of_a_body
     for dim in (0, -1):
-        check_reduction(tmp_path, _spec(f"{op}(x, dim={dim}{flags})", LONG), configs=(None, SMALL_CHUNKS[0]))
+        check_reduction(tmp_path, _spec(f"{op}(x, dim={dim}{flags})", LONG), configs=(None, *SMALL_CHUNKS[:2]))
 
 
 @pytest.mark.parametrize("expression", ["cumsum(x * y, dim=1)", "cumprod(1.0 + 0.01 * x, dim=0)",
@@ -158,3 +159,22 @@ def test_inputs_from_the_runner_s_own_draw(tmp_path):
 
 def test_a_scan_with_an_epilogue_is_a_chain_of_two_kernels():
     assert [s.node.op for s in ir.stages(ir.parse("cumsum(x, dim=1) * 2.0"))] == ["cumsum", "mul"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("expression", ["cumsum(x, dim=0)", "cummax(x, dim=0, reverse=True)",
+                                        "cumprod(1.0 + 0.001 * x, dim=1, exclusive=True)"])
+def test_on_the_gpu_chunks_chained_by_look_back_match_torch(tmp_path, expression):
+    # On the GPU a look-back kernel's chunks of D run at once, so a chunk reads the totals of chunks
+    # still running (the interpreter runs them in order): every config, each run three times.
+    spec = _spec(expression, [[4099, 1000], [3, 2000, 37]], ("float32",))
+    reference, module = generate_reduction(tmp_path, spec)
+    assert any(c.get("LOOKBACK") for c in module.CONFIGS)
+    for case in protocol.cases(spec):
+        x = runner_inputs.make_inputs(spec, case, {"x": "float32"}, 0, "cuda")[0]
+        want = reference(x.double())
+        rtol, atol = protocol.tolerance("float32", x.shape[spec["reduce"]["dim"]], scan=True)
+        for config in (None, *module.CONFIGS):
+            for _ in range(3):
+                err = (module.op(x, config=config).double() - want).abs()
+                assert bool((err <= atol + rtol * want.abs()).all()), f"{case.label} {config}: max err {err.max():.3g}"
