@@ -61,7 +61,8 @@ def _scan_tiles(config, A, D, B, elem_bytes):
     # element loads. Keys a config lacks (one made for the other layout) come from the default.
     config = {**_scan_config(A, D, B), **config}
     block = _fit(config["BLOCK_B"], B) if B > 1 else _fit(config["BLOCK_R"], A)
-    block_d = _fit(config["BLOCK_D"], D)
+    # a cols tile of at most 16K elements (a rows config's chunk, 1024 x 64, outgrows shared memory)
+    block_d = _fit(config["BLOCK_D"] if B == 1 else min(config["BLOCK_D"], max(1, 16384 // block)), D)
     stages = _fit_stages(config["num_stages"], block * block_d * elem_bytes)
     return block, block_d, config["num_warps"], stages, bool(B > 1 and config.get("LOOKBACK"))
 
@@ -164,18 +165,26 @@ class ScanKernel(ReducedBodyFile):
     def _lookback_kernel(self) -> str:
         """The cols layout with D's chunks as programs too: each scans its one tile, publishes the
         tile's total, and looks back over the chunks before it (decoupled look-back, as CUB's scans
-        do) for its carry: their totals until one whose carry-inclusive prefix is out."""
+        do), WINDOW chunks at a time, for its carry: their totals until one whose carry-inclusive
+        prefix is out."""
         params = [f"{i.local}_ptr" for i in self.body_inputs] + ["dst_ptr", "A", "D", "B", "state_ptr", "part_ptr"]
-        params += ["BLOCK_B: tl.constexpr", "BLOCK_D: tl.constexpr"]
+        params += ["BLOCK_B: tl.constexpr", "BLOCK_D: tl.constexpr", "WINDOW: tl.constexpr"]
         combine, identity = self.math.combine, self.math.identity
-        wait = ["at = j * blocks + q",
-                "flag = tl.atomic_add(state_ptr + 1 + at, 0, sem=\"acquire\")",
-                "while flag == 0:",
-                "    flag = tl.atomic_add(state_ptr + 1 + at, 0, sem=\"acquire\")",
-                "# flag 1: chunk j's total (look further back); 2: its prefix, carry included (stop)",
-                "got = tl.load(part_ptr + (at * 2 + flag - 1) * BLOCK_B + lane_b, cache_modifier=\".cg\")",
-                f"carry = {combine('got', 'carry')}",
-                "j = tl.where(flag == 2, -1, j - 1)"]
+        scan = self.math.scan("got", 0)
+        look = ["# chunks hi, hi - 1, ... at one look; flag 0: not out yet, 1: its total, 2: its prefix, carry",
+                "# included. Fold in the totals before the first chunk not out, or up to a prefix and stop.",
+                "j = hi - back",
+                "at = j * blocks + q",
+                "flag = tl.atomic_add(state_ptr + 1 + at, 0, mask=j >= 0, sem=\"acquire\")",
+                "flag = tl.where(j >= 0, flag, 0)",
+                "gap = tl.min(tl.where(flag == 0, back, WINDOW), axis=0)",
+                "stop = tl.min(tl.where(flag == 2, back, WINDOW), axis=0)",
+                "take = ((back < gap) & (back <= stop))[:, None]",
+                "got = tl.load(part_ptr + (at[:, None] * 2 + flag[:, None] - 1) * BLOCK_B + lane_b, mask=take,",
+                f"              other={identity}, cache_modifier=\".cg\")",
+                f"folded = tl.sum(tl.where(back[:, None] == WINDOW - 1, {scan}, 0.0), axis=0, keep_dims=True)",
+                f"carry = {combine('folded', 'carry')}",
+                "hi = tl.where(stop < gap, -1, hi - gap)"]
         lines = ["# A ticket, not the program id, orders the chunks: every lower ticket has started, so",
                  "# no program waits on one that cannot run.",
                  "ticket = tl.atomic_add(state_ptr, 1)",
@@ -196,8 +205,9 @@ class ScanKernel(ReducedBodyFile):
                  "tl.debug_barrier()      # every thread's part stored before the flag says so",
                  "tl.atomic_xchg(state_ptr + 1 + ticket, 1, sem=\"release\")",
                  f"carry = tl.full([1, BLOCK_B], {identity}, tl.float32)",
-                 "j = ticket // blocks - 1",
-                 "while j >= 0:", *indented(wait),
+                 "back = tl.arange(0, WINDOW)",
+                 "hi = ticket // blocks - 1",
+                 "while hi >= 0:", *indented(look),
                  f"tl.store(part_ptr + me + BLOCK_B, {combine('carry', 'total')})",
                  "tl.debug_barrier()",
                  "tl.atomic_xchg(state_ptr + 1 + ticket, 2, sem=\"release\")",
@@ -225,7 +235,8 @@ class ScanKernel(ReducedBodyFile):
                  f"        state = torch.zeros(1 + tiles, dtype=torch.int32, device={first}.device)\n"
                  f"        part = torch.empty((tiles, 2, block), dtype=torch.float32, device={first}.device)\n")
         text += self._launch(f"{self.name}_lookback_kernel", "(tiles,)",
-                             args + ["state", "part", "BLOCK_B=block", "BLOCK_D=BLOCK_D", "num_warps=num_warps"],
+                             args + ["state", "part", "BLOCK_B=block", "BLOCK_D=BLOCK_D", "WINDOW=16",
+                                     "num_warps=num_warps"],
                              "        ")
         text += "    elif B > 1:\n"
         text += self._launch(f"{self.name}_cols_kernel", "(A * _cdiv(B, block),)", args + ["BLOCK_B=block", *tiles],
