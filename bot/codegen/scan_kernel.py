@@ -165,26 +165,19 @@ class ScanKernel(ReducedBodyFile):
     def _lookback_kernel(self) -> str:
         """The cols layout with D's chunks as programs too: each scans its one tile, publishes the
         tile's total, and looks back over the chunks before it (decoupled look-back, as CUB's scans
-        do), WINDOW chunks at a time, for its carry: their totals until one whose carry-inclusive
-        prefix is out."""
+        do) for its carry: their totals, one chunk at a time (a window of 16 at one look measured
+        slower), until one whose carry-inclusive prefix is out."""
         params = [f"{i.local}_ptr" for i in self.body_inputs] + ["dst_ptr", "A", "D", "B", "state_ptr", "part_ptr"]
-        params += ["BLOCK_B: tl.constexpr", "BLOCK_D: tl.constexpr", "WINDOW: tl.constexpr"]
+        params += ["BLOCK_B: tl.constexpr", "BLOCK_D: tl.constexpr"]
         combine, identity = self.math.combine, self.math.identity
-        scan = self.math.scan("got", 0)
-        look = ["# chunks hi, hi - 1, ... at one look; flag 0: not out yet, 1: its total, 2: its prefix, carry",
-                "# included. Fold in the totals before the first chunk not out, or up to a prefix and stop.",
-                "j = hi - back",
-                "at = j * blocks + q",
-                "flag = tl.atomic_add(state_ptr + 1 + at, 0, mask=j >= 0, sem=\"acquire\")",
-                "flag = tl.where(j >= 0, flag, 0)",
-                "gap = tl.min(tl.where(flag == 0, back, WINDOW), axis=0)",
-                "stop = tl.min(tl.where(flag == 2, back, WINDOW), axis=0)",
-                "take = ((back < gap) & (back <= stop))[:, None]",
-                "got = tl.load(part_ptr + (at[:, None] * 2 + flag[:, None] - 1) * BLOCK_B + lane_b, mask=take,",
-                f"              other={identity}, cache_modifier=\".cg\")",
-                f"folded = tl.sum(tl.where(back[:, None] == WINDOW - 1, {scan}, 0.0), axis=0, keep_dims=True)",
-                f"carry = {combine('folded', 'carry')}",
-                "hi = tl.where(stop < gap, -1, hi - gap)"]
+        wait = ["at = j * blocks + q",
+                "flag = tl.atomic_add(state_ptr + 1 + at, 0, sem=\"acquire\")",
+                "while flag == 0:",
+                "    flag = tl.atomic_add(state_ptr + 1 + at, 0, sem=\"acquire\")",
+                "# flag 1: chunk j's total (look further back); 2: its prefix, carry included (stop)",
+                "got = tl.load(part_ptr + (at * 2 + flag - 1) * BLOCK_B + lane_b, cache_modifier=\".cg\")",
+                f"carry = {combine('got', 'carry')}",
+                "j = tl.where(flag == 2, -1, j - 1)"]
         lines = ["# A ticket, not the program id, orders the chunks: every lower ticket has started, so",
                  "# no program waits on one that cannot run.",
                  "ticket = tl.atomic_add(state_ptr, 1)",
@@ -205,9 +198,8 @@ class ScanKernel(ReducedBodyFile):
                  "tl.debug_barrier()      # every thread's part stored before the flag says so",
                  "tl.atomic_xchg(state_ptr + 1 + ticket, 1, sem=\"release\")",
                  f"carry = tl.full([1, BLOCK_B], {identity}, tl.float32)",
-                 "back = tl.arange(0, WINDOW)",
-                 "hi = ticket // blocks - 1",
-                 "while hi >= 0:", *indented(look),
+                 "j = ticket // blocks - 1",
+                 "while j >= 0:", *indented(wait),
                  f"tl.store(part_ptr + me + BLOCK_B, {combine('carry', 'total')})",
                  "tl.debug_barrier()",
                  "tl.atomic_xchg(state_ptr + 1 + ticket, 2, sem=\"release\")",
@@ -235,8 +227,7 @@ class ScanKernel(ReducedBodyFile):
                  f"        state = torch.zeros(1 + tiles, dtype=torch.int32, device={first}.device)\n"
                  f"        part = torch.empty((tiles, 2, block), dtype=torch.float32, device={first}.device)\n")
         text += self._launch(f"{self.name}_lookback_kernel", "(tiles,)",
-                             args + ["state", "part", "BLOCK_B=block", "BLOCK_D=BLOCK_D", "WINDOW=16",
-                                     "num_warps=num_warps"],
+                             args + ["state", "part", "BLOCK_B=block", "BLOCK_D=BLOCK_D", "num_warps=num_warps"],
                              "        ")
         text += "    elif B > 1:\n"
         text += self._launch(f"{self.name}_cols_kernel", "(A * _cdiv(B, block),)", args + ["BLOCK_B=block", *tiles],
