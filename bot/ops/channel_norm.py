@@ -47,14 +47,10 @@ OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 DEFAULT_EPS = 1e-5
 
-# The space the benchmark sweeps: elements a tile and warps (both kernels), whether one program
-# computes a row's statistics and normalises it (FUSED) or several share each row in two kernels,
-# and how many tiles a program's loads run ahead (num_stages: a fused program alone on its row
-# needs them to keep enough loads in flight).
-CONFIGS = [{"BLOCK": b, "num_warps": w, "FUSED": f, "num_stages": 1} for f in (0, 1)
+# The space the benchmark sweeps: elements a tile and warps (both kernels), and whether one program
+# computes a row's statistics and normalises it (FUSED) or several share each row in two kernels.
+CONFIGS = [{"BLOCK": b, "num_warps": w, "FUSED": f} for f in (0, 1)
            for b, w in [(2048, 8), (1024, 4), (4096, 8), (512, 4), (256, 2)]]
-CONFIGS += [{"BLOCK": b, "num_warps": w, "FUSED": 1, "num_stages": n} for b, w, n in [(4096, 8, 3), (2048, 8, 4),
-                                                                                      (1024, 4, 4)]]
 
 
 # ---------------------------------------------------------------- words
@@ -341,8 +337,8 @@ def _norm_config(numel, rows, sms):
     # on large inputs and 1024 on 4 warps on small ones (the space's best on group norms of 56 to
     # 512 rows of 7K to 100K elements).
     if rows >= sms or numel >= 1 << 22:
-        return {"BLOCK": 4096, "num_warps": 8, "FUSED": int(rows >= sms), "num_stages": 1}
-    return {"BLOCK": 1024, "num_warps": 4, "FUSED": 0, "num_stages": 1}
+        return {"BLOCK": 4096, "num_warps": 8, "FUSED": int(rows >= sms)}
+    return {"BLOCK": 1024, "num_warps": 4, "FUSED": 0}
 
 
 # ---------------------------------------------------------------- kernel.py
@@ -407,7 +403,7 @@ class _ChannelNormKernel(KernelFile):
         return ["count = tl.full([], 0.0, tl.float32)",
                 "mean = tl.full([], 0.0, tl.float32)",
                 "m2 = tl.full([], 0.0, tl.float32)",
-                "for first in tl.range(0, CHUNK, BLOCK, num_stages=NUM_STAGES):",
+                "for first in range(0, CHUNK, BLOCK):",
                 *self._row_offsets(),
                 "    # Chan et al.: the tile's own mean and squared deviations, merged into the running ones",
                 "    n_tile = tl.sum(mask.to(tl.float32), axis=0)",
@@ -421,7 +417,7 @@ class _ChannelNormKernel(KernelFile):
 
     def _stats_kernel(self) -> str:
         params = [*(f"{i.local}_ptr" for i in self.body_inputs), "stats_ptr", "N", "R", "Q", "SPLIT",
-                  "NUM_STAGES: tl.constexpr", "BLOCK: tl.constexpr"]
+                  "BLOCK: tl.constexpr"]
         lines = [*self._chunk(), *self._chunk_stats(),
                  "at = (r * SPLIT + part) * 3",
                  "tl.store(stats_ptr + at, count)",
@@ -447,7 +443,7 @@ class _ChannelNormKernel(KernelFile):
         params = [*(f"{i.local}_ptr" for i in self.body_inputs), "stats_ptr",
                   *(f"{t[role].local}_ptr" for role in ("running_mean", "running_var", "weight", "bias") if role in t),
                   "out_ptr", "N", "R", "Q", "SPLIT", "RG", "STATS_SPLIT", "WR", "WM", "WQ", "PER_ROW: tl.constexpr",
-                  "SPLIT_P2: tl.constexpr", "FUSED: tl.constexpr", "NUM_STAGES: tl.constexpr", "BLOCK: tl.constexpr"]
+                  "SPLIT_P2: tl.constexpr", "FUSED: tl.constexpr", "BLOCK: tl.constexpr"]
         eps = fmt_const(self.node.attr("eps"))
         if self.training:
             stats = ["if FUSED:",
@@ -461,7 +457,7 @@ class _ChannelNormKernel(KernelFile):
                      f"var = tl.load({t['running_var'].local}_ptr + r).to(tl.float32)"]
         lines = [*self._chunk(), *stats, f"rstd = 1.0 / tl.sqrt(var + {eps})",
                  *self._either("", self._affine(), []),
-                 "for first in tl.range(0, CHUNK, BLOCK, num_stages=NUM_STAGES):",
+                 "for first in range(0, CHUNK, BLOCK):",
                  *self._row_offsets(),
                  *self._either("    ", ["y = (val - mean) * scale + shift"],
                                ["y = (val - mean) * rstd", *self._affine_per_element()]),
@@ -504,7 +500,6 @@ class _ChannelNormKernel(KernelFile):
                  "    P, R, Q, WR, WM, WQ = view\n")
         text += sm_count_line("sms", first)
         text += self._config_line("_norm_config(out.numel(), R, sms)")
-        text += '    stages = config.get("num_stages", 1)\n'
         body = [i.local for i in self.body_inputs]
         if self.training:
             text += ('    fused = bool(config.get("FUSED"))\n'
@@ -515,8 +510,7 @@ class _ChannelNormKernel(KernelFile):
                      f"        stats = torch.empty((R, split, 3), dtype=torch.float32, device={first}.device)\n"
                      + launch(f"{self.name}_stats_kernel", "(R, split)",
                               body + ["stats", "P * Q", "R", "Q", "split", 'BLOCK=config["BLOCK"]',
-                                      'NUM_STAGES=stages', 'num_warps=config["num_warps"]'],
-                                     "        ") + "\n")
+                                      'num_warps=config["num_warps"]'], "        ") + "\n")
         else:
             text += f"    fused, split, stats = False, 1, {x}     # the running statistics instead\n"
         extras = [t[role].local for role in ("running_mean", "running_var", "weight", "bias") if role in t]
@@ -525,7 +519,7 @@ class _ChannelNormKernel(KernelFile):
                  '    split2 = 1 if fused else _norm_split(R2, P * Q2, config["BLOCK"], sms)\n')
         args = body + ["stats", *extras, "out", "P * Q2", "R2", "Q2", "split2", "RG", "split", "WR2", "WM2", "WQ2",
                        "PER_ROW=per_row", "SPLIT_P2=triton.next_power_of_2(split)", "FUSED=fused",
-                       'BLOCK=config["BLOCK"]', "NUM_STAGES=stages", 'num_warps=config["num_warps"]']
+                       'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
         text += launch(f"{self.name}_kernel", "(R2, split2)", args, "    ") + "\n"
         return text + "    return out\n"
 
