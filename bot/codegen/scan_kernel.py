@@ -5,7 +5,9 @@ B > 1, the cols kernel: tiles [BLOCK_D, BLOCK_B] of BLOCK_B neighbouring columns
 tile row is one coalesced load, scanned over axis 0. B == 1 (the last dim), the rows kernel: tiles
 [BLOCK_R, BLOCK_D] of BLOCK_R rows, scanned over axis 1. Both walk D in BLOCK_D chunks in order,
 each chunk scanned in registers (Triton's associative scan) and combined with the running value
-the chunks before it left (`carry`), which the chunk's last lane then holds. A reverse scan walks
+the chunks before it left (`carry`), which the chunk's last lane then holds. Where few column
+blocks would each walk all of D alone, the look-back kernel takes the cols tiles one a program,
+D's chunks side by side, each chunk's carry from the totals the chunks before it publish. A reverse scan walks
 D from its end (lane i of a chunk reads d = D - 1 - (start + i)), so the same forward scan of the
 tile runs backwards over D; an exclusive scan reads each lane's value one step behind (the first
 reads the op's identity). The math is the family's (bot.ops.scan.scan_math), in float32."""
@@ -102,7 +104,8 @@ _ROWS = _Layout(
 class ScanKernel(ReducedBodyFile):
     description = ("The body viewed as [A, D, B], D scanned: tiles [BLOCK_D, BLOCK_B] of neighbouring columns when\n"
                    "B > 1 (cols kernel), [BLOCK_R, BLOCK_D] of whole rows when B == 1 (rows kernel). D is read in\n"
-                   "BLOCK_D chunks in order, each scanned in registers and combined with the running value.")
+                   "BLOCK_D chunks in order, each scanned in registers and combined with the running value; or\n"
+                   "(LOOKBACK) each cols tile is a program, its carry from the totals of the chunks before it.")
     block_key = "BLOCK_D"
 
     def __init__(self, spec, node, inputs, options, body, spaces: tuple[list[dict], list[dict]], math_: ScanMath):

@@ -6,11 +6,12 @@ trailing dims; each with optional per-channel (or per-element) weight and bias.
 
 The input is viewed as [P, R, Q]: the statistics of row r cover its P x Q elements (batch norm: P
 the batch, R the channels, Q the spatial size; group and instance norm and layer norm: P = 1, R
-the rows of contiguous elements). Two kernels, as the dependency allows no fewer without leaving
-SMs idle on few rows: the first computes partial statistics of each row's chunks (mean and squared
-deviations, merged by Chan et al.'s formula), the second merges a row's partials (the same formula
-over all of them at once) and writes its chunk normalised, scaled and shifted. Eval-mode batch norm
-needs only the second.
+the rows of contiguous elements). Where the rows fill the GPU's SMs, one kernel (FUSED): a program
+a row computes its statistics, then reads the row again (mostly from L2) to write it normalised,
+scaled and shifted. On fewer rows, two kernels, as the dependency allows no fewer without leaving
+SMs idle: the first computes partial statistics of each row's chunks (mean and squared deviations,
+merged by Chan et al.'s formula), the second merges a row's partials (the same formula over all of
+them at once) and writes its chunk. Eval-mode batch norm needs only the second.
 
 Owns its IR rule (the functions and their arguments as torch reads them), shape checks, the torch
 call, both kernels with their config space and default rule, and what the runner may not change
