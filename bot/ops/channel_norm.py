@@ -353,7 +353,8 @@ class _ChannelNormKernel(KernelFile):
     description = ("x as [P, R, Q], row r's statistics over its P x Q elements. Kernel 1: each program's chunk\n"
                    "of a row, in tiles, gives its count, mean and squared deviations (Chan et al.'s merge).\n"
                    "Kernel 2: each program merges its row's partials at once, then writes its chunk\n"
-                   "normalised, scaled and shifted. Eval-mode batch norm takes the running statistics.")
+                   "normalised, scaled and shifted. FUSED: kernel 2 alone, a program a row computing its\n"
+                   "statistics as kernel 1 does. Eval-mode batch norm takes the running statistics.")
 
     def __init__(self, spec, node, inputs, options):
         if node.op not in OPS:
