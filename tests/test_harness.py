@@ -354,6 +354,25 @@ def test_compare_handles_nan_inf_and_reports_the_worst_element():
     assert "1 of 4 output elements are NaN" in harness.compare(unwritten, want, torch.float32, 1).problem
 
 
+def test_a_chain_of_products_keeps_rounded_intermediates_and_is_judged_at_their_scale():
+    # (x @ w1) @ w2 in float16 keeps x @ w1 in float16, as torch does: that rounding reaches the
+    # output at the scale of the terms the second product sums, where its result may cancel.
+    def judged(out: torch.Tensor, stages: int) -> str:
+        spec = {"name": "c", "expression": "matmul(matmul(x, w1), w2)", "chain": stages, "matmul": True,
+                "reduce": {"lengths": [256]}, "inputs": []}
+        ctx = harness.Context(jobdir=Path("."), spec=spec, backend="cpu", device="cpu")
+        return harness.compare_to_reference(ctx, [x, w1, w2], out, want, torch.float16).problem
+
+    gen = torch.Generator().manual_seed(0)
+    x, w1, w2 = (torch.randn(s, generator=gen).half() for s in ((64, 128), (128, 256), (256, 32)))
+    want = (x.double() @ w1.double()) @ w2.double()
+    honest = ((x.float() @ w1.float()).half().float() @ w2.float()).half()
+    assert judged(honest, 2) == "" and judged(honest, 1) != ""      # one kernel's own rounding is not a chain's
+    wrong = honest.clone()
+    wrong[3, 5] += 0.01 * float(want.abs().max())          # off by 1% of the output's scale: still caught
+    assert "1 of 2048 elements outside tolerance" in judged(wrong, 2)
+
+
 def test_compare_holds_a_bool_output_exactly():
     want = torch.tensor([[True, False], [False, True]])
     assert not harness.compare(want.clone(), want, torch.bool, 1000).problem

@@ -95,7 +95,7 @@ REFUSED = [
     ("x + y with y broadcast", "broadcast"),
     ("沿第1维求和 8x16x32", "counting from 0"),
     ("clamp to [0, 1)", "bounds"),
-    ("relu(a @ b + bias) with a 64x128, b 128x256, bias 64", "not read"),
+    ("relu(a @ b + bias) with a 64x128, b 128x256, bias 64", "do not broadcast"),   # a bias of [M], not [N]
     ("matmul with bias, a 4096x4096, b 4096x4096, bias 4096x4096", "not read"),
     ("layernorm(x, w, b, eps=1e-6) with eps 1e-5", "which one"),
     ("def f(x, w):\n    return F.rms_norm(x, x.shape[-1:], w)", "machine"),

@@ -135,7 +135,31 @@ def test_typed_bare_matmul_takes_its_epilogue_and_names_from_words():
     assert shapes(spec) == {"x": [[1024, 4096]], "w": [[4096, 4096]], "bias": [[4096]]}
 
 
+@pytest.mark.parametrize("text, expected, given, out", [
+    # every input's shape by name: taken as it is (a transposed operand as it lies in memory)
+    ("swiglu: silu(x @ w1) * (x @ w2) with x 2048x4096, w1 4096x11008, w2 4096x11008 fp16",
+     "silu(x @ w1) * (x @ w2)", {"x": [2048, 4096], "w1": [4096, 11008], "w2": [4096, 11008]}, [2048, 11008]),
+    ("a.T @ b with a 1024x4096 and b 1024x2048", "a.T @ b", {"a": [1024, 4096], "b": [1024, 2048]}, [4096, 2048]),
+    ("relu(x @ w + b) with x 128x256, w 256x512, b 512", "relu(x @ w + b)",
+     {"x": [128, 256], "w": [256, 512], "b": [512]}, [128, 512]),
+    ("(x @ w1) @ w2 with x 64x128, w1 128x256, w2 256x32", "(x @ w1) @ w2",
+     {"x": [64, 128], "w1": [128, 256], "w2": [256, 32]}, [64, 32]),
+    # problem sizes: every product of the expression is that problem's
+    ("silu(x @ w1) * (x @ w2) for 2048x4096 by 4096x11008", "silu(x @ w1) * (x @ w2)",
+     {"x": [2048, 4096], "w1": [4096, 11008], "w2": [4096, 11008]}, [2048, 11008]),
+])
+def test_typed_matmul_expressions_with_shapes_by_name_or_problem(text, expected, given, out):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon(expected)
+    assert shapes(spec) == {n: [s] for n, s in given.items()}
+    assert spec["outputs"][0]["shapes"] == [out]
+    assert spec["name"] == "swiglu" or not text.startswith("swiglu")
+
+
 @pytest.mark.parametrize("text, words", [
+    ("(x @ w1) @ w2", ["multiplies a product again", "x 64x128, w1 128x256"]),
+    ("(x @ w) * (w @ x) for 64x128 by 128x64", ["w is an operand of two products", "by name"]),
+    ("relu(x @ w) with x 128x256, w 128x512", ["K = 256", "K = 128"]),
     ("matmul 1024x4096", ["1024x4096", "M, N and K", "4096x4096x4096"]),
     ("matmul 1024x4096 by 2048x4096", ["do not multiply", "4096", "2048"]),
     ("matmul M=4096 N=4096", ["M, N and K"]),

@@ -142,17 +142,35 @@ def _matmul_shapes(st: State, node: ir.Node, names: list[str], notes: list[str])
         problems = default_shapes(st)
         notes.append(f"no shape named: using {sizes_text(problems[0])} and an odd {sizes_text(problems[1])} "
                      "(no block size divides it)")
-    mm = ir.matmul_node(node)
-    a, b = (x.name for x in mm.args)
-    epilogue = {n: is_vector(st, n, names) for n in names if n not in (a, b)}
-    if given := [n for n in st.input_shapes if n in epilogue or n in (a, b)]:
+    products = [sub for sub in node.walk() if sub.op == ir.MATMUL]
+    if any(x.op != "input" for mm in products for x in mm.args):
+        raise GenerationError(f"{node_text(node)!r} multiplies a product again, which has no one M, N and K: give each "
+                              "input's shape by name, e.g. 'x 64x128, w1 128x256, w2 256x32'")
+    operands = {x.name for mm in products for x in mm.args}
+    epilogue = {n: is_vector(st, n, names) for n in names if n not in operands}
+    if given := [n for n in st.input_shapes if n in epilogue or n in operands]:
         raise GenerationError(f"the shape given for {given[0]} is not read: a matmul's shapes are its problem sizes "
                               "('64x128 by 128x256', or M, N and K), and its epilogue inputs take [N] (a bias) or "
                               "the output's shape.")
     notes += [f"no shape named for {n}: using [N], the output's last dim, broadcast over its rows"
               for n, vector in epilogue.items() if vector]
-    cases = [mmf.matmul_shapes(p, a, b, epilogue, mm.attr("ta"), mm.attr("tb")) for p in problems]
+    cases = [_operand_shapes(node, products, p, epilogue) for p in problems]
     return {n: [c[n] for c in cases] for n in names}
+
+
+def _operand_shapes(node: ir.Node, products: list[ir.Node], problem: list[int],
+                    epilogue: dict[str, bool]) -> dict[str, list[int]]:
+    """Each input's shape for one problem [.., M, N, K]: every product of the expression is that
+    problem's (silu(x @ w1) * (x @ w2): w1 and w2 both [K, N]), an input taking one shape in all."""
+    shapes: dict[str, list[int]] = {}
+    for mm in products:
+        a, b = (x.name for x in mm.args)
+        for n, shape in mmf.matmul_shapes(problem, a, b, epilogue, mm.attr("ta"), mm.attr("tb")).items():
+            if shapes.setdefault(n, shape) != shape:
+                raise GenerationError(f"{n} is an operand of two products of {node_text(node)!r} in different places, "
+                                      "so it has no one shape from M, N and K: give each input's shape by name, e.g. "
+                                      "'x 64x128, w 128x128'")
+    return shapes
 
 
 def _cases(st: State, names: list[str], main: str, notes: list[str]) -> list[list[int]]:

@@ -24,7 +24,7 @@ def apply(st: State, rd: Reading, feedback: bool) -> None:
         st.node, st.name, st.inputs, st.scalars, st.op_notes = rd.node, rd.name, rd.inputs, rd.scalars, rd.op_notes
         st.eps, st.tf32, st.batched, st.typed = rd.eps, rd.tf32, rd.batched, rd.typed
         st.pasted = rd.pasted
-        st.pasted_shapes = rd.pasted.shapes if rd.pasted and rd.pasted.shapes else None
+        st.pasted_shapes = rd.pasted.shapes if rd.pasted and rd.pasted.shapes else rd.named_shapes
     else:
         if rd.shapes:                                # a correction's shapes replace get_inputs'
             st.pasted_shapes = None

@@ -21,9 +21,11 @@ from bot.request.words import one_eps
 
 def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
     """Compose the operator from an expression typed in the request and/or operator words."""
-    if expr is not None and ir.matmul_node(expr[0]) and expr[0].op != ir.MATMUL:
+    # a bare product of two inputs takes its epilogue from the words; a chain ((x @ w1) @ w2) is as typed
+    bare = expr is not None and expr[0].op == ir.MATMUL and all(x.op == "input" for x in expr[0].args)
+    if expr is not None and ir.matmul_node(expr[0]) and not bare:
         prose = mmf.MATMUL_WORD.sub(_blank, prose)       # "matmul a @ b + bias": the word names the expression
-    if (expr is None or expr[0].op == ir.MATMUL) and (expr or mmf.MATMUL_WORD.search(prose)):
+    if bare or (expr is None and mmf.MATMUL_WORD.search(prose)):
         return _matmul_words(prose, expr, rd)
     if expr is None and any(pattern.search(prose) for pattern, _ in loss.LOSS_WORDS):
         return _loss_words(prose, rd)

@@ -24,7 +24,7 @@ from bot.request.pasted import read_code, split_code
 from bot.request.reading import Reading
 from bot.request.state import State, input_names
 from bot.request.vocabulary import APPEND, CORRECTION_WORDS, WHERE_CLAUSE
-from bot.request.words import (bare_shape_phrase, mask_phrase, operand_order, refuse_out_of_scope, take_dims,
+from bot.request.words import (bare_shape, bare_shape_phrase, mask_phrase, operand_order, refuse_out_of_scope, take_dims,
                                take_dtypes, take_scalars, take_shapes, take_training, vector_phrase)
 
 
@@ -48,7 +48,7 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
     if matmul:
         prose, batch = mmf.take_sizes(prose, rd.batched)
     prose = take_shapes(prose, rd)
-    if matmul:           # cases are problem sizes [B,] M, N, K: no shape belongs to one input
+    if matmul and code is not None:      # cases are problem sizes [B,] M, N, K: no shape belongs to one input
         rd.shapes = [(None, p) for p in mmf.problems(operand_order(rd.shapes), rd.batched, batch, rd.op_notes)]
     if feedback:                 # "gelu instead", "only 32x32": a correction replaces what it names
         prose = CORRECTION_WORDS.sub(_blank, prose)
@@ -60,7 +60,10 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
         read_code(code, rd)
         rd.left = prose
     else:
+        prose = _take_label(prose, expr, rd)
         rd.node = operator(prose, expr, rd)
+        if matmul:
+            _matmul_cases(rd, batch, prose)
     if rd.tf32 is None and rd.node is not None and (mm := ir.matmul_node(rd.node)) and mm.attr("tf32"):
         rd.tf32 = True
     rd.rest = prose
@@ -71,6 +74,43 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
         names = ir.input_names(rd.node) if rd.node is not None else input_names(context) if context else []
         _refuse_unplaced(rd, names, text, feedback)
     return rd
+
+
+def _take_label(prose: str, expr: tuple | None, rd: Reading) -> str:
+    """'swiglu: silu(x @ w1) * (x @ w2)': a word and a colon just before a typed expression name it
+    (the spec's name), as a def's name does."""
+    if expr is not None and (m := _LABEL.search(prose[:expr[2]])):
+        rd.name = m.group(1).lower()
+        prose = blank_range(prose, m.start(), m.end())
+    return prose
+
+
+_LABEL = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*:\s*$")
+
+
+def _matmul_cases(rd: Reading, batch: int | None, prose: str) -> None:
+    """A matmul's cases: its problem sizes [B,] M, N, K; or, where a typed expression's every input
+    is given one shape by name ('x 2048x4096, w1 4096x11008, w2 4096x11008', 'b 512'), those shapes
+    as they are (a chain of products has no one M, N, K; an epilogue input may be any broadcast
+    shape)."""
+    names = ir.input_names(rd.node) if rd.node is not None and rd.typed else []
+    named = [(_operand_label(label, names, rd.shapes), s) for label, s in rd.shapes]
+    named += [(n, shape) for n in names if n not in dict(named) and (shape := bare_shape(n, prose))]
+    labels = [label for label, _ in named]
+    if names and None not in labels and sorted(labels) == sorted(names):
+        rd.named_shapes, rd.shapes = dict(named), []
+        return
+    rd.shapes = [(None, p) for p in mmf.problems(operand_order(rd.shapes), rd.batched, batch, rd.op_notes)]
+
+
+def _operand_label(label: str | None, names: list[str], shapes: list) -> str | None:
+    """A shape's label, where 'with a 1024x4096' labelled it 'with': the article a is the input a."""
+    if label in names or "a" not in names or any(other == "a" for other, _ in shapes):
+        return label
+    return "a" if label is not None and _FILLER.fullmatch(label) else label
+
+
+_FILLER = re.compile(r"with|of|is|has|and", re.I)
 
 
 def _refuse_other_dtypes(node: ir.Node) -> None:

@@ -32,3 +32,4 @@ class Reading:
     pairwise: str | None = None              # "two tensors", "between", "x and y": more than one input
     typed: bool = False                      # the operator came from code or an expression typed in it
     pasted: Pasted | None = None             # a pasted nn.Module (its reference is the pasted file)
+    named_shapes: dict[str, list[int]] | None = None   # a typed matmul expression's inputs' shapes, by name

@@ -39,7 +39,7 @@ class State:
     batched: bool = False
     typed: bool = False                              # the operator came from code or a typed expression
     pasted: Pasted | None = None                     # the pasted module the operator came from
-    pasted_shapes: dict[str, list[int]] | None = None   # its get_inputs shapes, until a correction gives others
+    pasted_shapes: dict[str, list[int]] | None = None   # get_inputs' shapes (or named ones), until a correction gives others
 
     @property
     def matmul(self) -> bool:
