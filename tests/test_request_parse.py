@@ -467,7 +467,7 @@ def test_unknown_dtypes_are_refused(text, dtype):
 
 @pytest.mark.parametrize("text, words", [
     ("relu of x + y", ["relu(x + y)"]),
-    ("exp then log", ["which order", "log(exp(x))"]),
+    ("exp and log", ["which order", "log(exp(x))"]),     # "exp then log" says it: log(exp(x))
     ("softmax and sum", ["softmax and sum", "Which one"]),
     ("clamp x", ["bounds", "clamp x to [-1, 1]"]),
     ("where", ["condition", "where(x > 0, x, y)"]),

@@ -101,6 +101,13 @@ CLAMP_WORD = re.compile(r"\bclamp\w*|\bclip\w*|限幅|截断", _F)
 # "square"): (pattern, kind, op). kind "step" applies to the operand so far, "binary" joins two
 # inputs, "where" selects.
 _PARAM = rf"(?:\s+(?:with\s+)?(?:an?\s+)?(?:(?:negative[\s_-]+)?slope|alpha|beta|lambda|lambd)\s*(?:of|=|:|is)?\s*({_NUM}){_END})?"
+
+
+def _keyword(name: str, said: str = "") -> str:
+    """An activation's keyword argument in words ('threshold 10', 'and max 2'), as the named group
+    `name` (the request reader passes named groups as keywords)."""
+    return (rf"(?:\s*(?:,|and)?\s*(?:with\s+)?(?:an?\s+|the\s+)?(?:{said or name})\s*(?:of|=|:|is)?\s*"
+            rf"(?P<{name}>{_NUM}){_END})?")
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     # activations PyTorch builds from these (COMPOSITES), before the words their names hold (tanh, sigmoid, relu)
     (rf"\bleaky[\s_-]?relu\b{_PARAM}|(?:带)?泄[漏露]\s*(?:的\s*)?relu{_PARAM}", "step", "leaky_relu"),
@@ -108,11 +115,12 @@ WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     (rf"\belu\b{_PARAM}", "step", "elu"),
     (rf"\bcelu\b{_PARAM}", "step", "celu"),
     (r"\bselu\b", "step", "selu"),
-    (rf"\bsoft[\s_-]?plus\b{_PARAM}", "step", "softplus"),
+    (rf"\bsoft[\s_-]?plus\b{_keyword('beta')}{_keyword('threshold')}", "step", "softplus"),
     (r"\bsoft[\s_-]?sign\b", "step", "softsign"),
     (r"\bhard[\s_-]?sigmoid\b", "step", "hardsigmoid"),
     (r"\bhard[\s_-]?swish\b", "step", "hardswish"),
-    (r"\bhard[\s_-]?tanh\b", "step", "hardtanh"),
+    (rf"\bhard[\s_-]?tanh\b{_keyword('min_val', 'min(?:_val|imum)?')}{_keyword('max_val', 'max(?:_val|imum)?')}",
+     "step", "hardtanh"),
     (r"\bmish\b", "step", "mish"),
     (r"\blog[\s_-]?sigmoid\b", "step", "logsigmoid"),
     (r"\btanh[\s_-]?shrink\b", "step", "tanhshrink"),

@@ -40,7 +40,7 @@ from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import (Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_none,
                           keywords_text, number, prints)
-from bot.ops.text import FLAGS as _F, WINDOW_PARAMS, blank as _blank, param, sizes_arg, taken, window_sizes
+from bot.ops.text import FLAGS as _F, SIZES, WINDOW_PARAMS, blank as _blank, param, sizes_arg, taken, window_sizes
 
 NAME = "pool"
 POOL, ADAPTIVE, POOL_GRAD = "pool", "adaptive_pool", "pool_grad"
@@ -84,8 +84,12 @@ ROLL_CONFIGS = [{"BLOCK": b, "num_warps": w, "ROWS": r}
 # "2x2 max pooling", "avg pool 3d", "global average pooling", "adaptive max pool to 7x7", "最大池化"
 POOL_WORD = re.compile(r"\b(global\s+)?(adaptive\s+)?(max|avg|average|mean)[\s_-]*pool(?:ing|s)?(?:[\s_-]*([123])[\s_-]?d)?\b"
                        r"|(全局)?(自适应)?(最大|平均)池化", _F)
+# "2x2 max pooling", "kernel size 3", "3x3 window", "窗口 2"; and just after the words: "average pooling
+# 2x2", "avg pool 3d 2x2x2" (not a shape there: sizes of one to three dims only)
 _WINDOW = window_sizes(r"(?:global\s+|adaptive\s+)?(?:max|avg|average|mean)[\s_-]*pool|(?:最大|平均)池化",
-                       "(?:window|kernel)", "(?:窗口|核)")
+                       "(?:window|kernel)", "(?:窗口|核)",
+                       rf"(?<!adaptive )(?<!global )\b(?:max|avg|average|mean)[\s_-]*pool(?:ing|s)?(?:[\s_-]*[123][\s_-]?d)?\s+"
+                       rf"(?:of\s+|with\s+)?{SIZES}(?![\dx×\w])")
 _OUTPUT = param("(?:to|output[\\s_-]?size)", "输出(?:大小)?")
 _CEIL = re.compile(r"\bceil[\s_-]?mode\b|向上取整", _F)
 _EXCLUDE_PAD = re.compile(r"\b(?:exclud\w*|not\s+count\w*|without\s+counting)\s+(?:the\s+)?padding\b|不计填充", _F)

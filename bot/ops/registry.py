@@ -34,8 +34,11 @@ FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax,
 ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
 # Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
 # square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum', 'log-sum-exp' holds 'sum' and 'log',
-# 'cumulative product' holds 'product'); a vector norm's after the norms' ('layer norm').
-WORDS = [w for f in (softmax, norm, argreduce, scan, fused, reduce, pointwise) for w in f.WORDS]
+# 'cumulative product' holds 'product'); a vector norm's after the norms' ('layer norm'). Before
+# them all, activations read with keywords, which may hold row words ('hardtanh with min -2 and max 2').
+_KEYWORDED = [w for w in pointwise.WORDS if w[0].groupindex]
+WORDS = _KEYWORDED + [w for f in (softmax, norm, argreduce, scan, fused, reduce, pointwise) for w in f.WORDS
+                      if w not in _KEYWORDED]
 ALIASES = {k: v for f in FAMILIES for k, v in f.ALIASES.items()}
 KEYWORDS = {k: v for f in FAMILIES for k, v in f.KEYWORDS.items()}
 _OWNER = {**dict.fromkeys(pointwise.FUNCTIONS, pointwise),

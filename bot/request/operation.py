@@ -59,7 +59,8 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
             return None
         order.refuse_unclear_order(found, prose, said, pair)
         body = _base(prose, said, rows, binaries, where, rd)
-        body = _apply_steps(body, steps, rd)
+        in_sequence = order.in_sequence(prose, [pos for pos, kind, _, _ in found if kind == "step"])
+        body = _apply_steps(body, steps, rd, in_sequence)
     if len(rows) > 1:
         raise GenerationError(f"I found {' and '.join(rows)}: one row operation per kernel. Which one do you want? "
                               f"Or write it as an expression, e.g. 'softmax(x * 0.5)'.")
@@ -212,7 +213,9 @@ def _find_op_words(prose: str) -> tuple[list[tuple[int, str, str, float | None]]
     found = []
     for pattern, kind, op in registry.WORDS:
         for m in pattern.finditer(prose):
-            value = next((float(g) for g in m.groups() if g is not None), None)
+            # named groups are keyword arguments ('softplus with beta 2 and threshold 10')
+            keywords = tuple((k, float(v)) for k, v in m.groupdict().items() if v is not None)
+            value = keywords or next((float(g) for g in m.groups() if g is not None), None)
             found.append((m.start(), kind, op, value))
         prose = pattern.sub(_blank, prose)
     if any(op == "gelu_tanh" for _, _, op, _ in found):      # "gelu with tanh approximation" is one gelu
@@ -243,9 +246,11 @@ def _base(prose: str, said: str, rows: list[str], binaries: list[str], where: bo
     return named[0] if named else "x"
 
 
-def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: Reading) -> str:
+def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: Reading, in_sequence: bool) -> str:
+    """The steps around the body: in the order said where words join them in sequence ('relu6 then
+    hardtanh'), else at most one activation and one scalar step (scale, clamp, ...)."""
     plain = [op for op, _ in steps if op not in SCALAR_STEPS]
-    if len(plain) > 1 or len(steps) - len(plain) > 1:
+    if not in_sequence and (len(plain) > 1 or len(steps) - len(plain) > 1):
         raise GenerationError(f"I found {', '.join(op for op, _ in steps)}; in which order? Write it as an "
                               f"expression, e.g. '{steps[1][0]}({steps[0][0]}({body}))'.")
     for op, value in steps:
@@ -261,6 +266,8 @@ def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: Reading) 
             if "min" not in rd.scalars and "max" not in rd.scalars:
                 raise GenerationError("clamp needs bounds: which range? e.g. 'clamp x to [-1, 1]'")
             body = f"clamp({body}, {rd.scalars.pop('min', None)!r}, {rd.scalars.pop('max', None)!r})"
+        elif isinstance(value, tuple):        # keywords: "softplus with beta 2 and threshold 10"
+            body = f"{op}({body}, {', '.join(f'{k}={v!r}' for k, v in value)})"
         else:           # an activation's one parameter, where said: "leaky relu with slope 0.2"
             body = f"{op}({body}{'' if value is None else f', {value!r}'})"
     return body

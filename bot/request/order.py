@@ -59,6 +59,15 @@ def operands(prose: str, op: str, other: str) -> tuple[str, str]:
     return first, second
 
 
+def in_sequence(prose: str, positions: list[int]) -> bool:
+    """Whether words join each pair of neighbouring positions in text order ('relu6 then hardtanh';
+    not 'relu6 after hardtanh', nor a bare list 'relu6, hardtanh')."""
+    return all(_THEN.search(prose, a, b) for a, b in zip(positions, positions[1:]))
+
+
+_THEN = re.compile(r"\bthen\b|\bfollowed\s+by\b|->|→|然后|再|之后", _F)
+
+
 def refuse_unclear_order(found: list[tuple[int, str, str, float | None]], prose: str, said: str, pair: bool) -> None:
     """Words compose as row(step(binary(x, y))). Where their order says otherwise, or may, refuse:
     a step before the binary unless 'of the' it ('relu of the sum of x and y'; 'x squared plus y' is

@@ -21,7 +21,7 @@ can could would should will shall may might must need needs want wants wanted li
 gets make makes made write writes wrote generate generates create creates build builds implement
 implements implementing implementation compute computes computing computed calculate calculates
 calculating do does doing apply applies applied applying perform performs return returns
-returning take takes taking use uses using via so then also just simple plain here there which
+returning take takes taking use uses using via so then followed also just simple plain here there which
 what how some
 fast faster fastest efficient efficiently optimized optimised optimal high
 performance performant speed speedy accelerated accelerate custom fused fuse fusing kernel kernels

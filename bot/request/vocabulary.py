@@ -101,9 +101,10 @@ SHAPE = re.compile(
 # Numbers that size something other than a tensor: "3x3 kernel", "2x2 max pool", "kernel size 3".
 _PARAM_NOUN = (r"(?:kernels?|windows?|filters?|patch(?:es)?|strides?|pool\w*|tiles?|blocks?|grids?|stencils?|"
                r"conv\w*|neighbou?rhoods?|dilations?|paddings?|groups?|chunks?|steps?|heads?|窗口|卷积核|核|池化|步长)")
-PARAM_AFTER = re.compile(rf"[\s-]*(?:(?:max|min|avg|average|mean|sum|depthwise|pointwise|transposed?|grouped|深度|逐点|转置)"
+PARAM_AFTER = re.compile(rf"[\s-]*(?:(?:max|min|avg|average|mean|sum|depthwise|pointwise|transposed?|grouped|深度|逐点|转置|"
+                         rf"最大|平均)"
                          rf"\s*)?{_PARAM_NOUN}(?![a-z])", _F)
-PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:\s*(?:size|shape|is|=|:|为|大小))*\s*$|"
+PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:[\s_-]*[123][\s_-]?d)?(?:\s*(?:size|shape|is|=|:|为|大小))*\s*$|"
                           r"\badaptive\s+(?:max|avg|average|mean)[\s_-]*pool\w*(?:[\s_-]*[123][\s_-]?d)?\s+to\s*$|"
                           r"\boutput[\s_-]?size\s*(?:of|=|:|is)?\s*$", _F)
 # The word a shape belongs to: "b: [4096]", "bias of shape 4096", "x 1024x4096".

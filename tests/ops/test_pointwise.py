@@ -250,6 +250,12 @@ def test_nan_propagates_as_in_torch(tmp_path, expression, over_rows):
     ("softplus with beta 2", "softplus(x, 2.0)"), ("softsign", "softsign(x)"), ("mish activation", "mish(x)"),
     ("log sigmoid", "logsigmoid(x)"), ("tanhshrink", "tanhshrink(x)"), ("softshrink with lambda 0.3", "softshrink(x, 0.3)"),
     ("softmax of leaky relu of x", "softmax(leaky_relu(x))"), ("泄漏 relu 64x128", "leaky_relu(x)"),
+    # keywords in words, whose words may be row ops' (min, max); steps in the order 'then' gives
+    ("softplus with beta 2 and threshold 10", "softplus(x, 2.0, 10.0)"),
+    ("softplus with threshold 5", "softplus(x, 1.0, 5.0)"),
+    ("hardtanh with min -2 and max 2", "hardtanh(x, -2.0, 2.0)"), ("relu6 then hardtanh", "hardtanh(relu6(x))"),
+    ("sigmoid, then tanh, then relu", "relu(tanh(sigmoid(x)))"), ("tanh followed by softplus", "softplus(tanh(x))"),
+    ("先 relu 然后 sigmoid", "sigmoid(relu(x))"),
 ])
 def test_activations_in_words(words, typed):
     spec, _ = parse_request(words)

@@ -155,6 +155,11 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, shape
     ("adaptive max pool to 7x5 on 8x64x56x56", "adaptive_max_pool2d(x, output_size=(7, 5))"),
     ("最大池化 窗口 3 步长 2 8x64x56x56", "max_pool2d(x, kernel_size=3, stride=2)"),
     ("对 8x512x7x7 的输入做全局平均池化", "adaptive_avg_pool2d(x, output_size=(1, 1))"),
+    # the window just after the words, not taken for a shape
+    ("average pooling 2x2 on 8x32x64x64", "avg_pool2d(x, kernel_size=2)"),
+    ("avg pool 3d 2x2x2 on 4x8x16x32x32", "avg_pool3d(x, kernel_size=2)"),
+    ("max pool 3x3 stride 2 on 16x64x112x112", "max_pool2d(x, kernel_size=3, stride=2)"),
+    ("2x2 最大池化 on 8x64x56x56", "max_pool2d(x, kernel_size=2)"),
 ])
 def test_pooling_in_words(words, expression):
     spec, _ = parse_request(words)
@@ -163,6 +168,7 @@ def test_pooling_in_words(words, expression):
 
 @pytest.mark.parametrize("words, says", [
     ("max pooling on 8x64x56x56", "pooling needs its window"),
+    ("max pool 2d on 8x64x56x56", "pooling needs its window"),
     ("adaptive avg pool on 8x64x56x56", "adaptive pooling needs its output size"),
     ("lp pooling on 8x64x56x56", "this pooling"),
     ("max pooling with 2x2 windows and relu on 8x64x56x56", "I read max_pool2d but you also named relu"),
