@@ -68,7 +68,8 @@ _PAIR = re.compile(r"\b(?:dims?|axes|axis|dimensions?)\s*(-?\d)\s*(?:and|,|&|wit
 _LAST_TWO = re.compile(r"\b(?:the\s+)?last\s+two\s+dim(?:ension)?s\b|最后两维", _F)
 _ORDER = re.compile(r"\(\s*(\d(?:\s*,\s*\d)+)\s*\)|\[\s*(\d(?:\s*,\s*\d)+)\s*\]|"
                     r"\b(?:to|order|dims)\s+(\d(?:\s*,\s*\d)+)\b", _F)
-_COUNT = re.compile(r"\b(two|three|four|2|3|4)\s+(?:tensors|inputs|arrays|matrices)\b|([两三四])个(?:张量|输入)", _F)
+# "two tensors", "two 1024x512 tensors" (the shape read out before: a ';' and spaces), "两个张量"
+_COUNT = re.compile(r"\b(two|three|four|2|3|4)\s+[;\s]*(?:tensors|inputs|arrays|matrices)\b|([两三四])个(?:张量|输入)", _F)
 _COUNTS = {"two": 2, "three": 3, "four": 4, "两": 2, "三": 3, "四": 4}
 
 

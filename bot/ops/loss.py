@@ -74,6 +74,7 @@ SUPPORTED = ("over the last dim", "cross_entropy(logits, target), nll_loss(log_p
              f"{', '.join(FORMULAS)} (reduction 'mean', 'sum' or 'none'; kl_div also 'batchmean')")
 ALIASES = {"crossentropy": CE_OP}
 TRIPLET = "triplet_margin_loss"
+HINGE, COSINE_LOSS, COSINE = "hinge loss", "cosine similarity loss", "cosine similarity"
 # torch's positional order of cross_entropy's and nll_loss's arguments
 _CLASS_ORDER = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
 KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]), CE_GRAD: {"reduction"},
@@ -155,21 +156,35 @@ LOSS_WORDS = [(re.compile(p, _F), fn) for p, fn in [
     (r"\bsoft[\s_-]?margin(?:[\s_-]+loss)?\b", "soft_margin_loss"),
     (r"\bkl[\s_-]?div(?:ergence)?(?:[\s_-]+loss)?\b|\bkullback[\s_-]+leibler(?:[\s_-]+divergence)?\b|kl\s*散度", "kl_div"),
     (r"\btriplet(?:[\s_-]+margin)?(?:[\s_-]+loss)?\b|三元组损失", TRIPLET),
+    (r"\bhinge[\s_-]+embedding(?:[\s_-]+loss)?\b", "hinge_embedding_loss"),
+    (r"\bmargin[\s_-]+ranking(?:[\s_-]+loss)?\b", "margin_ranking_loss"),
+    (r"\bcosine[\s_-]+embedding(?:[\s_-]+loss)?\b", "cosine_embedding_loss"),
+    # not torch functions, as people name them: max(0, 1 - x * y); 1 - cos(x, y); cos(x, y) itself
+    (r"\bhinge[\s_-]+loss\b", HINGE),
+    (r"\bcosine[\s_-]+similarity[\s_-]+loss\b|余弦相似度损失", COSINE_LOSS),
+    (r"\bcosine[\s_-]+similarity\b(?![\s_-]+loss)|余弦相似度(?!损失)", COSINE),
 ]]
+# The words' losses that are no torch function: their expressions over x and y, before a reduction
+# (the cosine over `dim`, torch's cosine_similarity's default 1 unless the words name one).
+_WORD_FORMULAS = {HINGE: "relu(1.0 - {a} * {b})", COSINE_LOSS: "1.0 - cosine_similarity({a}, {b}, dim={dim})",
+                  COSINE: "cosine_similarity({a}, {b}, dim={dim})"}
 _SUM_WORD = re.compile(r"\breduction\s*[=:]?\s*['\"]?sum\b['\"]?|\bsummed\b|\b(?:sum|total)\s+reduction\b|求和", _F)
 _NONE_WORD = re.compile(r"\breduction\s*[=:]?\s*['\"]?none\b['\"]?|\bper[\s-]element\b|\belementwise\b|"
                         r"\b(?:no|without)\s+reduction\b|\bunreduced\b|逐元素|不(?:做)?归约", _F)
-_BATCHMEAN_WORD = re.compile(r"\bbatch[\s_-]?mean\b|\breduction\s*[=:]?\s*['\"]?batchmean\b['\"]?", _F)
+_BATCHMEAN_WORD = re.compile(r"\bbatch[\s_-]?mean(?:\s+reduction)?\b|\breduction\s*[=:]?\s*['\"]?batchmean\b['\"]?", _F)
 _LOSS_PARAMS = {key: re.compile(rf"\b{key}\s*(?:of|=|:|is)?\s*({NUM}){END}", _F) for key in ("beta", "delta", "margin")}
-_OPERANDS = {TRIPLET: ("anchor", "positive", "negative"), "binary_cross_entropy_with_logits": ("logits", "target")}
+_OPERANDS = {TRIPLET: ("anchor", "positive", "negative"), "binary_cross_entropy_with_logits": ("logits", "target"),
+             **dict.fromkeys(("margin_ranking_loss", "cosine_embedding_loss"), ("x1", "x2", "y"))}
 # "between x and y", "between two tensors": the operands, named or not
-_BETWEEN = re.compile(r"\bbetween\s+(?:(?:the\s+)?two\b|([A-Za-z_]\w*)\s+and\s+([A-Za-z_]\w*)\b)|([A-Za-z_]\w*)\s*(?:和|与)\s*"
+_BETWEEN = re.compile(r"\bbetween\s+(?:(?:the\s+)?two\b|([A-Za-z_]\w*)\s+and\s+([A-Za-z_]\w*)\b|"
+                      r"(?=[;\s]*(?:tensors|inputs|matrices|arrays)\b))|([A-Za-z_]\w*)\s*(?:和|与)\s*"
                       r"([A-Za-z_]\w*)\s*之间", _F)
 
 
-def loss_words(text: str) -> tuple[str, str, list[str]]:
+def loss_words(text: str, dims: list[int]) -> tuple[str, str, list[str]]:
     """(expression, text without the words read, notes) for 'mse loss between x and y',
-    'huber loss with delta 2, summed', 'kl divergence, batchmean', 'triplet margin loss margin 0.5'."""
+    'huber loss with delta 2, summed', 'kl divergence, batchmean', 'triplet margin loss margin 0.5',
+    'cosine similarity along dim 1' (dims: the dims the words name)."""
     found = {fn for pattern, fn in LOSS_WORDS if pattern.search(text)}
     if len(found) > 1:
         raise GenerationError(f"I found {' and '.join(sorted(found))}: which loss? Or write it as PyTorch does, e.g. "
@@ -178,8 +193,12 @@ def loss_words(text: str) -> tuple[str, str, list[str]]:
     notes = []
     reduction = ("batchmean" if _BATCHMEAN_WORD.search(text) else "sum" if _SUM_WORD.search(text)
                  else "none" if _NONE_WORD.search(text) else None)
-    if reduction is None:
-        notes.append(f"no reduction named: averaging over every element (reduction='mean', like F.{fn})")
+    if fn == COSINE and reduction is not None:
+        raise GenerationError("cosine similarity is one value a row, not a loss to reduce: say 'cosine similarity "
+                              "loss' for the mean of 1 - cos, or write it, e.g. 'sum(F.cosine_similarity(x, y))'")
+    if reduction is None and fn != COSINE:
+        notes.append(f"no reduction named: averaging over every element (reduction='mean'"
+                     f"{'' if fn in _WORD_FORMULAS else f', like F.{fn}'})")
     elif reduction == "batchmean" and fn != "kl_div":
         raise GenerationError(f"reduction 'batchmean' is kl_div's; {fn} takes mean, sum or none")
     args = list(_OPERANDS.get(fn, ("x", "y")))
@@ -190,15 +209,42 @@ def loss_words(text: str) -> tuple[str, str, list[str]]:
         text = _BETWEEN.sub(_blank, text)
     for key, pattern in _LOSS_PARAMS.items():
         if m := pattern.search(text):
-            if key not in FORMULAS[fn][1]:
-                raise GenerationError(f"{fn} takes no {key}; its parameters: {', '.join(FORMULAS[fn][1]) or 'none'}")
+            if fn in _WORD_FORMULAS or key not in FORMULAS[fn][1]:
+                raise GenerationError(f"{fn} takes no {key}; its parameters: "
+                                      f"{', '.join(FORMULAS[fn][1]) if fn in FORMULAS else 'none'}")
             args.append(f"{key}={float(m.group(1))!r}")
             text = pattern.sub(_blank, text)
-    if reduction and reduction != "mean":
-        args.append(f"reduction='{reduction}'")
     for pattern in [p for p, _ in LOSS_WORDS] + [_SUM_WORD, _NONE_WORD, _BATCHMEAN_WORD, _MEAN, _CE_NAMES]:
         text = pattern.sub(_blank, text)
+    if fn in _WORD_FORMULAS:
+        return _word_formula(fn, args, reduction, dims, notes), text, notes
+    if reduction and reduction != "mean":
+        args.append(f"reduction='{reduction}'")
     return f"{fn}({', '.join(args)})", text, notes
+
+
+def row_target_shapes(text: str, shapes: list[tuple[str | None, list[int]]]) -> list[tuple[str | None, list[int]]]:
+    """The shapes the words give, where a target has one value a row (cosine embedding's y: [N] of
+    [N, D] inputs) and the words name none for it: each case's shape as x1's and x2's, [N] y's."""
+    if not _COSINE_EMBEDDING.search(text) or any(label in ("x1", "x2", "y") for label, _ in shapes):
+        return shapes
+    return [(n, s if n != "y" else s[:-1]) for _, s in shapes for n in ("x1", "x2", "y")]
+
+
+_COSINE_EMBEDDING = re.compile(r"\bcosine[\s_-]+embedding\b", _F)
+
+
+def _word_formula(fn: str, args: list[str], reduction: str | None, dims: list[int], notes: list[str]) -> str:
+    """A loss the words name that is no torch function, over its operands, reduced as said: a
+    cosine over the dim the words name (else dim 1), a hinge loss over every element or the dim named."""
+    if len(dims) > 1:
+        raise GenerationError(f"{fn} over dims {dims}: name one dim")
+    if fn != HINGE and not dims:
+        notes.append("no dim named: the cosine over dim 1, as F.cosine_similarity's default")
+    body = _WORD_FORMULAS[fn].format(a=args[0], b=args[1], dim=dims[0] if dims else 1)
+    if reduction == "none" or fn == COSINE:
+        return body
+    return f"{reduction or 'mean'}({body}, dim={dims[0] if dims and fn == HINGE else None})"
 
 
 # ---------------------------------------------------------------- IR rule

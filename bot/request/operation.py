@@ -158,7 +158,10 @@ def _cross_entropy_words(prose: str, rd: Reading) -> ir.Node:
 
 
 def _loss_words(prose: str, rd: Reading) -> ir.Node:
-    return _family_words(lambda p: (*loss.loss_words(p), []), prose, rd, "'F.mse_loss(relu(x), y)'")
+    rd.shapes = loss.row_target_shapes(prose, rd.shapes)
+    node = _family_words(lambda p: (*loss.loss_words(p, rd.dims), []), prose, rd, "'F.mse_loss(relu(x), y)'")
+    rd.dims = []                        # a cosine's: said in the expression
+    return node
 
 
 def _conv_words(prose: str, rd: Reading) -> ir.Node:

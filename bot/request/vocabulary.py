@@ -33,7 +33,7 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
     (r"\brotary\b|\brope\b", "rotary position embedding (RoPE)"),
     (r"\b(?:quick|fast)[\s_-]?gelu\b", "a fast or quick GELU (an approximation: say 'gelu with tanh approximation', or "
      "write x * sigmoid(1.702 * x))"),
-    (r"\bgather\b|\bindex[\s_]select\b|\bembedding\b", "indexing in words (write it as code with its shapes, e.g. "
+    (r"\bgather\b|\bindex[\s_]select\b|(?<!hinge[\s_-])(?<!cosine[\s_-])\bembedding\b", "indexing in words (write it as code with its shapes, e.g. "
      "'F.embedding(ids, weight) with ids 8x512 and weight 32000x4096', 'torch.gather(x, 1, idx)', "
      "'x.index_select(0, idx)')"),
     (r"\bscatter\w*|\bindex_(?:add|copy|fill|put)\w*", "scatter (writes at indexed positions)"),
@@ -42,10 +42,10 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
     (r"\breshape\b|\bview\s+as\b", "a reshape in words (views that add or remove unit dims are read as code, "
      "e.g. x.unsqueeze(1), x.view(1, -1))"),
     (r"\bdropout\b", "dropout"),
-    (r"\bbinary[\s_-]+cross[\s_-]?entropy\b(?![\s_-]+(?:loss[\s_-]+)?with[\s_-]+logits)|\bnll\w*|\bhinge\w*|"
-     r"\bcosine[\s_-]+(?:similarity|embedding)\w*|\bmargin[\s_-]+ranking\w*",
-     "this loss (in words: mse, l1, smooth l1, huber, kl divergence, bce with logits, soft margin, triplet margin "
-     "and cross entropy; others written as PyTorch does, e.g. 'mean(clamp(1 - x * y, min=0))', or paste the module)"),
+    (r"\bbinary[\s_-]+cross[\s_-]?entropy\b(?![\s_-]+(?:loss[\s_-]+)?with[\s_-]+logits)|\bnll\w*",
+     "this loss (in words: mse, l1, smooth l1, huber, kl divergence, bce with logits, soft margin, triplet margin, "
+     "hinge, hinge embedding, margin ranking, cosine embedding, cosine similarity and cross entropy; others written "
+     "as PyTorch does, e.g. 'F.binary_cross_entropy(torch.sigmoid(x), y)', or paste the module)"),
     (r"\bprelu\b|\bsin\b|\bcos\b|\bfloor\b|\bceil\b(?![\s_-]*mode)|\bround\b|\bsign\b", ""),
 ]]
 

@@ -182,6 +182,15 @@ def test_triplet_margin_loss_refusals_name_what_works():
     ("均方误差 64x256", "F.mse_loss(x, y)"),
     ("p 与 q 之间的 kl 散度 8x16", "F.kl_div(p, q)"),
     ("cross entropy, reduction sum, 64x1000", "F.cross_entropy(logits, target, reduction='sum')"),
+    # torch's other formulas, and losses as people name them that torch has no function for
+    ("hinge embedding loss on 128x10", "F.hinge_embedding_loss(x, y)"),
+    ("margin ranking loss with margin 0.2 on 128x1", "F.margin_ranking_loss(x1, x2, y, margin=0.2)"),
+    ("hinge loss of 8x16", "mean(relu(1.0 - x * y), dim=None)"),      # every element, as a loss reduces
+    ("hinge loss between p and t, summed, over the last dim of 8x16", "torch.sum(torch.relu(1.0 - p * t), dim=-1)"),
+    ("cosine similarity between x and y over the last dim of 8x16", "F.cosine_similarity(x, y, dim=-1)"),
+    ("cosine similarity loss on 128x512", "torch.mean(1 - F.cosine_similarity(x, y, dim=1))"),
+    ("mse loss between 4096x1024 tensors", "F.mse_loss(x, y)"),
+    ("kl divergence loss on 128x1000 with batchmean reduction", "F.kl_div(x, y, reduction='batchmean')"),
 ])
 def test_losses_in_words(words, call):
     spec, _ = parse_request(words)
@@ -192,7 +201,8 @@ def test_losses_in_words(words, call):
     ("mse loss and huber loss of 8x16", "which loss"),
     ("mse loss with margin 2 of 8x16", "mse_loss takes no margin"),
     ("l1 loss with batchmean of 8x16", "'batchmean' is kl_div's"),
-    ("hinge loss of 8x16", "this loss"),
+    ("nll loss of 8x16", "this loss"),
+    ("cosine similarity summed on 8x8", "not a loss to reduce"),
 ])
 def test_loss_words_refused_say_what_works(words, says):
     with pytest.raises(GenerationError, match=says):
