@@ -280,8 +280,10 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
 
 def _matmul_shape(a: list[int], b: list[int]) -> list[int]:
     if len(a) < 2 or len(b) < 2 or (len(b) > 2 and len(a) != len(b)):
+        vector = (" (a vector operand: give it as a [K, 1] or [1, K] matrix, e.g. v 4096x1)"
+                  if min(len(a), len(b)) < 2 else "")
         raise IRError(f"matmul takes a [M, K] @ b [K, N], batched a [..., M, K] @ b [..., K, N], or a [..., M, K] @ "
-                      f"b [K, N]; got {a} @ {b}")
+                      f"b [K, N]; got {a} @ {b}{vector}")
     if a[-1] != b[-2]:
         raise IRError(f"matmul: a {a} has K = {a[-1]} but b {b} has K = {b[-2]}; they must match")
     if len(b) > 2 and b[:-2] != a[:-2]:

@@ -100,7 +100,18 @@ def _matmul_cases(rd: Reading, batch: int | None, prose: str) -> None:
     if names and None not in labels and sorted(labels) == sorted(names):
         rd.named_shapes, rd.shapes = dict(named), []
         return
+    if rd.node is not None and rd.node.op == ir.MATMUL and _shared_weight(rd.shapes):
+        # '16x1024x2048 by 2048x768': a 3-D (or 4-D) a by one 2-D b, which no M, N, K says
+        rd.named_shapes = {x.name: s for x, (_, s) in zip(rd.node.args, rd.shapes)}
+        rd.shapes = []
+        return
     rd.shapes = [(None, p) for p in mmf.problems(operand_order(rd.shapes), rd.batched, batch, rd.op_notes)]
+
+
+def _shared_weight(shapes: list[tuple[str | None, list[int]]]) -> bool:
+    """Two shapes, a [..., M, K] of 3 or 4 dims and a [K, N]: the product of a batch by one weight."""
+    return (len(shapes) == 2 and len(shapes[0][1]) in (3, 4) and len(shapes[1][1]) == 2
+            and shapes[0][1][-1] == shapes[1][1][0])
 
 
 def _operand_label(label: str | None, names: list[str], shapes: list) -> str | None:

@@ -45,7 +45,7 @@ FILLER_CJK = tuple(sorted("""
 和 与 及 以及 并 在 上 中 对 用 使用 为 是 把 将 其 每个 所有 融合 快速 高效 优化 一些 基于 针对 支持
 """.split(), key=len, reverse=True))
 
-_TOKEN = re.compile(r"(?P<rank>\b[1-4]-[dD]\b|\be\.g\.|\bi\.e\.)|(?P<num>\d+(?:\s*[x×*]\s*\d+)+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|(?P<word>[A-Za-z][A-Za-z0-9_]*)"
+_TOKEN = re.compile(r"(?P<rank>\b[1-4]-?[dD]\b|\be\.g\.|\bi\.e\.)|(?P<num>\d+(?:\s*[x×*]\s*\d+)+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|(?P<word>[A-Za-z][A-Za-z0-9_]*)"
                     r"|(?P<cjk>[\u3400-\u9fff]+)|(?P<sym>\*\*|[@*^=<>%~|!$#]|\[\s*\]|\(\s*\))")
 
 
@@ -70,7 +70,7 @@ def _meaningful(m: re.Match, names: set[str] | frozenset[str]) -> list[tuple[int
     if kind == "cjk":
         return _cjk_left(token, m.start())
     if kind == "rank":
-        return []                          # "a 3-D tensor": the shapes say it
+        return []                          # "a 3-D tensor", "3D": the shapes say it
     return [m.span()]
 
 
