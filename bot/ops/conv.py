@@ -63,11 +63,13 @@ CONFIGS = [
 
 # ---------------------------------------------------------------- words
 
-# "conv2d 3x3", "depthwise convolution", "transposed conv 2d", "1x1 pointwise conv", "卷积", "转置卷积"
-CONV_WORD = re.compile(r"\b(depthwise\s+|pointwise\s+|grouped\s+)?(transposed?\s+)?conv(?:olution)?(?:[\s_-]*([123])[\s_-]?d)?\b|"
-                       r"\bconv_?transpose([123])d\b|\b(deconv)(?:olution)?\b|(深度|逐点)?(转置)?卷积", _F)
+# "conv2d 3x3", "depthwise convolution", "transposed conv 2d", "conv transpose 2d", "conv_transpose2d",
+# "1x1 pointwise conv", "卷积", "转置卷积"
+CONV_WORD = re.compile(r"\b(depthwise\s+|pointwise\s+|grouped\s+)?(transposed?\s+)?conv(?:olution)?(?:[\s_-]*([123])[\s_-]?d)?\b"
+                       r"(?![\s_-]*transpose)|\b(conv(?:olution)?[\s_-]?transposed?)(?:[\s_-]*([123])[\s_-]?d)?\b|"
+                       r"\b(deconv)(?:olution)?\b|(深度|逐点)?(转置)?卷积", _F)
 _KERNEL = window_sizes(r"(?:(?:depthwise|pointwise|grouped|transposed?)\s+)*conv|(?:深度|逐点|转置)?卷积", "kernel",
-                      "卷积核", rf"(?:(?<=\dd)|(?<=conv)|(?<=olution))\s+{SIZES}(?![\w.]|\s*[x×]\s*\d)")
+                      "卷积核", rf"(?:(?:(?<=\dd)|(?<=conv)|(?<=olution))\s+|(?<=卷积)\s*){SIZES}(?![\w.]|\s*[x×]\s*\d)")
 _OUT_CHANNELS = re.compile(r"\b(\d+)\s+(?:output|out)[\s_-]?channels\b|\b(\d+)\s+filters\b|"
                            r"\b(?:out(?:put)?[\s_-]?channels|filters)\s*(?:of|=|:|is)?\s*(\d+)\b|输出通道(?:数)?\s*(?:为|是|=|:)?\s*(\d+)", _F)
 _CONV_PARAMS = {**WINDOW_PARAMS, "groups": param("groups?", "分组")}
@@ -79,16 +81,16 @@ def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
     """(expression, text without the words read, notes, the weight's and bias's shapes as (name, shape)
     per case) for 'conv2d 3x3 with 64 output channels, stride 2, padding 1 on 8x32x56x56'."""
     m = CONV_WORD.search(text)
-    depthwise = bool(m.group(1) and m.group(1).startswith("depthwise") or m.group(6) == "深度")
-    pointwise_ = bool(m.group(1) and m.group(1).startswith("pointwise") or m.group(6) == "逐点")
-    transposed = bool(m.group(2) or m.group(4) or m.group(5) or m.group(7))
+    depthwise = bool(m.group(1) and m.group(1).startswith("depthwise") or m.group(7) == "深度")
+    pointwise_ = bool(m.group(1) and m.group(1).startswith("pointwise") or m.group(7) == "逐点")
+    transposed = bool(m.group(2) or m.group(4) or m.group(6) or m.group(8))
     inputs = [s for label, s in shapes if label not in ("w", "b", "weight", "bias")]      # "on 8x32x56x56": x
     if not inputs or any(len(s) not in (3, 4, 5) for s in inputs):
         raise IRError("a convolution in words needs the input's shape, batch x channels x the convolved dims, e.g. "
                       "'conv2d 3x3 with 64 output channels on 8x32x56x56'")
     kernel, text = taken(_KERNEL, text)
     kernel = kernel or ((1,) if pointwise_ else None)
-    said = m.group(3) or m.group(4)
+    said = m.group(3) or m.group(5)
     nd = int(said) if said else len(kernel) if kernel and len(kernel) > 1 else len(inputs[0]) - 2
     if kernel is None:
         raise IRError("a convolution needs its kernel size: say 'conv2d 3x3' or 'kernel size 3'")

@@ -23,8 +23,11 @@ BAD_DTYPE = re.compile(r"\b(?:u?int(?:4|8|16|32|64)|fp8\w*|float8\w*|fp64|float6
                        r"nvfp4|mxfp\d+|complex\d*)\b|双精度", _F)
 
 OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, what in [
-    (r"\baddmm\b|\beinsum\b|\bdot[\s-]product\b(?![\s_-]+attention)|\bmatrix[\s-]vector\s+product\b|\blinear\s+layer\b",
+    (r"\baddmm\b|\beinsum\b|\bdot[\s-]product\b(?![\s_-]+attention)|\blinear\s+layer\b",
      "this form of matrix multiplication (say 'matmul a @ b with bias' instead)"),
+    (r"\bmatrix[\s-]vector\s+(?:product|multipl\w*)\b|\bmat[\s_-]?vec\b|\bgemv\b",
+     "a matrix-vector product in words (write it with the vector as a [K, 1] matrix, e.g. 'a @ v with a "
+     "4096x4096 and v 4096x1')"),
     (r"\bconvolve\b|\b(?:separable|dilated?[\s_-]+causal|causal|deformable|circular)[\s_-]+conv\w*",
      "this convolution (conv1d/2d/3d, transposed, depthwise and grouped are supported)"),
     (r"\b(?:arg)?sort\w*|排序", "sorting"),
@@ -100,13 +103,14 @@ SHAPE = re.compile(
     _F)
 # Numbers that size something other than a tensor: "3x3 kernel", "2x2 max pool", "kernel size 3".
 _PARAM_NOUN = (r"(?:kernels?|windows?|filters?|patch(?:es)?|strides?|pool\w*|tiles?|blocks?|grids?|stencils?|"
-               r"conv\w*|neighbou?rhoods?|dilations?|paddings?|groups?|chunks?|steps?|heads?|窗口|卷积核|核|池化|步长)")
+               r"conv\w*(?:[\s_-]+transposed?)?|neighbou?rhoods?|dilations?|paddings?|groups?|chunks?|steps?|heads?|窗口|卷积核|卷积|核|池化|步长)")
 PARAM_AFTER = re.compile(rf"[\s-]*(?:(?:max|min|avg|average|mean|sum|depthwise|pointwise|transposed?|grouped|深度|逐点|转置|"
                          rf"最大|平均)"
                          rf"\s*)?{_PARAM_NOUN}(?![a-z])", _F)
 PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:[\s_-]*[123][\s_-]?d)?(?:\s*(?:size|shape|is|=|:|为|大小))*\s*$|"
                           r"\badaptive\s+(?:max|avg|average|mean)[\s_-]*pool\w*(?:[\s_-]*[123][\s_-]?d)?\s+to\s*$|"
-                          r"\boutput[\s_-]?size\s*(?:of|=|:|is)?\s*$", _F)
+                          r"\boutput[\s_-]?size\s*(?:of|=|:|is)?\s*$|"
+                          r"\bout(?:put)?[\s_-]?channels\s*(?:of|=|:|is)?\s*$|输出通道(?:数)?\s*(?:为|是|=|:)?\s*$", _F)
 # The word a shape belongs to: "b: [4096]", "bias of shape 4096", "x 1024x4096".
 LABEL = re.compile(r"(?<![-\w])([A-Za-z_]\w*)\s*(?:(?:\b(?:is|has|with|of|shape[ds]?|size|length|a|an|the|1-?d|vector|"
                    r"tensor|matrix|array)\b|[:=]|的|形状|为|是|大小)\s*)*[(\[]?\s*$", _F)
