@@ -126,7 +126,7 @@ REFUSED = [
     # layout
     ("reshape x to 64x64", "reshape"),
     ("scatter add of x at idx", "scatter"),
-    ("embedding lookup of the ids", "write it as code"),
+    ("embedding lookup of the ids", "needs two shapes"),
     ("permute x on 8x64x32", "new order of the dims"),
     ("transpose x and y on 8x64", "moves one tensor"),
     ("reverse the rows of x", "operation"),

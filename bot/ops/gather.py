@@ -15,6 +15,7 @@ dim reads 0 where torch raises: the kernel never reads outside the table.
 from __future__ import annotations
 
 import ast
+import re
 
 from bot.codegen.code import Code, jit_source, launch
 from bot.codegen.kernel_file import KernelFile
@@ -22,6 +23,7 @@ from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import (Call, IRError, Node, arguments, call, is_int_literal, is_none, keywords_text, number,
                           prints)
+from bot.ops.text import FLAGS as _F, blank as _blank
 
 NAME = "gather"
 INDEX_SELECT, GATHER, EMBEDDING = "index_select", "gather", "embedding"
@@ -46,6 +48,54 @@ ROWS_CONFIGS = [{"BLOCK_K": k, "BLOCK_I": i, "num_warps": w}
                 for k, i, w in [(4, 1024, 4), (1, 1024, 4), (16, 128, 4), (64, 32, 4), (8, 512, 8), (2, 2048, 8)]]
 # gather: outputs a program and warps
 GATHER_CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(1024, 4), (2048, 8), (512, 4), (4096, 8)]]
+
+
+# ---------------------------------------------------------------- words
+
+# "embedding lookup with a 32000x4096 table and 16x512 token ids", "index_select rows of 10000x128 with
+# 512 indices", "嵌入查表"; torch.gather in words stays refused (its index has the output's shape).
+LOOKUP_WORD = re.compile(r"\bembedding(?:s)?(?:[\s_-]+lookup)?\b|\bembed\b|\bindex[\s_-]?select(?:ion)?\b|"
+                         r"嵌入(?:查找|查表)?", _F)
+_TABLE_WORD = re.compile(r"\b(?:tables?|weights?|vocab(?:ulary)?|matrix)\b|词表|权重|表", _F)
+_INDEX_WORD = re.compile(r"\b(?:(?:token[\s_-]+)?ids|indices|indexes|tokens)\b|索引|下标", _F)
+_ROWS = re.compile(r"\brows\b|行", _F)
+_COUNT = re.compile(r"\b(\d+)\s+(?:(?:token[\s_-]+)?ids|indices|indexes|tokens)\b", _F)
+
+
+def lookup_words(text: str, shapes: list[tuple[str | None, list[int]]],
+                 dims: list[int]) -> tuple[str, str, list[str], list[tuple[str, list[int]]]]:
+    """(expression, text without the words read, notes, the table's and the indices' shapes) for an
+    embedding lookup or an index_select in words. Of the two shapes, the table is said first where
+    its word ('table', 'weight') comes before the indices' ('ids', 'indices'), else second; one 2-D
+    shape beside one of another rank is the table whatever the words' order."""
+    embedding = not re.search(r"index[\s_-]?select", text, re.I)
+    given = [s for _, s in shapes]
+    if len(given) == 1 and (m := _COUNT.search(text)):         # "with 512 indices": a 1-D index of 512
+        given.append([int(m.group(1))])
+        text = text[:m.start(1)] + " " * len(m.group(1)) + text[m.end(1):]
+    if len(given) != 2:
+        raise IRError("a lookup in words needs two shapes, the table's and the indices', e.g. 'embedding lookup with "
+                      "a 32000x4096 table and 16x512 token ids'")
+    table_at, index_at = (m.start() if (m := p.search(text)) else None for p in (_TABLE_WORD, _INDEX_WORD))
+    ranks = [len(s) for s in given]
+    if ranks.count(2) == 1 and (embedding or ranks.count(1) == 1):
+        table, index = (given[0], given[1]) if ranks[0] == 2 else (given[1], given[0])
+    elif table_at is not None and index_at is not None:
+        table, index = (given[0], given[1]) if table_at < index_at else (given[1], given[0])
+    else:
+        raise IRError("which shape is the table and which the indices? Say e.g. 'a 32000x4096 table and 16x512 ids'")
+    for pattern in (LOOKUP_WORD, _TABLE_WORD, _INDEX_WORD, _ROWS):
+        text = pattern.sub(_blank, text)
+    if embedding:
+        if len(table) != 2:
+            raise IRError(f"an embedding table is 2-D [rows, width]; got {table}")
+        return "embedding(ids, weight)", text, [], [("weight", table), ("ids", index)]
+    if len(index) != 1 or len(dims) > 1:
+        raise IRError("index_select takes a 1-D index and one dim, e.g. 'index_select rows of 10000x128 with 512 "
+                      "indices' (dim 0) or 'along dim 1'")
+    dim = dims[0] if dims else 0
+    notes = [] if dims else ["no dim named: selecting along dim 0 (rows)"]
+    return f"index_select(x, {dim}, idx)", text, notes, [("x", table), ("idx", index)]
 
 
 # ---------------------------------------------------------------- IR rule

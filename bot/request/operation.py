@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.ops import attention, channel_norm, conv, fused, layout, loss, norm, pool, registry, scan
+from bot.ops import attention, channel_norm, conv, fused, gather, layout, loss, norm, pool, registry, scan
 from bot.ops import matmul as mmf
 from bot.ops.text import blank as _blank
 from bot.request import order
@@ -42,6 +42,8 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
         return _channel_norm_words(prose, rd)
     if expr is None and layout.LAYOUT_WORD.search(prose):
         return _layout_words(prose, rd)
+    if expr is None and gather.LOOKUP_WORD.search(prose):
+        return _lookup_words(prose, rd)
     said, (found, prose) = prose, _find_op_words(prose)
     if m := VAGUE_NORM.search(prose):
         raise GenerationError(f"which {m.group(0)!r} do you mean? Say 'L2 norm' (or L1, max, Frobenius) for a vector "
@@ -186,6 +188,15 @@ def _layout_words(prose: str, rd: Reading) -> ir.Node:
     rd.dims = []                        # said in the expression
     if node.op == layout.PERMUTE:       # the shape reader took its order, "(0, 2, 1)", for a shape
         rd.shapes = [s for s in rd.shapes if not layout.is_order(s[1])]
+    return node
+
+
+def _lookup_words(prose: str, rd: Reading) -> ir.Node:
+    """An embedding lookup or index_select in words: the shapes it names are the table's and the indices'."""
+    given, rd.shapes = rd.shapes, []
+    node = _family_words(lambda p: gather.lookup_words(p, given, rd.dims), prose, rd,
+                         "'F.embedding(ids, weight)' or 'x.index_select(0, idx)'")
+    rd.dims = []                        # said in the expression
     return node
 
 

@@ -36,7 +36,7 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
     (r"\brotary\b|\brope\b", "rotary position embedding (RoPE)"),
     (r"\b(?:quick|fast)[\s_-]?gelu\b", "a fast or quick GELU (an approximation: say 'gelu with tanh approximation', or "
      "write x * sigmoid(1.702 * x))"),
-    (r"\bgather\b|\bindex[\s_]select\b|(?<!hinge[\s_-])(?<!cosine[\s_-])\bembedding\b", "indexing in words (write it as code with its shapes, e.g. "
+    (r"\bgather\b", "indexing in words (write it as code with its shapes, e.g. "
      "'F.embedding(ids, weight) with ids 8x512 and weight 32000x4096', 'torch.gather(x, 1, idx)', "
      "'x.index_select(0, idx)')"),
     (r"\bscatter\w*|\bindex_(?:add|copy|fill|put)\w*", "scatter (writes at indexed positions)"),

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 import torch
-from generated import load
+from generated import error, load
 
 from bot import ir, lower_torch
 from bot.generators.interface import GenerationError
@@ -148,3 +148,29 @@ def test_one_kernel_serves_cases_of_different_ranks(tmp_path):
     for case in protocol.cases(spec):
         args = inputs.make_inputs(spec, case, protocol.dtype_variants(spec)[0], 0, "cpu")
         torch.testing.assert_close(kernel(*args), reference(*args), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("words, expression, given", [
+    ("embedding lookup with a 32000x4096 table and 16x512 token ids fp16", "embedding(ids, weight)",
+     {"ids": [16, 512], "weight": [32000, 4096]}),
+    ("embedding lookup with 16x512 ids and a 32000x4096 table", "embedding(ids, weight)",
+     {"ids": [16, 512], "weight": [32000, 4096]}),
+    ("嵌入查表 词表 32000x4096 索引 16x512", "embedding(ids, weight)", {"ids": [16, 512], "weight": [32000, 4096]}),
+    ("index_select rows of 10000x128 with 512 indices", "index_select(x, 0, idx)", {"x": [10000, 128], "idx": [512]}),
+    ("index select along dim 1 of 64x1000 with 100 indices", "index_select(x, 1, idx)", {"x": [64, 1000], "idx": [100]}),
+])
+def test_lookups_in_words_take_the_table_and_the_indices_apart(words, expression, given):
+    spec, _ = parse_request(words)
+    assert spec["expression"] == expression
+    assert {i["name"]: i["shapes"][0] for i in spec["inputs"]} == given
+    index = next(i for i in spec["inputs"] if i.get("domain") == "index")
+    assert set(index["dtypes"]) == {"int64"}
+
+
+@pytest.mark.parametrize("words, says", [
+    ("embedding lookup 16x512, 32000x4096", "which shape is the table"),
+    ("embedding lookup of 16x512", "needs two shapes"),
+    ("gather along dim 1 of 8x16", "indexing in words"),
+])
+def test_lookups_in_words_refused_say_what_works(words, says):
+    assert says in error(words)
