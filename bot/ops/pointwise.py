@@ -126,7 +126,8 @@ WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     (r"\btanh[\s_-]?shrink\b", "step", "tanhshrink"),
     (rf"\bsoft[\s_-]?shrink\b{_PARAM}", "step", "softshrink"),
     (rf"\bhard[\s_-]?shrink\b{_PARAM}", "step", "hardshrink"),
-    (r"\bgelu[\s_-]*\(?\s*tanh(?:[\s_-]+approx\w*)?\b|\btanh[\s-]+approx\w*|\bapprox\w*\s*[=:]?\s*['\"]?tanh\b", "step", "gelu_tanh"),
+    (r"\bgelu[\s_-]*\(?\s*tanh(?:[\s_-]+approx\w*)?\b|\btanh[\s-]+approx\w*|\bapprox\w*\s*[=:]?\s*['\"]?tanh\b|"
+     r"\bnew[\s_-]?gelu\b", "step", "gelu_tanh"),            # NewGELU: GPT-2's tanh approximation
     (r"\b(?:exact\s+)?gelu(?:[\s_-]*\(?\s*(?:erf|exact))?\b", "step", "gelu"),
     (r"\bsilu\b|\bswish\b", "step", "silu"),
     (r"\bsigmoid\b", "step", "sigmoid"),

@@ -100,18 +100,28 @@ def _matmul_cases(rd: Reading, batch: int | None, prose: str) -> None:
     if names and None not in labels and sorted(labels) == sorted(names):
         rd.named_shapes, rd.shapes = dict(named), []
         return
-    if rd.node is not None and rd.node.op == ir.MATMUL and _shared_weight(rd.shapes):
-        # '16x1024x2048 by 2048x768': a 3-D (or 4-D) a by one 2-D b, which no M, N, K says
+    if rd.node is not None and rd.node.op == ir.MATMUL and _operands(rd.node, rd.shapes):
         rd.named_shapes = {x.name: s for x, (_, s) in zip(rd.node.args, rd.shapes)}
         rd.shapes = []
         return
     rd.shapes = [(None, p) for p in mmf.problems(operand_order(rd.shapes), rd.batched, batch, rd.op_notes)]
 
 
-def _shared_weight(shapes: list[tuple[str | None, list[int]]]) -> bool:
-    """Two shapes, a [..., M, K] of 3 or 4 dims and a [K, N]: the product of a batch by one weight."""
-    return (len(shapes) == 2 and len(shapes[0][1]) in (3, 4) and len(shapes[1][1]) == 2
-            and shapes[0][1][-1] == shapes[1][1][0])
+def _operands(mm: ir.Node, shapes: list[tuple[str | None, list[int]]]) -> bool:
+    """Two shapes that are a bare product's operands as they lie in memory, where no M, N, K says
+    them: a transposed one ('a @ b.T for 512x256 by 512x256'), or a 3-D or 4-D a by one 2-D b
+    ('16x1024x2048 by 2048x768')."""
+    if len(shapes) != 2 or any(len(s) < 2 for _, s in shapes):
+        return False
+    (_, a), (_, b) = shapes
+    transposed = bool(mm.attr("ta") or mm.attr("tb"))
+    if not transposed and not (len(a) in (3, 4) and len(b) == 2):
+        return False
+    try:
+        a, b = (mmf.logical(s, mm.attr(key)) for s, key in ((a, "ta"), (b, "tb")))
+    except ir.IRError:
+        return False
+    return a[-1] == b[-2] and (len(b) == 2 or a[:-2] == b[:-2])
 
 
 def _operand_label(label: str | None, names: list[str], shapes: list) -> str | None:

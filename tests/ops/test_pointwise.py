@@ -255,7 +255,7 @@ def test_nan_propagates_as_in_torch(tmp_path, expression, over_rows):
     ("softplus with threshold 5", "softplus(x, 1.0, 5.0)"),
     ("hardtanh with min -2 and max 2", "hardtanh(x, -2.0, 2.0)"), ("relu6 then hardtanh", "hardtanh(relu6(x))"),
     ("sigmoid, then tanh, then relu", "relu(tanh(sigmoid(x)))"), ("tanh followed by softplus", "softplus(tanh(x))"),
-    ("先 relu 然后 sigmoid", "sigmoid(relu(x))"),
+    ("先 relu 然后 sigmoid", "sigmoid(relu(x))"), ("new gelu", "gelu(x, approximate='tanh')"),
 ])
 def test_activations_in_words(words, typed):
     spec, _ = parse_request(words)
