@@ -39,7 +39,7 @@ REFUSED = [
     ("any over the last dim of a bool tensor", "bool"),
     ("count nonzero elements per row", "count"),
     # pooling and windows: the numbers are not shapes
-    ("average pool with a 3x3 window, stride 2", "pool"),
+    ("average pool with a 3x3 window, stride 2 on 64x64", "avg_pool2d takes x [N, C, H, W]"),
     ("max over a 2x2 window of a 16x16 tensor", "window"),
     ("最大池化 2x2", "pooling"),
     # convolution and attention

@@ -234,6 +234,18 @@ def test_switching_between_matmul_and_other_operators_drops_the_other_kind_of_ca
 
 # ---------------------------------------------------------------- reductions over a dim
 
+@pytest.mark.parametrize("text, dims, name", [
+    ("sum over dims 1 and 2 of 8x16x32", (1, 2), "sum_dims1_2"),
+    ("mean over the last two dims of 8x64x56x56, keeping the dims", (-2, -1), "mean_dimsneg2_neg1"),
+    ("max over axes (0, 1) of 4x6x9", (0, 1), "max_dims0_1"),
+    ("x.amax(dim=(0, 1)) on 4x6x9", (0, 1), "max_dims0_1"),        # "max" alone shadowed a builtin
+])
+def test_reductions_over_several_named_dims(text, dims, name):
+    spec, _ = parse_request(text)
+    node = ir.parse(spec["expression"])
+    assert node.attr("dim") == dims and spec["name"] == name
+
+
 @pytest.mark.parametrize("text, expected, name", [
     ("sum over dim 0 of a 8192x8192 tensor", "sum(x, dim=0)", "sum_dim0"),
     ("mean along axis 1 of 8x128x64", "mean(x, dim=1)", "mean_dim1"),
@@ -267,7 +279,7 @@ def test_dim_correction_applies_to_a_reduction():
 
 
 @pytest.mark.parametrize("text, words", [
-    ("sum over dim 0 and dim 1", ["0, 1", "one dim"]),
+    ("argmax over dim 0 and dim 1", ["0, 1", "one dim"]),      # sum, mean, max, min take several
     ("sum over dim 2 of a 1024x4096 tensor", ["dim 2", "2 dims"]),
 ])
 def test_reduction_dims_that_cannot_be_used(text, words):

@@ -79,6 +79,16 @@ ROLL_CONFIGS = [{"BLOCK": b, "num_warps": w, "ROWS": r}
                                 (1024, 4, 8), (128, 1, 8))]
 
 
+# No shape named: a CNN's feature map [N, C, *spatial] and an odd one, per pooled rank (1-d: [N, C, L]).
+DEFAULT_SHAPES = {1: [[32, 64, 4096], [7, 37, 997]], 2: [[32, 64, 112, 112], [7, 37, 97, 89]],
+                  3: [[8, 32, 16, 56, 56], [3, 5, 9, 29, 31]]}
+
+
+def default_shapes(node: Node) -> list[list[int]] | None:
+    """The cases for a pooling that names no shape (None: the root is no pooling)."""
+    return [list(s) for s in DEFAULT_SHAPES[node.attr("nd")]] if node.op in (POOL, ADAPTIVE) else None
+
+
 # ---------------------------------------------------------------- words
 
 # "2x2 max pooling", "avg pool 3d", "global average pooling", "adaptive max pool to 7x7", "最大池化"

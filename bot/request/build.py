@@ -9,7 +9,7 @@ from bot import ir
 from bot import spec as specmod
 from bot.generators.interface import GenerationError
 from bot.ops import matmul as mmf
-from bot.ops import attention, fused, registry, softmax
+from bot.ops import attention, fused, pool, registry, softmax
 from bot.ops.text import sizes_text
 from bot.request.describe import default_name, describe, spec_params
 from bot.request.messages import SUPPORTED, node_text
@@ -186,6 +186,10 @@ def _cases(st: State, names: list[str], main: str, notes: list[str]) -> list[lis
     if st.node is not None and st.node.op == attention.SDPA:
         notes.append("no shape named: using [batch, heads, L, E] 4x16x2048x64 and an odd 1x8x1000x80")
         return [list(s) for s in attention.DEFAULT_SHAPES]
+    if st.node is not None and (pooled := pool.default_shapes(st.node)):
+        notes.append(f"no shape named: using [batch, channels, ...] {sizes_text(pooled[0])} and an odd "
+                     f"{sizes_text(pooled[1])}")
+        return pooled
     notes.append("no shape named: using 4096x4096 and an odd 5333x497 (no block size divides it)")
     return [list(s) for s in DEFAULT_SHAPES]
 
@@ -237,6 +241,8 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
     if not dims:
         every = " or 'over all elements' (one value)" if k in ("reduce", "argreduce") else ""
         raise GenerationError(f"{op} over which dim? Say e.g. '{op} over the last dim', 'over dim 0'{every}.")
+    if len(dims) > 1 and k == "reduce" and not words:      # sum, mean, max, min over several dims at once
+        return ir.with_dim(node, _several(dims, cases, op))
     if len(dims) > 1:
         raise GenerationError(f"I found dims {', '.join(map(str, dims))}: {op} runs over one dim; which one?")
     last = all(dims[0] in (-1, len(c) - 1) for c in cases)
@@ -248,6 +254,22 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
         raise GenerationError(f"{node.op} over dim {dims[0]} is not supported: {node.op} runs over the last dim "
                               f"(dim=-1) only. {SUPPORTED}")
     return ir.with_dim(node, -1) if node.op in ir.ROW_PRESERVING else node
+
+
+def _several(dims: list[int], cases: list[list[int]], op: str) -> tuple[int, ...]:
+    """Several dims the words name, in order, counted from the end where all are ('the last two
+    dims'), else from 0, inside every case."""
+    if any(not -len(c) <= d < len(c) for d in dims for c in cases):
+        raise GenerationError(f"{op} over dims {', '.join(map(str, dims))}, but a case has fewer dims: "
+                              f"{', '.join('x'.join(map(str, c)) for c in cases)}")
+    if all(d < 0 for d in dims):
+        return tuple(sorted(set(dims)))
+    ranks = {len(c) for c in cases}
+    if len(ranks) > 1:
+        raise GenerationError(f"{op} over dims {', '.join(map(str, dims))} of cases of different ranks: count them "
+                              "from the end (dim -1 is the last) or give cases of one rank")
+    rank = ranks.pop()
+    return tuple(sorted({d % rank for d in dims}))
 
 
 def _over(node: ir.Node, dim: int | str, words: bool) -> ir.Node:

@@ -23,13 +23,20 @@ def default_name(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
         if label not in parts:
             parts.append(label)
     name = "_".join(parts[:3])
-    if k in ("reduce", "argreduce", "scan"):    # "sum" alone would shadow the builtin in the generated files
-        d = node.attr("dim")
-        name += "_all" if d == ir.ALL else "_last_dim" if d == -1 else f"_dim{d}" if d >= 0 else f"_dim_neg{-d}"
+    over_dims = isinstance(node.attr("dim"), tuple) and node.op in ir.REDUCE      # sum over dims (1, 2): fused's
+    if k in ("reduce", "argreduce", "scan") or over_dims:   # "sum" alone would shadow the builtin in generated files
+        name += _dim_suffix(node.attr("dim"))
         name += "".join(f"_{flag}" for flag in ("reverse", "exclusive") if node.attr(flag))
     elif k == "loss" and node.attr("reduction") == "none":
         name += "_per_row"
     return name
+
+
+def _dim_suffix(d) -> str:
+    """'_all', '_last_dim', '_dim1', '_dim_neg2', '_dims1_2': the dims a reduction runs over, in its name."""
+    if isinstance(d, tuple):
+        return "_dims" + "_".join(str(x) if x >= 0 else f"neg{-x}" for x in d)
+    return "_all" if d == ir.ALL else "_last_dim" if d == -1 else f"_dim{d}" if d >= 0 else f"_dim_neg{-d}"
 
 
 def _batched(node: ir.Node, shapes: dict[str, list[list[int]]]) -> bool:

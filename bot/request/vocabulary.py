@@ -63,6 +63,11 @@ NO_TRAINING = re.compile(r"\b(?:forward|inference)[\s-]+only\b|\bno\s+backward\b
 
 # Dimension phrases. Reductions run over any one dim, other row ops over the last one only.
 DIM_N = re.compile(r"\b(?:dim|axis|dimension)\s*[=:]?\s*(-?\d)\b|第\s*(-?\d)\s*维|维度\s*(-?\d)(?!\d)", _F)  # "dim 4096" is a size
+# Several dims: "dims 1 and 2", "axes (2, 3)", "the last two dims", "最后两维"
+DIMS_LIST = re.compile(r"\b(?:dims|axes|dimensions)\s*[=:]?\s*[(\[]?\s*(-?\d(?:\s*(?:,|and|&)\s*-?\d)+)\s*[)\]]?", _F)
+LAST_N_DIMS = re.compile(r"\b(?:the\s+)?(?:last|trailing)\s+(two|three|four|2|3|4)\s+(?:dims|dimensions|axes)\b|"
+                         r"最后([两二三四])(?:个)?维(?:度)?", _F)
+N_WORDS = {"two": 2, "three": 3, "four": 4, "两": 2, "二": 2, "三": 3, "四": 4}
 _D = r"\s+(?:dim|axis|dimension)\w*"
 
 

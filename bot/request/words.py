@@ -17,10 +17,10 @@ from bot.ops.text import size as _dim
 from bot.request.messages import SUPPORTED
 from bot.request.reading import Reading
 from bot.request.vocabulary import (ALL_DTYPES, BAD_DTYPE, BOUND, BOUND_KEY, CN_DTYPE, COMPUTE_AFTER,
-                                    COMPUTE_BEFORE, DIM_N, DIM_WORDS, DTYPE, DTYPE_OWNER, EPS, LABEL, ONLY,
+                                    COMPUTE_BEFORE, DIM_N, DIM_WORDS, DIMS_LIST, DTYPE, DTYPE_OWNER, EPS, LABEL, ONLY,
                                     NO_TRAINING, OUT_OF_SCOPE, OUTPUT_BEFORE, OUTPUT_NEAR, OWNER_AFTER,
                                     PARAM_AFTER, PARAM_BEFORE, RANGE, SHAPE, SHAPE_OWNER, TYPE_CONTEXT, WHOLE,
-                                    BACKWARD, FOR_TRAINING)
+                                    BACKWARD, FOR_TRAINING, LAST_N_DIMS, N_WORDS)
 from runner import protocol
 
 
@@ -122,7 +122,14 @@ def take_dims(text: str, rd: Reading) -> str:
             raise GenerationError(f"{m.group(0)!r}: dim {m.group(2)} counting from 0, or the {m.group(2)}th dim "
                                   f"counting from 1 (dim {int(m.group(2)) - 1})? Say 'dim {m.group(2)}' or "
                                   f"'第{int(m.group(2)) - 1}维'.")
-    found = [(m.start(), int(next(g for g in m.groups() if g))) for m in DIM_N.finditer(text)]
+    found = [(m.start(), int(d)) for m in DIMS_LIST.finditer(text) for d in re.findall(r"-?\d", m.group(1))]
+    text = DIMS_LIST.sub(_blank, text)
+    for m in LAST_N_DIMS.finditer(text):
+        n = (m.group(1) or m.group(2)).lower()
+        count = N_WORDS.get(n) or int(n)
+        found += [(m.start() + k, d) for k, d in enumerate(range(-count, 0))]
+    text = LAST_N_DIMS.sub(_blank, text)
+    found += [(m.start(), int(next(g for g in m.groups() if g))) for m in DIM_N.finditer(text)]
     text = DIM_N.sub(_blank, text)
     for pattern, d in DIM_WORDS:
         found += [(m.start(), d) for m in pattern.finditer(text)]
@@ -156,6 +163,8 @@ def take_shapes(text: str, rd: Reading) -> str:
     for m in SHAPE.finditer(text):
         if _is_parameter(text, m):
             continue                 # "3x3 kernel", "window size 7": left for the residue check to name
+        if m.group("tuple") is not None and re.search(r"\bover\s*$", text[:m.start()], re.I):
+            continue                 # "layer norm over (32, 32)": a normalized shape, no input's: named as unread
         taken.append(m)
         if m.group("multi"):
             shape = [_dim(d) for d in re.split(r"\s*[x×*]\s*|\s+by\s+", m.group("multi").strip(), flags=re.I)]
