@@ -40,6 +40,7 @@ REFUSED = [
     ("count nonzero elements per row", "count"),
     # pooling and windows: the numbers are not shapes
     ("average pool with a 3x3 window, stride 2 on 64x64", "avg_pool2d takes x [N, C, H, W]"),
+    ("layernorm over (32, 32) of 8x64x32x32", "could not place"),     # a normalized shape, not a second case
     ("max over a 2x2 window of a 16x16 tensor", "window"),
     ("最大池化 2x2", "pooling"),
     # convolution and attention
