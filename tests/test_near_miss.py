@@ -268,6 +268,9 @@ SOLVED = [
     ("variance over dim 1 of 16x128", "var(x, dim=-1)", [[16]]),
     ("std of each row of 16x128", "std(x, dim=-1)", [[16]]),
     ("logsumexp over the last dim of 8x1000", "logsumexp(x, dim=-1)", [[8]]),
+    # typed with string arguments: the inf-norm, and an einsum that is a product
+    ("x.norm(p=float('inf'), dim=1) on 8x8", "norm(x, p=float('inf'), dim=1)", [[8]]),
+    ("torch.einsum('ij,jk->ik', a, b) with a 8x8 and b 8x16", "matmul(a, b)", [[8, 16]]),
     ("L2 norm of each row of a 64x128 tensor", "norm(x, p=2.0, dim=-1)", [[64]]),
     ("Frobenius norm of a 64x128 tensor", "norm(x, p=2.0, dim=None)", [[]]),
     ("L1 normalize the rows of 8x16", "x / clamp(norm(x, p=1.0, dim=-1, keepdim=True), 1e-12)", [[8, 16]]),

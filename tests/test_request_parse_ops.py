@@ -144,6 +144,7 @@ def test_typed_bare_matmul_takes_its_epilogue_and_names_from_words():
      {"x": [128, 256], "w": [256, 512], "b": [512]}, [128, 512]),
     ("(x @ w1) @ w2 with x 64x128, w1 128x256, w2 256x32", "(x @ w1) @ w2",
      {"x": [64, 128], "w1": [128, 256], "w2": [256, 32]}, [64, 32]),
+    ("torch.einsum('ij,jk->ik', a, b) with a 8x8 and b 8x16", "a @ b", {"a": [8, 8], "b": [8, 16]}, [8, 16]),
     # operands as they lie in memory where a transpose or a shared weight leaves no M, N, K to say
     ("a @ b.T for 512x256 by 512x256", "a @ b.T", {"a": [512, 256], "b": [512, 256]}, [512, 512]),
     ("a.T @ b for 256x512 by 256x128", "a.T @ b", {"a": [256, 512], "b": [256, 128]}, [512, 128]),

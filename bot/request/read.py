@@ -38,6 +38,7 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
         prose, rd.tf32 = mmf.take_tf32(prose)
     prose = take_training(take_dtypes(loss.take_index_dtype(prose), rd), rd)
     expr = None if code is not None else find_expression(prose)
+    matmul = matmul or (expr is not None and ir.matmul_node(expr[0]) is not None)    # torch.einsum('ij,jk->ik', ..)
     # A typed call (conv2d(x, w)) is read as written, whatever words it holds; 'top-k' is no call.
     called = expr is not None and "(" in prose[expr[2]:expr[3]]
     refuse_out_of_scope(blank_range(prose, expr[2], expr[3]) if called else prose)
