@@ -41,6 +41,10 @@ REFUSED = [
     # pooling and windows: the numbers are not shapes
     ("average pool with a 3x3 window, stride 2 on 64x64", "avg_pool2d takes x [N, C, H, W]"),
     ("layernorm over (32, 32) of 8x64x32x32", "could not place"),     # a normalized shape, not a second case
+    # the gradient ops bot.autodiff writes, typed with what no literal is: refused, not a crash
+    ("pool_grad(x, up, kind=foo) on 8x8", "literal keyword arguments"),
+    ("pool_grad(x, up, kernel=[1, 2, 3]) on 8x8x8x8", "literal keyword arguments"),
+    ("cumext_grad(x, y, up, scan=f(1), dim=0, reverse=False) on 8x8", "literal keyword arguments"),
     ("max over a 2x2 window of a 16x16 tensor", "window"),
     ("最大池化 2x2", "pooling"),
     # convolution and attention

@@ -21,8 +21,8 @@ from bot.codegen.code import Code, jit_source, launch
 from bot.codegen.kernel_file import KernelFile
 from bot.ops import pointwise
 from bot.ops.entry import Entry
-from bot.ops.node import (Call, IRError, Node, arguments, call, is_int_literal, is_none, keywords_text, number,
-                          prints)
+from bot.ops.node import (Call, IRError, Node, arguments, call, is_int_literal, is_none, keywords_text,
+                          literal_keywords, number, prints)
 from bot.ops.text import FLAGS as _F, blank as _blank
 
 NAME = "gather"
@@ -111,10 +111,10 @@ def convert(c: Call) -> Node | None:
     if c.fname == EMBEDDING:
         return _embedding(c)
     if c.fname == GRAD:
-        attrs = {k: ast.literal_eval(v) for k, v in c.kw.items()}
+        usage = f"{GRAD} takes (table, index, up), the lookup's kind, dim and padding_idx, as bot.autodiff writes it"
+        attrs = literal_keywords(c, usage)
         if len(c.args) != 3 or set(attrs) != KEYWORDS[GRAD] or attrs["kind"] not in (INDEX_SELECT, GATHER, EMBEDDING):
-            raise IRError(f"{GRAD} takes (table, index, up), the lookup's kind, dim and padding_idx, as bot.autodiff "
-                          "writes it")
+            raise IRError(usage)
         return call(GRAD, *(_tensor(c, a) for a in c.args), **attrs)
     return None
 

@@ -168,6 +168,24 @@ def prints(*ops: str) -> Callable:
     return register
 
 
+def literal_keywords(c: Call, usage: str) -> dict:
+    """A gradient op's keyword arguments (keywords_text's), each a literal; anything else is refused
+    with `usage`, how bot.autodiff writes the op."""
+    try:
+        values = {k: ast.literal_eval(v) for k, v in c.kw.items()}
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        values = None
+    if values is None or not all(_plain(v) for v in values.values()):
+        raise IRError(f"{c.fname} takes literal keyword arguments (numbers, strings, tuples of them): {usage}")
+    return values
+
+
+def _plain(value) -> bool:
+    """A literal an attribute holds: a number, string, bool or None, or a tuple of them."""
+    return (value is None or isinstance(value, (bool, int, float, str))
+            or (isinstance(value, tuple) and all(_plain(v) for v in value)))
+
+
 def keywords_text(node: Node, text) -> str:
     """op(args, key=value, ...) with every attribute written as a literal: the printer of the gradient
     ops bot.autodiff writes (pool_grad, cumext_grad, index_grad), which read them back by literal_eval."""

@@ -39,7 +39,7 @@ from bot.codegen.kernel_file import NEG_INF, KernelFile, _as_3d, _expanded_strid
 from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import (Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_none,
-                          keywords_text, number, prints)
+                          keywords_text, literal_keywords, number, prints)
 from bot.ops.text import FLAGS as _F, SIZES, WINDOW_PARAMS, blank as _blank, param, sizes_arg, taken, window_sizes
 
 NAME = "pool"
@@ -145,9 +145,10 @@ def pool_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
 
 def convert(c: Call) -> Node | None:
     if c.fname == POOL_GRAD:
+        usage = "pool_grad takes (x, up) and the pooling's attributes, as bot.autodiff writes it"
         if len(c.args) != 2 or not set(c.kw) <= _GRAD_ATTRS:
-            raise IRError("pool_grad takes (x, up) and the pooling's attributes, as bot.autodiff writes it")
-        return call(POOL_GRAD, *map(c.expr, c.args), **{k: ast.literal_eval(v) for k, v in c.kw.items()})
+            raise IRError(usage)
+        return call(POOL_GRAD, *map(c.expr, c.args), **literal_keywords(c, usage))
     if c.fname in ADAPTIVE_FUNCTIONS:
         return _adaptive(c)
     if c.fname not in FUNCTIONS:

@@ -17,7 +17,7 @@ from bot.codegen.scan_kernel import ScanKernel, ScanMath, _scan_config, _scan_ti
 from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, flag, input_names, is_int_literal,
-                          keywords_text, number, prints)
+                          keywords_text, literal_keywords, number, prints)
 from bot.ops.text import FLAGS as _F
 
 NAME = "scan"
@@ -136,11 +136,12 @@ def convert(c: Call) -> Node | None:
 
 
 def _grad(c: Call) -> Node:
-    attrs = {k: ast.literal_eval(v) for k, v in c.kw.items()}
+    usage = (f"{GRAD} takes (x, y, up), scan='cummax' or 'cummin', an integer dim and reverse=True or False, as "
+             "bot.autodiff writes it")
+    attrs = literal_keywords(c, usage)
     if (len(c.args) != 3 or set(attrs) != KEYWORDS[GRAD] or attrs["scan"] not in ("cummax", "cummin")
             or not isinstance(attrs["dim"], int) or not isinstance(attrs["reverse"], bool)):
-        raise IRError(f"{GRAD} takes (x, y, up), scan='cummax' or 'cummin', an integer dim and reverse=True or False, "
-                      "as bot.autodiff writes it")
+        raise IRError(usage)
     return call(GRAD, *map(c.expr, c.args), **attrs)
 
 
