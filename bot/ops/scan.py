@@ -47,6 +47,8 @@ WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
 REVERSE_WORD = re.compile(r"\brevers(?:e|ed)\b|\bbackwards?\b|\bfrom\s+the\s+(?:end|right)\b|反向|逆序", _F)
 EXCLUSIVE_WORD = re.compile(r"\bexclusive\b|不含当前|不包含当前|排他", _F)
 FLAG_WORDS = re.compile(f"{REVERSE_WORD.pattern}|{EXCLUSIVE_WORD.pattern}", _F)
+# "masked cumsum": the sum of the elements a bool mask input keeps (KernelBench's cumsum(x * mask))
+MASKED_WORD = re.compile(r"\bmasked\b|掩码", _F)
 
 _IDENTITY = {"cumsum": "0.0", "cumprod": "1.0", "cummax": 'float("-inf")', "cummin": 'float("inf")'}
 

@@ -69,6 +69,9 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
     if rows and rows[0] in fused.WORD_OPS:
         return _fused_words(rows[0], body, said, rd)
     if rows:
+        if rows[0] == "cumsum" and scan.MASKED_WORD.search(prose) and expr is None:
+            body = f"where(mask, {body}, 0.0)"          # a bool mask: a where's condition is one
+            rd.left = scan.MASKED_WORD.sub(_blank, rd.left)
         body = _wrap_row(rows[0], body, prose, rd)
         if rows[0] in ir.SCANS:
             rd.left = scan.FLAG_WORDS.sub(_blank, rd.left)

@@ -12,6 +12,7 @@ from lowering import CUBE, MATRIX, VECTOR, check_reduction, generate_reduction
 
 from bot import ir
 from bot.ops import scan
+from bot.request import parse_request
 from bot.spec import parse_expression
 from bot.spec import validate
 from runner import harness, protocol
@@ -178,3 +179,12 @@ def test_on_the_gpu_chunks_chained_by_look_back_match_torch(tmp_path, expression
             for _ in range(3):
                 err = (module.op(x, config=config).double() - want).abs()
                 assert bool((err <= atol + rtol * want.abs()).all()), f"{case.label} {config}: max err {err.max():.3g}"
+
+
+@pytest.mark.parametrize("words, dim", [("masked cumsum over the last dim of 128x4000 fp16", -1),
+                                        ("masked cumsum over dim 0 of 64x64", 0),
+                                        ("掩码前缀和 over the last dim of 8x8", -1)])
+def test_a_masked_cumsum_in_words_sums_what_a_bool_mask_keeps(words, dim):
+    spec, _ = parse_request(words)
+    assert spec["expression"] == f"cumsum(where(mask, x, 0.0), dim={dim})"
+    assert {i["name"]: i["dtypes"][0] for i in spec["inputs"]}["mask"] == "bool"
