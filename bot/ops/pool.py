@@ -121,12 +121,14 @@ def pool_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
     if not (glob or adaptive) and window is None:
         raise IRError("pooling needs its window: say '2x2 max pooling' or 'max pool with kernel size 3'")
     said = [v for v in (window, output) if v and len(v) > 1]
-    nd = int(m.group(4)) if m.group(4) else len(said[0]) if said else (len(shapes[0][1]) - 2 if shapes else 0)
+    nd = int(m.group(4)) if m.group(4) else len(said[0]) if said else (len(shapes[0][1]) - 2 if shapes else 2)
+    notes = [] if m.group(4) or said or shapes else ["no rank named: 2-d pooling over [N, C, H, W] (say '1d' or '3d' "
+                                                     "for another)"]
     if nd not in (1, 2, 3):
         raise IRError("which pooling: 1-d, 2-d or 3-d? Say '2x2 max pooling' or 'max pool 2d', or give the input's "
                       "shape, e.g. 'on 8x64x56x56' (batch, channels, then the pooled dims)")
     if glob or adaptive:
-        return f"adaptive_{kind}_pool{nd}d(x, {sizes_arg(output or (1,))})", POOL_WORD.sub(_blank, text), []
+        return f"adaptive_{kind}_pool{nd}d(x, {sizes_arg(output or (1,))})", POOL_WORD.sub(_blank, text), notes
     args = [f"kernel_size={sizes_arg(window)}"]
     for key, pattern in WINDOW_PARAMS.items():
         value, text = taken(pattern, text)
@@ -138,7 +140,7 @@ def pool_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
         args.append("count_include_pad=False")
     for pattern in (POOL_WORD, _CEIL, _EXCLUDE_PAD):
         text = pattern.sub(_blank, text)
-    return f"{kind}_pool{nd}d(x, {', '.join(args)})", text, []
+    return f"{kind}_pool{nd}d(x, {', '.join(args)})", text, notes
 
 
 # ---------------------------------------------------------------- IR rule

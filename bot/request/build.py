@@ -187,8 +187,8 @@ def _cases(st: State, names: list[str], main: str, notes: list[str]) -> list[lis
         notes.append("no shape named: using [batch, heads, L, E] 4x16x2048x64 and an odd 1x8x1000x80")
         return [list(s) for s in attention.DEFAULT_SHAPES]
     if st.node is not None and (pooled := pool.default_shapes(st.node)):
-        notes.append(f"no shape named: using [batch, channels, ...] {sizes_text(pooled[0])} and an odd "
-                     f"{sizes_text(pooled[1])}")
+        first, odd = ("x".join(map(str, s)) for s in pooled)
+        notes.append(f"no shape named: using [batch, channels, ...] {first} and an odd {odd}")
         return pooled
     notes.append("no shape named: using 4096x4096 and an odd 5333x497 (no block size divides it)")
     return [list(s) for s in DEFAULT_SHAPES]
