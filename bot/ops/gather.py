@@ -57,9 +57,10 @@ GATHER_CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(1024, 4), (2048, 8)
 LOOKUP_WORD = re.compile(r"\bembedding(?:s)?(?:[\s_-]+lookup)?\b|\bembed\b|\bindex[\s_-]?select(?:ion)?\b|"
                          r"嵌入(?:查找|查表)?", _F)
 _TABLE_WORD = re.compile(r"\b(?:tables?|weights?|vocab(?:ulary)?|matrix)\b|词表|权重|表", _F)
-_INDEX_WORD = re.compile(r"\b(?:(?:token[\s_-]+)?ids|indices|indexes|tokens)\b|索引|下标", _F)
+_INDICES = r"(?:(?:token[\s_-]+)?ids|indices|indexes|tokens)\b"
+_INDEX_WORD = re.compile(rf"\b{_INDICES}|索引|下标", _F)
 _ROWS = re.compile(r"\brows\b|行", _F)
-_COUNT = re.compile(r"\b(\d+)\s+(?:(?:token[\s_-]+)?ids|indices|indexes|tokens)\b", _F)
+_COUNT = re.compile(rf"\b(\d+)\s+{_INDICES}", _F)
 
 
 def lookup_words(text: str, shapes: list[tuple[str | None, list[int]]],

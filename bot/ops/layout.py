@@ -29,7 +29,7 @@ from bot.ops import pointwise, view
 from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_int_literal, number, \
     prints
-from bot.ops.text import FLAGS as _F, blank as _blank, blank_span
+from bot.ops.text import COUNT_WORDS, FLAGS as _F, blank as _blank, blank_span
 
 NAME = "layout"
 PERMUTE, CAT = "permute", "cat"
@@ -70,7 +70,6 @@ _ORDER = re.compile(r"\(\s*(\d(?:\s*,\s*\d)+)\s*\)|\[\s*(\d(?:\s*,\s*\d)+)\s*\]|
                     r"\b(?:to|order|dims)\s+(\d(?:\s*,\s*\d)+)\b", _F)
 # "two tensors", "two 1024x512 tensors" (the shape read out before: a ';' and spaces), "两个张量"
 _COUNT = re.compile(r"\b(two|three|four|2|3|4)\s+[;\s]*(?:tensors|inputs|arrays|matrices)\b|([两三四])个(?:张量|输入)", _F)
-_COUNTS = {"two": 2, "three": 3, "four": 4, "两": 2, "三": 3, "四": 4}
 
 
 def layout_words(text: str, shapes: list[tuple[str | None, list[int]]], names: list[str],
@@ -133,7 +132,7 @@ def _joined(stack: bool, text: str, names: list[str], dims: list[int]) -> tuple[
     if len(parts) < 2:
         m = _COUNT.search(text)
         said = (m.group(1) or m.group(2)) if m else "2"
-        count = _COUNTS[said] if said in _COUNTS else int(said)
+        count = COUNT_WORDS[said] if said in COUNT_WORDS else int(said)
         if m:
             text = blank_span(text, m)
         parts = ["a", "b", "c", "d"][:count]

@@ -226,12 +226,11 @@ def loss_words(text: str, dims: list[int]) -> tuple[str, str, list[str]]:
 def row_target_shapes(text: str, shapes: list[tuple[str | None, list[int]]]) -> list[tuple[str | None, list[int]]]:
     """The shapes the words give, where a target has one value a row (cosine embedding's y: [N] of
     [N, D] inputs) and the words name none for it: each case's shape as x1's and x2's, [N] y's."""
-    if not _COSINE_EMBEDDING.search(text) or any(label in ("x1", "x2", "y") for label, _ in shapes):
+    operands = _OPERANDS["cosine_embedding_loss"]
+    named = any(fn == "cosine_embedding_loss" and pattern.search(text) for pattern, fn in LOSS_WORDS)
+    if not named or any(label in operands for label, _ in shapes):
         return shapes
-    return [(n, s if n != "y" else s[:-1]) for _, s in shapes for n in ("x1", "x2", "y")]
-
-
-_COSINE_EMBEDDING = re.compile(r"\bcosine[\s_-]+embedding\b", _F)
+    return [(n, s if n != "y" else s[:-1]) for _, s in shapes for n in operands]
 
 
 def _word_formula(fn: str, args: list[str], reduction: str | None, dims: list[int], notes: list[str]) -> str:

@@ -5,6 +5,8 @@ import re
 
 FLAGS = re.I | re.A        # ASCII \b and \w, so a Chinese character next to "relu" still ends the word
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?"
+# small counts in words: "two tensors", "the last three dims", "两个张量"
+COUNT_WORDS = {"two": 2, "three": 3, "four": 4, "两": 2, "二": 2, "三": 3, "四": 4}
 END = r"(?![\w.]|\s*[x×*]\s*\d|\s+by\s+\d)"     # a number that is not the start of a shape
 DIM = r"-?\d+k?"
 

@@ -67,7 +67,6 @@ DIM_N = re.compile(r"\b(?:dim|axis|dimension)\s*[=:]?\s*(-?\d)\b|第\s*(-?\d)\s*
 DIMS_LIST = re.compile(r"\b(?:dims|axes|dimensions)\s*[=:]?\s*[(\[]?\s*(-?\d(?:\s*(?:,|and|&)\s*-?\d)+)\s*[)\]]?", _F)
 LAST_N_DIMS = re.compile(r"\b(?:the\s+)?(?:last|trailing)\s+(two|three|four|2|3|4)\s+(?:dims|dimensions|axes)\b|"
                          r"最后([两二三四])(?:个)?维(?:度)?", _F)
-N_WORDS = {"two": 2, "three": 3, "four": 4, "两": 2, "二": 2, "三": 3, "四": 4}
 _D = r"\s+(?:dim|axis|dimension)\w*"
 
 

@@ -10,7 +10,7 @@ import re
 from bot.generators.interface import GenerationError
 from bot.ops import channel_norm
 from bot.ops.pointwise import CLAMP_WORD as _CLAMP_WORD
-from bot.ops.text import DIM as _DIM
+from bot.ops.text import COUNT_WORDS, DIM as _DIM
 from bot.ops.text import blank as _blank
 from bot.ops.text import blank_span
 from bot.ops.text import size as _dim
@@ -20,7 +20,7 @@ from bot.request.vocabulary import (ALL_DTYPES, BAD_DTYPE, BOUND, BOUND_KEY, CN_
                                     COMPUTE_BEFORE, DIM_N, DIM_WORDS, DIMS_LIST, DTYPE, DTYPE_OWNER, EPS, LABEL, ONLY,
                                     NO_TRAINING, OUT_OF_SCOPE, OUTPUT_BEFORE, OUTPUT_NEAR, OWNER_AFTER,
                                     PARAM_AFTER, PARAM_BEFORE, RANGE, SHAPE, SHAPE_OWNER, TYPE_CONTEXT, WHOLE,
-                                    BACKWARD, FOR_TRAINING, LAST_N_DIMS, N_WORDS)
+                                    BACKWARD, FOR_TRAINING, LAST_N_DIMS)
 from runner import protocol
 
 
@@ -126,7 +126,7 @@ def take_dims(text: str, rd: Reading) -> str:
     text = DIMS_LIST.sub(_blank, text)
     for m in LAST_N_DIMS.finditer(text):
         n = (m.group(1) or m.group(2)).lower()
-        count = N_WORDS.get(n) or int(n)
+        count = COUNT_WORDS.get(n) or int(n)
         found += [(m.start() + k, d) for k, d in enumerate(range(-count, 0))]
     text = LAST_N_DIMS.sub(_blank, text)
     found += [(m.start(), int(next(g for g in m.groups() if g))) for m in DIM_N.finditer(text)]
