@@ -214,20 +214,16 @@ class Service:
                 log.warning("could not tell session %s its event waits: %s", s.id, e)
 
     def _open(self, inbox_id: int, item: dict) -> Session | None:
-        if item.get("thread") is None:              # the adapter opens the thread on its platform first
-            retry = bool(item.get("opening"))       # an earlier try may have opened it, unrecorded
-            if not retry:
-                item = {**item, "opening": True}
-                self.store.update_inbox_item(inbox_id, item)
-            opened = self.chat.open_thread(item, f"in{inbox_id}", retry)
-            if opened is None:                      # it told the person why not
-                self.store.inbox_done(inbox_id, "")
-                return None
-            item = {**item, "thread": opened[0], "root": opened[1]}
-            self.store.update_inbox_item(inbox_id, item)
+        # One opener at a time per event: a recovery pass racing the first delivery must not open a
+        # second thread, so the item is re-read under the lock before the platform is asked.
         with self._lock(f"inbox:{inbox_id}"):
-            if self.store.inbox_item(inbox_id)[1] is not None:
+            item, outcome = self.store.inbox_item(inbox_id)
+            if outcome is not None:
                 return self.process(inbox_id)
+            if item.get("thread") is None:          # the adapter opens the thread on its platform first
+                item = self._open_thread(inbox_id, item)
+                if item is None:
+                    return None
             s = Session(id=self._new_id(), request=item["request"], requester=item["user"],
                         platform=self.chat.platform, channel=item["channel"], thread=item["thread"],
                         backend=item.get("backend") or self.cfg.backend,
@@ -238,6 +234,20 @@ class Service:
         self.drain(s.id)
         self._tell_listeners(s)
         return s
+
+    def _open_thread(self, inbox_id: int, item: dict) -> dict | None:
+        """The item with the thread the adapter opened for it (None when it told the person why not)."""
+        retry = bool(item.get("opening"))           # an earlier try may have opened it, unrecorded
+        if not retry:
+            item = {**item, "opening": True}
+            self.store.update_inbox_item(inbox_id, item)
+        opened = self.chat.open_thread(item, f"in{inbox_id}", retry)
+        if opened is None:
+            self.store.inbox_done(inbox_id, "")
+            return None
+        item = {**item, "thread": opened[0], "root": opened[1]}
+        self.store.update_inbox_item(inbox_id, item)
+        return item
 
     def _apply(self, session_id: str, ev: Event, inbox_id: int | None) -> Session | None:
         with self._lock(session_id):
