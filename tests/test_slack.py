@@ -470,6 +470,20 @@ def test_a_request_whose_thread_root_answer_was_lost_opens_one_thread(make_bot, 
     assert bot.chat.session_in_thread(CHANNEL, roots[0]["ts"]) == bot.session().id
 
 
+def test_a_recovery_pass_racing_a_requests_first_post_opens_one_thread(make_bot, fake):
+    bot = make_bot()
+    # The first post of the request's root is slow and its answer lost; a recovery pass that runs
+    # meanwhile must wait for it and then find that root, not post a second one.
+    fake.fail("chat.postMessage", "internal_error", status=500, after_doing_it=True, delay=1.0)
+    assert fake.deliver("command", fake.command(REQUEST, REQUESTER)).status == 200
+    fake.wait_for("chat.postMessage")
+    bot.svc.recover()
+    spec = card(bot, "1/6 Spec · r1")
+    fake.settle()
+    roots = [m for m in fake.messages.values() if "asked for a kernel" in m.get("text", "") and "thread_ts" not in m]
+    assert len(roots) == 1 and spec["thread_ts"] == roots[0]["ts"]
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 4 MiB tmpfs for the bot's home (root only: skipped where mount is refused)."""

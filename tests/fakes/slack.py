@@ -67,8 +67,9 @@ class FakeSlack(LoopbackServer):
         self.views: dict[str, dict] = {}
         self.deliveries: list[Delivery] = []
         self._uploads: dict[str, dict] = {}                     # file_id -> {"filename", "length", "data"}
-        self._faults: list[tuple[str, int, dict, dict, bool]] = []
+        self._faults: list[tuple[str, int, dict, dict, bool, float]] = []
         self._ids = itertools.count(1)
+        self._in_flight = 0                                     # Web API calls not answered yet
         self._changed = threading.Condition()
         self._acks: dict[str, asyncio.Future] = {}
         self._ws: web.WebSocketResponse | None = None
@@ -108,13 +109,19 @@ class FakeSlack(LoopbackServer):
             assert self._changed.wait_for(found, timeout), "no such message was posted"
             return found()
 
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until every Web API call made so far has been answered."""
+        with self._changed:
+            assert self._changed.wait_for(lambda: self._in_flight == 0, timeout), "Web API calls still in flight"
+
     def fail(self, method: str, error: str, status: int = 200, retry_after: int | None = None,
-             times: int = 1, after_doing_it: bool = False) -> None:
+             times: int = 1, after_doing_it: bool = False, delay: float = 0.0) -> None:
         """The next `times` calls to method answer with this error (429 + Retry-After for rate limits).
         after_doing_it: the call is carried out first (a message posted), and only its answer is the
-        error, as when Slack's response is lost on the way."""
+        error, as when Slack's response is lost on the way. delay: seconds the call waits on arrival,
+        before anything is done (a slow Slack, for races with other calls)."""
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
-        self._faults += [(method, status, {"ok": False, "error": error}, headers, after_doing_it)] * times
+        self._faults += [(method, status, {"ok": False, "error": error}, headers, after_doing_it, delay)] * times
 
     def delete_thread(self, channel: str, ts: str) -> None:
         for key, msg in list(self.messages.items()):
@@ -132,6 +139,13 @@ class FakeSlack(LoopbackServer):
             fault = next((f for f in self._faults if f[0] == method), None)
             if fault:
                 self._faults.remove(fault)
+            self._in_flight += 1
+            self._changed.notify_all()
+        if fault and fault[5]:
+            await asyncio.sleep(fault[5])
+        with self._changed:
+            self._in_flight -= 1
+            if fault:
                 if fault[4]:
                     getattr(self, "_" + method.replace(".", "_"))(args, token)
                 body, status, headers = fault[2], fault[1], fault[3]
