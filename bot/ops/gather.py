@@ -53,22 +53,27 @@ GATHER_CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(1024, 4), (2048, 8)
 # ---------------------------------------------------------------- words
 
 # "embedding lookup with a 32000x4096 table and 16x512 token ids", "index_select rows of 10000x128 with
-# 512 indices", "嵌入查表"; torch.gather in words stays refused (its index has the output's shape).
+# 512 indices", "嵌入查表", "gather along dim 1 of a 1024x512 tensor with 1024x16 indices"; not a
+# collective's all-gather.
 LOOKUP_WORD = re.compile(r"\bembedding(?:s)?(?:[\s_-]+lookup)?\b|\bembed\b|\bindex[\s_-]?select(?:ion)?\b|"
-                         r"嵌入(?:查找|查表)?", _F)
+                         r"嵌入(?:查找|查表)?|(?<![\w-])(?<!all )(?:torch\.)?gather\b", _F)
+_GATHER_WORD = re.compile(r"gather\b", _F)
+_SOURCE_WORD = re.compile(r"\b(?:tensors?|inputs?|source|values|matri(?:x|ces)|x)\b|张量|输入", _F)
+_INDEX_NAMES = ("idx", "index", "indices", "ids", "索引", "下标")
 _TABLE_WORD = re.compile(r"\b(?:tables?|weights?|vocab(?:ulary)?|matrix)\b|词表|权重|表", _F)
 _INDICES = r"(?:(?:token[\s_-]+)?ids|indices|indexes|tokens)\b"
-_INDEX_WORD = re.compile(rf"\b{_INDICES}|索引|下标", _F)
+_INDEX_WORD = re.compile(rf"\b{_INDICES}|\bindex\b|索引|下标", _F)
 _ROWS = re.compile(r"\brows\b|行", _F)
 _COUNT = re.compile(rf"\b(\d+)\s+{_INDICES}", _F)
 
 
-def lookup_words(text: str, shapes: list[tuple[str | None, list[int]]],
-                 dims: list[int]) -> tuple[str, str, list[str], list[tuple[str, list[int]]]]:
+def lookup_words(text: str, shapes: list[tuple[str | None, list[int]]], dims: list[int],
+                 said_at: list[tuple[int, int]] | None = None) -> tuple[str, str, list[str], list[tuple[str, list[int]]]]:
     """(expression, text without the words read, notes, the table's and the indices' shapes) for an
-    embedding lookup or an index_select in words. Of the two shapes, the table is said first where
-    its word ('table', 'weight') comes before the indices' ('ids', 'indices'), else second; one 2-D
-    shape beside one of another rank is the table whatever the words' order."""
+    embedding lookup, an index_select or a gather in words; said_at: where in text each shape was said
+    (start, end)."""
+    if _GATHER_WORD.search(text):
+        return _gather_words(text, shapes, dims, said_at)
     embedding = not re.search(r"index[\s_-]?select", text, re.I)
     given = [s for _, s in shapes]
     if len(given) == 1 and (m := _COUNT.search(text)):         # "with 512 indices": a 1-D index of 512
@@ -77,16 +82,12 @@ def lookup_words(text: str, shapes: list[tuple[str | None, list[int]]],
     if len(given) != 2:
         raise IRError("a lookup in words needs two shapes, the table's and the indices', e.g. 'embedding lookup with "
                       "a 32000x4096 table and 16x512 token ids'")
-    table_at, index_at = (m.start() if (m := p.search(text)) else None for p in (_TABLE_WORD, _INDEX_WORD))
     ranks = [len(s) for s in given]
     if ranks.count(2) == 1 and (embedding or ranks.count(1) == 1):
         table, index = (given[0], given[1]) if ranks[0] == 2 else (given[1], given[0])
-    elif table_at is not None and index_at is not None:
-        table, index = (given[0], given[1]) if table_at < index_at else (given[1], given[0])
     else:
-        raise IRError("which shape is the table and which the indices? Say e.g. 'a 32000x4096 table and 16x512 ids'")
-    for pattern in (LOOKUP_WORD, _TABLE_WORD, _INDEX_WORD, _ROWS):
-        text = pattern.sub(_blank, text)
+        table, index = _by_words(text, shapes, said_at, _TABLE_WORD, "e.g. 'a 32000x4096 table and 16x512 ids'")
+    text = _blank_words(text, _TABLE_WORD)
     if embedding:
         if len(table) != 2:
             raise IRError(f"an embedding table is 2-D [rows, width]; got {table}")
@@ -97,6 +98,60 @@ def lookup_words(text: str, shapes: list[tuple[str | None, list[int]]],
     dim = dims[0] if dims else 0
     notes = [] if dims else ["no dim named: selecting along dim 0 (rows)"]
     return f"index_select(x, {dim}, idx)", text, notes, [("x", table), ("idx", index)]
+
+
+def _gather_words(text: str, shapes: list[tuple[str | None, list[int]]], dims: list[int],
+                  said_at: list[tuple[int, int]] | None) -> tuple[str, str, list[str], list[tuple[str, list[int]]]]:
+    """torch.gather in words: the tensor's shape and the index's (of the output's shape, the same
+    rank), told apart by their names or words; along the dim named, else the last."""
+    if len(shapes) != 2 or len(dims) > 1:
+        raise IRError("a gather in words needs the tensor's and the indices' shapes (of one rank: the output takes "
+                      "the indices' shape) and at most one dim, e.g. 'gather along dim 1 of a 1024x512 tensor with "
+                      "1024x16 indices'")
+    source, index = _by_words(text, shapes, said_at, _SOURCE_WORD, "e.g. 'a 1024x512 tensor with 1024x16 indices'")
+    dim = dims[0] if dims else -1
+    if len(source) != len(index) or not -len(source) <= dim < len(source):
+        raise IRError(f"gather reads a {source} tensor at {index} indices along dim {dim}: torch.gather needs the "
+                      "indices to have the tensor's rank, and the dim within it")
+    d = dim % len(source)
+    if any(i > s for k, (i, s) in enumerate(zip(index, source)) if k != d):
+        raise IRError(f"gather's {index} indices are larger than the {source} tensor outside dim {dim}: torch.gather "
+                      "needs each of the indices' sizes to be at most the tensor's, except along dim")
+    notes = [] if dims else [f"no dim named: gathering along the last dim ({d})"]
+    return f"gather(x, {dim}, idx)", _blank_words(text, _SOURCE_WORD), notes, [("x", source), ("idx", index)]
+
+
+def _by_words(text: str, shapes: list[tuple[str | None, list[int]]], said_at: list[tuple[int, int]] | None,
+              source_word: re.Pattern, example: str) -> tuple[list[int], list[int]]:
+    """(the tensor read's shape, the indices'): by the names the shapes were given ('idx 1024x16'),
+    else the shape said next to the indices' word ('1024x16 indices') or the tensor's, else the order
+    of those words."""
+    named = [name in _INDEX_NAMES for name, _ in shapes]
+    if sum(named) == 1:
+        return (shapes[1][1], shapes[0][1]) if named[0] else (shapes[0][1], shapes[1][1])
+    text = LOOKUP_WORD.sub(_blank, text)
+    index_word, source = _INDEX_WORD.search(text), source_word.search(text)
+    for m, is_index in ((index_word, True), (source, False)):
+        if said_at and m:
+            far = [_apart(text, at, m.span()) for at in said_at]
+            if far[0] != far[1]:
+                near = far.index(min(far))
+                return (shapes[1 - near][1], shapes[near][1]) if is_index else (shapes[near][1], shapes[1 - near][1])
+    if not (index_word and source):
+        raise IRError(f"which shape is the tensor read and which the indices? Say which, {example}")
+    return (shapes[0][1], shapes[1][1]) if source.start() < index_word.start() else (shapes[1][1], shapes[0][1])
+
+
+def _apart(text: str, a: tuple[int, int], b: tuple[int, int]) -> tuple[bool, int]:
+    """How far apart two spans of text are: whether a comma or colon parts them, then characters."""
+    gap = text[min(a[1], b[1]):max(a[0], b[0])]
+    return bool(re.search(r"[,，、:：]", gap)), len(gap.strip())
+
+
+def _blank_words(text: str, source_word: re.Pattern) -> str:
+    for pattern in (LOOKUP_WORD, source_word, _INDEX_WORD, _ROWS):
+        text = pattern.sub(_blank, text)
+    return text
 
 
 # ---------------------------------------------------------------- IR rule

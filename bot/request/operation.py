@@ -197,7 +197,8 @@ def _layout_words(prose: str, rd: Reading) -> ir.Node:
 def _lookup_words(prose: str, rd: Reading) -> ir.Node:
     """An embedding lookup or index_select in words: the shapes it names are the table's and the indices'."""
     given, rd.shapes = rd.shapes, []
-    node = _family_words(lambda p: gather.lookup_words(p, given, rd.dims), prose, rd,
+    said_at = rd.shapes_at if len(rd.shapes_at) == len(given) else None
+    node = _family_words(lambda p: gather.lookup_words(p, given, rd.dims, said_at), prose, rd,
                          "'F.embedding(ids, weight)' or 'x.index_select(0, idx)'")
     rd.dims = []                        # said in the expression
     return node

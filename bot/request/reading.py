@@ -21,6 +21,7 @@ class Reading:
     eps: float | None = None
     dtypes: list[str] = field(default_factory=list)
     shapes: list[tuple[str | None, list[int]]] = field(default_factory=list)   # (label, shape)
+    shapes_at: list[tuple[int, int]] = field(default_factory=list)     # where in the text the shapes read were said
     append: bool = False
     dims: list[int] = field(default_factory=list)
     whole: str | None = None                 # "over all elements": no one dim

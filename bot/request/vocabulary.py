@@ -22,6 +22,11 @@ ALL_DTYPES = re.compile(r"\b(?:all|each|every|any)\s+(?:of\s+the\s+)?(?:three\s+
 BAD_DTYPE = re.compile(r"\b(?:u?int(?:4|8|16|32|64)|fp8\w*|float8\w*|fp64|float64|double\s+precision|tf32|fp4|"
                        r"nvfp4|mxfp\d+|complex\d*)\b|双精度", _F)
 
+# An integer dtype said of indices ("int64 token ids", "targets (int64)"): what they are anyway.
+INDEX_DTYPE = re.compile(r"\b(u?int(?:8|16|32|64)|long)\s+(?=(?:(?:token|class|target)[\s_-]+)?(?:ids|indices|indexes|"
+                         r"index|targets?|labels?|classes)\b)|\b(?:ids|indices|indexes|targets|labels)\s*\(?\s*"
+                         r"(u?int(?:8|16|32|64)|long)\b\)?", _F)
+
 OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, what in [
     (r"\baddmm\b|\beinsum\b|\bdot[\s-]product\b(?![\s_-]+attention)|\blinear\s+layer\b",
      "this form of matrix multiplication (say 'matmul a @ b with bias' instead)"),
@@ -36,9 +41,7 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
     (r"\brotary\b|\brope\b", "rotary position embedding (RoPE)"),
     (r"\b(?:quick|fast)[\s_-]?gelu\b", "a fast or quick GELU (an approximation: say 'gelu with tanh approximation', or "
      "write x * sigmoid(1.702 * x))"),
-    (r"\bgather\b", "indexing in words (write it as code with its shapes, e.g. "
-     "'F.embedding(ids, weight) with ids 8x512 and weight 32000x4096', 'torch.gather(x, 1, idx)', "
-     "'x.index_select(0, idx)')"),
+    (r"\ball[\s_-]?gather\b", "collectives across GPUs (all-gather)"),
     (r"\bscatter\w*|\bindex_(?:add|copy|fill|put)\w*", "scatter (writes at indexed positions)"),
     (r"\b(?:lp|l2|fractional|min|sum|power|stochastic)[\s_-]*pool\w*|\bfractional_max_pool\w*|\blp_pool\w*",
      "this pooling (max and average pooling, also adaptive and global, are supported)"),

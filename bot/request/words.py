@@ -16,7 +16,7 @@ from bot.ops.text import blank_span
 from bot.ops.text import size as _dim
 from bot.request.messages import SUPPORTED
 from bot.request.reading import Reading
-from bot.request.vocabulary import (ALL_DTYPES, BAD_DTYPE, BOUND, BOUND_KEY, CN_DTYPE, COMPUTE_AFTER,
+from bot.request.vocabulary import (ALL_DTYPES, BAD_DTYPE, INDEX_DTYPE, BOUND, BOUND_KEY, CN_DTYPE, COMPUTE_AFTER,
                                     COMPUTE_BEFORE, DIM_N, DIM_WORDS, DIMS_LIST, DTYPE, DTYPE_OWNER, EPS, LABEL, ONLY,
                                     NO_TRAINING, OUT_OF_SCOPE, OUTPUT_BEFORE, OUTPUT_NEAR, OWNER_AFTER,
                                     PARAM_AFTER, PARAM_BEFORE, RANGE, SHAPE, SHAPE_OWNER, TYPE_CONTEXT, WHOLE,
@@ -26,6 +26,7 @@ from runner import protocol
 
 def take_dtypes(text: str, rd: Reading) -> str:
     """The dtypes to test, into rd.dtypes (a compute dtype into rd.op_notes); the text with them blanked."""
+    text = _index_dtypes(text)
     if m := BAD_DTYPE.search(text):
         raise GenerationError(f"unsupported dtype {m.group(0)!r}: kernels are tested in float16 (fp16), "
                               "bfloat16 (bf16) and float32 (fp32). Name one or more of those, or 'all dtypes'.")
@@ -68,6 +69,16 @@ def take_dtypes(text: str, rd: Reading) -> str:
         text = ALL_DTYPES.sub(_blank, text)
     rd.dtypes = list(dict.fromkeys(rd.dtypes))
     return text
+
+
+def _index_dtypes(text: str) -> str:
+    """text with int64 said of indices blanked (they are int64 anyway); another integer type there refused."""
+    for m in INDEX_DTYPE.finditer(text):
+        said = (m.group(1) or m.group(2)).lower()
+        if said not in ("int64", "long"):
+            raise GenerationError(f"indices in {said} are not supported: the kernels take int64 indices, ids and "
+                                  "targets (torch.gather and cross entropy need them). Say int64, or leave it out.")
+    return INDEX_DTYPE.sub(lambda m: m.group(0).replace(m.group(1) or m.group(2), " " * len(m.group(1) or m.group(2))), text)
 
 
 def _dtype_role(text: str, m: re.Match) -> str:
@@ -181,6 +192,7 @@ def take_shapes(text: str, rd: Reading) -> str:
         if not (label and SHAPE_OWNER.fullmatch(label)) and (after := OWNER_AFTER.match(text, m.end())):
             label = after.group(1)           # "16x1000 logits", "a 128 bias"
         rd.shapes.append((label, shape))
+        rd.shapes_at.append((m.start(), m.end()))
         if re.search(r"\dk\b", m.group(0), re.I):
             rd.op_notes.append(f"read {m.group(0).strip()!r} with k = 1024 (4k = 4096)")
     for m in reversed(taken):

@@ -158,6 +158,15 @@ def test_one_kernel_serves_cases_of_different_ranks(tmp_path):
     ("嵌入查表 词表 32000x4096 索引 16x512", "embedding(ids, weight)", {"ids": [16, 512], "weight": [32000, 4096]}),
     ("index_select rows of 10000x128 with 512 indices", "index_select(x, 0, idx)", {"x": [10000, 128], "idx": [512]}),
     ("index select along dim 1 of 64x1000 with 100 indices", "index_select(x, 1, idx)", {"x": [64, 1000], "idx": [100]}),
+    ("embedding lookup: 16x512 int64 ids into a 32000x4096 bf16 table", "embedding(ids, weight)",
+     {"ids": [16, 512], "weight": [32000, 4096]}),
+    ("gather along dim 1 of a 1024x512 fp16 tensor with int64 indices 1024x16", "gather(x, 1, idx)",
+     {"x": [1024, 512], "idx": [1024, 16]}),
+    ("gather with 1024x16 indices from a 1024x512 tensor", "gather(x, -1, idx)", {"x": [1024, 512], "idx": [1024, 16]}),
+    ("gather along dim 0 of 1024x512 with 2048x512 indices", "gather(x, 0, idx)", {"x": [1024, 512], "idx": [2048, 512]}),
+    ("torch.gather over the last dim, x 64x128x512 and index 64x128x8", "gather(x, -1, idx)",
+     {"x": [64, 128, 512], "idx": [64, 128, 8]}),
+    ("沿维度1 gather，输入 1024x512，索引 1024x16", "gather(x, 1, idx)", {"x": [1024, 512], "idx": [1024, 16]}),
 ])
 def test_lookups_in_words_take_the_table_and_the_indices_apart(words, expression, given):
     spec, _ = parse_request(words)
@@ -168,9 +177,15 @@ def test_lookups_in_words_take_the_table_and_the_indices_apart(words, expression
 
 
 @pytest.mark.parametrize("words, says", [
-    ("embedding lookup 16x512, 32000x4096", "which shape is the table"),
+    ("embedding lookup 16x512, 32000x4096", "which shape is the tensor read"),
     ("embedding lookup of 16x512", "needs two shapes"),
-    ("gather along dim 1 of 8x16", "indexing in words"),
+    ("gather along dim 1 of 8x16", "needs the tensor's and the indices' shapes"),
+    ("gather 1024x512 and 1024x16", "which shape is the tensor read"),
+    ("gather along dim 1 of a 1024x512 tensor with 16 indices", "of one rank"),
+    ("gather along dim 1 of a 1024x512 tensor with 1024 by 16 by 2 indices", "the indices to have the tensor's rank"),
+    ("gather along dim 0 of a 1024x512 tensor with 8x600 indices", "at most the tensor's"),
+    ("cross entropy of 4096x32000 logits with int32 targets", "int64"),
+    ("all-gather of a 1024x1024 tensor", "all-gather"),
 ])
 def test_lookups_in_words_refused_say_what_works(words, says):
     assert says in error(words)
