@@ -234,6 +234,8 @@ def check_single(node: Node) -> None:
         if sub.op == scan.FLIP:
             raise IRError(f"{to_text(sub)}: a flip is supported around a scan, x.flip(d).cumsum(d).flip(d) (a reversed "
                           "cumsum), not elsewhere")
+        if sub.op == matmul.DIAG:
+            raise IRError(matmul.DIAG_ALONE)
         if sub.op in ROOT_OPS:
             raise IRError(f"{sub.op} must be the outermost operation (e.g. softmax(x * 2) is fine, softmax(x) * 2 is not)")
         if sub.op not in POINTWISE | {"input", "const", MATMUL, CONV}:

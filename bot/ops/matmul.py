@@ -31,7 +31,7 @@ from bot.codegen.expr import call_writer
 from bot.codegen.kernel_file import KernelFile, KernelInput, _expanded_strides
 from bot.codegen.row_kernel import sm_count_line
 from bot.generators.interface import GenerationError
-from bot.ops import layout, pointwise
+from bot.ops import layout, pointwise, view
 from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry
 from bot.ops.node import (Call, IRError, Node, arguments, arity, broadcast_shapes, call, const, flag, inp,
                           input_names, inputs_outside, is_int_literal, is_none, number, prints, substitute, to_text)
@@ -42,16 +42,20 @@ NAME = "matmul"
 MATMUL = "matmul"                   # one per expression; the rest is its epilogue
 TRANSPOSE = "transpose"             # x.T, x.mT, x.t(), x.transpose(-2, -1): a matmul operand only
 EINSUM = "einsum"                   # read where it is a matrix product
-OPS = {MATMUL, TRANSPOSE}
+# diag(d) as an operand of a product: diag(d) @ b scales b's rows by d, b @ diag(d) its columns.
+DIAG = "diag"
+DIAG_ALONE = ("torch.diag(d) is read as an operand of a product (torch.diag(d) @ b, b @ torch.diag(d)); a diagonal "
+              "matrix on its own, or the diagonal of a matrix, is not supported")
+OPS = {MATMUL, TRANSPOSE, DIAG}
 ROOT = False
 # torch.triu(a @ b, diagonal) keeps the elements with col - row >= diagonal of each matrix (the last
 # two dims), tril those with col - row <= diagonal: read as the matmul's attrs tri and diagonal.
 TRIANGLES = {"triu": ">=", "tril": "<="}
 SUPPORTED = ("", "matmul a @ b (2-D, batched [..., M, K] @ [..., K, N], or [..., M, K] @ [K, N]; tf32=True for "
              "float32; einsum of such a product) with a pointwise epilogue, e.g. relu(a @ b + bias), and its upper or lower triangle, "
-             "torch.triu(a @ b, diagonal=1)")
+             "torch.triu(a @ b, diagonal=1); torch.diag(d) @ b and b @ torch.diag(d), d 1-D, as scaled rows or columns")
 ALIASES = {"mm": "matmul", "bmm": "matmul"}
-KEYWORDS = {MATMUL: {"tf32"}, TRANSPOSE: set(), "t": set(), "linear": {"weight", "bias"}, EINSUM: set(),
+KEYWORDS = {MATMUL: {"tf32"}, TRANSPOSE: set(), "t": set(), DIAG: {"diagonal"}, "linear": {"weight", "bias"}, EINSUM: set(),
             "addmm": {"beta", "alpha"}, "baddbmm": {"beta", "alpha"},
             **dict.fromkeys(TRIANGLES, {"diagonal"})}
 OUTPUT_DTYPES: dict[str, str] = {}
@@ -85,6 +89,8 @@ def convert(c: Call) -> Node | None:
         return _transpose_call(c)
     if c.fname in TRIANGLES:
         return _triangle(c)
+    if c.fname == DIAG:
+        return _diag(c)
     if c.fname == "linear":
         return _linear(c)
     if c.fname == EINSUM:
@@ -95,6 +101,16 @@ def convert(c: Call) -> Node | None:
         return None
     arity(c.fname, c.args, 2)
     return product(c.expr(c.args[0]), c.expr(c.args[1]), tf32=flag(c.kw.get("tf32")))
+
+
+def _diag(c: Call) -> Node:
+    """torch.diag(d): kept as a marker that product() turns into a scaling; diag(d, k) (off the main
+    diagonal) and a diagonal matrix on its own are refused."""
+    given = arguments(c, ("input", "diagonal"))
+    if "input" not in given or (given.get("diagonal") is not None and number(given["diagonal"]) != 0):
+        raise IRError("diag is read as torch.diag(d) with d 1-D, on the main diagonal, as an operand of a product: "
+                      "torch.diag(d) @ b or b @ torch.diag(d)")
+    return call(DIAG, c.expr(given["input"]))
 
 
 def _added_product(c: Call) -> Node:
@@ -156,12 +172,24 @@ def product(a: Node, b: Node, **attrs) -> Node:
     """a @ b. A transposed operand is the input itself with the product's flag ta (tb) saying how
     it was written: "T" (x.T, x.t(): a 2-D transpose) or "mT" (x.mT, x.transpose(-2, -1): the last two
     dims), so the kernel reads the operand as it lies in memory."""
+    if a.op == DIAG or b.op == DIAG:
+        return _scaled(a, b)
     flags = {}
     for key, operand in (("ta", a), ("tb", b)):
         if operand.op == TRANSPOSE:
             flags[key] = operand.attr("form")
     a, b = (x.args[0] if x.op == TRANSPOSE else x for x in (a, b))
     return call(MATMUL, a, b, **attrs, **flags)
+
+
+def _scaled(a: Node, b: Node) -> Node:
+    """diag(d) @ b: b's rows times d, d.view(-1, 1) * b; a @ diag(d): a's columns times d. The view
+    makes a d of any rank but 1 fail to broadcast instead of meaning something else."""
+    if a.op == DIAG and b.op == DIAG:
+        raise IRError("diag(d1) @ diag(d2) is the diagonal matrix of d1 * d2: the offline generator builds no diagonal matrices")
+    if a.op == DIAG:
+        return call("mul", call(view.RESHAPE, a.args[0], sizes=(-1, 1)), b)
+    return call("mul", a, call(view.RESHAPE, b.args[0], sizes=(1, -1)))
 
 
 def _einsum(c: Call) -> Node:
@@ -245,6 +273,8 @@ def matmul_node(node: Node) -> Node | None:
 
 def check(node: Node) -> None:
     """One matmul of two plain inputs, the root of its tree or inside a pointwise epilogue."""
+    if any(sub.op == DIAG for sub in node.walk()):
+        raise IRError(DIAG_ALONE)
     matmuls = [sub for sub in node.walk() if sub.op == MATMUL]
     if matmuls:
         body = node if node.op == MATMUL or node.op in pointwise.OPS else None

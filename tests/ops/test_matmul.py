@@ -491,6 +491,32 @@ def test_a_pasted_triangular_product_gives_a_spec():
     assert spec["expression"] == "tril(matmul(A, B))" and spec["name"] == "matmul_tril"
 
 
+@pytest.mark.parametrize("request_text, expression, product", [
+    ("torch.diag(d) @ b for fp32 d 33, b 33x45", "d.reshape(-1, 1) * b", lambda d, b: torch.diag(d) @ b),
+    ("b @ torch.diag(d) for fp32 b 33x45, d 45", "b * d.reshape(1, -1)", lambda b, d: b @ torch.diag(d)),
+    ("relu(torch.mm(torch.diag(d), b) + 1.0) for fp32 d 33, b 33x45", "relu(d.reshape(-1, 1) * b + 1.0)",
+     lambda d, b: torch.relu(torch.diag(d) @ b + 1.0)),
+])
+def test_a_diagonal_operand_scales_rows_or_columns_as_the_product_does(tmp_path, request_text, expression, product):
+    spec, _ = parse_request(request_text)
+    assert spec["expression"] == expression
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    gen = torch.Generator().manual_seed(0)
+    args = [torch.randn(i["shapes"][0], generator=gen) for i in spec["inputs"]]
+    torch.testing.assert_close(kernel(*args), product(*args), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("request_text, message", [
+    ("torch.diag(x) * 2 for x 64", "read as an operand of a product"),
+    ("torch.diag(d, 1) @ b", "on the main diagonal"),
+    ("torch.diag(d) @ torch.diag(e)", "builds no diagonal matrices"),
+    ("torch.diag(d) @ b for d 64x64 and b 64x32", "do not broadcast"),     # the diagonal of a matrix: not a scaling
+])
+def test_diagonals_that_are_not_a_scaling_are_refused(request_text, message):
+    with pytest.raises(GenerationError, match=message):
+        parse_request(request_text)
+
+
 # ---------------------------------------------------------------- on a GPU
 
 @pytest.mark.gpu
