@@ -29,7 +29,7 @@ from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import (Call, IRError, Node, arguments, call, flag, inp, input_names, inputs_outside, is_none,
                           number, prints, substitute, to_text)
-from bot.ops.text import FLAGS as _F, SIZES, WINDOW_PARAMS, blank as _blank, param, sizes_arg, taken, window_sizes
+from bot.ops.text import FLAGS as _F, SIZES, WINDOW_PARAMS, blank as _blank, blank_span, param, sizes_arg, taken, window_sizes
 
 NAME = "conv"
 CONV = "conv"                       # one per expression; the rest is its epilogue
@@ -72,6 +72,10 @@ _KERNEL = window_sizes(r"(?:(?:depthwise|pointwise|grouped|transposed?)\s+)*conv
                       "卷积核", rf"(?:(?:(?<=\dd)|(?<=conv)|(?<=olution))\s+|(?<=卷积)\s*){SIZES}(?![\w.]|\s*[x×]\s*\d)")
 _OUT_CHANNELS = re.compile(r"\b(\d+)\s+(?:output|out)[\s_-]?channels\b|\b(\d+)\s+filters\b|"
                            r"\b(?:out(?:put)?[\s_-]?channels|filters)\s*(?:of|=|:|is)?\s*(\d+)\b|输出通道(?:数)?\s*(?:为|是|=|:)?\s*(\d+)", _F)
+# "64 to 128 channels", "from 64 to 128 channels", "64->128 channels", "64 in, 128 out (channels)", "64通道到128通道"
+_IN_TO_OUT = re.compile(r"\b(?:from\s+)?(\d+)\s*(?:->|→|to)\s*(\d+)\s+channels\b|"
+                        r"\b(\d+)\s+in(?:put)?(?:[\s_-]+channels)?\s*,?\s*(?:and\s+)?(\d+)\s+out(?:put)?(?:[\s_-]+channels)?\b|"
+                        r"(\d+)\s*通道\s*(?:到|->|→)\s*(\d+)\s*通道", _F)
 _CONV_PARAMS = {**WINDOW_PARAMS, "groups": param("groups?", "分组")}
 _WITH_BIAS = re.compile(r"\bwith\s+(?:a\s+)?bias\b|\bplus\s+bias\b|带偏置|加偏置", _F)
 _NO_BIAS = re.compile(r"\b(?:no|without)\s+bias\b|\bbias[\s_-]?free\b|无偏置|不带偏置", _F)
@@ -88,17 +92,18 @@ def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
     if not inputs or any(len(s) not in (3, 4, 5) for s in inputs):
         raise IRError("a convolution in words needs the input's shape, batch x channels x the convolved dims, e.g. "
                       "'conv2d 3x3 with 64 output channels on 8x32x56x56'")
+    said_in, text = _in_to_out(text)            # first: "conv1d 64 to 128 channels" has no kernel size 64
+    sizes = {}
+    for key, pattern in _CONV_PARAMS.items():        # before the kernel: "stride 2 kernel 3" has no 2 kernel
+        value, text = taken(pattern, text)
+        if value is not None:
+            sizes[key] = value
     kernel, text = taken(_KERNEL, text)
     kernel = kernel or ((1,) if pointwise_ else None)
     said = m.group(3) or m.group(5)
     nd = int(said) if said else len(kernel) if kernel and len(kernel) > 1 else len(inputs[0]) - 2
     if kernel is None:
         raise IRError("a convolution needs its kernel size: say 'conv2d 3x3' or 'kernel size 3'")
-    sizes = {}
-    for key, pattern in _CONV_PARAMS.items():
-        value, text = taken(pattern, text)
-        if value is not None:
-            sizes[key] = value
     out, text = taken(_OUT_CHANNELS, text)
     bias = bool(_WITH_BIAS.search(text)) and not _NO_BIAS.search(text)
     notes = [] if _WITH_BIAS.search(text) or _NO_BIAS.search(text) else ["no bias named: a convolution without bias"]
@@ -106,6 +111,11 @@ def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
     if len(channels) > 1:
         raise IRError(f"the cases' inputs have different channels {sorted(channels)}: one weight serves every case")
     c_in = channels.pop()
+    if said_in:
+        if said_in[0] != c_in or out:
+            raise IRError(f"you said {said_in[0]} to {said_in[1]} channels{' and ' + str(out[0]) + ' output channels' if out else ''}, "
+                          f"but the input {inputs[0]} has {c_in} channels (dim 1): say the input's channels first, once")
+        out = (said_in[1],)
     groups = c_in if depthwise else sizes.get("groups", (1,))[0]
     c_out = out[0] if out else c_in if depthwise or transposed else None
     if c_out is None:
@@ -122,6 +132,15 @@ def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
         text = pattern.sub(_blank, text)
     extra = [("w", weight) for _ in inputs] + [("b", [c_out]) for _ in inputs if bias]
     return f"{fn}({', '.join(args)})", text, notes, extra
+
+
+def _in_to_out(text: str) -> tuple[tuple[int, int] | None, str]:
+    """(input channels, output channels) said as 'C_in to C_out channels', and the text without them."""
+    m = _IN_TO_OUT.search(text)
+    if not m:
+        return None, text
+    c_in, c_out = (int(g) for g in m.groups() if g is not None)
+    return (c_in, c_out), blank_span(text, m)
 
 
 # ---------------------------------------------------------------- IR rule

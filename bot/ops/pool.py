@@ -111,10 +111,18 @@ def pool_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
     m = POOL_WORD.search(text)
     glob, adaptive, kind = m.group(1) or m.group(5), m.group(2) or m.group(6), m.group(3) or m.group(7)
     kind = "max" if kind in ("max", "最大") else "avg"
+    params = {}
+    for key, pattern in WINDOW_PARAMS.items():      # before the window: "stride 2 kernel 3" has no 2 kernel
+        value, text = taken(pattern, text)
+        if value is not None:
+            params[key] = value
+    if "dilation" in params and kind == "avg":
+        raise IRError("average pooling has no dilation in torch (F.avg_pool2d takes none); max pooling does")
     window, text = taken(_WINDOW, text)
     output, text = taken(_OUTPUT, text) if adaptive else (None, text)
-    if (glob or adaptive) and window:
-        raise IRError("adaptive pooling takes an output size, not a window: say 'adaptive max pool to 7x7'")
+    if (glob or adaptive) and (window or params):
+        raise IRError("adaptive pooling takes an output size alone (no window, stride, padding or dilation): say "
+                      "'adaptive max pool to 7x7'")
     if adaptive and not glob and output is None:
         raise IRError("adaptive pooling needs its output size: say 'adaptive avg pool to 7x7' or 'global average "
                       "pooling' (output size 1)")
@@ -129,11 +137,7 @@ def pool_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
                       "shape, e.g. 'on 8x64x56x56' (batch, channels, then the pooled dims)")
     if glob or adaptive:
         return f"adaptive_{kind}_pool{nd}d(x, {sizes_arg(output or (1,))})", POOL_WORD.sub(_blank, text), notes
-    args = [f"kernel_size={sizes_arg(window)}"]
-    for key, pattern in WINDOW_PARAMS.items():
-        value, text = taken(pattern, text)
-        if value is not None and (key != "dilation" or kind == "max"):
-            args.append(f"{key}={sizes_arg(value)}")
+    args = [f"kernel_size={sizes_arg(window)}"] + [f"{key}={sizes_arg(value)}" for key, value in params.items()]
     if _CEIL.search(text):
         args.append("ceil_mode=True")
     if kind == "avg" and _EXCLUDE_PAD.search(text):

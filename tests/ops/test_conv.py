@@ -208,6 +208,13 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, x, w,
     ("conv_transpose2d 3x3 with 16 output channels on 2x8x9x9", "conv_transpose2d(x, w)", [8, 16, 3, 3]),
     ("转置卷积 3x3 输出通道 16 on 2x8x9x9", "conv_transpose2d(x, w)", [8, 16, 3, 3]),
     ("conv2d 3x3 with output channels 32 on 2x8x9x9", "conv2d(x, w)", [32, 8, 3, 3]),
+    # channels as "C_in to C_out"; a stride said before the kernel is not its size
+    ("conv1d 64 to 128 channels kernel 3 padding 1 on 16x64x1000", "conv1d(x, w, padding=1)", [128, 64, 3]),
+    ("conv2d 3x3, 64->128 channels, 16x64x56x56", "conv2d(x, w)", [128, 64, 3, 3]),
+    ("conv2d 3x3 64 in 128 out on 16x64x56x56", "conv2d(x, w)", [128, 64, 3, 3]),
+    ("conv transpose 2d stride 2 kernel 4, 64 to 32 channels on 8x64x32x32", "conv_transpose2d(x, w, stride=2)",
+     [64, 32, 4, 4]),
+    ("卷积 3x3 64通道到128通道 输入 16x64x56x56", "conv2d(x, w)", [128, 64, 3, 3]),
 ])
 def test_convolution_in_words(words, expression, weight):
     spec, _ = parse_request(words)
@@ -221,6 +228,7 @@ def test_convolution_in_words(words, expression, weight):
     ("conv2d with 64 output channels on 8x32x56x56", "needs its kernel size"),
     ("conv2d 3x3 groups 3 with 64 output channels on 8x32x20x20", "groups=3 must divide"),
     ("causal conv1d kernel 4 on 2x8x100", "this convolution"),
+    ("conv2d 3x3 from 32 to 128 channels on 16x64x56x56", "has 64 channels"),
 ])
 def test_convolution_words_refused_say_what_works(words, says):
     with pytest.raises(GenerationError, match=says):

@@ -163,6 +163,7 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, shape
     # no shape and no rank named: 2-d, on a CNN feature map's default shapes (both noted)
     ("global average pooling", "adaptive_avg_pool2d(x, output_size=(1, 1))"),
     ("max pool with kernel size 3", "max_pool2d(x, kernel_size=3)"),
+    ("max pool stride 2 kernel 3 on 8x32x56x56", "max_pool2d(x, kernel_size=3, stride=2)"),
 ])
 def test_pooling_in_words(words, expression):
     spec, _ = parse_request(words)
@@ -175,6 +176,8 @@ def test_pooling_in_words(words, expression):
     ("adaptive avg pool on 8x64x56x56", "adaptive pooling needs its output size"),
     ("lp pooling on 8x64x56x56", "this pooling"),
     ("max pooling with 2x2 windows and relu on 8x64x56x56", "I read max_pool2d but you also named relu"),
+    ("avg pool 2x2 dilation 2 on 8x64x56x56", "average pooling has no dilation"),
+    ("global average pooling with stride 2 on 8x64x56x56", "takes an output size alone"),
 ])
 def test_pooling_words_refused_say_what_works(words, says):
     with pytest.raises(GenerationError, match=says):
