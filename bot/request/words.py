@@ -168,6 +168,9 @@ def take_scalars(text: str, rd: Reading) -> str:
     return text
 
 
+_COUNT_NOUN = re.compile(r"\b(?:groups?|heads?|chunks?|steps?)\b", re.I)
+
+
 def take_shapes(text: str, rd: Reading) -> str:
     """The shapes named, each with the label it is said of, into rd.shapes; the text with them blanked."""
     taken = []
@@ -201,8 +204,13 @@ def take_shapes(text: str, rd: Reading) -> str:
 
 
 def _is_parameter(text: str, m: re.Match) -> bool:
-    """Whether numbers read like a shape size a window, a kernel or a stride instead."""
-    return bool(PARAM_AFTER.match(text, m.end()) or PARAM_BEFORE.search(text[:m.start()]))
+    """Whether numbers read like a shape size a window, a kernel or a stride instead. Windows have
+    at most 3 dims, and counts (groups, heads) one: 'group norm 8 groups 32x64x56x56' has a shape."""
+    before = PARAM_BEFORE.search(text[:m.start()])
+    if before and (dims := len(re.split(r"\s*[x×*]\s*|\s+by\s+|,", m.group(0).strip(" ()[]")))) > 1:
+        if dims > 3 or _COUNT_NOUN.search(before.group(0)):
+            before = None
+    return bool(PARAM_AFTER.match(text, m.end()) or before)
 
 
 def operand_order(shapes: list[tuple[str | None, list[int]]]) -> list[list[int]]:

@@ -120,6 +120,7 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, case):
 
 @pytest.mark.parametrize("words, typed", [
     ("group norm with 8 groups on 8x64x32x32 fp16", "group_norm(x, 8, weight, bias, eps=1e-05)"),
+    ("group norm 8 groups 32x64x56x56", "group_norm(x, 8, weight, bias, eps=1e-05)"),     # a count, then the shape
     ("batch norm on 16x32x28x28", "batch_norm(x, None, None, weight, bias, training=True)"),
     ("batch norm for inference on 16x32x28x28", "batch_norm(x, running_mean, running_var, weight, bias)"),
     ("batch norm without affine on 8x4x5", "batch_norm(x, None, None, None, None, training=True)"),
