@@ -53,7 +53,7 @@ REFUSED = [
     ("masked attention for 8x1024x64", "masked"),
     ("fused rotary embedding", "rotary"),
     # losses
-    ("nll loss over the last dim of 64x256", "this loss"),
+    ("nll loss over dim 0 of 64x256", "runs over the last dim"),
     ("max of x and y over the last dim", "elementwise"),
     # matmul variants
     ("matrix-vector product of 4096x4096 and 4096", "product"),

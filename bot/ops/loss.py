@@ -80,7 +80,7 @@ _CLASS_ORDER = ("input", "target", "weight", "size_average", "ignore_index", "re
 KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]), CE_GRAD: {"reduction"},
             **{name: set(order) for name, (order, _, _) in FORMULAS.items()}}
 OUTPUT_DTYPES: dict[str, str] = {}
-WORDS: list = []                    # read apart, before the generic reader: CROSS_ENTROPY, cross_entropy_words
+WORDS: list = []                    # read apart, before the generic reader: CLASS_LOSS, cross_entropy_words
 
 # cross entropy: persistent programs (PER_SM per SM) for rows that fit one tile; one row per one-warp
 # program in pipelined 512-wide chunks (8192x8192 fp16 on an H200: 41.5 us, against 43.5 for one
@@ -103,6 +103,9 @@ CROSS_ENTROPY_CONFIGS = [
 
 CROSS_ENTROPY = re.compile(r"\b(?:softmax[\s_-]+)?cross[\s_-]?entropy(?:[\s_-]+loss)?\b|\bce[\s_-]loss\b|"
                            r"交叉熵(?:损失)?", _F)
+# nll_loss in words: over log-probabilities, as torch names its input
+NLL_WORD = re.compile(r"\bnll(?:[\s_-]?loss)?\b|\bnegative[\s_-]+log[\s_-]+likelihood(?:[\s_-]+loss)?\b|负对数似然(?:损失)?", _F)
+CLASS_LOSS = re.compile(f"{CROSS_ENTROPY.pattern}|{NLL_WORD.pattern}", _F)
 
 
 _INDEX_DTYPE = re.compile(r"\b(?:torch\.)?(?:int64|long)\b|\bi64\b", _F)
@@ -118,7 +121,8 @@ _MEAN = re.compile(r"\breduction\s*[=:]?\s*['\"]?mean\b['\"]?|\b(?:mean|average[
 _SUM_REDUCTION = re.compile(r"\breduction\s*[=:]?\s*['\"]?sum\b|\bsummed\b|\bsum\b|求和", _F)
 
 
-_CE_NAMES = re.compile(r"\b(?:targets?|labels?|class(?:es)?(?:\s+ind(?:ices|ex))?|loss)\b|目标|标签|类别|损失", _F)
+_CE_NAMES = re.compile(r"\b(?:targets?|labels?|class(?:es)?(?:\s+ind(?:ices|ex))?|loss|"
+                       r"log[\s_-]?prob(?:abilitie)?s)\b|对数概率|目标|标签|类别|损失", _F)
 
 
 _CE_EXTRAS = re.compile(r"\blabel[\s_-]?smoothing\b|\bignore[\s_-]?index\b|\b(?:class[\s_-])?weights?\b|"
@@ -126,22 +130,27 @@ _CE_EXTRAS = re.compile(r"\blabel[\s_-]?smoothing\b|\bignore[\s_-]?index\b|\b(?:
 
 
 def take_index_dtype(text: str) -> str:
-    """'int64 targets' in a cross-entropy request: the target is int64 anyway; other dtype words
-    are about the logits."""
-    return _INDEX_DTYPE.sub(_blank, text) if CROSS_ENTROPY.search(text) else text
+    """'int64 targets' in a cross-entropy or NLL request: the target is int64 anyway; other dtype
+    words are about the logits."""
+    return _INDEX_DTYPE.sub(lambda m: " " * len(m.group(0)), text) if CLASS_LOSS.search(text) else text
 
 
 def cross_entropy_words(text: str) -> tuple[str, str, list[str]]:
-    """(expression, text without the words read, notes) for 'cross entropy over 4096x32000 logits'."""
+    """(expression, text without the words read, notes) for 'cross entropy over 4096x32000 logits' and
+    'nll loss of 512x1000 log-probabilities'."""
+    fn, x = (NLL, "log_probs") if NLL_WORD.search(text) else (CE_OP, "logits")
+    if NLL_WORD.search(text) and CROSS_ENTROPY.search(text):
+        raise GenerationError("I found cross entropy and nll loss: which one? cross entropy takes logits, nll loss "
+                              "log-probabilities")
     if m := _CE_EXTRAS.search(text):
-        raise GenerationError(f"cross entropy with {m.group(0)!r} is not supported: cross_entropy(logits, target) "
-                              "takes class indices, with reduction mean (the default), sum or none (per row)")
+        raise GenerationError(f"{fn} with {m.group(0)!r} is not supported: {fn}({x}, target) takes class indices, "
+                              "with reduction mean (the default), sum or none (per row)")
     reduction = "none" if _PER_ROW.search(text) else "sum" if _SUM_REDUCTION.search(text) else "mean"
     notes = [] if reduction != "mean" or _MEAN.search(text) else [
-        "no reduction named: averaging the loss over rows (reduction='mean', like F.cross_entropy)"]
-    for pattern in (CROSS_ENTROPY, _PER_ROW, _SUM_REDUCTION, _MEAN, _CE_NAMES):
+        f"no reduction named: averaging the loss over rows (reduction='mean', like F.{fn})"]
+    for pattern in (CLASS_LOSS, _PER_ROW, _SUM_REDUCTION, _MEAN, _CE_NAMES):
         text = pattern.sub(_blank, text)
-    return f"cross_entropy(logits, target{f', reduction={reduction!r}' * (reduction != 'mean')})", text, notes
+    return f"{fn}({x}, target{f', reduction={reduction!r}' * (reduction != 'mean')})", text, notes
 
 
 # The elementwise losses (and triplet margin) by name: pattern -> function. Binary cross entropy is

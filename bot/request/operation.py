@@ -29,7 +29,7 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
         return _matmul_words(prose, expr, rd)
     if expr is None and any(pattern.search(prose) for pattern, _ in loss.LOSS_WORDS):
         return _loss_words(prose, rd)
-    if expr is None and loss.CROSS_ENTROPY.search(prose):
+    if expr is None and loss.CLASS_LOSS.search(prose):
         return _cross_entropy_words(prose, rd)
     if expr is None and attention.ATTENTION_WORD.search(prose):
         return _family_words(lambda p: (*attention.attention_words(p), []), prose, rd,
@@ -156,7 +156,7 @@ def _cross_entropy_words(prose: str, rd: Reading) -> ir.Node:
     body, prose, notes = loss.cross_entropy_words(prose)
     words, rd.left = _find_op_words(prose)
     if words:
-        raise GenerationError(f"I read cross entropy but you also named {', '.join(w[2] for w in words)}; write "
+        raise GenerationError(f"I read {body.split('(')[0]} but you also named {', '.join(w[2] for w in words)}; write "
                               "the whole operation as an expression, e.g. 'cross_entropy(logits * 0.5, target)'.")
     rd.op_notes += notes
     return _parse(body)

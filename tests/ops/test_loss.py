@@ -191,6 +191,9 @@ def test_triplet_margin_loss_refusals_name_what_works():
     ("cosine similarity loss on 128x512", "torch.mean(1 - F.cosine_similarity(x, y, dim=1))"),
     ("mse loss between 4096x1024 tensors", "F.mse_loss(x, y)"),
     ("kl divergence loss on 128x1000 with batchmean reduction", "F.kl_div(x, y, reduction='batchmean')"),
+    ("nll loss of 512x1000 fp16 log-probabilities, summed", "F.nll_loss(log_probs, target, reduction='sum')"),
+    ("negative log likelihood loss per row of 64x10", "F.nll_loss(log_probs, target, reduction='none')"),
+    ("负对数似然损失 64x10", "F.nll_loss(log_probs, target)"),
 ])
 def test_losses_in_words(words, call):
     spec, _ = parse_request(words)
@@ -201,7 +204,9 @@ def test_losses_in_words(words, call):
     ("mse loss and huber loss of 8x16", "which loss"),
     ("mse loss with margin 2 of 8x16", "mse_loss takes no margin"),
     ("l1 loss with batchmean of 8x16", "'batchmean' is kl_div's"),
-    ("nll loss of 8x16", "this loss"),
+    ("nll loss and cross entropy of 8x16", "which one"),
+    ("nll loss with label smoothing of 8x16", "nll_loss with 'label smoothing' is not supported"),
+    ("cross entropy of 4096x32000 logits with int32 targets", "int64"),
     ("cosine similarity summed on 8x8", "not a loss to reduce"),
 ])
 def test_loss_words_refused_say_what_works(words, says):
