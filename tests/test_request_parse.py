@@ -183,6 +183,8 @@ def test_add_a_bias_in_words():
     ("elementwise product of two tensors", "x * y"),
     ("divide two tensors", "x / y"),
     ("scale x by 0.5", "x * 0.5"),
+    ("matrix times scalar 2.5, 4096x4096", "x * 2.5"),
+    ("multiply by a scalar value 2", "x * 2.0"),
     ("divide x by 4", "x / 4.0"),
     ("exp", "exp(x)"),
     ("natural log of x", "log(x)"),

@@ -145,7 +145,8 @@ WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     (rf"\bscal(?:e|ed|es|ing)\b(?:\s+[a-z]\w?)?\s+by\s+(?:alpha\s*=?\s*)?({_NUM}){_END}|"
      rf"\b(?:scale(?:\s+factor)?|alpha)\s*(?:=|:|of|is)?\s*({_NUM}){_END}|"
      rf"缩放\s*(?:系数|因子)?\s*(?:为|是|=|:)?\s*({_NUM}){_END}\s*倍?|乘以\s*({_NUM}){_END}", "step", "scale"),
-    (rf"\b(?:multipl(?:y|ied)|times)\s+(?:[a-z]\w?\s+)?(?:by\s+)?({_NUM}){_END}", "step", "scale"),
+    (rf"\b(?:multipl(?:y|ied|ication)|times)\s+(?:[a-z]\w?\s+)?(?:by\s+)?(?:(?:a|the)\s+)?(?:scalar\s+(?:value\s+)?"
+     rf"(?:of\s+)?)?({_NUM}){_END}", "step", "scale"),
     (rf"\bdivid(?:e|ed)\s+(?:[a-z]\w?\s+)?by\s+({_NUM}){_END}|除以\s*({_NUM}){_END}", "step", "divide"),
     (rf"\b(?:pow(?:er)?|to\s+the\s+power(?:\s+of)?|exponent)\s*(?:of|=|:)?\s*({_NUM}){_END}", "step", "pow"),
     (r"\bsquared?\b|平方", "step", "square"),
