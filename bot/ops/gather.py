@@ -76,14 +76,17 @@ def lookup_words(text: str, shapes: list[tuple[str | None, list[int]]], dims: li
         return _gather_words(text, shapes, dims, said_at)
     embedding = not re.search(r"index[\s_-]?select", text, re.I)
     given = [s for _, s in shapes]
-    if len(given) == 1 and (m := _COUNT.search(text)):         # "with 512 indices": a 1-D index of 512
+    counted = len(given) == 1 and (m := _COUNT.search(text))
+    if counted:                                                 # "with 512 indices": a 1-D index of 512
         given.append([int(m.group(1))])
         text = text[:m.start(1)] + " " * len(m.group(1)) + text[m.end(1):]
     if len(given) != 2:
         raise IRError("a lookup in words needs two shapes, the table's and the indices', e.g. 'embedding lookup with "
                       "a 32000x4096 table and 16x512 token ids'")
     ranks = [len(s) for s in given]
-    if ranks.count(2) == 1 and (embedding or ranks.count(1) == 1):
+    if counted:
+        table, index = given
+    elif ranks.count(2) == 1 and (embedding or ranks.count(1) == 1):
         table, index = (given[0], given[1]) if ranks[0] == 2 else (given[1], given[0])
     else:
         table, index = _by_words(text, shapes, said_at, _TABLE_WORD, "e.g. 'a 32000x4096 table and 16x512 ids'")
