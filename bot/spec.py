@@ -18,7 +18,7 @@ import math
 import re
 
 from bot import autodiff, ir, training
-from bot.ops import conv, pointwise
+from bot.ops import argreduce, conv, pointwise
 from runner import protocol
 
 MAX_RANK = 5                     # a 3-d convolution's or pooling's [N, C, D, H, W]
@@ -352,7 +352,7 @@ def _outputs(spec: dict, node: ir.Node) -> list[dict]:
         except ir.IRError as e:
             raise SpecError(f"case {case.index + 1}: {e}") from None
     dtypes = [ir.output_dtype(node, d) for d in protocol.float_inputs(spec)[0]["dtypes"]]
-    return [{"name": "out", "dtypes": dtypes, "shapes": shapes}]
+    return argreduce.outputs(node, dtypes, shapes) or [{"name": "out", "dtypes": dtypes, "shapes": shapes}]
 
 
 def _check_sizes(spec: dict) -> None:
@@ -380,6 +380,8 @@ def summary(spec: dict) -> dict[str, str]:
         "dtypes": ", ".join(protocol.variant_label(v) for v in variants),
         "backend": spec.get("backend") or "default",
     }
+    if len(spec["outputs"]) > 1:             # torch.max(x, dim): values and indices, each of that shape
+        fields["output"] = f"({', '.join(o['name'] for o in spec['outputs'])}), each " + fields["output"]
     if spec.get("params"):
         fields["params"] = ", ".join(f"{k}={v}" for k, v in spec["params"].items())
     if spec.get("training"):

@@ -66,11 +66,11 @@ def _reference_test(gen: "_TestFile") -> str:
         "    got = reference(*inputs)",
         "    inputs64 = upcast(inputs)",
         "    want = reference(*inputs64)",
-        *gen.shape_and_dtype_checks("reference"),
-        "    bad = int((~torch.isfinite(got)).sum())",
-        '    assert bad == 0, f"the reference gives {bad} non-finite values in {dtype}"',
-        f"    allowance = {gen.allowance('getattr(torch, dtype)')}{gen.matmul_term()}{gen.chain_term()}",
-        '    check_close(got, want, dtype, reduced_length(inputs), allowance, f"reference in {dtype} vs float64")',
+        *gen.each_output("reference", [
+            "    bad = int((~torch.isfinite(got)).sum())",
+            '    assert bad == 0, f"the reference gives {bad} non-finite values in {dtype}"',
+            f"    allowance = {gen.allowance('getattr(torch, dtype)')}{gen.matmul_term()}{gen.chain_term()}",
+            '    check_close(got, want, dtype, reduced_length(inputs), allowance, f"reference in {dtype} vs float64")']),
     ]
     if prop:
         checks.append("    check_property(got, inputs, inputs64, dtype)")
@@ -88,9 +88,9 @@ def _kernel_test(gen: "_TestFile") -> str:
         "    inputs64 = upcast(inputs)",
         "    want = reference(*inputs64)",
         "    got = kernel(*inputs)",
-        *gen.shape_and_dtype_checks("kernel"),
-        f"    allowance = {gen.allowance('torch.float32')}{gen.chain_term()}  # the kernel computes in float32",
-        '    check_close(got, want, dtype, reduced_length(inputs), allowance, "kernel vs reference on float64 inputs")',
+        *gen.each_output("kernel", [
+            f"    allowance = {gen.allowance('torch.float32')}{gen.chain_term()}  # the kernel computes in float32",
+            '    check_close(got, want, dtype, reduced_length(inputs), allowance, "kernel vs reference on float64 inputs")']),
         "    for spec_input, t, t0 in zip(SPEC[\"inputs\"], inputs, before):",
         "        assert torch.equal(t, t0), f\"the kernel changed its input {spec_input['name']}\"",
     ]
@@ -214,9 +214,22 @@ CPU_MAX_ELEMENTS = {protocol.CPU_MAX_ELEMENTS!r}
     def chain_term(self) -> str:
         return " + chain_error(want, dtype)" if ir.is_chain(self.node) else ""
 
-    def shape_and_dtype_checks(self, who: str) -> list[str]:
+    def each_output(self, who: str, checks: list[str]) -> list[str]:
+        """The shape and dtype checks, then checks, of the output; of each in turn where the op has
+        several (torch.max(x, dim)'s values and indices: integer indices get no rounding allowance)."""
+        if len(self.spec["outputs"]) == 1:
+            return [*self.shape_and_dtype_checks(who, 0), *checks]
+        loop = [*self.shape_and_dtype_checks(who, "k"), *checks]
+        allowance = next(i for i, line in enumerate(loop) if line.startswith("    allowance = "))
+        loop.insert(allowance + 1, '    allowance = allowance if out["dtypes"][variant].startswith("float") else 0.0')
+        n = len(self.spec["outputs"])
+        return [f'    assert isinstance(got, tuple) and len(got) == {n}, "{who} gives no tuple of the spec\'s {n} outputs"',
+                "    for k, (got, want) in enumerate(zip(got, tuple(want))):",
+                *("    " + line for line in loop)]
+
+    def shape_and_dtype_checks(self, who: str, k: int | str) -> list[str]:
         return [
-            '    out = SPEC["outputs"][0]',
+            f'    out = SPEC["outputs"][{k}]',
             '    dtype = out["dtypes"][variant]',
             '    shape = case_shapes(case)[1] or list(want.shape)',
             '    assert list(got.shape) == shape, \\',

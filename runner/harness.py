@@ -34,7 +34,7 @@ from runner import ghost, inputs, integrity, jobfiles, launch_count, protocol, r
 from runner.protocol import Case
 from runner.remote_timing import Loop, TimingRejected
 from runner.untrusted import describe_error as describe
-from runner.workers import CallFailed, Called, Worker, WorkerDied
+from runner.workers import CallFailed, Called, Output, Worker, WorkerDied
 
 SEEDS = (0, 1, 2)
 # the baselines the reference's worker times, and the function each calls there
@@ -67,7 +67,7 @@ class Check:
     max_abs_err: float = 0.0
     max_rel_err: float = 0.0
     worst: str = ""
-    out: torch.Tensor | None = None     # the output checked, when there was one
+    out: Output | None = None           # the output(s) checked, when there were any
 
 
 @dataclass
@@ -179,9 +179,9 @@ def upcast(args: list[torch.Tensor]) -> list[torch.Tensor]:
     return [a.double() if a.is_floating_point() else a for a in args]
 
 
-def checked_call(ctx: Context, version: Version, args: list[torch.Tensor], expected: torch.Tensor,
-                 native: torch.Tensor, config: dict | None = None, ids: list[str] | None = None,
-                 before: torch.Tensor | None = None) -> Check:
+def checked_call(ctx: Context, version: Version, args: list[torch.Tensor], expected: Output,
+                 native: Output, config: dict | None = None, ids: list[str] | None = None,
+                 before: Output | None = None) -> Check:
     """Call a kernel version (in its worker, on poisoned memory) and compare its output with the
     float64 reference; inputs must come back bit for bit as they went. ids: the worker's tensors
     holding args (refilled in place since the last call, whose output was before)."""
@@ -193,9 +193,9 @@ def checked_call(ctx: Context, version: Version, args: list[torch.Tensor], expec
             return Check(no_launch(version, called.launches))
     if called.changed:
         return Check(modified(ctx, called.changed))
-    check = compare_to_reference(ctx, args, called.out, expected, native.dtype)
+    check = compare_to_reference(ctx, args, called.out, expected, native)
     check.out = called.out
-    if check.problem and before is not None and torch.equal(called.out, before):
+    if check.problem and before is not None and same_outputs(called.out, before):
         check.problem = ("returned the same output as for the previous values of the same input tensors (they were "
                          "refilled in place): a cached result, not one computed from its inputs")
     return check
@@ -212,7 +212,7 @@ def no_launch(version: Version, launches: dict[str, int]) -> str:
             "must come from the kernel's Triton code")
 
 
-def reference_outputs(ctx: Context, args: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, str]:
+def reference_outputs(ctx: Context, args: list[torch.Tensor]) -> tuple[Output, Output, str]:
     """(float64 ground truth, the reference in the inputs' own dtypes, problem or '')."""
     # Inputs are checked for changes on the call in their own dtypes (the float64 copies would
     # only double what crosses the channel).
@@ -229,14 +229,39 @@ def modified(ctx: Context, positions: list[int]) -> str:
     return f"modified its input {', '.join(names)} (inputs must stay unchanged)"
 
 
-def compare_to_reference(ctx: Context, args: list[torch.Tensor], out, expected: torch.Tensor,
-                         want_dtype: torch.dtype) -> Check:
+def compare_to_reference(ctx: Context, args: list[torch.Tensor], out, expected: Output, native: Output) -> Check:
     """compare() with what the spec says of the op: its reduced length, TF32, matmul, scan; a chain
     (its stages keep their outputs in the dtype, and a later one sums them: (x @ w1) @ w2) scaled as
-    a gradient is, its rounding following the terms summed, not the result, which may cancel."""
+    a gradient is, its rounding following the terms summed, not the result, which may cancel.
+    Several outputs (torch.max(x, dim)'s values and indices) are compared each, in order; the check
+    holds the first that fails, else the first's errors."""
+    if not isinstance(expected, tuple):
+        return _compare_one(ctx, args, out, expected, native.dtype)
+    if not isinstance(out, tuple) or len(out) != len(expected):
+        return Check(f"returned {type(out).__name__}, not the reference's tuple of {len(expected)} tensors")
+    names = [o["name"] for o in ctx.spec.get("outputs", [])]
+    checks = [_compare_one(ctx, args, o, e, n.dtype) for o, e, n in zip(out, expected, native)]
+    for k, check in enumerate(checks):
+        if check.problem:
+            check.problem = f"output {k + 1} ({names[k] if k < len(names) else '?'}): {check.problem}"
+            return check
+    return checks[0]
+
+
+def _compare_one(ctx: Context, args: list[torch.Tensor], out, expected: torch.Tensor, want_dtype: torch.dtype) -> Check:
     return compare(out, expected, want_dtype, reduce_len(ctx.spec, args, expected.numel()),
                    bool(ctx.spec.get("tf32")), bool(ctx.spec.get("matmul")), bool(ctx.spec.get("scan")),
                    scaled=ctx.spec.get("chain", 1) > 1)
+
+
+def outputs(out: Output) -> list[torch.Tensor]:
+    """An output's tensors: itself, or a tuple's."""
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def same_outputs(a: Output, b: Output) -> bool:
+    """Whether two calls gave the same output(s), bit for bit."""
+    return len(outputs(a)) == len(outputs(b)) and all(torch.equal(x, y) for x, y in zip(outputs(a), outputs(b)))
 
 
 def _index(flat: int, shape: torch.Size) -> str:
@@ -316,7 +341,7 @@ def check_row(ctx: Context, version: Version, case: Case, variant: dict[str, str
             if problem:
                 return {**row, "ok": False, "reason": f"the reference {problem} (seed {seed})"}
             if is_reference:
-                check = compare_to_reference(ctx, args, native, expected, native.dtype)
+                check = compare_to_reference(ctx, args, native, expected, native)
             else:
                 # Later seeds refill the same tensors in place: a kernel that caches by address shows.
                 if ids is None:
@@ -539,7 +564,7 @@ def bench_case(ctx: Context, plan: dict, versions: dict, case: Case, variant: di
         nbytes += 2 * sum(_nbytes(a) for a in args if a.is_floating_point()) + _nbytes(native)
     # A chain's output is no matmul's: its flops are not 2 x out x K.
     flops = 2 * native.numel() * reduce_len(ctx.spec, args, native.numel()) \
-        if ctx.spec.get("matmul") and not ctx.spec.get("chain") else 0
+        if ctx.spec.get("matmul") and not ctx.spec.get("chain") else 0        # one output: the product
     fresh = inputs.make_inputs(ctx.spec, case, variant, SEEDS[1], ctx.device)
     fresh_out = reference_outputs(ctx, fresh)
     rows = []
@@ -599,12 +624,12 @@ def bench_version(ctx: Context, plan: dict, row: dict, version: Version, first: 
         version.worker.drop(ids + upstream)
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+def _nbytes(out: Output) -> int:
+    return sum(t.numel() * t.element_size() for t in outputs(out))
 
 
 def _fresh_problem(ctx: Context, version: Version, ids: list[str], fresh: tuple, config: dict | None,
-                   before: torch.Tensor) -> str:
+                   before: Output) -> str:
     args, expected, native, problem = fresh
     if problem:
         return f"the reference {problem}"
@@ -618,7 +643,7 @@ def verdict(problem: str) -> str:
     return "failed" if problem.startswith("raised ") else "wrong result"
 
 
-def tune(ctx: Context, kernel: Version, args: list[torch.Tensor], expected: torch.Tensor, native: torch.Tensor,
+def tune(ctx: Context, kernel: Version, args: list[torch.Tensor], expected: Output, native: Output,
          where: tuple[str, str], position: tuple[int, int], timing: dict) -> dict:
     """Every config of the kernel on one case x dtype: checked against the float64 reference (a
     wrong one is flagged and never wins), then timed briefly; the fastest correct one is best."""

@@ -227,8 +227,10 @@ class Worker:
             torch.cuda.synchronize()
 
     def op_call(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        """One call on poisoned memory; the output's bytes back, then the inputs' when asked."""
+        """One call on poisoned memory; the outputs' bytes back (one tensor, or a tuple of them), then
+        the inputs' when asked."""
         like = msg.get("like")
+        like = like[0] if isinstance(like, list) and like else like     # several outputs: the first's size
         poison = (poisoned_memory(torch.Size(like["shape"]), channel.dtype_of(like["dtype"]), self.device)
                   if like else nullcontext())
         if self.switch is None and self.device == "cuda":
@@ -241,12 +243,17 @@ class Worker:
             if isinstance(e, torch.OutOfMemoryError):
                 torch.cuda.empty_cache()
             return {"ok": False, "error": f"raised {describe_error(e)}", "lost": not self._usable()}, []
-        if type(out) is not torch.Tensor:
-            kind = "a torch.Tensor subclass" if isinstance(out, torch.Tensor) else type(out).__name__
-            return {"ok": False, "error": f"returned {kind}, not a plain tensor", "lost": False}, []
+        outs = list(out) if isinstance(out, tuple) else [out]     # a tuple: torch.max(x, dim)'s (values, indices)
+        bad = [t for t in outs if type(t) is not torch.Tensor]
+        if bad or not outs:
+            kind = ("nothing" if not outs else "a torch.Tensor subclass" if isinstance(bad[0], torch.Tensor)
+                    else type(bad[0]).__name__)
+            where = f"a tuple holding {kind}" if isinstance(out, tuple) else kind
+            return {"ok": False, "error": f"returned {where}, not a plain tensor", "lost": False}, []
         back = [self.tensors[key] for key in msg["args"]] if msg.get("inputs_back") else []
-        return ({"ok": True, **channel.describe(out), "device": out.device.type},
-                [channel.tensor_fd(t) for t in [out, *back]])
+        described = [{**channel.describe(t), "device": t.device.type} for t in outs]
+        reply = {"ok": True, **described[0], **({"outputs": described} if isinstance(out, tuple) else {})}
+        return reply, [channel.tensor_fd(t) for t in [*outs, *back]]
 
     def op_grads(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         """One training step (_step) on the inputs (those at msg['wrt'] requiring grad) from the upstream

@@ -22,9 +22,13 @@ class WorkerDied(Exception):
     """The worker process is gone, hung, or broke the protocol; the message says how."""
 
 
+# One output tensor, or a tuple of them (torch.max(x, dim)'s values and indices).
+Output = torch.Tensor | tuple[torch.Tensor, ...]
+
+
 @dataclass
 class Called:
-    out: torch.Tensor | None = None       # the output, read as the judge's dtype and shape, on the judge's device
+    out: Output | None = None             # the output(s), read as the judge's dtypes and shapes, on the judge's device
     problem: str = ""                     # empty when the call returned a tensor of the right kind
     lost: bool = False                    # the worker's CUDA context is gone
     changed: list[int] = field(default_factory=list)   # positions of inputs that came back different
@@ -125,7 +129,7 @@ class Worker:
                  config: dict | None = None, check_inputs: bool = False) -> Called:
         """call() on tensors already in the worker (ids), whose values the judge holds as args."""
         message = {"op": "call", "fn": fn, "args": ids, "config": config, "inputs_back": check_inputs,
-                   "like": channel.describe(like) if like is not None else None}
+                   "like": _described(like)}
         before = self.counter.counts() if self.counter else None
         reply, fds = self.request(message)
         try:
@@ -163,27 +167,32 @@ class Worker:
         """Write new values into the worker's tensors in place: same storage, same addresses."""
         self._send_tensors("refill", ids, tensors)
 
-    def _called(self, reply: dict, fds: list[int], args: list[torch.Tensor], like: torch.Tensor | None,
+    def _called(self, reply: dict, fds: list[int], args: list[torch.Tensor], like: Output | None,
                 check_inputs: bool) -> Called:
         if not reply.get("ok"):
             return Called(problem=str(reply.get("error", "failed"))[:400], lost=bool(reply.get("lost")))
-        want = 1 + (len(args) if check_inputs else 0)
+        several = "outputs" in reply
+        described = reply["outputs"] if several else [reply]
+        if not isinstance(described, list) or not described:
+            raise WorkerDied(f"the {self.role} worker described its outputs as {str(described)[:80]}")
+        want = len(described) + (len(args) if check_inputs else 0)
         if len(fds) != want:
             raise WorkerDied(f"the {self.role} worker sent {len(fds)} buffers where the judge asked for {want}")
         if like is not None:
-            dtype, shape = like.dtype, list(like.shape)
-            if reply.get("shape") != shape:
-                return Called(problem=f"output shape {reply.get('shape')} but the reference gives {shape}")
-            if reply.get("dtype") != channel.describe(like)["dtype"]:
-                return Called(problem=f"output dtype torch.{reply.get('dtype')} but the reference gives {like.dtype}")
+            problem = _unlike(described, like, several)
+            if problem:
+                return Called(problem=problem)
+            kinds = [(t.dtype, list(t.shape)) for t in (like if several else [like])]
         else:
-            dtype, shape = channel.dtype_of(reply.get("dtype")), _shape(reply.get("shape"))
-        if reply.get("device") != self.device:
-            return Called(problem=f"output on {reply.get('device')} but the inputs are on {self.device}")
-        out = channel.read_tensor(fds[0], dtype, shape)
-        changed = [i for i, (arg, fd) in enumerate(zip(args, fds[1:]))
+            kinds = [(channel.dtype_of(d.get("dtype")), _shape(d.get("shape"))) for d in described]
+        if any(d.get("device") != self.device for d in described):
+            wrong = next(d.get("device") for d in described if d.get("device") != self.device)
+            return Called(problem=f"output on {wrong} but the inputs are on {self.device}")
+        where = args[0].device if args else "cpu"
+        outs = [channel.read_tensor(fd, dtype, shape).to(where) for fd, (dtype, shape) in zip(fds, kinds)]
+        changed = [i for i, (arg, fd) in enumerate(zip(args, fds[len(outs):]))
                    if not torch.equal(_bits(channel.read_tensor(fd, arg.dtype, list(arg.shape))), _bits(arg.cpu()))]
-        return Called(out=out.to(args[0].device if args else "cpu"), changed=changed)
+        return Called(out=tuple(outs) if several else outs[0], changed=changed)
 
     def close(self) -> None:
         self.sock.close()
@@ -198,6 +207,29 @@ class CallFailed(Exception):
     def __init__(self, message: str, lost: bool) -> None:
         super().__init__(message)
         self.lost = lost
+
+
+def _described(like) -> dict | list[dict] | None:
+    """What the worker is told of the output it should give (its first's size poisons memory)."""
+    if like is None:
+        return None
+    return [channel.describe(t) for t in like] if isinstance(like, tuple) else channel.describe(like)
+
+
+def _unlike(described: list[dict], like, several: bool) -> str:
+    """Why outputs described so differ from the reference's like (one tensor or a tuple), or ''."""
+    likes = list(like) if isinstance(like, tuple) else [like]
+    if several != isinstance(like, tuple) or len(described) != len(likes):
+        said = f"a tuple of {len(described)} tensors" if several else "one tensor"
+        wanted = f"a tuple of {len(likes)} tensors" if isinstance(like, tuple) else "one tensor"
+        return f"returned {said} but the reference gives {wanted}"
+    for k, (d, t) in enumerate(zip(described, likes)):
+        which = f"output {k + 1}'s" if several else "output"
+        if d.get("shape") != list(t.shape):
+            return f"{which} shape {d.get('shape')} but the reference gives {list(t.shape)}"
+        if d.get("dtype") != channel.describe(t)["dtype"]:
+            return f"{which} dtype torch.{d.get('dtype')} but the reference gives {t.dtype}"
+    return ""
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

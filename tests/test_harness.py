@@ -361,7 +361,7 @@ def test_a_chain_of_products_keeps_rounded_intermediates_and_is_judged_at_their_
         spec = {"name": "c", "expression": "matmul(matmul(x, w1), w2)", "chain": stages, "matmul": True,
                 "reduce": {"lengths": [256]}, "inputs": []}
         ctx = harness.Context(jobdir=Path("."), spec=spec, backend="cpu", device="cpu")
-        return harness.compare_to_reference(ctx, [x, w1, w2], out, want, torch.float16).problem
+        return harness.compare_to_reference(ctx, [x, w1, w2], out, want, want.half()).problem
 
     gen = torch.Generator().manual_seed(0)
     x, w1, w2 = (torch.randn(s, generator=gen).half() for s in ((64, 128), (128, 256), (256, 32)))
@@ -485,3 +485,37 @@ def test_a_baseline_whose_timing_the_judge_rejects_fails_the_benchmark():
     result["bench"][0].update(ok=False, rejected=True, error="timing rejected: the worker's GPU time ...")
     status, summary = worker.bench_verdict(result)
     assert status == "fail" and summary.startswith("torch at 4096 float32: timing rejected")
+
+
+# --- several outputs: torch.max(x, dim)'s values and indices -----------------------------------
+
+def values_and_indices_files(wrap: str = "") -> dict[str, str]:
+    """spec.json, reference.py and kernel.py of torch.max(x, dim=1) whole, the kernel's entry
+    rewrapped by wrap (a replacement of it in terms of the right one, _right)."""
+    from bot import ir, lower_torch
+    from bot.request import parse_request
+    from bot.spec import parse_expression
+    spec, _ = parse_request("max and argmax over dim 1 of 5x37 and 3x4x9, fp32")
+    node = parse_expression(spec)
+    kernel = ir.kernel_source(spec, node, {})
+    if wrap:
+        kernel += f"\n\n_right = {spec['name']}\n\n\ndef {spec['name']}(x, *, config=None):\n{wrap}\n"
+    return {"spec.json": json.dumps(spec), "reference.py": lower_torch.reference_source(spec, node), "kernel.py": kernel}
+
+
+def test_values_and_indices_pass_when_both_are_right():
+    result = run("verify", values_and_indices_files())
+    assert result["status"] == "pass", result["summary"]
+
+
+@pytest.mark.parametrize("wrap, says", [
+    ("    return _right(x, config=config)[0]", "returned one tensor but the reference gives a tuple of 2 tensors"),
+    ("    v, i = _right(x, config=config)\n    return i, v", "output 1's dtype torch.int64 but the reference gives torch.float32"),
+    ("    v, i = _right(x, config=config)\n    return v, (i + 1) % x.shape[1]", "output 2 (indices): "),
+    ("    v, i = _right(x, config=config)\n    return v, torch.empty_like(i)", "output 2 (indices): "),
+    ("    v, i = _right(x, config=config)\n    return v, i, i", "returned a tuple of 3 tensors"),
+    ("    v, i = _right(x, config=config)\n    return v, i.tolist()", "returned a tuple holding list, not a plain tensor"),
+])
+def test_values_and_indices_fail_when_either_is_wrong_or_missing(wrap, says):
+    result = run("verify", values_and_indices_files(wrap), static_check=False)
+    assert result["status"] == "fail" and says in result["summary"], result["summary"]

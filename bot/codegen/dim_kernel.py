@@ -218,6 +218,10 @@ class DimKernel(ReducedBodyFile):
         super().__init__(spec, node, inputs, options, body)
         self.op, self.dim, self.arg, self.spaces = node.op, node.attr("dim", -1), arg, spaces
         self.reduction = reduction
+        # torch.max(x, dim) whole: the extreme's values stored beside its indices
+        self.values = node.op.endswith("_with_indices")
+        if self.values:
+            self.op = "argmax" if node.op.startswith("max") else "argmin"
         if not (isinstance(self.dim, int) or self.dim == ALL):
             raise ValueError(f"{self.op} takes one integer dim, or every element, got {self.dim!r}")
         self.views = [self._view(case, full) for case, full in enumerate(self.fulls)]     # (A, D, B) per case
@@ -249,11 +253,18 @@ class DimKernel(ReducedBodyFile):
                    _expanded]
         text = self._file(kernels, helpers, self._launcher())
         # The file head speaks of float outputs; argmax/argmin return indices.
+        if self.values:
+            return text.replace("the output has the first input's dtype", "the outputs are the values (the first "
+                                "input's dtype) and their int64 indices")
         return text.replace("the output has the first input's dtype", "the output holds int64 indices") \
             if self.arg else text
 
     def _ptrs(self) -> list[str]:
-        return ["dst_ptr"] + (["idx_ptr"] if self.arg else [])
+        return ["dst_ptr"] + (["idx_ptr"] if self.arg else []) + self._value_ptr()
+
+    def _value_ptr(self) -> list[str]:
+        """The values output's pointer, where the kernel stores the extreme too."""
+        return ["val_ptr"] if self.values else []
 
     def _dsts(self) -> list[str]:
         """What the launcher passes for _ptrs: the output, or the partials of a split."""
@@ -325,7 +336,9 @@ class DimKernel(ReducedBodyFile):
         """Store the outputs (cast to the output's dtype), or split s's float32 partials."""
         if final:
             value = "index" if self.arg else "(result / D)" if self.op == "mean" else "result"
-            return [f"tl.store(dst_ptr + out_offs, {value}{expand}.to(dst_ptr.dtype.element_ty), mask={keep})"]
+            also = [f"tl.store(val_ptr + out_offs, result{expand}.to(val_ptr.dtype.element_ty), mask={keep})"]
+            return [f"tl.store(dst_ptr + out_offs, {value}{expand}.to(dst_ptr.dtype.element_ty), mask={keep})",
+                    *(also if self.values else [])]
         lines = [f"tl.store(dst_ptr + out_offs, result{expand}, mask={keep})"]
         return lines + ([f"tl.store(idx_ptr + out_offs, index{expand}, mask={keep})"] if self.arg else [])
 
@@ -355,7 +368,7 @@ class DimKernel(ReducedBodyFile):
                  *indented([f"offs = {offs}", f"mask = {mask}", *values, *self._fold(_ROWS)]),
                  *EDGE_LINES, *values, *(self._edge_fold() if self.arg else self._fold(_ROWS)),
                  *self._after_loop(_ROWS), "out_offs = rows", *self._store(True, "[:, None]", "rows < A")]
-        params = [f"{i.local}_ptr" for i in self.body_inputs] + ["dst_ptr", "A", "D"]
+        params = [f"{i.local}_ptr" for i in self.body_inputs] + ["dst_ptr", *self._value_ptr(), "A", "D"]
         params += [f"{c}: tl.constexpr" for c in ("BLOCK_R", "BLOCK_D", "NUM_STAGES", "ALIGN")]
         return jit_source(f"{self.name}_aligned_kernel", params, lines, ALIGNED_COMMENT)
 
@@ -370,7 +383,7 @@ class DimKernel(ReducedBodyFile):
                 "result = tl.where(take, top, result)"]
 
     def _combine_kernel(self) -> str:
-        params = ["ws_ptr"] + (["ws_idx_ptr"] if self.arg else []) + ["dst_ptr", "M", "SPLIT", "D",
+        params = ["ws_ptr"] + (["ws_idx_ptr"] if self.arg else []) + ["dst_ptr", *self._value_ptr(), "M", "SPLIT", "D",
                                                                       "BLOCK: tl.constexpr", "SPLIT_P2: tl.constexpr"]
         loads = [f"acc = tl.load(ws_ptr + s * M + out_offs, mask=mask, other={self.reduction.fill})"]
         if self.arg:
@@ -389,7 +402,8 @@ class DimKernel(ReducedBodyFile):
             fill = "0.0" if self.op == "sum" else 'float("nan")'
             return ("    if out.numel() == 0 or D == 0:\n"
                     f"        return out.fill_({fill})   # an empty output, or a {self.op} over nothing\n")
-        return refuse_empty_dim(self.op, "D", "dim") + "    if out.numel() == 0:\n        return out\n"
+        returned = "values, out" if self.values else "out"
+        return refuse_empty_dim(self.op, "D", "dim") + f"    if out.numel() == 0:\n        return {returned}\n"
 
     def _launcher(self) -> str:
         first = self.body_inputs[0].local
@@ -404,20 +418,24 @@ class DimKernel(ReducedBodyFile):
                      f"    dim = {self.dim} % len(shape)\n"
                      "    A, D, B = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])\n"
                      f"    out = torch.empty(shape[:dim] + shape[dim + 1:], dtype={dtype}, device={first}.device)\n")
+        if self.values:
+            text += f"    values = torch.empty(out.shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
         text += self._empty_dims()
         arg_reduce = ["arg_reduce=True"] if self.arg else []
         text += self._config_line(f"_reduce_config({', '.join(['A', 'D', 'B', *arg_reduce])})")
         text += wrap("block, BLOCK_D, SPLIT, chunk, num_warps, num_stages = _reduce_tiles",
                       ["config", "A", "D", "B", self._elem_bytes(), *arg_reduce], "    ") + "\n"
         text += align_elements(self.body_inputs) + ALIGNED_LAUNCH.format(also="B == 1 and SPLIT == 1 and ", n="D")
-        aligned = [i.local for i in self.body_inputs] + ["out", "A", "D", "BLOCK_R=1", "BLOCK_D=BLOCK_D",
+        vals = ["values"] if self.values else []
+        returned = "values, out" if self.values else "out"
+        aligned = [i.local for i in self.body_inputs] + ["out", *vals, "A", "D", "BLOCK_R=1", "BLOCK_D=BLOCK_D",
                                                          "NUM_STAGES=num_stages", "ALIGN=ALIGN", "num_warps=num_warps"]
-        text += self._launch(f"{self.name}_aligned_kernel", "(A,)", aligned, "        ") + "        return out\n"
+        text += self._launch(f"{self.name}_aligned_kernel", "(A,)", aligned, "        ") + f"        return {returned}\n"
         text += "    # One split writes the output; more write float32 partials for the combine kernel.\n"
         for dst, kind in zip(self._dsts(), ("float32", "int32")):
             text += (f"    {dst} = out if SPLIT == 1 else "
                      f"torch.empty((SPLIT, A * B), dtype=torch.{kind}, device=out.device)\n")
-        args = [i.local for i in self.body_inputs] + self._dsts() + ["A", "D", "B", "chunk"]
+        args = [i.local for i in self.body_inputs] + self._dsts() + vals + ["A", "D", "B", "chunk"]
         consts = ["BLOCK_D=BLOCK_D", "FINAL=SPLIT == 1", "NUM_STAGES=num_stages", "num_warps=num_warps"]
         text += "    if B > 1:\n"
         text += self._launch(f"{self.name}_cols_kernel", "(A * _cdiv(B, block), SPLIT)",
@@ -426,6 +444,7 @@ class DimKernel(ReducedBodyFile):
         text += self._launch(f"{self.name}_rows_kernel", "(_cdiv(A, block), SPLIT)",
                              args + ["BLOCK_R=block"] + consts, "        ")
         text += "    if SPLIT > 1:\n        BLOCK, SPLIT_P2 = _combine_block(A * B, SPLIT)\n"
-        combine = self._dsts() + ["out", "A * B", "SPLIT", "D", "BLOCK=BLOCK", "SPLIT_P2=SPLIT_P2", "num_warps=4"]
+        combine = self._dsts() + ["out", *vals, "A * B", "SPLIT", "D", "BLOCK=BLOCK", "SPLIT_P2=SPLIT_P2",
+                                  "num_warps=4"]
         text += launch(f"{self.name}_combine_kernel", "(_cdiv(A * B, BLOCK),)", combine, "        ") + "\n"
-        return text + "    return out\n"
+        return text + f"    return {returned}\n"

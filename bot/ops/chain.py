@@ -206,7 +206,9 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
             lines.append(f"    {target} = {view.torch_text(stage.node, *args)}")
         else:
             lines.append(f"    {target} = {spec['name']}_s{k}({', '.join(args)})")
-    if registry.output_dtype(stages[-1].node):          # indices (argmax), bools (any) stay as they are
+    if stages[-1].node.op.endswith("_with_indices"):     # (values, indices): the values in the inputs' dtype
+        lines.append(f"    return out[0].to({first}.dtype), out[1]")
+    elif registry.output_dtype(stages[-1].node):          # indices (argmax), bools (any) stay as they are
         lines.append("    return out")
     else:
         lines.append(f"    return out.to({first}.dtype)      # the chain's output in the inputs' dtype")

@@ -174,10 +174,12 @@ def kept_dim(source: Callable[[dict, Node, dict], str], spec: dict, node: Node, 
     inner = f"{spec['name']}_reduced"
     params = ", ".join(i["name"] for i in spec["inputs"])
     plain = call(node.op, *node.args, **{k: v for k, v in node.attrs if k != "keepdim"})
+    kept = (f"    return tuple(t.unsqueeze({node.attr('dim')}) for t in {inner}({params}, config=config))\n"
+            if node.op.endswith("_with_indices") else
+            f"    return {inner}({params}, config=config).unsqueeze({node.attr('dim')})\n")
     return source({**spec, "name": inner}, plain, options) + (
         f"\n\ndef {spec['name']}({params}, *, config=None):\n"
-        "    # keepdim=True: the reduced dim stays, as size 1 (the output is a view of the reduced one).\n"
-        f"    return {inner}({params}, config=config).unsqueeze({node.attr('dim')})\n")
+        "    # keepdim=True: the reduced dim stays, as size 1 (the output is a view of the reduced one).\n" + kept)
 
 
 def dim_kernel_source(spec: dict, node: Node, options: dict) -> str:

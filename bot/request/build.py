@@ -239,7 +239,8 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
         raise GenerationError(f"{node_text(node)!r} is over dim {written}, but the words say dim {st.dims[0]}; which one?")
     dims = list(dict.fromkeys(st.dims)) or ([] if written is None else [written])
     if not dims:
-        every = " or 'over all elements' (one value)" if k in ("reduce", "argreduce") else ""
+        whole = k in ("reduce", "argreduce") and not node.op.endswith("_with_indices")
+        every = " or 'over all elements' (one value)" if whole else ""
         raise GenerationError(f"{op} over which dim? Say e.g. '{op} over the last dim', 'over dim 0'{every}.")
     if len(dims) > 1 and k == "reduce" and not words:      # sum, mean, max, min over several dims at once
         return ir.with_dim(node, _several(dims, cases, op))

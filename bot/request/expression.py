@@ -13,7 +13,7 @@ from bot import ir
 from bot.generators.interface import GenerationError
 from bot.request import residue
 from bot.request.messages import SUPPORTED
-from bot.request.torch_code import MaxParts
+from bot.request.torch_code import MaxParts, whole_max
 from bot.request.vocabulary import TENSOR_NAME
 
 _TOKEN = re.compile(r"""
@@ -73,7 +73,7 @@ def find_expression(text: str) -> tuple[ir.Node, ast.expr, int, int] | None:
                 continue
             j, tree = hit
             src = text[span[i][1]:span[j - 1][2]]
-            tree = MaxParts().visit(tree)
+            tree = whole_max(MaxParts().visit(tree), torch_only=True)
             try:
                 node = ir.parse(ast.unparse(tree), as_written=True)
             except ir.IRError as e:

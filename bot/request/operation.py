@@ -5,6 +5,8 @@ operands they name are read by bot.request.order.
 """
 from __future__ import annotations
 
+import re
+
 from bot import ir
 from bot.generators.interface import GenerationError
 from bot.ops import attention, channel_norm, conv, fused, gather, layout, loss, norm, pool, registry, scan
@@ -63,6 +65,7 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
         body = _base(prose, said, rows, binaries, where, rd)
         in_sequence = order.in_sequence(prose, [pos for pos, kind, _, _ in found if kind == "step"])
         body = _apply_steps(body, steps, rd, in_sequence)
+    rows = _values_and_indices(rows, rd) if expr is None else rows
     if len(rows) > 1:
         raise GenerationError(f"I found {' and '.join(rows)}: one row operation per kernel. Which one do you want? "
                               f"Or write it as an expression, e.g. 'softmax(x * 0.5)'.")
@@ -289,6 +292,22 @@ def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: Reading, 
         else:           # an activation's one parameter, where said: "leaky relu with slope 0.2"
             body = f"{op}({body}{'' if value is None else f', {value!r}'})"
     return body
+
+
+# "max with indices", "the values and indices of the max", "min and its index", "最大值及其索引"
+WITH_INDICES_WORD = re.compile(r"\b(?:with|and)\s+(?:its\s+|their\s+|the\s+)?ind(?:ices|ex(?:es)?)\b|"
+                               r"\bvalues?\s+and\s+(?:their\s+|the\s+)?ind(?:ices|ex(?:es)?)\b|(?:及其|和)(?:索引|下标)", re.I)
+
+
+def _values_and_indices(rows: list[str], rd: Reading) -> list[str]:
+    """'max and argmax', 'min with its index', 'values and indices of the max': torch.max(x, dim)
+    whole, max_with_indices (its indices said as argmax's words, or as 'with (its) indices')."""
+    extremes = [r for r in rows if r in ("max", "min")]
+    said = set(rows) - set(extremes) == {f"arg{extremes[0]}"} if len(extremes) == 1 else False
+    if len(extremes) == 1 and (said or (len(rows) == 1 and WITH_INDICES_WORD.search(rd.left))):
+        rd.left = WITH_INDICES_WORD.sub(_blank, rd.left)
+        return [f"{extremes[0]}_with_indices"]
+    return rows
 
 
 def _wrap_row(op: str, body: str, prose: str, rd: Reading) -> str:

@@ -95,6 +95,49 @@ def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
     return ast.Call(func, call.args, call.keywords)
 
 
+WITH_INDICES = {"max": "max_with_indices", "min": "min_with_indices"}
+
+
+def whole_max(tree: ast.expr, torch_only: bool) -> ast.expr:
+    """torch.max(x, dim) / x.min(dim) returned whole: max_with_indices(x, dim), its values and indices
+    (the IR's max(x, dim) is amax). torch_only: a bare max(x, dim) typed is the IR's, left alone."""
+    if not isinstance(tree, ast.Call) or (torch_only and not isinstance(tree.func, ast.Attribute)):
+        return tree
+    name = tree.func.attr if isinstance(tree.func, ast.Attribute) else getattr(tree.func, "id", "")
+    method = isinstance(tree.func, ast.Attribute) and not (isinstance(tree.func.value, ast.Name)
+                                                           and tree.func.value.id in _MODULES)
+    args = [tree.func.value, *tree.args] if method else list(tree.args)
+    if name not in WITH_INDICES or not _given_dim(tree, len(args)):
+        return tree
+    return ast.Call(ast.Name(WITH_INDICES[name], ast.Load()), args, tree.keywords)
+
+
+def _given_dim(n: ast.Call, args: int) -> bool:
+    """Whether a call names a dim: dim=d (not None), or a second positional integer."""
+    dims = [k.value for k in n.keywords if k.arg == "dim"]
+    return any(not (isinstance(d, ast.Constant) and d.value is None) for d in dims) or \
+        (args == 2 and ir.is_int_literal(n.args[-1]))
+
+
+def _values_and_indices(parts: list[ast.expr]) -> ast.expr | None:
+    """(torch.amax(x, d), torch.argmax(x, d)), as `values, idx = torch.max(x, d)` then `return values,
+    idx` leave them: max_with_indices(x, d); None for any other tuple."""
+    if len(parts) != 2 or not all(isinstance(p, ast.Call) for p in parts):
+        return None
+    (owner, name, rest), (owner2, name2, rest2) = (_parts_of(p) for p in parts)
+    if name not in ("amax", "amin") or name2 != f"arg{name[1:]}" or (owner, rest) != (owner2, rest2):
+        return None
+    extreme = ast.Attribute(parts[0].func.value, name[1:], ast.Load()) if owner else ast.Name(name[1:], ast.Load())
+    return whole_max(ast.Call(extreme, parts[0].args, parts[0].keywords), torch_only=False)
+
+
+def _parts_of(call: ast.Call) -> tuple[str, str, str]:
+    """(what the call is a method of, its name, its arguments), the first and last as ast dumps."""
+    owner = ast.dump(call.func.value) if isinstance(call.func, ast.Attribute) else ""
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    return owner, name, ast.dump(ast.Call(ast.Name("f", ast.Load()), call.args, call.keywords))
+
+
 def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
     """The returned expression with every local name inlined."""
     for stmt in fn.body:
@@ -102,11 +145,14 @@ def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
         if docstring or isinstance(stmt, (ast.Pass, ast.Assert)):
             continue
         if isinstance(stmt, ast.Return) and isinstance(stmt.value, ast.Tuple):
-            raise GenerationError(f"{fn.name} returns {len(stmt.value.elts)} tensors, {ast.unparse(stmt.value)!r}: a "
-                                  "kernel here has one output; return one of them (of torch.max(x, dim): its values "
-                                  "or its indices)")
+            pair = _values_and_indices([inline.visit(e) for e in stmt.value.elts])
+            if pair is None:
+                raise GenerationError(f"{fn.name} returns {len(stmt.value.elts)} tensors, {ast.unparse(stmt.value)!r}: "
+                                      "a kernel here has one output, or torch.max(x, dim)'s (or min's) values and "
+                                      "indices; return one of them")
+            return pair
         if isinstance(stmt, ast.Return) and stmt.value is not None:
-            return inline.visit(stmt.value)
+            return whole_max(inline.visit(stmt.value), torch_only=False)
         if _appended(stmt, inline):
             continue
         bound = _assignment(stmt)
@@ -169,13 +215,12 @@ def refuse_other_meanings(fname: str, ret: ast.expr, torch_only: bool = False) -
         method = isinstance(n.func, ast.Attribute) and not (isinstance(n.func.value, ast.Name)
                                                              and n.func.value.id in _MODULES)
         args = len(n.args) + method
-        dims = [k.value for k in n.keywords if k.arg == "dim"]
-        given_dim = any(not (isinstance(d, ast.Constant) and d.value is None) for d in dims) or \
-            (args == 2 and ir.is_int_literal(n.args[-1]))
+        given_dim = _given_dim(n, args)
         if name in ("max", "min") and given_dim:
             raise GenerationError(f"{fname} returns {ast.unparse(n)!r}: {name} over a dim returns (values, indices) "
-                                  f"in PyTorch, and a kernel here has one output; take its .values (torch.a{name}) or "
-                                  f"its .indices (torch.arg{name})")
+                                  f"in PyTorch, which a kernel here returns only as the whole result (return "
+                                  f"torch.{name}(x, dim) itself); inside an expression take its .values (torch.a{name}) "
+                                  f"or its .indices (torch.arg{name})")
         if name in ("cummax", "cummin"):
             raise GenerationError(f"{fname} returns {ast.unparse(n)!r}: {name} returns (values, indices) in PyTorch; "
                                   f"take .values (the running {name[3:]}) or [0]")

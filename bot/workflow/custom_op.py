@@ -19,12 +19,15 @@ def custom_op_source(spec: dict) -> str | None:
     args, typed = ", ".join(params), ", ".join(f"{p}: torch.Tensor" for p in params)
     trains = bool(spec.get("training"))
     forward = f"{name}_forward" if trains else name
+    n = len(spec.get("outputs") or [None])
+    returns = f"tuple[{', '.join(['torch.Tensor'] * n)}]" if n > 1 else "torch.Tensor"     # torch.max(x, dim): 2
+    out = ", ".join(o["name"] for o in spec["outputs"]) if n > 1 else "out"
     text = (f'"""{name} as a PyTorch custom op ({NAMESPACE}::{name}): torch.compile traces through it as one op'
             f"{', and autograd runs its Triton backward' if trains else ''}.\n\n"
-            f"    import torch_op\n    out = torch_op.{name}({args})        # or torch.ops.{NAMESPACE}.{name}({args})\n"
+            f"    import torch_op\n    {out} = torch_op.{name}({args})        # or torch.ops.{NAMESPACE}.{name}({args})\n"
             '"""\nimport torch\n\nimport kernel\nimport reference\n\n\n'
             f'@torch.library.custom_op("{NAMESPACE}::{name}", mutates_args=())\n'
-            f"def {name}({typed}) -> torch.Tensor:\n"
+            f"def {name}({typed}) -> {returns}:\n"
             f"    return kernel.{forward}({args})\n\n\n"
             f"@{name}.register_fake\n"
             f"def _({args}):\n"

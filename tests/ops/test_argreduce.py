@@ -14,6 +14,9 @@ from bot import ir
 from bot.codegen import dim_kernel
 from bot.ops import argreduce, reduce
 from bot.spec import parse_expression
+from bot.generators.interface import GenerationError
+from bot.request import parse_request
+from runner import protocol
 
 # Masked lanes compute on placeholders.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -122,3 +125,122 @@ def test_source_follows_the_tuning_contract(tmp_path):
                    for c in module.CONFIGS)
     assert "the output holds int64 indices" in argreduce.kernel_source(
         make_spec("argmin(x, dim=1)", {"x": [MATRIX]}), ir.parse("argmin(x, dim=1)"), {})
+
+
+# ---------------------------------------------------------------- torch.max(x, dim) whole: (values, indices)
+
+def _values_and_indices(tmp_path, expression: str, shapes: list, configs, draw) -> None:
+    """The kernel's (values, indices) equal to the reference's on every case, dtype and config."""
+    spec = make_spec(expression, {"x": shapes})
+    assert [o["name"] for o in spec["outputs"]] == ["values", "indices"]
+    assert spec["outputs"][1]["dtypes"] == ["int64"] * len(spec["outputs"][0]["dtypes"])
+    reference, module = generate_reduction(tmp_path, spec)
+    for case in protocol.cases(spec):
+        for variant in protocol.dtype_variants(spec):
+            x = draw(spec, case, variant)[0]
+            want = reference(x)
+            for config in (None, *configs(module)):
+                values, indices = module.op(x, config=config) if config else module.op(x)
+                label = f"{expression} {list(x.shape)} {x.dtype} {config}"
+                assert values.dtype == x.dtype and indices.dtype == torch.int64, label
+                torch.testing.assert_close(values, want[0], rtol=0, atol=0, equal_nan=True, msg=label)
+                assert torch.equal(indices, want[1]), label
+
+
+@pytest.mark.parametrize("expression, shapes", [
+    ("max_with_indices(x, dim=1)", [MATRIX, CUBE]),
+    ("min_with_indices(x, dim=0)", [MATRIX, CUBE, COLS_CASE]),
+    ("max_with_indices(x, dim=-1)", [ROWS_CASE, ODD_ROWS]),
+])
+def test_values_and_indices_from_one_kernel_on_ties_with_every_config(tmp_path, expression, shapes):
+    _values_and_indices(tmp_path, expression, shapes, lambda module: [*module.CONFIGS, SPLIT], ties)
+
+
+def test_values_and_indices_keep_the_dim_and_take_a_body(tmp_path):
+    _values_and_indices(tmp_path, "max_with_indices(x * 2.0, dim=-1, keepdim=True)", [MATRIX],
+                        lambda module: [], ties)
+
+
+def test_values_and_indices_treat_nan_as_torch_does(tmp_path):
+    def with_nan(spec, case, variant):
+        x = torch.randn(case.shapes["x"])
+        x.view(-1)[::11] = float("nan")
+        return [x.to(getattr(torch, variant["x"]))]
+    _values_and_indices(tmp_path, "min_with_indices(x, dim=-1)", [ROWS_CASE], lambda module: [SPLIT], with_nan)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("expression", ["max_with_indices(x, dim=-1)", "min_with_indices(x, dim=0)"])
+def test_on_the_gpu_values_and_indices_match_torch_in_every_dtype(tmp_path, expression):
+    spec = make_spec(expression, {"x": [[4099, 1000], [3, 2000, 37], [8, 8193]]}, ("float32", "float16", "bfloat16"))
+    reference, module = generate_reduction(tmp_path, spec)
+    for case in protocol.cases(spec):
+        for variant in protocol.dtype_variants(spec):
+            x = ties(spec, case, variant)[0].cuda()
+            want = reference(x)
+            for config in (None, *module.CONFIGS):
+                values, indices = module.op(x, config=config) if config else module.op(x)
+                assert torch.equal(values, want[0]) and torch.equal(indices, want[1]), (case.label, variant, config)
+
+
+@pytest.mark.parametrize("request_text, expression", [
+    ("torch.max(x, dim=1) for 64x128", "max_with_indices(x, dim=-1)"),
+    ("x.min(0) for fp16 64x128", "min_with_indices(x, dim=0)"),
+    ("max and argmax over the last dim of 4096x4096", "max_with_indices(x, dim=-1)"),
+    ("min and argmin over dim 0 of a 1024x512 tensor", "min_with_indices(x, dim=0)"),
+    ("the values and indices of the max over the last dim, 64x128", "max_with_indices(x, dim=-1)"),
+    ("max with indices over dim 1 of 64x128", "max_with_indices(x, dim=-1)"),
+    # its parts stay one output each
+    ("torch.max(x, dim=1)[0] for 64x128", "max(x, dim=-1)"),
+    ("torch.max(x, dim=1).indices for 64x128", "argmax(x, dim=-1)"),
+])
+def test_max_over_a_dim_whole_is_its_values_and_indices(request_text, expression):
+    spec, _ = parse_request(request_text)
+    assert spec["expression"] == expression
+    assert len(spec["outputs"]) == (2 if "with_indices" in expression else 1)
+
+
+PASTED_MAX = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        {body}
+
+def get_inputs():
+    return [torch.randn(16, 33, 40)]
+
+def get_init_inputs():
+    return [1]
+"""
+
+
+@pytest.mark.parametrize("body, expression", [
+    ("values, indices = torch.max(x, dim=self.dim)\n        return values, indices", "max_with_indices(x, dim=1)"),
+    ("return torch.min(x, self.dim)", "min_with_indices(x, dim=1)"),
+    ("return torch.max(x, dim=self.dim)[1]", "argmax(x, dim=1)"),
+])
+def test_a_pasted_module_returning_max_whole_gives_both_outputs(body, expression):
+    spec, _ = parse_request("```python\n" + PASTED_MAX.format(body=body) + "```")
+    assert spec["expression"] == expression
+
+
+@pytest.mark.parametrize("request_text, says", [
+    ("torch.max(x, dim=1) + 1 for 64x128", "only as the whole result"),
+    ("max and argmax over all elements of 64x128", "over one dim"),
+    ("max and argmax over dim 1 of 37x97, forward and backward", "no backward for max_with_indices"),
+])
+def test_values_and_indices_refused_where_they_are_not_the_result(request_text, says):
+    with pytest.raises(GenerationError, match=says):
+        parse_request(request_text)
+
+
+def test_a_pasted_module_returning_two_unrelated_tensors_is_refused():
+    body = "return x.amax(1), x.argmin(1)"
+    with pytest.raises(GenerationError, match="one output, or torch.max"):
+        parse_request("```python\n" + PASTED_MAX.format(body=body) + "```")
