@@ -170,10 +170,18 @@ def test_one_part_of_max_over_a_dim_is_read_and_the_module_stays_the_reference(f
     assert spec["expression"] == expression and spec["reference_class"] == "Model"
 
 
-def test_a_module_returning_values_and_indices_is_refused():
+def test_a_module_returning_values_and_indices_is_one_kernel_with_both():
     code = SUM_MODULE.replace("return torch.sum(x, dim=self.dim)",
                               "values, indices = torch.max(x, dim=self.dim)\n            return values, indices")
-    with pytest.raises(GenerationError, match="one output; return one of them"):
+    spec, _ = parse_request(fenced(code))
+    assert spec["expression"].startswith("max_with_indices(x, dim=")
+    assert [o["name"] for o in spec["outputs"]] == ["values", "indices"]
+
+
+def test_a_module_returning_two_other_tensors_is_refused():
+    code = SUM_MODULE.replace("return torch.sum(x, dim=self.dim)",
+                              "values, indices = torch.max(x, dim=self.dim)\n            return values * 2, indices")
+    with pytest.raises(GenerationError, match="one output, or torch.max"):
         parse_request(fenced(code))
 
 
