@@ -485,6 +485,21 @@ def test_unsupported_function_in_a_typed_expression():
     assert "atan" in message and ir.SUPPORTED_TEXT in message
 
 
+@pytest.mark.parametrize("text, expression", [
+    ("relu(x[:, 1:5]) for 64x128", "relu(x[:, 1:5])"),
+    ("x[:, ::2] + 1 for 64x128", "x[:, ::2] + 1.0"),
+    ("relu(x[..., 0]) for 8x16x4", "relu(x.select(-1, 0))"),
+    ("x[-1] * 2 for 64x128", "x.select(0, -1) * 2.0"),
+])
+def test_typed_slices_are_read_with_their_expression(text, expression):
+    spec, _ = parse_request(text)
+    assert spec["expression"] == expression
+
+
+def test_a_typed_index_the_ir_does_not_read_is_refused_saying_what_is():
+    assert "slices with number bounds" in error("x[None, :] * y for x 128 and y 64x128")
+
+
 def test_bad_backend_is_refused():
     with pytest.raises(GenerationError, match="backend"):
         parse_request("relu", backend="tpu")

@@ -26,7 +26,7 @@ _TOKEN = re.compile(r"""
         # gelu's, a loss's reduction, float('inf'), a norm's 'fro', an einsum's equation
   | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@])
   | (?P<dot>\.(?=[A-Za-z_]))                         # a method chained on a call: x.pow(2).sum(-1)
-  | (?P<sub>\[\s*\d\s*\])                              # torch.max(x, 1)[0]
+  | (?P<sub>\[(?:\s*(?:-?\d+|None|\.\.\.|:)\s*(?::\s*(?:-?\d+)?\s*)*,?)+\])   # [0], [:, 1:5], [..., ::2]
   | (?P<lpar>[(\[])                                 # a list of tensors: torch.cat([x, y], dim=1)
   | (?P<rpar>[)\]])
   | (?P<other>\S)
@@ -78,8 +78,8 @@ def find_expression(text: str) -> tuple[ir.Node, ast.expr, int, int] | None:
                 node = ir.parse(ast.unparse(tree), as_written=True)
             except ir.IRError as e:
                 # a call like "softmax(x, dim=0)" was meant as an expression: say why it is refused
-                meant = any(isinstance(t, ast.Call) or _names_matmul(t) for t in ast.walk(tree))
-                if meant and re.search(r"\w\(|@", src) and (rejected is None or j - i > rejected[0]):
+                meant = any(isinstance(t, (ast.Call, ast.Subscript)) or _names_matmul(t) for t in ast.walk(tree))
+                if meant and re.search(r"\w[(\[]|@", src) and (rejected is None or j - i > rejected[0]):
                     rejected = (j - i, str(e))
                 i += 1
                 continue
