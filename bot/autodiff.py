@@ -13,7 +13,7 @@ rows hold one statistic's elements), eval-mode batch norm (an affine map per cha
 max, min (amax, amin), prod (zeros as torch treats them), logsumexp, var, std and p-norms over
 one dim, several or all, anywhere in an expression, matmul (transposed operands, a
 pointwise epilogue, a triangle of the product), cross entropy (its logits') and nll_loss, cumsum (any direction, exclusive too), cumprod
-(either direction, zeros as torch treats them), slices (step 1) and selects, index_select, embedding
+(either direction, exclusive too, zeros as torch treats them), slices (step 1) and selects, index_select, embedding
 and gather (the gather family's index_grad kernel), cummax and cummin (the scan family's gradient
 kernel: each output's gradient to the element its value came from), transposes and permutations, views that keep every
 element, cat and stack (each piece's slice of the upstream, where its place is the same in every
@@ -489,14 +489,15 @@ def _cumsum(node: Node, a: list[str], up: str):
 def _cumprod(node: Node, a: list[str], up: str):
     """y = cumprod(x): before the scan's first zero, dx_i = (the scan the other way of up * y)_i / x_i;
     at the first zero, that sum over y' (the cumprod with that zero read as 1); past it, 0 (every
-    product there holds the zero): torch's cumprod_backward, written as scans."""
-    if node.attr("exclusive"):
-        raise NoGradient("an exclusive cumprod has no gradient rule here; the inclusive one (torch.cumprod) has")
+    product there holds the zero): torch's cumprod_backward, written as scans. An exclusive cumprod
+    (y_i the product of the x before i) takes the same rule with every product and sum exclusive:
+    x_i reaches only the outputs past it."""
     x, d, rev = a[0], node.attr("dim"), node.attr("reverse")
+    excl = ", exclusive=True" if node.attr("exclusive") else ""
 
-    def scan(op: str, t: str, back: bool = False) -> str:
-        return f"{op}({t}, dim={d}, reverse={rev != back})"
-    zeros = scan("cumsum", f"where(({x}) == 0.0, 1.0, 0.0)")                     # zeros so far along the scan
+    def scan(op: str, t: str, back: bool = False, exclusive: str = excl) -> str:
+        return f"{op}({t}, dim={d}, reverse={rev != back}{exclusive})"
+    zeros = scan("cumsum", f"where(({x}) == 0.0, 1.0, 0.0)", exclusive="")      # zeros so far, x_i's included
     first = f"where(({x}) == 0.0, where({zeros} == 1.0, 1.0, 0.0), 0.0)"
     product = scan("cumprod", x)
     before = f"{scan('cumsum', f'({up}) * {product}', back=True)} / ({x})"

@@ -67,6 +67,8 @@ CASES = [
     # zeros (relu's): before a scan's first zero, at it, and past it
     ("cumprod(relu(x) * 2.0, dim=0)", {"x": [7, 5]}),
     ("cumprod(relu(x), dim=1, reverse=True)", {"x": [4, 9]}),
+    ("cumprod(relu(x) * 2.0, dim=0, exclusive=True)", {"x": [7, 5]}),
+    ("cumprod(relu(x), dim=1, exclusive=True, reverse=True)", {"x": [4, 9]}),
     # each output's gradient to the element its value came from: relu's zeros tie (the latest wins)
     ("cummax(relu(x), dim=-1)", {"x": [3, 37]}),
     ("cummin(x * y, dim=0, reverse=True)", {"x": [9, 4], "y": [9, 4]}),
@@ -371,7 +373,6 @@ def test_a_strided_convolution_whose_cases_need_different_output_paddings_is_ref
 
 
 @pytest.mark.parametrize("expression, says", [
-    ("cumprod(x, dim=-1, exclusive=True)", "exclusive cumprod has no gradient rule"),
     ("relu(x[:, ::2])", "a slice with step 2 has no gradient rule"),
     ("adaptive_max_pool1d(x, 1)", "windows of at most 256"),
 ])
