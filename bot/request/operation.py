@@ -173,7 +173,11 @@ def _loss_words(prose: str, rd: Reading) -> ir.Node:
 
 
 def _conv_words(prose: str, rd: Reading) -> ir.Node:
-    return _family_words(lambda p: conv.conv_words(p, rd.shapes), prose, rd, "'relu(conv2d(x, w, b, padding=1))'")
+    """A convolution in words, and the pointwise steps said after it ('conv2d 3x3 ... then relu'):
+    its fused epilogue."""
+    at = conv.CONV_WORD.search(prose).start()
+    return _family_words(lambda p: conv.conv_words(p, rd.shapes), prose, rd, "'relu(conv2d(x, w, b, padding=1))'",
+                         steps_after=at)
 
 
 def _channel_norm_words(prose: str, rd: Reading) -> ir.Node:
@@ -207,21 +211,25 @@ def _lookup_words(prose: str, rd: Reading) -> ir.Node:
     return node
 
 
-def _family_words(read, prose: str, rd: Reading, example: str) -> ir.Node:
+def _family_words(read, prose: str, rd: Reading, example: str, steps_after: int | None = None) -> ir.Node:
     """A family's operation from its words: read(prose) gives (expression, prose left, notes, the
-    shapes of the tensors it adds, as (name, shape))."""
+    shapes of the tensors it adds, as (name, shape)). steps_after: pointwise steps said after this
+    position are applied to it, in order (a convolution's epilogue)."""
     try:
         body, prose, notes, shapes = read(prose)
     except ir.IRError as e:
         raise GenerationError(str(e)) from None
     rd.shapes += shapes
-    return _alone(body, prose, notes, rd, example)
+    return _alone(body, prose, notes, rd, example, steps_after)
 
 
-def _alone(body: str, prose: str, notes: list[str], rd: Reading, example: str) -> ir.Node:
+def _alone(body: str, prose: str, notes: list[str], rd: Reading, example: str, steps_after: int | None = None) -> ir.Node:
     """A family's operation read from its words, with no other operator word beside it (those
-    compose only as an expression)."""
+    compose only as an expression), but for pointwise steps said after steps_after where given."""
     words, rd.left = _find_op_words(prose)
+    if words and steps_after is not None and all(kind == "step" and pos > steps_after for pos, kind, _, _ in words):
+        in_sequence = order.in_sequence(prose, [pos for pos, _, _, _ in words])
+        body, words = _apply_steps(body, _by_kind(words, False)[2], rd, in_sequence), []
     if words:
         raise GenerationError(f"I read {body.split('(')[0]} but you also named {', '.join(w[2] for w in words)}; write "
                               f"the whole operation as an expression, e.g. {example}.")

@@ -215,6 +215,10 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, x, w,
     ("conv transpose 2d stride 2 kernel 4, 64 to 32 channels on 8x64x32x32", "conv_transpose2d(x, w, stride=2)",
      [64, 32, 4, 4]),
     ("卷积 3x3 64通道到128通道 输入 16x64x56x56", "conv2d(x, w)", [128, 64, 3, 3]),
+    # pointwise steps said after it: its fused epilogue, in order
+    ("conv2d 3x3 with 64 output channels on 8x32x28x28 then relu", "relu(conv2d(x, w))", [64, 32, 3, 3]),
+    ("conv2d 3x3 with 64 output channels, padding 1, with bias on 8x32x28x28, then gelu then scale by 0.5",
+     "gelu(conv2d(x, w, b, padding=1)) * 0.5", [64, 32, 3, 3]),
 ])
 def test_convolution_in_words(words, expression, weight):
     spec, _ = parse_request(words)
@@ -229,6 +233,8 @@ def test_convolution_in_words(words, expression, weight):
     ("conv2d 3x3 groups 3 with 64 output channels on 8x32x20x20", "groups=3 must divide"),
     ("causal conv1d kernel 4 on 2x8x100", "this convolution"),
     ("conv2d 3x3 from 32 to 128 channels on 16x64x56x56", "has 64 channels"),
+    ("relu then conv2d 3x3 with 64 output channels on 8x32x28x28", "you also named relu"),
+    ("conv2d 3x3 with 64 output channels on 8x32x28x28 plus residual", "you also named add"),
 ])
 def test_convolution_words_refused_say_what_works(words, says):
     with pytest.raises(GenerationError, match=says):
