@@ -304,6 +304,8 @@ def test_reduction_dims_that_cannot_be_used(text, words):
     ("Frobenius norm of x", "norm(x, p=2.0, dim=None)"),
     ("L1 normalize the rows", "x / clamp(norm(x, p=1.0, dim=-1, keepdim=True), 1e-12)"),
     ("normalize x by its L2 norm over dim 0", "x / clamp(norm(x, p=2.0, dim=0, keepdim=True), 1e-12)"),
+    ("normalize each row by its L2 norm", "x / clamp(norm(x, p=2.0, dim=-1, keepdim=True), 1e-12)"),
+    ("normalize the columns by their L1 norm", "x / clamp(norm(x, p=1.0, dim=-2, keepdim=True), 1e-12)"),
     ("L2 normalize the rows with eps 1e-6", "x / clamp(norm(x, p=2.0, dim=-1, keepdim=True), 1e-6)"),
     ("L2 normalize over all elements", "x / clamp(norm(x, p=2.0, dim=None), 1e-12)"),
     ("product over the last dim", "prod(x, dim=-1)"),

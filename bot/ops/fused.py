@@ -69,7 +69,8 @@ _ORDER_LIST = rf"(?:{_ORDER})(?:\s*(?:,|\band\b|\bor\b|和|或)\s*(?:{_ORDER}))*
 FROBENIUS = re.compile(_FROBENIUS, _F)
 NORM_WORD = re.compile(rf"{_ORDER_LIST}[\s_-]*(?:norms?\b|范数)", _F)
 NORMALIZE_WORD = re.compile(rf"{_ORDER_LIST}[\s_-]*(?:normali[sz](?:e|es|ed|ing|ation)\b|归一化)|"
-                            rf"\bnormali[sz]e[sd]?\s+(?:[a-z]\w?\s+)?by\s+(?:its|their|the)\s+(?:{_ORDER})[\s_-]*norms?\b", _F)
+                            rf"\bnormali[sz]e[sd]?[;\s]+(?:(?:each|the)?[;\s]+)?(?:[a-z]\w?|rows?|columns?|vectors?)?\s*by\s+"
+                            rf"(?:its|their|the)\s+(?:{_ORDER})[\s_-]*norms?\b", _F)
 # var's and std's correction: said as a number, or by name (unbiased, sample: 1; biased, population: 0).
 CORRECTION_WORD = re.compile(r"\b(?:correction|ddof)\s*(?:of|=|:|is)?\s*(\d+)(?![\w.])|\bbessel'?s\s+correction\b|"
                              r"\b(?:un)?biased\b|\bsample\b|\bpopulation\b|无偏|有偏|样本|总体", _F)

@@ -336,6 +336,9 @@ def _keeps_dim(rd: Reading) -> bool:
     return said
 
 
+NORMALIZED_LINE = re.compile(r"\b(rows?|columns?)\b", re.I)
+
+
 def _fused_words(op: str, body: str, said: str, rd: Reading) -> ir.Node:
     """A reduction of the fused family named in words ('variance', 'L2 norm', 'L1 normalize'), its
     dim left to the words' (bot.request.build settles it): a Frobenius norm with no dim said is
@@ -347,7 +350,10 @@ def _fused_words(op: str, body: str, said: str, rd: Reading) -> ir.Node:
         raise GenerationError(f"{e} {SUPPORTED}") from None
     if op == "normalize":
         rd.eps = None                       # said in the expression
-        rd.dims += [-1 if m.group(1).lower() == "rows" else -2 for m in LINES.finditer(rd.left)]
+        # "L2 normalize the rows", and the rows said inside its words: "normalize each row by its L2 norm"
+        said_lines = "".join(m.group(0) for m in fused.NORMALIZE_WORD.finditer(said))
+        rd.dims += [-1 if m.group(1).lower().startswith("row") else -2
+                    for m in (*LINES.finditer(rd.left), *NORMALIZED_LINE.finditer(said_lines))]
         rd.left = LINES.sub(_blank, rd.left)
     if op == "norm" and fused.FROBENIUS.search(said) and not (rd.dims or rd.whole):
         rd.whole = "Frobenius"
