@@ -427,3 +427,36 @@ def test_nll_modules_beside_torchs_defaults_are_refused_saying_why(init, inputs,
     code = module(f": self.loss = {init}", "x, t):\n        return self.loss(x, t)", inputs)
     with pytest.raises(GenerationError, match=re.escape(says)):
         parse_request(fenced(code))
+
+
+MLP_MODULE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class MLP(nn.Module):
+    def __init__(self, dim=1024, hidden=4096):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+"""
+
+
+@pytest.mark.parametrize("words", ["for 16x1024 fp16", "with x 16x1024, fp16"])
+def test_a_module_without_get_inputs_takes_its_tensors_shape_from_the_words_and_its_weights_own(words):
+    spec, _ = parse_request(fenced(MLP_MODULE) + "\n" + words)
+    assert {i["name"]: i["shapes"] for i in spec["inputs"]} == {
+        "x": [[16, 1024]], "gate_proj_weight": [[4096, 1024]], "up_proj_weight": [[4096, 1024]],
+        "down_proj_weight": [[1024, 4096]]}
+    assert all(set(i["dtypes"]) == {"float16"} for i in spec["inputs"])
+
+
+def test_a_module_without_get_inputs_takes_each_tensors_shape_by_name():
+    code = ("import torch\nimport torch.nn as nn\n\nclass Attention(nn.Module):\n    def forward(self, q, k, v):\n"
+            "        return (q @ k.transpose(-2, -1) * 0.125).softmax(dim=-1) @ v\n")
+    spec, _ = parse_request(fenced(code) + "\nwith q 2x8x128x64, k 2x8x128x64, v 2x8x128x64")
+    assert {i["name"]: i["shapes"] for i in spec["inputs"]} == {n: [[2, 8, 128, 64]] for n in "qkv"}

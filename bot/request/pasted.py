@@ -63,9 +63,10 @@ def pasted_source(request: str) -> str:
     return code if code.endswith("\n") else code + "\n"
 
 
-def read_code(code: str, rd: Reading) -> None:
+def read_code(code: str, rd: Reading, said: list[tuple[str | None, list[int]]] = ()) -> None:
     """Pasted code -> rd: the operator its function returns, the function's name and tensor
-    parameters (and a pasted module's, with the shapes and dtype its get_inputs makes)."""
+    parameters (and a pasted module's, with the shapes and dtype its get_inputs makes, or where it has
+    none, the shapes the words said of forward's tensors, `said`, beside its learned tensors')."""
     tree, aliases = _parsed(code, rd)
     fn = _the_function(tree)
     env, tensors = _parameters(fn, rd)
@@ -76,7 +77,7 @@ def read_code(code: str, rd: Reading) -> None:
     _read_casts_and_eps(fn, node, ret, inline, rd)
     rd.node, rd.name, rd.inputs = node, fn.name, tensors
     if rd.pasted:
-        _take_pasted(rd)
+        _take_pasted(rd, said)
 
 
 def _parsed(code: str, rd: Reading) -> tuple[ast.Module, set[str]]:
@@ -160,10 +161,14 @@ def _read_casts_and_eps(fn: ast.FunctionDef, node: ir.Node, ret: ast.expr, inlin
                               "epsilon (9.8e-4 in float16, 1.2e-7 in float32); give eps=..., e.g. eps=1e-6")
 
 
-def _take_pasted(rd: Reading) -> None:
-    """A pasted module's name, and the shapes and dtype its get_inputs makes (float32 unless it says)."""
+def _take_pasted(rd: Reading, said: list[tuple[str | None, list[int]]]) -> None:
+    """A pasted module's name, and the shapes and dtype its get_inputs makes (float32 unless it says),
+    or the words' shapes of its forward's tensors beside its learned tensors' own."""
     pasted = rd.pasted
     rd.name = pasted.name
+    from_words = not pasted.shapes
+    if from_words:
+        pasted.shapes = _said_of_forward(said, [n for n in rd.inputs if n not in pasted.parameters], pasted)
     if not pasted.shapes:
         return
     if missing := [n for n in rd.inputs if n not in pasted.shapes]:
@@ -177,11 +182,27 @@ def _take_pasted(rd: Reading) -> None:
         rd.shapes = [(n, pasted.shapes[n]) for n in rd.inputs]
     rd.op_notes += [f"get_inputs gives {n} as a number: the judge draws it as a 0-d tensor, and the kernel takes it "
                     f"so (torch.tensor({n}))" for n in rd.inputs if pasted.shapes[n] == []]
-    if not rd.dtypes:
+    if not rd.dtypes and not from_words:
         rd.dtypes = pasted.dtypes or ["float32"]
         if not pasted.dtypes:
             rd.op_notes.append("get_inputs makes float32 tensors (torch's default); say 'fp16', 'bf16' or "
                                "'all dtypes' to test others")
+
+
+def _said_of_forward(said: list[tuple[str | None, list[int]]], own: list[str],
+                     pasted: pasted_module.Pasted) -> dict[str, list[int]]:
+    """Every input's shape, for a module without get_inputs where the words give each of forward's own
+    tensors one shape by name ('q 2x8x128x64, k ..., v ...'), or, beside learned tensors (an
+    nn.Linear's weight), the one shape of its one tensor ('for 16x1024'); {} otherwise (the words'
+    shapes are then read as for any code, a case each)."""
+    named = {label: shape for label, shape in said if label in own}
+    if len(named) == len(own) == len(said) and (pasted.learned_shapes or len(own) > 1):
+        given = named
+    elif len(own) == len(said) == 1 and pasted.learned_shapes and said[0][0] not in pasted.learned_shapes:
+        given = {own[0]: said[0][1]}
+    else:
+        return {}
+    return {**given, **pasted.learned_shapes}
 
 
 # Comments or docstrings that give shapes, dtypes or dims, which the code does not say.

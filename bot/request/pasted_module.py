@@ -36,6 +36,7 @@ class Pasted:
     masks: list[str] = field(default_factory=list)   # the tensors get_inputs makes bool
     indices: list[str] = field(default_factory=list)  # the tensors get_inputs makes int64 (torch.randint)
     parameters: dict[str, str] = field(default_factory=dict)     # learned tensor input -> its path ("fc.weight")
+    learned_shapes: dict[str, list[int]] = field(default_factory=dict)   # learned tensor input -> its shape
 
 
 # ---------------------------------------------------------------- the pasted layout
@@ -110,7 +111,9 @@ def read(tree: ast.Module) -> Pasted:
         pasted.masks = [n for n, d in dtypes.items() if d == MASK]
         pasted.indices = [n for n, d in dtypes.items() if d == INDEX]
         pasted.dtypes = sorted({d for d in dtypes.values() if d not in (None, MASK, INDEX)})
-        pasted.shapes.update({p.name: p.shape for p in resolver.params})
+    pasted.learned_shapes = {p.name: p.shape for p in resolver.params}
+    if "get_inputs" in functions:
+        pasted.shapes.update(pasted.learned_shapes)
     pasted.parameters = {p.name: p.path for p in resolver.params}
     return pasted
 

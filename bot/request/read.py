@@ -49,8 +49,6 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
     if matmul:
         prose, batch = mmf.take_sizes(prose, rd.batched)
     prose = take_shapes(prose, rd)
-    if matmul and code is not None:      # cases are problem sizes [B,] M, N, K: no shape belongs to one input
-        rd.shapes = [(None, p) for p in mmf.problems(operand_order(rd.shapes), rd.batched, batch, rd.op_notes)]
     if feedback:                 # "gelu instead", "only 32x32": a correction replaces what it names
         prose = CORRECTION_WORDS.sub(_blank, prose)
     if feedback and (rd.shapes or rd.dtypes) and APPEND.search(prose):
@@ -58,7 +56,10 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
         prose = APPEND.sub(_blank, prose)
     rd.typed = code is not None or expr is not None
     if code is not None:
-        read_code(code, rd)
+        read_code(code, rd, list(rd.shapes))
+        if matmul and not (rd.pasted and rd.pasted.shapes):     # cases are problem sizes [B,] M, N, K, unless
+            # the module's get_inputs or the words give its inputs' own shapes
+            rd.shapes = [(None, p) for p in mmf.problems(operand_order(rd.shapes), rd.batched, batch, rd.op_notes)]
         rd.left = prose
     else:
         prose = _take_label(prose, expr, rd)
