@@ -34,7 +34,7 @@ from runner import ghost, inputs, integrity, jobfiles, launch_count, protocol, r
 from runner.protocol import Case
 from runner.remote_timing import Loop, TimingRejected
 from runner.untrusted import describe_error as describe
-from runner.workers import CallFailed, Called, Output, Worker, WorkerDied
+from runner.workers import CallFailed, Called, Output, Worker, WorkerDied, outputs
 
 SEEDS = (0, 1, 2)
 # the baselines the reference's worker times, and the function each calls there
@@ -254,14 +254,10 @@ def _compare_one(ctx: Context, args: list[torch.Tensor], out, expected: torch.Te
                    scaled=ctx.spec.get("chain", 1) > 1)
 
 
-def outputs(out: Output) -> list[torch.Tensor]:
-    """An output's tensors: itself, or a tuple's."""
-    return list(out) if isinstance(out, tuple) else [out]
-
-
 def same_outputs(a: Output, b: Output) -> bool:
     """Whether two calls gave the same output(s), bit for bit."""
-    return len(outputs(a)) == len(outputs(b)) and all(torch.equal(x, y) for x, y in zip(outputs(a), outputs(b)))
+    xs, ys = outputs(a), outputs(b)
+    return len(xs) == len(ys) and all(torch.equal(x, y) for x, y in zip(xs, ys))
 
 
 def _index(flat: int, shape: torch.Size) -> str:

@@ -26,6 +26,11 @@ class WorkerDied(Exception):
 Output = torch.Tensor | tuple[torch.Tensor, ...]
 
 
+def outputs(out: Output) -> list[torch.Tensor]:
+    """An output's tensors: itself, or a tuple's."""
+    return list(out) if isinstance(out, tuple) else [out]
+
+
 @dataclass
 class Called:
     out: Output | None = None             # the output(s), read as the judge's dtypes and shapes, on the judge's device
@@ -182,7 +187,7 @@ class Worker:
             problem = _unlike(described, like, several)
             if problem:
                 return Called(problem=problem)
-            kinds = [(t.dtype, list(t.shape)) for t in (like if several else [like])]
+            kinds = [(t.dtype, list(t.shape)) for t in outputs(like)]
         else:
             kinds = [(channel.dtype_of(d.get("dtype")), _shape(d.get("shape"))) for d in described]
         if any(d.get("device") != self.device for d in described):
@@ -213,12 +218,13 @@ def _described(like) -> dict | list[dict] | None:
     """What the worker is told of the output it should give (its first's size poisons memory)."""
     if like is None:
         return None
-    return [channel.describe(t) for t in like] if isinstance(like, tuple) else channel.describe(like)
+    described = [channel.describe(t) for t in outputs(like)]
+    return described if isinstance(like, tuple) else described[0]
 
 
 def _unlike(described: list[dict], like, several: bool) -> str:
     """Why outputs described so differ from the reference's like (one tensor or a tuple), or ''."""
-    likes = list(like) if isinstance(like, tuple) else [like]
+    likes = outputs(like)
     if several != isinstance(like, tuple) or len(described) != len(likes):
         said = f"a tuple of {len(described)} tensors" if several else "one tensor"
         wanted = f"a tuple of {len(likes)} tensors" if isinstance(like, tuple) else "one tensor"

@@ -21,7 +21,7 @@ from bot.codegen.code import body_text, indented, jit_source, launch, wrap
 from bot.codegen.kernel_file import Body, KernelFile, KernelInput, _expanded
 from bot.codegen.row_kernel import (EDGE_LINES, _row_config, _row_tile, align_elements, aligned_chunk, aligned_span,
                                     refuse_empty_dim)
-from bot.ops.node import ALL, Node, broadcast_shapes, input_names
+from bot.ops.node import ALL, WITH_INDICES, Node, broadcast_shapes, input_names
 
 MAX_CONFIGS = 12            # a small, deliberate space: the benchmark times each config on each case
 
@@ -219,9 +219,8 @@ class DimKernel(ReducedBodyFile):
         self.op, self.dim, self.arg, self.spaces = node.op, node.attr("dim", -1), arg, spaces
         self.reduction = reduction
         # torch.max(x, dim) whole: the extreme's values stored beside its indices
-        self.values = node.op.endswith("_with_indices")
-        if self.values:
-            self.op = "argmax" if node.op.startswith("max") else "argmin"
+        self.values = node.op in WITH_INDICES
+        self.op = WITH_INDICES.get(node.op, self.op)
         if not (isinstance(self.dim, int) or self.dim == ALL):
             raise ValueError(f"{self.op} takes one integer dim, or every element, got {self.dim!r}")
         self.views = [self._view(case, full) for case, full in enumerate(self.fulls)]     # (A, D, B) per case
@@ -265,6 +264,10 @@ class DimKernel(ReducedBodyFile):
     def _value_ptr(self) -> list[str]:
         """The values output's pointer, where the kernel stores the extreme too."""
         return ["val_ptr"] if self.values else []
+
+    def _returned(self) -> str:
+        """What the launcher returns: the output, or the values and their indices."""
+        return "values, out" if self.values else "out"
 
     def _dsts(self) -> list[str]:
         """What the launcher passes for _ptrs: the output, or the partials of a split."""
@@ -402,8 +405,7 @@ class DimKernel(ReducedBodyFile):
             fill = "0.0" if self.op == "sum" else 'float("nan")'
             return ("    if out.numel() == 0 or D == 0:\n"
                     f"        return out.fill_({fill})   # an empty output, or a {self.op} over nothing\n")
-        returned = "values, out" if self.values else "out"
-        return refuse_empty_dim(self.op, "D", "dim") + f"    if out.numel() == 0:\n        return {returned}\n"
+        return refuse_empty_dim(self.op, "D", "dim") + f"    if out.numel() == 0:\n        return {self._returned()}\n"
 
     def _launcher(self) -> str:
         first = self.body_inputs[0].local
@@ -427,7 +429,7 @@ class DimKernel(ReducedBodyFile):
                       ["config", "A", "D", "B", self._elem_bytes(), *arg_reduce], "    ") + "\n"
         text += align_elements(self.body_inputs) + ALIGNED_LAUNCH.format(also="B == 1 and SPLIT == 1 and ", n="D")
         vals = ["values"] if self.values else []
-        returned = "values, out" if self.values else "out"
+        returned = self._returned()
         aligned = [i.local for i in self.body_inputs] + ["out", *vals, "A", "D", "BLOCK_R=1", "BLOCK_D=BLOCK_D",
                                                          "NUM_STAGES=num_stages", "ALIGN=ALIGN", "num_warps=num_warps"]
         text += self._launch(f"{self.name}_aligned_kernel", "(A,)", aligned, "        ") + f"        return {returned}\n"

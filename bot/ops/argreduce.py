@@ -12,12 +12,10 @@ import re
 from bot.codegen.dim_kernel import DimKernel
 from bot.ops import pointwise, reduce
 from bot.ops.entry import SMALL_LONG_ODD, Entry
-from bot.ops.node import ALL, Call, IRError, Node, dim_call, dim_text, keepdim, over_dim, prints
+from bot.ops.node import ALL, WITH_INDICES, Call, IRError, Node, dim_call, dim_text, keepdim, over_dim, prints
 from bot.ops.text import FLAGS as _F
 
 NAME = "argreduce"
-# torch.max(x, dim) and torch.min(x, dim) whole: (values, indices)
-WITH_INDICES = {"max_with_indices": "argmax", "min_with_indices": "argmin"}
 OPS = {"argmax", "argmin", *WITH_INDICES}
 ROOT = True
 SUPPORTED = ("over any one dim", "argmax, argmin, and torch.max(x, dim) / torch.min(x, dim) as (values, indices)")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from bot.ops import conv, fused, matmul, reduce, registry, view
 from bot.ops.entry import Entry
-from bot.ops.node import IRError, Node, inp, input_names, to_text
+from bot.ops.node import WITH_INDICES, IRError, Node, inp, input_names, to_text
 from runner import protocol
 
 NAME = "chain"
@@ -206,7 +206,7 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
             lines.append(f"    {target} = {view.torch_text(stage.node, *args)}")
         else:
             lines.append(f"    {target} = {spec['name']}_s{k}({', '.join(args)})")
-    if stages[-1].node.op.endswith("_with_indices"):     # (values, indices): the values in the inputs' dtype
+    if stages[-1].node.op in WITH_INDICES:     # (values, indices): the values in the inputs' dtype
         lines.append(f"    return out[0].to({first}.dtype), out[1]")
     elif registry.output_dtype(stages[-1].node):          # indices (argmax), bools (any) stay as they are
         lines.append("    return out")

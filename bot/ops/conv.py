@@ -29,7 +29,7 @@ from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import (Call, IRError, Node, arguments, call, flag, inp, input_names, inputs_outside, is_none,
                           number, prints, substitute, to_text)
-from bot.ops.text import FLAGS as _F, SIZES, WINDOW_PARAMS, blank as _blank, blank_span, param, sizes_arg, taken, window_sizes
+from bot.ops.text import FLAGS as _F, SIZES, WINDOW_PARAMS, blank as _blank, param, sizes_arg, taken, window_sizes
 
 NAME = "conv"
 CONV = "conv"                       # one per expression; the rest is its epilogue
@@ -92,7 +92,7 @@ def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
     if not inputs or any(len(s) not in (3, 4, 5) for s in inputs):
         raise IRError("a convolution in words needs the input's shape, batch x channels x the convolved dims, e.g. "
                       "'conv2d 3x3 with 64 output channels on 8x32x56x56'")
-    said_in, text = _in_to_out(text)            # first: "conv1d 64 to 128 channels" has no kernel size 64
+    said_in, text = taken(_IN_TO_OUT, text)     # first: "conv1d 64 to 128 channels" has no kernel size 64
     sizes = {}
     for key, pattern in _CONV_PARAMS.items():        # before the kernel: "stride 2 kernel 3" has no 2 kernel
         value, text = taken(pattern, text)
@@ -132,15 +132,6 @@ def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
         text = pattern.sub(_blank, text)
     extra = [("w", weight) for _ in inputs] + [("b", [c_out]) for _ in inputs if bias]
     return f"{fn}({', '.join(args)})", text, notes, extra
-
-
-def _in_to_out(text: str) -> tuple[tuple[int, int] | None, str]:
-    """(input channels, output channels) said as 'C_in to C_out channels', and the text without them."""
-    m = _IN_TO_OUT.search(text)
-    if not m:
-        return None, text
-    c_in, c_out = (int(g) for g in m.groups() if g is not None)
-    return (c_in, c_out), blank_span(text, m)
 
 
 # ---------------------------------------------------------------- IR rule

@@ -9,6 +9,9 @@ from typing import Any, Callable, Iterable
 
 CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
 ALL = "all"          # a reduction's dim when it reduces every element (PyTorch: no dim, or dim=None)
+# torch.max(x, dim) / torch.min(x, dim) whole (bot.ops.argreduce): two outputs, the values and the
+# indices of the arg-reduction named here; the families that write its kernel and launchers ask.
+WITH_INDICES = {"max_with_indices": "argmax", "min_with_indices": "argmin"}
 
 
 class IRError(ValueError):

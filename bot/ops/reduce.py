@@ -18,8 +18,8 @@ from bot.codegen.kernel_file import NEG_INF, POS_INF
 from bot.codegen.row_kernel import RowKernel, RowPlan, refuse_empty_dim
 from bot.ops import pointwise
 from bot.ops.pointwise import NAN_WINS
-from bot.ops.node import (ALL, Call, Node, broadcast_shapes, call, const, dim_call, dim_text, input_names, keepdim,
-                          over_dim, prints, reduced_shape)
+from bot.ops.node import (ALL, WITH_INDICES, Call, Node, broadcast_shapes, call, const, dim_call, dim_text, input_names,
+                          keepdim, over_dim, prints, reduced_shape)
 from bot.ops.text import FLAGS as _F
 from runner import protocol
 
@@ -175,7 +175,7 @@ def kept_dim(source: Callable[[dict, Node, dict], str], spec: dict, node: Node, 
     params = ", ".join(i["name"] for i in spec["inputs"])
     plain = call(node.op, *node.args, **{k: v for k, v in node.attrs if k != "keepdim"})
     kept = (f"    return tuple(t.unsqueeze({node.attr('dim')}) for t in {inner}({params}, config=config))\n"
-            if node.op.endswith("_with_indices") else
+            if node.op in WITH_INDICES else
             f"    return {inner}({params}, config=config).unsqueeze({node.attr('dim')})\n")
     return source({**spec, "name": inner}, plain, options) + (
         f"\n\ndef {spec['name']}({params}, *, config=None):\n"

@@ -10,6 +10,7 @@ from bot import spec as specmod
 from bot.generators.interface import GenerationError
 from bot.ops import matmul as mmf
 from bot.ops import attention, fused, pool, registry, softmax
+from bot.ops.node import WITH_INDICES
 from bot.ops.text import sizes_text
 from bot.request.describe import default_name, describe, spec_params
 from bot.request.messages import SUPPORTED, node_text
@@ -239,7 +240,7 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
         raise GenerationError(f"{node_text(node)!r} is over dim {written}, but the words say dim {st.dims[0]}; which one?")
     dims = list(dict.fromkeys(st.dims)) or ([] if written is None else [written])
     if not dims:
-        whole = k in ("reduce", "argreduce") and not node.op.endswith("_with_indices")
+        whole = k in ("reduce", "argreduce") and node.op not in WITH_INDICES
         every = " or 'over all elements' (one value)" if whole else ""
         raise GenerationError(f"{op} over which dim? Say e.g. '{op} over the last dim', 'over dim 0'{every}.")
     if len(dims) > 1 and k == "reduce" and not words:      # sum, mean, max, min over several dims at once

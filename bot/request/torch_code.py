@@ -84,7 +84,7 @@ def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
     torch.cummax(x, d).values -> cummax_values(x, d), the IR's cummax (its indices are not read)."""
     if not (isinstance(call, ast.Call) and part in ("values", "indices")):
         return None
-    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    name = _called(call)[0]
     if name in ("cummax", "cummin") and part == "values":
         new = f"{name}_values"
     elif name in ("max", "min"):
@@ -98,14 +98,20 @@ def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
 WITH_INDICES = {"max": "max_with_indices", "min": "min_with_indices"}
 
 
+def _called(call: ast.Call) -> tuple[str, bool]:
+    """(the function's name, whether it is a method of a tensor: x.max(1), not torch.max(x, 1))."""
+    f = call.func
+    if not isinstance(f, ast.Attribute):
+        return getattr(f, "id", ""), False
+    return f.attr, not (isinstance(f.value, ast.Name) and f.value.id in _MODULES)
+
+
 def whole_max(tree: ast.expr, torch_only: bool) -> ast.expr:
     """torch.max(x, dim) / x.min(dim) returned whole: max_with_indices(x, dim), its values and indices
     (the IR's max(x, dim) is amax). torch_only: a bare max(x, dim) typed is the IR's, left alone."""
     if not isinstance(tree, ast.Call) or (torch_only and not isinstance(tree.func, ast.Attribute)):
         return tree
-    name = tree.func.attr if isinstance(tree.func, ast.Attribute) else getattr(tree.func, "id", "")
-    method = isinstance(tree.func, ast.Attribute) and not (isinstance(tree.func.value, ast.Name)
-                                                           and tree.func.value.id in _MODULES)
+    name, method = _called(tree)
     args = [tree.func.value, *tree.args] if method else list(tree.args)
     if name not in WITH_INDICES or not _given_dim(tree, len(args)):
         return tree
@@ -134,8 +140,7 @@ def _values_and_indices(parts: list[ast.expr]) -> ast.expr | None:
 def _parts_of(call: ast.Call) -> tuple[str, str, str]:
     """(what the call is a method of, its name, its arguments), the first and last as ast dumps."""
     owner = ast.dump(call.func.value) if isinstance(call.func, ast.Attribute) else ""
-    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-    return owner, name, ast.dump(ast.Call(ast.Name("f", ast.Load()), call.args, call.keywords))
+    return owner, _called(call)[0], ast.dump(ast.Call(ast.Name("f", ast.Load()), call.args, call.keywords))
 
 
 def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
@@ -211,9 +216,7 @@ def refuse_other_meanings(fname: str, ret: ast.expr, torch_only: bool = False) -
     for n in ast.walk(ret):
         if not isinstance(n, ast.Call) or (torch_only and not isinstance(n.func, ast.Attribute)):
             continue
-        name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
-        method = isinstance(n.func, ast.Attribute) and not (isinstance(n.func.value, ast.Name)
-                                                             and n.func.value.id in _MODULES)
+        name, method = _called(n)
         args = len(n.args) + method
         given_dim = _given_dim(n, args)
         if name in ("max", "min") and given_dim:
