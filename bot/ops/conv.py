@@ -78,6 +78,10 @@ _IN_TO_OUT = re.compile(r"\b(?:from\s+)?(\d+)\s*(?:->|→|to)\s*(\d+)\s+channels
                         r"(\d+)\s*通道\s*(?:到|->|→)\s*(\d+)\s*通道", _F)
 _CONV_PARAMS = {**WINDOW_PARAMS, "groups": param("groups?", "分组")}
 _WITH_BIAS = re.compile(r"\bwith\s+(?:a\s+)?bias\b|\bplus\s+bias\b|带偏置|加偏置", _F)
+# The names of the parameters whose shapes were said ("with weight 64x32x3x3", "bias b 64"): the shape
+# reader blanked the shape to a ';'.
+_PARAM_NAME = re.compile(r"\b(?:weights?|kernel|filter|bias)(?:\s+[wb])?(?=[\s,]*;)|\b[wb](?=\s*;)", _F)
+_BIAS_SIZE = re.compile(r"\bbias(?:\s+b)?\s+(?:of\s+(?:size\s+)?)?(\d+)\b(?!\s*[x×]\s*\d)", _F)
 _NO_BIAS = re.compile(r"\b(?:no|without)\s+bias\b|\bbias[\s_-]?free\b|无偏置|不带偏置", _F)
 
 
@@ -88,7 +92,10 @@ def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
     depthwise = bool(m.group(1) and m.group(1).startswith("depthwise") or m.group(7) == "深度")
     pointwise_ = bool(m.group(1) and m.group(1).startswith("pointwise") or m.group(7) == "逐点")
     transposed = bool(m.group(2) or m.group(4) or m.group(6) or m.group(8))
-    inputs = [s for label, s in shapes if label not in ("w", "b", "weight", "bias")]      # "on 8x32x56x56": x
+    inputs = [s for label, s in shapes if label not in PARAM_LABELS]      # "on 8x32x56x56": x
+    given_w, given_b = _given(shapes, ("w", "weight")), _given(shapes, ("b", "bias"))
+    bias_size, text = taken(_BIAS_SIZE, text)       # "bias 64": a 1-D shape said as one number
+    given_b = given_b or (list(bias_size) if bias_size else None)
     if not inputs or any(len(s) not in (3, 4, 5) for s in inputs):
         raise IRError("a convolution in words needs the input's shape, batch x channels x the convolved dims, e.g. "
                       "'conv2d 3x3 with 64 output channels on 8x32x56x56'")
@@ -99,14 +106,14 @@ def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
         if value is not None:
             sizes[key] = value
     kernel, text = taken(_KERNEL, text)
-    kernel = kernel or ((1,) if pointwise_ else None)
+    kernel = kernel or (tuple(given_w[2:]) if given_w else (1,) if pointwise_ else None)
     said = m.group(3) or m.group(5)
     nd = int(said) if said else len(kernel) if kernel and len(kernel) > 1 else len(inputs[0]) - 2
     if kernel is None:
         raise IRError("a convolution needs its kernel size: say 'conv2d 3x3' or 'kernel size 3'")
     out, text = taken(_OUT_CHANNELS, text)
-    bias = bool(_WITH_BIAS.search(text)) and not _NO_BIAS.search(text)
-    notes = [] if _WITH_BIAS.search(text) or _NO_BIAS.search(text) else ["no bias named: a convolution without bias"]
+    bias = bool(given_b or _WITH_BIAS.search(text)) and not _NO_BIAS.search(text)
+    notes = [] if given_b or _WITH_BIAS.search(text) or _NO_BIAS.search(text) else ["no bias named: a convolution without bias"]
     channels = {s[1] for s in inputs}
     if len(channels) > 1:
         raise IRError(f"the cases' inputs have different channels {sorted(channels)}: one weight serves every case")
@@ -117,6 +124,12 @@ def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
                           f"but the input {inputs[0]} has {c_in} channels (dim 1): say the input's channels first, once")
         out = (said_in[1],)
     groups = c_in if depthwise else sizes.get("groups", (1,))[0]
+    if given_w and not transposed and "groups" not in sizes and not depthwise and given_w[1] and c_in % given_w[1] == 0:
+        groups = c_in // given_w[1]         # a weight [C_out, C_in / groups, ...] says its groups
+        notes += [f"groups={groups}: the weight {'x'.join(map(str, given_w))} takes {given_w[1]} of the input's "
+                  f"{c_in} channels"] * (groups > 1)
+    if given_w and not out:
+        out = (given_w[1] * groups,) if transposed else (given_w[0],)
     c_out = out[0] if out else c_in if depthwise or transposed else None
     if c_out is None:
         raise IRError("how many output channels does the convolution have? Say e.g. 'conv2d 3x3 with 64 output "
@@ -128,10 +141,23 @@ def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
     args = ["x", "w", *(["b"] if bias else [])]
     args += [f"{k}={sizes_arg(v)}" for k, v in sizes.items() if k != "groups"] + ([f"groups={groups}"] * (groups > 1))
     fn = f"conv_transpose{nd}d" if transposed else f"conv{nd}d"
-    for pattern in (CONV_WORD, _WITH_BIAS, _NO_BIAS):
+    for what, given, want in (("weight", given_w, weight), ("bias", given_b, [c_out])):
+        if given and given != want:
+            raise IRError(f"the {what} you gave, {'x'.join(map(str, given))}, does not fit {fn} of the input "
+                          f"{'x'.join(map(str, inputs[0]))}{' in ' + str(groups) + ' groups' if groups > 1 else ''} with "
+                          f"{c_out} output channels: its {what} is {'x'.join(map(str, want))}")
+    for pattern in (CONV_WORD, _WITH_BIAS, _NO_BIAS, _PARAM_NAME):
         text = pattern.sub(_blank, text)
     extra = [("w", weight) for _ in inputs] + [("b", [c_out]) for _ in inputs if bias]
     return f"{fn}({', '.join(args)})", text, notes, extra
+
+
+PARAM_LABELS = ("w", "b", "weight", "bias")   # shapes said of the convolution's own parameters, not its input
+
+
+def _given(shapes: list[tuple[str | None, list[int]]], labels: tuple[str, ...]) -> list[int] | None:
+    """The shape said of a parameter by name ('with weight 64x32x3x3'), if one was."""
+    return next((s for label, s in shapes if label in labels), None)
 
 
 # ---------------------------------------------------------------- IR rule

@@ -176,8 +176,12 @@ def _conv_words(prose: str, rd: Reading) -> ir.Node:
     """A convolution in words, and the pointwise steps said after it ('conv2d 3x3 ... then relu'):
     its fused epilogue."""
     at = conv.CONV_WORD.search(prose).start()
-    return _family_words(lambda p: conv.conv_words(p, rd.shapes), prose, rd, "'relu(conv2d(x, w, b, padding=1))'",
-                         steps_after=at)
+
+    def read(p: str) -> tuple:
+        said = conv.conv_words(p, rd.shapes)
+        rd.shapes = [s for s in rd.shapes if s[0] not in conv.PARAM_LABELS]     # said again, checked, in said[3]
+        return said
+    return _family_words(read, prose, rd, "'relu(conv2d(x, w, b, padding=1))'", steps_after=at)
 
 
 def _channel_norm_words(prose: str, rd: Reading) -> ir.Node:

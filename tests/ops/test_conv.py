@@ -219,6 +219,15 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, x, w,
     ("conv2d 3x3 with 64 output channels on 8x32x28x28 then relu", "relu(conv2d(x, w))", [64, 32, 3, 3]),
     ("conv2d 3x3 with 64 output channels, padding 1, with bias on 8x32x28x28, then gelu then scale by 0.5",
      "gelu(conv2d(x, w, b, padding=1)) * 0.5", [64, 32, 3, 3]),
+    # the weight's (and bias's) shape said by name: its kernel, output channels and groups
+    ("conv2d with padding 1 on x 32x64x56x56 with weight 64x64x3x3 and bias b 64, fp16", "conv2d(x, w, b, padding=1)",
+     [64, 64, 3, 3]),
+    ("conv2d on input 8x32x28x28, weight 128x32x5x5, bias 128", "conv2d(x, w, b)", [128, 32, 5, 5]),
+    ("depthwise conv2d on 8x32x28x28 with weight 32x1x5x5, padding 2", "conv2d(x, w, padding=2, groups=32)",
+     [32, 1, 5, 5]),
+    ("conv2d on 8x32x28x28 with weight 64x16x3x3, stride 2", "conv2d(x, w, stride=2, groups=2)", [64, 16, 3, 3]),
+    ("conv transpose 2d on 8x32x28x28 with weight w 32x16x4x4, stride 2", "conv_transpose2d(x, w, stride=2)",
+     [32, 16, 4, 4]),
 ])
 def test_convolution_in_words(words, expression, weight):
     spec, _ = parse_request(words)
@@ -235,6 +244,9 @@ def test_convolution_in_words(words, expression, weight):
     ("conv2d 3x3 from 32 to 128 channels on 16x64x56x56", "has 64 channels"),
     ("relu then conv2d 3x3 with 64 output channels on 8x32x28x28", "you also named relu"),
     ("conv2d 3x3 with 64 output channels on 8x32x28x28 plus residual", "you also named add"),
+    ("conv2d 5x5 on 8x32x28x28 with weight 64x32x3x3", "its weight is 64x32x5x5"),
+    ("conv2d on 8x32x28x28 with weight 64x32x3x3 and bias 32", "its bias is 64"),
+    ("conv2d 3x3 with 16 output channels on 8x32x28x28 with weight 64x32x3x3", "its weight is 16x32x3x3"),
 ])
 def test_convolution_words_refused_say_what_works(words, says):
     with pytest.raises(GenerationError, match=says):
