@@ -124,6 +124,7 @@ REFUSED = [
     ("rmsnorm over dim 0", "last dim"),
     ("layernorm over the last two dims", "dims"),
     ("cross entropy with label smoothing 0.1", "label smoothing"),
+    ("cross entropy on logits 4096x32000 with targets 1000", "must have the input's shape without the class dim"),
     ("binary cross entropy of x and y", "this loss"),
     # training: ops without a gradient rule
     ("relu(x[:, ::2]) for 8x64 with backward", "a slice with step 2 has no gradient rule"),
@@ -177,6 +178,10 @@ SOLVED = [
     ("layernorm with weight and bias, eps 1e-6, 4x1024", "layernorm(x, weight, bias, eps=1e-6)", [[4, 1024]]),
     ("rmsnorm without weight 8x4096", "rmsnorm(x, eps=1e-6)", [[8, 4096]]),
     ("cross entropy per row of logits 16x1000", "cross_entropy(logits, target, reduction='none')", [[16]]),
+    # a 1-D input's length said after its name
+    ("cross entropy of logits 128x1000 and labels 128, fp32", "cross_entropy(logits, target)", [[]]),
+    ("nll loss of 64x10 log probs with targets 64", "nll_loss(log_probs, target)", [[]]),
+    ("relu(x + bias) for x 64x128, bias 128, fp16", "relu(x + bias)", [[64, 128]]),
     ("add two fp16 matrices of shape 4096x4096", "x + y", [[4096, 4096]]),
     ("relu(x + y) for bf16 8192x8192", "relu(x + y)", [[8192, 8192]]),
     ("relu of the sum of x and y, 16x16", "relu(x + y)", [[16, 16]]),
@@ -253,6 +258,9 @@ SOLVED = [
     ("def f(p, t):\n    return torch.mean((p - t) ** 2)\nfor 8x16", "mean((p - t) ** 2, dim=None)", [[]]),
     ("def f(x):\n    return x.sum()\nfor 8x16", "sum(x, dim=None)", [[]]),
     ("def f(x):\n    return x.argmax()\nfor 8x16", "argmax(x, dim=None)", [[]]),
+    ("x.sum() for x 64x64", "sum(x, dim=None)", [[]]),
+    ("torch.max(x) for 8x16", "max(x, dim=None)", [[]]),
+    ("torch.amax(x * 2) for 8x16 fp32", "max(x * 2, dim=None)", [[]]),
     # losses in words: each with its inputs, the reduction said or torch's default (mean)
     ("mean absolute error between two 64x256 fp32 tensors", "mean(abs(x - y), dim=None)", [[]]),
     ("mse loss of 64x256", "mean((x - y) ** 2.0, dim=None)", [[]]),

@@ -42,19 +42,20 @@ def sizes_text(problem: list[int]) -> str:
 
 # Sizes said as one number or several ("3", "3x3", "2x2x2") and a parameter said by name ("stride 2",
 # "步长 2", "padding of 1"): pooling's and convolution's words.
-SIZES = r"(\d+)(?:\s*[x×]\s*(\d+))?(?:\s*[x×]\s*(\d+))?"
+SIZES = (r"(?:\((\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?\s*,?\s*\)|"       # as torch takes a tuple: "(3, 3)"
+         r"(\d+)(?:\s*[x×]\s*(\d+))?(?:\s*[x×]\s*(\d+))?)")
 
 
 def param(en: str, zh: str) -> re.Pattern:
     """The pattern of a size parameter said in English (a regex of its name) or Chinese."""
-    return re.compile(rf"\b{en}\s*(?:of|=|:|is)?\s*{SIZES}\b|{zh}\s*(?:为|是|=|:)?\s*{SIZES}", FLAGS)
+    return re.compile(rf"\b{en}\s*(?:of|=|:|is)?\s*{SIZES}(?!\w)|{zh}\s*(?:为|是|=|:)?\s*{SIZES}", FLAGS)
 
 
 def window_sizes(before: str, noun: str, zh: str, after: str = "") -> re.Pattern:
     """A window's or kernel's sizes: said just before the operation's words (`before`: "2x2 max
     pooling"), by its noun ("kernel size 3", "3x3 kernel"), in Chinese (`zh`: "卷积核 3"), or in a
     pattern of the caller's (`after`)."""
-    return re.compile(rf"(?<![\w.]){SIZES}(?=[\s-]*(?:{before}))|\b{noun}(?:[\s_-]*size)?\s*(?:of|=|:|is)?\s*{SIZES}\b|"
+    return re.compile(rf"(?<![\w.]){SIZES}(?=[\s-]*(?:{before}))|\b{noun}(?:[\s_-]*size)?\s*(?:of|=|:|is)?\s*{SIZES}(?!\w)|"
                       rf"(?<![\w.]){SIZES}[\s-]*{noun}s?\b|{zh}(?:大小)?\s*(?:为|是|=|:)?\s*{SIZES}"
                       + (f"|{after}" if after else ""), FLAGS)
 

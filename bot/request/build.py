@@ -222,7 +222,9 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
                                   f"you mean? {SUPPORTED}", unplaced=[f"over dim {d}" for d in st.dims])
         return node
     reduces = k in ("reduce", "argreduce", "scan")          # over any one dim
-    if st.whole and k in ("reduce", "argreduce"):
+    # Typed with no dim ('x.sum()', 'torch.max(x)'), torch reduces every element: one value.
+    every = st.typed and not words and not st.dims and node.attr("dim") is None and node.op not in WITH_INDICES
+    if (st.whole or every) and k in ("reduce", "argreduce"):
         written = node.attr("dim")
         dims = st.dims or ([] if written in (None, ir.ALL) else [written])
         if dims:

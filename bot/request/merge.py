@@ -46,9 +46,21 @@ def apply(st: State, rd: Reading, feedback: bool) -> None:
     _apply_shapes(st, rd, names, append, feedback)
 
 
+# Words for an input by another name: "labels 4096" are cross-entropy's target.
+_SYNONYMS = {"label": "target", "labels": "target"}
+
+
+def _input_label(label: str | None, names: list[str]) -> str | None:
+    """The input a shape's label names: itself, its singular ("targets": target) or a synonym."""
+    if label is None or label in names:
+        return label
+    if label[:-1] in names:
+        return label[:-1]
+    return _SYNONYMS[label.lower()] if _SYNONYMS.get(label.lower()) in names else label
+
+
 def _apply_shapes(st: State, rd: Reading, names: list[str], append: bool, feedback: bool) -> None:
-    rd.shapes = [(label[:-1] if label and label not in names and label[:-1] in names else label, s)
-                 for label, s in rd.shapes]              # "targets" is the input target
+    rd.shapes = [(_input_label(label, names), s) for label, s in rd.shapes]
     for label, s in rd.shapes:
         if label and label not in names and SHAPE_OWNER.fullmatch(label):
             shape = "x".join(map(str, s))

@@ -106,7 +106,9 @@ SHAPE = re.compile(
     rf"(?<![\w.-])(?P<multi>{_DIM}(?:(?:\s*[x×]\s*|\*|\s+by\s+){_DIM})+)(?![\w]|\.\w)"
     rf"|(?<![\w)\]])[\(\[](?P<tuple>\s*{_DIM}(?:\s*,\s*{_DIM})*\s*,?\s*)[\)\]]"
     rf"|(?:\bshape[ds]?|\bsize|\blength|形状|长度)\s*(?:of|is|=|:|为|是)?\s*"
-    rf"(?P<one>{_DIM})(?![\w.]|\s*[x×,*]|\s+by\s)",
+    rf"(?P<one>{_DIM})(?![\w.]|\s*[x×,*]|\s+by\s)"
+    # a 1-D input's length after its name: "targets 4096", "bias 64"
+    rf"|\b(?P<owner>bias|targets?|labels?|indices|ids)\s+(?:of\s+)?(?P<length>{_DIM})(?![\w.]|\s*[x×*]|\s*,\s*\d|\s+by\s)",
     _F)
 # Numbers that size something other than a tensor: "3x3 kernel", "2x2 max pool", "kernel size 3".
 _PARAM_NOUN = (r"(?:kernels?|windows?|filters?|patch(?:es)?|strides?|pool\w*|tiles?|blocks?|grids?|stencils?|"
@@ -114,7 +116,7 @@ _PARAM_NOUN = (r"(?:kernels?|windows?|filters?|patch(?:es)?|strides?|pool\w*|til
 PARAM_AFTER = re.compile(rf"[\s-]*(?:(?:max|min|avg|average|mean|sum|depthwise|pointwise|transposed?|grouped|深度|逐点|转置|"
                          rf"最大|平均)"
                          rf"\s*)?{_PARAM_NOUN}(?![a-z])", _F)
-PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:[\s_-]*[123][\s_-]?d)?(?:\s*(?:size|shape|is|=|:|为|大小))*\s*$|"
+PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:[\s_-]*[123][\s_-]?d)?(?:[\s_]*(?:size|shape|is|=|:|为|大小))*\s*$|"
                           r"\badaptive\s+(?:max|avg|average|mean)[\s_-]*pool\w*(?:[\s_-]*[123][\s_-]?d)?\s+to\s*$|"
                           r"\boutput[\s_-]?size\s*(?:of|=|:|is)?\s*$|"
                           r"\bout(?:put)?[\s_-]?channels\s*(?:of|=|:|is)?\s*$|输出通道(?:数)?\s*(?:为|是|=|:)?\s*$", _F)

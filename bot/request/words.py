@@ -12,7 +12,7 @@ from bot.ops import channel_norm
 from bot.ops.pointwise import CLAMP_WORD as _CLAMP_WORD
 from bot.ops.text import COUNT_WORDS, DIM as _DIM
 from bot.ops.text import blank as _blank
-from bot.ops.text import blank_span
+from bot.ops.text import blank_range, blank_span
 from bot.ops.text import size as _dim
 from bot.request.messages import SUPPORTED
 from bot.request.reading import Reading
@@ -180,6 +180,10 @@ def take_shapes(text: str, rd: Reading) -> str:
         if m.group("tuple") is not None and re.search(r"\bover\s*$", text[:m.start()], re.I):
             continue                 # "layer norm over (32, 32)": a normalized shape, no input's: named as unread
         taken.append(m)
+        if m.group("length"):
+            rd.shapes.append((m.group("owner"), [_dim(m.group("length"))]))
+            rd.shapes_at.append((m.start("length"), m.end()))
+            continue
         if m.group("multi"):
             shape = [_dim(d) for d in re.split(r"\s*[x×*]\s*|\s+by\s+", m.group("multi").strip(), flags=re.I)]
         elif m.group("tuple") is not None:
@@ -199,7 +203,7 @@ def take_shapes(text: str, rd: Reading) -> str:
         if re.search(r"\dk\b", m.group(0), re.I):
             rd.op_notes.append(f"read {m.group(0).strip()!r} with k = 1024 (4k = 4096)")
     for m in reversed(taken):
-        text = blank_span(text, m)
+        text = blank_range(text, m.start("length"), m.end()) if m.group("length") else blank_span(text, m)
     return text
 
 

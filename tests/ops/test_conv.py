@@ -226,6 +226,8 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, x, w,
     ("depthwise conv2d on 8x32x28x28 with weight 32x1x5x5, padding 2", "conv2d(x, w, padding=2, groups=32)",
      [32, 1, 5, 5]),
     ("conv2d on 8x32x28x28 with weight 64x16x3x3, stride 2", "conv2d(x, w, stride=2, groups=2)", [64, 16, 3, 3]),
+    ("conv2d kernel_size=(3, 5) padding=(1, 2) with 16 output channels on 2x8x20x20", "conv2d(x, w, padding=(1, 2))",
+     [16, 8, 3, 5]),
     ("conv transpose 2d on 8x32x28x28 with weight w 32x16x4x4, stride 2", "conv_transpose2d(x, w, stride=2)",
      [32, 16, 4, 4]),
 ])

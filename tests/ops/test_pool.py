@@ -164,6 +164,11 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, shape
     ("global average pooling", "adaptive_avg_pool2d(x, output_size=(1, 1))"),
     ("max pool with kernel size 3", "max_pool2d(x, kernel_size=3)"),
     ("max pool stride 2 kernel 3 on 8x32x56x56", "max_pool2d(x, kernel_size=3, stride=2)"),
+    # sizes as torch's tuples, keywords as torch spells them
+    ("max pool kernel_size=(3, 3), stride=(2, 2), padding=(1, 1) on 8x32x56x56",
+     "max_pool2d(x, kernel_size=3, stride=2, padding=1)"),
+    ("avg pool kernel size (2,3) on 8x32x56x56", "avg_pool2d(x, kernel_size=(2, 3))"),
+    ("max pool 1d kernel (4,) on 8x32x100", "max_pool1d(x, kernel_size=4)"),
 ])
 def test_pooling_in_words(words, expression):
     spec, _ = parse_request(words)
