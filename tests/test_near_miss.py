@@ -124,6 +124,10 @@ REFUSED = [
     ("rmsnorm over dim 0", "last dim"),
     ("layernorm over the last two dims", "dims"),
     ("cross entropy with label smoothing 0.1", "label smoothing"),
+    ("def g(x, y):\n    return x * y\n\ndef f(x):\n    return g(x)\nfor 8x16", "does not match g's parameters"),
+    # a cast to one dtype that reaches the result, through a local or an operand: PyTorch returns that dtype
+    ("def f(x):\n    y = x.float().softmax(-1)\n    return y * 2\nfor 8x16", "casts with 'x.float()'"),
+    ("def f(x, w):\n    y = (x.float() * 2).type_as(x)\n    return y * w.float()\nfor 8x16", "casts with 'w.float()'"),
     ("cross entropy on logits 4096x32000 with targets 1000", "must have the input's shape without the class dim"),
     ("binary cross entropy of x and y", "this loss"),
     # training: ops without a gradient rule
@@ -259,6 +263,13 @@ SOLVED = [
     ("def f(x):\n    return x.sum()\nfor 8x16", "sum(x, dim=None)", [[]]),
     ("def f(x):\n    return x.argmax()\nfor 8x16", "argmax(x, dim=None)", [[]]),
     ("x.sum() for x 64x64", "sum(x, dim=None)", [[]]),
+    ("def f(x, w):\n    y = x.float().softmax(-1)\n    return y.to(x.dtype) * w\nfor 8x16", "softmax(x) * w", [[8, 16]]),
+    # the paste's helper functions written in where called; inputs named like functions (cos, sin)
+    ("def rotate_half(x):\n    x1 = x[..., :4]\n    x2 = x[..., 4:]\n    return torch.cat((-x2, x1), dim=-1)\n\n"
+     "def rope(q, cos, sin):\n    return q * cos + rotate_half(q) * sin\n\nfor q 16x2x8, cos 16x1x8, sin 16x1x8",
+     "q * cos + cat([neg(q[..., 4:]), q[..., :4]], dim=-1) * sin", [[16, 2, 8]]),
+    ("def scaled(x, s=2.0):\n    return x * s\n\ndef f(x, y):\n    return scaled(x) + scaled(y, s=3.0)\nfor 8x16",
+     "x * 2.0 + y * 3.0", [[8, 16]]),
     ("torch.max(x) for 8x16", "max(x, dim=None)", [[]]),
     ("torch.amax(x * 2) for 8x16 fp32", "max(x * 2, dim=None)", [[]]),
     # losses in words: each with its inputs, the reduction said or torch's default (mean)

@@ -460,3 +460,36 @@ def test_a_module_without_get_inputs_takes_each_tensors_shape_by_name():
             "        return (q @ k.transpose(-2, -1) * 0.125).softmax(dim=-1) @ v\n")
     spec, _ = parse_request(fenced(code) + "\nwith q 2x8x128x64, k 2x8x128x64, v 2x8x128x64")
     assert {i["name"]: i["shapes"] for i in spec["inputs"]} == {n: [[2, 8, 128, 64]] for n in "qkv"}
+
+
+LLAMA_RMSNORM = """
+import torch
+import torch.nn as nn
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def _norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def forward(self, x):
+        output = self._norm(x.float()).type_as(x)
+        return output * self.weight
+"""
+
+
+@pytest.mark.parametrize("words", ["for x 64x256 bf16, dim 256", "x 64x256 in bf16 with dim=256 and eps 1e-5"])
+def test_a_modules_own_methods_are_inlined_and_its_init_arguments_come_from_the_words(words):
+    spec, notes = parse_request(fenced(LLAMA_RMSNORM) + "\n" + words)
+    eps = "1e-05" if "eps" in words else "1e-06"
+    assert ir.parse(spec["expression"]) == ir.parse(f"x * rsqrt(mean(x ** 2.0, dim=-1, keepdim=True) + {eps}) * weight")
+    assert {i["name"]: i["shapes"] for i in spec["inputs"]} == {"x": [[64, 256]], "weight": [[256]]}
+    assert any("ignored dtype casts" in n for n in notes)     # float() then type_as(x): the input's dtype
+
+
+def test_an_init_argument_nothing_gives_is_refused_naming_it():
+    with pytest.raises(GenerationError, match="takes dim, which nothing gives"):
+        parse_request(fenced(LLAMA_RMSNORM) + "\nfor x 64x256 bf16")

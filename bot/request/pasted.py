@@ -20,7 +20,7 @@ from bot.ops import norm
 from bot.request import pasted_module
 from bot.request.messages import SUPPORTED
 from bot.request.reading import Reading
-from bot.request.torch_code import Inline, refuse_other_meanings, returned
+from bot.request.torch_code import Inline, refuse_other_meanings, returned, settled
 from bot.request.words import one_eps
 
 _FENCE = re.compile(r"```[\w+-]*[ \t]*\n(.*?)```", re.S)
@@ -63,24 +63,25 @@ def pasted_source(request: str) -> str:
     return code if code.endswith("\n") else code + "\n"
 
 
-def read_code(code: str, rd: Reading, said: list[tuple[str | None, list[int]]] = ()) -> None:
+def read_code(code: str, rd: Reading, said: list[tuple[str | None, list[int]]] = (),
+              init_said: dict[str, int | float] | None = None) -> None:
     """Pasted code -> rd: the operator its function returns, the function's name and tensor
     parameters (and a pasted module's, with the shapes and dtype its get_inputs makes, or where it has
     none, the shapes the words said of forward's tensors, `said`, beside its learned tensors')."""
-    tree, aliases = _parsed(code, rd)
+    tree, aliases = _parsed(code, rd, init_said)
     fn = _the_function(tree)
     env, tensors = _parameters(fn, rd)
-    inline = Inline(env, aliases)
-    ret = returned(fn, inline)
+    inline = Inline(env, aliases, {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef) and f is not fn})
+    ret, kept_cast = settled(returned(fn, inline))
     node = _returned_node(fn, ret, f"line {rd.pasted.line}: forward" if rd.pasted else fn.name, rd)
     _refuse_other_parameters(fn, node, tensors)
-    _read_casts_and_eps(fn, node, ret, inline, rd)
+    _read_casts_and_eps(fn, node, ret, kept_cast, inline.casts, rd)
     rd.node, rd.name, rd.inputs = node, fn.name, tensors
     if rd.pasted:
         _take_pasted(rd, said)
 
 
-def _parsed(code: str, rd: Reading) -> tuple[ast.Module, set[str]]:
+def _parsed(code: str, rd: Reading, init_said: dict[str, int | float] | None) -> tuple[ast.Module, set[str]]:
     """The code's tree (a pasted module's: its forward as one function, in rd.pasted) and the names
     its imports alias."""
     try:
@@ -89,7 +90,7 @@ def _parsed(code: str, rd: Reading) -> tuple[ast.Module, set[str]]:
         raise GenerationError(f"the pasted code does not parse: {e.msg} (line {e.lineno})") from None
     aliases = {a.asname for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names if a.asname}
     if pasted_module.is_module(tree):       # a pasted nn.Module (shapes in get_inputs): read as one function
-        rd.pasted = pasted_module.read(tree)
+        rd.pasted = pasted_module.read(tree, init_said)
         tree = ast.parse(rd.pasted.function)
     else:
         _refuse_telling_comments(code, tree)
@@ -145,14 +146,15 @@ def _refuse_other_parameters(fn: ast.FunctionDef, node: ir.Node, tensors: list[s
                                  if constants else "remove it or use it"))
 
 
-def _read_casts_and_eps(fn: ast.FunctionDef, node: ir.Node, ret: ast.expr, inline: Inline, rd: Reading) -> None:
+def _read_casts_and_eps(fn: ast.FunctionDef, node: ir.Node, ret: ast.expr, kept_cast: str | None, casts: bool,
+                        rd: Reading) -> None:
     """A cast to one dtype not cast back is refused, other casts noted; a norm's eps written in the
     code is taken (rms_norm without one is refused)."""
-    if inline.fixed and id(ret) not in inline.back:
-        raise GenerationError(f"{fn.name} casts with {inline.fixed[0]!r}, so in PyTorch it returns that dtype whatever "
+    if kept_cast:
+        raise GenerationError(f"{fn.name} casts with {kept_cast!r}, so in PyTorch it returns that dtype whatever "
                               "its inputs' dtype; the kernel returns its inputs' dtype. Cast back at the end "
                               "(.to(x.dtype)) or drop the cast.")
-    if inline.casts:
+    if casts:
         rd.op_notes.append("ignored dtype casts (.float(), .to(...)): inputs and output keep each tested dtype")
     if node.op in ir.NORMS and norm.eps_given(ret):
         rd.eps = one_eps(rd.eps, node.attr("eps"))

@@ -23,8 +23,10 @@ class Resolver(ast.NodeTransformer):
     """forward resolved against its module's attributes (attrs: self.<name> -> a constant, a Sub, a
     Seq, a Nested, a Learned or an Opaque); prefix: the module's path in the pasted one ('layer1.0.')."""
 
-    def __init__(self, env: dict, attrs: dict, shadowed: set[str], prefix: str = "", root: Resolver | None = None):
+    def __init__(self, env: dict, attrs: dict, shadowed: set[str], prefix: str = "", root: Resolver | None = None,
+                 methods: dict[str, Nested] | None = None):
         self.env, self.attrs, self.shadowed, self.prefix = env, attrs, shadowed, prefix
+        self.methods = methods or {}                # the module's own other methods (self._norm(x)), inlined
         self.root = root or self
         if root is None:
             self.params: list[Param] = []           # learned tensors the submodule calls take, as inputs
@@ -120,6 +122,9 @@ class Resolver(ast.NodeTransformer):
         f = n.func
         if isinstance(f, ast.Attribute) and ast.unparse(f.value) == "self":
             sub = self.attrs.get(f.attr)
+            if sub is None and f.attr in self.methods:
+                return self._inline(self.methods[f.attr], f.attr, [self.visit(a) for a in n.args],
+                                    [self.visit(k) for k in n.keywords], n.lineno, self.prefix)
             if isinstance(sub, Opaque):
                 raise GenerationError(f"line {n.lineno}: self.{f.attr} is set on line {sub.line} by {sub.text!r}, "
                                       "which is not a layer I can read")
@@ -161,8 +166,9 @@ class Resolver(ast.NodeTransformer):
         return x
 
     def _inline(self, nested: Nested, attr: str, args: list[ast.expr], keywords: list[ast.keyword],
-                line: int) -> ast.expr:
-        """A nested module's forward: its statements hoisted (locals renamed apart), its result returned."""
+                line: int, prefix: str | None = None) -> ast.expr:
+        """A nested module's forward (or, prefix given, a method of this module's own): its statements
+        hoisted (locals renamed apart), its result returned."""
         fn = nested.forward
         params = [a.arg for a in fn.args.args[1:]]
         bound = _bound(fn, params, args, keywords, nested, line)
@@ -171,11 +177,13 @@ class Resolver(ast.NodeTransformer):
         self.root.inlined += 1
         suffix = f"__{self.root.inlined}"
         mine = set(tensors) | assigned_names(fn)
-        inner = Resolver({**self.env, **local}, nested.attrs, mine, f"{self.prefix}{attr}.", self.root)
+        own = prefix is not None
+        inner = Resolver({**self.env, **local}, nested.attrs, mine, prefix if own else f"{self.prefix}{attr}.",
+                         self.root, self.methods if own else None)
         body = inner.statements(fn.body)
         returned = next((s for s in body if isinstance(s, ast.Return)), None)
         if returned is None or returned.value is None or isinstance(returned.value, ast.Tuple):
-            raise GenerationError(f"line {fn.lineno}: {nested.cls}.forward must return one tensor to be inlined "
+            raise GenerationError(f"line {fn.lineno}: {nested.cls}.{fn.name} must return one tensor to be inlined "
                                   f"where line {line} calls it")
         rename = _Rename({name: name + suffix for name in mine})
         # the arguments are the caller's expressions: bound to the renamed parameters, not renamed themselves
@@ -207,14 +215,14 @@ def _bound(fn: ast.FunctionDef, params: list[str], args: list[ast.expr], keyword
            nested: Nested, line: int) -> dict[str, ast.expr]:
     """forward's parameters -> the call's arguments, or the defaults (constants) it leaves."""
     if len(args) > len(params) or any(k.arg not in params for k in keywords):
-        raise GenerationError(f"line {line}: {nested.cls}.forward takes {', '.join(params)}; the call gives "
+        raise GenerationError(f"line {line}: {nested.cls}.{fn.name} takes {', '.join(params)}; the call gives "
                               f"{len(args)} arguments and {', '.join(k.arg or '**' for k in keywords) or 'no keywords'}")
     bound = dict(zip(params, args)) | {k.arg: k.value for k in keywords}
     defaults = dict(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults))
     for p in params:
         if p not in bound:
             if p not in defaults or not isinstance(defaults[p], ast.Constant):
-                raise GenerationError(f"line {line}: {nested.cls}.forward's {p} is not given by the call")
+                raise GenerationError(f"line {line}: {nested.cls}.{fn.name}'s {p} is not given by the call")
             bound[p] = defaults[p]
     return bound
 

@@ -18,10 +18,12 @@ import re
 from dataclasses import dataclass, field
 
 from bot.generators.interface import GenerationError
+from bot.ops.text import blank_range
 from bot.request.pasted_constants import module_constants
 from bot.request.pasted_forward import Resolver, assigned_names
 from bot.request.pasted_init import init_arguments, init_attributes, init_inputs
 from bot.request.pasted_inputs import INDEX, MASK, read_inputs
+from bot.request.pasted_layers import Nested
 
 
 @dataclass
@@ -85,8 +87,29 @@ def _defaulted(forward: ast.FunctionDef, made: ast.FunctionDef | None) -> dict:
     return {p.arg: d.value for p, d in zip(left, defaults[-len(left):])}
 
 
-def read(tree: ast.Module) -> Pasted:
-    """The pasted module as one plain function; GenerationError naming what cannot be read."""
+def init_words(code: str, prose: str) -> tuple[dict[str, int | float], str]:
+    """The values the words give the module's __init__ parameters ('dim 4096', 'eps=1e-5'), and the
+    words without them; none where the code is no module."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return {}, prose
+    cls = _layout(tree)[1] if is_module(tree) else None
+    init = next((m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None) if cls else None
+    values: dict[str, int | float] = {}
+    for p in [a.arg for a in init.args.args[1:] + init.args.kwonlyargs] if init else []:
+        m = re.search(rf"(?<![\w.]){re.escape(p)}\s*(?:=|:|is|of)?\s*(-?\d+(?:\.\d*)?(?:e-?\d+)?)(?![\w.]|\s*[x×*])",
+                      prose, re.I)
+        if m:
+            number = m.group(1)
+            values[p] = float(number) if re.search(r"[.e]", number, re.I) else int(number)
+            prose = blank_range(prose, m.start(), m.end())
+    return values, prose
+
+
+def read(tree: ast.Module, said: dict[str, int | float] | None = None) -> Pasted:
+    """The pasted module as one plain function; GenerationError naming what cannot be read. said: values
+    the words give __init__'s parameters (get_init_inputs' come first)."""
     env = module_constants(tree)
     env.update({n.name: n for n in tree.body if isinstance(n, ast.ClassDef) and any(map(_is_nn_module, n.bases))})
     functions, cls, forward = _layout(tree)
@@ -96,11 +119,15 @@ def read(tree: ast.Module) -> Pasted:
         raise GenerationError(f"{where} has no forward(self, ...): paste the module's forward with its class")
     init = methods.get("__init__")
     given = init_inputs(functions.get("get_init_inputs"), env)
-    attrs = init_attributes(cls, init_arguments(init, given, {}, env, cls) if init else {}, env)
+    positional = [a.arg for a in init.args.args[1:1 + len(given or [])]] if init else []
+    said = {k: v for k, v in (said or {}).items() if k not in positional}
+    attrs = init_attributes(cls, init_arguments(init, given, said, env, cls) if init else {}, env)
     left = _defaulted(forward, functions.get("get_inputs"))
     env.update(left)
     tensors = [a.arg for a in forward.args.args[1:] if a.arg not in left]
-    resolver = Resolver(env, attrs, set(tensors) | assigned_names(forward))
+    own = {k: Nested(cls.name, m, attrs, m.lineno) for k, m in methods.items() if k not in ("__init__", "forward")
+           and m.args.args and m.args.args[0].arg == "self"} if cls else {}
+    resolver = Resolver(env, attrs, set(tensors) | assigned_names(forward), methods=own)
     fn = resolver.function(forward, tensors)
     name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", cls.name).lower() if cls and cls.name != "Model" else None
     line = next((s.lineno for s in ast.walk(forward) if isinstance(s, ast.Return)), forward.lineno)

@@ -9,6 +9,7 @@ inputs' names, its matmul.
 """
 from __future__ import annotations
 
+import ast
 import re
 
 from bot import ir
@@ -16,7 +17,7 @@ from bot.generators.interface import GenerationError
 from bot.ops import loss
 from bot.ops import matmul as mmf
 from bot.ops.text import blank as _blank, blank_range
-from bot.request import residue
+from bot.request import pasted_module, residue
 from bot.request.expression import find_expression
 from bot.request.messages import CORRECTION_HELP, SUPPORTED, node_text
 from bot.request.operation import operator
@@ -32,6 +33,7 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
     """context: the state a correction applies to (its matmul reads shapes as M, N, K)."""
     rd = Reading()
     code, prose = split_code(text)
+    init_said, prose = pasted_module.init_words(code, prose) if code is not None else ({}, prose)
     matmul = bool(mmf.MATMUL_WORD.search(text)) or bool(context and context.node and ir.matmul_node(context.node))
     rd.batched = bool(mmf.BATCHED_WORD.search(text)) or bool(context and context.batched)
     if matmul:
@@ -41,7 +43,7 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
     matmul = matmul or (expr is not None and ir.matmul_node(expr[0]) is not None)    # torch.einsum('ij,jk->ik', ..)
     # A typed call (conv2d(x, w)) is read as written, whatever words it holds; 'top-k' is no call.
     called = expr is not None and "(" in prose[expr[2]:expr[3]]
-    refuse_out_of_scope(blank_range(prose, expr[2], expr[3]) if called else prose)
+    refuse_out_of_scope(blank_range(prose, expr[2], expr[3]) if called else prose, _code_names(code, expr))
     if expr is not None:
         prose = blank_range(prose, expr[2], expr[3])
     prose = WHERE_CLAUSE.sub(_blank, take_dims(prose, rd))
@@ -56,7 +58,7 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
         prose = APPEND.sub(_blank, prose)
     rd.typed = code is not None or expr is not None
     if code is not None:
-        read_code(code, rd, list(rd.shapes))
+        read_code(code, rd, list(rd.shapes), init_said)
         if matmul and not (rd.pasted and rd.pasted.shapes):     # cases are problem sizes [B,] M, N, K, unless
             # the module's get_inputs or the words give its inputs' own shapes
             rd.shapes = [(None, p) for p in mmf.problems(operand_order(rd.shapes), rd.batched, batch, rd.op_notes)]
@@ -88,6 +90,17 @@ def _take_label(prose: str, expr: tuple | None, rd: Reading) -> str:
 
 
 _LABEL = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*:\s*$")
+
+
+def _code_names(code: str | None, expr: tuple | None) -> set[str]:
+    """The identifiers of the pasted code or the typed expression: words that name its tensors."""
+    if expr is not None:
+        return set(ir.input_names(expr[0]))
+    try:
+        nodes = list(ast.walk(ast.parse(code or "")))
+    except SyntaxError:
+        return set()
+    return {n.id for n in nodes if isinstance(n, ast.Name)} | {n.arg for n in nodes if isinstance(n, ast.arg)}
 
 
 def _matmul_cases(rd: Reading, batch: int | None, prose: str) -> None:

@@ -40,11 +40,11 @@ class MaxParts(ast.NodeTransformer):
 class Inline(MaxParts):
     """Replace local names by their values and drop dtype casts (and read max's parts)."""
 
-    def __init__(self, env: dict[str, ast.expr], aliases: set[str] = frozenset()):
+    def __init__(self, env: dict[str, ast.expr], aliases: set[str] = frozenset(),
+                 helpers: dict[str, ast.FunctionDef] | None = None):
         self.env, self.aliases = env, aliases      # aliases: "import torch.nn.functional as fn"
+        self.helpers = helpers or {}               # the paste's other functions, inlined where called
         self.casts = False
-        self.fixed: list[str] = []                 # casts to one dtype: .float(), .to(torch.float32)
-        self.back: set[int] = set()                # ids of nodes cast back to an input's dtype
         self.copied = 0                            # syntax nodes copied into uses of locals so far
 
     def visit_Name(self, n: ast.Name) -> ast.expr:
@@ -64,6 +64,8 @@ class Inline(MaxParts):
     def visit_Call(self, n: ast.Call) -> ast.expr:
         self.generic_visit(n)
         f = n.func
+        if isinstance(f, ast.Name) and f.id in self.helpers and f.id not in self.env:
+            return self._helper(self.helpers[f.id], n)
         if isinstance(f, ast.Attribute) and f.attr in _CASTS:
             is_function = isinstance(f.value, ast.Name) and f.value.id in _MODULES
             if not is_function or n.args:
@@ -72,11 +74,65 @@ class Inline(MaxParts):
                 args = n.args[1:] if is_function else n.args
                 if f.attr in ("float", "half", "bfloat16", "double") or any(
                         "torch." in ast.unparse(a) for a in [*args, *(k.value for k in n.keywords)]):
-                    self.fixed.append(ast.unparse(n)[:40])
-                elif f.attr in ("to", "type_as") and (args or n.keywords):
-                    self.back.add(id(inner))
+                    return _marked(_FIXED, inner, ast.unparse(n)[:40])
+                if f.attr in ("to", "type_as") and (args or n.keywords):
+                    return _marked(_BACK, inner, "")
                 return inner
         return n
+
+
+    def _helper(self, fn: ast.FunctionDef, n: ast.Call) -> ast.expr:
+        """A call of another function of the paste (rotate_half(q)): what it returns, its parameters
+        bound to the call's arguments (already inlined) or their constant defaults."""
+        params = [a.arg for a in fn.args.args]
+        defaults = dict(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults))
+        bound = dict(zip(params, n.args)) | {k.arg: k.value for k in n.keywords if k.arg}
+        missing = [p for p in params if p not in bound and not isinstance(defaults.get(p), ast.Constant)]
+        if len(n.args) > len(params) or set(bound) - set(params) or missing or fn.args.vararg or fn.args.kwarg:
+            raise GenerationError(f"line {n.lineno}: {ast.unparse(n)[:60]!r} does not match {fn.name}'s parameters "
+                                  f"({', '.join(params)}); give each by position or name")
+        helpers = {k: v for k, v in self.helpers.items() if k != fn.name}      # no recursion
+        inner = Inline({p: bound.get(p, defaults.get(p)) for p in params}, self.aliases, helpers)
+        inner.copied = self.copied
+        value = returned(copy.deepcopy(fn), inner)       # visiting rewrites the tree it walks
+        self.casts |= inner.casts
+        self.copied = inner.copied
+        return value
+
+
+# Casts as Inline leaves them, until settled: to one dtype (.float(), .to(torch.float32)) or back to
+# an input's (.type_as(x), .to(x.dtype)). Marks (calls of these names) survive the copies of locals.
+_FIXED, _BACK = "__cast_to_one_dtype__", "__cast_back__"
+
+
+def _marked(mark: str, inner: ast.expr, text: str) -> ast.Call:
+    return ast.Call(ast.Name(mark, ast.Load()), [inner, ast.Constant(text)], [])
+
+
+def _mark(n: ast.AST) -> str | None:
+    return n.func.id if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in (_FIXED, _BACK) else None
+
+
+def settled(tree: ast.expr) -> tuple[ast.expr, str | None]:
+    """tree without its casts, and the cast to one dtype that PyTorch's result would keep (a tensor
+    of that dtype in any operation promotes it, until cast back), if any."""
+    kept = _kept_cast(tree)
+    return _Unmarked().visit(tree), kept
+
+
+def _kept_cast(n: ast.AST) -> str | None:
+    mark = _mark(n)
+    if mark == _BACK:
+        return None
+    if mark == _FIXED:
+        return n.args[1].value
+    return next((c for child in ast.iter_child_nodes(n) if (c := _kept_cast(child))), None)
+
+
+class _Unmarked(ast.NodeTransformer):
+    def visit_Call(self, n: ast.Call) -> ast.expr:
+        self.generic_visit(n)
+        return n.args[0] if _mark(n) else n
 
 
 def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:

@@ -117,10 +117,11 @@ def take_training(text: str, rd: Reading) -> str:
     return text
 
 
-def refuse_out_of_scope(text: str) -> None:
-    """Refuse an operation the offline generator does not write, naming it."""
+def refuse_out_of_scope(text: str, names: set[str] = frozenset()) -> None:
+    """Refuse an operation the offline generator does not write, naming it; but for the names of the
+    typed code's tensors ('x * cos + rotate_half(x) * sin for ..., cos 4096x1x128')."""
     for pattern, what in OUT_OF_SCOPE:
-        if m := pattern.search(text):
+        if m := next((m for m in pattern.finditer(text) if m.group(0) not in names), None):
             raise GenerationError(f"{what or repr(m.group(0))} is not supported by the offline generator. {SUPPORTED} "
                                   "A combination of these can be written as an expression, "
                                   "e.g. 'where(x > 0, x, 0.01 * x)'.", unplaced=[m.group(0)])
