@@ -13,7 +13,7 @@ from bot import ir
 from bot.generators.interface import GenerationError
 from bot.request import residue
 from bot.request.messages import SUPPORTED
-from bot.request.torch_code import MaxParts, whole_max
+from bot.request.torch_code import Inline, settled, whole_max
 from bot.request.vocabulary import TENSOR_NAME
 
 _TOKEN = re.compile(r"""
@@ -73,8 +73,13 @@ def find_expression(text: str) -> tuple[ir.Node, ast.expr, int, int] | None:
                 continue
             j, tree = hit
             src = text[span[i][1]:span[j - 1][2]]
-            tree = whole_max(MaxParts().visit(tree), torch_only=True)
+            tree, kept_cast = settled(Inline({}).visit(tree))       # casts dropped: the kernel computes in float32
+            tree = whole_max(tree, torch_only=True)
             try:
+                if kept_cast:
+                    raise ir.IRError(f"{kept_cast!r} makes PyTorch's result that dtype whatever the inputs' dtype, and "
+                                     "the kernel returns the inputs' dtype: cast back at the end (.to(x.dtype)) or drop "
+                                     "the cast")
                 node = ir.parse(ast.unparse(tree), as_written=True)
             except ir.IRError as e:
                 # a call like "softmax(x, dim=0)" was meant as an expression: say why it is refused
