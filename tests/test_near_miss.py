@@ -128,6 +128,7 @@ REFUSED = [
     # a cast to one dtype that reaches the result, through a local or an operand: PyTorch returns that dtype
     ("def f(x):\n    y = x.float().softmax(-1)\n    return y * 2\nfor 8x16", "casts with 'x.float()'"),
     ("x.float().softmax(-1) for x 64x1000", "'x.float()' makes PyTorch's result that dtype"),
+    ("def f(x):\n    return x[:, :x.size(1) // 2]\nfor 64x64 and 32x128", "a slice's bounds must be numbers"),
     ("def f(x, w):\n    y = (x.float() * 2).type_as(x)\n    return y * w.float()\nfor 8x16", "casts with 'w.float()'"),
     ("cross entropy on logits 4096x32000 with targets 1000", "must have the input's shape without the class dim"),
     ("binary cross entropy of x and y", "this loss"),
@@ -265,6 +266,10 @@ SOLVED = [
     ("def f(x):\n    return x.argmax()\nfor 8x16", "argmax(x, dim=None)", [[]]),
     ("x.sum() for x 64x64", "sum(x, dim=None)", [[]]),
     ("x.float().softmax(-1).to(x.dtype) for x 64x1000", "softmax(x)", [[64, 1000]]),
+    # sizes read from the tensors, where every case gives the same one there
+    ("def f(x):\n    d = x.shape[-1] // 2\n    return F.silu(x[..., :d]) * x[..., d:]\nfor 16x256 and 8x256",
+     "silu(x[..., :128]) * x[..., 128:]", [[16, 128], [8, 128]]),
+    ("def f(q):\n    return (q * q.size(-1) ** -0.5).softmax(-1)\nfor 32x64", "softmax(q * 64.0 ** -0.5)", [[32, 64]]),
     ("def f(x, w):\n    y = x.float().softmax(-1)\n    return y.to(x.dtype) * w\nfor 8x16", "softmax(x) * w", [[8, 16]]),
     # the paste's helper functions written in where called; inputs named like functions (cos, sin)
     ("def rotate_half(x):\n    x1 = x[..., :4]\n    x2 = x[..., 4:]\n    return torch.cat((-x2, x1), dim=-1)\n\n"

@@ -20,7 +20,7 @@ from bot.ops import norm
 from bot.request import pasted_module
 from bot.request.messages import SUPPORTED
 from bot.request.reading import Reading
-from bot.request.torch_code import Inline, refuse_other_meanings, returned, settled
+from bot.request.torch_code import Inline, SizesWritten, refuse_other_meanings, returned, settled
 from bot.request.words import one_eps
 
 _FENCE = re.compile(r"```[\w+-]*[ \t]*\n(.*?)```", re.S)
@@ -73,12 +73,27 @@ def read_code(code: str, rd: Reading, said: list[tuple[str | None, list[int]]] =
     env, tensors = _parameters(fn, rd)
     inline = Inline(env, aliases, {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef) and f is not fn})
     ret, kept_cast = settled(returned(fn, inline))
+    ret = SizesWritten(_known_shapes(rd, said, tensors)).visit(ret)
     node = _returned_node(fn, ret, f"line {rd.pasted.line}: forward" if rd.pasted else fn.name, rd)
     _refuse_other_parameters(fn, node, tensors)
     _read_casts_and_eps(fn, node, ret, kept_cast, inline.casts, rd)
     rd.node, rd.name, rd.inputs = node, fn.name, tensors
     if rd.pasted:
         _take_pasted(rd, said)
+
+
+def _known_shapes(rd: Reading, said: list[tuple[str | None, list[int]]], tensors: list[str]) -> dict[str, list]:
+    """Each tensor's shapes, a case each, where they are known before the cases are read: get_inputs'
+    (and learned tensors'), the words' by name, or all the words' for a function of one tensor."""
+    if rd.pasted and rd.pasted.shapes:
+        return {n: [s] for n, s in rd.pasted.shapes.items()}
+    known: dict[str, list] = {}
+    for label, shape in said:
+        if label in tensors:
+            known.setdefault(label, []).append(shape)
+    if len(tensors) == 1 and not known and said:
+        known[tensors[0]] = [shape for _, shape in said]
+    return known | ({n: [s] for n, s in rd.pasted.learned_shapes.items()} if rd.pasted else {})
 
 
 def _parsed(code: str, rd: Reading, init_said: dict[str, int | float] | None) -> tuple[ast.Module, set[str]]:

@@ -100,6 +100,59 @@ class Inline(MaxParts):
         return value
 
 
+# Calls whose size arguments the IR reads as they are written (x.view(x.size(0), -1) holds for any batch):
+# their x.size(d) is left for them.
+_SIZED_AS_WRITTEN = {"view", "reshape", "expand", "flatten", "unflatten", "repeat", "permute", "transpose", "split",
+                     "chunk", "narrow", "view_as", "expand_as", "reshape_as"}
+_FOLD = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+         ast.FloorDiv: lambda a, b: a // b if b else None, ast.Mod: lambda a, b: a % b if b else None}
+
+
+class SizesWritten(ast.NodeTransformer):
+    """x.shape[d], x.size(d) and x.shape[-1] // 2 written as the numbers they are, where every case
+    gives input x the same size there (known: input -> its shapes, a case each): a slice's bounds
+    (x[..., :x.shape[-1] // 2]) and a scale (q.size(-1) ** -0.5) then read as numbers."""
+
+    def __init__(self, known: dict[str, list[list[int]]]):
+        self.known = known
+
+    def _size(self, tensor: ast.expr, dim: ast.expr) -> ast.Constant | None:
+        shapes = self.known.get(tensor.id) if isinstance(tensor, ast.Name) else None
+        try:
+            d = ast.literal_eval(dim)              # 1, -1
+        except ValueError:
+            return None
+        if not shapes or type(d) is not int:
+            return None
+        sizes = {tuple(s)[d] if -len(s) <= d < len(s) else None for s in shapes}
+        return ast.Constant(sizes.pop()) if len(sizes) == 1 and None not in sizes else None
+
+    def visit_Subscript(self, n: ast.Subscript) -> ast.expr:
+        self.generic_visit(n)
+        v = n.value
+        if isinstance(v, ast.Attribute) and v.attr == "shape" and (size := self._size(v.value, n.slice)):
+            return ast.copy_location(size, n)
+        return n
+
+    def visit_Call(self, n: ast.Call) -> ast.expr:
+        f = n.func
+        if isinstance(f, ast.Attribute) and f.attr in _SIZED_AS_WRITTEN:
+            return n
+        self.generic_visit(n)
+        if isinstance(f, ast.Attribute) and f.attr == "size" and len(n.args) == 1 and not n.keywords \
+                and (size := self._size(f.value, n.args[0])):
+            return ast.copy_location(size, n)
+        return n
+
+    def visit_BinOp(self, n: ast.BinOp) -> ast.expr:
+        self.generic_visit(n)
+        a, b = n.left, n.right
+        if type(n.op) in _FOLD and all(isinstance(v, ast.Constant) and type(v.value) is int for v in (a, b)):
+            value = _FOLD[type(n.op)](a.value, b.value)
+            return n if value is None else ast.copy_location(ast.Constant(value), n)
+        return n
+
+
 # Casts as Inline leaves them, until settled: to one dtype (.float(), .to(torch.float32)) or back to
 # an input's (.type_as(x), .to(x.dtype)). Marks (calls of these names) survive the copies of locals.
 _FIXED, _BACK = "__cast_to_one_dtype__", "__cast_back__"
