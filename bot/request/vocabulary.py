@@ -122,7 +122,8 @@ PARAM_BEFORE = re.compile(rf"{_PARAM_NOUN}(?:[\s_-]*[123][\s_-]?d)?(?:[\s_]*(?:s
                           r"\bout(?:put)?[\s_-]?channels\s*(?:of|=|:|is)?\s*$|输出通道(?:数)?\s*(?:为|是|=|:)?\s*$", _F)
 # The word a shape belongs to: "b: [4096]", "bias of shape 4096", "x 1024x4096".
 LABEL = re.compile(r"(?<![-\w])([A-Za-z_]\w*)\s*(?:(?:\b(?:is|has|with|of|shape[ds]?|size|length|a|an|the|1-?d|vector|"
-                   r"tensor|matrix|array)\b|[:=]|的|形状|为|是|大小)\s*)*[(\[]?\s*$", _F)
+                   r"tensor|matrix|array|bool(?:ean)?|fp(?:16|32)|bf16|b?float(?:16|32)?|half|int(?:32|64)|long)\b|"
+                   r"[:=]|的|形状|为|是|大小)\s*)*[(\[]?\s*$", _F)
 CORRECTION_WORDS = re.compile(r"\binstead\b(?!\s+of)|\bonly\b|\brather\b(?!\s+than)|改成|改为|换成", _F)
 # Words that say a correction replaces the operation.
 REPLACE = re.compile(r"\b(?:make|change|replace|switch|use|instead|rather|actually|turn|want)\b|改成|改为|换成|改用", _F)
