@@ -158,7 +158,12 @@ def _chain_derived(spec: dict, node: ir.Node) -> dict:
         if stage.node.op in ir.SCANS:
             out["scan"] = True
         for k, shapes in enumerate(cases):
-            reduced = ir.reduced(stage.node, max(len(shapes[n]) for n in ir.input_names(stage.node)))
+            rank = max(len(shapes[n]) for n in ir.input_names(stage.node))
+            reduced = ir.reduced(stage.node, rank)
+            dims = reduced[1] if reduced and isinstance(reduced[1], list) else [reduced[1]] if reduced else []
+            if any(d is not None and not -rank <= d < rank for d in dims):         # a 0-D value has none
+                raise SpecError(f"{stage.node.op} over dim {reduced[1]} of a {rank}-D value: it has no such dim "
+                                f"(in {ir.to_text(stage.node)!r})")
             if reduced:
                 reduce = {"inputs": reduced[0], "dim": reduced[1]}
                 lengths[k] = max(lengths[k], protocol.accumulated_length(reduce, shapes))

@@ -128,6 +128,10 @@ REFUSED = [
     # a cast to one dtype that reaches the result, through a local or an operand: PyTorch returns that dtype
     ("def f(x):\n    y = x.float().softmax(-1)\n    return y * 2\nfor 8x16", "casts with 'x.float()'"),
     ("x.float().softmax(-1) for x 64x1000", "'x.float()' makes PyTorch's result that dtype"),
+    ("torch.max(x) cumsum over the last dim for 2x2", "of a 0-D value: it has no such dim"),
+    ("class A(nn.Module):\n    def forward(self, q, k, v, m):\n        s = (q @ k.transpose(-2, -1)).masked_fill(m == 0, -1e9)"
+     "\n        return F.softmax(s, dim=-1) @ v\n\nq 2x8x16x4, k 2x8x16x4, v 2x8x16x4, m 2x1x16x16",
+     "4-D a @ 4-D b takes epilogue inputs of its matrices' shape"),
     ("def f(x):\n    return x[:, :x.size(1) // 2]\nfor 64x64 and 32x128", "a slice's bounds must be numbers"),
     ("def f(x, w):\n    y = (x.float() * 2).type_as(x)\n    return y * w.float()\nfor 8x16", "casts with 'w.float()'"),
     ("cross entropy on logits 4096x32000 with targets 1000", "must have the input's shape without the class dim"),
@@ -269,7 +273,7 @@ SOLVED = [
     # sizes read from the tensors, where every case gives the same one there
     ("def f(x):\n    d = x.shape[-1] // 2\n    return F.silu(x[..., :d]) * x[..., d:]\nfor 16x256 and 8x256",
      "silu(x[..., :128]) * x[..., 128:]", [[16, 128], [8, 128]]),
-    ("def f(q):\n    return (q * q.size(-1) ** -0.5).softmax(-1)\nfor 32x64", "softmax(q * 64.0 ** -0.5)", [[32, 64]]),
+    ("def f(q):\n    return (q * q.size(-1) ** -0.5).softmax(-1)\nfor 32x64", "softmax(q * 0.125)", [[32, 64]]),
     ("def f(x, w):\n    y = x.float().softmax(-1)\n    return y.to(x.dtype) * w\nfor 8x16", "softmax(x) * w", [[8, 16]]),
     # the paste's helper functions written in where called; inputs named like functions (cos, sin)
     ("def rotate_half(x):\n    x1 = x[..., :4]\n    x2 = x[..., 4:]\n    return torch.cat((-x2, x1), dim=-1)\n\n"

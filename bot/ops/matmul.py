@@ -303,7 +303,7 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
         raise IRError(f"the epilogue's inputs broadcast the matmul's output to {full}; they must fit inside it")
     folded = [n for n in input_names(node) if n not in {x.name for x in mm.args} and len(shapes[n]) > 2]
     if len(a) > 3 and folded:       # a's leading dims are one batch to the kernel
-        raise IRError(f"a {len(a)}-D a @ 2-D b takes epilogue inputs of its matrices' shape ([N], [M, 1] or [M, N]) "
+        raise IRError(f"a {len(a)}-D a @ {len(b)}-D b takes epilogue inputs of its matrices' shape ([N], [M, 1] or [M, N]) "
                       f"only; {folded[0]} has {len(shapes[folded[0]])} dims")
     return full
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from bot.generators.interface import GenerationError
+from bot.ops.node import IRError
 from bot.request.build import build
 from bot.request.merge import apply, refuse_partial_operator, says_something
 from bot.request.messages import ASK_OP, CORRECTION_HELP, SUPPORTED
@@ -18,6 +19,13 @@ from bot.request.state import State
 def parse_request(text: str, feedback: Sequence[str] = (), backend: str | None = None) -> tuple[dict, list[str]]:
     """Return (spec, notes). notes says which defaults were assumed, in plain words.
     Raise GenerationError naming what is missing or unsupported, and what would work."""
+    try:
+        return _parsed(text, feedback, backend)
+    except IRError as e:                 # an operator's rule met where no reader step turned it into a refusal
+        raise GenerationError(str(e)) from None
+
+
+def _parsed(text: str, feedback: Sequence[str], backend: str | None) -> tuple[dict, list[str]]:
     if not text or not text.strip():
         raise GenerationError(f"the request is empty. {ASK_OP}. {SUPPORTED}")
     rd = read(text, feedback=False)
@@ -35,7 +43,7 @@ def parse_request(text: str, feedback: Sequence[str] = (), backend: str | None =
     spec, notes = build(st, text, backend)
     if pasted and pasted.entry:
         kept = st.pasted is pasted               # no correction replaced the pasted operation
-        _pasted_reference(spec, notes, pasted, kept and (not feedback or parse_request(text, (), backend)[0]))
+        _pasted_reference(spec, notes, pasted, kept and (not feedback or _parsed(text, (), backend)[0]))
     return spec, notes
 
 

@@ -12,6 +12,7 @@ import copy
 
 from bot import ir
 from bot.generators.interface import GenerationError
+from bot.request.pasted_constants import NotConstant, const, literal
 
 
 # Syntax nodes the inlined expression may reach: a local read many times (a residual's input, the
@@ -104,8 +105,6 @@ class Inline(MaxParts):
 # their x.size(d) is left for them.
 _SIZED_AS_WRITTEN = {"view", "reshape", "expand", "flatten", "unflatten", "repeat", "permute", "transpose", "split",
                      "chunk", "narrow", "view_as", "expand_as", "reshape_as"}
-_FOLD = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-         ast.FloorDiv: lambda a, b: a // b if b else None, ast.Mod: lambda a, b: a % b if b else None}
 
 
 class SizesWritten(ast.NodeTransformer):
@@ -142,15 +141,20 @@ class SizesWritten(ast.NodeTransformer):
         if isinstance(f, ast.Attribute) and f.attr == "size" and len(n.args) == 1 and not n.keywords \
                 and (size := self._size(f.value, n.args[0])):
             return ast.copy_location(size, n)
-        return n
+        return _folded(n)
 
     def visit_BinOp(self, n: ast.BinOp) -> ast.expr:
         self.generic_visit(n)
-        a, b = n.left, n.right
-        if type(n.op) in _FOLD and all(isinstance(v, ast.Constant) and type(v.value) is int for v in (a, b)):
-            value = _FOLD[type(n.op)](a.value, b.value)
-            return n if value is None else ast.copy_location(ast.Constant(value), n)
+        return _folded(n)
+
+
+def _folded(n: ast.expr) -> ast.expr:
+    """A number where the expression is a constant (64 // 2, math.sqrt(64)), else n."""
+    try:
+        value = const(n, {})
+    except (NotConstant, TypeError, ValueError, ZeroDivisionError, IndexError, KeyError, GenerationError):
         return n
+    return literal(value, n) if isinstance(value, (int, float)) and not isinstance(value, bool) else n
 
 
 # Casts as Inline leaves them, until settled: to one dtype (.float(), .to(torch.float32)) or back to
