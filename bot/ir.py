@@ -280,10 +280,18 @@ def index_inputs(node: Node) -> dict[str, dict]:
     if is_chain(node):
         steps = {s.name: s.node for s in stages(node)}
         found = {k: v for s in stages(node) for k, v in index_inputs(s.node).items()}
-        return {k: {**v, "index_of": _source(v["index_of"], steps)} for k, v in found.items()}
+        return {_viewed(k, steps): {**v, "index_of": _source(v["index_of"], steps)} for k, v in found.items()}
     if node.op in LOSSES:
         return {name: {"index_of": of} for name, of in loss.index_inputs(node).items()}
     return gather.index_inputs(node) if node.op in gather.OPS else {}
+
+
+def _viewed(name: str, steps: dict[str, Node]) -> str:
+    """The input an earlier stage's output views (target.unsqueeze(1) as gather's index: target); a
+    computed one (an argmax's indices) stays itself."""
+    while name in steps and steps[name].op in view.OPS and steps[name].args[0].op == "input":
+        name = steps[name].args[0].name
+    return name
 
 
 def _source(name: str, steps: dict[str, Node]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bot.codegen.code import body_text, doc_text
 from bot.codegen.expr import ExprWriter
 from bot.codegen.names import allocate
-from bot.ops import pointwise, registry
+from bot.ops import pointwise, registry, view
 from bot.ops.node import Node
 from runner import protocol
 
@@ -14,7 +14,8 @@ def torch_expression(node: Node, names: dict[str, str], anchor: str, taken: set[
                      round_with: str | None = None, round_result: bool = True) -> tuple[list[str], str]:
     """(statements, expression) computing a pointwise node (a matmul epilogue included) with torch,
     in the inputs' dtype."""
-    writer = ExprWriter(registry.torch_ops(anchor), names, f"to({anchor}.dtype)", taken, round_with)
+    # A view rounds nothing (and rounding an index tensor's view to a float would break its use).
+    writer = ExprWriter(registry.torch_ops(anchor), names, f"to({anchor}.dtype)", taken, round_with, view.OPS)
     writer.ops.update(registry.nested_torch_ops(writer))      # a chain's root ops inside its expression
     text = writer.write(pointwise.fold_constants(node), round_result)
     return writer.lines, text

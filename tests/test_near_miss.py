@@ -270,6 +270,10 @@ SOLVED = [
     ("def f(x):\n    return x.argmax()\nfor 8x16", "argmax(x, dim=None)", [[]]),
     ("x.sum() for x 64x64", "sum(x, dim=None)", [[]]),
     ("x.float().softmax(-1).to(x.dtype) for x 64x1000", "softmax(x)", [[64, 1000]]),
+    # a tuple assignment reads every value before binding any (a name rebound to its own part)
+    ("def f(x):\n    x, gate = x.chunk(2, dim=-1)\n    return x * F.gelu(gate)\nfor 16x64",
+     "x.chunk(2, dim=-1)[0] * gelu(x.chunk(2, dim=-1)[1])", [[16, 32]]),
+    ("def f(a, b):\n    a, b = b, a * 2\n    return a - b\nfor 8x8", "b - a * 2.0", [[8, 8]]),
     # sizes read from the tensors, where every case gives the same one there
     ("def f(x):\n    d = x.shape[-1] // 2\n    return F.silu(x[..., :d]) * x[..., d:]\nfor 16x256 and 8x256",
      "silu(x[..., :128]) * x[..., 128:]", [[16, 128], [8, 128]]),

@@ -44,8 +44,9 @@ class ExprWriter:
     """
 
     def __init__(self, ops: dict[str, OpWriter], names: dict[str, str], as_number: str, taken: set[str],
-                 round_with: str | None = None):
+                 round_with: str | None = None, exact: frozenset[str] = frozenset()):
         self.ops, self.names, self.as_number, self.round_with = ops, names, as_number, round_with
+        self.exact = exact              # ops that move values without computing (views): never rounded
         self.taken = set(taken) | set(names.values())
         self.lines: list[str] = []
         self._temps: dict[Node, str] = {}
@@ -83,7 +84,7 @@ class ExprWriter:
         if node in self._temps:
             return self._temps[node], _ATOM
         text, prec = self._build(node)
-        if self.round_with and node.args and node.op not in COMPARE and node is not self._unrounded:
+        if self.round_with and node.args and node.op not in COMPARE | self.exact and node is not self._unrounded:
             text, prec = f"{self.round_with}({text})", _ATOM
         if node in self._repeated:
             name = self.fresh()

@@ -277,8 +277,8 @@ def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
         if not bound:
             raise GenerationError(f"line {stmt.lineno} of {fn.name}: {ast.unparse(stmt)[:60]!r} is not supported; "
                                   "the function may assign local names and return one expression")
-        for target, value in bound:
-            inline.env[target] = inline.visit(value)
+        values = [inline.visit(value) for _, value in bound]       # all read before any is bound: a, b = b, a
+        inline.env.update((target, v) for (target, _), v in zip(bound, values))
     raise GenerationError(f"{fn.name} returns nothing; end it with 'return <expression>'")
 
 

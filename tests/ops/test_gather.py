@@ -4,17 +4,18 @@ computed), the index inputs' spec fields computed from the expression, drawn in 
 and pasted modules with nn.Embedding read as the lookup they are."""
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
 import torch
 from generated import error, load
 
-from bot import ir, lower_torch
+from bot import ir, lower_torch, testgen
 from bot.generators.interface import GenerationError
 from bot.request import parse_request
 from bot.spec import parse_expression, validate
-from runner import inputs, protocol
+from runner import inputs, protocol, worker
 
 CASES = [
     ("torch.index_select(x, 1, idx)", {"x": [3, 37, 5], "idx": [11]}),
@@ -138,6 +139,20 @@ def test_typed_lookups_make_their_index_int64_in_every_variant(text, expression,
     assert spec["expression"] == expression
     idx = next(i for i in spec["inputs"] if i["name"] == index)
     assert set(idx["dtypes"]) == {"int64"} and idx["domain"] == "index" and idx["padding"] is False
+
+
+def test_an_index_viewed_before_its_lookup_stays_int64_and_its_reference_test_passes():
+    """A hand-written cross entropy: gather's index is target.unsqueeze(1), a view of the input."""
+    code = ("def ce(logits, target):\n    logp = torch.log_softmax(logits, dim=-1)\n"
+            "    return -logp.gather(1, target.unsqueeze(1)).squeeze(1).mean()\n")
+    spec, _ = parse_request(f"```python\n{code}```\nlogits 16x50 fp32, target 16")
+    target = next(i for i in spec["inputs"] if i["name"] == "target")
+    assert target["dtypes"] == ["int64"] and target["index_of"] == "logits"
+    files = {"spec.json": json.dumps(spec), "reference.py": lower_torch.reference_source(spec, parse_expression(spec)),
+             "test_reference.py": testgen.reference_test_source(spec)}
+    result = worker.execute_job({"job_id": "t-ce", "kind": "reference_test", "backend": "cpu", "attempt": 1,
+                                 "timeout_s": 120, "files": files}, lambda line: None)
+    assert result["status"] == "pass", result["summary"]
 
 
 def test_one_kernel_serves_cases_of_different_ranks(tmp_path):
