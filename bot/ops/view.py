@@ -180,6 +180,8 @@ def subscript(n: ast.Subscript, expr) -> Node:
         raise IRError(f"{ast.unparse(n)}: {_called(n.value.func)} gives a tuple; write the part as its own op "
                       "(torch.amax(x, dim) for max's values, argmax for its indices)")
     items = list(n.slice.elts) if isinstance(n.slice, ast.Tuple) else [n.slice]
+    if any(is_none(e) for e in items):
+        return _with_new_dims(n, items, expr)
     dots = [k for k, e in enumerate(items) if isinstance(e, ast.Constant) and e.value is Ellipsis]
     if len(dots) > 1 or any(not isinstance(e, ast.Slice) and not is_int_literal(e) for k, e in enumerate(items)
                             if k not in dots):
@@ -199,6 +201,21 @@ def subscript(n: ast.Subscript, expr) -> Node:
                 node = sliced(node, d, bounds[0], bounds[1], bounds[2] or 1)
         else:
             node = call(SELECT, node, dim=d, index=int(number(e)))
+    return node
+
+
+def _with_new_dims(n: ast.Subscript, items: list[ast.expr], expr) -> Node:
+    """x[:, None], s[..., None, None]: the indexing without its Nones, then a unit dim where each None
+    stands in the result (counted from the front before an Ellipsis, from the end after it)."""
+    dots = next((k for k, e in enumerate(items) if isinstance(e, ast.Constant) and e.value is Ellipsis), len(items))
+    keeps = [is_none(e) or isinstance(e, ast.Slice) for e in items]      # what makes a dim of the result
+    front = [sum(keeps[:k]) for k, e in enumerate(items[:dots]) if is_none(e)]
+    back = [-sum(keeps[k:]) for k, e in enumerate(items) if k > dots and is_none(e)]
+    rest = [e for e in items if not is_none(e)]
+    inner = ast.Subscript(n.value, ast.Tuple(rest, ast.Load()) if rest else ast.Slice(), ast.Load())
+    node = subscript(inner, expr)
+    for d in front + sorted(back, reverse=True):      # front ones left to right, end ones from the end
+        node = call(UNSQUEEZE, node, dim=d)
     return node
 
 

@@ -39,6 +39,12 @@ CASES = [
      lambda t: torch.sigmoid(t["x"][..., 0][1:-1]) * t["x"][1:-1, :, ::3].sum(-1) + t["x"].unbind(2)[2][1:-1]),
     ("cumsum(x.narrow(1, 0, x.size(1) - 1), dim=1) * x.select(1, 0).unsqueeze(1)", {"x": [3, 7]}, 2,
      lambda t: torch.cumsum(t["x"].narrow(1, 0, 6), 1) * t["x"][:, 0:1]),
+    # None in an index: a unit dim where it stands (an outer product, an SE block's channel scale)
+    ("x[:, None] * y[None, :]", {"x": [5], "y": [7]}, 1, lambda t: t["x"][:, None] * t["y"][None, :]),
+    ("x * s[:, :, None, None]", {"x": [2, 3, 4, 5], "s": [2, 3]}, 1, lambda t: t["x"] * t["s"][:, :, None, None]),
+    ("x[1:, None, 0] + y[..., 0, None]", {"x": [4, 3, 5], "y": [3, 5, 2]}, 1,
+     lambda t: t["x"][1:, None, 0] + t["y"][..., 0, None]),
+    ("relu(x[None, ..., None]) * 2.0", {"x": [3, 4]}, 1, lambda t: torch.relu(t["x"][None, ..., None]) * 2),
     # and another tensor's whole shape, dim by dim
     ("relu(y).view(x.shape[0], x.shape[1]) + x", {"x": [6, 10], "y": [60]}, 2,
      lambda t: torch.relu(t["y"]).view(6, 10) + t["x"]),
