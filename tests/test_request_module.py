@@ -493,3 +493,38 @@ def test_a_modules_own_methods_are_inlined_and_its_init_arguments_come_from_the_
 def test_an_init_argument_nothing_gives_is_refused_naming_it():
     with pytest.raises(GenerationError, match="takes dim, which nothing gives"):
         parse_request(fenced(LLAMA_RMSNORM) + "\nfor x 64x256 bf16")
+
+
+LLAMA_ATTENTION = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class SelfAttention(nn.Module):
+    def __init__(self, dim, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.head_dim = dim // n_heads
+        self.wq = nn.Linear(dim, dim, bias=False)
+        self.wk = nn.Linear(dim, dim, bias=False)
+        self.wv = nn.Linear(dim, dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x):
+        bsz, seqlen, _ = x.shape
+        q = self.wq(x).view(bsz, seqlen, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(bsz, seqlen, self.n_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(bsz, seqlen, self.n_heads, self.head_dim).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out = out.transpose(1, 2).contiguous().view(bsz, seqlen, -1)
+        return self.wo(out)
+"""
+
+
+def test_an_attention_module_merges_its_heads_back_with_the_inputs_first_dims():
+    spec, _ = parse_request(fenced(LLAMA_ATTENTION) + "\nx 2x16x64 fp16, dim 64, n_heads 4")
+    node = ir.parse(spec["expression"], as_written=True)
+    assert ir.output_shape(node, {i["name"]: i["shapes"][0] for i in spec["inputs"]}) == [2, 16, 64]
+    assert "scaled_dot_product_attention(" in spec["expression"] and ".reshape(x.shape[0], x.shape[1], -1)" in \
+        spec["expression"]
+    assert {i["name"] for i in spec["inputs"]} == {"x", "wq_weight", "wk_weight", "wv_weight", "wo_weight"}

@@ -91,12 +91,20 @@ def _reshape(c: Call, x: Node) -> Node:
     if len(owners) == 1 and x not in owners and all(g and len(g) == 1 for g in refs) \
             and [g[0][1] for g in refs] == list(range(len(refs))):
         return call(RESHAPE_AS, x, owners.pop(), dims=len(refs))       # y.view(b, c): x's first dims
+    if len(owners) == 1 and x not in owners and len(refs) > 1 and _is_minus_one(elts[-1]) \
+            and all(g and len(g) == 1 for g in refs[:-1]) and [g[0][1] for g in refs[:-1]] == list(range(len(refs) - 1)):
+        # out.view(B, T, -1) after B, T, _ = x.shape: x's first dims, the rest joined
+        return call(RESHAPE_AS, x, owners.pop(), dims=len(refs) - 1, rest=True)
     split = _split_at(refs) if len(owners) == 1 else None
     if split is not None:           # sizes naming x's dims, or another's of the same shape (B, T, C = x.size())
         return _split(c, x, split, elts[split:split + 2], len(refs) - 1, owners.pop())
     if owners == {x}:
         return _flattened(c, x, elts, refs)
     raise _unsupported(c, elts)
+
+
+def _is_minus_one(e: ast.expr) -> bool:
+    return is_int_literal(e) and number(e) == -1
 
 
 def _split_at(refs: list) -> int | None:
@@ -367,7 +375,9 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
                           f"{tuple(sizes)}") from None
     if node.op == RESHAPE_AS:
         other = list(shapes[node.args[1].name])[:node.attr("dims")]
-        if math.prod(other) != math.prod(shape):
+        if node.attr("rest") and other and math.prod(other) and math.prod(shape) % math.prod(other) == 0:
+            return other + [math.prod(shape) // math.prod(other)]
+        if node.attr("rest") or math.prod(other) != math.prod(shape):
             raise IRError(f"a tensor of shape {shape} cannot be viewed as the shape {other} of {node.args[1].name}")
         return other
     if node.op == UNSQUEEZE:
@@ -442,7 +452,8 @@ def torch_text(node: Node, x: str, other: str | None = None) -> str:
     if node.op == RESHAPE_AS:
         if node.attr("dims"):
             o = _operand(other or x)
-            return f"{x}.reshape({', '.join(f'{o}.shape[{k}]' for k in range(node.attr('dims')))})"
+            rest = ", -1" if node.attr("rest") else ""
+            return f"{x}.reshape({', '.join(f'{o}.shape[{k}]' for k in range(node.attr('dims')))}{rest})"
         return f"{x}.reshape_as({other or x})"
     if node.op == SELECT:
         return f"{x}.select({node.attr('dim')}, {node.attr('index')})"

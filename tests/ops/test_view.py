@@ -45,6 +45,9 @@ CASES = [
     ("x[1:, None, 0] + y[..., 0, None]", {"x": [4, 3, 5], "y": [3, 5, 2]}, 1,
      lambda t: t["x"][1:, None, 0] + t["y"][..., 0, None]),
     ("relu(x[None, ..., None]) * 2.0", {"x": [3, 4]}, 1, lambda t: torch.relu(t["x"][None, ..., None]) * 2),
+    # another tensor's first dims and the rest joined: an attention's heads merged back (B, T, _ = x.shape)
+    ("relu(y).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1) * 2.0 + x", {"x": [2, 3, 20], "y": [2, 4, 3, 5]}, 2,
+     lambda t: torch.relu(t["y"]).transpose(1, 2).reshape(2, 3, -1) * 2 + t["x"]),
     # and another tensor's whole shape, dim by dim
     ("relu(y).view(x.shape[0], x.shape[1]) + x", {"x": [6, 10], "y": [60]}, 2,
      lambda t: torch.relu(t["y"]).view(6, 10) + t["x"]),
