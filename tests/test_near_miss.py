@@ -270,6 +270,9 @@ SOLVED = [
     ("def f(x):\n    return x.argmax()\nfor 8x16", "argmax(x, dim=None)", [[]]),
     ("x.sum() for x 64x64", "sum(x, dim=None)", [[]]),
     ("x.float().softmax(-1).to(x.dtype) for x 64x1000", "softmax(x)", [[64, 1000]]),
+    # a pasted function's products take its inputs' shapes by name, as they lie
+    ("def f(q, k, v):\n    return F.softmax(q @ k.transpose(-2, -1) / 8.0, dim=-1) @ v\n"
+     "q 2x4x16x8, k 2x4x16x8, v 2x4x16x8", "matmul(softmax(matmul(q, k.mT) / 8.0), v)", [[2, 4, 16, 8]]),
     # a tuple assignment reads every value before binding any (a name rebound to its own part)
     ("def f(x):\n    x, gate = x.chunk(2, dim=-1)\n    return x * F.gelu(gate)\nfor 16x64",
      "x.chunk(2, dim=-1)[0] * gelu(x.chunk(2, dim=-1)[1])", [[16, 32]]),

@@ -60,8 +60,8 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
     if code is not None:
         read_code(code, rd, list(rd.shapes), init_said)
         if matmul and not (rd.pasted and rd.pasted.shapes):     # cases are problem sizes [B,] M, N, K, unless
-            # the module's get_inputs or the words give its inputs' own shapes
-            rd.shapes = [(None, p) for p in mmf.problems(operand_order(rd.shapes), rd.batched, batch, rd.op_notes)]
+            # the module's get_inputs or the words give its inputs' own shapes (each by name)
+            _matmul_cases(rd, batch, prose)
         rd.left = prose
     else:
         prose = _take_label(prose, expr, rd)
