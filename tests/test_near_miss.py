@@ -129,9 +129,6 @@ REFUSED = [
     ("def f(x):\n    y = x.float().softmax(-1)\n    return y * 2\nfor 8x16", "casts with 'x.float()'"),
     ("x.float().softmax(-1) for x 64x1000", "'x.float()' makes PyTorch's result that dtype"),
     ("torch.max(x) cumsum over the last dim for 2x2", "of a 0-D value: it has no such dim"),
-    ("class A(nn.Module):\n    def forward(self, q, k, v, m):\n        s = (q @ k.transpose(-2, -1)).masked_fill(m == 0, -1e9)"
-     "\n        return F.softmax(s, dim=-1) @ v\n\nq 2x8x16x4, k 2x8x16x4, v 2x8x16x4, m 2x1x16x16",
-     "4-D a @ 4-D b takes epilogue inputs of its matrices' shape"),
     ("def f(x):\n    return x[:, :x.size(1) // 2]\nfor 64x64 and 32x128", "a slice's bounds must be numbers"),
     ("def f(x, w):\n    y = (x.float() * 2).type_as(x)\n    return y * w.float()\nfor 8x16", "casts with 'w.float()'"),
     ("cross entropy on logits 4096x32000 with targets 1000", "must have the input's shape without the class dim"),
@@ -270,7 +267,10 @@ SOLVED = [
     ("def f(x):\n    return x.argmax()\nfor 8x16", "argmax(x, dim=None)", [[]]),
     ("x.sum() for x 64x64", "sum(x, dim=None)", [[]]),
     ("x.float().softmax(-1).to(x.dtype) for x 64x1000", "softmax(x)", [[64, 1000]]),
-    # a pasted function's products take its inputs' shapes by name, as they lie
+    # a pasted function's products take its inputs' shapes by name, as they lie; a mask over the heads
+    ("class A(nn.Module):\n    def forward(self, q, k, v, m):\n        s = (q @ k.transpose(-2, -1)).masked_fill(m == 0, -1e9)"
+     "\n        return F.softmax(s, dim=-1) @ v\n\nq 2x8x16x4, k 2x8x16x4, v 2x8x16x4, m 2x1x16x16",
+     "matmul(softmax(where(m == 0.0, -1000000000.0, matmul(q, k.mT))), v)", [[2, 8, 16, 4]]),
     ("def f(q, k, v):\n    return F.softmax(q @ k.transpose(-2, -1) / 8.0, dim=-1) @ v\n"
      "q 2x4x16x8, k 2x4x16x8, v 2x4x16x8", "matmul(softmax(matmul(q, k.mT) / 8.0), v)", [[2, 4, 16, 8]]),
     # a tuple assignment reads every value before binding any (a name rebound to its own part)

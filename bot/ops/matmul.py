@@ -301,10 +301,6 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
                                                      if n not in {x.name for x in mm.args}])
     if full != _matmul_shape(a, b):
         raise IRError(f"the epilogue's inputs broadcast the matmul's output to {full}; they must fit inside it")
-    folded = [n for n in input_names(node) if n not in {x.name for x in mm.args} and len(shapes[n]) > 2]
-    if len(a) > 3 and folded:       # a's leading dims are one batch to the kernel
-        raise IRError(f"a {len(a)}-D a @ {len(b)}-D b takes epilogue inputs of its matrices' shape ([N], [M, 1] or [M, N]) "
-                      f"only; {folded[0]} has {len(shapes[folded[0]])} dims")
     return full
 
 
@@ -592,6 +588,24 @@ def _matmul_dims(a_name, a_shape, b_name, b_shape):
     return batch, a_shape[-2], b_shape[-1], a_shape[-1]
 
 
+def _folded_shape(shape, lead, batch):
+    # An epilogue input's shape as the kernel reads it where the output's leading dims (lead) fold
+    # into one batch: one matrix where its own leading dims are all 1, else one per batch.
+    if len(lead) < 2 or len(shape) < 3:
+        return list(shape)
+    return [1 if all(d == 1 for d in shape[:-2]) else batch, *shape[-2:]]
+
+
+def _folded(e, lead, batch):
+    # The epilogue input laid out as _folded_shape says: a [B, 1, T, T] mask over [B, H] matrices
+    # is copied out to one matrix per batch (B * H), since the kernel reads one batch stride.
+    if len(lead) < 2 or e.dim() < 3:
+        return e
+    if all(d == 1 for d in e.shape[:-2]):
+        return e.reshape(1, *e.shape[-2:])
+    return e.expand(*lead, *e.shape[-2:]).contiguous().reshape(batch, *e.shape[-2:])
+
+
 def _epilogue_strides(name, shape, out_shape, along=(True, True)):
     # The element strides the kernel reads an epilogue input with (0 where it broadcasts): over the
     # batch, then over the output's rows and columns where the kernel was generated to read it
@@ -721,8 +735,10 @@ class _MatmulKernel(KernelFile):
             a_shape, b_shape = logical(self.a.shapes[case], self.ta), logical(self.b.shapes[case], self.tb)
             batch, m, n, k = _matmul_dims(self.a.name, a_shape, self.b.name, b_shape)
             self.cases.append((m, n, k))
+            lead = [*a_shape[:-2]] if len(a_shape) >= len(b_shape) else [*b_shape[:-2]]
             for e in self.epilogue_inputs:
-                strides[e.name].append(_epilogue_strides(e.name, e.shapes[case], [batch, m, n]))
+                shape = _folded_shape(e.shapes[case], lead, batch)
+                strides[e.name].append(_epilogue_strides(e.name, shape, [batch, m, n]))
         # Whether the kernel reads each epilogue input along the rows and along the columns: only
         # where some case varies there. A bias [N] is then one row of loads, not a whole tile.
         self.along = {name: (any(s[1] for s in cases), any(s[2] for s in cases)) for name, cases in strides.items()}
@@ -730,7 +746,7 @@ class _MatmulKernel(KernelFile):
     def source(self) -> str:
         helpers = [_matmul_dims, _default_config, _shared_bytes, _fit_config, _per_sm, _split_k, _padded_length]
         if self.epilogue_inputs:
-            helpers += [_expanded_strides, _epilogue_strides]
+            helpers += [_expanded_strides, _folded, _epilogue_strides]
         return self._file([self._kernel(), "\n\n".join(fixed.sources(PAD, {"_pad"}))], helpers, self._launcher())
 
     def pins(self) -> dict[str, int]:
@@ -896,7 +912,8 @@ class _MatmulKernel(KernelFile):
         if self.epilogue_inputs:
             text += ("    # The epilogue reads each input with its batch stride, and its row and column strides\n"
                      "    # where the kernel reads it along rows and columns; 0 where it broadcasts.\n")
-            text += "".join(f'    {e.local}_strides = _epilogue_strides("{e.name}", {e.local}.shape, (batch, M, N), '
+            text += "".join(f"    {e.local} = _folded({e.local}, shape[:-2], batch)\n"
+                            f'    {e.local}_strides = _epilogue_strides("{e.name}", {e.local}.shape, (batch, M, N), '
                             f'{self.along[e.name]})\n' for e in self.epilogue_inputs)
         text += (f"    out = torch.empty(shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if out.numel() == 0:\n        return out      # no rows, columns or matrices: nothing to compute\n")

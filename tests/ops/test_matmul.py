@@ -99,6 +99,12 @@ BATCHED_EPILOGUES = {
                                                        {"s": [[2, 1, 1]], "t": [[2, 1, 45]]}),
     "shared b: bias, per row, residual": ("(a @ b + bias) * r + res", SHARED_B,
                                          {"bias": [[45]], "r": [[33, 1]], "res": [[2, 33, 45]]}),
+    # 4-D products (attention scores): an input over some of the leading dims, copied out per batch
+    "4-D: a mask over the heads [B, 1, M, N], one for all [1, 1, M, N]": (
+        "where(m > 0.0, a @ b.mT, -1000.0) + r", {"a": [[2, 3, 17, 8]], "b": [[2, 3, 19, 8]]},
+        {"m": [[2, 1, 17, 19]], "r": [[1, 1, 17, 19]]}),
+    "4-D: per head [3, 1, 1], full [B, H, M, N]": ("(a @ b) * h + f", {"a": [[2, 3, 17, 8]], "b": [[2, 3, 8, 19]]},
+                                                   {"h": [[3, 1, 1]], "f": [[2, 3, 17, 19]]}),
 }
 
 
@@ -591,8 +597,7 @@ def test_split_k_is_right_on_a_gpu(tmp_path, dtype, tf32):
 
 def test_a_4d_tensor_times_a_matrix_folds_its_leading_dims_into_the_batch(tmp_path):
     check(tmp_path, "relu(a @ b + bias)", {"a": [[2, 3, 5, 7]], "b": [[7, 9]], "bias": [[9]]})
-    with pytest.raises(ir.IRError, match="takes epilogue inputs of its matrices' shape"):
-        ir.output_shape(ir.parse("a @ b + c"), {"a": [2, 3, 5, 7], "b": [7, 9], "c": [2, 3, 5, 9]})
+    check(tmp_path, "a @ b + c", {"a": [[2, 3, 5, 7]], "b": [[7, 9]], "c": [[2, 1, 5, 9]]})     # c folded per batch
 
 
 def test_4d_batches_of_matrices_multiply_pairwise(tmp_path):
