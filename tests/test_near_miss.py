@@ -285,7 +285,7 @@ SOLVED = [
     # the paste's helper functions written in where called; inputs named like functions (cos, sin)
     ("def rotate_half(x):\n    x1 = x[..., :4]\n    x2 = x[..., 4:]\n    return torch.cat((-x2, x1), dim=-1)\n\n"
      "def rope(q, cos, sin):\n    return q * cos + rotate_half(q) * sin\n\nfor q 16x2x8, cos 16x1x8, sin 16x1x8",
-     "q * cos + cat([neg(q[..., 4:]), q[..., :4]], dim=-1) * sin", [[16, 2, 8]]),
+     "q * cos + rotate_half(q) * sin", [[16, 2, 8]]),
     ("def scaled(x, s=2.0):\n    return x * s\n\ndef f(x, y):\n    return scaled(x) + scaled(y, s=3.0)\nfor 8x16",
      "x * 2.0 + y * 3.0", [[8, 16]]),
     ("torch.max(x) for 8x16", "max(x, dim=None)", [[]]),

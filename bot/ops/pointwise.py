@@ -20,8 +20,8 @@ from bot.codegen.code import Code, body_text, doc_text, jit_source, launch
 from bot.codegen.expr import COMPARE, ExprWriter, OpWriter, call_writer, fmt_const
 from bot.codegen.kernel_file import (Body, KernelFile, KernelInput, _expanded_strides, _require_full, empty_line,
                                      shape_lines)
-from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, const, fmt_num, input_names, number,
-                          plain_text, prints, to_text)
+from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, const, fmt_num, inp, input_names, number,
+                          plain_text, prints, substitute, to_text)
 from bot.ops.text import END as _END, FLAGS as _F, NUM as _NUM
 
 NAME = "pointwise"
@@ -30,11 +30,15 @@ OUTPUT_DTYPES: dict[str, str] = {}
 UNARY = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu", "gelu", "silu", "sigmoid", "tanh", "erf", "pow", "clamp",
          "sin", "cos"}
 BINARY = {"add", "sub", "mul", "div", "maximum", "minimum"}
-OPS = UNARY | BINARY | COMPARE | {"where"}
+# Rotary embedding's rotate_half(x) = cat((-x[..., D/2:], x[..., :D/2]), dim=-1) of an input x: the
+# request reader writes that cat so where every case's last dim is 2 * D/2 (rotation); the kernel
+# reads x a half-row over instead of building the cat.
+ROTATE_HALF = "rotate_half"
+OPS = UNARY | BINARY | COMPARE | {"where", ROTATE_HALF}
 # Inputs whose values reach these ops need a restricted domain.
 POSITIVE_DOMAIN_OPS = {"log", "sqrt", "rsqrt"}
 # Ops whose result is exact on values already in the dtype: they add no rounding (generated tests).
-EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where"} | COMPARE
+EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where", "rotate_half"} | COMPARE
 SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, erf, sin, cos, "
              "gelu (approximate='none' or 'tanh'), silu, sigmoid, tanh, maximum, minimum, "
              "where(cond, a, b), masked_fill(x, mask, value), clamp(x, min, max), clamp_min, clamp_max, "
@@ -92,7 +96,7 @@ KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "tensor": {"device
             **{name: {p for p, _ in params[1:]} for name, (params, _) in COMPOSITES.items()}}
 # Functions read with no keyword at all.
 FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "pow", "where", "tensor",
-                                                      "logical_not"}
+                                                      "logical_not", ROTATE_HALF}
 
 # tl.maximum/minimum drop NaN by default; torch's maximum, minimum, relu, clamp and max/min keep it.
 NAN_WINS = "propagate_nan=tl.PropagateNan.ALL"
@@ -204,6 +208,12 @@ def convert(c: Call) -> Node | None:
         return _masked_fill(c)
     if fname == "dropout":
         return _dropout(c)
+    if fname == ROTATE_HALF:
+        arity(fname, args, 1)
+        x = c.expr(args[0])
+        if x.op != "input":
+            raise IRError("rotate_half takes an input tensor, e.g. rotate_half(q)")
+        return call(ROTATE_HALF, x)
     if fname == "logical_not":       # a bool mask's complement, as a comparison both lowerings read alike
         arity(fname, args, 1)
         return call("eq", c.expr(args[0]), const(0.0))
@@ -443,7 +453,40 @@ def torch_ops(anchor: str) -> dict[str, OpWriter]:
         "maximum": _torch_binary_max_min("torch.maximum", "min"),
         "minimum": _torch_binary_max_min("torch.minimum", "max"),
         "where": where,
+        ROTATE_HALF: lambda node, a: (f"torch.cat((-{a[0]}[..., {a[0]}.shape[-1] // 2:], "
+                                      f"{a[0]}[..., :{a[0]}.shape[-1] // 2]), dim=-1)"),
     }
+
+
+def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
+    """A rotated input's last dim keeps its size: the halves were written for it."""
+    return {c[n.args[0].name][-1] for n in node.walk() if n.op == ROTATE_HALF for c in cases}, 1
+
+
+def rotations(node: Node, cases: list[dict[str, list[int]]]) -> Node:
+    """cat((-x[..., h:], x[..., :h]), dim=-1) of an input x whose last dim is 2h in every case, where x
+    has the output's shape, in a pointwise expression: rotate_half(x), which the kernel reads in place."""
+    def is_half(n: Node, start, stop) -> bool:
+        return n.op == "slice" and n.args[0].op == "input" and (n.attr("start"), n.attr("stop"), n.attr("step")) == \
+            (start, stop, 1)
+
+    def full(case: dict[str, list[int]]) -> list[int]:
+        return broadcast_shapes([case[name] for name in input_names(node)])
+
+    def rotated(n: Node) -> Node:
+        n = Node(n.op, tuple(rotated(a) for a in n.args), n.name, n.value, n.attrs)
+        if n.op != "cat" or len(n.args) != 2 or n.args[0].op != "neg":
+            return n
+        high, low = n.args[0].args[0], n.args[1]
+        h = low.attr("stop") if low.op == "slice" else None
+        if not (is_half(high, h, None) and is_half(low, None, h) and high.args[0] == low.args[0]):
+            return n
+        x = low.args[0].name
+        dims = {n.attr("dim"), high.attr("dim"), low.attr("dim")}
+        if all(c[x] and c[x][-1] == 2 * h and dims <= {-1, len(c[x]) - 1} and list(c[x]) == full(c) for c in cases):
+            return call(ROTATE_HALF, low.args[0])
+        return n
+    return rotated(node)
 
 
 # ---------------------------------------------------------------- the Triton op table (kernel)
@@ -551,7 +594,13 @@ class _PointwiseKernel(KernelFile):
     block_key = "BLOCK"
 
     def __init__(self, spec, node, inputs, options):
-        super().__init__(spec, triton_body(node, inputs), inputs, inputs, options)
+        # rotate_half(x): a value of its own, x read half a row over (loaded in _load_compute_store)
+        self.rotated = [i for i in inputs if call(ROTATE_HALF, inp(i.name)) in set(node.walk())]
+        rot = {i.name: KernelInput(f"rotate_half({i.name})", f"{i.local}_rot", i.shapes) for i in self.rotated}
+        for name, r in rot.items():
+            node = substitute(node, call(ROTATE_HALF, inp(name)), inp(r.name))
+        super().__init__(spec, triton_body(node, inputs + list(rot.values())), inputs, inputs + list(rot.values()),
+                         options)
         out_shapes = spec["outputs"][0]["shapes"]
         # Inputs with every output element in every case are read at the flat offset (the fast
         # path); the others get a constexpr flag and broadcast strides, decided at launch.
@@ -581,7 +630,8 @@ class _PointwiseKernel(KernelFile):
 
     def _kernel(self) -> str:
         r = self.rank
-        params = [f"{i.local}_ptr" for i in self.inputs] + ["out_ptr", "n_elements"]
+        params = [f"{i.local}_ptr" for i in self.inputs] + ["out_ptr", "n_elements"] + \
+            [f"{i.local}_half" for i in self.rotated]
         if self.broadcast:
             params += [f"dim{k}" for k in range(1, r)]
             params += [f"{i.local}_s{k}" for i in self.broadcast for k in range(r)]
@@ -616,6 +666,11 @@ class _PointwiseKernel(KernelFile):
         for i in self.inputs:
             offs = f"{i.local}_offs" if i in self.broadcast else "offs"
             lines.append(f"{i.local} = tl.load({i.local}_ptr + {offs}{mask}).to(tl.float32)")
+        for i in self.rotated:      # rotate_half: the element half a row over, negated in the first half
+            first = f"(offs % (2 * {i.local}_half)) < {i.local}_half"
+            lines += [f"{i.local}_rot = tl.load({i.local}_ptr + tl.where({first}, offs + {i.local}_half, "
+                      f"offs - {i.local}_half){mask}).to(tl.float32)",
+                      f"{i.local}_rot = tl.where({first}, -{i.local}_rot, {i.local}_rot)"]
         lines.append(f"tl.store(out_ptr + offs, {self.body_call()}.to(out_ptr.dtype.element_ty){mask})")
         return lines
 
@@ -624,7 +679,7 @@ class _PointwiseKernel(KernelFile):
         text = self._signature_and_prologue()
         checks = [f'_require_full("{i.name}", {i.local}.shape, shape)' for i in self.inputs if i not in self.broadcast]
         text += body_text(shape_lines([i.local for i in self.inputs], checks, always=bool(self.broadcast)))
-        args = [i.local for i in self.inputs] + ["out", "n_elements"]
+        args = [i.local for i in self.inputs] + ["out", "n_elements"] + [f"{i.local}.shape[-1] // 2" for i in self.rotated]
         if self.broadcast:
             strides = ", ".join(f"{i.local}_strides" for i in self.broadcast)
             text += (f"    dims, ({strides},) = _broadcast_layout(shape, [{', '.join(f'{i.local}.shape' for i in self.broadcast)}], "

@@ -9,7 +9,7 @@ from bot import ir
 from bot import spec as specmod
 from bot.generators.interface import GenerationError
 from bot.ops import matmul as mmf
-from bot.ops import attention, fused, pool, registry, softmax
+from bot.ops import attention, fused, pointwise, pool, registry, softmax
 from bot.ops.node import WITH_INDICES
 from bot.ops.text import sizes_text
 from bot.request.describe import default_name, describe, spec_params
@@ -38,6 +38,7 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
     if st.matmul:
         node = mmf.with_tf32(node, bool(st.tf32) and "float32" in dtypes)
     node = _with_dim(st, _rows_settled(node, {n: s[0] for n, s in shapes.items()}), shapes[main_input(st, names)])
+    node = _rotated(st, node, shapes)
     domains, index, masks = ir.domains(node), ir.index_inputs(node), mask_inputs(st)
     _refuse_float_indices(st, node, index)
     if st.training and any(n.op in ("max", "min") and n.attr("dim") != ir.ALL for n in node.walk()):
@@ -70,6 +71,16 @@ def _input_dtypes(name: str, dtypes: list[str], index: dict[str, str], masks: se
     sets), else the dtypes tested."""
     held = protocol.INDEX_DTYPE if name in index else protocol.MASK_DTYPE if name in masks else None
     return [held] * len(dtypes) if held else list(dtypes)
+
+
+def _rotated(st: State, node: ir.Node, shapes: dict[str, list[list[int]]]) -> ir.Node:
+    """A rotary embedding's rotate_half written as a cat of x's negated upper half and its lower half:
+    one pointwise kernel reading x in place (bot.ops.pointwise.rotations) where the whole expression
+    is then pointwise; a training request keeps the cat, whose gradient rules exist."""
+    cases = [{n: s[k] for n, s in shapes.items()} for k in range(len(next(iter(shapes.values()))))]
+    new = pointwise.rotations(node, cases)
+    fused = new != node and not ir.is_chain(new) and ir.kind(new) == "pointwise"
+    return new if fused and not st.training else node
 
 
 def _rows_settled(node: ir.Node, shapes: dict[str, list[int]]) -> ir.Node:

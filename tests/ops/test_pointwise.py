@@ -3,6 +3,7 @@ one op at a time and composed, over shapes and broadcasts; the review options an
 contract of kernel files (bot.codegen.kernel_file), and the reference's own folding."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -294,3 +295,33 @@ def test_math_functions_written_in_ir_ops_are_torchs(tmp_path, code, fn):
 def test_dropout_that_is_random_is_refused_naming_why():
     with pytest.raises(ir.IRError, match="dropout with p=0.1 in training mode is random"):
         ir.parse("torch.nn.functional.dropout(x, 0.1)", as_written=True)
+
+
+# ---------------------------------------------------------------- rotary embedding's rotate_half, read in place
+
+ROPE = "x * cos + torch.cat((-x[..., {h}:], x[..., :{h}]), dim=-1) * sin for x {x}, cos {c}, sin {c}"
+
+
+@pytest.mark.parametrize("x, c", [("3x2x8", "3x1x8"), ("5x3x2x16", "1x3x1x16"), ("7x6", "7x6")])
+def test_a_rotate_half_written_as_a_cat_is_one_kernel_that_matches_the_cat(tmp_path, x, c):
+    d = int(x.split("x")[-1])
+    spec, _ = parse_request(ROPE.format(h=d // 2, x=x, c=c) + ", fp32 and fp16")
+    assert "rotate_half(x)" in spec["expression"] and d in spec["fixed_sizes"]
+    source = ir.kernel_source(spec, parse_expression(spec), {})
+    assert len(re.findall(r"^def \w+_kernel\w*\(", source, re.M)) == 1        # one kernel, no cat between
+    check(tmp_path, spec)
+    # the reference computes what the cat computes
+    ref = load(tmp_path, "reference.py", lower_torch.reference_source(spec, parse_expression(spec)))
+    t = {i["name"]: torch.randn(i["shapes"][0], dtype=torch.float64) for i in spec["inputs"]}
+    want = t["x"] * t["cos"] + torch.cat((-t["x"][..., d // 2:], t["x"][..., :d // 2]), dim=-1) * t["sin"]
+    torch.testing.assert_close(getattr(ref, spec["name"])(*t.values()), want)
+
+
+@pytest.mark.parametrize("request_text", [
+    ROPE.format(h=3, x="3x2x8", c="3x1x8"),                       # not halves: a cat of its own
+    ROPE.format(h=4, x="1x2x8", c="3x1x8"),                       # x broadcast: not the output's shape
+    ROPE.format(h=4, x="3x2x8", c="3x1x8") + " with backward",     # training keeps the cat's gradient rules
+])
+def test_a_cat_that_is_no_in_place_rotation_stays_a_cat(request_text):
+    spec, _ = parse_request(request_text)
+    assert "rotate_half" not in spec["expression"] and "cat(" in spec["expression"]
