@@ -919,26 +919,23 @@ class _MatmulKernel(KernelFile):
                  "    if out.numel() == 0:\n        return out      # no rows, columns or matrices: nothing to compute\n")
         text += self._config_line("_default_config(batch, M, N)")
         if self.tf32:
-            text += ("    # float32 inputs round to TF32 on the tensor cores (the spec allows it); float16 and\n"
-                     '    # bfloat16 take tl.dot\'s default, the tensor cores too.\n'
-                     f'    precision = "tf32" if {a.local}.dtype == torch.float32 else None\n')
-            text += ("    # TF32 tensor cores read float32 tiles of B only K-major: a row-major B would load\n"
-                     "    # element by element. B is copied transposed (below).\n"
-                     "    b_kmajor = precision == \"tf32\"\n") if not self.tb else ""
+            text += "    # float32 inputs round to TF32 on the tensor cores (the spec allows it).\n"
         else:
-            text += ("    # float32 inputs multiply in exact IEEE float32 (the spec does not allow TF32): right but\n"
-                     "    # slow. float16 and bfloat16 take tl.dot's default, the tensor cores.\n"
-                     f'    precision = "ieee" if {a.local}.dtype == torch.float32 else None\n')
+            text += ("    # float32 inputs multiply on the tensor cores as three TF32 products of their high and low\n"
+                     "    # parts (Triton's tf32x3): an error at IEEE float32's, at tensor-core speed (plain TF32's\n"
+                     "    # rounding the spec does not allow). float16 and bfloat16 take tl.dot's default.\n")
+        text += f'    precision = "{"tf32" if self.tf32 else "tf32x3"}" if {a.local}.dtype == torch.float32 else None\n'
         if self.tb:
-            text += (f"    # {b.local} [.., N, K] lies K-major, as the tensor cores read B; float32 in IEEE precision\n"
-                     "    # (no tensor cores) reads it row-major, so it is copied transposed (below).\n"
-                     '    b_kmajor = precision != "ieee"\n')
+            text += f"    # {b.local} [.., N, K] lies K-major, as the tensor cores read B in every dtype.\n"
+        else:
+            text += ("    # The tensor cores read float32 tiles of B only K-major: a row-major B would load element\n"
+                     "    # by element. A float32 B is copied transposed (below).\n"
+                     "    b_kmajor = precision is not None\n")
         text += self._padding()
         text += ("    # The config's tiles, shrunk to this problem and to shared memory.\n"
                  f"    BLOCK_M, BLOCK_N, BLOCK_K, num_stages = _fit_config(config, M, N, K_pad, "
                  f"{a.local}.element_size())\n")
-        kmajor = self.tf32 or self.tb        # whether the launcher decides B's layout (b_kmajor)
-        b_block = "[1, BLOCK_N, BLOCK_K] if b_kmajor else [1, BLOCK_K, BLOCK_N]" if kmajor else "[1, BLOCK_K, BLOCK_N]"
+        b_block = "[1, BLOCK_N, BLOCK_K]" if self.tb else "[1, BLOCK_N, BLOCK_K] if b_kmajor else [1, BLOCK_K, BLOCK_N]"
         text += ("    # TMA descriptors of the operands as [matrices, rows, columns] (one matrix when 2-d), in\n"
                  "    # tiles of the config; tiles past an edge read as zeros.\n"
                  f"    a_desc = TensorDescriptor.from_tensor({a.local}.reshape(-1, *{a.local}.shape[-2:]), "
@@ -963,7 +960,7 @@ class _MatmulKernel(KernelFile):
         args = ["a_desc", "b_desc"] + [e.local for e in self.epilogue_inputs]
         args += ["out", "out_desc", "ws", "M", "N", "K_pad", "batch", f"1 if {b.local}.dim() > 2 else 0", "splits"]
         args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
-        args += ["INPUT_PRECISION=precision", f"B_KMAJOR={'b_kmajor' if kmajor else 'False'}",
+        args += ["INPUT_PRECISION=precision", f"B_KMAJOR={'True' if self.tb else 'b_kmajor'}",
                  "TMA_STORE=tma_store and phase == 0", "PHASE=phase",
                  "BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", 'GROUP_M=config["GROUP_M"]',
                  'num_warps=config["num_warps"]', "num_stages=num_stages"]
@@ -991,16 +988,13 @@ class _MatmulKernel(KernelFile):
         return f"    if K_pad != K or {a}.data_ptr() % 16:\n        {a} = _pad({a}, M, K_pad)\n"
 
     def _pad_b(self) -> str:
-        """The launcher's copy of b where it needs one; a TF32 kernel always copies b, transposed."""
+        """The launcher's copy of b where it needs one; a float32 b is copied transposed (K-major, as the
+        tensor cores read it)."""
         b = self.b.local
         if self.tb:
-            return (f"    if not b_kmajor:     # [.., K_pad, N_pad]: transposed and padded in one copy\n"
-                    f"        {b} = _pad({b}, N_pad, K_pad, transpose=True)\n"
-                    f"    elif K_pad != K or {b}.data_ptr() % 16:     # K-major as it lies: padded where K is\n"
+            return (f"    if K_pad != K or {b}.data_ptr() % 16:     # K-major as it lies: padded where K is\n"
                     f"        {b} = _pad({b}, N, K_pad)\n")
         pad = f"(K_pad, N_pad) != (K, N) or {b}.data_ptr() % 16:\n        {b} = _pad({b}, K_pad, N_pad)\n"
-        if not self.tf32:
-            return f"    if {pad}"
         return (f"    if b_kmajor:     # [.., N, K_pad]: padded and transposed in one copy\n"
                 f"        {b} = _pad({b}, K_pad, N, transpose=True)\n"
                 f"    elif {pad}")

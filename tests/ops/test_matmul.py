@@ -168,7 +168,7 @@ def test_empty_dims_give_what_torch_gives(tmp_path):
 
 
 def test_tf32_only_where_the_spec_allows_it(tmp_path):
-    assert 'precision = "ieee" if a.dtype == torch.float32 else None' in source("a @ b", ODD)
+    assert 'precision = "tf32x3" if a.dtype == torch.float32 else None' in source("a @ b", ODD)
     assert 'precision = "tf32" if a.dtype == torch.float32 else None' in source("matmul(a, b, tf32=True)", ODD)
     check(tmp_path, "matmul(a, b, tf32=True) + 1.0", ODD, dtypes=("float32",))
 
@@ -271,9 +271,9 @@ def pad_calls(monkeypatch, kernel) -> list:
     """Each _pad call of the kernel.py `kernel` comes from: (the operand's shape, R_pad, C_pad)."""
     calls, pad = [], kernel.__globals__["_pad"]
 
-    def spy(x, r_pad, c_pad):
-        calls.append((list(x.shape), r_pad, c_pad))
-        return pad(x, r_pad, c_pad)
+    def spy(x, r_pad, c_pad, transpose=False):
+        calls.append((list(x.shape), r_pad, c_pad) + ("transposed",) * transpose)
+        return pad(x, r_pad, c_pad, transpose=transpose)
     monkeypatch.setitem(kernel.__globals__, "_pad", spy)
     return calls
 
@@ -281,10 +281,10 @@ def pad_calls(monkeypatch, kernel) -> list:
 @pytest.mark.parametrize("a, b, dtype, padded", [
     ([32, 64], [64, 48], torch.float16, []),                                  # aligned: no copy
     ([2, 16, 8], [8, 24], torch.float16, []),                                 # 16 bytes exactly
-    ([33, 36], [36, 48], torch.float32, []),
+    ([33, 36], [36, 48], torch.float32, [([36, 48], 36, 48, "transposed")]),    # float32 b: K-major
     ([33, 36], [36, 48], torch.float16, [([33, 36], 33, 64), ([36, 48], 64, 48)]),
     ([3, 20, 32], [32, 45], torch.float16, [([32, 45], 32, 64)]),             # N only: a as it is
-    ([5, 37, 29], [5, 29, 13], torch.float32, [([5, 37, 29], 37, 32), ([5, 29, 13], 32, 16)]),
+    ([5, 37, 29], [5, 29, 13], torch.float32, [([5, 37, 29], 37, 32), ([5, 29, 13], 32, 13, "transposed")]),
     ([33, 70], [70, 130], torch.float16, [([33, 70], 33, 128), ([70, 130], 128, 192)]),
 ])
 def test_only_unaligned_operands_are_padded(tmp_path, monkeypatch, a, b, dtype, padded):
@@ -562,7 +562,7 @@ def test_padded_operands_are_right_on_a_gpu(tmp_path, dtype, tf32):
                                         "relu(matmul(a.T, b.T, tf32={tf32}) + bias)"])
 def test_transposed_operands_are_right_on_a_gpu(tmp_path, expression, dtype, tf32):
     # odd K and N: a transposed a is copied transposed, a transposed b read K-major (padded on K), or
-    # in IEEE float32 copied transposed too
+    # in float32 copied transposed too
     a, b = [[999, 1001]] if "a.T" in expression else [[1001, 999]], [[1007, 999]] if "b.T" in expression else [[999, 1007]]
     check(tmp_path, expression.format(tf32=tf32), {"a": a, "b": b, "bias": [[1007]]}, dtypes=(dtype,),
           configs=(None, *matmul.CONFIGS), device="cuda")
