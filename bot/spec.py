@@ -138,6 +138,7 @@ def _with_derived(spec: dict, node: ir.Node) -> dict:
             out["scan"] = True
     fixed, least = ir.size_rules(node, [c.shapes for c in protocol.cases(spec)])
     fixed |= {d for i in spec["inputs"] if i.get("parameter") for s in i["shapes"] for d in s}
+    fixed |= {s[d] for i in spec["inputs"] for d in i.get("fixed_dims", ()) for s in i["shapes"]}
     if fixed:
         out["fixed_sizes"] = sorted(fixed)
     if least > 1:
@@ -305,6 +306,11 @@ def _validate_input(i: int, inp: dict) -> dict:
     if not isinstance(shapes, list) or not shapes:
         raise SpecError(f"input {name}: 'shapes' must be a list with one shape per case, like [[4096, 4096]]")
     shapes = [_validate_shape(name, s) for s in shapes]
+    fixed_dims = inp.get("fixed_dims", [])
+    if not isinstance(fixed_dims, list) or not all(isinstance(d, int) and not isinstance(d, bool) and
+                                                    all(0 <= d < len(s) for s in shapes) for d in fixed_dims):
+        raise SpecError(f"input {name}: 'fixed_dims' lists dims of its shapes whose size the code reads as a number, "
+                        f"like [1]; got {fixed_dims!r}")
     domain = inp.get("domain", "normal")
     if domain not in protocol.DOMAINS:
         raise SpecError(f"input {name}: domain must be one of {', '.join(protocol.DOMAINS)}, got {domain!r}")

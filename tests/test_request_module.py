@@ -13,6 +13,7 @@ from bot import ir, lower_torch, testgen
 from bot.generators.interface import GenerationError, GenRequest
 from bot.generators.offline import OfflineGenerator
 from bot.request import parse_request
+from bot.spec import SpecError, validate
 from runner import worker
 from runner.integrity import check_reference, check_test
 
@@ -528,3 +529,30 @@ def test_an_attention_module_merges_its_heads_back_with_the_inputs_first_dims():
     assert "scaled_dot_product_attention(" in spec["expression"] and ".reshape(x.shape[0], x.shape[1], -1)" in \
         spec["expression"]
     assert {i["name"] for i in spec["inputs"]} == {"x", "wq_weight", "wk_weight", "wv_weight", "wo_weight"}
+
+
+SCALED = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, q):
+        return torch.softmax(q * q.size(-1) ** -0.5, dim=-1)
+
+def get_inputs():
+    return [torch.randn(64, 256)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_size_the_code_reads_as_a_number_keeps_that_size_in_every_case():
+    """q.size(-1) ** -0.5 is 0.0625 at 256 columns: the odd-sized and shrunk cases keep 256, where the
+    pasted module would compute another scale."""
+    spec, _ = parse_request(fenced(SCALED))
+    assert ir.parse(spec["expression"]) == ir.parse("softmax(q * 0.0625)")
+    q = spec["inputs"][0]
+    assert q["fixed_dims"] == [1] and 256 in spec["fixed_sizes"]
+    with pytest.raises(SpecError, match="fixed_dims"):
+        validate({**spec, "inputs": [{**q, "fixed_dims": [2]}]})

@@ -51,6 +51,7 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
         "description": describe(node, shapes),
         "inputs": [{"name": n, "dtypes": _input_dtypes(n, dtypes, index, masks),
                     "shapes": shapes[n], "domain": domains[n], **index.get(n, {}),
+                    **({"fixed_dims": st.sized_dims[n]} if n in st.sized_dims else {}),
                     **({"parameter": learned[n]} if n in learned else {})}
                    for n in names],
         "outputs": [],                        # filled in by spec.validate from the expression

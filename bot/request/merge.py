@@ -23,7 +23,7 @@ def apply(st: State, rd: Reading, feedback: bool) -> None:
             st.shapes, st.input_shapes = None, {}        # a matmul's cases are M, N, K: not comparable
         st.node, st.name, st.inputs, st.scalars, st.op_notes = rd.node, rd.name, rd.inputs, rd.scalars, rd.op_notes
         st.eps, st.tf32, st.batched, st.typed = rd.eps, rd.tf32, rd.batched, rd.typed
-        st.pasted = rd.pasted
+        st.pasted, st.sized_dims = rd.pasted, rd.sized_dims
         st.pasted_shapes = rd.pasted.shapes if rd.pasted and rd.pasted.shapes else rd.named_shapes
     else:
         if rd.shapes:                                # a correction's shapes replace get_inputs'

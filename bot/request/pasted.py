@@ -73,7 +73,9 @@ def read_code(code: str, rd: Reading, said: list[tuple[str | None, list[int]]] =
     env, tensors = _parameters(fn, rd)
     inline = Inline(env, aliases, {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef) and f is not fn})
     ret, kept_cast = settled(returned(fn, inline))
-    ret = SizesWritten(_known_shapes(rd, said, tensors)).visit(ret)
+    sizes = SizesWritten(_known_shapes(rd, said, tensors))
+    ret = sizes.visit(ret)
+    rd.sized_dims = {n: sorted(d) for n, d in sizes.read.items()}      # kept at these sizes in every case
     node = _returned_node(fn, ret, f"line {rd.pasted.line}: forward" if rd.pasted else fn.name, rd)
     _refuse_other_parameters(fn, node, tensors)
     _read_casts_and_eps(fn, node, ret, kept_cast, inline.casts, rd)

@@ -34,3 +34,4 @@ class Reading:
     typed: bool = False                      # the operator came from code or an expression typed in it
     pasted: Pasted | None = None             # a pasted nn.Module (its reference is the pasted file)
     named_shapes: dict[str, list[int]] | None = None   # a typed matmul expression's inputs' shapes, by name
+    sized_dims: dict[str, list[int]] = field(default_factory=dict)   # dims whose size the code reads as a number

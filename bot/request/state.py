@@ -40,6 +40,7 @@ class State:
     typed: bool = False                              # the operator came from code or a typed expression
     pasted: Pasted | None = None                     # the pasted module the operator came from
     pasted_shapes: dict[str, list[int]] | None = None   # get_inputs' shapes (or named ones), until a correction gives others
+    sized_dims: dict[str, list[int]] = field(default_factory=dict)   # per input, dims the code read sizes of
 
     @property
     def matmul(self) -> bool:

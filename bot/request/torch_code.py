@@ -114,6 +114,7 @@ class SizesWritten(ast.NodeTransformer):
 
     def __init__(self, known: dict[str, list[list[int]]]):
         self.known = known
+        self.read: dict[str, set[int]] = {}         # input -> the dims whose size was written as a number
 
     def _size(self, tensor: ast.expr, dim: ast.expr) -> ast.Constant | None:
         shapes = self.known.get(tensor.id) if isinstance(tensor, ast.Name) else None
@@ -124,7 +125,10 @@ class SizesWritten(ast.NodeTransformer):
         if not shapes or type(d) is not int:
             return None
         sizes = {tuple(s)[d] if -len(s) <= d < len(s) else None for s in shapes}
-        return ast.Constant(sizes.pop()) if len(sizes) == 1 and None not in sizes else None
+        if len(sizes) != 1 or None in sizes:
+            return None
+        self.read.setdefault(tensor.id, set()).add(d % len(shapes[0]))
+        return ast.Constant(sizes.pop())
 
     def visit_Subscript(self, n: ast.Subscript) -> ast.expr:
         self.generic_visit(n)
