@@ -10,17 +10,16 @@ from pathlib import Path
 
 @functools.cache
 def functions(path: Path) -> dict[str, tuple[str, frozenset[str]]]:
-    """name -> (source from its decorator to its last line, the names it calls), in file order."""
+    """name -> (source from its decorator to its last line, the names it reads: calls, kernels launched
+    as f[grid](...) or handed to _launch), in file order."""
     text = path.read_text()
     lines = text.splitlines(keepends=True)
     out = {}
     for node in ast.parse(text).body:
         if isinstance(node, ast.FunctionDef):
             start = (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1
-            calls = {c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
-            calls |= {c.value.id for c in ast.walk(node) if isinstance(c, ast.Subscript)
-                      and isinstance(c.value, ast.Name)}          # a kernel launched as f[grid](...)
-            out[node.name] = ("".join(lines[start:node.end_lineno]), frozenset(calls))
+            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            out[node.name] = ("".join(lines[start:node.end_lineno]), frozenset(names))
     return out
 
 

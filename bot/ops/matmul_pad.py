@@ -8,6 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
+from runner.lean_launch import _launch      # kernel.py holds its own copy (runner/lean_launch.py's block)
+
 
 @triton.jit
 def _pad_kernel(src_ptr, dst_ptr, R, C, R_pad, C_pad, TRANSPOSE: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -39,6 +41,6 @@ def _pad(x, R_pad, C_pad, transpose=False):
     BLOCK_R, BLOCK_C = (64, 64) if transpose else (16, 256)
     matrices = x.shape[:-2].numel()          # every leading dim is the batch
     grid = (triton.cdiv(R_pad, BLOCK_R) * triton.cdiv(C_pad, BLOCK_C), matrices)
-    _pad_kernel[grid](x, padded, x.shape[-2], x.shape[-1], R_pad, C_pad, TRANSPOSE=transpose, BLOCK_R=BLOCK_R,
-                      BLOCK_C=BLOCK_C, num_warps=4)
+    _launch(_pad_kernel, grid, x, padded, x.shape[-2], x.shape[-1], R_pad, C_pad, TRANSPOSE=transpose,
+            BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C, num_warps=4)
     return padded
