@@ -599,11 +599,10 @@ def _folded_shape(shape, lead, batch):
 def _folded(e, lead, batch):
     # The epilogue input laid out as _folded_shape says: a [B, 1, T, T] mask over [B, H] matrices
     # is copied out to one matrix per batch (B * H), since the kernel reads one batch stride.
-    if len(lead) < 2 or e.dim() < 3:
-        return e
-    if all(d == 1 for d in e.shape[:-2]):
-        return e.reshape(1, *e.shape[-2:])
-    return e.expand(*lead, *e.shape[-2:]).contiguous().reshape(batch, *e.shape[-2:])
+    shape = _folded_shape(e.shape, lead, batch)
+    if shape == list(e.shape) or shape[0] == 1:
+        return e.reshape(shape)
+    return e.expand(*lead, *e.shape[-2:]).contiguous().reshape(shape)
 
 
 def _epilogue_strides(name, shape, out_shape, along=(True, True)):
@@ -735,9 +734,8 @@ class _MatmulKernel(KernelFile):
             a_shape, b_shape = logical(self.a.shapes[case], self.ta), logical(self.b.shapes[case], self.tb)
             batch, m, n, k = _matmul_dims(self.a.name, a_shape, self.b.name, b_shape)
             self.cases.append((m, n, k))
-            lead = [*a_shape[:-2]] if len(a_shape) >= len(b_shape) else [*b_shape[:-2]]
             for e in self.epilogue_inputs:
-                shape = _folded_shape(e.shapes[case], lead, batch)
+                shape = _folded_shape(e.shapes[case], a_shape[:-2], batch)     # the output's lead is a's
                 strides[e.name].append(_epilogue_strides(e.name, shape, [batch, m, n]))
         # Whether the kernel reads each epilogue input along the rows and along the columns: only
         # where some case varies there. A bias [N] is then one row of loads, not a whole tile.
@@ -746,7 +744,7 @@ class _MatmulKernel(KernelFile):
     def source(self) -> str:
         helpers = [_matmul_dims, _default_config, _shared_bytes, _fit_config, _per_sm, _split_k, _padded_length]
         if self.epilogue_inputs:
-            helpers += [_expanded_strides, _folded, _epilogue_strides]
+            helpers += [_expanded_strides, _folded_shape, _folded, _epilogue_strides]
         return self._file([self._kernel(), "\n\n".join(fixed.sources(PAD, {"_pad"}))], helpers, self._launcher())
 
     def pins(self) -> dict[str, int]:

@@ -38,7 +38,7 @@ OPS = UNARY | BINARY | COMPARE | {"where", ROTATE_HALF}
 # Inputs whose values reach these ops need a restricted domain.
 POSITIVE_DOMAIN_OPS = {"log", "sqrt", "rsqrt"}
 # Ops whose result is exact on values already in the dtype: they add no rounding (generated tests).
-EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where", "rotate_half"} | COMPARE
+EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where", ROTATE_HALF} | COMPARE
 SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, erf, sin, cos, "
              "gelu (approximate='none' or 'tanh'), silu, sigmoid, tanh, maximum, minimum, "
              "where(cond, a, b), masked_fill(x, mask, value), clamp(x, min, max), clamp_min, clamp_max, "

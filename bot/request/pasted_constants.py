@@ -178,6 +178,15 @@ def _call(n: ast.Call, args: list):
         raise NotConstant(n) from None
 
 
+def folded(n: ast.expr) -> ast.expr:
+    """A number where the expression is a constant (math.sqrt(2.0 / math.pi), 64 // 2), else n."""
+    try:
+        value = const(n, {})
+    except (NotConstant, TypeError, ValueError, IndexError, KeyError):
+        return n
+    return literal(value, n) if isinstance(value, (int, float)) and not isinstance(value, bool) else n
+
+
 def returned_constant(fn: ast.FunctionDef, env: dict) -> Any:
     """What a constant function (get_init_inputs) returns, its local assignments evaluated."""
     local = dict(env)

@@ -14,7 +14,7 @@ import ast
 import copy
 
 from bot.generators.interface import GenerationError
-from bot.request.pasted_constants import NotConstant, Opaque, const, literal
+from bot.request.pasted_constants import NotConstant, Opaque, const, folded, literal
 from bot.request.pasted_layers import Learned, Nested, Param, Seq, Sub, functional
 from bot.request.pasted_loops import unrolled
 
@@ -88,7 +88,7 @@ class Resolver(ast.NodeTransformer):
 
     def visit_Attribute(self, n: ast.Attribute) -> ast.expr:
         if ast.unparse(n.value) != "self":
-            return self._folded(self.generic_visit(n))
+            return folded(self.generic_visit(n))
         value = self.attrs.get(n.attr)
         if n.attr == "training" and n.attr not in self.attrs:
             return ast.copy_location(ast.Constant(True), n)     # the judge runs the module as made: training
@@ -143,7 +143,7 @@ class Resolver(ast.NodeTransformer):
             k %= len(seq.layers)
             return self._apply(seq.layers[k], f"{f.value.attr}.{k}", [self.visit(a) for a in n.args],
                                [self.visit(k) for k in n.keywords], n.lineno)
-        return self._folded(self.generic_visit(n))
+        return folded(self.generic_visit(n))
 
     def _apply(self, layer: Sub | Seq | Nested, attr: str, args: list[ast.expr], keywords: list[ast.keyword],
                line: int) -> ast.expr:
@@ -200,15 +200,8 @@ class Resolver(ast.NodeTransformer):
         return self.visit(n.body if taken else n.orelse)
 
     def visit_BinOp(self, n: ast.BinOp) -> ast.expr:
-        return self._folded(self.generic_visit(n))
+        return folded(self.generic_visit(n))
 
-    def _folded(self, n: ast.expr) -> ast.expr:
-        """A number where the expression is a constant (math.sqrt(2.0 / math.pi)), else n."""
-        try:
-            value = const(n, {})
-        except (NotConstant, TypeError, ValueError, IndexError, KeyError):
-            return n
-        return literal(value, n) if isinstance(value, (int, float)) and not isinstance(value, bool) else n
 
 
 def _bound(fn: ast.FunctionDef, params: list[str], args: list[ast.expr], keywords: list[ast.keyword],

@@ -87,13 +87,9 @@ def _defaulted(forward: ast.FunctionDef, made: ast.FunctionDef | None) -> dict:
     return {p.arg: d.value for p, d in zip(left, defaults[-len(left):])}
 
 
-def init_words(code: str, prose: str) -> tuple[dict[str, int | float], str]:
+def init_words(tree: ast.Module, prose: str) -> tuple[dict[str, int | float], str]:
     """The values the words give the module's __init__ parameters ('dim 4096', 'eps=1e-5'), and the
     words without them; none where the code is no module."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return {}, prose
     cls = _layout(tree)[1] if is_module(tree) else None
     init = next((m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None) if cls else None
     values: dict[str, int | float] = {}

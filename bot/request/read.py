@@ -33,7 +33,8 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
     """context: the state a correction applies to (its matmul reads shapes as M, N, K)."""
     rd = Reading()
     code, prose = split_code(text)
-    init_said, prose = pasted_module.init_words(code, prose) if code is not None else ({}, prose)
+    tree = _syntax(code)
+    init_said, prose = pasted_module.init_words(tree, prose) if tree is not None else ({}, prose)
     matmul = bool(mmf.MATMUL_WORD.search(text)) or bool(context and context.node and ir.matmul_node(context.node))
     rd.batched = bool(mmf.BATCHED_WORD.search(text)) or bool(context and context.batched)
     if matmul:
@@ -43,7 +44,7 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
     matmul = matmul or (expr is not None and ir.matmul_node(expr[0]) is not None)    # torch.einsum('ij,jk->ik', ..)
     # A typed call (conv2d(x, w)) is read as written, whatever words it holds; 'top-k' is no call.
     called = expr is not None and "(" in prose[expr[2]:expr[3]]
-    refuse_out_of_scope(blank_range(prose, expr[2], expr[3]) if called else prose, _code_names(code, expr))
+    refuse_out_of_scope(blank_range(prose, expr[2], expr[3]) if called else prose, _code_names(tree, expr))
     if expr is not None:
         prose = blank_range(prose, expr[2], expr[3])
     prose = WHERE_CLAUSE.sub(_blank, take_dims(prose, rd))
@@ -92,14 +93,20 @@ def _take_label(prose: str, expr: tuple | None, rd: Reading) -> str:
 _LABEL = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*:\s*$")
 
 
-def _code_names(code: str | None, expr: tuple | None) -> set[str]:
+def _syntax(code: str | None) -> ast.Module | None:
+    """The pasted code's tree, for the words read beside it; None without code, or where it does not
+    parse (read_code says why)."""
+    try:
+        return ast.parse(code) if code is not None else None
+    except SyntaxError:
+        return None
+
+
+def _code_names(tree: ast.Module | None, expr: tuple | None) -> set[str]:
     """The identifiers of the pasted code or the typed expression: words that name its tensors."""
     if expr is not None:
         return set(ir.input_names(expr[0]))
-    try:
-        nodes = list(ast.walk(ast.parse(code or "")))
-    except SyntaxError:
-        return set()
+    nodes = list(ast.walk(tree)) if tree is not None else []
     return {n.id for n in nodes if isinstance(n, ast.Name)} | {n.arg for n in nodes if isinstance(n, ast.arg)}
 
 

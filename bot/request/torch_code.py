@@ -12,7 +12,7 @@ import copy
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.request.pasted_constants import NotConstant, const, literal
+from bot.request.pasted_constants import folded
 
 
 # Syntax nodes the inlined expression may reach: a local read many times (a residual's input, the
@@ -145,20 +145,11 @@ class SizesWritten(ast.NodeTransformer):
         if isinstance(f, ast.Attribute) and f.attr == "size" and len(n.args) == 1 and not n.keywords \
                 and (size := self._size(f.value, n.args[0])):
             return ast.copy_location(size, n)
-        return _folded(n)
+        return folded(n)
 
     def visit_BinOp(self, n: ast.BinOp) -> ast.expr:
         self.generic_visit(n)
-        return _folded(n)
-
-
-def _folded(n: ast.expr) -> ast.expr:
-    """A number where the expression is a constant (64 // 2, math.sqrt(64)), else n."""
-    try:
-        value = const(n, {})
-    except (NotConstant, TypeError, ValueError, ZeroDivisionError, IndexError, KeyError, GenerationError):
-        return n
-    return literal(value, n) if isinstance(value, (int, float)) and not isinstance(value, bool) else n
+        return folded(n)
 
 
 # Casts as Inline leaves them, until settled: to one dtype (.float(), .to(torch.float32)) or back to
