@@ -162,6 +162,12 @@ def test_only_the_vector_shape_named_keeps_default_rows():
     assert any("4096x1024" in n for n in notes)
 
 
+def test_one_inputs_matrix_shape_named_is_the_others_shape_too():
+    spec, notes = parse_request("mse loss between x and y with y 128x512")
+    assert shapes(spec) == {"x": [[128, 512]], "y": [[128, 512]]}
+    assert "no shape named for x: using 128x512, the shape given" in notes
+
+
 @pytest.mark.parametrize("text", ["x * y", "a + b"])
 def test_other_inputs_have_the_first_inputs_shape(text):
     spec, notes = parse_request(text + " for 1024x4096")

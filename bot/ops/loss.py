@@ -184,10 +184,16 @@ _BATCHMEAN_WORD = re.compile(r"\bbatch[\s_-]?mean(?:\s+reduction)?\b|\breduction
 _LOSS_PARAMS = {key: re.compile(rf"\b{key}\s*(?:of|=|:|is)?\s*({NUM}){END}", _F) for key in ("beta", "delta", "margin")}
 _OPERANDS = {TRIPLET: ("anchor", "positive", "negative"), "binary_cross_entropy_with_logits": ("logits", "target"),
              **dict.fromkeys(("margin_ranking_loss", "cosine_embedding_loss"), ("x1", "x2", "y"))}
-# "between x and y", "between two tensors": the operands, named or not
-_BETWEEN = re.compile(r"\bbetween\s+(?:(?:the\s+)?two\b|([A-Za-z_]\w*)\s+and\s+([A-Za-z_]\w*)\b|"
-                      r"(?=[;\s]*(?:tensors|inputs|matrices|arrays)\b))|([A-Za-z_]\w*)\s*(?:和|与)\s*"
-                      r"([A-Za-z_]\w*)\s*之间", _F)
+# The operands, named or not: "between x and y", "of a and b", "between 4096x1024 predictions and
+# targets", "on pred 4096 and labels 4096", "of two 1024x512 tensors". Only the lead word and "two"
+# are read here; the names stay for the shape reader, which labels shapes with them.
+_SIZES = r"\d+(?:\s*[x×*]\s*\d+)*"
+_OPERAND = r"(?!(?:the|two|tensors?|inputs?|dims?|and)\b)([A-Za-z_]\w*)"
+_BETWEEN = re.compile(rf"\b(?:between|of|on|for)\s+(?:the\s+)?(?:(?:(?:{_SIZES}|;)\s+)?{_OPERAND}(?:\s+(?:{_SIZES}|;))?\s*,?\s+"
+                      rf"and\s+(?:the\s+)?{_OPERAND}\b|two\b)|\bbetween\b(?=[;\s]*(?:tensors|inputs|matrices|arrays)\b)|"
+                      r"([A-Za-z_]\w*)\s*(?:和|与)\s*([A-Za-z_]\w*)\s*之间", _F)
+_PAIR_WORDS = re.compile(rf"\bbetween\b|(?<=of\s)two\b|\btwo\b(?=[;\s]*(?:{_SIZES}\s+)?(?:tensors|inputs|matrices|arrays|vectors)\b)|"
+                         r"之间", _F)
 
 
 def loss_words(text: str, dims: list[int]) -> tuple[str, str, list[str]]:
@@ -215,7 +221,7 @@ def loss_words(text: str, dims: list[int]) -> tuple[str, str, list[str]]:
         named = [g for g in m.groups() if g]
         if named and fn != TRIPLET:
             args = named
-        text = _BETWEEN.sub(_blank, text)
+        text = _PAIR_WORDS.sub(_blank, text)
     for key, pattern in _LOSS_PARAMS.items():
         if m := pattern.search(text):
             if fn in _WORD_FORMULAS or key not in FORMULAS[fn][1]:

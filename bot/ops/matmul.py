@@ -33,7 +33,7 @@ from bot.codegen.row_kernel import sm_count_line
 from bot.generators.interface import GenerationError
 from bot.ops import layout, pointwise, view
 from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry
-from bot.ops.node import (Call, IRError, Node, arguments, arity, broadcast_shapes, call, const, flag, inp,
+from bot.ops.node import (ALL, Call, IRError, Node, arguments, arity, broadcast_shapes, call, const, flag, inp,
                           input_names, inputs_outside, is_int_literal, is_none, number, prints, substitute, to_text)
 from bot.ops.text import DIM, FLAGS as _F, blank as _blank, blank_span, fmt_shape, size as _size
 from runner import protocol
@@ -51,7 +51,8 @@ ROOT = False
 # torch.triu(a @ b, diagonal) keeps the elements with col - row >= diagonal of each matrix (the last
 # two dims), tril those with col - row <= diagonal: read as the matmul's attrs tri and diagonal.
 TRIANGLES = {"triu": ">=", "tril": "<="}
-SUPPORTED = ("", "matmul a @ b (2-D, batched [..., M, K] @ [..., K, N], or [..., M, K] @ [K, N]; tf32=True for "
+SUPPORTED = ("", "matmul a @ b (2-D, batched [..., M, K] @ [..., K, N], or [..., M, K] @ [K, N]; a 1-D operand as a "
+             "matrix-vector product; tf32=True for "
              "float32; einsum of such a product) with a pointwise epilogue, e.g. relu(a @ b + bias), and its upper or lower triangle, "
              "torch.triu(a @ b, diagonal=1); torch.diag(d) @ b and b @ torch.diag(d), d 1-D, as scaled rows or columns")
 ALIASES = {"mm": "matmul", "bmm": "matmul"}
@@ -306,7 +307,8 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
 
 def _matmul_shape(a: list[int], b: list[int]) -> list[int]:
     if len(a) < 2 or len(b) < 2 or (len(b) > 2 and len(a) != len(b)):
-        vector = (" (a vector operand: give it as a [K, 1] or [1, K] matrix, e.g. v 4096x1)"
+        vector = (" (a vector operand: write the product as the reduction it is, sum(a * v, dim=-1) for a @ v, "
+                  "as the request reader does)"
                   if min(len(a), len(b)) < 2 else "")
         raise IRError(f"matmul takes a [M, K] @ b [K, N], batched a [..., M, K] @ b [..., K, N], or a [..., M, K] @ "
                       f"b [K, N]; got {a} @ {b}{vector}")
@@ -517,6 +519,28 @@ def matmul_expression(epilogue: Epilogue, words: list[tuple[str, str, float | No
     if scales:
         body = f"({body}) * {scales[0]!r}"
     return body + " + residual" * epilogue.residual
+
+
+def vector_products(node: Node, shapes: dict[str, list[int]]) -> Node:
+    """node with each product of a 1-D input operand written as the reduction torch's matmul makes of
+    it: [.., M, K] @ v [K] is sum(a * v, dim=-1) ([.., M]), v [K] @ [.., K, N] is sum(v.reshape(-1, 1)
+    * b, dim=-2) ([.., N]), two vectors sum(a * b) (one value). A product of N = 1 is a matrix-vector
+    product, memory bound: the reduction kernels read the matrix once, where a matmul tile would
+    spend a tensor-core tile's width on one column."""
+    for mm in [sub for sub in node.walk() if sub.op == MATMUL]:
+        a, b = mm.args
+        ranks = [len(shapes.get(x.name, [0, 0])) if x.op == "input" else 2 for x in (a, b)]
+        if 1 not in ranks:
+            continue
+        vector, matrix = (b, a) if ranks[1] == 1 else (a, b)
+        if ranks == [1, 1]:
+            product = call("sum", call("mul", a, b), dim=ALL)
+        elif (vector is b) != bool(mm.attr("ta") or mm.attr("tb")):     # the matrix's rows dotted with v
+            product = call("sum", call("mul", matrix, vector), dim=-1)
+        else:                                                           # its columns
+            product = call("sum", call("mul", call(view.RESHAPE, vector, sizes=(-1, 1)), matrix), dim=-2)
+        node = substitute(node, mm, product)
+    return node
 
 
 def operand_problem(a: tuple[str, list[int]], b: tuple[str, list[int]]) -> list[int]:

@@ -190,6 +190,10 @@ def _cases(st: State, names: list[str], main: str, notes: list[str]) -> list[lis
     if st.shapes:
         return st.shapes
     given = [s for n, lst in st.input_shapes.items() if n in names for s in lst if s]
+    if given and len(given[0]) > 1:     # "mse loss of x and y with y 128x512": the others alike
+        notes.append(f"no shape named for {', '.join(n for n in names if not st.input_shapes.get(n))}: using "
+                     f"{'x'.join(map(str, given[0]))}, the shape given")
+        return [given[0]]
     if given:                 # "b: [1024]" alone: keep the default rows, take the last dim from b
         n_last = given[0][-1]
         cases = [[rows, n_last] for rows, _ in DEFAULT_SHAPES]

@@ -69,6 +69,8 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
         rd.node = operator(prose, expr, rd)
         if matmul:
             _matmul_cases(rd, batch, prose)
+            if rd.named_shapes and rd.node is not None:
+                rd.node = mmf.vector_products(rd.node, rd.named_shapes)
     if rd.tf32 is None and rd.node is not None and (mm := ir.matmul_node(rd.node)) and mm.attr("tf32"):
         rd.tf32 = True
     rd.rest = prose
@@ -147,10 +149,11 @@ def _operands(mm: ir.Node, shapes: list[tuple[str | None, list[int]]]) -> bool:
 
 
 def _operand_label(label: str | None, names: list[str], shapes: list) -> str | None:
-    """A shape's label, where 'with a 1024x4096' labelled it 'with': the article a is the input a."""
-    if label in names or "a" not in names or any(other == "a" for other, _ in shapes):
+    """A shape's label, where 'with a 1024x4096' labelled it 'with': the article a is the input a (or A)."""
+    a = next((n for n in names if n.lower() == "a"), None)
+    if label in names or a is None or any(other == a for other, _ in shapes):
         return label
-    return "a" if label is not None and _FILLER.fullmatch(label) else label
+    return a if label is not None and _FILLER.fullmatch(label) else label
 
 
 _FILLER = re.compile(r"with|of|is|has|and", re.I)

@@ -190,6 +190,12 @@ def test_triplet_margin_loss_refusals_name_what_works():
     ("cosine similarity between x and y over the last dim of 8x16", "F.cosine_similarity(x, y, dim=-1)"),
     ("cosine similarity loss on 128x512", "torch.mean(1 - F.cosine_similarity(x, y, dim=1))"),
     ("mse loss between 4096x1024 tensors", "F.mse_loss(x, y)"),
+    # the operands named beside their shapes, or counted
+    ("smooth L1 loss between 64x32 predictions and targets", "F.smooth_l1_loss(predictions, targets)"),
+    ("hinge loss on scores 64 and labels 64", "mean(relu(1.0 - scores * labels), dim=None)"),
+    ("cosine similarity of a and b 16x32 along dim 1", "F.cosine_similarity(a, b, dim=1)"),
+    ("cosine similarity along dim 1 of two 16x32 tensors", "F.cosine_similarity(x, y, dim=1)"),
+    ("mse loss on the two 32x32 inputs", "F.mse_loss(x, y)"),
     ("kl divergence loss on 128x1000 with batchmean reduction", "F.kl_div(x, y, reduction='batchmean')"),
     ("nll loss of 512x1000 fp16 log-probabilities, summed", "F.nll_loss(log_probs, target, reduction='sum')"),
     ("negative log likelihood loss per row of 64x10", "F.nll_loss(log_probs, target, reduction='none')"),

@@ -636,3 +636,43 @@ def test_addmm_and_baddbmm_are_the_product_with_its_epilogue(tmp_path, code, tex
     assert ir.to_text(node) == text
     shapes = {"a": [[3, 9, 20]], "b": [[3, 20, 12]], "bias": [[12]]}
     check(tmp_path, text, {n: shapes[n] for n in ir.input_names(node)}, dtypes=("float32",))
+
+
+# ---------------------------------------------------------------- a 1-D operand: matrix-vector products
+
+MATVEC_MODULE = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+def get_inputs():
+    return [torch.randn(37, 70), torch.randn(70)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("request_text, expression, out, torch_code", [
+    (MATVEC_MODULE, "sum(A * B, dim=-1)", [37], "A @ B"),
+    ("A @ x with A 37x70 and x 70", "sum(A * x, dim=-1)", [37], "A @ x"),
+    ("x @ B with x 70 and B 70x45", "sum(x.reshape(-1, 1) * B, dim=-2)", [45], "x @ B"),
+    ("A.T @ v with A 70x37 and v 70", "sum(v.reshape(-1, 1) * A, dim=-2)", [37], "A.T @ v"),
+    ("relu(A @ v + b) with A 37x70, v 70, b 37", "relu(sum(A * v, dim=-1) + b)", [37], "torch.relu(A @ v + b)"),
+    ("a @ b with a 3x37x70 and b 70", "sum(a * b, dim=-1)", [3, 37], "a @ b"),
+    ("a @ b with a 70 and b 70", "sum(a * b, dim=None)", [], "a @ b"),
+])
+def test_a_1d_operand_is_the_reduction_torch_makes_of_it(tmp_path, request_text, expression, out, torch_code):
+    """torch.matmul with a vector: [.., M, K] @ [K] is [.., M], [K] @ [K, N] is [N], [K] @ [K] one
+    value; each a reduction kernel that reads the matrix once, checked against torch's own product."""
+    spec, _ = parse_request(request_text + ("" if "class Model" in request_text else " fp32"))
+    assert ir.parse(spec["expression"]) == ir.parse(expression)
+    assert spec["outputs"][0]["shapes"] == [out]
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    gen = torch.Generator().manual_seed(0)
+    inputs = {i["name"]: torch.randn(i["shapes"][0], generator=gen) for i in spec["inputs"]}
+    want = eval(torch_code, {"torch": torch}, inputs)
+    torch.testing.assert_close(kernel(*inputs.values()), want, rtol=1e-4, atol=1e-4)
