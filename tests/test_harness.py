@@ -402,6 +402,7 @@ def big_spec() -> str:
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_benchmark_on_cuda_measures_copy_bandwidth_and_checked_timings():
     files = {**add_files("kernel.py", "bench_plan.json"), "spec.json": big_spec()}
     plan = json.loads(files["bench_plan.json"])

@@ -38,7 +38,7 @@ def files_for(path: Path, how: dict[str, str]) -> dict[str, str]:
 
 def params() -> list:
     return [pytest.param(path, header(path), id=path.stem,
-                         marks=[pytest.mark.gpu] if header(path)["backend"] == "cuda" else [])
+                         marks=[pytest.mark.gpu, pytest.mark.timing] if header(path)["backend"] == "cuda" else [])
             for path in ATTACKS]
 
 

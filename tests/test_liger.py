@@ -85,6 +85,7 @@ def test_the_table_shows_liger_and_the_ratio_where_it_was_timed():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("expression, shapes", [
     ("rmsnorm(x, w, eps=1e-06)", {"x": [4096, 2048], "w": [2048]}),
     ("cross_entropy(x, t)", {"x": [1024, 32000], "t": [1024]}),

@@ -3,8 +3,10 @@ catalog operator and every single pointwise function: a tolerance that fails hon
 would fail honest kernels too. On the GPU only (on the CPU the generated tests shrink every case)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +30,8 @@ def test_torch_itself_passes_the_generated_reference_test(request_text, tmp_path
         files[name] = gen.generate(GenRequest(stage, request_text, approved={"spec": spec})).content
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_reference.py"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    # as the runner runs it (runner.worker): TF32 only where the spec allows it, cuDNN's included
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "runner.pytest_tf32",
+                          "test_reference.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:]

@@ -19,7 +19,8 @@ from bot.ops.node import Node, broadcast_shapes, input_names
 # or 16 warps, or two rows of 8K (BLOCK_N is the tile's width in elements: 16384 holds two);
 # rows longer than 4096, 2048 or 1024 read in chunks (1K chunks won on rows of 6007 elements,
 # which are not 16-byte aligned in fp16); short rows stacked into tiles of
-# up to 1K or 4K elements (see _row_tile for how a config fits a shape).
+# up to 1K or 4K elements (see _row_tile for how a config fits a shape); and whole rows of up to
+# 16K-64K elements in one tile on 16 or 32 warps (one read of a vocabulary-long row).
 ROW_CONFIGS = [
     {"BLOCK_M": 1, "BLOCK_N": 8192, "num_warps": 4},
     {"BLOCK_M": 1, "BLOCK_N": 8192, "num_warps": 8},
@@ -30,6 +31,10 @@ ROW_CONFIGS = [
     {"BLOCK_M": 1, "BLOCK_N": 2048, "num_warps": 4},
     {"BLOCK_M": 16, "BLOCK_N": 1024, "num_warps": 4},
     {"BLOCK_M": 64, "BLOCK_N": 4096, "num_warps": 8},
+    {"BLOCK_M": 1, "BLOCK_N": 16384, "num_warps": 16},
+    {"BLOCK_M": 1, "BLOCK_N": 32768, "num_warps": 16},
+    {"BLOCK_M": 1, "BLOCK_N": 32768, "num_warps": 32},
+    {"BLOCK_M": 1, "BLOCK_N": 65536, "num_warps": 32},
 ]
 
 
