@@ -49,9 +49,13 @@ WORDS: list = []
 DEFAULT_EPS = 1e-5
 
 # The space the benchmark sweeps: elements a tile and warps (both kernels), and whether one program
-# computes a row's statistics and normalises it (FUSED) or several share each row in two kernels.
+# computes a row's statistics and normalises it (FUSED 1: in BLOCK tiles, reading the row twice; 2:
+# the whole row in one tile, read once, where it holds at most ONE_TILE elements) or several share
+# each row in two kernels (0).
+ONE_TILE = 16384
 CONFIGS = [{"BLOCK": b, "num_warps": w, "FUSED": f} for f in (0, 1)
-           for b, w in [(2048, 8), (1024, 4), (4096, 8), (512, 4), (256, 2)]]
+           for b, w in [(2048, 8), (1024, 4), (4096, 8), (512, 4), (256, 2)]] + \
+    [{"BLOCK": 4096, "num_warps": w, "FUSED": 2} for w in (4, 8, 16)]
 
 
 # ---------------------------------------------------------------- words
@@ -333,12 +337,12 @@ def _norm_split(rows, per_row, block, sms):
 
 
 def _norm_config(numel, rows, sms):
-    # The default: fused (a program a row, which reads its row a second time from L2) where the rows
-    # alone fill the GPU's SMs, in 4096-element tiles on 8 warps; else two kernels, in such tiles
-    # on large inputs and 1024 on 4 warps on small ones (the space's best on group norms of 56 to
-    # 512 rows of 7K to 100K elements).
+    # The default: fused (a program a row) where the rows alone fill the GPU's SMs, the row in one
+    # tile (read once) where it fits one, else in 4096-element tiles on 8 warps (read a second time,
+    # from L2); else two kernels, in such tiles on large inputs and 1024 on 4 warps on small ones
+    # (the space's best on group norms of 56 to 512 rows of 7K to 100K elements).
     if rows >= sms or numel >= 1 << 22:
-        return {"BLOCK": 4096, "num_warps": 8, "FUSED": int(rows >= sms)}
+        return {"BLOCK": 4096, "num_warps": 8, "FUSED": (2 if numel <= rows * 16384 else 1) if rows >= sms else 0}
     return {"BLOCK": 1024, "num_warps": 4, "FUSED": 0}
 
 
@@ -457,14 +461,29 @@ class _ChannelNormKernel(KernelFile):
         else:
             stats = [f"mean = tl.load({t['running_mean'].local}_ptr + r).to(tl.float32)",
                      f"var = tl.load({t['running_var'].local}_ptr + r).to(tl.float32)"]
-        lines = [*self._chunk(), *stats, f"rstd = 1.0 / tl.sqrt(var + {eps})",
-                 *self._either("", self._affine(), []),
-                 "for first in range(0, CHUNK, BLOCK):",
-                 *self._row_offsets(),
-                 *self._either("    ", ["y = (val - mean) * scale + shift"],
-                               ["y = (val - mean) * rstd", *self._affine_per_element()]),
-                 "    tl.store(out_ptr + at, y.to(out_ptr.dtype.element_ty), mask=mask)"]
-        return jit_source(f"{self.name}_kernel", params, lines)
+        rest = [*stats, *self._normalised(eps, loop=True)]
+        if self.training:      # the whole row in one tile: its values stay in registers between the passes
+            rest = ["if ONE_TILE:", "    first = 0", *self._row_offsets(),
+                    *indented(self._tile_stats() + self._normalised(eps, loop=False)), "else:", *indented(rest)]
+        return jit_source(f"{self.name}_kernel", params + ["ONE_TILE: tl.constexpr"], [*self._chunk(), *rest])
+
+    @staticmethod
+    def _tile_stats() -> list[str]:
+        """mean and var of the row's one tile (val, mask)."""
+        return ["count = tl.sum(mask.to(tl.float32), axis=0)",
+                "mean = tl.sum(tl.where(mask, val, 0.0), axis=0) / count",
+                "dev = tl.where(mask, val - mean, 0.0)",
+                "var = tl.sum(dev * dev, axis=0) / count"]
+
+    def _normalised(self, eps: str, loop: bool) -> list[str]:
+        """The row written normalised, scaled and shifted: chunk by chunk (loop), or the tile in hand."""
+        pad = "    " if loop else ""
+        return [f"rstd = 1.0 / tl.sqrt(var + {eps})",
+                *self._either("", self._affine(), []),
+                *(["for first in range(0, CHUNK, BLOCK):", *self._row_offsets()] if loop else []),
+                *self._either(pad, ["y = (val - mean) * scale + shift"],
+                              ["y = (val - mean) * rstd", *self._affine_per_element()]),
+                f"{pad}tl.store(out_ptr + at, y.to(out_ptr.dtype.element_ty), mask=mask)"]
 
     def _either(self, pad: str, per_row: list[str], per_element: list[str]) -> list[str]:
         """Lines for rows of one weight, or of weights per element: group norm's choice is its
@@ -505,6 +524,9 @@ class _ChannelNormKernel(KernelFile):
         body = [i.local for i in self.body_inputs]
         if self.training:
             text += ('    fused = bool(config.get("FUSED"))\n'
+                     "    # The row in one tile, read once, where it fits one\n"
+                     f'    one_tile = config.get("FUSED") == 2 and P * Q <= {ONE_TILE}\n'
+                     '    block = triton.next_power_of_2(P * Q) if one_tile else config["BLOCK"]\n'
                      "    # Programs per row: one (fused), else enough to fill the GPU however few rows there are.\n"
                      '    split = 1 if fused else _norm_split(R, P * Q, config["BLOCK"], sms)\n'
                      f"    stats = {x}     # unread by a fused kernel\n"
@@ -514,14 +536,15 @@ class _ChannelNormKernel(KernelFile):
                               body + ["stats", "P * Q", "R", "Q", "split", 'BLOCK=config["BLOCK"]',
                                       'num_warps=config["num_warps"]'], "        ") + "\n")
         else:
-            text += f"    fused, split, stats = False, 1, {x}     # the running statistics instead\n"
+            text += (f"    fused, split, stats = False, 1, {x}     # the running statistics instead\n"
+                     '    one_tile, block = False, config["BLOCK"]\n')
         extras = [t[role].local for role in ("running_mean", "running_var", "weight", "bias") if role in t]
         text += (f'    R2, Q2, RG, WR2, WM2, WQ2, per_row = _apply_view("{node.op}", list({x}.shape), '
                  f'{node.attr("groups") or 0}, view, config["BLOCK"], fused)\n'
                  '    split2 = 1 if fused else _norm_split(R2, P * Q2, config["BLOCK"], sms)\n')
         args = body + ["stats", *extras, "out", "P * Q2", "R2", "Q2", "split2", "RG", "split", "WR2", "WM2", "WQ2",
                        "PER_ROW=per_row", "SPLIT_P2=triton.next_power_of_2(split)", "FUSED=fused",
-                       'BLOCK=config["BLOCK"]', 'num_warps=config["num_warps"]']
+                       'BLOCK=block', 'num_warps=config["num_warps"]', "ONE_TILE=one_tile"]
         text += launch(f"{self.name}_kernel", "(R2, split2)", args, "    ") + "\n"
         return text + "    return out\n"
 
