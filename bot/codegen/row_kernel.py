@@ -38,21 +38,22 @@ ROW_CONFIGS = [
 ]
 
 
-def _row_config(rows, n, stack=1024, chunk=8192, wide=16):
-    # The default config for `rows` rows of n: a row up to 8192 long is one tile (one read); a
+def _row_config(rows, n, stack=1024, chunk=8192, wide=16, whole=8192):
+    # The default config for `rows` rows of n: a row up to `whole` long is one tile (one read); a
     # longer one goes through the looped kernel in `chunk`-wide pieces. Short rows are stacked
     # BLOCK_M to a tile of about `stack` elements while at least ~256 programs remain (the 132 SMs
-    # of an H200 twice over). Warps grow with the tile, to `wide` on whole rows past 4096 elements.
-    # The launcher's family picks stack, chunk and wide (tests/default_vs_best.py measures the
-    # choice against every config of the space).
-    block_n, block_m, widest = max(16, 1 << (n - 1).bit_length()), 1, 8192
+    # of an H200 twice over). Warps grow with the tile, to `wide` on whole rows past 4096 elements
+    # and 32 on tiles past 8192. The launcher's family picks stack, chunk, wide and whole
+    # (tests/default_vs_best.py measures the choice against every config of the space).
+    block_n, block_m, widest = max(16, 1 << (n - 1).bit_length()), 1, whole
     if block_n > widest:            # a long row: chunk-wide pieces, one row a program, 16 warps
         block_n = widest = chunk
         stack, wide = 0, 16
     while block_m * block_n < stack and rows >= 2 * block_m * 256:
         block_m *= 2
     tile = block_m * block_n
-    return {"BLOCK_M": block_m, "BLOCK_N": widest, "num_warps": 4 if tile <= 1024 else 8 if tile <= 4096 else wide}
+    warps = 4 if tile <= 1024 else 8 if tile <= 4096 else wide if tile <= 8192 else 32
+    return {"BLOCK_M": block_m, "BLOCK_N": widest, "num_warps": warps}
 
 
 def _row_tile(rows, n, config):
@@ -145,6 +146,9 @@ class RowPlan:
     # the default's warps for tiles past 4096 elements (_row_config's wide): 8 was the best of the
     # space for softmax and rmsnorm on rows of 6007, within 2% of 16 on rows of 8192
     wide_warps: int = 8
+    # the longest row the default reads as one tile, and the chunk of longer rows (_row_config's
+    # whole and chunk; reductions walk long rows 1024 at a time whatever this says)
+    whole: int = 8192
 
 
 class RowKernel(KernelFile):
@@ -174,13 +178,14 @@ class RowKernel(KernelFile):
             if any(math.prod(shape) != math.prod(full) for shape, full in zip(i.shapes, fulls)):
                 self.partial.append(i)
 
-    def default_shape(self) -> tuple[int, int, int]:
-        """_row_config's (stack, chunk, wide) for this kernel: a reduction stacks rows to 4096
+    def default_shape(self) -> tuple[int, int, int, int]:
+        """_row_config's (stack, chunk, wide, whole) for this kernel: a reduction stacks rows to 4096
         elements and walks long rows 1024 at a time, a norm (weights) stacks to 2048, softmax-like
-        ops to 1024; wide is the plan's."""
+        ops to 1024 and take long rows in chunks as wide as their longest whole row; wide and whole
+        are the plan's."""
         if self.reduces:
-            return 4096, 1024, self.plan.wide_warps
-        return (2048 if self.affine else 1024), 8192, self.plan.wide_warps
+            return 4096, 1024, self.plan.wide_warps, self.plan.whole
+        return (2048 if self.affine else 1024), self.plan.whole, self.plan.wide_warps, self.plan.whole
 
     def configs(self) -> list[dict]:
         defaults = [_row_config(rows, n, *self.default_shape()) for rows, n in self.rows_of]
@@ -314,8 +319,8 @@ class RowKernel(KernelFile):
         else:
             text += body_text([empty_line(first, self.out_dtype(first), "shape")])
         text += self.plan.guard
-        stack, chunk, wide = self.default_shape()
-        text += self._config_line(f"_row_config(R, N, {stack}, {chunk}, {wide})")
+        stack, chunk, wide, whole = self.default_shape()
+        text += self._config_line(f"_row_config(R, N, {stack}, {chunk}, {wide}, {whole})")
         text += "    BLOCK_M, BLOCK_N, num_warps = _row_tile(R, N, config)\n"
         text += self._aligned_launch() if self._aligns() else ""
         text += f"    kernel = {self.name}_kernel if N <= BLOCK_N else {self.name}_looped_kernel\n"

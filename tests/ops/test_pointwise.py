@@ -170,7 +170,8 @@ def test_config_spaces_and_review_pins(tmp_path):
     rows = make_spec("softmax(x)", {"x": [[5333, 497], [8, 32768]]})
     space = configs_of(tmp_path, rows)
     # the default's pick for each case comes first, then the variants that differ on some case
-    assert space[:2] == [row_kernel._row_config(5333, 497, wide=8), row_kernel._row_config(8, 32768)]
+    # (softmax: rows stacked to 1024 elements, 8 warps to 8K, one tile to 32K)
+    assert space[:2] == [row_kernel._row_config(r, n, 1024, 32768, 8, 32768) for r, n in ((5333, 497), (8, 32768))]
     assert 6 <= len(space) <= len(row_kernel.ROW_CONFIGS) + 2
     fitted = [[row_kernel._row_tile(r, n, c) for r, n in ((5333, 497), (8, 32768))] for c in space]
     assert len(set(map(str, fitted))) == len(space)

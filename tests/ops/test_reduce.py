@@ -108,7 +108,7 @@ def test_row_kernel_source(tmp_path):
     spec = make_spec("max(x)", {"x": SQUARE})
     source = reduce.kernel_source(spec, parse_expression(spec), {})
     assert 'float("-inf")' in source            # masked lanes never win a max
-    assert "def op_looped_kernel(" in source and "or _row_config(R, N, 4096, 1024, 16)" in source
+    assert "def op_looped_kernel(" in source and "or _row_config(R, N, 4096, 1024, 16, 8192)" in source
     spec = make_spec("min(x)", {"x": SQUARE})
     assert 'float("inf")' in reduce.kernel_source(spec, parse_expression(spec), {})
 
