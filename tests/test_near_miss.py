@@ -46,7 +46,7 @@ REFUSED = [
     ("pool_grad(x, up, kernel=[1, 2, 3]) on 8x8x8x8", "literal keyword arguments"),
     ("cumext_grad(x, y, up, scan=f(1), dim=0, reverse=False) on 8x8", "literal keyword arguments"),
     ("max over a 2x2 window of a 16x16 tensor", "window"),
-    ("最大池化 2x2", "pooling"),
+    ("最大池化 on 8x64x56x56", "window"),
     # convolution and attention
     ("conv2d 3x3 of 1x64x56x56", "convolution"),
     ("depthwise convolution", "convolution"),

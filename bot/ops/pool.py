@@ -99,10 +99,11 @@ POOL_WORD = re.compile(r"\b(global\s+)?(adaptive\s+)?(max|avg|average|mean)[\s_-
 _WINDOW = window_sizes(r"(?:global\s+|adaptive\s+)?(?:max|avg|average|mean)[\s_-]*pool|(?:最大|平均)池化",
                        "(?:window|kernel)", "(?:窗口|核)",
                        rf"(?<!adaptive )(?<!global )\b(?:max|avg|average|mean)[\s_-]*pool(?:ing|s)?(?:[\s_-]*[123][\s_-]?d)?\s+"
-                       rf"(?:of\s+|with\s+)?{SIZES}(?![\dx×\w])")
+                       rf"(?:of\s+|with\s+)?{SIZES}(?![\dx×\w])|(?:最大|平均)池化\s*{SIZES}(?![\dx×\w])")
 _OUTPUT = param("(?:to|output[\\s_-]?size)", "输出(?:大小)?")
 _CEIL = re.compile(r"\bceil[\s_-]?mode\b|向上取整", _F)
-_EXCLUDE_PAD = re.compile(r"\b(?:exclud\w*|not\s+count\w*|without\s+counting)\s+(?:the\s+)?padding\b|不计填充", _F)
+_EXCLUDE_PAD = re.compile(r"\b(?:exclud\w*|not\s+count\w*|without\s+counting)\s+(?:the\s+)?padding\b|不计填充|"
+                          r"\bcount[\s_-]?include[\s_-]?pad\s*(?:=|:|is)?\s*false\b", _F)
 
 
 def pool_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[str, str, list[str]]:

@@ -160,6 +160,9 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, shape
     ("avg pool 3d 2x2x2 on 4x8x16x32x32", "avg_pool3d(x, kernel_size=2)"),
     ("max pool 3x3 stride 2 on 16x64x112x112", "max_pool2d(x, kernel_size=3, stride=2)"),
     ("2x2 最大池化 on 8x64x56x56", "max_pool2d(x, kernel_size=2)"),
+    ("最大池化 2x2 8x64x56x56", "max_pool2d(x, kernel_size=2)"),
+    ("avg pool 3x3 stride 1 padding 1 count_include_pad False on 2x8x32x32",
+     "avg_pool2d(x, kernel_size=3, stride=1, padding=1, count_include_pad=False)"),
     # no shape and no rank named: 2-d, on a CNN feature map's default shapes (both noted)
     ("global average pooling", "adaptive_avg_pool2d(x, output_size=(1, 1))"),
     ("max pool with kernel size 3", "max_pool2d(x, kernel_size=3)"),
