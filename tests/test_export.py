@@ -4,11 +4,13 @@ interpreter here (tests/conftest.py)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 import torch
 
 from bot import integrity
+from bot.codegen import autotune_cache
 from bot.ops import pointwise
 from bot.spec import parse_expression, validate
 from bot.workflow import engine, report
@@ -82,9 +84,9 @@ def test_tuned_kernel_leaves_the_source_alone_without_winners_or_an_empty_tuned(
     assert tuned_kernel(edited, TUNING) == edited
 
 
-def session(bench_status: str, backend: str = "cuda-h200") -> Session:
+def session(bench_status: str, backend: str = "cuda-h200", spec: str = "{}") -> Session:
     s = Session("s1", "relu(x + y)", "ana", "console", "c", "t", "cpu", "offline", created_at=1.0, status="done")
-    for stage, content in (("spec", "{}"), ("kernel", SOURCE)):
+    for stage, content in (("spec", spec), ("kernel", SOURCE)):
         s.revisions.append(Revision(stage, 1, content, "generator:offline", "generated", 1.0))
         s.approvals.append(Approval(stage, 1, sha256(content), "ana", 1.0))
     rows = [{"case": t["case"], "dtype": t["dtype"], "kernel_ms": 1.0,
@@ -125,3 +127,59 @@ def test_a_cancelled_benchmark_says_who_stopped_it_and_where(tmp_path):
     assert stage["job"] == {"status": "cancelled", "summary": "by you (timeout) during tuning 14/44 17x33 float16"}
     report.export(s, tmp_path)
     assert (tmp_path / "kernel.py").read_text() == SOURCE
+
+
+# ---------------------------------------------------------------- the export's opt-in autotune cache
+
+def counting_timer(calls: list):
+    """Each timed config faster than the one before: the last config that ran wins."""
+    def timer(fn):
+        fn()
+        calls.append(1)
+        return 1.0 / len(calls)
+    return timer
+
+
+def test_autotune_tunes_an_untuned_key_once_stores_it_and_later_processes_reuse_it(tmp_path):
+    module = load(tmp_path, tuned_kernel(SOURCE, TUNING, "NVIDIA H200"))
+    spy = module.op_kernel = LaunchSpy(module.op_kernel)
+    calls = []
+    op = autotune_cache.autotuned(module, tmp_path / "cache", timer=counting_timer(calls))
+    x, y = torch.randn(7, 9), torch.randn(7, 9)
+    torch.testing.assert_close(op(x, y), torch.relu(x + y))
+    assert len(calls) == len(module.CONFIGS)                      # every config timed once
+    files = list((tmp_path / "cache").glob("op-*.json"))
+    assert len(files) == 1
+    stored = json.loads(files[0].read_text())
+    assert stored == {module.tuning_key((x, y)): module.CONFIGS[-1]}
+    assert spy.launches[-1] == module.CONFIGS[-1]
+    op(x, y)
+    assert len(calls) == len(module.CONFIGS)                      # the same key: no second sweep
+
+    def refuse(fn):
+        raise AssertionError("timed again: the cache was not read")
+    again = autotune_cache.autotuned(load(tmp_path, module.__loader__.get_data(module.__file__).decode()),
+                                     tmp_path / "cache", timer=refuse)
+    torch.testing.assert_close(again(x, y), torch.relu(x + y))
+
+
+def test_autotune_leaves_tuned_keys_to_tuned_and_ignores_a_corrupt_cache(tmp_path):
+    module = load(tmp_path, tuned_kernel(SOURCE, TUNING, "NVIDIA H200"))
+    spy = module.op_kernel = LaunchSpy(module.op_kernel)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / f"op-{autotune_cache._digest(module)}.json").write_text("{not json")
+    calls = []
+    with pytest.warns(UserWarning, match="unreadable"):
+        op = autotune_cache.autotuned(module, cache, timer=counting_timer(calls))
+    x, y = torch.randn(3, 5), torch.randn(3, 5)
+    op(x, y)                                                       # TUNED holds 3x5 float32
+    assert not calls and spy.launches[-1] == BIG
+    op(torch.randn(2, 2), torch.randn(2, 2))
+    assert calls and json.loads((cache / f"op-{autotune_cache._digest(module)}.json").read_text())
+
+
+def test_export_ships_autotune_beside_the_kernel(tmp_path):
+    report.export(session("pass", spec=json.dumps(SPEC)), tmp_path)
+    assert (tmp_path / "autotune.py").read_text() == report.AUTOTUNE.read_text()
+    assert "op = autotune.autotuned(kernel)\nout = op(x, y)" in (tmp_path / "REPORT.md").read_text()

@@ -16,6 +16,7 @@ from bot.workflow.model import Session
 from runner import protocol
 
 MODULE_CALL = Path(protocol.__file__).with_name("module_call.py")
+AUTOTUNE = Path(__file__).resolve().parents[1] / "codegen" / "autotune_cache.py"     # exported as autotune.py
 
 
 def stage_status(s: Session, stage: str) -> str:
@@ -77,6 +78,8 @@ def export(s: Session, out_dir: Path) -> list[Path]:
     op = custom_op_source(_approved_spec(s)) if s.approved("kernel") else None
     if op:
         written.append(_write(out_dir / "torch_op.py", op))
+    if s.approved("kernel"):
+        written.append(_write(out_dir / "autotune.py", AUTOTUNE.read_text()))
     rep = report(s)
     written.append(_write(out_dir / "report.json", json.dumps(rep, indent=2) + "\n"))
     bench = _bench_result(s)
@@ -160,4 +163,6 @@ def _usage(s: Session) -> list[str]:
                   f"out = torch_op.{name}({args})"]
         if spec.get("training"):
             lines += ["out.backward(grad)   # the Triton backward"]
+    lines += ["", "import autotune      # opt-in: shapes the benchmark did not time are tuned once, cached on disk",
+              "op = autotune.autotuned(kernel)", f"out = op({args})"]
     return lines + ["```", "", "test_kernel.py runs as is beside them: `pytest test_kernel.py`."]
