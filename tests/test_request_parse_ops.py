@@ -104,6 +104,9 @@ def test_tf32_outside_a_matmul_is_an_unsupported_dtype():
     ("矩阵乘 偏置 gelu 激活 缩放 0.5 残差", "gelu(a @ b + bias) * 0.5 + residual"),
     ("矩阵乘法 加 残差", "a @ b + residual"),
     ("矩阵乘 乘以 0.5", "(a @ b) * 0.5"),
+    # a row op over the product's output, after it or said of it
+    ("matmul with bias and relu then softmax", "softmax(relu(a @ b + bias))"),
+    ("log softmax of the matmul", "log_softmax(a @ b)"),
 ])
 def test_matmul_epilogue_words(text, expected):
     spec, _ = parse_request(text)
@@ -172,7 +175,9 @@ def test_typed_matmul_expressions_with_shapes_by_name_or_problem(text, expected,
     ("matmul 1024x4096", ["1024x4096", "M, N and K", "4096x4096x4096"]),
     ("matmul 1024x4096 by 2048x4096", ["do not multiply", "4096", "2048"]),
     ("matmul M=4096 N=4096", ["M, N and K"]),
-    ("matmul then softmax", ["epilogue", "softmax", "relu(a @ b + bias) * 0.5 + residual"]),
+    ("matmul then layernorm", ["epilogue", "layernorm", "relu(a @ b + bias) * 0.5 + residual"]),
+    ("softmax then matmul", ["softmax before the product", "softmax(a @ b)", "softmax(a) @ b"]),
+    ("matmul then softmax, then add bias", ["softmax before bias"]),
     ("matmul with an activation", ["which activation", "relu"]),
     ("matmul with relu and gelu", ["relu and gelu", "which one"]),
     ("bmm 4096^3", ["batch count", "batch 32 of 512x512x512"]),

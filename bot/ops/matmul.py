@@ -31,7 +31,7 @@ from bot.codegen.expr import call_writer
 from bot.codegen.kernel_file import KernelFile, KernelInput, _expanded_strides
 from bot.codegen.row_kernel import sm_count_line
 from bot.generators.interface import GenerationError
-from bot.ops import layout, pointwise, view
+from bot.ops import layout, pointwise, softmax, view
 from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry
 from bot.ops.node import (ALL, Call, IRError, Node, arguments, arity, broadcast_shapes, call, const, flag, inp,
                           input_names, inputs_outside, is_int_literal, is_none, number, prints, substitute, to_text)
@@ -480,6 +480,19 @@ def _triangle_word(text: str) -> tuple[str, int] | None:
     return (named.pop(), 0) if named else None
 
 
+def _row_after_position(text: str, pos: int, op: str) -> int:
+    """Where a row op named beside a product applies: after it ('matmul then softmax'), or, said of
+    it ('softmax of the matmul'), last; said before it otherwise ('softmax then matmul'), refused."""
+    product = MATMUL_WORD.search(text)
+    if product is None or pos > product.start():
+        return pos
+    word = next(m for pattern, _, name in softmax.WORDS if name == op and (m := pattern.match(text, pos)))
+    if re.fullmatch(r"\s*of\s+(?:the\s+|a\s+)?", text[word.end():product.start()], re.I):
+        return len(text)
+    raise GenerationError(f"you named {op} before the product: is it {op}(a @ b) or {op} of an operand? Write the "
+                          f"expression, e.g. '{op}(a @ b)' or '{op}(a) @ b'.")
+
+
 def check_epilogue_order(text: str, found: list[tuple[int, str]]) -> None:
     """The epilogue is activation(triu(a @ b) + bias) * scale + residual: words that name its parts in
     another order ('plus residual then relu', 'scaled by 0.125 then gelu') are refused."""
@@ -487,6 +500,7 @@ def check_epilogue_order(text: str, found: list[tuple[int, str]]) -> None:
     parts += [(m.start(), 0, "bias") for m in _BIAS.finditer(text) if not _NO_BIAS.search(text)]
     parts += [(m.start(), 3, "residual") for m in _RESIDUAL.finditer(text)]
     parts += [(pos, 1 if op in ACTIVATIONS else 2, op) for pos, op in found if op in ACTIVATIONS or op == "scale"]
+    parts += [(_row_after_position(text, pos, op), 4, op) for pos, op in found if op in ROW_AFTER]
     parts.sort()
     for (_, r1, p1), (_, r2, p2) in zip(parts, parts[1:]):
         if r1 > r2 and {r1, r2} != {0, 3}:          # bias and residual are both added: either order
@@ -496,14 +510,22 @@ def check_epilogue_order(text: str, found: list[tuple[int, str]]) -> None:
                                   "expression, e.g. 'relu(a @ b + residual)'.")
 
 
+# Row ops that words may name after a product ('matmul with bias then softmax'): the last dim of the
+# epilogue's result, a second kernel over the product's rows. Norms take weights whose names would
+# meet the epilogue's bias: written as an expression instead.
+ROW_AFTER = ("softmax", "log_softmax")
+
+
 def matmul_expression(epilogue: Epilogue, words: list[tuple[str, str, float | None]],
                       operands: tuple[str, str] = ("a", "b"), tf32: bool = False) -> str:
     """activation(a @ b + bias) * scale + residual from the epilogue and the other operator words
-    ((kind, op, value) as bot.request.operation finds them)."""
+    ((kind, op, value) as bot.request.operation finds them), inside softmax or log_softmax where named."""
     acts = list(dict.fromkeys(op for _, op, _ in words if op in ACTIVATIONS))
     scales = [value for _, op, value in words if op == "scale"]
     other = [op for kind, op, _ in words
              if op not in ACTIVATIONS and op != "scale" and not (kind == "binary" and op in _CONNECTIVES)]
+    rows = [op for op in dict.fromkeys(other) if op in ROW_AFTER]     # 'matmul then softmax': over the output's rows
+    other = [op for op in other if op not in ROW_AFTER] + rows[1:]
     if other or len(scales) > 1:
         raise GenerationError(f"a matmul's epilogue takes a bias, one activation (relu, gelu, silu, sigmoid, tanh), "
                               f"a scale and a residual, not {', '.join(other) or 'two scales'}. Write other "
@@ -518,7 +540,8 @@ def matmul_expression(epilogue: Epilogue, words: list[tuple[str, str, float | No
         body = f"gelu({body}, approximate='tanh')" if acts[0] == "gelu_tanh" else f"{acts[0]}({body})"
     if scales:
         body = f"({body}) * {scales[0]!r}"
-    return body + " + residual" * epilogue.residual
+    body += " + residual" * epilogue.residual
+    return f"{rows[0]}({body})" if rows else body
 
 
 def vector_products(node: Node, shapes: dict[str, list[int]]) -> Node:
