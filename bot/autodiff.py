@@ -13,7 +13,7 @@ rows hold one statistic's elements), eval-mode batch norm (an affine map per cha
 max, min (amax, amin), prod (zeros as torch treats them), logsumexp, var, std and p-norms over
 one dim, several or all, anywhere in an expression, matmul (transposed operands, a
 pointwise epilogue, a triangle of the product), cross entropy (its logits') and nll_loss, cumsum (any direction, exclusive too), cumprod
-(either direction, exclusive too, zeros as torch treats them), slices (step 1) and selects, index_select, embedding
+(either direction, exclusive too, zeros as torch treats them), slices (any step) and selects, index_select, embedding
 and gather (the gather family's index_grad kernel), cummax and cummin (the scan family's gradient
 kernel: each output's gradient to the element its value came from), transposes and permutations, views that keep every
 element, cat and stack (each piece's slice of the upstream, where its place is the same in every
@@ -293,15 +293,15 @@ def _sliced(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]
     refused)."""
     d = node.attr("dim")
     up = _at_result(node, up, cases)
+    lead = ":, " * d if d >= 0 else "..., "
+    trail = ", :" * (-d - 1) if d < 0 else ""
+    if node.op == "slice" and node.attr("step") != 1:
+        return _strided(node, a, up, cases, (lead, trail))
     if node.op == "slice":
-        if node.attr("step") != 1:
-            raise NoGradient(f"a slice with step {node.attr('step')} has no gradient rule here yet; slice with step 1")
         start, stop, middle = node.attr("start") or 0, node.attr("stop"), f"({up})"
     else:
         start, middle = node.attr("index"), f"unsqueeze({up}, {d})"
         stop = start + 1 if start != -1 else None
-    lead = ":, " * d if d >= 0 else "..., "
-    trail = ", :" * (-d - 1) if d < 0 else ""
     sizes = {ir.output_shape(node.args[0], c)[d] for c in cases}
     parts = []
     for side, span in (("before", slice(None, start)), ("after", slice(stop, None) if stop is not None else None)):
@@ -315,6 +315,31 @@ def _sliced(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]
         if side == "before":
             parts.append(middle)
     return [(node.args[0], f"cat(({', '.join(parts)}), dim={d})" if len(parts) > 1 else middle)]
+
+
+def _strided(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]], around: tuple[str, str]):
+    """A slice with step s > 1 along dim d (x[:, 1::2]): up's elements s apart, each followed by s - 1
+    zeros (up stacked with s - 1 zeros along a new dim beside d, flattened into d), cut to x's size,
+    and zeros before the first element picked and after the span; the same layout in every case."""
+    d, step = node.attr("dim"), node.attr("step")
+    layouts = set()
+    for c in cases:
+        size = ir.output_shape(node.args[0], c)[d]
+        picked = range(size)[slice(node.attr("start"), node.attr("stop"), step)]
+        if not picked:
+            raise NoGradient(f"a slice with step {step} along dim {d} picks nothing in some case")
+        end = picked[0] + len(picked) * step          # one past the span the picked elements head
+        layouts.add((picked[0], size - end if end > size else None, end if end < size else None))
+    if len(layouts) > 1:
+        raise NoGradient(f"a slice with step {step} along dim {d}: where it starts or ends differs between cases; "
+                         "give every case the same layout")
+    (first, cut, after), (lead, trail) = layouts.pop(), around
+    new = d + 1 if d >= 0 else d                      # the new dim, just after d
+    spread = f"flatten(stack(({up}, {', '.join([f'zeros_like({up})'] * (step - 1))}), dim={new}), {new - 1}, {new})"
+    parts = [f"zeros_like(({a[0]})[{lead}:{first}{trail}])"] if first else []
+    parts.append(f"({spread})[{lead}:{cut}{trail}]" if cut else spread)
+    parts += [f"zeros_like(({a[0]})[{lead}{after}:{trail}])"] if after is not None else []
+    return [(node.args[0], f"cat(({', '.join(parts)}), dim={d})" if len(parts) > 1 else spread)]
 
 
 def _lookup(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):

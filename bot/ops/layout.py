@@ -481,13 +481,14 @@ class _CatKernel(KernelFile):
 
     def _kernel(self) -> str:
         k_all = range(len(self.parts))
-        params = [*(f"{p.local}_ptr" for p in self.parts), "out_ptr", *(f"n{k}" for k in k_all),
+        # a pointer per part, named by its place: a tensor may be several parts (cat([x, x]))
+        params = [*(f"part{k}_ptr" for k in k_all), "out_ptr", *(f"n{k}" for k in k_all),
                   *(f"inner{k}" for k in k_all), "total", "INT32: tl.constexpr", "BLOCK: tl.constexpr"]
         code = Code()("part = tl.program_id(1)")
         offset = "0"
-        for k, p in enumerate(self.parts):
+        for k in k_all:
             with code.block(f"if part == {k}:"):
-                code(f"_copy_part({p.local}_ptr, out_ptr, n{k}, inner{k}, total, {offset}, INT32, BLOCK)")
+                code(f"_copy_part(part{k}_ptr, out_ptr, n{k}, inner{k}, total, {offset}, INT32, BLOCK)")
             offset = f"inner{k}" if offset == "0" else f"{offset} + inner{k}"
         return jit_source(f"{self.name}_kernel", params, code.lines)
 

@@ -29,6 +29,8 @@ CASES = [
     ("torch.concat([a, b], dim=0)", {"a": [2, 3], "b": [5, 3]}),
     ("torch.stack([a, b], dim=1)", {"a": [6, 3], "b": [6, 3]}),  # a chain: two views, then the cat
     ("relu(torch.cat([a * 2, b], dim=0))", {"a": [6, 3], "b": [2, 3]}),
+    ("torch.cat([a, b, a], dim=1)", {"a": [4, 3], "b": [4, 5]}),     # a tensor in two places
+    ("torch.stack([relu(a), relu(a)], dim=0)", {"a": [4, 3]}),         # one stage in two places
     ("x.mT + 1", {"x": [3, 5, 7]}),                               # a chain: the transpose, then the add
 ]
 
