@@ -762,6 +762,8 @@ class _MatmulKernel(KernelFile):
             raise ValueError(f"{to_text(node)} has no matmul; lower it with bot.ops.pointwise")
         by_name = {i.name: i for i in inputs}
         self.a, self.b = (by_name[arg.name] for arg in matmul.args)
+        if self.a is self.b:    # x @ x: b's own local, which the launcher pads or transposes apart from a's
+            self.b = dataclasses.replace(self.b, local=f"{self.b.local}_b")
         self.tf32 = bool(matmul.attr("tf32"))
         # Transposed operands (a.T, b.mT): how each was written, None when not transposed.
         self.ta, self.tb = matmul.attr("ta"), matmul.attr("tb")
@@ -952,6 +954,8 @@ class _MatmulKernel(KernelFile):
         # A transposed operand's shape as the product reads it (x.mT of [.., K, M] is [.., M, K]).
         a_read, b_read = (f"{x.local}.mT" if flag else x.local for x, flag in ((a, self.ta), (b, self.tb)))
         text = self._signature_and_prologue()
+        if a.name == b.name:
+            text += f"    {b.local} = {a.local}     # both operands: each copied (padded, transposed) on its own\n"
         text += (f'    batch, M, N, K = _matmul_dims("{a.name}", {a_read}.shape, "{b.name}", {b_read}.shape)\n'
                  f"    shape = (*{a_read}.shape[:-1], N)\n")
         if self.epilogue_inputs:

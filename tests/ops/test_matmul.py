@@ -677,3 +677,13 @@ def test_a_1d_operand_is_the_reduction_torch_makes_of_it(tmp_path, request_text,
     inputs = {i["name"]: torch.randn(i["shapes"][0], generator=gen) for i in spec["inputs"]}
     want = eval(torch_code, {"torch": torch}, inputs)
     torch.testing.assert_close(kernel(*inputs.values()), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("expression, shape", [
+    ("x @ x", [2, 24, 24]),          # float32: b copied K-major while a stays as it is
+    ("x.T @ x", [40, 24]),           # a transposed copy of x for a, x itself for b
+    ("relu(x @ x.mT) * 0.5", [24, 40]),
+])
+def test_one_tensor_on_both_sides_of_the_product(tmp_path, expression, shape):
+    # each operand's copy (padded, transposed) is its own: b's never replaces a's
+    check(tmp_path, expression, {"x": [shape]})
