@@ -454,7 +454,7 @@ class _ChannelNormKernel(KernelFile):
     def _norm_kernel(self) -> str:
         t = self.tensors
         params = [*(f"{i.local}_ptr" for i in self.body_inputs), "stats_ptr",
-                  *(f"{t[role].local}_ptr" for role in ("running_mean", "running_var", "weight", "bias") if role in t),
+                  *(f"{local}_ptr" for local in self._extras()),
                   "out_ptr", "N", "R", "Q", "SPLIT", "RG", "STATS_SPLIT", "WR", "WM", "WQ", "PER_ROW: tl.constexpr",
                   "SPLIT_P2: tl.constexpr", "FUSED: tl.constexpr", "BLOCK: tl.constexpr"]
         eps = fmt_const(self.node.attr("eps"))
@@ -491,6 +491,11 @@ class _ChannelNormKernel(KernelFile):
                 *self._either(pad, ["y = (val - mean) * scale + shift"],
                               ["y = (val - mean) * rstd", *self._affine_per_element()]),
                 f"{pad}tl.store(out_ptr + at, y.to(out_ptr.dtype.element_ty), mask=mask)"]
+
+    def _extras(self) -> list[str]:
+        """The per-channel tensors' locals, each once (batch_norm(x, m, m, w, w) passes m and w once)."""
+        t = self.tensors
+        return list(dict.fromkeys(t[role].local for role in ("running_mean", "running_var", "weight", "bias") if role in t))
 
     def _either(self, pad: str, per_row: list[str], per_element: list[str]) -> list[str]:
         """Lines for rows of one weight, or of weights per element: group norm's choice is its
@@ -545,7 +550,7 @@ class _ChannelNormKernel(KernelFile):
         else:
             text += (f"    fused, split, stats = False, 1, {x}     # the running statistics instead\n"
                      '    one_tile, block = False, config["BLOCK"]\n')
-        extras = [t[role].local for role in ("running_mean", "running_var", "weight", "bias") if role in t]
+        extras = self._extras()
         text += (f'    R2, Q2, RG, WR2, WM2, WQ2, per_row = _apply_view("{node.op}", list({x}.shape), '
                  f'{node.attr("groups") or 0}, view, config["BLOCK"], fused)\n'
                  '    split2 = 1 if fused else _norm_split(R2, P * Q2, config["BLOCK"], sms)\n')

@@ -38,6 +38,11 @@ CASES = [
      lambda t: F.layer_norm(t["x"], [6, 7], t["w"], t["b"])),
     ("layer_norm_nd(x, None, None, dims=3, eps=1e-05)", {"x": [3, 5, 4, 6]},
      lambda t: F.layer_norm(t["x"], [5, 4, 6])),
+    # one tensor in two roles: passed to the kernel once
+    ("batch_norm(x, v, v, w, w, training=False, eps=1e-05)", {"x": [2, 3, 5], "v": [3], "w": [3]},
+     lambda t: F.batch_norm(t["x"], t["v"], t["v"], t["w"], t["w"], training=False)),
+    ("group_norm(x, 2, w, w, eps=1e-05)", {"x": [2, 4, 5], "w": [4]},
+     lambda t: F.group_norm(t["x"], 2, t["w"], t["w"])),
 ]
 
 
