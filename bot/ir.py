@@ -145,7 +145,17 @@ def _convert(n: ast.expr) -> Node:
         return const(number(n)) if is_float_call(n) else _convert_call(n)
     if isinstance(n, ast.Subscript):
         return view.subscript(n, _convert)
+    if isinstance(n, ast.Attribute) and n.attr == "shape":
+        raise IRError(_size_read(ast.unparse(n)))
     raise IRError(f"unsupported syntax {ast.unparse(n)!r}. Supported: {SUPPORTED_TEXT}")
+
+
+def _size_read(text: str) -> str:
+    """Why a size read (x.shape[d], x.size(d)) was left unread: it becomes a number only in pasted code
+    where every case gives the tensor one size along that dim."""
+    return (f"{text!r} reads a tensor's size, which the kernel can take only as a number: in pasted code (a function "
+            "or module) where every case gives the tensor the same size along that dim and each tensor's shape is "
+            "known (get_inputs, or said by name, e.g. 'x 64x128'); give cases that agree there, or one shape")
 
 
 def _convert_call(n: ast.Call) -> Node:
@@ -160,6 +170,8 @@ def _convert_call(n: ast.Call) -> Node:
     _check_keywords(fname, n, kw)
     family = registry.owner(fname)
     node = family and family.convert(Call(fname, written if isinstance(n.func, ast.Name) else "", args, kw, _convert))
+    if node is None and fname == "size" and isinstance(n.func, ast.Attribute):
+        raise IRError(_size_read(ast.unparse(n)))
     if node is None:
         raise IRError(f"unsupported function {fname!r}. Supported: {SUPPORTED_TEXT}")
     return node
