@@ -245,6 +245,17 @@ def _torch_conv(node: Node, a: list[str]) -> str:
 TORCH_OPS = {CONV: _torch_conv}
 
 
+def batchless(node: Node, shapes: dict[str, list[int]]) -> Node:
+    """node with each convolution of an unbatched input (x [C, *spatial], as torch takes it) written as
+    the batch of one it is: conv(x.unsqueeze(0), ...).squeeze(0)."""
+    for conv in [sub for sub in node.walk() if sub.op == CONV]:
+        x = conv.args[0]
+        if x.op == "input" and len(shapes.get(x.name, ())) == conv.attr("nd") + 1:
+            batched = Node(CONV, (call("unsqueeze", x, dim=0), *conv.args[1:]), conv.name, conv.value, conv.attrs)
+            node = substitute(node, conv, call("squeeze", batched, dim=0))
+    return node
+
+
 def conv_node(node: Node) -> Node | None:
     return next((sub for sub in node.walk() if sub.op == CONV), None)
 

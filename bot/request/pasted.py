@@ -16,7 +16,7 @@ import tokenize
 from bot import ir
 from bot.generators.interface import GenerationError
 from bot.ops import matmul as mmf
-from bot.ops import norm
+from bot.ops import conv, norm
 from bot.request import pasted_module
 from bot.request.messages import SUPPORTED
 from bot.request.reading import Reading
@@ -192,7 +192,7 @@ def _take_pasted(rd: Reading, said: list[tuple[str | None, list[int]]]) -> None:
         return
     if missing := [n for n in rd.inputs if n not in pasted.shapes]:
         raise GenerationError(f"get_inputs gives no tensor for {', '.join(missing)}")
-    rd.node = mmf.vector_products(rd.node, pasted.shapes)
+    rd.node = conv.batchless(mmf.vector_products(rd.node, pasted.shapes), pasted.shapes)
     mm = ir.matmul_node(rd.node)
     if mm and all(x.op == "input" for x in mm.args):       # a chain's matmul of a computed operand: by input
         a, b = ((x.name, mmf.logical(pasted.shapes[x.name], mm.attr(key), x.name)) for x, key in zip(mm.args, ("ta", "tb")))

@@ -256,3 +256,32 @@ def test_convolution_in_words(words, expression, weight):
 def test_convolution_words_refused_say_what_works(words, says):
     with pytest.raises(GenerationError, match=says):
         parse_request(words)
+
+
+UNBATCHED = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+def get_inputs():
+    return [torch.randn(3, 10, 7)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_an_unbatched_input_is_a_batch_of_one(tmp_path):
+    # torch takes x [C, H, W]: the kernel convolves x.unsqueeze(0) and drops the batch dim again
+    spec, _ = parse_request(UNBATCHED)
+    assert spec["outputs"][0]["shapes"] == [[8, 10, 7]]
+    assert "x.unsqueeze(0)" in spec["expression"] and ".squeeze(0)" in spec["expression"]
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    x, w, b = (torch.randn(i["shapes"][0]) for i in spec["inputs"])
+    torch.testing.assert_close(kernel(x, w, b), torch.relu(F.conv2d(x, w, b, padding=1)), rtol=1e-4, atol=1e-4)
