@@ -22,7 +22,7 @@ from bot.codegen.row_kernel import (EDGE_LINES, _row_config, _row_tile, align_el
 from bot.generators.interface import GenerationError
 from bot.ops import pointwise, view
 from bot.ops.entry import SMALL_LONG_ODD, Entry
-from bot.ops.node import (ALL, Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_none, number,
+from bot.ops.node import (ALL, Call, IRError, Node, arguments, broadcast_shapes, call, flag, input_names, is_none, number,
                           prints, to_text)
 from bot.ops.text import END, NUM, FLAGS as _F, blank as _blank
 from runner.protocol import IGNORE_INDEX
@@ -326,7 +326,11 @@ def _formula(c: Call) -> Node:
     tensors = [k for k in order if k in _FORMULA_NAMES]
     if missing := [k for k in tensors if k not in given]:
         raise IRError(f"{c.fname} takes {', '.join(tensors[:-1])} and {tensors[-1]}; {', '.join(missing)} missing")
-    _defaults_only(c.fname, given, tuple(k for k in order if k not in (*tensors, *params, "reduction")), _OFF)
+    log_target = c.fname == "kl_div" and flag(given.get("log_target"))
+    _defaults_only(c.fname, given, tuple(k for k in order if k not in (*tensors, *params, "reduction")
+                                         and not (log_target and k == "log_target")), _OFF)
+    if log_target:                          # the target given as log-probabilities, as torch reads it then
+        formula = "exp(y) * (y - x)"
     values = {_FORMULA_NAMES[k]: given[k] for k in tensors}
     values |= {p: ast.Constant(number(given.get(p, ast.Constant(default)))) for p, default in params.items()}
     if c.fname == "smooth_l1_loss" and values["beta"].value == 0:

@@ -60,6 +60,13 @@ def _spans(text: str) -> list[list[tuple[str, int, int]]]:
     return spans
 
 
+def written_order(tree: ast.expr) -> list[str]:
+    """The names of an expression in the order they are written: the kernel's signature takes its
+    inputs so, though the tree may read them in another (kl_div(x, y) is y * (log(y) - x))."""
+    names = sorted((n.lineno, n.col_offset, n.id) for n in ast.walk(tree) if isinstance(n, ast.Name))
+    return list(dict.fromkeys(name for *_, name in names))
+
+
 def find_expression(text: str) -> tuple[ir.Node, ast.expr, int, int] | None:
     """The longest IR expression typed in the text: (node, its ast, start, end)."""
     best: tuple[int, ir.Node, ast.expr, int, int] | None = None

@@ -22,6 +22,7 @@ def apply(st: State, rd: Reading, feedback: bool) -> None:
         if st.node is not None and st.matmul != bool(ir.matmul_node(rd.node)):
             st.shapes, st.input_shapes = None, {}        # a matmul's cases are M, N, K: not comparable
         st.node, st.name, st.inputs, st.scalars, st.op_notes = rd.node, rd.name, rd.inputs, rd.scalars, rd.op_notes
+        st.written = rd.written
         st.eps, st.tf32, st.batched, st.typed = rd.eps, rd.tf32, rd.batched, rd.typed
         st.pasted, st.sized_dims = rd.pasted, rd.sized_dims
         st.pasted_shapes = rd.pasted.shapes if rd.pasted and rd.pasted.shapes else rd.named_shapes

@@ -5,6 +5,7 @@ operands they name are read by bot.request.order.
 """
 from __future__ import annotations
 
+import ast
 import re
 
 from bot import ir
@@ -13,6 +14,7 @@ from bot.ops import attention, channel_norm, conv, fused, gather, layout, loss, 
 from bot.ops import matmul as mmf
 from bot.ops.text import blank as _blank
 from bot.request import order
+from bot.request.expression import written_order
 from bot.request.messages import SUPPORTED, node_text
 from bot.request.reading import Reading
 from bot.request.torch_code import refuse_other_meanings
@@ -238,6 +240,7 @@ def _alone(body: str, prose: str, notes: list[str], rd: Reading, example: str, s
         raise GenerationError(f"I read {body.split('(')[0]} but you also named {', '.join(w[2] for w in words)}; write "
                               f"the whole operation as an expression, e.g. {example}.")
     rd.op_notes += notes
+    rd.written = written_order(ast.parse(body, mode="eval").body)      # the family's call, as torch orders it
     return _parse(body)
 
 

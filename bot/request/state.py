@@ -24,6 +24,7 @@ class State:
     node: ir.Node | None = None
     name: str | None = None
     inputs: list[str] | None = None
+    written: list[str] = field(default_factory=list)     # a typed expression's names, in the order typed
     scalars: dict[str, float] = field(default_factory=dict)
     op_notes: list[str] = field(default_factory=list)
     eps: float | None = None
@@ -48,8 +49,13 @@ class State:
 
 
 def input_names(st: State) -> list[str]:
-    """The operator's inputs: a pasted function's tensor parameters, or the tree's inputs in order."""
-    return st.inputs or ir.input_names(st.node)
+    """The operator's inputs: a pasted function's tensor parameters, or the tree's inputs in the order
+    the request typed them (the kernel's signature: F.kl_div(x, y) takes x first, though its formula
+    reads y first), the rest in the tree's order."""
+    if st.inputs:
+        return st.inputs
+    typed = {n: k for k, n in enumerate(st.written)}
+    return sorted(ir.input_names(st.node), key=lambda n: typed.get(n, len(typed)))
 
 
 def is_vector(st: State, n: str, names: list[str]) -> bool:

@@ -101,7 +101,7 @@ def test_cross_entropy_aligned_rows(tmp_path, reduction):
 
 ELEMENTWISE = [("mse_loss", {}), ("l1_loss", {}), ("smooth_l1_loss", {"beta": 0.5}), ("smooth_l1_loss", {"beta": 0.0}),
                ("huber_loss", {"delta": 2.0}), ("binary_cross_entropy_with_logits", {}), ("soft_margin_loss", {}),
-               ("kl_div", {})]
+               ("kl_div", {}), ("kl_div", {"log_target": True})]
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -127,6 +127,20 @@ def test_elementwise_losses_are_pytorchs(name, params, reduction):
     got = eval(result, scope)
     want = getattr(torch.nn.functional, name)(x, y, reduction=reduction, **params)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("request_text", ["F.kl_div(x, y, reduction='sum', log_target=True) for 8x16 fp32",
+                                          "kl divergence between x and y, summed, 8x16 fp32",
+                                          "soft margin loss of x and y on 8x16 fp32"])
+def test_the_kernel_takes_its_inputs_in_the_order_written(tmp_path, request_text):
+    # the formulas read the target first (y * (log(y) - x)); the signature is torch's: (input, target)
+    spec, _ = parse_request(request_text)
+    assert [i["name"] for i in spec["inputs"]] == ["x", "y"]
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    x, y = torch.randn(8, 16), torch.rand(8, 16) + 0.1
+    fn, kw = (("kl_div", {"reduction": "sum", "log_target": "log_target" in request_text}) if "kl" in request_text
+              else ("soft_margin_loss", {}))
+    torch.testing.assert_close(kernel(x, y), getattr(torch.nn.functional, fn)(x, y, **kw), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("expression", ["mse_loss(x, y)", "smooth_l1_loss(x, y, beta=0.5, reduction='sum')",
