@@ -525,7 +525,7 @@ class _ChannelNormKernel(KernelFile):
                   if "bias" in t else [])]
 
     def _launcher(self) -> str:
-        node, x, first, t = self.node, self.first.local, self.inputs[0].local, self.tensors
+        node, x, first = self.node, self.first.local, self.inputs[0].local
         text = self._signature_and_prologue()
         text += (f"    out = torch.empty_like({x}, dtype={self.out_dtype(x)})\n"
                  "    if out.numel() == 0:\n        return out\n"
