@@ -37,7 +37,9 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
         notes.append(f"no dtype named: testing {listed}{more}")
     if st.matmul:
         node = mmf.with_tf32(node, bool(st.tf32) and "float32" in dtypes)
-    node = _with_dim(st, _rows_settled(node, {n: s[0] for n, s in shapes.items()}), shapes[main_input(st, names)])
+    first = {n: s[0] for n, s in shapes.items()}
+    node = node if st.training else _gathered(node, first)      # no gradient rule reads the permuted copy yet
+    node = _with_dim(st, _rows_settled(node, first), shapes[main_input(st, names)])
     node = _rotated(st, node, shapes)
     domains, index, masks = ir.domains(node), ir.index_inputs(node), mask_inputs(st)
     _refuse_float_indices(st, node, index)
@@ -82,6 +84,28 @@ def _rotated(st: State, node: ir.Node, shapes: dict[str, list[list[int]]]) -> ir
     new = pointwise.rotations(node, cases)
     fused = new != node and not ir.is_chain(new) and ir.kind(new) == "pointwise"
     return new if fused and not st.training else node
+
+
+def _gathered(node: ir.Node, shapes: dict[str, list[int]]) -> ir.Node:
+    """Each reduction over dims that are not neighbours (x.amax(dim=(1, 3))) over x permuted so that
+    they come last, one run the kernels reduce (the permute a layout kernel's copy of x first), and
+    where keepdim asks, the reduced dims put back as unit dims."""
+    def visit(n: ir.Node) -> ir.Node:
+        n = ir.Node(n.op, tuple(visit(a) for a in n.args), n.name, n.value, n.attrs)
+        dim = n.attr("dim")
+        if n.op not in fused.REDUCTIONS or not isinstance(dim, tuple):
+            return n
+        rank = len(ir.output_shape(n.args[0], shapes))
+        dims = sorted({d % rank for d in dim})
+        if dims == list(range(dims[0], dims[0] + len(dims))):
+            return n
+        moved = ir.call("permute", n.args[0], dims=tuple(d for d in range(rank) if d not in dims) + tuple(dims))
+        attrs = {**dict(n.attrs), "dim": tuple(range(rank - len(dims), rank)), "keepdim": False}
+        out = ir.Node(n.op, (moved, *n.args[1:]), n.name, n.value, tuple(sorted(attrs.items())))
+        for d in dims if n.attr("keepdim") else ():
+            out = ir.call("unsqueeze", out, dim=d)
+        return out
+    return visit(node)
 
 
 def _rows_settled(node: ir.Node, shapes: dict[str, list[int]]) -> ir.Node:

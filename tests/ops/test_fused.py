@@ -10,6 +10,7 @@ from generated import load
 
 from bot import ir, lower_torch
 from bot.ops import fused
+from bot.request import parse_request
 from bot.spec import SpecError, parse_expression, validate
 from runner import protocol
 
@@ -160,3 +161,17 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, case):
     rtol, atol = protocol.tolerance(dtype, max(shapes["x"]))
     err = (got.double() - want).abs()
     assert bool((err <= atol + rtol * want.abs()).all()), f"max err {err.max():.3g}"
+
+
+@pytest.mark.parametrize("request_text, torch_call", [
+    ("x.amax(dim=(1, 3), keepdim=True) with x 2x3x5x4 fp32", lambda x: x.amax(dim=(1, 3), keepdim=True)),
+    ("x - x.mean(dim=(0, 2), keepdim=True) with x 3x4x5 fp32", lambda x: x - x.mean(dim=(0, 2), keepdim=True)),
+    ("torch.logsumexp(x, dim=(-1, 1)) with x 2x3x4x5 fp32", lambda x: torch.logsumexp(x, dim=(-1, 1))),
+])
+def test_a_request_over_dims_that_are_not_neighbours_permutes_them_last(tmp_path, request_text, torch_call):
+    # the reader writes the permute into the spec (a layout kernel's copy), then one run of dims is reduced
+    spec, _ = parse_request(request_text)
+    assert "permute(x, " in spec["expression"]
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    x = torch.randn(spec["inputs"][0]["shapes"][0])
+    torch.testing.assert_close(kernel(x), torch_call(x), rtol=1e-4, atol=1e-4)
