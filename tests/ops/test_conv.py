@@ -232,6 +232,7 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, x, w,
      [16, 8, 3, 5]),
     ("conv transpose 2d on 8x32x28x28 with weight w 32x16x4x4, stride 2", "conv_transpose2d(x, w, stride=2)",
      [32, 16, 4, 4]),
+    ("F.conv1d(x, w, padding='valid') with x 2x3x10 and w 4x3x5 fp32", "conv1d(x, w)", [4, 3, 5]),     # typed
 ])
 def test_convolution_in_words(words, expression, weight):
     spec, _ = parse_request(words)
@@ -252,6 +253,7 @@ def test_convolution_in_words(words, expression, weight):
     ("conv2d 5x5 on 8x32x28x28 with weight 64x32x3x3", "its weight is 64x32x5x5"),
     ("conv2d on 8x32x28x28 with weight 64x32x3x3 and bias 32", "its bias is 64"),
     ("conv2d 3x3 with 16 output channels on 8x32x28x28 with weight 64x32x3x3", "its weight is 16x32x3x3"),
+    ("F.conv1d(x, w, padding='same') with x 2x3x10 and w 4x3x5", "padding='same' is not supported"),
 ])
 def test_convolution_words_refused_say_what_works(words, says):
     with pytest.raises(GenerationError, match=says):
