@@ -293,6 +293,17 @@ def test_math_functions_written_in_ir_ops_are_torchs(tmp_path, code, fn):
                                equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_sign_keeps_the_inputs_dtype_and_is_read_from_a_request(tmp_path, dtype):
+    # written with a tensor branch, so the request reader's where-of-constants refusal does not apply
+    spec, _ = parse_request(f"torch.sign(x) * x with x 2x7 {'fp16' if dtype == 'float16' else 'fp32'}")
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    x = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"), 2.0, -3.0] * 2, dtype=getattr(torch, dtype))
+    got, want = kernel(x.reshape(2, 7)), (torch.sign(x) * x).reshape(2, 7)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, equal_nan=True)
+
+
 def test_dropout_that_is_random_is_refused_naming_why():
     with pytest.raises(ir.IRError, match="dropout with p=0.1 in training mode is random"):
         ir.parse("torch.nn.functional.dropout(x, 0.1)", as_written=True)
