@@ -77,6 +77,8 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
     "log2": ((("x", None),), "log(x) * 1.4426950408889634"),
     "log10": ((("x", None),), "log(x) * 0.4342944819032518"),
     "exp2": ((("x", None),), "exp(x * 0.6931471805599453)"),
+    "tan": ((("x", None),), "sin(x) / cos(x)"),
+    "threshold": ((("x", None), ("threshold", None), ("value", None)), "where(x <= threshold, value, x)"),   # NaN: x
     # torch: 0 for NaN and -0.0; the last branch a tensor (x * 0.0) so the result keeps x's dtype
     "sign": ((("x", None),), "where(x > 0.0, 1.0, where(x < 0.0, -1.0, where(x != x, 0.0, x * 0.0)))"),
     "clamp_min": ((("x", None), ("min", None)), "maximum(x, min)"),

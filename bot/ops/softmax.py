@@ -19,7 +19,7 @@ OPS = {"softmax", "log_softmax"}
 ROOT = True
 SUPPORTED = ("over the last dim", "softmax, log_softmax")
 ALIASES = {"logsoftmax": "log_softmax"}
-KEYWORDS = dict.fromkeys(OPS, {"dim", "axis", "keepdim"})
+KEYWORDS = dict.fromkeys((*OPS, "softmin"), {"dim", "axis", "keepdim"})
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     (r"\blog[\s_-]?softmax\b", "row", "log_softmax"),
@@ -28,7 +28,11 @@ WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
 
 
 def convert(c: Call) -> Node | None:
-    """softmax(x, dim=-1): the last dim only (parsing a spec and the request reader check it)."""
+    """softmax(x, dim=-1): the last dim only (parsing a spec and the request reader check it);
+    softmin(x, dim) is softmax(-x, dim), as torch defines it."""
+    if c.fname == "softmin":
+        node = dim_call(c, over_dim(c, all_by_default=False))
+        return call("softmax", call("neg", node.args[0]), **dict(node.attrs))
     return dim_call(c, over_dim(c, all_by_default=False)) if c.fname in OPS else None
 
 

@@ -269,6 +269,8 @@ def test_activations_in_words(words, typed):
     ("torch.log2(x.abs())", lambda x, y, z: torch.log2(x.abs())),
     ("torch.log10(x.abs())", lambda x, y, z: torch.log10(x.abs())), ("torch.exp2(x)", lambda x, y, z: torch.exp2(x)),
     ("torch.sign(x)", lambda x, y, z: torch.sign(x)), ("x.clamp_min(0.2)", lambda x, y, z: x.clamp_min(0.2)),
+    ("torch.tan(x)", lambda x, y, z: torch.tan(x)),
+    ("F.threshold(x, 0.1, 20.0)", lambda x, y, z: torch.nn.functional.threshold(x, 0.1, 20.0)),
     ("torch.clamp_max(x, y)", lambda x, y, z: torch.clamp_max(x, y)),
     ("torch.addcmul(x, y, z, value=0.5)", lambda x, y, z: torch.addcmul(x, y, z, value=0.5)),
     ("x.addcdiv(y, z.abs() + 1.0)", lambda x, y, z: x.addcdiv(y, z.abs() + 1.0)),

@@ -46,3 +46,11 @@ def test_bad_row_broadcast_is_refused_clearly(tmp_path):
     _, kernel = generate(tmp_path, spec)
     with pytest.raises(ValueError, match=r"input y has shape \[2, 1, 4\]"):
         kernel(torch.randn(2, 3, 4), torch.randn(2, 1, 4))
+
+
+def test_softmin_is_softmax_of_the_negation():
+    # torch.nn.functional.softmin(x, dim) = softmax(-x, dim): read so, over any dim
+    assert ir.parse("F.softmin(x, dim=-1)", as_written=True) == ir.parse("softmax(-x)")
+    x = torch.randn(4, 6, dtype=torch.float64)
+    assert torch.allclose(torch.softmax(-x, 0), torch.nn.functional.softmin(x, 0))
+    assert ir.parse("F.softmin(x, dim=0)", as_written=True) == ir.parse("softmax(-x, dim=0)", as_written=True)
