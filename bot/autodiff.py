@@ -591,6 +591,7 @@ _RULES = {
     "erf": _unary(f"{2 / math.sqrt(math.pi)!r} * exp(-({{a}}) ** 2.0)"),
     "sin": _unary("cos({a})"),
     "cos": _unary("-sin({a})"),
+    **dict.fromkeys(("floor", "ceil"), _unary("0.0")),        # torch: zero everywhere, as for a step
     "pow": _pow,
     "gelu": _gelu,
     "clamp": _clamp,

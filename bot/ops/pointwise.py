@@ -28,7 +28,7 @@ NAME = "pointwise"
 ROOT = False
 OUTPUT_DTYPES: dict[str, str] = {}
 UNARY = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu", "gelu", "silu", "sigmoid", "tanh", "erf", "pow", "clamp",
-         "sin", "cos"}
+         "sin", "cos", "floor", "ceil"}
 BINARY = {"add", "sub", "mul", "div", "maximum", "minimum"}
 # Rotary embedding's rotate_half(x) = cat((-x[..., D/2:], x[..., :D/2]), dim=-1) of an input x: the
 # request reader writes that cat so where every case's last dim is 2 * D/2 (rotation); the kernel
@@ -39,11 +39,12 @@ OPS = UNARY | BINARY | COMPARE | {"where", ROTATE_HALF}
 POSITIVE_DOMAIN_OPS = {"log", "sqrt", "rsqrt"}
 # Ops whose result is exact on values already in the dtype: they add no rounding (generated tests).
 EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where", ROTATE_HALF} | COMPARE
-SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, erf, sin, cos, "
+SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, erf, sin, cos, tan, floor, "
+             "ceil, "
              "gelu (approximate='none' or 'tanh'), silu, sigmoid, tanh, maximum, minimum, "
              "where(cond, a, b), masked_fill(x, mask, value), clamp(x, min, max), clamp_min, clamp_max, "
              "expm1, log1p, log2, log10, exp2, sign, addcmul, addcdiv, lerp, logaddexp, the activations of "
-             "torch.nn.functional, dropout with p=0, comparisons, constants")
+             "torch.nn.functional (softmin, threshold too), dropout with p=0, comparisons, constants")
 ALIASES = {"negative": "neg", "swish": "silu", "clip": "clamp", "multiply": "mul", "divide": "div",
            "true_divide": "div", "subtract": "sub", "square": "square", "gelu_tanh": "gelu_tanh",
            "reciprocal": "reciprocal"}
@@ -413,6 +414,7 @@ _CONST_OPS: dict[str, Callable[..., float]] = {
     "rsqrt": lambda a: 1 / math.sqrt(a), "relu": lambda a: max(a, 0.0), "gelu": _gelu,
     "silu": lambda a: a / (1 + math.exp(-a)), "sigmoid": lambda a: 1 / (1 + math.exp(-a)), "tanh": math.tanh,
     "pow": lambda a, exponent: float(a**exponent), "clamp": _clamp, "sin": math.sin, "cos": math.cos,
+    "floor": lambda a: float(math.floor(a)), "ceil": lambda a: float(math.ceil(a)),
 }
 
 
@@ -448,7 +450,7 @@ def torch_ops(anchor: str) -> dict[str, OpWriter]:
 
     return {
         **{op: call_writer(f"torch.{op}") for op in ("abs", "exp", "log", "sqrt", "rsqrt", "relu", "sigmoid", "tanh",
-                                                      "erf", "sin", "cos")},
+                                                      "erf", "sin", "cos", "floor", "ceil")},
         "silu": call_writer("torch.nn.functional.silu"),
                 "gelu": _torch_gelu,
         "pow": lambda node, a: f"torch.pow({a[0]}, {fmt_const(node.attr('exponent'))})",
@@ -518,7 +520,8 @@ def _triton_clamp(node: Node, a: list[str]) -> str:
 
 
 TRITON_OPS: dict[str, OpWriter] = {
-    **{op: call_writer(f"tl.{op}") for op in ("abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "where", "sin", "cos")},
+    **{op: call_writer(f"tl.{op}") for op in ("abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "where", "sin", "cos",
+                                              "floor", "ceil")},
     "maximum": lambda node, a: f"tl.maximum({a[0]}, {a[1]}, {NAN_WINS})",
     "minimum": lambda node, a: f"tl.minimum({a[0]}, {a[1]}, {NAN_WINS})",
     "tanh": call_writer("_tanh"),

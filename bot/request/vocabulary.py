@@ -52,7 +52,9 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
      "this loss (in words: mse, l1, smooth l1, huber, kl divergence, bce with logits, soft margin, triplet margin, "
      "hinge, hinge embedding, margin ranking, cosine embedding, cosine similarity, cross entropy and nll; others written "
      "as PyTorch does, e.g. 'F.binary_cross_entropy(torch.sigmoid(x), y)', or paste the module)"),
-    (r"\bprelu\b|\bsin\b|\bcos\b|\bfloor\b|\bceil\b(?![\s_-]*mode)|\bround\b|\bsign\b", ""),
+    (r"\bprelu\b|\bround\b", ""),
+    (r"\bsin\b|\bcos\b|\bfloor\b|\bceil\b(?![\s_-]*mode)|\bsign\b",
+     "this function in words (typed as code it is read: e.g. 'torch.floor(x * 3.0) for 4096x4096', 'x.sin()')"),
 ]]
 
 # Training: the forward and its backward as one autograd op (bot.training); or, said, inference only.

@@ -37,6 +37,7 @@ POINTWISE = [
     "gelu(x * 8.0)",    # past erf's clamp at +-4 for most elements
     "where(x >= y, tanh(x), sigmoid(y)) * (x - y)", "exp(x - y) / (1.0 + exp(x - y))",
     "sin(x) * cos(y * 3.0) + cos(sin(x))",
+    "floor(x * 3.0) + ceil(y) * 0.5",
 ]
 
 

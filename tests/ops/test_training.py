@@ -20,6 +20,7 @@ CASES = [
     ("gelu(x, approximate='tanh') - silu(x) / (1.0 + abs(y))", {"x": [6, 10], "y": [6, 1]}),   # y: kept dim
     ("clamp(x, -0.5, 0.5) + maximum(x, y) + where(x > y, tanh(x), sigmoid(y) ** 2.0)", {"x": [4, 8], "y": [4, 8]}),
     ("sin(x) * cos(y)", {"x": [4, 9], "y": [4, 9]}),
+    ("floor(x * 3.0) * y + ceil(y)", {"x": [4, 9], "y": [4, 9]}),      # floor and ceil pass no gradient
     ("softmax(x * 2.0)", {"x": [4, 33]}),
     ("log_softmax(x)", {"x": [4, 33]}),
     ("rmsnorm(x + r, w, eps=1e-06)", {"x": [5, 33], "r": [5, 33], "w": [33]}),
