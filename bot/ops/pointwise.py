@@ -44,7 +44,8 @@ SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt,
              "gelu (approximate='none' or 'tanh'), silu, sigmoid, tanh, maximum, minimum, "
              "where(cond, a, b), masked_fill(x, mask, value), clamp(x, min, max), clamp_min, clamp_max, "
              "expm1, log1p, log2, log10, exp2, sign, addcmul, addcdiv, lerp, logaddexp, the activations of "
-             "torch.nn.functional (softmin, threshold too), dropout with p=0, comparisons, constants")
+             "torch.nn.functional (softmin, threshold, glu, pairwise_distance too), torch.outer, dropout with p=0, "
+             "comparisons, constants")
 ALIASES = {"negative": "neg", "swish": "silu", "clip": "clamp", "multiply": "mul", "divide": "div",
            "true_divide": "div", "subtract": "sub", "square": "square", "gelu_tanh": "gelu_tanh",
            "reciprocal": "reciprocal"}
@@ -79,6 +80,10 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
     "log10": ((("x", None),), "log(x) * 0.4342944819032518"),
     "exp2": ((("x", None),), "exp(x * 0.6931471805599453)"),
     "tan": ((("x", None),), "sin(x) / cos(x)"),
+    # PyTorch's functions of views and reductions, in the ops that compute them
+    "glu": ((("x", None), ("dim", -1)), "x.chunk(2, dim)[0] * sigmoid(x.chunk(2, dim)[1])"),
+    "pairwise_distance": ((("x1", None), ("x2", None), ("p", 2.0), ("eps", 1e-6)), "norm(x1 - x2 + eps, p=p, dim=-1)"),
+    "outer": ((("x", None), ("vec2", None)), "x.reshape(-1, 1) * vec2"),
     "threshold": ((("x", None), ("threshold", None), ("value", None)), "where(x <= threshold, value, x)"),   # NaN: x
     # torch: 0 for NaN and -0.0; the last branch a tensor (x * 0.0) so the result keeps x's dtype
     "sign": ((("x", None),), "where(x > 0.0, 1.0, where(x < 0.0, -1.0, where(x != x, 0.0, x * 0.0)))"),
@@ -270,9 +275,19 @@ def _convert_composite(c: Call) -> Node:
         bound.setdefault(p, None if default is None else ast.Constant(default))
     if missing := [p for p, _ in params if bound[p] is None]:
         raise IRError(f"{fname} takes {', '.join(p for p, _ in params)}; {', '.join(missing)} missing")
-    # a parameter with a default is a number; one without, an operand (a tensor or a number)
-    values = {p: bound[p] if default is None else ast.Constant(number(bound[p])) for p, default in params}
+    # a parameter with a default is a number (an integer where its default is: a dim); one without, an
+    # operand (a tensor or a number)
+    values = {p: bound[p] if default is None else _number_like(fname, p, bound[p], default) for p, default in params}
     return c.expr(Bind(values).visit(ast.parse(formula, mode="eval").body))
+
+
+def _number_like(fname: str, name: str, written: ast.expr, default: float | int) -> ast.Constant:
+    value = number(written)
+    if type(default) is not int:
+        return ast.Constant(value)
+    if value != int(value):
+        raise IRError(f"{fname} takes {name} as an integer, got {ast.unparse(written)!r}")
+    return ast.Constant(int(value))
 
 
 class Bind(ast.NodeTransformer):

@@ -296,6 +296,20 @@ def test_math_functions_written_in_ir_ops_are_torchs(tmp_path, code, fn):
                                equal_nan=True)
 
 
+@pytest.mark.parametrize("request_text, torch_call", [
+    ("F.glu(x, 1) with x 4x6x5 fp32", lambda x: torch.nn.functional.glu(x, 1)),
+    ("F.pairwise_distance(x, y, p=1.0) with x 8x16 and y 8x16 fp32",
+     lambda x, y: torch.nn.functional.pairwise_distance(x, y, p=1.0)),
+    ("torch.outer(a, b) with a 8 and b 16 fp32", torch.outer),
+    ("F.softmin(x, dim=0) with x 8x16 fp32", lambda x: torch.nn.functional.softmin(x, dim=0)),
+])
+def test_functions_of_views_and_reductions_are_torchs(tmp_path, request_text, torch_call):
+    spec, _ = parse_request(request_text)
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    args = [torch.randn(i["shapes"][0]) for i in spec["inputs"]]
+    torch.testing.assert_close(kernel(*args), torch_call(*args), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_sign_keeps_the_inputs_dtype_and_is_read_from_a_request(tmp_path, dtype):
     # written with a tensor branch, so the request reader's where-of-constants refusal does not apply
