@@ -297,7 +297,10 @@ def _sliced(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]
     trail = ", :" * (-d - 1) if d < 0 else ""
     if node.op == "slice" and node.attr("step") != 1:
         return _strided(node, a, up, cases, (lead, trail))
-    if node.op == "slice":
+    if node.op == "slice" and node.attr("chunks"):
+        start, stop = _piece_bounds(node, cases)
+        middle = f"({up})"
+    elif node.op == "slice":
         start, stop, middle = node.attr("start") or 0, node.attr("stop"), f"({up})"
     else:
         start, middle = node.attr("index"), f"unsqueeze({up}, {d})"
@@ -315,6 +318,22 @@ def _sliced(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]
         if side == "before":
             parts.append(middle)
     return [(node.args[0], f"cat(({', '.join(parts)}), dim={d})" if len(parts) > 1 else middle)]
+
+
+def _piece_bounds(node: Node, cases: list[dict[str, list[int]]]) -> tuple[int, int | None]:
+    """(start, stop) of x.chunk(n, d)[i] or x.split(size, d)[i] along d, the same in every case (stop
+    None: to the end)."""
+    n, i = node.attr("chunks")
+    bounds = set()
+    for c in cases:
+        size = ir.output_shape(node.args[0], c)[node.attr("dim")]
+        piece = -(-size // n) if n > 0 else -n          # chunk(n): ceil(size / n) each; split(size): size
+        start = i % -(-size // piece) * piece if i < 0 else i * piece
+        bounds.add((start, None if start + piece >= size else start + piece))
+    if len(bounds) > 1:
+        raise NoGradient(f"{node.op} along dim {node.attr('dim')}: the piece's place differs between cases; give every "
+                         "case the same size along it")
+    return bounds.pop()
 
 
 def _strided(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]], around: tuple[str, str]):
@@ -549,10 +568,10 @@ def _permute(node: Node, a: list[str], up: str):
     return [(node.args[0], f"permute({up}, {back})")]
 
 
-def _reshaped(node: Node, a: list[str], up: str):
-    """A view that keeps every element (unsqueeze, squeeze, flatten, unflatten, reshape): up in the
-    input's shape."""
-    return [(node.args[0], f"reshape_as({up}, {a[0]})")]
+def _reshaped(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
+    """A view that keeps every element (unsqueeze, squeeze, flatten, unflatten, reshape): up, summed
+    down to the view's own shape (x.reshape(-1, 1) * y broadcast it), in the input's shape."""
+    return [(node.args[0], f"reshape_as({_at_result(node, up, cases)}, {a[0]})")]
 
 
 def _cross_entropy(node: Node, a: list[str], up: str):
@@ -571,7 +590,8 @@ def _nll(node: Node, a: list[str], up: str):
 
 
 _SIZED = {"conv": _conv, "cat": _cat, attention.SDPA: _attention, "slice": _sliced, "select": _sliced,
-          **dict.fromkeys(("index_select", "embedding", "gather"), _lookup)}
+          **dict.fromkeys(("index_select", "embedding", "gather"), _lookup),
+          **dict.fromkeys(("unsqueeze", "squeeze", "flatten", "unflatten", "reshape_as", "reshape"), _reshaped)}
 _RULES = {
     "add": lambda node, a, up: [(node.args[0], up), (node.args[1], up)],
     "sub": lambda node, a, up: [(node.args[0], up), (node.args[1], f"-({up})")],
@@ -614,5 +634,4 @@ _RULES = {
     "pool": _pool,
     "adaptive_pool": _pool,
     "permute": _permute,
-    **{op: _reshaped for op in ("unsqueeze", "squeeze", "flatten", "unflatten", "reshape_as", "reshape")},
 }

@@ -50,6 +50,10 @@ CASES = [
     ("relu(x[:, 2:5]) * y", {"x": [4, 9], "y": [4, 3]}),
     ("x.narrow(0, 1, 3) * 2.0 + x[:3, 2:]", {"x": [5, 3]}),
     ("x[:, -1] * x[:, 0] + x[:, 1:].sum(-1)", {"x": [6, 4]}),
+    # chunk and split pieces: up in the piece's place; a view broadcast by what it meets: up summed first
+    ("x.chunk(2, dim=-1)[0] * sigmoid(x.chunk(2, dim=-1)[1])", {"x": [4, 8]}),        # F.glu
+    ("x.split(3, dim=0)[1] * 2.0", {"x": [7, 3]}),
+    ("x.reshape(-1, 1) * y", {"x": [4], "y": [4, 6]}),                                 # torch.outer
     # strided slices: up's elements s apart, zeros between, before and after
     ("x[..., ::2] * x[..., 1::2]", {"x": [3, 10]}),                   # interleaved pairs (GPT-J RoPE)
     ("relu(x[:, 1:8:3]) * y", {"x": [4, 11], "y": [4, 3]}),           # zeros after the span
