@@ -297,11 +297,9 @@ def _sliced(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]
     trail = ", :" * (-d - 1) if d < 0 else ""
     if node.op == "slice" and node.attr("step") != 1:
         return _strided(node, a, up, cases, (lead, trail))
-    if node.op == "slice" and node.attr("chunks"):
-        start, stop = _piece_bounds(node, cases)
+    if node.op == "slice":
+        start, stop = _piece_bounds(node, cases) if node.attr("chunks") else (node.attr("start") or 0, node.attr("stop"))
         middle = f"({up})"
-    elif node.op == "slice":
-        start, stop, middle = node.attr("start") or 0, node.attr("stop"), f"({up})"
     else:
         start, middle = node.attr("index"), f"unsqueeze({up}, {d})"
         stop = start + 1 if start != -1 else None

@@ -60,10 +60,10 @@ def _spans(text: str) -> list[list[tuple[str, int, int]]]:
     return spans
 
 
-def written_order(tree: ast.expr) -> list[str]:
-    """The names of an expression in the order they are written: the kernel's signature takes its
-    inputs so, though the tree may read them in another (kl_div(x, y) is y * (log(y) - x))."""
-    tree = ast.parse(ast.unparse(tree), mode="eval")       # rewritten nodes (x.max(1)) carry no position
+def written_order(source: str) -> list[str]:
+    """The names of an expression's source in the order they are written: the kernel's signature
+    takes its inputs so, though the tree may read them in another (kl_div(x, y) is y * (log(y) - x))."""
+    tree = ast.parse(source, mode="eval")
     names = sorted((n.lineno, n.col_offset, n.id) for n in ast.walk(tree) if isinstance(n, ast.Name))
     return list(dict.fromkeys(name for *_, name in names))
 

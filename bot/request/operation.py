@@ -5,7 +5,6 @@ operands they name are read by bot.request.order.
 """
 from __future__ import annotations
 
-import ast
 import re
 
 from bot import ir
@@ -240,7 +239,7 @@ def _alone(body: str, prose: str, notes: list[str], rd: Reading, example: str, s
         raise GenerationError(f"I read {body.split('(')[0]} but you also named {', '.join(w[2] for w in words)}; write "
                               f"the whole operation as an expression, e.g. {example}.")
     rd.op_notes += notes
-    rd.written = written_order(ast.parse(body, mode="eval").body)      # the family's call, as torch orders it
+    rd.written = written_order(body)      # the family's call, as torch orders it
     return _parse(body)
 
 

@@ -59,7 +59,7 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
         prose = APPEND.sub(_blank, prose)
     rd.typed = code is not None or expr is not None
     if expr is not None:
-        rd.written = written_order(expr[1])
+        rd.written = written_order(ast.unparse(expr[1]))     # unparsed: rewritten nodes carry no position
     if code is not None:
         read_code(code, rd, list(rd.shapes), init_said)
         if matmul and not (rd.pasted and rd.pasted.shapes):     # cases are problem sizes [B,] M, N, K, unless
