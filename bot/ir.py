@@ -342,11 +342,11 @@ def reduced(node: Node, rank: int = 0) -> tuple[list[str], int | list[int] | Non
 
 # Where an input is marked twice, the later domain here wins: positive values are nonzero, and ±1 is
 # both nonzero and (but for log's sake) a value to compare with.
-_DOMAIN_ORDER = ("normal", "nonzero", "sign", "positive", "index")
+_DOMAIN_ORDER = ("normal", "nonzero", "sign", "positive", "unit", "index")
 
 
 def domains(node: Node) -> dict[str, str]:
-    """Input domain per input: 'positive' under log/sqrt/rsqrt/fractional pow, 'nonzero' in a
+    """Input domain per input: 'positive' under log/sqrt/rsqrt/fractional pow, 'unit' under log(1 - x), 'nonzero' in a
     denominator or under a negative pow, 'sign' compared with 1 or -1 (pointwise.domains), 'index'
     for indices, else 'normal'."""
     out = {n: "normal" for n in input_names(node)}
@@ -372,6 +372,12 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
         steps = list(stages(node))
         return output_shape(steps[-1].node, chain.stage_shapes(steps, shapes, output_shape))
     return registry.family(node).output_shape(node, shapes)
+
+
+def settled(node: Node, shapes: dict[str, list[int]]) -> Node:
+    """The tree with what waits for the inputs' shapes written out: prelu's weight viewed onto x's channels,
+    a convolution's padding='same' as numbers."""
+    return conv.same_settled(pointwise.prelu_settled(node, lambda n: output_shape(n, shapes)), shapes)
 
 
 def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:

@@ -352,7 +352,11 @@ def parse_expression(spec: dict) -> ir.Node:
     used, declared = ir.input_names(node), [i["name"] for i in spec["inputs"]]
     if set(used) != set(declared):
         raise SpecError(f"expression uses inputs {used} but the spec declares {declared}; make them match")
-    return node
+    first = {i["name"]: i["shapes"][0] for i in spec["inputs"] if isinstance(i, dict) and i.get("shapes")}
+    try:
+        return ir.settled(node, first) if set(first) == set(declared) else node
+    except ir.IRError as e:
+        raise SpecError(f"expression: {e}") from None
 
 
 def _outputs(spec: dict, node: ir.Node) -> list[dict]:

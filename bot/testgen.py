@@ -503,6 +503,8 @@ def make_inputs(case, variant):
                                                                                  shapes)
         elif domain == "sign":
             values = torch.where(torch.rand(shape, generator=gen, device=DEVICE) < 0.5, -1.0, 1.0)
+        elif domain == "unit":
+            values = 0.05 + 0.9 * torch.rand(shape, generator=gen, device=DEVICE)
         else:
             values = 0.5 + 1.5 * torch.rand(shape, generator=gen, device=DEVICE)
             if domain == "nonzero":

@@ -40,6 +40,7 @@ SUPPORTED = ("", "conv1d/conv2d/conv3d and conv_transpose1d/2d/3d(x, weight, bia
 # torch.nn.functional's names -> (spatial dims, transposed)
 FUNCTIONS = {f"conv{n}d": (n, False) for n in (1, 2, 3)} | {f"conv_transpose{n}d": (n, True) for n in (1, 2, 3)}
 _ORDER = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+SAME = "same"
 _ORDER_T = ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation")
 ALIASES: dict[str, str] = {}
 KEYWORDS = {fn: set(_ORDER_T[1:]) | {"tf32"} for fn in FUNCTIONS}
@@ -174,6 +175,8 @@ def convert(c: Call) -> Node | None:
              "padding": _padding(c.fname, given.get("padding"), nd, transposed),
              "dilation": _ints(c.fname, "dilation", given.get("dilation"), nd, 1),
              "groups": int(_ints(c.fname, "groups", given.get("groups"), 1, 1)[0])}
+    if attrs["padding"] == SAME and set(attrs["stride"]) != {1}:
+        raise IRError(f"{c.fname} with padding='same' takes stride 1 (as torch does); give the padding as numbers")
     if transposed:
         attrs["transposed"] = True
         attrs["output_padding"] = _ints(c.fname, "output_padding", given.get("output_padding"), nd, 0)
@@ -202,13 +205,33 @@ def _ints(fname: str, what: str, value: ast.expr | None, n: int, default: int) -
     return tuple(int(v) for v in numbers) * (n if len(numbers) == 1 else 1)
 
 
-def _padding(fname: str, value: ast.expr | None, nd: int, transposed: bool) -> tuple[int, ...]:
+def _padding(fname: str, value: ast.expr | None, nd: int, transposed: bool) -> tuple[int, ...] | str:
+    """Numbers, or SAME until the weight's shape says how much (same_settled)."""
+    if isinstance(value, ast.Constant) and isinstance(value.value, str) and not transposed:
+        if value.value in ("valid", SAME):
+            return (0,) * nd if value.value == "valid" else SAME
     if isinstance(value, ast.Constant) and isinstance(value.value, str):
-        if value.value == "valid" and not transposed:
-            return (0,) * nd
-        raise IRError(f"{fname} with padding={value.value!r} is not supported by the offline generator; give the "
-                      "padding as numbers, e.g. padding=1")
+        raise IRError(f"{fname} takes padding as numbers, 'valid' or 'same' (not transposed); got {value.value!r}")
     return _ints(fname, "padding", value, nd, 0)
+
+
+def _same(conv: Node, weight: list[int]) -> tuple[int, ...]:
+    """padding='same' for this weight: each dim's dilation * (kernel - 1) split evenly before and after; an
+    odd total (an even kernel) would pad one more after, which the kernel's one padding per dim does not."""
+    totals = [d * (k - 1) for k, d in zip(weight[2:], conv.attr("dilation"))]
+    if any(t % 2 for t in totals):
+        raise IRError(f"{function_name(conv)} with padding='same' and kernel {list(weight[2:])} pads "
+                      f"{[t // 2 for t in totals]} before and {[t - t // 2 for t in totals]} after each dim; the "
+                      "offline kernel pads both sides alike: use odd kernel sizes, or give the padding as numbers")
+    return tuple(t // 2 for t in totals)
+
+
+def same_settled(node: Node, shapes: dict[str, list[int]]) -> Node:
+    """node with each padding='same' written as the numbers its weight's shape gives."""
+    for conv in [sub for sub in node.walk() if sub.op == CONV and sub.attr("padding") == SAME]:
+        attrs = {**dict(conv.attrs), "padding": _same(conv, shapes[conv.args[1].name])}
+        node = substitute(node, conv, call(CONV, *conv.args, **attrs))
+    return node
 
 
 def function_name(node: Node) -> str:
@@ -228,6 +251,9 @@ def _print(node: Node, text) -> str:
     defaults = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "output_padding": 0}
     args = [text(a) for a in node.args]
     for key, value in _keywords(node):
+        if value == SAME:
+            args.append(f"{key}={SAME!r}")
+            continue
         values = value if isinstance(value, tuple) else (value,)
         if set(values) != {defaults[key]}:
             args.append(f"{key}={values[0] if len(set(values)) == 1 else values}")
@@ -282,6 +308,7 @@ def check(node: Node) -> None:
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     conv = conv_node(node)
     names = [a.name for a in conv.args]
+    conv = same_settled(conv, shapes)
     try:
         out = conv_shape(shapes[names[0]], shapes[names[1]], shapes[names[2]] if len(names) > 2 else None,
                          **_geometry(conv))
@@ -303,7 +330,7 @@ def _geometry(conv: Node) -> dict:
 def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
     """The runner keeps the channels and the kernel's sizes (a weight is built with them) and no
     spatial size goes below the kernel's reach (dilated extent less both paddings)."""
-    conv = conv_node(node)
+    conv = same_settled(conv_node(node), cases[0])
     x, w = (a.name for a in conv.args[:2])
     fixed = {d for case in cases for d in [*case[w], case[x][1]]}
     if conv.attr("transposed"):

@@ -50,7 +50,17 @@ FORMULAS: dict[str, tuple[tuple[str, ...], dict[str, float], str]] = {
                    "where(abs(x - y) < delta, 0.5 * (x - y) ** 2, delta * (abs(x - y) - 0.5 * delta))"),
     "binary_cross_entropy_with_logits": ((*_PAIR, "weight", *_LEGACY, "pos_weight"), {},
                                          "maximum(x, 0.0) - x * y + log(1.0 + exp(-abs(x)))"),
+    # torch clamps each log at -100, so a probability of 0 or 1 costs 100, not infinity
+    "binary_cross_entropy": ((*_PAIR, "weight", *_LEGACY), {},
+                             "-(y * maximum(log(x), -100.0) + (1.0 - y) * maximum(log(1.0 - x), -100.0))"),
     "soft_margin_loss": ((*_PAIR, *_LEGACY), {}, "log(1.0 + exp(-y * x))"),
+    # -(y log sigmoid(x) + (1 - y) log sigmoid(-x)), averaged over the classes (the last dim) of each row
+    "multilabel_soft_margin_loss": ((*_PAIR, "weight", *_LEGACY), {},
+                                    "mean(y * (relu(-x) + log(1.0 + exp(-abs(x)))) + (1.0 - y) * (relu(x) + "
+                                    "log(1.0 + exp(-abs(x)))), dim=-1)"),
+    # log_input=True (torch's default): x is the rate's log; False: the rate itself (log(x + eps))
+    "poisson_nll_loss": ((*_PAIR, "log_input", "full", "size_average", "eps", "reduce", "reduction"),
+                         {"eps": 1e-8}, "exp(x) - y * x"),
     "kl_div": ((*_PAIR, *_LEGACY, "log_target"), {}, "where(y > 0.0, y * (log(y) - x), 0.0)"),
     "hinge_embedding_loss": ((*_PAIR, "margin", *_LEGACY), {"margin": 1.0},
                              "where(y != 1.0, relu(margin - x), 0.0) + where(y != -1.0, x, 0.0)"),
@@ -121,7 +131,8 @@ _MEAN = re.compile(r"\breduction\s*[=:]?\s*['\"]?mean\b['\"]?|\b(?:mean|average[
 _SUM_REDUCTION = re.compile(r"\breduction\s*[=:]?\s*['\"]?sum\b|\bsummed\b|\bsum\b|求和", _F)
 
 
-_CE_NAMES = re.compile(r"\b(?:targets?|labels?|class(?:es)?(?:\s+ind(?:ices|ex))?|loss|"
+_CE_NAMES = re.compile(r"\b(?:targets?|labels?|probabilit(?:y|ies)|probs|predictions?|preds|"
+                       r"class(?:es)?(?:\s+ind(?:ices|ex))?|loss|"
                        r"log[\s_-]?prob(?:abilitie)?s)\b|对数概率|目标|标签|类别|损失", _F)
 
 
@@ -162,7 +173,11 @@ LOSS_WORDS = [(re.compile(p, _F), fn) for p, fn in [
     (r"\bhuber(?:[\s_-]+loss)?\b|huber\s*损失", "huber_loss"),
     (r"\b(?:binary[\s_-]+cross[\s_-]?entropy|bce)(?:[\s_-]+loss)?[\s_-]+with[\s_-]+logits\b|"
      r"\bbce[\s_-]?with[\s_-]?logits(?:[\s_-]?loss)?\b|带\s*logits\s*的二元交叉熵", "binary_cross_entropy_with_logits"),
-    (r"\bsoft[\s_-]?margin(?:[\s_-]+loss)?\b", "soft_margin_loss"),
+    (r"\b(?:binary[\s_-]+cross[\s_-]?entropy|bce)(?:[\s_-]+loss)?\b(?![\s_-]+(?:loss[\s_-]+)?with[\s_-]+logits)|"
+     r"(?<!的)二元交叉熵", "binary_cross_entropy"),
+    (r"\bmulti[\s_-]?label[\s_-]+soft[\s_-]?margin(?:[\s_-]+loss)?\b", "multilabel_soft_margin_loss"),
+    (r"(?<!label\s)(?<!label_)(?<!label-)\bsoft[\s_-]?margin(?:[\s_-]+loss)?\b", "soft_margin_loss"),
+    (r"\bpoisson(?:[\s_-]+(?:nll|negative[\s_-]+log[\s_-]+likelihood))?(?:[\s_-]+loss)?\b|泊松", "poisson_nll_loss"),
     (r"\bkl[\s_-]?div(?:ergence)?(?:[\s_-]+loss)?\b|\bkullback[\s_-]+leibler(?:[\s_-]+divergence)?\b|kl\s*散度", "kl_div"),
     (r"\btriplet(?:[\s_-]+margin)?(?:[\s_-]+loss)?\b|三元组损失", TRIPLET),
     (r"\bhinge[\s_-]+embedding(?:[\s_-]+loss)?\b", "hinge_embedding_loss"),
@@ -188,7 +203,9 @@ _OPERANDS = {TRIPLET: ("anchor", "positive", "negative"), "binary_cross_entropy_
 # targets", "on pred 4096 and labels 4096", "of two 1024x512 tensors". Only the lead word and "two"
 # are read here; the names stay for the shape reader, which labels shapes with them.
 _SIZES = r"\d+(?:\s*[x×*]\s*\d+)*"
-_OPERAND = r"(?!(?:the|two|tensors?|inputs?|dims?|and)\b)([A-Za-z_]\w*)"
+# an operand's name, after the noun that says what it holds where one does ("probabilities p")
+_NOUN = r"(?:(?:probabilit(?:y|ies)|probs|predictions?|preds|targets?|labels?|logits|scores|outputs?)\s+)"
+_OPERAND = rf"{_NOUN}?(?!(?:the|two|tensors?|inputs?|dims?|and)\b)([A-Za-z_]\w*)"
 _BETWEEN = re.compile(rf"\b(?:between|of|on|for)\s+(?:the\s+)?(?:(?:(?:{_SIZES}|;)\s+)?{_OPERAND}(?:\s+(?:{_SIZES}|;))?\s*,?\s+"
                       rf"and\s+(?:the\s+)?{_OPERAND}\b|two\b)|\bbetween\b(?=[;\s]*(?:tensors|inputs|matrices|arrays)\b)|"
                       r"([A-Za-z_]\w*)\s*(?:和|与)\s*([A-Za-z_]\w*)\s*之间", _F)
@@ -318,6 +335,20 @@ def _read_reduction(fname: str, written: ast.expr | None) -> str:
     return reduction
 
 
+def _with_flags(fname: str, formula: str, given: dict) -> tuple[str, tuple[str, ...]]:
+    """The formula as a loss's boolean arguments change it, and the arguments read: kl_div's
+    log_target, poisson_nll_loss's log_input and full (Stirling's term where the target passes 1)."""
+    if fname == "kl_div":
+        return ("exp(y) * (y - x)" if flag(given.get("log_target")) else formula), ("log_target",)
+    if fname != "poisson_nll_loss":
+        return formula, ()
+    if "log_input" in given and not flag(given["log_input"]):
+        formula = "x - y * log(x + eps)"
+    if flag(given.get("full")):
+        formula = f"{formula} + where(y > 1.0, y * log(y) - y + 0.5 * log({2 * math.pi!r} * y), 0.0)"
+    return formula, ("log_input", "full")
+
+
 def _formula(c: Call) -> Node:
     """A loss of FORMULAS: its formula over its tensors and parameters (by position in torch's order,
     or by keyword), then every element reduced (mean, sum) or kept (none)."""
@@ -326,11 +357,9 @@ def _formula(c: Call) -> Node:
     tensors = [k for k in order if k in _FORMULA_NAMES]
     if missing := [k for k in tensors if k not in given]:
         raise IRError(f"{c.fname} takes {', '.join(tensors[:-1])} and {tensors[-1]}; {', '.join(missing)} missing")
-    log_target = c.fname == "kl_div" and flag(given.get("log_target"))
-    _defaults_only(c.fname, given, tuple(k for k in order if k not in (*tensors, *params, "reduction")
-                                         and not (log_target and k == "log_target")), _OFF)
-    if log_target:                          # the target given as log-probabilities, as torch reads it then
-        formula = "exp(y) * (y - x)"
+    formula, flags = _with_flags(c.fname, formula, given)
+    _defaults_only(c.fname, given, tuple(k for k in order if k not in (*tensors, *params, *flags, "reduction")),
+                   _OFF)
     values = {_FORMULA_NAMES[k]: given[k] for k in tensors}
     values |= {p: ast.Constant(number(given.get(p, ast.Constant(default)))) for p, default in params.items()}
     if c.fname == "smooth_l1_loss" and values["beta"].value == 0:

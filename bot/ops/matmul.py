@@ -55,7 +55,7 @@ SUPPORTED = ("", "matmul a @ b (2-D, batched [..., M, K] @ [..., K, N], or [...,
              "matrix-vector product; tf32=True for "
              "float32; einsum of such a product) with a pointwise epilogue, e.g. relu(a @ b + bias), and its upper or lower triangle, "
              "torch.triu(a @ b, diagonal=1); torch.diag(d) @ b and b @ torch.diag(d), d 1-D, as scaled rows or columns")
-ALIASES = {"mm": "matmul", "bmm": "matmul"}
+ALIASES = {"mm": "matmul", "bmm": "matmul", "mv": "matmul", "dot": "matmul", "vdot": "matmul"}   # real tensors: vdot is dot
 KEYWORDS = {MATMUL: {"tf32"}, TRANSPOSE: set(), "t": set(), DIAG: {"diagonal"}, "linear": {"weight", "bias"}, EINSUM: set(),
             "addmm": {"beta", "alpha"}, "baddbmm": {"beta", "alpha"},
             **dict.fromkeys(TRIANGLES, {"diagonal"})}

@@ -34,17 +34,21 @@ BINARY = {"add", "sub", "mul", "div", "maximum", "minimum"}
 # request reader writes that cat so where every case's last dim is 2 * D/2 (rotation); the kernel
 # reads x a half-row over instead of building the cat.
 ROTATE_HALF = "rotate_half"
-OPS = UNARY | BINARY | COMPARE | {"where", ROTATE_HALF}
+# F.prelu(x, weight): its weight is one value or one per channel (x's dim 1), which NumPy broadcasting
+# would put on the last dim; prelu_settled writes it out once x's rank is known.
+PRELU = "prelu"
+OPS = UNARY | BINARY | COMPARE | {"where", ROTATE_HALF, PRELU}
 # Inputs whose values reach these ops need a restricted domain.
 POSITIVE_DOMAIN_OPS = {"log", "sqrt", "rsqrt"}
 # Ops whose result is exact on values already in the dtype: they add no rounding (generated tests).
 EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where", ROTATE_HALF} | COMPARE
 SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, erf, sin, cos, tan, floor, "
-             "ceil, "
+             "ceil, trunc, frac, round, "
              "gelu (approximate='none' or 'tanh'), silu, sigmoid, tanh, maximum, minimum, "
              "where(cond, a, b), masked_fill(x, mask, value), clamp(x, min, max), clamp_min, clamp_max, "
              "expm1, log1p, log2, log10, exp2, sign, addcmul, addcdiv, lerp, logaddexp, the activations of "
-             "torch.nn.functional (softmin, threshold, glu, pairwise_distance too), torch.outer, dropout with p=0, "
+             "torch.nn.functional (softmin, threshold, glu, pairwise_distance, prelu, rrelu out of training too), "
+             "torch.outer, dropout with p=0, "
              "comparisons, constants")
 ALIASES = {"negative": "neg", "swish": "silu", "clip": "clamp", "multiply": "mul", "divide": "div",
            "true_divide": "div", "subtract": "sub", "square": "square", "gelu_tanh": "gelu_tanh",
@@ -80,6 +84,12 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
     "log10": ((("x", None),), "log(x) * 0.4342944819032518"),
     "exp2": ((("x", None),), "exp(x * 0.6931471805599453)"),
     "tan": ((("x", None),), "sin(x) / cos(x)"),
+    "trunc": ((("x", None),), "where(x < 0.0, ceil(x), floor(x))"),
+    "frac": ((("x", None),), "x - where(x < 0.0, ceil(x), floor(x))"),
+    # torch.round: half to even. r = floor(x), d = x - r exactly; a tie goes to the even of r and r + 1.
+    # From 2**23 on every float is an integer (and inf, NaN stay as they are).
+    "round": ((("x", None),), "where(abs(x) < 8388608.0, where(x - floor(x) > 0.5, floor(x) + 1.0, "
+                              "where(x - floor(x) < 0.5, floor(x), floor(x) + (floor(x) - 2.0 * floor(floor(x) * 0.5)))), x)"),
     # PyTorch's functions of views and reductions, in the ops that compute them
     "glu": ((("x", None), ("dim", -1)), "x.chunk(2, dim)[0] * sigmoid(x.chunk(2, dim)[1])"),
     "pairwise_distance": ((("x1", None), ("x2", None), ("p", 2.0), ("eps", 1e-6)), "norm(x1 - x2 + eps, p=p, dim=-1)"),
@@ -101,7 +111,7 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
 
 # The keywords each function is read with (any other is refused: it may change the result).
 KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "tensor": {"device"}, "masked_fill": {"mask", "value"},
-            "dropout": {"p", "training", "inplace"},
+            "dropout": {"p", "training", "inplace"}, PRELU: {"weight"}, "rrelu": {"lower", "upper", "training"},
             **{name: {p for p, _ in params[1:]} for name, (params, _) in COMPOSITES.items()}}
 # Functions read with no keyword at all.
 FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "pow", "where", "tensor",
@@ -217,6 +227,10 @@ def convert(c: Call) -> Node | None:
         return _masked_fill(c)
     if fname == "dropout":
         return _dropout(c)
+    if fname == PRELU:
+        return _prelu(c)
+    if fname == "rrelu":
+        return _rrelu(c)
     if fname == ROTATE_HALF:
         arity(fname, args, 1)
         x = c.expr(args[0])
@@ -232,6 +246,47 @@ def convert(c: Call) -> Node | None:
     if fname in COMPOSITES:
         return _convert_composite(c)
     return None
+
+
+def _rrelu(c: Call) -> Node:
+    """F.rrelu out of training: leaky_relu with the slope (lower + upper) / 2; in training its slopes are random."""
+    given = dict(zip(("x", "lower", "upper", "training"), c.args)) | c.kw
+    training = given.get("training", ast.Constant(False))
+    if not (isinstance(training, ast.Constant) and training.value is False):
+        raise IRError("rrelu in training mode draws a random slope per element: no kernel can be checked against it "
+                      "(training=False, F.rrelu's default, is leaky_relu with slope (lower + upper) / 2)")
+    lower, upper = (number(given[k]) if k in given else d for k, d in (("lower", 1 / 8), ("upper", 1 / 3)))
+    x = c.expr(given["x"])
+    return call("where", call("ge", x, const(0.0)), x, call("mul", x, const((lower + upper) / 2)))
+
+
+def _prelu(c: Call) -> Node:
+    """F.prelu(x, weight): x where positive, else weight * x; a number for a weight is leaky_relu's slope."""
+    given = dict(zip(("x", "weight"), c.args)) | c.kw
+    if len(c.args) > 2 or set(given) != {"x", "weight"}:
+        raise IRError("prelu takes x and weight (one value, or one per channel of x's dim 1), e.g. F.prelu(x, w)")
+    x, weight = c.expr(given["x"]), c.expr(given["weight"])
+    if weight.op == "const":
+        return call("where", call("gt", x, const(0.0)), x, call("mul", weight, x))
+    if weight.op != "input":
+        raise IRError("prelu's weight must be a tensor input (nn.PReLU's weight) or a number")
+    return call(PRELU, x, weight)
+
+
+def prelu_settled(node: Node, shape_of: Callable[[Node], list[int]]) -> Node:
+    """Each prelu(x, w) as where(x > 0, x, w * x), w viewed onto x's dim 1 where x has more than 2 dims
+    and w more than one value (shape_of: a subexpression's shape in the first case)."""
+    node = Node(node.op, tuple(prelu_settled(a, shape_of) for a in node.args), node.name, node.value, node.attrs)
+    if node.op != PRELU:
+        return node
+    x, weight = node.args
+    shape, n = shape_of(x), math.prod(shape_of(weight))
+    channels = shape[1] if len(shape) > 1 else 1
+    if n not in (1, channels):
+        raise IRError(f"prelu's weight has {n} values; it takes 1 or one per channel (dim 1 of x, {channels})")
+    if n > 1 and len(shape) > 2:
+        weight = call("reshape", weight, sizes=(-1,) + (1,) * (len(shape) - 2))
+    return call("where", call("gt", x, const(0.0)), x, call("mul", weight, x))
 
 
 def _dropout(c: Call) -> Node:
@@ -319,10 +374,15 @@ def _print(node: Node, text: Callable[[Node], str]) -> str:
 
 def domains(node: Node, mark: Callable[[Node, str], None]) -> None:
     """Mark the inputs under node's domain-restricted ops: 'positive' under log/sqrt/rsqrt and a
-    fractional pow (not under the sqrt of a sum of squares, which any values keep finite), 'nonzero'
+    fractional pow (not under the sqrt of a sum of squares, which any values keep finite), 'unit' under
+    log(1 - p) (binary cross entropy's probabilities), 'nonzero'
     in a denominator or under a negative pow, 'sign' where compared for equality with 1 or -1 (a
     target picking a branch: drawn as -1 and 1, each branch is taken)."""
-    if node.op in POSITIVE_DOMAIN_OPS and not (node.op == "sqrt" and nonnegative(node.args[0])):
+    if node.op == "log" and (p := _complement(node.args[0])) is not None:
+        if p.op != "sigmoid":                   # 1 - sigmoid(x) is in (0, 1) for any x
+            mark(p, "unit")
+    elif node.op in POSITIVE_DOMAIN_OPS and not positive(node.args[0]) \
+            and not (node.op == "sqrt" and nonnegative(node.args[0])):
         mark(node.args[0], "positive")
     elif node.op in ("eq", "ne") and any(a.op == "const" and abs(a.value) == 1 for a in node.args):
         mark(next(a for a in node.args if a.op != "const"), "sign")
@@ -336,8 +396,30 @@ def domains(node: Node, mark: Callable[[Node, str], None]) -> None:
         mark(node.args[1], "nonzero")
 
 
+def _complement(node: Node) -> Node | None:
+    """p where node is 1 - p (or 1 + -p): under a log, p is a probability, below 1 and, where log(p) is
+    taken too, above 0."""
+    if node.op == "sub" and node.args[0] == const(1.0):
+        return node.args[1]
+    if node.op == "add" and node.args[0] == const(1.0) and node.args[1].op == "neg":
+        return node.args[1].args[0]
+    return None
+
+
 # Reductions of other families whose value is non-negative where their terms are (norm: always).
 _SUMS = {"sum", "mean"}
+
+
+def positive(node: Node) -> bool:
+    """Whether node's value is above 0 whatever its inputs hold (short of overflow): exp, sigmoid, a
+    constant > 0, a sum of one such and non-negative terms (1 + exp(-abs(x)), softplus's), products."""
+    if node.op == "const":
+        return node.value > 0
+    if node.op in ("exp", "sigmoid"):
+        return True
+    if node.op == "add":
+        return any(positive(a) for a in node.args) and all(nonnegative(a) for a in node.args)
+    return node.op in ("mul", "div") and all(positive(a) for a in node.args)
 
 
 def nonnegative(node: Node) -> bool:
@@ -345,7 +427,7 @@ def nonnegative(node: Node) -> bool:
     power), abs, relu, exp, sqrt, a norm, a constant >= 0, or sums, products, quotients, means of those."""
     if node.op == "const":
         return node.value >= 0
-    if node.op in ("abs", "relu", "exp", "sqrt", "norm"):
+    if node.op in ("abs", "relu", "exp", "sigmoid", "sqrt", "norm"):
         return True
     if node.op == "pow":
         return node.attr("exponent") % 2 == 0
@@ -382,6 +464,10 @@ def where_conditions(node: Node) -> set[str]:
 
 
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    if node.op == PRELU:                        # before prelu_settled: x's shape (its weight is checked there)
+        return output_shape(node.args[0], shapes)
+    if any(n.op == PRELU for n in node.walk()):
+        return broadcast_shapes([output_shape(a, shapes) for a in node.args if a.op != "const"] or [[]])
     return broadcast_shapes([shapes[n] for n in input_names(node)])
 
 

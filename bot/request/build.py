@@ -22,6 +22,7 @@ from runner import protocol
 def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]]:
     """The spec and its notes (the defaults taken, in plain words) from what the request and its corrections say."""
     notes = list(st.op_notes)
+    _refuse_identity(st.node)
     node = _with_eps(st, st.node, notes)
     names = input_names(st)
     if st.pasted_shapes:              # get_inputs' own shapes (a matmul's shared 2-D weight among them)
@@ -38,6 +39,10 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
     if st.matmul:
         node = mmf.with_tf32(node, bool(st.tf32) and "float32" in dtypes)
     first = {n: s[0] for n, s in shapes.items()}
+    try:
+        node = ir.settled(node, first)
+    except ir.IRError as e:
+        raise GenerationError(str(e)) from None
     node = node if st.training else _gathered(node, first)      # no gradient rule reads the permuted copy yet
     node = _with_dim(st, _rows_settled(node, first), shapes[main_input(st, names)])
     node = _rotated(st, node, shapes)
@@ -67,6 +72,15 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
         return specmod.validate(spec), notes
     except specmod.SpecError as e:
         raise GenerationError(str(e)) from None
+
+
+def _refuse_identity(node: ir.Node) -> None:
+    """An expression that is one input or one number computes nothing a kernel could speed up."""
+    if node.op in ("input", "const"):
+        what = f"its input {node.name!r} unchanged" if node.op == "input" else f"the constant {node_text(node)}"
+        raise GenerationError(f"the expression returns {what} (dropout with p=0 or training=False, an identity "
+                              f"layer and a copy change nothing): there is nothing for a kernel to compute. "
+                              f"Ask for the ops around it, e.g. 'gelu(x) * y'.")
 
 
 def _input_dtypes(name: str, dtypes: list[str], index: dict[str, str], masks: set[str]) -> list[str]:

@@ -81,6 +81,9 @@ _FUNCTIONAL = {
         ("MSE", "mse_loss", ()), ("L1", "l1_loss", ()), ("SmoothL1", "smooth_l1_loss", ("beta",)),
         ("SoftMargin", "soft_margin_loss", ()), ("KLDiv", "kl_div", ("log_target",)))},
     "HuberLoss": ("F.huber_loss", ("reduction", "delta")),
+    **{f"{cls}Loss": (f"F.{fn}", ("weight", "size_average", "reduce", "reduction")) for cls, fn in (
+        ("BCE", "binary_cross_entropy"), ("MultiLabelSoftMargin", "multilabel_soft_margin_loss"))},
+    "PoissonNLLLoss": ("F.poisson_nll_loss", ("log_input", "full", "size_average", "eps", "reduce", "reduction")),
     "BCEWithLogitsLoss": ("F.binary_cross_entropy_with_logits", ("weight", "size_average", "reduce", "reduction",
                                                                   "pos_weight")),
     "TripletMarginLoss": ("F.triplet_margin_loss", ("margin", "p", "eps", "swap", "size_average", "reduce",
@@ -92,7 +95,8 @@ _FUNCTIONAL = {
     **{f"Adaptive{k}Pool{n}d": (f"F.adaptive_{k.lower()}_pool{n}d", ("output_size", "return_indices"))
        for k in ("Avg", "Max") for n in (1, 2, 3)},
 }
-_OTHER = {"Bilinear": "a bilinear layer", "MultiheadAttention": "attention"}
+_OTHER = {"Bilinear": "a bilinear layer", "MultiheadAttention": "attention",
+          "RReLU": "random in training mode, as a pasted module runs (F.rrelu(x) is not: training=False)"}
 _FAMILIES = [(r"Conv", "a convolution"), (r"ConvTranspose", "a transposed convolution"), (r"BatchNorm", "batch norm"),
              (r"InstanceNorm", "instance norm"), (r"GroupNorm", "group norm"), (r"Pool", "pooling"),
              (r"LSTM|GRU|RNN", "a recurrent layer"), (r"Loss$", "a loss"), (r"Transformer", "a transformer block")]
@@ -224,6 +228,13 @@ def _embedding(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: 
     return ast.Call(_path("F.embedding"), [*args, *_names([weight])], kw + keywords), [weight]
 
 
+def _prelu(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int, name_of: Callable[[str], str]):
+    """nn.PReLU(num_parameters=1, init=0.25): F.prelu(x, weight [num_parameters])."""
+    weight = _param(attr, "weight", [_options(sub, ("num_parameters", "init"), {"num_parameters": 1})["num_parameters"]],
+                    name_of)
+    return ast.Call(_path("F.prelu"), [*args, *_names([weight])], keywords), [weight]
+
+
 def _flatten(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int, name_of: Callable[[str], str]):
     # nn.Flatten keeps dim 0 (start_dim=1), where torch.flatten starts at 0
     o = _options(sub, ("start_dim", "end_dim"), {"start_dim": 1, "end_dim": -1})
@@ -234,7 +245,7 @@ def _flatten(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: in
 _LAYERS = {"Linear": _linear, "LayerNorm": _norm, "RMSNorm": _norm, "Flatten": _flatten,
            **{f"Conv{n}d": _conv for n in (1, 2, 3)}, **{f"ConvTranspose{n}d": _conv for n in (1, 2, 3)},
            **{f"{kind}Norm{n}d": _channel_norm for kind in ("Batch", "Instance") for n in (1, 2, 3)},
-           "GroupNorm": _channel_norm, "Embedding": _embedding}
+           "GroupNorm": _channel_norm, "Embedding": _embedding, "PReLU": _prelu}
 
 
 def _what(cls: str) -> str:

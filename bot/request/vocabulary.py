@@ -48,12 +48,12 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
     (r"\breshape\b|\bview\s+as\b", "a reshape in words (views that add or remove unit dims are read as code, "
      "e.g. x.unsqueeze(1), x.view(1, -1))"),
     (r"\bdropout\b", "dropout"),
-    (r"\bbinary[\s_-]+cross[\s_-]?entropy\b(?![\s_-]+(?:loss[\s_-]+)?with[\s_-]+logits)|\bnll\w*(?<!nll)(?<!nll[\s_-]loss)(?<!nllloss)\b",
-     "this loss (in words: mse, l1, smooth l1, huber, kl divergence, bce with logits, soft margin, triplet margin, "
+    (r"\bnll\w*(?<!nll)(?<!nll[\s_-]loss)(?<!nllloss)\b",
+     "this loss (in words: mse, l1, smooth l1, huber, kl divergence, bce, bce with logits, soft margin, multilabel "
+     "soft margin, poisson nll, triplet margin, "
      "hinge, hinge embedding, margin ranking, cosine embedding, cosine similarity, cross entropy and nll; others written "
      "as PyTorch does, e.g. 'F.binary_cross_entropy(torch.sigmoid(x), y)', or paste the module)"),
-    (r"\bprelu\b|\bround\b", ""),
-    (r"\bsin\b|\bcos\b|\bfloor\b|\bceil\b(?![\s_-]*mode)|\bsign\b",
+    (r"\bsin\b|\bcos\b|\bfloor\b|\bceil\b(?![\s_-]*mode)|\bsign\b|\bprelu\b|\bround\b|\btrunc\b",
      "this function in words (typed as code it is read: e.g. 'torch.floor(x * 3.0) for 4096x4096', 'x.sin()')"),
 ]]
 

@@ -56,6 +56,8 @@ def make_inputs(spec: dict, case: protocol.Case, variant: dict[str, str]) -> lis
             values = torch.randn(shape, generator=gen)
         elif spec_input["domain"] == "sign":
             values = torch.where(torch.rand(shape, generator=gen) < 0.5, -1.0, 1.0)
+        elif spec_input["domain"] == "unit":
+            values = 0.05 + 0.9 * torch.rand(shape, generator=gen)
         else:
             values = 0.5 + 1.5 * torch.rand(shape, generator=gen)
             if spec_input["domain"] == "nonzero":

@@ -102,6 +102,15 @@ def test_every_geometry_matches_torch(tmp_path, expression, x, w, b):
     check(tmp_path, expression, shapes_of(x, w, b), dtypes=("float32", "float16") if half else ("float32",))
 
 
+@pytest.mark.parametrize("expression, x, w", [("conv2d(x, w, b, padding='same')", [2, 3, 7, 6], [4, 3, 3, 5]),
+                                             ("conv1d(x, w, b, padding='same', dilation=2)", [2, 3, 11], [4, 3, 3]),
+                                             ("conv3d(x, w, b, padding='same', groups=3)", [1, 3, 4, 5, 3], [6, 1, 3, 1, 3])])
+def test_same_padding_keeps_the_spatial_sizes_as_torchs(tmp_path, expression, x, w):
+    spec = validate(raw_spec(expression, shapes_of(x, w, [w[0]])))
+    assert spec["outputs"][0]["shapes"][0][2:] == x[2:] and "same" not in ir.to_text(parse_expression(spec))
+    check(tmp_path, expression, shapes_of(x, w, [w[0]]), dtypes=("float32",))
+
+
 @pytest.mark.parametrize("case", [DOT_CASE, FMA_CASE, TAP_CASE, SAMPLE_CASE],
                          ids=["dot", "multiply-add", "tap by tap", "per sample"])
 def test_every_config_is_right(tmp_path, case):
@@ -140,7 +149,9 @@ def test_the_text_reads_back_as_the_same_convolution():
 
 
 @pytest.mark.parametrize("expression, shapes, says", [
-    ("conv2d(x, w, padding='same')", {"x": [1, 2, 5, 5], "w": [4, 2, 3, 3]}, "padding='same' is not supported"),
+    ("conv2d(x, w, padding='same')", {"x": [1, 2, 5, 5], "w": [4, 2, 2, 3]}, "pads [0, 1] before and [1, 1] after"),
+    ("conv1d(x, w, stride=2, padding='same')", {"x": [1, 2, 5], "w": [4, 2, 3]}, "padding='same' takes stride 1"),
+    ("conv_transpose1d(x, w, padding='same')", {"x": [1, 2, 5], "w": [2, 4, 3]}, "takes padding as numbers, 'valid'"),
     ("conv2d(x, w, groups=3)", {"x": [1, 4, 5, 5], "w": [6, 2, 3, 3]}, "which 3 groups do not divide"),
     ("conv2d(x, w)", {"x": [1, 3, 5, 5], "w": [4, 2, 3, 3]}, "takes 2 input channels"),
     ("conv2d(x, w)", {"x": [1, 2, 2, 5], "w": [4, 2, 3, 3]}, "smaller than the kernel's reach"),
@@ -253,7 +264,7 @@ def test_convolution_in_words(words, expression, weight):
     ("conv2d 5x5 on 8x32x28x28 with weight 64x32x3x3", "its weight is 64x32x5x5"),
     ("conv2d on 8x32x28x28 with weight 64x32x3x3 and bias 32", "its bias is 64"),
     ("conv2d 3x3 with 16 output channels on 8x32x28x28 with weight 64x32x3x3", "its weight is 16x32x3x3"),
-    ("F.conv1d(x, w, padding='same') with x 2x3x10 and w 4x3x5", "padding='same' is not supported"),
+    ("F.conv1d(x, w, padding='same') with x 2x3x10 and w 4x3x4", "pads \\[1\\] before and \\[2\\] after"),
 ])
 def test_convolution_words_refused_say_what_works(words, says):
     with pytest.raises(GenerationError, match=says):

@@ -129,6 +129,48 @@ def test_elementwise_losses_are_pytorchs(name, params, reduction):
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+# losses whose input has a domain of its own: a probability (x in (0, 1), 0 and 1 included, where torch
+# clamps each log at -100), a Poisson rate or its log, logits of several labels a row
+DOMAIN_LOSSES = [("binary_cross_entropy", {}, lambda x: torch.sigmoid(x)), ("binary_cross_entropy", {}, "edges"),
+                 ("poisson_nll_loss", {}, None), ("poisson_nll_loss", {"log_input": False, "full": True}, torch.abs),
+                 ("poisson_nll_loss", {"full": True, "eps": 0.5}, None), ("multilabel_soft_margin_loss", {}, None)]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("name, params, to_domain", DOMAIN_LOSSES, ids=[f"{n}{p}{'' if d != 'edges' else ' 0 and 1'}"
+                                                                        for n, p, d in DOMAIN_LOSSES])
+def test_losses_with_input_domains_are_pytorchs(name, params, to_domain, reduction):
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(64, 33, generator=gen, dtype=torch.float64) * 3, torch.rand(64, 33, generator=gen, dtype=torch.float64) * 3
+    if to_domain == "edges":
+        x, y = torch.sigmoid(x), y / 3
+        x[0, :3] = torch.tensor([0.0, 1.0, 1e-60], dtype=torch.float64)
+    elif to_domain is not None:
+        x = to_domain(x)
+    if name != "poisson_nll_loss":
+        y = y / 3
+    keywords = "".join(f", {k}={v!r}" for k, v in params.items())
+    node = ir.parse(f"{name}(x, y{keywords}, reduction='{reduction}')", as_written=True)
+    spec = {"inputs": [{"name": "x", "dtypes": ["float64"]}, {"name": "y", "dtypes": ["float64"]}]}
+    lines, result = lower_torch.torch_lines(spec, node, {"x": "x", "y": "y"})
+    scope = {"torch": torch, "x": x, "y": y}
+    for line in lines:
+        exec(line, scope)
+    want = getattr(torch.nn.functional, name)(x, y, reduction=reduction, **params)
+    torch.testing.assert_close(eval(result, scope), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("call, domain", [("binary_cross_entropy(p, y", "unit"), ("poisson_nll_loss(p, y", "normal"),
+                                          ("multilabel_soft_margin_loss(p, y", "normal"),
+                                          ("binary_cross_entropy(torch.sigmoid(p), y", "normal")])
+def test_losses_with_input_domains_lower_and_draw_their_inputs_there(tmp_path, call, domain, reduction):
+    # a probability under log(p) and log(1 - p) is drawn inside (0, 1); a sigmoid's input anywhere
+    spec = make_spec(f"{call}, reduction='{reduction}')", {"p": [[7, 13]], "y": [[7, 13]]})
+    assert {i["name"]: i["domain"] for i in spec["inputs"]}["p"] == domain
+    check_kernel(tmp_path, spec)
+
+
 @pytest.mark.parametrize("request_text", ["F.kl_div(x, y, reduction='sum', log_target=True) for 8x16 fp32",
                                           "kl divergence between x and y, summed, 8x16 fp32",
                                           "soft margin loss of x and y on 8x16 fp32"])
@@ -214,6 +256,11 @@ def test_triplet_margin_loss_refusals_name_what_works():
     ("nll loss of 512x1000 fp16 log-probabilities, summed", "F.nll_loss(log_probs, target, reduction='sum')"),
     ("negative log likelihood loss per row of 64x10", "F.nll_loss(log_probs, target, reduction='none')"),
     ("负对数似然损失 64x10", "F.nll_loss(log_probs, target)"),
+    ("binary cross entropy between 64x128 probabilities p and targets y", "F.binary_cross_entropy(p, y)"),
+    ("bce loss, summed, 64x128", "F.binary_cross_entropy(x, y, reduction='sum')"),
+    ("二元交叉熵 64x64", "F.binary_cross_entropy(x, y)"),
+    ("poisson nll loss 64x128", "F.poisson_nll_loss(x, y)"),
+    ("multilabel soft margin loss per element of 8x16", "F.multilabel_soft_margin_loss(x, y, reduction='none')"),
 ])
 def test_losses_in_words(words, call):
     spec, _ = parse_request(words)

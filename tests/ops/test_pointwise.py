@@ -13,6 +13,7 @@ import torch
 from generated import load, make_spec
 from lowering import SQUARE, assert_close, check, generate, make_inputs
 
+from bot.generators.interface import GenerationError
 from bot.request import parse_request
 from bot import integrity, ir, lower_torch
 from bot.codegen import kernel_file, row_kernel
@@ -271,6 +272,10 @@ def test_activations_in_words(words, typed):
     ("torch.log10(x.abs())", lambda x, y, z: torch.log10(x.abs())), ("torch.exp2(x)", lambda x, y, z: torch.exp2(x)),
     ("torch.sign(x)", lambda x, y, z: torch.sign(x)), ("x.clamp_min(0.2)", lambda x, y, z: x.clamp_min(0.2)),
     ("torch.tan(x)", lambda x, y, z: torch.tan(x)),
+    ("torch.trunc(x * 3.0)", lambda x, y, z: torch.trunc(x * 3.0)), ("torch.frac(x * 3.0)", lambda x, y, z: torch.frac(x * 3.0)),
+    ("torch.round(x * 4.0)", lambda x, y, z: torch.round(x * 4.0)),
+    ("F.rrelu(x, 0.1, 0.3)", lambda x, y, z: torch.nn.functional.rrelu(x, 0.1, 0.3)),
+    ("F.prelu(x, 0.2)", lambda x, y, z: torch.nn.functional.prelu(x, torch.tensor([0.2], dtype=x.dtype))),
     ("F.threshold(x, 0.1, 20.0)", lambda x, y, z: torch.nn.functional.threshold(x, 0.1, 20.0)),
     ("torch.clamp_max(x, y)", lambda x, y, z: torch.clamp_max(x, y)),
     ("torch.addcmul(x, y, z, value=0.5)", lambda x, y, z: torch.addcmul(x, y, z, value=0.5)),
@@ -319,6 +324,39 @@ def test_sign_keeps_the_inputs_dtype_and_is_read_from_a_request(tmp_path, dtype)
     got, want = kernel(x.reshape(2, 7)), (torch.sign(x) * x).reshape(2, 7)
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_round_goes_half_to_even_and_keeps_large_and_infinite_values(tmp_path, dtype):
+    spec, _ = parse_request(f"torch.round(x) with x 4x8 {'fp16' if dtype == 'float16' else 'fp32'}")
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    big = 8388609.0 if dtype == "float32" else 2049.0          # odd integers past the float's last fraction bit
+    values = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 3.7, -3.7, big, -big, float("inf"),
+              -float("inf"), float("nan"), 0.0, 1e-8, 7.5, -7.5, 2.4999998, 4095.5, -4095.5, 123.25, -0.75,
+              0.25, 1.0, -1.0, 6.5, 1e30 if dtype == "float32" else 60000.0, 2.5000002, -2.5000002, 9.5]
+    x = torch.tensor(values, dtype=getattr(torch, dtype)).reshape(4, 8)
+    torch.testing.assert_close(kernel(x), torch.round(x), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("x_shape, w_shape", [("2x6x5x3", "6"), ("2x6x5x3", "1"), ("7x6", "6"), ("3x4x9", "4")])
+def test_prelu_puts_one_weight_per_channel_on_dim_1(tmp_path, x_shape, w_shape):
+    spec, _ = parse_request(f"F.prelu(x, w) with x {x_shape} and w {w_shape} fp32")
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    x = torch.randn([int(d) for d in x_shape.split("x")])
+    w = torch.rand(int(w_shape))
+    torch.testing.assert_close(kernel(x, w), torch.nn.functional.prelu(x, w))
+
+
+def test_prelu_refuses_a_weight_that_is_neither_one_value_nor_one_per_channel():
+    with pytest.raises(GenerationError, match=r"prelu's weight has 5 values; it takes 1 or one per channel \(dim 1 of x, 6\)"):
+        parse_request("F.prelu(x, w) with x 2x6x4x4 and w 5")
+
+
+def test_rrelu_in_training_mode_and_the_identity_are_refused_naming_why():
+    with pytest.raises(ir.IRError, match="rrelu in training mode draws a random slope"):
+        ir.parse("F.rrelu(x, training=True)", as_written=True)
+    with pytest.raises(GenerationError, match="returns its input 'x' unchanged"):
+        parse_request("def f(x):\n    return F.dropout(x, p=0.5, training=False)")
 
 
 def test_dropout_that_is_random_is_refused_naming_why():
