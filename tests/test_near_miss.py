@@ -17,7 +17,7 @@ REFUSED = [
     ("exclusive prefix sum of x", "which dim"),
     ("cumsum of x over all elements", "one dim"),
     ("exclusive running max over dim 0", "exclusive"),
-    ("log cumsum exp over the last dim", "logcumsumexp"),
+    ("exclusive log cumsum exp over dim 0 of 8x8", "logcumsumexp with exclusive=True is not supported"),
     ("沿最后一维累加 64x1024", "累加"),          # a sum or a running sum: not guessed
     # reductions the catalog does not have
     ("sum of squares over the last dim of a 64x512 fp32 tensor", "squares"),
@@ -135,7 +135,7 @@ REFUSED = [
     ("def f(x):\n    return x * x.size(1)\nfor 64x128, 32x16", "same size along that dim"),
     ("def f(x, w):\n    y = (x.float() * 2).type_as(x)\n    return y * w.float()\nfor 8x16", "casts with 'w.float()'"),
     ("cross entropy on logits 4096x32000 with targets 1000", "must have the input's shape without the class dim"),
-    ("binary cross entropy of x and y", "this loss"),
+    ("bce loss of x and y with weight w", "weight w"),
     # training: ops without a gradient rule
     ("global max pooling backward on 8x16x40x40", "windows of at most 256"),
     # layout
@@ -254,6 +254,8 @@ SOLVED = [
     ("exclusive prefix sum over dim 1 of 4x8x16", "cumsum(x, dim=1, exclusive=True)", [[4, 8, 16]]),
     ("cumulative product of each row of 16x64", "cumprod(x, dim=-1)", [[16, 64]]),
     ("running min over dim 0 of 32x32", "cummin(x, dim=0)", [[32, 32]]),
+    ("log cumsum exp over dim 0 of 64x128, reversed", "logcumsumexp(x, dim=0, reverse=True)", [[64, 128]]),
+    ("def f(x):\n    return torch.logcumsumexp(x, dim=1)\nfor 8x16", "logcumsumexp(x, dim=-1)", [[8, 16]]),
     ("沿最后一维求前缀和 64x1024", "cumsum(x, dim=-1)", [[64, 1024]]),
     ("def f(x):\n    return torch.cumsum(x.flip(1), dim=1).flip(1)\nfor 8x16", "cumsum(x, dim=-1, reverse=True)", [[8, 16]]),
     ("def f(x):\n    return torch.cummax(x, dim=0).values\nfor 8x16", "cummax(x, dim=0)", [[8, 16]]),

@@ -62,6 +62,13 @@ def _min_nan(a, b):
 
 
 @triton.jit
+def _logaddexp(a, b):
+    # log(exp(a) + exp(b)) from the larger: no overflow; -inf and inf stay (logcumsumexp's combine)
+    m = tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    return tl.where(tl.abs(m) == float("inf"), m, m + tl.log(tl.exp(a - m) + tl.exp(b - m)))
+
+
+@triton.jit
 def _powi(x, E: tl.constexpr):
     # x ** E for an integer E >= 1 by repeated multiplication (exact sign for negative x).
     y = x

@@ -1,4 +1,4 @@
-"""The scan family: cumsum, cumprod, cummax and cummin over any one dim of a pointwise body, forward
+"""The scan family: cumsum, cumprod, cummax, cummin and logcumsumexp over any one dim of a pointwise body, forward
 or reversed, inclusive or exclusive; the output has the body's shape and dtype.
 
 PyTorch writes a reversed scan as x.flip(d).cumsum(d).flip(d) (torch has no reverse flag): the IR
@@ -21,13 +21,15 @@ from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, fl
 from bot.ops.text import FLAGS as _F
 
 NAME = "scan"
-SCANS = {"cumsum", "cumprod", "cummax", "cummin"}
+SCANS = {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"}
+# scans whose first step cannot be an identity a person would want (-inf, inf): inclusive only
+_INCLUSIVE_ONLY = {"cummax": "-inf", "cummin": "inf", "logcumsumexp": "-inf"}
 # cumext_grad(x, y, up, scan=..., dim=..., reverse=...): a training kernel's part (bot.autodiff writes it),
 # the gradient of y = cummax (cummin) of x given the output's gradient, up
 GRAD = "cumext_grad"
 OPS = SCANS | {GRAD}
 ROOT = True
-SUPPORTED = ("over any one dim", "cumsum, cumprod, cummax, cummin (also reversed: x.flip(d).cumsum(d).flip(d); "
+SUPPORTED = ("over any one dim", "cumsum, cumprod, cummax, cummin, logcumsumexp (also reversed: x.flip(d).cumsum(d).flip(d); "
              "cumsum and cumprod also exclusive=True)")
 # torch.cummax(x, d).values, as the request reader writes it (bot.request.torch_code)
 ALIASES = {"cummax_values": "cummax", "cummin_values": "cummin"}
@@ -36,6 +38,7 @@ KEYWORDS = {**dict.fromkeys(SCANS, {"dim", "reverse", "exclusive"}), FLIP: {"dim
 OUTPUT_DTYPES: dict[str, str] = {}
 # Looked for before the reduce family's words, which these hold ("sum", "max").
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
+    (r"\blog[\s_-]?cum(?:ulative)?[\s_-]?sum[\s_-]?exp\b|\brunning\s+log[\s_-]?sum[\s_-]?exp\b", "row", "logcumsumexp"),
     (r"\bcum(?:ulative)?[\s_-]?sums?\b|\bprefix[\s-]sums?\b|\brunning\s+(?:sum|total)s?\b|\bscan\b|前缀和|累积和",
      "row", "cumsum"),
     (r"\bcum(?:ulative)?[\s_-]?prod(?:uct)?s?\b|\bprefix[\s-]products?\b|\brunning\s+products?\b|累积乘积|累乘",
@@ -50,7 +53,8 @@ FLAG_WORDS = re.compile(f"{REVERSE_WORD.pattern}|{EXCLUSIVE_WORD.pattern}", _F)
 # "masked cumsum": the sum of the elements a bool mask input keeps (KernelBench's cumsum(x * mask))
 MASKED_WORD = re.compile(r"\bmasked\b|掩码", _F)
 
-_IDENTITY = {"cumsum": "0.0", "cumprod": "1.0", "cummax": 'float("-inf")', "cummin": 'float("inf")'}
+_IDENTITY = {"cumsum": "0.0", "cumprod": "1.0", "cummax": 'float("-inf")', "cummin": 'float("inf")',
+             "logcumsumexp": 'float("-inf")'}
 
 # Config spaces, after the default's pick for each case (_scan_config). cols: one tile a program,
 # chained by look-back (LOOKBACK), or a program walking all of D in tiles 16-128 columns wide and
@@ -83,12 +87,13 @@ ROWS_CONFIGS = [
 
 
 def scan_math(op: str) -> ScanMath:
-    """op's identity, tile scan and combine in Triton (max/min keep NaN, as torch's do)."""
+    """op's identity, tile scan and combine in Triton (max/min keep NaN, as torch's do; logcumsumexp
+    combines by log(exp(a) + exp(b)))."""
     if op == "cumsum":
         return ScanMath("0.0", lambda x, axis: f"tl.cumsum({x}, axis={axis})", lambda a, b: f"{a} + {b}")
     if op == "cumprod":
         return ScanMath("1.0", lambda x, axis: f"tl.cumprod({x}, axis={axis})", lambda a, b: f"{a} * {b}")
-    helper = f"_{op[3:]}_nan"
+    helper = "_logaddexp" if op == "logcumsumexp" else f"_{op[3:]}_nan"
     return ScanMath(_IDENTITY[op], lambda x, axis: f"tl.associative_scan({x}, {axis}, {helper})",
                     lambda a, b: f"{helper}({a}, {b})")
 
@@ -123,9 +128,9 @@ def convert(c: Call) -> Node | None:
     if c.fname not in SCANS:
         return None
     reverse, exclusive = flag(c.kw.pop("reverse", None)), flag(c.kw.pop("exclusive", None))
-    if exclusive and c.fname in ("cummax", "cummin"):
+    if exclusive and c.fname in _INCLUSIVE_ONLY:
         raise IRError(f"{c.fname} with exclusive=True is not supported: its first step would be the identity, "
-                      f"{'-inf' if c.fname == 'cummax' else 'inf'}; exclusive scans are cumsum's and cumprod's")
+                      f"{_INCLUSIVE_ONLY[c.fname]}; exclusive scans are cumsum's and cumprod's")
     dim = _dim(c) if len(c.args) == 2 or "dim" in c.kw else None       # words leave it to the reader
     arity(c.fname, c.args, 1)
     body = c.expr(c.args[0])
@@ -207,6 +212,8 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
         body = f"torch.flip({body}, [{dim}])"
     if op in ("cummax", "cummin"):
         result = f"torch.{op}({body}, dim={dim}).values"
+    elif op == "logcumsumexp":      # in float32 at least, as the kernel
+        result = f"torch.logcumsumexp({body}.to(torch.promote_types({anchor}.dtype, torch.float32)), {dim}).to({anchor}.dtype)"
     else:       # torch's float16/bfloat16 scans add in that dtype: these add in float32 (float64 stays)
         wide = f"torch.promote_types({anchor}.dtype, torch.float32)"
         result = f"torch.{op}({body}, dim={dim}, dtype={wide}).to({anchor}.dtype)"
@@ -304,7 +311,7 @@ def reference_property(node: Node) -> tuple[str, bool]:
     """cumsum: the last step (first, reversed) is the sum over the dim; cummax/cummin never go down
     (up) along it. Checked on the reference's own output, in its dtype."""
     dim, op = node.attr("dim"), node.op
-    if node.attr("exclusive") or op in ("cumprod", GRAD):
+    if node.attr("exclusive") or op in ("cumprod", "logcumsumexp", GRAD):
         return "", False
     end = 0 if node.attr("reverse") else -1
     if op == "cumsum":

@@ -37,7 +37,6 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
      "this convolution (conv1d/2d/3d, transposed, depthwise and grouped are supported)"),
     (r"\b(?:arg)?sort\w*|排序", "sorting"),
     (r"\btop[\s_-]?k\b", "top-k"),
-    (r"\blog[\s_-]?cum[\s_-]?sum[\s_-]?exp\b", "logcumsumexp"),
     (r"\brotary\b|\brope\b", "rotary position embedding (RoPE)"),
     (r"\b(?:quick|fast)[\s_-]?gelu\b", "a fast or quick GELU (an approximation: say 'gelu with tanh approximation', or "
      "write x * sigmoid(1.702 * x))"),

@@ -66,8 +66,10 @@ def test_the_reference_is_torch_s_own_scan(tmp_path, op, flags):
     spec = _spec(f"{op}(x, dim=1{flags})", [[4, 9, 3]], ("float32",))
     reference, _ = generate_reduction(tmp_path, spec)
     x = torch.randn(4, 9, 3, dtype=torch.float64)
-    combine = {"cumsum": torch.add, "cumprod": torch.mul, "cummax": torch.maximum, "cummin": torch.minimum}[op]
-    identity = {"cumsum": 0.0, "cumprod": 1.0, "cummax": float("-inf"), "cummin": float("inf")}[op]
+    combine = {"cumsum": torch.add, "cumprod": torch.mul, "cummax": torch.maximum, "cummin": torch.minimum,
+               "logcumsumexp": torch.logaddexp}[op]
+    identity = {"cumsum": 0.0, "cumprod": 1.0, "cummax": float("-inf"), "cummin": float("inf"),
+                "logcumsumexp": float("-inf")}[op]
     steps = range(8, -1, -1) if "reverse" in flags else range(9)
     running, want = torch.full((4, 3), identity, dtype=torch.float64), torch.empty_like(x)
     for d in steps:
@@ -80,11 +82,12 @@ def test_the_reference_is_torch_s_own_scan(tmp_path, op, flags):
 
 
 def test_nan_propagates_as_in_torch(tmp_path):
-    for op in ("cummax", "cummin", "cumsum"):
+    for op in ("cummax", "cummin", "cumsum", "logcumsumexp"):
         spec = _spec(f"{op}(x, dim=-1)", [[3, 50]], ("float32",))
         reference, module = generate_reduction(tmp_path, spec)
         x = torch.randn(3, 50)
         x[1, 7] = float("nan")
+        x[2, 3], x[2, 9], x[0, :5] = float("inf"), -float("inf"), -float("inf")     # logcumsumexp keeps +-inf
         for config in (None, *SMALL_CHUNKS):
             torch.testing.assert_close(module.op(x, config=config), reference(x), equal_nan=True)
 
