@@ -210,12 +210,12 @@ def _einsum(c: Call) -> Node:
     a, b = (c.expr(x) for x in c.args[1:])
     for ta, tb in ((False, False), (False, True), (True, False), (True, True)):
         sa, sb = _swapped(operands[0], ta), _swapped(operands[1], tb)
-        batched_ok = len(sb) == 2 or (len(sa) == len(sb) == 3 and sa[0] == sb[0])
+        batched_ok = len(sb) == 2 or (len(sa) == len(sb) >= 3 and sa[:-2] == sb[:-2])
         if len(sa) >= 2 and len(sb) >= 2 and sa[-1] == sb[-2] and sa[-1] not in out and batched_ok \
                 and sa[:-1] + sb[-1] == out:
             return product(_transposed_as(a, operands[0], ta), _transposed_as(b, operands[1], tb), tf32=False)
     raise IRError(f"einsum {equation!r} is not a matrix product the matmul kernel takes (a [..., M, K] @ b [K, N], "
-                  "batched [B, M, K] @ [B, K, N], either operand transposed); write it with @")
+                  "batched [..., M, K] @ [..., K, N], either operand transposed); write it with @")
 
 
 def _swapped(subscripts: str, swap: bool) -> str:
@@ -567,13 +567,13 @@ def vector_products(node: Node, shapes: dict[str, list[int]]) -> Node:
 
 
 def operand_problem(a: tuple[str, list[int]], b: tuple[str, list[int]]) -> list[int]:
-    """The problem [.., M, N, K] of operands (name, shape) a [.., M, K] @ b [.., K, N]; b may be one
-    2-D weight shared by every matrix of a 3-D a."""
+    """The problem [.., M, N, K] of operands (name, shape) a [.., M, K] @ b [.., K, N] (the same batch
+    dims, any number of them); b may be one 2-D weight shared by every matrix of a."""
     (na, sa), (nb, sb) = a, b
-    if len(sa) < 2 or not (len(sb) == 2 or len(sa) == len(sb) == 3) or sa[-1] != sb[-2] \
-            or (len(sb) == 3 and sa[0] != sb[0]):
+    if len(sa) < 2 or not (len(sb) == 2 or len(sa) == len(sb)) or sa[-1] != sb[-2] \
+            or (len(sb) > 2 and sa[:-2] != sb[:-2]):
         raise GenerationError(f"{na} {fmt_shape(sa)} @ {nb} {fmt_shape(sb)} is not a product the offline matmul takes: "
-                              "[M, K] @ [K, N], [B, M, K] @ [B, K, N] or [..., M, K] @ [K, N]")
+                              "[M, K] @ [K, N], [..., M, K] @ [..., K, N] (the same batch dims) or [..., M, K] @ [K, N]")
     return [*sa[:-2], sa[-2], sb[-1], sa[-1]]
 
 

@@ -609,6 +609,18 @@ def test_4d_batches_of_matrices_multiply_pairwise(tmp_path):
         ir.output_shape(ir.parse("a @ b"), {"a": [2, 3, 5, 7], "b": [1, 3, 7, 9]})
 
 
+@pytest.mark.parametrize("request_text, expression", [
+    ("(q @ k.transpose(-2, -1)) * 0.125 with q 2x3x8x16 and k 2x3x8x16", "matmul(q, k.mT) * 0.125"),
+    ("torch.einsum('bhqd,bhkd->bhqk', q, k) with q 2x3x8x16 and k 2x3x8x16", "matmul(q, k.mT)"),
+    ("relu(a @ b) with a 4x3x5x6 and b 4x3x6x7", "relu(matmul(a, b))"),
+])
+def test_attention_scores_and_other_4d_products_are_read_from_requests(request_text, expression):
+    spec, _ = parse_request(request_text)
+    assert ir.parse(spec["expression"]) == ir.parse(expression)
+    with pytest.raises(GenerationError, match="different batch dims"):
+        parse_request("a @ b with a 2x3x8x16 and b 3x2x16x4")
+
+
 @pytest.mark.parametrize("equation, text", [
     ("bijl,lk->bijk", "matmul(a, b)"), ("ik,jk->ij", "matmul(a, b.T)"), ("ki,kj->ij", "matmul(a.T, b)"),
     ("bij,bjk->bik", "matmul(a, b)"), ("bij,bkj->bik", "matmul(a, b.mT)"), ("ij,jk", "matmul(a, b)"),
