@@ -37,7 +37,8 @@ MAX_NUMEL = 2**34                   # the kernels index with int64 where a tenso
 SUPPORTED = ("", "index_select(x, dim, index), torch.gather(x, dim, index), embedding lookup (F.embedding, "
              "nn.Embedding)")
 ALIASES: dict[str, str] = {}
-KEYWORDS = {INDEX_SELECT: {"dim", "index"}, GATHER: {"dim", "index", "sparse_grad"},
+TAKE_ALONG = "take_along_dim"
+KEYWORDS = {INDEX_SELECT: {"dim", "index"}, GATHER: {"dim", "index", "sparse_grad"}, TAKE_ALONG: {"indices", "dim"},
             EMBEDDING: {"weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"},
             GRAD: {"kind", "dim", "padding_idx"}}
 OUTPUT_DTYPES: dict[str, str] = {}
@@ -167,6 +168,14 @@ def convert(c: Call) -> Node | None:
             raise IRError(f"{c.fname} takes a tensor, an integer dim and an index tensor, e.g. "
                           f"torch.{c.fname}(x, 1, idx)")
         return call(c.fname, _tensor(c, given["input"]), _tensor(c, given["index"]), dim=int(number(given["dim"])))
+    if c.fname == TAKE_ALONG:
+        given = arguments(c, ("input", "indices", "dim"))
+        if set(given) != {"input", "indices", "dim"} or not is_int_literal(given["dim"]):
+            raise IRError("take_along_dim is read along one integer dim, e.g. torch.take_along_dim(x, idx, dim=1) "
+                          "(without a dim it indexes the flattened tensor)")
+        # gather where the index has the tensor's sizes but along dim (take_along_dim would broadcast them)
+        return call(GATHER, _tensor(c, given["input"]), _tensor(c, given["indices"]), dim=int(number(given["dim"])),
+                    along=True)
     if c.fname == EMBEDDING:
         return _embedding(c)
     if c.fname == GRAD:
@@ -223,6 +232,8 @@ def _text(node: Node, text) -> str:
     table, index = (text(a) for a in operands(node))
     if node.op == EMBEDDING:
         return f"embedding({index}, {table}{_embedding_keywords(node)})"
+    if node.attr("along"):
+        return f"{TAKE_ALONG}({table}, {index}, dim={node.attr('dim')})"
     return f"{node.op}({table}, {node.attr('dim')}, {index})"
 
 
@@ -262,6 +273,10 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
         if len(index) > 1:
             raise IRError(f"index_select takes a 1-d index, got shape {index}")
         return table[:d] + [index[0] if index else 1] + table[d + 1:]
+    if node.attr("along") and (len(index) != len(table) or any(i != t for k, (i, t) in enumerate(zip(index, table))
+                                                                if k != d)):
+        raise IRError(f"take_along_dim along dim {d}: the indices {index} must have the tensor's sizes {table} in every "
+                      "other dim (broadcasting them is not supported; expand them first, or use gather)")
     if len(index) != len(table) or any(i > t for k, (i, t) in enumerate(zip(index, table)) if k != d):
         raise IRError(f"gather along dim {d}: the index {index} must have the tensor's rank and no larger a size "
                       f"in any other dim than the tensor {table}")

@@ -190,6 +190,10 @@ def subscript(n: ast.Subscript, expr) -> Node:
     items = list(n.slice.elts) if isinstance(n.slice, ast.Tuple) else [n.slice]
     if any(is_none(e) for e in items):
         return _with_new_dims(n, items, expr)
+    tensors = [k for k, e in enumerate(items) if isinstance(e, ast.Name)]
+    if len(tensors) == 1 and all(k in tensors or _whole(e) for k, e in enumerate(items)):
+        # x[idx], x[:, idx]: the rows (columns) a 1-D index tensor names, as index_select takes them
+        return call("index_select", expr(n.value), expr(items[tensors[0]]), dim=tensors[0])
     dots = [k for k, e in enumerate(items) if isinstance(e, ast.Constant) and e.value is Ellipsis]
     if len(dots) > 1 or any(not isinstance(e, ast.Slice) and not is_int_literal(e) for k, e in enumerate(items)
                             if k not in dots):
@@ -210,6 +214,11 @@ def subscript(n: ast.Subscript, expr) -> Node:
         else:
             node = call(SELECT, node, dim=d, index=int(number(e)))
     return node
+
+
+def _whole(e: ast.expr) -> bool:
+    """':' alone."""
+    return isinstance(e, ast.Slice) and e.lower is None and e.upper is None and e.step is None
 
 
 def _with_new_dims(n: ast.Subscript, items: list[ast.expr], expr) -> Node:

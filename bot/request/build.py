@@ -162,8 +162,10 @@ def _refuse_float_indices(st: State, node: ir.Node, index: dict[str, dict]) -> N
     made = st.pasted.shapes if st.pasted else {}
     for name in index:
         if name in made and name not in st.pasted.parameters and name not in st.pasted.indices:
-            raise GenerationError(f"{node_text(node)!r} reads {name} as int64 indices, but get_inputs makes it a float "
-                                  f"tensor; make it with torch.randint(0, n, size), as torch requires")
+            made_as = "a bool mask (x[mask] keeps a varying number of elements, which no kernel's output shape follows)" \
+                if name in st.masks else "a float tensor"
+            raise GenerationError(f"{node_text(node)!r} reads {name} as int64 indices, but get_inputs makes it {made_as}; "
+                                  f"make it with torch.randint(0, n, size), as torch requires")
 
 
 def _input_shapes(st: State, node: ir.Node, names: list[str], notes: list[str]) -> dict[str, list[list[int]]]:

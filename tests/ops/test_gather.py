@@ -26,6 +26,8 @@ CASES = [
     ("torch.gather(x, 0, idx)", {"x": [9, 7], "idx": [3, 5]}),         # an index smaller in the other dim
     ("x.gather(-1, idx)", {"x": [6, 9], "idx": [6, 20]}),
     ("relu(F.embedding(ids, weight)) * 2", {"ids": [4, 9], "weight": [50, 33]}),   # a chain: lookup, then the body
+    ("torch.take_along_dim(x, idx, dim=1)", {"x": [6, 9, 5], "idx": [6, 4, 5]}),
+    ("x[idx]", {"x": [37, 45], "idx": [12]}), ("x[:, idx] * 2", {"x": [5, 37, 3], "idx": [12]}),   # index_select's
 ]
 
 
@@ -89,6 +91,8 @@ def test_an_index_outside_the_dim_reads_zero_never_outside_the_table(tmp_path):
     ("F.embedding(ids, w)", {"ids": [4], "w": [2, 3, 4]}, "num_embeddings, embedding_dim"),
     ("F.embedding(ids, w, max_norm=1.0)", None, "max_norm renormalises"),
     ("torch.gather(x, d, idx)", None, "an integer dim"),
+    ("torch.take_along_dim(x, idx, 1)", {"x": [4, 8], "idx": [1, 3]}, "must have the tensor's sizes"),
+    ("torch.take_along_dim(x, idx)", None, "one integer dim"),
 ])
 def test_bad_lookups_are_refused_naming_the_problem(expression, shapes, message):
     with pytest.raises(ir.IRError, match=message):

@@ -104,7 +104,7 @@ def test_a_view_keeps_its_operands_indices():
     ("relu(x).view(x.size(1), x.size(0))", "join neighbouring dims"),
     ("relu(x).view(relu(x).size(0), -1, relu(x).size(3))", "join neighbouring dims"),
     ("relu(x).view(y.size(1), y.size(0))", "another tensor's whole shape"),
-    ("x[i] * 2.0", "slices with number bounds"),
+    ("x[i, j] * 2.0", "slices with number bounds"),
     ("x[:, 0:n] * 2.0", "bounds must be numbers"),
     ("x.chunk(2, dim=1)[-1] * 2.0", "by its position from 0"),
     ("x.narrow(1, 0, n) * 2.0", "narrow takes a length as a number"),
