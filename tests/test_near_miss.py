@@ -123,7 +123,7 @@ REFUSED = [
     ("group norm over 32 groups", "group"),
     ("rmsnorm over dim 0", "last dim"),
     ("layernorm over the last two dims", "dims"),
-    ("cross entropy with label smoothing 0.1", "label smoothing"),
+    ("cross entropy with label smoothing of 64x100", "label smoothing with its value"),
     ("def g(x, y):\n    return x * y\n\ndef f(x):\n    return g(x)\nfor 8x16", "does not match g's parameters"),
     # a cast to one dtype that reaches the result, through a local or an operand: PyTorch returns that dtype
     ("def f(x):\n    y = x.float().softmax(-1)\n    return y * 2\nfor 8x16", "casts with 'x.float()'"),

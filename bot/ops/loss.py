@@ -22,8 +22,8 @@ from bot.codegen.row_kernel import (EDGE_LINES, _row_config, _row_tile, align_el
 from bot.generators.interface import GenerationError
 from bot.ops import pointwise, view
 from bot.ops.entry import SMALL_LONG_ODD, Entry
-from bot.ops.node import (ALL, Call, IRError, Node, arguments, broadcast_shapes, call, flag, input_names, is_none, number,
-                          prints, to_text)
+from bot.ops.node import (ALL, Call, IRError, Node, arguments, broadcast_shapes, call, flag, fmt_num, input_names, is_none,
+                          number, prints, to_text)
 from bot.ops.text import END, NUM, FLAGS as _F, blank as _blank
 from runner.protocol import IGNORE_INDEX
 
@@ -136,6 +136,8 @@ _CE_NAMES = re.compile(r"\b(?:targets?|labels?|probabilit(?:y|ies)|probs|predict
                        r"log[\s_-]?prob(?:abilitie)?s)\b|对数概率|目标|标签|类别|损失", _F)
 
 
+_SMOOTHING = re.compile(rf"\b(?:with\s+)?label[\s_-]?smoothing\s*(?:of|=|:|is)?\s*({NUM}){END}|标签平滑\s*(?:为|=|:)?\s*({NUM}){END}",
+                        _F)
 _CE_EXTRAS = re.compile(r"\blabel[\s_-]?smoothing\b|\bignore[\s_-]?index\b|\b(?:class[\s_-])?weights?\b|"
                         r"标签平滑|权重", _F)
 
@@ -153,15 +155,20 @@ def cross_entropy_words(text: str) -> tuple[str, str, list[str]]:
     if NLL_WORD.search(text) and CROSS_ENTROPY.search(text):
         raise GenerationError("I found cross entropy and nll loss: which one? cross entropy takes logits, nll loss "
                               "log-probabilities")
+    smoothing = ""
+    if fn == CE_OP and (m := _SMOOTHING.search(text)):
+        smoothing = f", label_smoothing={float(next(g for g in m.groups() if g))!r}"
+        text = _SMOOTHING.sub(_blank, text)
     if m := _CE_EXTRAS.search(text):
+        smoothing = " and label smoothing with its value, e.g. 'label smoothing 0.1'" * (fn == CE_OP)
         raise GenerationError(f"{fn} with {m.group(0)!r} is not supported: {fn}({x}, target) takes class indices, "
-                              "with reduction mean (the default), sum or none (per row)")
+                              f"with reduction mean (the default), sum or none (per row){smoothing}")
     reduction = "none" if _PER_ROW.search(text) else "sum" if _SUM_REDUCTION.search(text) else "mean"
     notes = [] if reduction != "mean" or _MEAN.search(text) else [
         f"no reduction named: averaging the loss over rows (reduction='mean', like F.{fn})"]
     for pattern in (CLASS_LOSS, _PER_ROW, _SUM_REDUCTION, _MEAN, _CE_NAMES):
         text = pattern.sub(_blank, text)
-    return f"{fn}({x}, target{f', reduction={reduction!r}' * (reduction != 'mean')})", text, notes
+    return f"{fn}({x}, target{f', reduction={reduction!r}' * (reduction != 'mean')}{smoothing})", text, notes
 
 
 # The elementwise losses (and triplet margin) by name: pattern -> function. Binary cross entropy is
@@ -293,10 +300,12 @@ def convert(c: Call) -> Node | None:
     if "input" not in given or "target" not in given:
         raise IRError(f"{c.fname} takes input and target, e.g. F.{c.fname}(x, target)")
     _defaults_only(c.fname, given, _CLASS_ORDER[2:6], {"ignore_index": IGNORE_INDEX})
-    if "label_smoothing" in given and number(given["label_smoothing"]) != 0:
-        raise IRError(f"cross_entropy with label_smoothing={ast.unparse(given['label_smoothing'])} is not supported")
+    smoothing = number(given["label_smoothing"]) if "label_smoothing" in given else 0.0
+    if not 0.0 <= smoothing <= 1.0:
+        raise IRError(f"cross_entropy's label_smoothing must be in [0, 1] (as torch's), got {fmt_num(smoothing)}")
     reduction = _read_reduction(c.fname, given.get("reduction"))
-    return call(c.fname, c.expr(given["input"]), c.expr(given["target"]), reduction=reduction)
+    return call(c.fname, c.expr(given["input"]), c.expr(given["target"]), reduction=reduction,
+                **({"smoothing": smoothing} if smoothing else {}))
 
 
 def _gradient(c: Call) -> Node:
@@ -374,8 +383,9 @@ def _formula(c: Call) -> Node:
 @prints(*OPS)
 def _print(node: Node, text) -> str:
     reduction = node.attr("reduction")
+    smoothing = f", label_smoothing={fmt_num(node.attr('smoothing'))}" if node.attr("smoothing") else ""
     return f"{node.op}({', '.join(text(a) for a in node.args)}" + (
-        ")" if reduction == "mean" else f", reduction={reduction!r})")
+        "" if reduction == "mean" else f", reduction={reduction!r}") + f"{smoothing})"
 
 
 def check(node: Node) -> None:
@@ -431,8 +441,9 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
     if node.op == NLL:
         return f"torch.nn.functional.nll_loss({body}, {target}, reduction={reduction!r})"
     # Classes are the last dim (torch's own cross_entropy takes them at dim 1): rows flattened.
+    smoothing = f", label_smoothing={node.attr('smoothing')!r}" if node.attr("smoothing") else ""
     loss = (f"torch.nn.functional.cross_entropy({body}.flatten(0, -2), {target}.flatten(), "
-            f"reduction={reduction!r})")
+            f"reduction={reduction!r}{smoothing})")
     return f"{loss}.reshape({target}.shape)" if reduction == "none" else loss
 
 
@@ -526,7 +537,7 @@ class _ClassRowsFile(ReducedBodyFile):
 
     def __init__(self, spec, node, inputs, options, body):
         super().__init__(spec, node, inputs, options, body)
-        self.reduction = node.attr("reduction")
+        self.reduction, self.smoothing = node.attr("reduction"), node.attr("smoothing") or 0.0
         self.target = next(i for i in inputs if i.name == node.args[1].name)
         self.rows_of = [(math.prod(full[:-1]), full[-1]) for full in self.fulls]     # (R, V) per case
 
@@ -536,6 +547,19 @@ class _ClassRowsFile(ReducedBodyFile):
         return self._head() + ("    # R rows of V classes, one class index per row.\n"
                                "    V = shape[-1]\n    R = shape[:-1].numel()\n"
                                f'    _require_full("{t.name}", {t.local}.shape, shape[:-1])\n')
+
+    def _total(self, mask: str) -> list[str]:
+        """With label smoothing, the row's total of logits (`mask`: the tile's lanes in the row)."""
+        return [f"row_tot += tl.sum(tl.where({mask}, val, 0.0), axis=1)"] if self.smoothing else []
+
+    def _online_update(self) -> list[str]:
+        """Fold the tile `val` into row_max and row_sum (online logsumexp), and row_tot."""
+        return [*self._total("mask"), "new_max = tl.maximum(row_max, tl.max(val, axis=1))",
+                "# exp(v - m) as exp2(v * log2(e) - m * log2(e)): one fused multiply-add before each exp2.",
+                "scaled_max = new_max * LOG2E",
+                "row_sum = (row_sum * tl.exp2(row_max * LOG2E - scaled_max)",
+                "           + tl.sum(tl.exp2(val * LOG2E - scaled_max[:, None]), axis=1))",
+                "row_max = new_max"]
 
     def _tiles(self) -> str:
         """The launcher's config and its tiles fitted to R and V."""
@@ -579,24 +603,15 @@ class _CrossEntropyKernel(_ClassRowsFile):
     def _loss(self) -> list[str]:
         """From row_max and row_sum of `rows` and their targets: the target's logit, read directly
         (a target outside [0, V) picks 0 and reads nothing), the loss (0 for an ignored row), and
-        its store."""
-        t = self.target.local
+        its store. With label smoothing e: logsumexp - (1 - e) * row[target] - e * mean(row)."""
+        t, e = self.target.local, self.smoothing
+        picked = f"{1 - e!r} * picked + {e!r} / V * row_tot" if e else "picked"
         return [f"pick = (rows < R) & ({t} >= 0) & ({t} < V)",
                 *(f"{i.local} = tl.load({i.local}_ptr + rows * V + {t}, mask=pick, other=0.0).to(tl.float32)"
                   for i in self.body_inputs),
                 f"picked = tl.sum(tl.where(pick, {self.body_call()}, 0.0), axis=1)",
-                f"loss = tl.where({t} == {IGNORE_INDEX}, 0.0, (row_max + tl.log(row_sum) - picked)[:, None])",
+                f"loss = tl.where({t} == {IGNORE_INDEX}, 0.0, (row_max + tl.log(row_sum) - ({picked}))[:, None])",
                 "tl.store(dst_ptr + rows, loss.to(dst_ptr.dtype.element_ty), mask=rows < R)"]
-
-    @staticmethod
-    def _online_update() -> list[str]:
-        """Fold the tile `val` into row_max and row_sum (online logsumexp)."""
-        return ["new_max = tl.maximum(row_max, tl.max(val, axis=1))",
-                "# exp(v - m) as exp2(v * log2(e) - m * log2(e)): one fused multiply-add before each exp2.",
-                "scaled_max = new_max * LOG2E",
-                "row_sum = (row_sum * tl.exp2(row_max * LOG2E - scaled_max)",
-                "           + tl.sum(tl.exp2(val * LOG2E - scaled_max[:, None]), axis=1))",
-                "row_max = new_max"]
 
     def _looped(self, head: list[str], loop: str, tile: list[str], after: list[str]) -> list[str]:
         """A looped kernel's lines: `head` (locating its rows), the targets, the online logsumexp
@@ -606,6 +621,7 @@ class _CrossEntropyKernel(_ClassRowsFile):
                 self._target(),
                 f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
                 "row_sum = tl.zeros([BLOCK_R], tl.float32)",
+                *["row_tot = tl.zeros([BLOCK_R], tl.float32)"] * bool(self.smoothing),
                 "# Online logsumexp: the running sum is rescaled to each new running max. NUM_STAGES > 1",
                 "# pipelines the loads through shared memory (cp.async).",
                 loop, *indented(tile + self._online_update()), *after, *self._loss()]
@@ -653,6 +669,8 @@ class _CrossEntropyKernel(_ClassRowsFile):
                  *indented([*prefetch,
                             "row_max = tl.max(val, axis=1)",
                             "row_sum = tl.sum(tl.exp2(val * LOG2E - (row_max * LOG2E)[:, None]), axis=1)",
+                            *["row_tot = tl.zeros([BLOCK_R], tl.float32)"] * bool(self.smoothing),
+                            *self._total("(rows < R) & (cols < V)"),
                             self._target(), *self._loss()])]
         comment = ("    # Persistent: this program takes rows pid, pid + G, ... (G programs), each in one\n"
                    "    # BLOCK_V-wide tile (BLOCK_V >= V).\n")
@@ -720,7 +738,7 @@ class _CrossEntropyGradKernel(_ClassRowsFile):
                  f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other={IGNORE_INDEX})",
                  f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
                  "row_sum = tl.zeros([BLOCK_R], tl.float32)",
-                 "for start in range(0, V, BLOCK_V):", *indented(chunk + _CrossEntropyKernel._online_update()),
+                 "for start in range(0, V, BLOCK_V):", *indented(chunk + self._online_update()),
                  "lse = (row_max + tl.log(row_sum))[:, None]",
                  f"scale = tl.where({t} == {IGNORE_INDEX}, 0.0, {scale})",
                  "for start in range(0, V, BLOCK_V):",

@@ -86,6 +86,38 @@ def test_cross_entropy_ignores_padding_as_torch_does(tmp_path, reduction):
     torch.testing.assert_close(module.op(x, padding), reference(x, padding), equal_nan=True)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_label_smoothing_in_every_kernel_is_torchs(tmp_path, reduction):
+    # (1 - e) * nll + e * (logsumexp - mean of the row), ignored rows out of both, in the chunked, the
+    # persistent and the aligned kernels (rows of 1031 with an unaligned start: head and tail edges)
+    spec = make_spec(f"cross_entropy(x * 3.0, t, reduction='{reduction}', label_smoothing=0.15)",
+                     {"x": [ODD_ROWS], "t": [[5]]}, ("float32",))
+    reference, module = generate_reduction(tmp_path, spec)
+    x, t = torch.randn(ODD_ROWS), torch.tensor([3, 1030, 0, protocol.IGNORE_INDEX, 1029])
+    want = torch.nn.functional.cross_entropy(x.double() * 3.0, t, reduction=reduction, label_smoothing=0.15)
+    torch.testing.assert_close(reference(x.double(), t), want)
+    configs = [{"BLOCK_R": 2, "BLOCK_V": 64, "num_warps": 4, "num_stages": 2},
+               {"BLOCK_R": 2, "BLOCK_V": 2048, "num_warps": 1, "num_stages": 1, "PER_SM": 1}]
+    for config in configs:
+        torch.testing.assert_close(module.op(x, t, config=config).double(), want, rtol=1e-5, atol=1e-5)
+    aligned_only(module)
+    torch.testing.assert_close(module.op(x[:, 1:], t.clamp(max=1029), config=ALIGNED_CONFIG).double(),
+                               torch.nn.functional.cross_entropy(x[:, 1:].double() * 3.0, t.clamp(max=1029),
+                                                                 reduction=reduction, label_smoothing=0.15),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_label_smoothing_is_read_and_refused_outside_0_to_1():
+    assert ir.to_text(ir.parse("F.cross_entropy(x, t, label_smoothing=0.1)", as_written=True)) == \
+        "cross_entropy(x, t, label_smoothing=0.1)"
+    with pytest.raises(ir.IRError, match="label_smoothing must be in"):
+        ir.parse("F.cross_entropy(x, t, label_smoothing=-0.1)", as_written=True)
+    with pytest.raises(SpecError, match="label_smoothing"):
+        validate({"name": "op", "expression": "cross_entropy(x, t, label_smoothing=0.1)", "training": True,
+                  "inputs": [{"name": "x", "dtypes": ["float32"], "shapes": [[4, 8]]},
+                             {"name": "t", "dtypes": ["int64"], "shapes": [[4]], "domain": "index", "index_of": "x"}]})
+
+
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_cross_entropy_aligned_rows(tmp_path, reduction):
     spec = make_spec(f"cross_entropy(x * 30.0, t, reduction='{reduction}')", {"x": [ODD_ROWS], "t": [[5]]})
@@ -254,6 +286,8 @@ def test_triplet_margin_loss_refusals_name_what_works():
     ("mse loss on the two 32x32 inputs", "F.mse_loss(x, y)"),
     ("kl divergence loss on 128x1000 with batchmean reduction", "F.kl_div(x, y, reduction='batchmean')"),
     ("nll loss of 512x1000 fp16 log-probabilities, summed", "F.nll_loss(log_probs, target, reduction='sum')"),
+    ("cross entropy with label smoothing 0.1 on 4096x32000 logits", "F.cross_entropy(logits, target, label_smoothing=0.1)"),
+    ("交叉熵 标签平滑 0.2 4096x1000", "F.cross_entropy(logits, target, label_smoothing=0.2)"),
     ("negative log likelihood loss per row of 64x10", "F.nll_loss(log_probs, target, reduction='none')"),
     ("负对数似然损失 64x10", "F.nll_loss(log_probs, target)"),
     ("binary cross entropy between 64x128 probabilities p and targets y", "F.binary_cross_entropy(p, y)"),
@@ -397,7 +431,7 @@ def test_sign_domain_is_the_expressions_never_an_edits():
 @pytest.mark.parametrize("expression, says", [
     ("nll_loss(x, t, weight=w)", "nll_loss with weight=w is not supported"),
     ("nll_loss(x, t, ignore_index=0)", "nll_loss with ignore_index=0 is not supported (the default is -100)"),
-    ("cross_entropy(x, t, label_smoothing=0.1)", "label_smoothing=0.1 is not supported"),
+    ("cross_entropy(x, t, weight=w)", "cross_entropy with weight=w is not supported"),
     ("hinge_embedding_loss(x, y, size_average=False)", "size_average=False is not supported"),
     ("margin_ranking_loss(x1, x2)", "margin_ranking_loss takes input1, input2 and target; target missing"),
 ])
