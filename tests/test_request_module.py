@@ -556,3 +556,37 @@ def test_a_size_the_code_reads_as_a_number_keeps_that_size_in_every_case():
     assert q["fixed_dims"] == [1] and 256 in spec["fixed_sizes"]
     with pytest.raises(SpecError, match="fixed_dims"):
         validate({**spec, "inputs": [{**q, "fixed_dims": [2]}]})
+
+
+FROZEN_NORM = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class FrozenNorm(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(c))
+        self.register_buffer("running_var", torch.ones(c))
+        self.register_buffer("mask", torch.ones(c, c, dtype=torch.bool).tril(), persistent=False)
+
+    def forward(self, x):
+        return F.batch_norm(x, self.running_mean, self.running_var, training=False, eps=1e-5)
+
+def get_inputs():
+    return [torch.randn(4, 8, 5, 5)]
+
+def get_init_inputs():
+    return [8]
+"""
+
+
+def test_registered_float_buffers_are_inputs_the_judge_binds_as_parameters():
+    spec, _ = parse_request(fenced(FROZEN_NORM))
+    inputs = {i["name"]: (i["shapes"][0], i.get("parameter"), i["domain"]) for i in spec["inputs"]}
+    assert inputs["running_mean"] == ([8], "running_mean", "normal")
+    assert inputs["running_var"][:2] == ([8], "running_var") and inputs["running_var"][2] == "positive"
+    # a bool buffer is unknown: a forward reading it is refused naming the line that made it
+    code = FROZEN_NORM.replace("training=False, eps=1e-5)", "training=False, eps=1e-5) * self.mask[0, 0]")
+    with pytest.raises(GenerationError, match="mask"):
+        parse_request(fenced(code))

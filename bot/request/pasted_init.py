@@ -17,7 +17,7 @@ import re
 
 from bot.generators.interface import GenerationError
 from bot.request.pasted_constants import NotConstant, Opaque, assigned, const, literal, refuse_constant, returned_constant
-from bot.request.pasted_inputs import made_shape
+from bot.request.pasted_inputs import made_shape, made_tensor
 from bot.request.pasted_layers import Learned, Nested, Seq, Sub
 from bot.request.pasted_loops import MAX_STATEMENTS, expanded, unrolled
 
@@ -129,7 +129,7 @@ class _Run:
                 local[stmt.name] = stmt
                 continue
             if not (_appended(stmt, local, self.attrs, lambda e: self.value(e, local, stmt.lineno), self)
-                    or self.assign(stmt, local)):
+                    or self.buffer(stmt, local) or self.assign(stmt, local)):
                 _unknown(stmt, local, self.attrs)
         for stmt in todo:
             _unknown(stmt, local, self.attrs)
@@ -157,6 +157,23 @@ class _Run:
                 local[target.id] = made
                 return True
         return False
+
+    def buffer(self, stmt: ast.stmt, local: dict) -> bool:
+        """self.register_buffer('name', tensor): a tensor the module holds, as a parameter is (the judge
+        makes it, drawn like any input); a float tensor get_inputs' way of making tensors sizes (a
+        mask, an int64 table or a value read off another tensor is unknown: Opaque)."""
+        call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+        if call is None or ast.unparse(call.func) != "self.register_buffer" or len(call.args) < 2 \
+                or not isinstance(call.args[0], ast.Constant) or not isinstance(call.args[0].value, str):
+            return False
+        name, made = call.args[0].value, _Known(self, local).visit(copy.deepcopy(call.args[1]))
+        try:
+            shape, dtype = made_tensor(made, local, "a buffer")
+        except GenerationError:
+            shape, dtype = None, None
+        float_made = shape is not None and dtype in (None, "float16", "bfloat16", "float32", "float64")
+        self.attrs[name] = Learned(shape, stmt.lineno) if float_made else Opaque(stmt.lineno, ast.unparse(stmt)[:60])
+        return True
 
     def value(self, e: ast.expr, local: dict, line: int):
         """What an expression evaluates to: a constant, a layer, a helper method's result, or Opaque."""

@@ -58,6 +58,11 @@ def made_shape(expr: ast.expr, env: dict, name: str) -> list[int]:
     return _tensor(expr, env, name)[0]
 
 
+def made_tensor(expr: ast.expr, env: dict, name: str) -> tuple[list[int], str | None]:
+    """(shape, dtype: None for torch's default float) of a tensor made as get_inputs makes them."""
+    return _tensor(expr, env, name)
+
+
 @dataclass(frozen=True)
 class _Made:
     """A local tensor of get_inputs: its shape and dtype (None: torch's default)."""
