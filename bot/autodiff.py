@@ -548,6 +548,17 @@ def _cumprod(node: Node, a: list[str], up: str):
     return [(node.args[0], f"where({zeros} == 0.0, {before}, where({first} > 0.5, {at_first}, 0.0))")]
 
 
+def _logcumsumexp(node: Node, a: list[str], up: str):
+    """y = logcumsumexp(x): dx_j = the sum over the outputs i that x_j reaches of up_i * exp(x_j - y_i), in
+    log space as torch computes it (no exp of -y overflows): up's positive and negative parts apart, each
+    exp(x + logcumsumexp(log(part) - y) the other way)."""
+    d, rev, y = node.attr("dim"), bool(node.attr("reverse")), to_text(node)
+
+    def part(sign: str) -> str:
+        return f"exp(({a[0]}) + logcumsumexp(log(relu({sign}({up}))) - {y}, dim={d}, reverse={not rev}))"
+    return [(node.args[0], f"{part('')} - {part('-')}")]
+
+
 def _cumext(node: Node, a: list[str], up: str):
     """y = cummax (cummin): each output's gradient goes to the element its value came from, the
     latest equal one, or NaN (torch's indices): the scan family's gradient kernel (cumext_grad), given
@@ -630,6 +641,7 @@ _RULES = {
     "nll_loss": _nll,
     "cumprod": _cumprod,
     "cummax": _cumext,
+    "logcumsumexp": _logcumsumexp,
     "cummin": _cumext,
     "pool": _pool,
     "adaptive_pool": _pool,

@@ -271,6 +271,7 @@ def kind(node: Node) -> str:
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:
     """kernel.py: the family's file, or a chain's stages in one file."""
+    node = settled(node, {i["name"]: i["shapes"][0] for i in spec["inputs"]})
     if not is_chain(node):
         return registry.kernel_source(spec, node, options)
     return chain.kernel_source(spec, list(stages(node)), lambda s, n: registry.kernel_source(s, n, {}), output_shape)

@@ -102,8 +102,8 @@ def test_indices_and_bools_are_the_outermost_operation(expression):
 
 
 def test_a_chain_refuses_what_no_split_avoids():
-    with pytest.raises(ir.IRError, match="padding='same' is not supported"):
-        ir.check(ir.parse("relu(conv2d(x * 2.0, w, padding='same'))"))
+    with pytest.raises(ir.IRError, match="takes padding as numbers, 'valid' or 'same' \\(not transposed\\)"):
+        ir.check(ir.parse("relu(conv_transpose2d(x * 2.0, w, padding='same'))"))
 
 
 def test_the_chain_spec_says_its_stages_and_its_longest_sum():

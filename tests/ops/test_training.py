@@ -82,6 +82,13 @@ CASES = [
     ("cummax(relu(x), dim=-1)", {"x": [3, 37]}),
     ("cummin(x * y, dim=0, reverse=True)", {"x": [9, 4], "y": [9, 4]}),
     ("cummax(x, dim=1, reverse=True) + cummin(x, dim=1)", {"x": [2, 5, 3]}),
+    ("logcumsumexp(x * 3.0, dim=1) * y", {"x": [3, 40], "y": [3, 40]}),              # up of both signs
+    ("logcumsumexp(x, dim=0, reverse=True)", {"x": [9, 4]}),
+    # today's formulas of the pointwise ops: a probability's loss, a per-channel slope, a rounding
+    ("binary_cross_entropy(sigmoid(x), y)", {"x": [6, 7], "y": [6, 7]}),
+    ("poisson_nll_loss(x, y, reduction='sum')", {"x": [6, 7], "y": [6, 7]}),
+    ("multilabel_soft_margin_loss(x, y)", {"x": [6, 7], "y": [6, 7]}),
+    ("prelu(x, w) + round(y) * x", {"x": [2, 3, 4], "w": [3], "y": [2, 3, 4]}),
     ("transpose(relu(x), 0, 1) * y + permute(z, (2, 0, 1)).flatten(1)", {"x": [4, 6], "y": [6, 4], "z": [2, 2, 6]}),
     ("sigmoid(x.unflatten(1, (3, 4))) * w", {"x": [2, 12], "w": [2, 3, 4]}),
     ("max(x * y, dim=-1)", {"x": [5, 33], "y": [5, 33]}),             # to the largest, as torch.amax
