@@ -1,0 +1,45 @@
+"""Requests of the families' newer operators (issue 24's breadth: a loss of probabilities, label
+smoothing, a per-channel PReLU, logcumsumexp, 'same' padding, 4-D attention scores, take_along_dim,
+rounding) through the offline generator's own stages and the trusted harness on a GPU, in every dtype
+(bfloat16 included, which the interpreter computes wrongly); training where the request asks for it.
+Under the interpreter each family's kernels are checked in tests/ops."""
+from __future__ import annotations
+
+import pytest
+
+from bot.generators.interface import GenRequest
+from bot.generators.offline import OfflineGenerator
+from runner.verify import verify
+
+DTYPES = "in fp16, bf16 and fp32"
+REQUESTS = [
+    f"torch.round(x * 4.0) / 4.0 + torch.trunc(y) for 1024x1000 {DTYPES}",
+    f"torch.logcumsumexp(x, dim=1) for 512x3000 {DTYPES}",
+    f"torch.logcumsumexp(x.flip(0), dim=0).flip(0) for 3000x512 {DTYPES}",
+    f"F.binary_cross_entropy(torch.sigmoid(x), y) for 1024x1000 {DTYPES}",
+    f"F.poisson_nll_loss(x, y, reduction='sum') for 1024x1000 {DTYPES}",
+    f"F.multilabel_soft_margin_loss(x, y, reduction='none') for 1024x1000 {DTYPES}",
+    f"F.cross_entropy(x, t, label_smoothing=0.1) with x 4096x32000 and t 4096 {DTYPES}",
+    f"F.prelu(x, w) with x 8x64x56x56 and w 64 {DTYPES}",
+    f"F.conv2d(x, w, b, padding='same') with x 8x64x56x56, w 128x64x3x3, b 128 {DTYPES}",
+    f"(q @ k.transpose(-2, -1)) * 0.125 with q 4x16x512x64 and k 4x16x512x64 {DTYPES}",
+    f"torch.take_along_dim(x, idx, dim=1) with x 4096x1000 and idx 4096x16 {DTYPES}",
+    f"logcumsumexp(x, dim=-1) for training on 256x2000 {DTYPES}",
+]
+
+
+def stages(tmp_path, request: str) -> None:
+    """The spec, reference and kernel the offline generator writes for request, into tmp_path."""
+    gen, approved = OfflineGenerator(), {}
+    for stage, name in (("spec", "spec.json"), ("reference", "reference.py"), ("kernel", "kernel.py")):
+        artifact = gen.generate(GenRequest(stage=stage, request=request, approved=dict(approved)))
+        approved[stage] = artifact.content
+        (tmp_path / name).write_text(artifact.content)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("request_text", REQUESTS, ids=[r.split(" for ")[0].split(" with ")[0][:50] for r in REQUESTS])
+def test_newer_operators_pass_the_harness_on_the_gpu(tmp_path, request_text):
+    stages(tmp_path, request_text)
+    result = verify(tmp_path / "spec.json", tmp_path / "reference.py", tmp_path / "kernel.py", backend="cuda")
+    assert result["status"] == "pass", (result["summary"], result.get("correctness"))
