@@ -213,6 +213,9 @@ def _conv(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
     one's: of up by x) with batch and channels swapped, stride d and dilation s (_weight_gradient);
     the bias's, up summed over all but the channels."""
     nd, s, p, d, g = (node.attr(k) for k in ("nd", "stride", "padding", "dilation", "groups"))
+    if node.attr("padding_end"):
+        raise NoGradient(f"conv{nd}d padded unevenly (before {list(p)}, after {list(node.attr('padding_end'))}): its "
+                         "gradient is not written yet; pad alike on both sides")
     x, w = (n.name for n in node.args[:2])
     tf32 = ", tf32=True" if node.attr("tf32") else ""
     sizes = [_conv_sizes(node, c[x], c[w]) for c in cases]       # (input, output, kernel) a case
@@ -238,7 +241,8 @@ def _conv_sizes(node: Node, x: list[int], w: list[int]) -> tuple[list[int], list
     """(input, output, kernel) spatial sizes of a convolution (or a transposed one) of x by w."""
     nd = node.attr("nd")
     out = conv.conv_shape(x, w, None, nd, bool(node.attr("transposed")), node.attr("stride"), node.attr("padding"),
-                          node.attr("dilation"), node.attr("groups"), node.attr("output_padding") or (0,) * nd)
+                          node.attr("dilation"), node.attr("groups"), node.attr("output_padding") or (0,) * nd,
+                          node.attr("padding_end") or node.attr("padding"))
     return x[2:], out[2:], w[2:]
 
 

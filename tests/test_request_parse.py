@@ -422,7 +422,7 @@ def test_feedback_that_says_nothing_usable_is_refused():
 @pytest.mark.parametrize("text, what", [
     ("einsum ij,jk->ik", "matrix multiplication"),
     ("nll_loss2d of the logits", "this loss"),
-    ("causal conv1d with kernel 4", "this convolution"),
+    ("deformable conv2d with kernel 3", "this convolution"),
     ("sort each row", "sorting"),
     ("top-k over the last dim", "top-k"),
     ("prelu", "prelu"),

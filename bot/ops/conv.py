@@ -43,7 +43,10 @@ _ORDER = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 SAME = "same"
 _ORDER_T = ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation")
 ALIASES: dict[str, str] = {}
-KEYWORDS = {fn: set(_ORDER_T[1:]) | {"tf32"} for fn in FUNCTIONS}
+# padding_end: the padding after each dim where it differs from the padding before it (the IR's own
+# keyword: F.pad folded in, or 'same' of an even kernel); not transposed, no gradient yet
+PAD = "pad"
+KEYWORDS = {**{fn: set(_ORDER_T[1:]) | {"tf32", "padding_end"} for fn in FUNCTIONS}, PAD: {"pad", "mode", "value"}}
 OUTPUT_DTYPES: dict[str, str] = {}
 MAX_RANK = 5                        # x [N, C, D, H, W] of a 3-d convolution
 WORDS: list = []
@@ -85,6 +88,9 @@ _WITH_BIAS = re.compile(r"\bwith\s+(?:a\s+)?bias\b|\bplus\s+bias\b|带偏置|加
 _PARAM_NAME = re.compile(r"\b(?:weights?|kernel|filter|bias)(?:\s+[wb])?(?=[\s,]*;)|\b[wb](?=\s*;)", _F)
 _BIAS_SIZE = re.compile(r"\bbias(?:\s+b)?\s+(?:of\s+(?:size\s+)?)?(\d+)\b(?!\s*[x×]\s*\d)", _F)
 _NO_BIAS = re.compile(r"\b(?:no|without)\s+bias\b|\bbias[\s_-]?free\b|无偏置|不带偏置", _F)
+# a causal convolution: each output sees its position and the ones before it (dilation * (k - 1) zeros
+# before the dim, none after), as Mamba's and WaveNet's conv1d
+_CAUSAL = re.compile(r"\b(?:dilated[\s_-]+)?causal\b|因果", _F)
 
 
 def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[str, str, list[str], list]:
@@ -142,6 +148,9 @@ def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
     weight = [c_in, c_out // groups, *taps] if transposed else [c_out, c_in // groups, *taps]
     args = ["x", "w", *(["b"] if bias else [])]
     args += [f"{k}={sizes_arg(v)}" for k, v in sizes.items() if k != "groups"] + ([f"groups={groups}"] * (groups > 1))
+    if _CAUSAL.search(text):
+        args += _causal(nd, transposed, taps, sizes)
+        text = _CAUSAL.sub(_blank, text)
     fn = f"conv_transpose{nd}d" if transposed else f"conv{nd}d"
     for what, given, want in (("weight", given_w, weight), ("bias", given_b, [c_out])):
         if given and given != want:
@@ -152,6 +161,15 @@ def conv_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[s
         text = pattern.sub(_blank, text)
     extra = [("w", weight) for _ in inputs] + [("b", [c_out]) for _ in inputs if bias]
     return f"{fn}({', '.join(args)})", text, notes, extra
+
+
+def _causal(nd: int, transposed: bool, taps: list[int], sizes: dict) -> list[str]:
+    """The padding arguments of a causal conv1d: dilation * (k - 1) before, none after."""
+    if nd != 1 or transposed or "padding" in sizes:
+        raise IRError("a causal convolution is a conv1d padded by dilation * (kernel - 1) before the sequence and "
+                      "not after: say 'causal conv1d with kernel 4' without a padding, or give F.pad(x, (k - 1, 0))")
+    dilation = sizes.get("dilation", (1,))[0]
+    return [f"padding={dilation * (taps[0] - 1)}", "padding_end=0"]
 
 
 PARAM_LABELS = ("w", "b", "weight", "bias")   # shapes said of the convolution's own parameters, not its input
@@ -165,6 +183,9 @@ def _given(shapes: list[tuple[str | None, list[int]]], labels: tuple[str, ...]) 
 # ---------------------------------------------------------------- IR rule
 
 def convert(c: Call) -> Node | None:
+    if c.fname == PAD:
+        raise IRError("F.pad is read where a convolution takes its result, its zeros folded into the convolution's "
+                      "padding (a causal conv1d: F.conv1d(F.pad(x, (k - 1, 0)), w)); not on its own")
     if c.fname not in FUNCTIONS:
         return None
     nd, transposed = FUNCTIONS[c.fname]
@@ -177,15 +198,54 @@ def convert(c: Call) -> Node | None:
              "groups": int(_ints(c.fname, "groups", given.get("groups"), 1, 1)[0])}
     if attrs["padding"] == SAME and set(attrs["stride"]) != {1}:
         raise IRError(f"{c.fname} with padding='same' takes stride 1 (as torch does); give the padding as numbers")
+    x = given["input"]
+    if "padding_end" in given:
+        attrs["padding_end"] = _ints(c.fname, "padding_end", given["padding_end"], nd, 0)
+    elif _is_pad(x):
+        x, attrs = _folded_pad(c.fname, x, attrs)
+    if attrs.get("padding_end") == attrs["padding"]:
+        del attrs["padding_end"]
+    if transposed and "padding_end" in attrs:
+        raise IRError(f"{c.fname} takes one padding a dim (as torch's); a padding only before or after is for "
+                      "convolutions, not transposed ones")
     if transposed:
         attrs["transposed"] = True
         attrs["output_padding"] = _ints(c.fname, "output_padding", given.get("output_padding"), nd, 0)
     if flag(given.get("tf32")):
         attrs["tf32"] = True
-    args = [c.expr(given["input"]), c.expr(given["weight"])]
+    args = [c.expr(x), c.expr(given["weight"])]
     if not is_none(given.get("bias")):
         args.append(c.expr(given["bias"]))
     return call(CONV, *args, **attrs)
+
+
+def _is_pad(x: ast.expr) -> bool:
+    return isinstance(x, ast.Call) and ast.unparse(x.func).split(".")[-1] == PAD
+
+
+def _folded_pad(fname: str, x: ast.Call, attrs: dict) -> tuple[ast.expr, dict]:
+    """conv(F.pad(x, pads), w, ...): x, with the zeros F.pad adds (pads: the last dim's before and
+    after, then the one before it's, ...) added to the convolution's own padding, before and after
+    apart (a causal conv1d: F.pad(x, (k - 1, 0)))."""
+    nd = attrs["nd"]
+    given = dict(zip(("input", "pad", "mode", "value"), x.args)) | {k.arg: k.value for k in x.keywords}
+    pads = given.get("pad")
+    try:
+        amounts = [int(number(e)) for e in pads.elts] if isinstance(pads, (ast.Tuple, ast.List)) else None
+        mode = given["mode"].value if "mode" in given else "constant"
+        value = number(given["value"]) if not is_none(given.get("value")) else 0.0
+    except (IRError, AttributeError):
+        amounts, mode, value = None, None, None
+    if amounts is None or len(amounts) % 2 or len(amounts) > 2 * nd or mode != "constant" or value != 0 \
+            or min(amounts) < 0 or attrs["padding"] == SAME or attrs.get("transposed"):
+        raise IRError(f"{fname} of {ast.unparse(x)[:60]}: F.pad is read folded into a convolution's padding, with "
+                      "zeros (mode 'constant', value 0), non-negative amounts over its spatial dims, and the "
+                      "convolution's padding as numbers")
+    before, after = list(attrs["padding"]), list(attrs["padding"])
+    for k in range(len(amounts) // 2):            # pads name the last dim first
+        before[nd - 1 - k] += amounts[2 * k]
+        after[nd - 1 - k] += amounts[2 * k + 1]
+    return given["input"], {**attrs, "padding": tuple(before), "padding_end": tuple(after)}
 
 
 def _ints(fname: str, what: str, value: ast.expr | None, n: int, default: int) -> tuple[int, ...]:
@@ -215,21 +275,18 @@ def _padding(fname: str, value: ast.expr | None, nd: int, transposed: bool) -> t
     return _ints(fname, "padding", value, nd, 0)
 
 
-def _same(conv: Node, weight: list[int]) -> tuple[int, ...]:
-    """padding='same' for this weight: each dim's dilation * (kernel - 1) split evenly before and after; an
-    odd total (an even kernel) would pad one more after, which the kernel's one padding per dim does not."""
+def _same(conv: Node, weight: list[int]) -> dict:
+    """padding='same' for this weight, as torch pads: each dim's dilation * (kernel - 1) split in two,
+    the odd one (an even kernel's) after."""
     totals = [d * (k - 1) for k, d in zip(weight[2:], conv.attr("dilation"))]
-    if any(t % 2 for t in totals):
-        raise IRError(f"{function_name(conv)} with padding='same' and kernel {list(weight[2:])} pads "
-                      f"{[t // 2 for t in totals]} before and {[t - t // 2 for t in totals]} after each dim; the "
-                      "offline kernel pads both sides alike: use odd kernel sizes, or give the padding as numbers")
-    return tuple(t // 2 for t in totals)
+    before, after = tuple(t // 2 for t in totals), tuple(t - t // 2 for t in totals)
+    return {"padding": before, **({"padding_end": after} if after != before else {})}
 
 
 def same_settled(node: Node, shapes: dict[str, list[int]]) -> Node:
     """node with each padding='same' written as the numbers its weight's shape gives."""
     for conv in [sub for sub in node.walk() if sub.op == CONV and sub.attr("padding") == SAME]:
-        attrs = {**dict(conv.attrs), "padding": _same(conv, shapes[conv.args[1].name])}
+        attrs = {**dict(conv.attrs), **_same(conv, shapes[conv.args[1].name])}
         node = substitute(node, conv, call(CONV, *conv.args, **attrs))
     return node
 
@@ -257,15 +314,22 @@ def _print(node: Node, text) -> str:
         values = value if isinstance(value, tuple) else (value,)
         if set(values) != {defaults[key]}:
             args.append(f"{key}={values[0] if len(set(values)) == 1 else values}")
+    if node.attr("padding_end"):
+        args.append(f"padding_end={node.attr('padding_end')}")
     if node.attr("tf32"):
         args.append("tf32=True")
     return f"{function_name(node)}({', '.join(args)})"
 
 
 def _torch_conv(node: Node, a: list[str]) -> str:
-    bias = a[2] if len(a) > 2 else "None"
-    kw = ", ".join(f"{k}={v}" for k, v in _keywords(node))
-    return f"torch.nn.functional.{function_name(node)}({a[0]}, {a[1]}, {bias}, {kw})"
+    bias, x = a[2] if len(a) > 2 else "None", a[0]
+    keywords = _keywords(node)
+    if node.attr("padding_end"):        # torch's convolution pads alike: F.pad's zeros first, last dim first
+        pads = [p for d in reversed(range(node.attr("nd"))) for p in (node.attr("padding")[d], node.attr("padding_end")[d])]
+        x = f"torch.nn.functional.pad({x}, {tuple(pads)})"
+        keywords = [(k, (0,) * node.attr("nd") if k == "padding" else v) for k, v in keywords]
+    kw = ", ".join(f"{k}={v}" for k, v in keywords)
+    return f"torch.nn.functional.{function_name(node)}({x}, {a[1]}, {bias}, {kw})"
 
 
 TORCH_OPS = {CONV: _torch_conv}
@@ -324,7 +388,8 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
 def _geometry(conv: Node) -> dict:
     return {"nd": conv.attr("nd"), "transposed": bool(conv.attr("transposed")), "stride": conv.attr("stride"),
             "padding": conv.attr("padding"), "dilation": conv.attr("dilation"), "groups": conv.attr("groups"),
-            "output_padding": conv.attr("output_padding") or (0,) * conv.attr("nd")}
+            "output_padding": conv.attr("output_padding") or (0,) * conv.attr("nd"),
+            "padding_end": conv.attr("padding_end") or conv.attr("padding")}
 
 
 def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
@@ -335,15 +400,18 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
     fixed = {d for case in cases for d in [*case[w], case[x][1]]}
     if conv.attr("transposed"):
         return fixed, 1
-    reach = [d * (k - 1) + 1 - 2 * p for case in cases
-             for k, d, p in zip(case[w][2:], conv.attr("dilation"), conv.attr("padding"))]
+    reach = [d * (k - 1) + 1 - p - e for case in cases
+             for k, d, p, e in zip(case[w][2:], conv.attr("dilation"), conv.attr("padding"),
+                                   conv.attr("padding_end") or conv.attr("padding"))]
     return fixed, max([1, *reach])
 
 
 # ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
 
-def conv_shape(x_shape, w_shape, b_shape, nd, transposed, stride, padding, dilation, groups, output_padding):
-    # The output shape [N, C_out, *spatial] of this convolution of x by w, as torch computes it.
+def conv_shape(x_shape, w_shape, b_shape, nd, transposed, stride, padding, dilation, groups, output_padding,
+               padding_end):
+    # The output shape [N, C_out, *spatial] of this convolution of x by w, as torch computes it
+    # (padding before each dim, padding_end after it).
     x_shape, w_shape = list(x_shape), list(w_shape)
     if len(x_shape) != nd + 2 or len(w_shape) != nd + 2:
         raise ValueError(f"a {nd}-d convolution takes x [N, C, {', '.join('DHW'[3 - nd:])}] and a weight of "
@@ -365,8 +433,8 @@ def conv_shape(x_shape, w_shape, b_shape, nd, transposed, stride, padding, dilat
         if w_shape[1] * groups != c_in or c_out % groups:
             raise ValueError(f"weight {w_shape} with {groups} groups takes {w_shape[1] * groups} input channels and "
                              f"{groups} groups of output channels; x has {c_in} channels")
-        spatial = [(i + 2 * p - d * (k - 1) - 1) // s + 1 for i, s, p, d, k in
-                   zip(x_shape[2:], stride, padding, dilation, w_shape[2:])]
+        spatial = [(i + p + e - d * (k - 1) - 1) // s + 1 for i, s, p, e, d, k in
+                   zip(x_shape[2:], stride, padding, padding_end, dilation, w_shape[2:])]
     if b_shape is not None and list(b_shape) != [c_out]:
         raise ValueError(f"the bias must have shape [{c_out}] (one per output channel), got {list(b_shape)}")
     if any(o < 1 for o in spatial):
@@ -595,12 +663,13 @@ class _ConvKernel(KernelFile):
         x, w, first = self.x.local, self.w.local, self.inputs[0].local
         b = self.bias.local if self.bias else "None"
         text = self._signature_and_prologue()
+        after = "" if g["padding_end"] == g["padding"] else f" before, {list(g['padding_end'])} after"
         text += (f"    # This kernel's convolution: {function_name_of(g)}, stride {list(g['stride'])}, padding "
-                 f"{list(g['padding'])}, dilation {list(g['dilation'])}, groups {g['groups']}"
+                 f"{list(g['padding'])}{after}, dilation {list(g['dilation'])}, groups {g['groups']}"
                  + (f", output padding {list(g['output_padding'])}" if g["transposed"] else "") + ".\n"
                  f"    shape = conv_shape({x}.shape, {w}.shape, {'None' if b == 'None' else b + '.shape'}, "
                  f"{g['nd']}, {g['transposed']}, {g['stride']}, {g['padding']}, {g['dilation']}, {g['groups']}, "
-                 f"{g['output_padding']})\n"
+                 f"{g['output_padding']}, {g['padding_end']})\n"
                  f"    out = torch.empty(shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if out.numel() == 0:\n        return out\n"
                  f"    groups = {g['groups']}\n"
@@ -638,7 +707,8 @@ class _ConvKernel(KernelFile):
                  "    # kernel then knows they lie contiguous (the stores vectorize).\n"
                  f"    per_image = {not g['transposed']} and _cdiv(OD * OH * OW, BLOCK_M) * BLOCK_M * 8 <= OD * OH * OW * 9\n"
                  "    tiles = shape[0] * _cdiv(OD * OH * OW, BLOCK_M) if per_image else _cdiv(positions, BLOCK_M)\n"
-                 f"    pointwise = {not g['transposed']} and taps == 1 and (SD, SH, SW, PD, PH, PW) == (1, 1, 1, 0, 0, 0)\n"
+                 f"    pointwise = {not g['transposed']} and taps == 1 and (SD, SH, SW, PD, PH, PW) == (1, 1, 1, 0, 0, 0) "
+                 f"and {not any(g['padding_end'])}\n"
                  "    grid = (tiles * _cdiv(c_out_g, BLOCK_N), 1, groups * phases)\n")
         args = [x, w, b if b != "None" else x] + [e.local for e in self.epilogue_inputs]
         args += ["out", "shape[0]", f"{x}.shape[1]", "D", "H", "W", "shape[1]", "OD", "OH", "OW", "OD * OH * OW", "D * H * W"]

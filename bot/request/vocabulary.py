@@ -33,7 +33,7 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
     (r"\bmatrix[\s-]vector\s+(?:product|multipl\w*)\b|\bmat[\s_-]?vec\b|\bgemv\b",
      "a matrix-vector product in words (write it as an expression with each input's shape, e.g. 'A @ v with A "
      "4096x4096 and v 4096')"),
-    (r"\bconvolve\b|\b(?:separable|dilated?[\s_-]+causal|causal|deformable|circular)[\s_-]+conv\w*",
+    (r"\bconvolve\b|\b(?:separable|deformable|circular)[\s_-]+conv\w*",
      "this convolution (conv1d/2d/3d, transposed, depthwise and grouped are supported)"),
     (r"\b(?:arg)?sort\w*|排序", "sorting"),
     (r"\btop[\s_-]?k\b", "top-k"),
