@@ -1,5 +1,5 @@
 """Requests of the families' newer operators (issue 24's breadth: a loss of probabilities, label
-smoothing, a per-channel PReLU, logcumsumexp, 'same' padding, 4-D attention scores, take_along_dim,
+smoothing, a per-channel PReLU, logcumsumexp, 'same' and causal padding, 4-D attention scores, take_along_dim,
 rounding) through the offline generator's own stages and the trusted harness on a GPU, in every dtype
 (bfloat16 included, which the interpreter computes wrongly); training where the request asks for it.
 Under the interpreter each family's kernels are checked in tests/ops."""
@@ -22,6 +22,8 @@ REQUESTS = [
     f"F.cross_entropy(x, t, label_smoothing=0.1) with x 4096x32000 and t 4096 {DTYPES}",
     f"F.prelu(x, w) with x 8x64x56x56 and w 64 {DTYPES}",
     f"F.conv2d(x, w, b, padding='same') with x 8x64x56x56, w 128x64x3x3, b 128 {DTYPES}",
+    f"causal depthwise conv1d kernel 4 on 4x1536x2048 {DTYPES}",
+    f"F.conv2d(x, w, padding='same') with x 8x32x28x28, w 64x32x4x4 {DTYPES}",
     f"(q @ k.transpose(-2, -1)) * 0.125 with q 4x16x512x64 and k 4x16x512x64 {DTYPES}",
     f"torch.take_along_dim(x, idx, dim=1) with x 4096x1000 and idx 4096x16 {DTYPES}",
     f"logcumsumexp(x, dim=-1) for training on 256x2000 {DTYPES}",
