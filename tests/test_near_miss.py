@@ -247,6 +247,10 @@ SOLVED = [
     ("def f(x):\n    values, idx = torch.max(x, dim=1)\n    return values\nfor 8x16", "max(x, dim=-1)", [[8]]),
     ("def f(x):\n    _, idx = x.min(0)\n    return idx\nfor 8x16", "argmin(x, dim=0)", [[16]]),
     ("def f(p, t):\n    return torch.mean((p - t) ** 2, dim=-1)\nfor 8x16", "mean((p - t) ** 2, dim=-1)", [[8]]),
+    ("def f(x):\n    v, m = torch.var_mean(x, dim=1, correction=0, keepdim=True)\n    return (x - m) / v\nfor 8x16",
+     "(x - mean(x, dim=1, keepdim=True)) / var(x, dim=1, correction=0, keepdim=True)", [[8, 16]]),
+    ("def f(x):\n    s, m = torch.std_mean(x, 0, True, False)\n    return s * m\nfor 8x16", "std(x, dim=0) * mean(x, dim=0)",
+     [[16]]),
     # scans
     ("cumulative sum over the last dim of a 64x1024 fp32 tensor", "cumsum(x, dim=-1)", [[64, 1024]]),
     ("running total along dim 1 of 8x256", "cumsum(x, dim=-1)", [[8, 256]]),

@@ -189,10 +189,13 @@ class _Unmarked(ast.NodeTransformer):
 
 def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
     """torch.max(x, dim=d).values -> torch.amax(x, dim=d); .indices -> torch.argmax(x, dim=d);
-    torch.cummax(x, d).values -> cummax_values(x, d), the IR's cummax (its indices are not read)."""
+    torch.cummax(x, d).values -> cummax_values(x, d), the IR's cummax (its indices are not read);
+    torch.var_mean(x, d)[0] -> torch.var(x, d), [1] -> torch.mean(x, d) (std_mean alike)."""
     if not (isinstance(call, ast.Call) and part in ("values", "indices")):
         return None
     name = _called(call)[0]
+    if name in ("var_mean", "std_mean"):
+        return _moment_part(call, name[:3] if part == "values" else "mean")
     if name in ("cummax", "cummin") and part == "values":
         new = f"{name}_values"
     elif name in ("max", "min"):
@@ -201,6 +204,18 @@ def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
         return None
     func = ast.Attribute(call.func.value, new, ast.Load()) if isinstance(call.func, ast.Attribute) else ast.Name(new)
     return ast.Call(func, call.args, call.keywords)
+
+
+def _moment_part(call: ast.Call, name: str) -> ast.Call:
+    """var_mean's (std_mean's) part: var (std) with its arguments, or the mean over the same dim, keepdim
+    as given (torch's positional order: input, dim, unbiased, keepdim)."""
+    func = ast.Attribute(call.func.value, name, ast.Load()) if isinstance(call.func, ast.Attribute) else ast.Name(name)
+    if name != "mean":
+        return ast.Call(func, call.args, call.keywords)
+    keywords = [k for k in call.keywords if k.arg in ("dim", "keepdim")]
+    if len(call.args) > 3:
+        keywords.append(ast.keyword("keepdim", call.args[3]))
+    return ast.Call(func, call.args[:2], keywords)
 
 
 WITH_INDICES = {"max": "max_with_indices", "min": "min_with_indices"}
