@@ -13,9 +13,9 @@ from fakes.queue import MemoryQueue
 from bot.chat.console.chat import ConsoleChat
 from bot.config import Config
 from bot.generators.interface import Artifact, GenerationError, GenRequest
-from bot.workflow.events import Approve, JobFinished
+from bot.workflow.events import Approve, Effect, JobFinished
 from bot.workflow.model import Approval, Job, Revision
-from bot.workflow.service import INBOX_TELL_AFTER, Service, event_item, job_payload
+from bot.workflow.service import INBOX_TELL_AFTER, MAX_EFFECT_TRIES, Service, event_item, job_payload
 from bot.workflow.store import Store
 
 SPEC = json.dumps({"name": "add", "expression": "x + y",
@@ -139,6 +139,29 @@ def test_an_event_the_store_cannot_apply_yet_is_kept_retried_and_said_once(env, 
     wait_for(lambda: latest_rev(svc, sid, "reference") == 1)
     svc.recover()
     assert [a.stage for a in svc.store.load(sid).approvals] == ["spec"]
+
+
+def test_an_effect_the_store_cannot_mark_done_stays_pending_and_no_pass_raises(env):
+    # The store locked by another process while an effect is carried out: its done mark cannot be
+    # written. Never dropped after MAX_EFFECT_TRIES (nothing failed but the store), never raised out of
+    # recovery; done once the lock is gone.
+    make, out, queue, gen, clock = env
+    svc = make()
+    sid = svc.start("add", "alice").id
+    wait_for(lambda: latest_rev(svc, sid, "spec") == 1 and not svc.store.pending_effects(sid))
+    svc.store.write_wait_s = 0.2
+    svc.store.save(svc.store.load(sid), [Effect("update_revision", stage="spec", rev=1)])
+    holder = sqlite3.connect(svc.store.path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        for _ in range(MAX_EFFECT_TRIES + 2):
+            svc.recover()
+        assert [e.type for _, _, e in svc.store.pending_effects(sid)] == ["update_revision"]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    svc.recover()
+    assert svc.store.pending_effects(sid) == []
 
 
 def test_generation_error_is_shown_and_session_stays(env):

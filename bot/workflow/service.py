@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import sqlite3
 import threading
 import time
 import traceback
@@ -303,14 +304,27 @@ class Service:
                     continue
                 try:
                     self._execute(effect_id, sid, effect)
+                except sqlite3.OperationalError as e:   # the store is locked or full: nothing failed, kept
+                    log.warning("effect %s for %s waits for the store (%s); retried on the next pass",
+                                effect.type, sid, store_problem(e))
+                    break
                 except Exception as e:             # an adapter or queue fault: retry on the next tick
-                    self._failures[effect_id] += 1
-                    log.warning("effect %s for %s failed (%s/%s): %s", effect.type, sid,
-                                self._failures[effect_id], MAX_EFFECT_TRIES, e)
-                    if self._failures[effect_id] >= MAX_EFFECT_TRIES:
-                        log.error("dropping effect %s for %s after %s tries", effect.to_dict(), sid, MAX_EFFECT_TRIES)
-                        self.store.effect_done(effect_id)
+                    self._failed_effect(effect_id, sid, effect, e)
                     break                          # keep effects in order
+
+    def _failed_effect(self, effect_id: int, sid: str, effect: Effect, error: Exception) -> None:
+        """Count a failed try; after MAX_EFFECT_TRIES the effect is dropped (where the store lets it be)."""
+        self._failures[effect_id] += 1
+        log.warning("effect %s for %s failed (%s/%s): %s", effect.type, sid, self._failures[effect_id],
+                    MAX_EFFECT_TRIES, error)
+        if self._failures[effect_id] < MAX_EFFECT_TRIES:
+            return
+        log.error("dropping effect %s for %s after %s tries", effect.to_dict(), sid, MAX_EFFECT_TRIES)
+        try:
+            self.store.effect_done(effect_id)
+        except sqlite3.OperationalError as e:
+            log.warning("effect %s for %s not dropped yet (%s); tried again on the next pass", effect.type, sid,
+                        store_problem(e))
 
     def _execute(self, effect_id: int, sid: str, e: Effect) -> None:
         s = self.store.load(sid)
