@@ -120,7 +120,7 @@ def _plausible(node: ir.Node, tree: ast.expr) -> bool:
     names = ir.input_names(node)
     if any(len(n) > 1 and n.lower() in residue.FILLER_WORDS for n in names):
         return False                        # "by - 1", "of - x": prose around a number, not names
-    has_call = any(isinstance(n, ast.Call) for n in ast.walk(tree))
+    has_call = any(isinstance(n, ast.Call) or _indexed(n) for n in ast.walk(tree))
     return has_call or all(TENSOR_NAME.fullmatch(n) for n in names)
 
 
@@ -136,6 +136,14 @@ def _longest_parse(text: str, span: list[tuple[str, int, int]], i: int) -> tuple
         except SyntaxError:
             continue
         part = isinstance(tree, (ast.Subscript, ast.Attribute)) and isinstance(tree.value, ast.Call)
-        if isinstance(tree, (ast.Call, ast.BinOp, ast.UnaryOp, ast.Compare)) or part:    # part: max(x, 1)[0]
-            return j, tree
+        if isinstance(tree, (ast.Call, ast.BinOp, ast.UnaryOp, ast.Compare)) or part or _indexed(tree):
+            return j, tree                  # part: max(x, 1)[0]; indexed: x[idx], a lookup
     return None
+
+
+def _indexed(tree: ast.expr) -> bool:
+    """x[idx], x[:, idx]: a tensor indexed by another (index_select), an operation where x[:, 0] is a view."""
+    if not isinstance(tree, ast.Subscript):
+        return False
+    items = tree.slice.elts if isinstance(tree.slice, ast.Tuple) else [tree.slice]
+    return any(isinstance(e, ast.Name) for e in items)

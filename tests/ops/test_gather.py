@@ -137,6 +137,7 @@ def test_a_pasted_embedding_with_max_norm_is_refused():
     ("F.embedding(ids, weight) with ids 8x512 and weight 32000x4096 fp16", "embedding(ids, weight)", "ids"),
     ("torch.gather(x, 1, idx) with x 64x1000 and idx 64x10, bf16", "gather(x, 1, idx)", "idx"),
     ("x.index_select(0, idx), x 1000x64, idx 300, fp32", "index_select(x, 0, idx)", "idx"),
+    ("x[idx] with x 1000x64 and idx 300", "index_select(x, 0, idx)", "idx"),
 ])
 def test_typed_lookups_make_their_index_int64_in_every_variant(text, expression, index):
     spec, _ = parse_request(text)
