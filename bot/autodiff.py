@@ -213,15 +213,14 @@ def _conv(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
     one's: of up by x) with batch and channels swapped, stride d and dilation s (_weight_gradient);
     the bias's, up summed over all but the channels."""
     nd, s, p, d, g = (node.attr(k) for k in ("nd", "stride", "padding", "dilation", "groups"))
-    if node.attr("padding_end"):
-        raise NoGradient(f"conv{nd}d padded unevenly (before {list(p)}, after {list(node.attr('padding_end'))}): its "
-                         "gradient is not written yet; pad alike on both sides")
     x, w = (n.name for n in node.args[:2])
     tf32 = ", tf32=True" if node.attr("tf32") else ""
     sizes = [_conv_sizes(node, c[x], c[w]) for c in cases]       # (input, output, kernel) a case
     if node.attr("transposed"):
         d_x = f"conv{nd}d({up}, {w}, stride={s}, padding={p}, dilation={d}, groups={g}{tf32})"
         d_w = _weight_gradient(node, up, x, [(o, i, k) for i, o, k in sizes], tf32)
+    elif node.attr("padding_end"):
+        d_x, d_w = _uneven_input_gradient(node, up, w, sizes, tf32), _weight_gradient(node, x, up, sizes, tf32)
     else:
         pads = {tuple((i[j] + 2 * p[j] - d[j] * (k[j] - 1) - 1) % s[j] for j in range(nd)) for i, _, k in sizes}
         if len(pads) > 1:
@@ -235,6 +234,25 @@ def _conv(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
     if len(node.args) > 2:
         out.append((node.args[2], _per_channel(f"flatten({up}, 2)")))
     return out
+
+
+def _uneven_input_gradient(node: Node, up: str, w: str, sizes: list[tuple], tf32: str) -> str:
+    """dx of a convolution padded p before and e after each dim: the transposed convolution of up by w
+    over the whole padded input (no padding cropped), then the input's own span of it, [p, -e) (a
+    stride's remainder made up by output padding; it must be the same in every case, as the slice is)."""
+    nd, s, p, d, g = (node.attr(k) for k in ("nd", "stride", "padding", "dilation", "groups"))
+    e = node.attr("padding_end")
+    rems = {tuple((i[j] + p[j] + e[j] - d[j] * (k[j] - 1) - 1) % s[j] for j in range(nd)) for i, _, k in sizes}
+    if len(rems) > 1:
+        raise NoGradient(f"conv{nd}d with stride {list(s)}: the input's sizes leave different remainders in different "
+                         "cases, so its gradient's span differs; give every case the same sizes modulo the stride")
+    rem = rems.pop()
+    extra = [max(0, r - e[j]) for j, r in enumerate(rem)]           # output padding, below the stride
+    full = (f"conv_transpose{nd}d({up}, {w}, stride={s}, padding={(0,) * nd}, output_padding={tuple(extra)}, "
+            f"groups={g}, dilation={d}{tf32})")
+    ends = [e[j] - rem[j] + extra[j] for j in range(nd)]             # past the input's span, at each dim's end
+    span = ", ".join(f"{p[j]}:{-ends[j] if ends[j] else ''}" for j in range(nd))
+    return f"({full})[:, :, {span}]"
 
 
 def _conv_sizes(node: Node, x: list[int], w: list[int]) -> tuple[list[int], list[int], list[int]]:
@@ -252,12 +270,14 @@ def _weight_gradient(node: Node, source: str, by: str, sizes: list[tuple], tf32:
     sample) as channels, by `by` with batch and channels swapped, stride d and dilation s, cut to the
     kernel's size (the positions past it, which no tap reaches). sizes: (source, by, kernel) a case."""
     nd, s, p, d, g = (node.attr(k) for k in ("nd", "stride", "padding", "dilation", "groups"))
+    e = node.attr("padding_end") or p
     lhs = f"transpose({source}, 0, 1)" if g == 1 else \
         f"flatten(permute(unflatten({source}, 1, ({g}, -1)), {(2, 1, 0, *range(3, 3 + nd))}), 1, 2)"
-    d_w = (f"transpose(conv{nd}d({lhs}, transpose({by}, 0, 1), stride={d}, padding={p}, dilation={s}, "
+    uneven = f", padding_end={e}" if e != p else ""
+    d_w = (f"transpose(conv{nd}d({lhs}, transpose({by}, 0, 1), stride={d}, padding={p}{uneven}, dilation={s}, "
            f"groups={g}{tf32}), 0, 1)")
     for j in range(nd):
-        if any((a[j] + 2 * p[j] - s[j] * (b[j] - 1) - 1) // d[j] + 1 > k[j] for a, b, k in sizes):
+        if any((a[j] + p[j] + e[j] - s[j] * (b[j] - 1) - 1) // d[j] + 1 > k[j] for a, b, k in sizes):
             d_w = f"narrow({d_w}, {2 + j}, 0, {sizes[0][2][j]})"
     return d_w
 

@@ -27,6 +27,7 @@ REQUESTS = [
     f"(q @ k.transpose(-2, -1)) * 0.125 with q 4x16x512x64 and k 4x16x512x64 {DTYPES}",
     f"torch.take_along_dim(x, idx, dim=1) with x 4096x1000 and idx 4096x16 {DTYPES}",
     f"logcumsumexp(x, dim=-1) for training on 256x2000 {DTYPES}",
+    f"causal depthwise conv1d kernel 4 for training on 4x512x1024 {DTYPES}",
 ]
 
 

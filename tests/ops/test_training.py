@@ -112,6 +112,10 @@ CASES = [
     ("conv2d(x, w, stride=2, groups=2)", {"x": [2, 4, 7, 6], "w": [6, 2, 3, 3]}),  # dw cut to the kernel
     ("conv1d(x, w, groups=4, padding=2, dilation=2)", {"x": [3, 4, 11], "w": [4, 1, 3]}),  # depthwise
     ("conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1)", {"x": [2, 3, 4, 5], "w": [3, 4, 3, 3], "b": [4]}),
+    # padded unevenly: a causal depthwise conv1d (Mamba's), 'same' of an even kernel, strided with a remainder
+    ("silu(conv1d(x, w, b, padding=3, padding_end=0, groups=4))", {"x": [2, 4, 13], "w": [4, 1, 4], "b": [4]}),
+    ("conv2d(x, w, padding=(1, 0), padding_end=(2, 1))", {"x": [2, 3, 6, 7], "w": [4, 3, 4, 2]}),
+    ("conv1d(x, w, stride=2, padding=2, padding_end=0, dilation=2)", {"x": [2, 3, 12], "w": [5, 3, 3]}),
     ("cat([x, relu(y)], dim=1)", {"x": [2, 3, 4], "y": [2, 5, 4]}),       # x's: a slice of up, copied
     ("stack([x, y], dim=-1) * 2.0", {"x": [4, 3], "y": [4, 3]}),
     # flash backward: causal with grouped heads (k's and v's summed per group), an upstream from a stage and
