@@ -44,7 +44,7 @@ SAME = "same"
 _ORDER_T = ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation")
 ALIASES: dict[str, str] = {}
 # padding_end: the padding after each dim where it differs from the padding before it (the IR's own
-# keyword: F.pad folded in, or 'same' of an even kernel); not transposed, no gradient yet
+# keyword: F.pad folded in, or 'same' of an even kernel); not for transposed convolutions
 PAD = "pad"
 KEYWORDS = {**{fn: set(_ORDER_T[1:]) | {"tf32", "padding_end"} for fn in FUNCTIONS}, PAD: {"pad", "mode", "value"}}
 OUTPUT_DTYPES: dict[str, str] = {}
