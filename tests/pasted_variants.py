@@ -215,6 +215,8 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
     ('conv_softmax_channels', ['self.c = nn.Conv2d(4, 8, 1)'], 'x', ['return torch.softmax(self.c(x), dim=1)'], '[torch.randn(2, 4, 10, 9)]'),
     ('conv_logsoftmax_argmax', ['self.c = nn.Conv2d(4, 8, 1)'], 'x', ['return torch.argmax(F.log_softmax(self.c(x), dim=1), dim=1)'], '[torch.randn(2, 4, 10, 9)]'),
     ('residual_ln_mlp', ['self.ln = nn.LayerNorm(24)', 'self.fc1 = nn.Linear(24, 48)', 'self.fc2 = nn.Linear(48, 24)'], 'x', ['return x + self.fc2(F.gelu(self.fc1(self.ln(x))))'], '[torch.randn(8, 24)]'),
+    ('lm_head_ce', ['self.lm_head = nn.Linear(24, 50, bias=False)'], 'x, t', ['logits = self.lm_head(x)', 'return F.cross_entropy(logits.view(-1, logits.size(-1)), t.view(-1))'], '[torch.randn(2, 7, 24), torch.randint(0, 50, (2, 7))]'),
+    ('lm_head_ce_bt', ['self.lm_head = nn.Linear(24, 50, bias=False)'], 'x, t', ['logits = self.lm_head(x)', 'B, T, V = logits.shape', 'return F.cross_entropy(logits.view(B * T, V), t.view(B * T))'], '[torch.randn(2, 7, 24), torch.randint(0, 50, (2, 7))]'),
     ('emb_ln', ['self.e = nn.Embedding(50, 24)', 'self.ln = nn.LayerNorm(24)'], 'ids', ['return self.ln(self.e(ids))'], '[torch.randint(0, 50, (4, 7))]'),
 ]
 

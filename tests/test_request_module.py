@@ -590,3 +590,37 @@ def test_registered_float_buffers_are_inputs_the_judge_binds_as_parameters():
     code = FROZEN_NORM.replace("training=False, eps=1e-5)", "training=False, eps=1e-5) * self.mask[0, 0]")
     with pytest.raises(GenerationError, match="mask"):
         parse_request(fenced(code))
+
+
+LM_HEAD = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lm_head = nn.Linear(64, 500, bias=False)
+
+    def forward(self, x, targets):
+        logits = self.lm_head(x)
+        B, T, V = logits.shape
+        return F.cross_entropy(logits.view(B * T, V), targets.view(B * T))
+
+def get_inputs():
+    return [torch.randn(2, 16, 64), torch.randint(0, 500, (2, 16))]
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("view", ["logits.view(B * T, V), targets.view(B * T)",
+                                  "logits.view(-1, logits.size(-1)), targets.view(-1)"])
+def test_a_language_models_loss_over_its_flattened_tokens_reads(view):
+    # the logits' rank is the product's flattened one (2-D), not the input's; the targets' one size,
+    # named by the logits' dims, is all of them
+    spec, _ = parse_request(fenced(LM_HEAD.replace("logits.view(B * T, V), targets.view(B * T)", view)))
+    node = ir.parse(spec["expression"])
+    assert node.op == "cross_entropy" and ir.matmul_node(node) is not None
+    assert ir.output_shape(node.args[1], {i["name"]: i["shapes"][0] for i in spec["inputs"]}) == [32]

@@ -87,6 +87,8 @@ def _reshape(c: Call, x: Node) -> Node:
     refs = [_dims_named(e, c) for e in elts]
     if not any(refs):
         return call(RESHAPE, x, sizes=_unit_sizes(c, elts))
+    if len(refs) == 1:          # one size, whoever's dims name it (targets.view(B * T)): all of x, as torch has it
+        return call(FLATTEN, x, start=0, end=-1)
     owners = {r[0] for group in refs if group for r in group}
     if len(owners) == 1 and x not in owners and all(g and len(g) == 1 for g in refs) \
             and [g[0][1] for g in refs] == list(range(len(refs))):

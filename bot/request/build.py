@@ -137,9 +137,10 @@ def _rows_settled(node: ir.Node, shapes: dict[str, list[int]]) -> ir.Node:
 def _refuse_class_dim_1(st: State, node: ir.Node, shapes: dict[str, list[list[int]]]) -> None:
     """Pasted F.cross_entropy and F.nll_loss take N-D logits' classes on dim 1; the kernel takes them on the last."""
     if node.op in ir.LOSSES and (st.inputs or -1 not in st.dims):
-        logits = ir.input_names(node.args[0])[0]
-        if any(len(s) != 2 for s in shapes[logits]):
-            raise GenerationError(f"{st.name or node.op} on {len(shapes[logits][0])}-D logits, whose classes "
+        ranks = {len(ir.output_shape(node.args[0], {n: s[c] for n, s in shapes.items()}))
+                 for c in range(len(next(iter(shapes.values()))))}
+        if ranks != {2}:
+            raise GenerationError(f"{st.name or node.op} on {max(ranks)}-D logits, whose classes "
                                   "PyTorch takes on dim 1; the offline kernel takes 2-D logits [rows, classes]. "
                                   "Give 2-D shapes, e.g. 'for 4096x32000'.")
 
