@@ -610,9 +610,8 @@ def _reshaped(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]
 def _cross_entropy(node: Node, a: list[str], up: str):
     """The logits' gradient, softmax less the target's one-hot, times the loss's gradient (a kernel of the
     loss family, bot.ops.loss); the class indices get none."""
-    if node.attr("smoothing"):
-        raise NoGradient("cross_entropy with label_smoothing: its gradient kernel takes no smoothing yet")
-    return [(node.args[0], f"cross_entropy_grad({a[0]}, {a[1]}, {up}, reduction={node.attr('reduction')!r})")]
+    smoothing = f", label_smoothing={node.attr('smoothing')!r}" if node.attr("smoothing") else ""
+    return [(node.args[0], f"cross_entropy_grad({a[0]}, {a[1]}, {up}, reduction={node.attr('reduction')!r}{smoothing})")]
 
 
 def _nll(node: Node, a: list[str], up: str):

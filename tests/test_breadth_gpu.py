@@ -28,6 +28,7 @@ REQUESTS = [
     f"torch.take_along_dim(x, idx, dim=1) with x 4096x1000 and idx 4096x16 {DTYPES}",
     f"logcumsumexp(x, dim=-1) for training on 256x2000 {DTYPES}",
     f"causal depthwise conv1d kernel 4 for training on 4x512x1024 {DTYPES}",
+    f"cross entropy with label smoothing 0.1 for training on 4096x32000 logits {DTYPES}",
 ]
 
 

@@ -87,7 +87,7 @@ TRIPLET = "triplet_margin_loss"
 HINGE, COSINE_LOSS, COSINE = "hinge loss", "cosine similarity loss", "cosine similarity"
 # torch's positional order of cross_entropy's and nll_loss's arguments
 _CLASS_ORDER = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
-KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]), CE_GRAD: {"reduction"},
+KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]), CE_GRAD: {"reduction", "label_smoothing"},
             **{name: set(order) for name, (order, _, _) in FORMULAS.items()}}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []                    # read apart, before the generic reader: CLASS_LOSS, cross_entropy_words
@@ -314,7 +314,9 @@ def _gradient(c: Call) -> Node:
     if len(c.args) != 3:
         raise IRError("cross_entropy_grad takes logits, target and the loss's upstream gradient")
     reduction = _read_reduction(c.fname, c.kw.get("reduction"))
-    return call(CE_GRAD, *(c.expr(a) for a in c.args), reduction=reduction)
+    smoothing = number(c.kw["label_smoothing"]) if "label_smoothing" in c.kw else 0.0
+    return call(CE_GRAD, *(c.expr(a) for a in c.args), reduction=reduction,
+                **({"smoothing": smoothing} if smoothing else {}))
 
 
 def _defaults_only(fname: str, given: dict, keys: tuple[str, ...], defaults: dict) -> None:
@@ -437,7 +439,8 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
     target = names[node.args[1].name]
     reduction = node.attr("reduction")
     if node.op == CE_GRAD:
-        return _gradient_result(body, target, names[node.args[2].name], reduction, lines)
+        return _gradient_result(body, target, names[node.args[2].name], reduction, node.attr("smoothing") or 0.0,
+                                lines)
     if node.op == NLL:
         return f"torch.nn.functional.nll_loss({body}, {target}, reduction={reduction!r})"
     # Classes are the last dim (torch's own cross_entropy takes them at dim 1): rows flattened.
@@ -447,11 +450,13 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
     return f"{loss}.reshape({target}.shape)" if reduction == "none" else loss
 
 
-def _gradient_result(body: str, target: str, up: str, reduction: str, lines: list[str]) -> str:
-    """(softmax(logits) - one_hot(target)) * the upstream gradient (per row for 'none'; over the rows
-    not ignored for 'mean'), 0 on ignored rows."""
+def _gradient_result(body: str, target: str, up: str, reduction: str, smoothing: float, lines: list[str]) -> str:
+    """(softmax(logits) - the smoothed one_hot(target)) * the upstream gradient (per row for 'none'; over
+    the rows not ignored for 'mean'), 0 on ignored rows."""
+    smoothed = f" * {1 - smoothing!r} + {smoothing!r} / {body}.shape[-1]" if smoothing else ""
     lines += [f"kept = ({target} != {IGNORE_INDEX}).unsqueeze(-1)",
-              f"onehot = torch.nn.functional.one_hot({target}.clamp(min=0), {body}.shape[-1]).to({body}.dtype)",
+              f"onehot = torch.nn.functional.one_hot({target}.clamp(min=0), {body}.shape[-1]).to({body}.dtype)"
+              f"{smoothed}",
               {"none": f"scale = {up}.unsqueeze(-1)", "sum": f"scale = {up}",
                "mean": f"scale = {up} / kept.sum()"}[reduction]]
     return f"torch.where(kept, (torch.softmax({body}, dim=-1) - onehot) * scale, 0.0).to({body}.dtype)"
@@ -552,9 +557,9 @@ class _ClassRowsFile(ReducedBodyFile):
         """With label smoothing, the row's total of logits (`mask`: the tile's lanes in the row)."""
         return [f"row_tot += tl.sum(tl.where({mask}, val, 0.0), axis=1)"] if self.smoothing else []
 
-    def _online_update(self) -> list[str]:
-        """Fold the tile `val` into row_max and row_sum (online logsumexp), and row_tot."""
-        return [*self._total("mask"), "new_max = tl.maximum(row_max, tl.max(val, axis=1))",
+    def _online_update(self, total: bool = True) -> list[str]:
+        """Fold the tile `val` into row_max and row_sum (online logsumexp), and (total) row_tot."""
+        return [*self._total("mask") * total, "new_max = tl.maximum(row_max, tl.max(val, axis=1))",
                 "# exp(v - m) as exp2(v * log2(e) - m * log2(e)): one fused multiply-add before each exp2.",
                 "scaled_max = new_max * LOG2E",
                 "row_sum = (row_sum * tl.exp2(row_max * LOG2E - scaled_max)",
@@ -738,16 +743,21 @@ class _CrossEntropyGradKernel(_ClassRowsFile):
                  f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other={IGNORE_INDEX})",
                  f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
                  "row_sum = tl.zeros([BLOCK_R], tl.float32)",
-                 "for start in range(0, V, BLOCK_V):", *indented(chunk + self._online_update()),
+                 "for start in range(0, V, BLOCK_V):", *indented(chunk + self._online_update(total=False)),
                  "lse = (row_max + tl.log(row_sum))[:, None]",
                  f"scale = tl.where({t} == {IGNORE_INDEX}, 0.0, {scale})",
                  "for start in range(0, V, BLOCK_V):",
-                 *indented(chunk + [f"grad = (tl.exp(val - lse) - (cols == {t}).to(tl.float32)) * scale",
+                 *indented(chunk + [f"grad = (tl.exp(val - lse) - {self._target_share(t)}) * scale",
                                     "tl.store(dst_ptr + rows * V + cols, grad.to(dst_ptr.dtype.element_ty), "
                                     "mask=mask)"])]
         params = ([f"{i.local}_ptr" for i in self.body_inputs] + [f"{t}_ptr", f"{up}_ptr", "count_ptr", "dst_ptr", "R",
                                                                   "V", "BLOCK_R: tl.constexpr", "BLOCK_V: tl.constexpr"])
         return jit_source(f"{self.name}_kernel", params, lines, "    # BLOCK_R rows per program in BLOCK_V-wide chunks.\n")
+
+    def _target_share(self, t: str) -> str:
+        """What each class's probability is less: the one-hot target, smoothed by e toward 1 / V."""
+        onehot = f"(cols == {t}).to(tl.float32)"
+        return f"({1 - self.smoothing!r} * {onehot} + {self.smoothing!r} / V)" if self.smoothing else onehot
 
     def _launcher(self) -> str:
         first, t = self.body_inputs[0].local, self.target

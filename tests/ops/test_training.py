@@ -227,6 +227,8 @@ def check_gradients(folder, expression: str, shapes: dict, dtype: str, device: s
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("expression", ["cross_entropy(x, t)", "cross_entropy(x * 2.0 + b, t, reduction='sum')",
                                         "cross_entropy(x, t, reduction='none')", "nll_loss(x, t)",
+                                        "cross_entropy(x, t, label_smoothing=0.2)",
+                                        "cross_entropy(x * b, t, reduction='none', label_smoothing=0.1)",
                                         "nll_loss(log_softmax(x * b), t, reduction='sum')",
                                         "nll_loss(x, t, reduction='none')"])
 def test_cross_entropy_and_nll_loss_give_their_inputs_gradient_and_none_to_the_classes(tmp_path, expression, dtype):
