@@ -624,3 +624,37 @@ def test_a_language_models_loss_over_its_flattened_tokens_reads(view):
     node = ir.parse(spec["expression"])
     assert node.op == "cross_entropy" and ir.matmul_node(node) is not None
     assert ir.output_shape(node.args[1], {i["name"]: i["shapes"][0] for i in spec["inputs"]}) == [32]
+
+
+PADDED_CONV = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pad = PAD
+        self.conv = nn.Conv2d(4, 8, 2)
+
+    def forward(self, x):
+        return self.conv(self.pad(x))
+
+def get_inputs():
+    return [torch.randn(2, 4, 9, 9)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("pad, padding", [("nn.ZeroPad2d((1, 0, 1, 0))", "padding=1, padding_end=(0, 0)"),
+                                          ("nn.ConstantPad2d(2, 0.0)", "padding=2"), ("nn.ZeroPad2d(1)", "padding=1")])
+def test_a_zero_padding_layer_before_a_convolution_is_its_padding(pad, padding):
+    spec, _ = parse_request(fenced(PADDED_CONV.replace("PAD", pad)))
+    assert ir.parse(spec["expression"]) == ir.parse(f"conv2d(x, conv_weight, conv_bias, {padding})")
+
+
+@pytest.mark.parametrize("pad", ["nn.ReflectionPad2d(1)", "nn.ConstantPad2d(1, 3.0)"])
+def test_a_padding_of_other_values_is_refused_naming_what_works(pad):
+    with pytest.raises(GenerationError, match="mode 'constant', value 0"):
+        parse_request(fenced(PADDED_CONV.replace("PAD", pad)))

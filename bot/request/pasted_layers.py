@@ -235,6 +235,21 @@ def _prelu(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int,
     return ast.Call(_path("F.prelu"), [*args, *_names([weight])], keywords), [weight]
 
 
+def _pad(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int, name_of: Callable[[str], str]):
+    """nn.ZeroPad1d/2d/3d(padding), nn.ConstantPad1d/2d/3d(padding, value), nn.ReflectionPad/ReplicationPad/
+    CircularPad: F.pad(x, padding as F.pad takes it (an int: every side of the last n dims), mode, value),
+    which a convolution reading it folds in (bot.ops.conv)."""
+    nd = int(sub.cls[-2])
+    o = _options(sub, ("padding", "value"))
+    padding = o["padding"]
+    padding = tuple(padding) if isinstance(padding, (tuple, list)) else (padding,) * (2 * nd)
+    mode = next((m for m, word in (("reflect", "Reflection"), ("replicate", "Replication"), ("circular", "Circular"))
+                 if sub.cls.startswith(word)), "constant")
+    kw = [ast.keyword("mode", ast.Constant(mode))] + ([ast.keyword("value", literal(o["value"], ast.Constant(0)))]
+                                                      if "value" in o else [])
+    return ast.Call(_path("F.pad"), [*args, literal(padding, ast.Constant(0))], kw + keywords), []
+
+
 def _flatten(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int, name_of: Callable[[str], str]):
     # nn.Flatten keeps dim 0 (start_dim=1), where torch.flatten starts at 0
     o = _options(sub, ("start_dim", "end_dim"), {"start_dim": 1, "end_dim": -1})
@@ -245,7 +260,9 @@ def _flatten(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: in
 _LAYERS = {"Linear": _linear, "LayerNorm": _norm, "RMSNorm": _norm, "Flatten": _flatten,
            **{f"Conv{n}d": _conv for n in (1, 2, 3)}, **{f"ConvTranspose{n}d": _conv for n in (1, 2, 3)},
            **{f"{kind}Norm{n}d": _channel_norm for kind in ("Batch", "Instance") for n in (1, 2, 3)},
-           "GroupNorm": _channel_norm, "Embedding": _embedding, "PReLU": _prelu}
+           "GroupNorm": _channel_norm, "Embedding": _embedding, "PReLU": _prelu,
+           **{f"{kind}Pad{n}d": _pad for kind in ("Zero", "Constant", "Reflection", "Replication", "Circular")
+              for n in (1, 2, 3)}}
 
 
 def _what(cls: str) -> str:
