@@ -6,7 +6,7 @@ from bot.codegen.code import body_text, doc_text
 from bot.codegen.expr import ExprWriter
 from bot.codegen.names import allocate
 from bot.ops import pointwise, registry, view
-from bot.ops.node import Node
+from bot.ops.node import Node, inp
 from runner import protocol
 
 
@@ -33,6 +33,7 @@ def torch_lines(spec: dict, node: Node, names: dict[str, str], round_with: str |
     lines, body = torch_expression(body_node, names, anchor, set(names.values()), round_with,
                                    round_result=root is not None)
     if root:
+        node, names = _operands_bound(node, names, anchor, lines)
         result = root.torch_result(node, names, body, lines)
     elif body_node.op == "input":
         result = f"{body}.clone()"       # the expression is one input: still return a new tensor
@@ -41,6 +42,21 @@ def torch_lines(spec: dict, node: Node, names: dict[str, str], round_with: str |
     if _mixed_dtypes(spec):
         result = f"({result}).to({anchor}.dtype)"   # the output takes the first input's dtype
     return lines, result
+
+
+def _operands_bound(node: Node, names: dict[str, str], anchor: str, lines: list[str]) -> tuple[Node, dict[str, str]]:
+    """The root op with each operand past its body that is no input (a view of one: a cross entropy's
+    targets.flatten()) computed first into a local of its own, which the family then reads as an input."""
+    args, names = [node.args[0]], dict(names)
+    for a in node.args[1:]:
+        if a.op != "input":
+            arg_lines, text = torch_expression(a, names, anchor, set(names.values()))
+            local = next(f"operand{k}" for k in range(len(names) + 2) if f"operand{k}" not in names.values())
+            lines += [*arg_lines, f"{local} = {text}"]
+            names[local] = local
+            a = inp(local)
+        args.append(a)
+    return Node(node.op, tuple(args), node.name, node.value, node.attrs), names
 
 
 def reference_source(spec: dict, node: Node) -> str:

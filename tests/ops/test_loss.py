@@ -13,7 +13,7 @@ import torch
 from generated import load, make_spec
 from lowering import ALIGNED_CONFIG, MATRIX, ODD_ROWS, aligned_only, check, check_reduction, generate_reduction
 
-from bot import ir, lower_torch
+from bot import ir, lower_torch, testgen
 from bot.generators.interface import GenerationError
 from bot.request import parse_request
 from bot.ops import loss
@@ -105,6 +105,25 @@ def test_label_smoothing_in_every_kernel_is_torchs(tmp_path, reduction):
                                torch.nn.functional.cross_entropy(x[:, 1:].double() * 3.0, t.clamp(max=1029),
                                                                  reduction=reduction, label_smoothing=0.15),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("request_text", [
+    "F.cross_entropy(x.flatten(0, 1), t.flatten()) with x 2x6x50 and t 2x6 fp32",
+    "F.cross_entropy((x @ w).flatten(0, 1), t.flatten(), label_smoothing=0.1) with x 2x6x16, w 16x50 and t 2x6 fp32",
+])
+def test_a_loss_over_flattened_tokens_has_its_reference_and_tests(tmp_path, request_text):
+    # the target a view of an input (targets.view(-1)): its reference, generated tests and kernels
+    spec, _ = parse_request(request_text)
+    node = parse_expression(spec)
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), spec["name"])
+    assert testgen.reference_test_source(spec) and testgen.kernel_test_source(spec)
+    args = {i["name"]: (torch.randint(0, 50, i["shapes"][0]) if i["dtypes"][0] == "int64"
+                        else torch.randn(i["shapes"][0], dtype=torch.float64)) for i in spec["inputs"]}
+    logits = args["x"] @ args["w"] if "w" in args else args["x"]
+    want = torch.nn.functional.cross_entropy(logits.flatten(0, 1), args["t"].flatten(),
+                                             label_smoothing=0.1 if "smoothing" in request_text else 0.0)
+    torch.testing.assert_close(reference(*args.values()), want)
+    check_kernel(tmp_path, spec)
 
 
 def test_label_smoothing_is_read_and_refused_outside_0_to_1():
