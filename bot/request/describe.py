@@ -16,10 +16,13 @@ def default_name(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
     if k == "matmul":
         return mmf.matmul_name(node, batched=_batched(node, shapes))
     parts: list[str] = []
+    inside_prelu = {n for sub in node.walk() if _is_prelu(sub) for n in sub.walk() if n is not sub} - {
+        n for sub in node.walk() if _is_prelu(sub) for n in sub.args[1].walk()}
     for sub in node.walk():
-        if sub.op in ("input", "const"):
+        if sub.op in ("input", "const") or sub in inside_prelu:
             continue
-        label = "scale" if sub.op == "mul" and any(a.op == "const" for a in sub.args) else sub.op
+        label = "prelu" if _is_prelu(sub) else "scale" if sub.op == "mul" and any(a.op == "const" for a in sub.args) \
+            else sub.op
         if label not in parts:
             parts.append(label)
     name = "_".join(parts[:3])
@@ -30,6 +33,14 @@ def default_name(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
     elif k == "loss" and node.attr("reduction") == "none":
         name += "_per_row"
     return name
+
+
+def _is_prelu(node: ir.Node) -> bool:
+    """where(x > 0, x, w * x) of a tensor w: F.prelu as ir.settled writes it out."""
+    if node.op != "where" or node.args[0].op != "gt" or node.args[0].args[1].value != 0.0:
+        return False
+    x, slope = node.args[1], node.args[2]
+    return node.args[0].args[0] == x and slope.op == "mul" and slope.args[1] == x and slope.args[0].op != "const"
 
 
 def _dim_suffix(d) -> str:

@@ -347,6 +347,11 @@ def test_prelu_puts_one_weight_per_channel_on_dim_1(tmp_path, x_shape, w_shape):
     torch.testing.assert_close(kernel(x, w), torch.nn.functional.prelu(x, w))
 
 
+def test_a_prelu_keeps_its_name_once_written_out():
+    assert parse_request("F.prelu(x, w) with x 2x6x5x5 and w 6")[0]["name"] == "prelu"
+    assert parse_request("F.leaky_relu(x, 0.1) for 8x8")[0]["name"] == "where_gt_scale"     # a slope, no weight
+
+
 def test_prelu_refuses_a_weight_that_is_neither_one_value_nor_one_per_channel():
     with pytest.raises(GenerationError, match=r"prelu's weight has 5 values; it takes 1 or one per channel \(dim 1 of x, 6\)"):
         parse_request("F.prelu(x, w) with x 2x6x4x4 and w 5")
