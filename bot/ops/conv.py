@@ -202,7 +202,7 @@ def convert(c: Call) -> Node | None:
     if "padding_end" in given:
         attrs["padding_end"] = _ints(c.fname, "padding_end", given["padding_end"], nd, 0)
     elif _is_pad(x):
-        x, attrs = _folded_pad(c.fname, x, attrs)
+        x, attrs = _folded_pad(c.fname, x, attrs, transposed)
     if attrs.get("padding_end") == attrs["padding"]:
         del attrs["padding_end"]
     if transposed and "padding_end" in attrs:
@@ -223,10 +223,11 @@ def _is_pad(x: ast.expr) -> bool:
     return isinstance(x, ast.Call) and ast.unparse(x.func).split(".")[-1] == PAD
 
 
-def _folded_pad(fname: str, x: ast.Call, attrs: dict) -> tuple[ast.expr, dict]:
+def _folded_pad(fname: str, x: ast.Call, attrs: dict, transposed: bool) -> tuple[ast.expr, dict]:
     """conv(F.pad(x, pads), w, ...): x, with the zeros F.pad adds (pads: the last dim's before and
     after, then the one before it's, ...) added to the convolution's own padding, before and after
-    apart (a causal conv1d: F.pad(x, (k - 1, 0)))."""
+    apart (a causal conv1d: F.pad(x, (k - 1, 0))). Not a transposed convolution's: its padding crops
+    the output, where F.pad's zeros widen the input."""
     nd = attrs["nd"]
     given = dict(zip(("input", "pad", "mode", "value"), x.args)) | {k.arg: k.value for k in x.keywords}
     pads = given.get("pad")
@@ -236,11 +237,11 @@ def _folded_pad(fname: str, x: ast.Call, attrs: dict) -> tuple[ast.expr, dict]:
         value = number(given["value"]) if not is_none(given.get("value")) else 0.0
     except (IRError, AttributeError):
         amounts, mode, value = None, None, None
-    if amounts is None or len(amounts) % 2 or len(amounts) > 2 * nd or mode != "constant" or value != 0 \
-            or min(amounts) < 0 or attrs["padding"] == SAME or attrs.get("transposed"):
+    if not amounts or len(amounts) % 2 or len(amounts) > 2 * nd or mode != "constant" or value != 0 \
+            or min(amounts) < 0 or attrs["padding"] == SAME or transposed:
         raise IRError(f"{fname} of {ast.unparse(x)[:60]}: F.pad is read folded into a convolution's padding, with "
                       "zeros (mode 'constant', value 0), non-negative amounts over its spatial dims, and the "
-                      "convolution's padding as numbers")
+                      "convolution's padding as numbers (not a transposed convolution's)")
     before, after = list(attrs["padding"]), list(attrs["padding"])
     for k in range(len(amounts) // 2):            # pads name the last dim first
         before[nd - 1 - k] += amounts[2 * k]

@@ -142,6 +142,8 @@ def test_uneven_padding_before_and_after_is_torchs(tmp_path, code, x, w, want):
     ("F.conv1d(F.pad(x, (1, 1), value=1.0), w)", "mode 'constant', value 0"),
     ("F.conv1d(F.pad(x, (1, 1, 1, 1)), w)", "over its spatial dims"),
     ("F.conv_transpose1d(x, w, padding=1, padding_end=2)", "not transposed ones"),
+    ("F.conv_transpose1d(F.pad(x, (1, 1)), w)", "not a transposed convolution's"),     # its padding crops instead
+    ("F.conv1d(F.pad(x, ()), w)", "non-negative amounts over its spatial dims"),
     ("F.pad(x, (1, 1)) * 2.0", "F.pad is read where a convolution takes its result"),
 ])
 def test_pads_no_convolution_takes_are_refused_naming_what_works(code, says):
