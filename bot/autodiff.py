@@ -222,13 +222,8 @@ def _conv(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
     elif node.attr("padding_end"):
         d_x, d_w = _uneven_input_gradient(node, up, w, sizes, tf32), _weight_gradient(node, x, up, sizes, tf32)
     else:
-        pads = {tuple((i[j] + 2 * p[j] - d[j] * (k[j] - 1) - 1) % s[j] for j in range(nd)) for i, _, k in sizes}
-        if len(pads) > 1:
-            raise NoGradient(f"conv{nd}d with stride {list(s)}: the input's sizes leave different remainders in "
-                             "different cases, so its gradient's output padding differs; give every case the same "
-                             "sizes modulo the stride")
         d_x = (f"conv_transpose{nd}d({up}, {w}, stride={s}, padding={p}, output_padding="
-               f"{pads.pop() if pads else (0,) * nd}, groups={g}, dilation={d}{tf32})")
+               f"{_stride_remainder(node, sizes)}, groups={g}, dilation={d}{tf32})")
         d_w = _weight_gradient(node, x, up, sizes, tf32)
     out = [(node.args[0], d_x), (node.args[1], d_w)]
     if len(node.args) > 2:
@@ -241,18 +236,26 @@ def _uneven_input_gradient(node: Node, up: str, w: str, sizes: list[tuple], tf32
     over the whole padded input (no padding cropped), then the input's own span of it, [p, -e) (a
     stride's remainder made up by output padding; it must be the same in every case, as the slice is)."""
     nd, s, p, d, g = (node.attr(k) for k in ("nd", "stride", "padding", "dilation", "groups"))
-    e = node.attr("padding_end")
-    rems = {tuple((i[j] + p[j] + e[j] - d[j] * (k[j] - 1) - 1) % s[j] for j in range(nd)) for i, _, k in sizes}
-    if len(rems) > 1:
-        raise NoGradient(f"conv{nd}d with stride {list(s)}: the input's sizes leave different remainders in different "
-                         "cases, so its gradient's span differs; give every case the same sizes modulo the stride")
-    rem = rems.pop()
+    e, rem = node.attr("padding_end"), _stride_remainder(node, sizes)
     extra = [max(0, r - e[j]) for j, r in enumerate(rem)]           # output padding, below the stride
     full = (f"conv_transpose{nd}d({up}, {w}, stride={s}, padding={(0,) * nd}, output_padding={tuple(extra)}, "
             f"groups={g}, dilation={d}{tf32})")
     ends = [e[j] - rem[j] + extra[j] for j in range(nd)]             # past the input's span, at each dim's end
     span = ", ".join(f"{p[j]}:{-ends[j] if ends[j] else ''}" for j in range(nd))
     return f"({full})[:, :, {span}]"
+
+
+def _stride_remainder(node: Node, sizes: list[tuple]) -> tuple[int, ...]:
+    """What the padded input has past the convolution's last window, a dim (its length less the
+    dilated kernel, modulo the stride): dx's output padding. It must be the same in every case."""
+    nd, s, p, d = (node.attr(k) for k in ("nd", "stride", "padding", "dilation"))
+    e = node.attr("padding_end") or p
+    rems = {tuple((i[j] + p[j] + e[j] - d[j] * (k[j] - 1) - 1) % s[j] for j in range(nd)) for i, _, k in sizes}
+    if len(rems) > 1:
+        raise NoGradient(f"conv{nd}d with stride {list(s)}: the input's sizes leave different remainders in "
+                         "different cases, so its gradient's output padding differs; give every case the same "
+                         "sizes modulo the stride")
+    return rems.pop() if rems else (0,) * nd
 
 
 def _conv_sizes(node: Node, x: list[int], w: list[int]) -> tuple[list[int], list[int], list[int]]:
