@@ -300,12 +300,9 @@ def convert(c: Call) -> Node | None:
     if "input" not in given or "target" not in given:
         raise IRError(f"{c.fname} takes input and target, e.g. F.{c.fname}(x, target)")
     _defaults_only(c.fname, given, _CLASS_ORDER[2:6], {"ignore_index": IGNORE_INDEX})
-    smoothing = number(given["label_smoothing"]) if "label_smoothing" in given else 0.0
-    if not 0.0 <= smoothing <= 1.0:
-        raise IRError(f"cross_entropy's label_smoothing must be in [0, 1] (as torch's), got {fmt_num(smoothing)}")
     reduction = _read_reduction(c.fname, given.get("reduction"))
     return call(c.fname, c.expr(given["input"]), c.expr(given["target"]), reduction=reduction,
-                **({"smoothing": smoothing} if smoothing else {}))
+                **_smoothing(given.get("label_smoothing")))
 
 
 def _gradient(c: Call) -> Node:
@@ -314,9 +311,15 @@ def _gradient(c: Call) -> Node:
     if len(c.args) != 3:
         raise IRError("cross_entropy_grad takes logits, target and the loss's upstream gradient")
     reduction = _read_reduction(c.fname, c.kw.get("reduction"))
-    smoothing = number(c.kw["label_smoothing"]) if "label_smoothing" in c.kw else 0.0
-    return call(CE_GRAD, *(c.expr(a) for a in c.args), reduction=reduction,
-                **({"smoothing": smoothing} if smoothing else {}))
+    return call(CE_GRAD, *(c.expr(a) for a in c.args), reduction=reduction, **_smoothing(c.kw.get("label_smoothing")))
+
+
+def _smoothing(written: ast.expr | None) -> dict:
+    """Cross entropy's (and its gradient's) label_smoothing= as the node's attribute: none for 0."""
+    smoothing = 0.0 if written is None else number(written)
+    if not 0.0 <= smoothing <= 1.0:
+        raise IRError(f"cross_entropy's label_smoothing must be in [0, 1] (as torch's), got {fmt_num(smoothing)}")
+    return {"smoothing": smoothing} if smoothing else {}
 
 
 def _defaults_only(fname: str, given: dict, keys: tuple[str, ...], defaults: dict) -> None:

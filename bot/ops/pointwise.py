@@ -267,7 +267,7 @@ def _prelu(c: Call) -> Node:
         raise IRError("prelu takes x and weight (one value, or one per channel of x's dim 1), e.g. F.prelu(x, w)")
     x, weight = c.expr(given["x"]), c.expr(given["weight"])
     if weight.op == "const":
-        return call("where", call("gt", x, const(0.0)), x, call("mul", weight, x))
+        return _negative_scaled(x, weight)
     if weight.op != "input":
         raise IRError("prelu's weight must be a tensor input (nn.PReLU's weight) or a number")
     return call(PRELU, x, weight)
@@ -286,7 +286,12 @@ def prelu_settled(node: Node, shape_of: Callable[[Node], list[int]]) -> Node:
         raise IRError(f"prelu's weight has {n} values; it takes 1 or one per channel (dim 1 of x, {channels})")
     if n > 1 and len(shape) > 2:
         weight = call("reshape", weight, sizes=(-1,) + (1,) * (len(shape) - 2))
-    return call("where", call("gt", x, const(0.0)), x, call("mul", weight, x))
+    return _negative_scaled(x, weight)
+
+
+def _negative_scaled(x: Node, slope: Node) -> Node:
+    """where(x > 0, x, slope * x): a prelu, its slope a number or the weight."""
+    return call("where", call("gt", x, const(0.0)), x, call("mul", slope, x))
 
 
 def _dropout(c: Call) -> Node:

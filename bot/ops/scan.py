@@ -210,12 +210,13 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
     anchor = body           # the body's dtype is the float inputs' (a bool mask in it promotes to theirs)
     if node.attr("reverse"):
         body = f"torch.flip({body}, [{dim}])"
+    # torch's float16/bfloat16 scans add in that dtype: these add in float32 (float64 stays), as the kernel
+    wide = f"torch.promote_types({anchor}.dtype, torch.float32)"
     if op in ("cummax", "cummin"):
         result = f"torch.{op}({body}, dim={dim}).values"
-    elif op == "logcumsumexp":      # in float32 at least, as the kernel
-        result = f"torch.logcumsumexp({body}.to(torch.promote_types({anchor}.dtype, torch.float32)), {dim}).to({anchor}.dtype)"
-    else:       # torch's float16/bfloat16 scans add in that dtype: these add in float32 (float64 stays)
-        wide = f"torch.promote_types({anchor}.dtype, torch.float32)"
+    elif op == "logcumsumexp":      # takes no dtype=
+        result = f"torch.logcumsumexp({body}.to({wide}), {dim}).to({anchor}.dtype)"
+    else:
         result = f"torch.{op}({body}, dim={dim}, dtype={wide}).to({anchor}.dtype)"
     if node.attr("exclusive"):
         first = f"torch.zeros(1, dtype=torch.long, device={anchor}.device)"
