@@ -4,6 +4,8 @@ exponent, approximation, reduction, tf32, a reduction's dim).
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 from bot import ir
 from bot.ops import fused
 from bot.ops import matmul as mmf
@@ -15,16 +17,7 @@ def default_name(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
     k = ir.kind(node)
     if k == "matmul":
         return mmf.matmul_name(node, batched=_batched(node, shapes))
-    parts: list[str] = []
-    inside_prelu = {n for sub in node.walk() if _is_prelu(sub) for n in sub.walk() if n is not sub} - {
-        n for sub in node.walk() if _is_prelu(sub) for n in sub.args[1].walk()}
-    for sub in node.walk():
-        if sub.op in ("input", "const") or sub in inside_prelu:
-            continue
-        label = "prelu" if _is_prelu(sub) else "scale" if sub.op == "mul" and any(a.op == "const" for a in sub.args) \
-            else sub.op
-        if label not in parts:
-            parts.append(label)
+    parts = list(dict.fromkeys(_labels(node)))
     name = "_".join(parts[:3])
     over_dims = isinstance(node.attr("dim"), tuple) and node.op in ir.REDUCE      # sum over dims (1, 2): fused's
     if k in ("reduce", "argreduce", "scan") or over_dims:   # "sum" alone would shadow the builtin in generated files
@@ -33,6 +26,19 @@ def default_name(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
     elif k == "loss" and node.attr("reduction") == "none":
         name += "_per_row"
     return name
+
+
+def _labels(node: ir.Node) -> Iterator[str]:
+    """The tree's ops as a name says them, outermost first: a product by a constant is 'scale', and a
+    written-out prelu 'prelu', read on into its input only."""
+    if _is_prelu(node):
+        yield "prelu"
+        yield from _labels(node.args[1])
+        return
+    if node.op not in ("input", "const"):
+        yield "scale" if node.op == "mul" and any(a.op == "const" for a in node.args) else node.op
+    for a in node.args:
+        yield from _labels(a)
 
 
 def _is_prelu(node: ir.Node) -> bool:
