@@ -373,6 +373,15 @@ def test_a_chain_of_products_keeps_rounded_intermediates_and_is_judged_at_their_
     assert "1 of 2048 elements outside tolerance" in judged(wrong, 2)
 
 
+def test_compare_takes_the_infinity_a_float16_result_rounds_to_but_no_other():
+    want = torch.tensor([1.6e6, 6.0e4, 1.0e6, 3.0], dtype=torch.float64)
+    inf = float("inf")
+    assert not harness.compare(torch.tensor([inf, 6.0e4, inf, 3.0]).half(), want, torch.float16, 10**6).problem
+    assert "1 of 4" in harness.compare(torch.tensor([inf, inf, inf, 3.0]).half(), want, torch.float16, 10**6).problem
+    assert "1 of 4" in harness.compare(torch.tensor([inf, 6.0e4, -inf, 3.0]).half(), want, torch.float16, 10**6).problem
+    assert "2 of 4" in harness.compare(torch.tensor([inf, 6.0e4, inf, 3.0]), want, torch.float32, 10**6).problem
+
+
 def test_compare_holds_a_bool_output_exactly():
     want = torch.tensor([[True, False], [False, True]])
     assert not harness.compare(want.clone(), want, torch.bool, 1000).problem
