@@ -648,6 +648,9 @@ _RULES = {
     "erf": _unary(f"{2 / math.sqrt(math.pi)!r} * exp(-({{a}}) ** 2.0)"),
     "sin": _unary("cos({a})"),
     "cos": _unary("-sin({a})"),
+    "atan": _unary("1.0 / (1.0 + ({a}) * ({a}))"),
+    "fmod": lambda node, a, up: [(node.args[0], up), (node.args[1], f"-({up}) * where(({a[0]}) / ({a[1]}) < 0.0, "
+                                                     f"ceil(({a[0]}) / ({a[1]})), floor(({a[0]}) / ({a[1]})))")],
     **dict.fromkeys(("floor", "ceil"), _unary("0.0")),        # torch: zero everywhere, as for a step
     "pow": _pow,
     "gelu": _gelu,

@@ -134,8 +134,10 @@ def _convert(n: ast.expr) -> Node:
             return matmul.product(_convert(n.left), _convert(n.right), tf32=False)
         if isinstance(n.op, ast.Pow):
             return call("pow", _convert(n.left), exponent=number(n.right))
+        if isinstance(n.op, ast.Mod):           # torch's % is remainder (the divisor's sign), not C's fmod
+            return _convert_call(ast.Call(ast.Name("remainder", ast.Load()), [n.left, n.right], []))
         if type(n.op) not in _BINOPS:
-            raise IRError(f"unsupported operator in {ast.unparse(n)!r}; use + - * / **")
+            raise IRError(f"unsupported operator in {ast.unparse(n)!r}; use + - * / ** %")
         return call(_BINOPS[type(n.op)], _convert(n.left), _convert(n.right))
     if isinstance(n, ast.Compare):
         if len(n.ops) != 1 or type(n.ops[0]) not in _CMPOPS:

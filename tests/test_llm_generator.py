@@ -343,20 +343,20 @@ def test_a_generated_bench_plan_may_not_accept_implausible_timings():
 
 
 def test_a_pasted_module_the_offline_generator_refuses_keeps_itself_as_the_reference(fake_openai):
-    # An atan2: offline refuses it by line, the LLM writes the spec; the reference stage is
+    # An lgamma: offline refuses it by line, the LLM writes the spec; the reference stage is
     # the pasted file, verbatim, without asking the model.
     pasted = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self, dim):\n"
               "        super().__init__()\n        self.dim = dim\n\n    def forward(self, x):\n"
-              "        return torch.atan2(x, x + self.dim)\n\ndef get_inputs():\n    return [torch.rand(64, 48)]\n\n"
+              "        return torch.lgamma(x + self.dim)\n\ndef get_inputs():\n    return [torch.rand(64, 48)]\n\n"
               "def get_init_inputs():\n    return [1]\n")
     request = f"```python\n{pasted}```"
-    spec = json.loads(text("spec.json")) | {"name": "atan2", "formula": "torch.atan2(x, x + 1)"}
+    spec = json.loads(text("spec.json")) | {"name": "lgamma", "formula": "torch.lgamma(x + 1)"}
     fake_openai.script(code("json", json.dumps(spec)))
     gen = HybridGenerator(OfflineGenerator(), llm(fake_openai), "hybrid")
     art = gen.generate(GenRequest("spec", request, backend="cpu"))
     made = json.loads(art.content)
     assert made["reference_class"] == "Model" and any("the pasted Model, verbatim" in n for n in art.notes)
-    assert "torch.atan2(x, x + self.dim)" in fake_openai.user_text(0)        # the model sees the paste
+    assert "torch.lgamma(x + self.dim)" in fake_openai.user_text(0)        # the model sees the paste
     ref = gen.generate(GenRequest("reference", request, approved={"spec": art.content}, backend="cpu"))
     assert ref.content == pasted and ref.generator == "offline" and fake_openai.remaining == 0
     assert len(fake_openai.requests) == 1

@@ -35,6 +35,21 @@ def _erf(x):
 
 
 @triton.jit
+def _atan(x):
+    # Cephes' atanf: |x| reduced to at most tan(pi/8) around pi/2 (past tan(3pi/8)) or pi/4, then an
+    # odd polynomial; a few float32 ulps. NaN stays NaN, +-inf gives +-pi/2.
+    a = tl.abs(x)
+    big = a > 2.414213562373095
+    mid = a > 0.4142135623730951
+    t = tl.where(big, -1.0 / a, tl.where(mid, (a - 1.0) / (a + 1.0), a))
+    base = tl.where(big, 1.5707963267948966, tl.where(mid, 0.7853981633974483, 0.0))
+    z = t * t
+    p = ((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1
+    y = base + (p * z * t + t)
+    return tl.where(x < 0, -y, y)
+
+
+@triton.jit
 def _gelu(x):
     return 0.5 * x * (1.0 + _erf(x * 0.7071067811865476))
 

@@ -28,8 +28,8 @@ NAME = "pointwise"
 ROOT = False
 OUTPUT_DTYPES: dict[str, str] = {}
 UNARY = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu", "gelu", "silu", "sigmoid", "tanh", "erf", "pow", "clamp",
-         "sin", "cos", "floor", "ceil"}
-BINARY = {"add", "sub", "mul", "div", "maximum", "minimum"}
+         "sin", "cos", "floor", "ceil", "atan"}
+BINARY = {"add", "sub", "mul", "div", "maximum", "minimum", "fmod"}
 # Rotary embedding's rotate_half(x) = cat((-x[..., D/2:], x[..., :D/2]), dim=-1) of an input x: the
 # request reader writes that cat so where every case's last dim is 2 * D/2 (rotation); the kernel
 # reads x a half-row over instead of building the cat.
@@ -43,7 +43,8 @@ POSITIVE_DOMAIN_OPS = {"log", "sqrt", "rsqrt"}
 # Ops whose result is exact on values already in the dtype: they add no rounding (generated tests).
 EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where", ROTATE_HALF} | COMPARE
 SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, erf, sin, cos, tan, floor, "
-             "ceil, trunc, frac, round, "
+             "ceil, trunc, frac, round, atan, atan2, asin, acos, sinh, cosh, asinh, atanh, hypot, fmod, remainder "
+             "(x % y), erfc, logit, xlogy, sinc, heaviside, deg2rad, rad2deg, "
              "gelu (approximate='none' or 'tanh'), silu, sigmoid, tanh, maximum, minimum, "
              "where(cond, a, b), masked_fill(x, mask, value), clamp(x, min, max), clamp_min, clamp_max, "
              "expm1, log1p, log2, log10, exp2, sign, addcmul, addcdiv, lerp, logaddexp, the activations of "
@@ -52,7 +53,8 @@ SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt,
              "comparisons, constants")
 ALIASES = {"negative": "neg", "swish": "silu", "clip": "clamp", "multiply": "mul", "divide": "div",
            "true_divide": "div", "subtract": "sub", "square": "square", "gelu_tanh": "gelu_tanh",
-           "reciprocal": "reciprocal"}
+           "reciprocal": "reciprocal", "arctan": "atan", "arctan2": "atan2", "arcsin": "asin", "arccos": "acos",
+           "arcsinh": "asinh", "arctanh": "atanh"}
 
 # PyTorch activations written in the IR's own ops: (parameters with PyTorch's defaults, formula), from
 # PyTorch's documented definitions. Their kernels and generated references compute the formula; a
@@ -90,6 +92,31 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
     # From 2**23 on every float is an integer (and inf, NaN stay as they are).
     "round": ((("x", None),), "where(abs(x) < 8388608.0, where(x - floor(x) > 0.5, floor(x) + 1.0, "
                               "where(x - floor(x) < 0.5, floor(x), floor(x) + (floor(x) - 2.0 * floor(floor(x) * 0.5)))), x)"),
+    # atan of the quotient, moved to the quadrant (other, x) lies in; on the axes torch's values, NaN
+    # where either is (a zero's sign is not read: atan2(-0.0, -1.0) is pi here, -pi in torch)
+    "atan2": ((("x", None), ("other", None)),
+              "where(other > 0.0, atan(x / other), where(other < 0.0, where(x >= 0.0, atan(x / other) + "
+              "3.141592653589793, atan(x / other) - 3.141592653589793), where(other == 0.0, where(x > 0.0, "
+              "1.5707963267948966, where(x < 0.0, -1.5707963267948966, x * 0.0)), x + other)))"),
+    "asin": ((("x", None),), "atan(x / sqrt(1.0 - x * x))"),
+    "acos": ((("x", None),), "1.5707963267948966 - atan(x / sqrt(1.0 - x * x))"),
+    "sinh": ((("x", None),), "(exp(x) - exp(-x)) * 0.5"),
+    "cosh": ((("x", None),), "(exp(x) + exp(-x)) * 0.5"),
+    # odd, so computed on |x|: x + sqrt(x * x + 1) cancels for x << 0
+    "asinh": ((("x", None),), "where(x < 0.0, -log(abs(x) + sqrt(x * x + 1.0)), log(abs(x) + sqrt(x * x + 1.0)))"),
+    "atanh": ((("x", None),), "0.5 * (log(1.0 + x) - log(1.0 - x))"),
+    "hypot": ((("x", None), ("other", None)), "sqrt(x * x + other * other)"),
+    # torch.remainder (Python's %): fmod moved by one divisor where its sign is not the divisor's
+    "remainder": ((("x", None), ("other", None)),
+                  "where((fmod(x, other) < 0.0) != (other < 0.0), where(fmod(x, other) != 0.0, fmod(x, other) + other, "
+                  "fmod(x, other)), fmod(x, other))"),
+    "erfc": ((("x", None),), "1.0 - erf(x)"),
+    "logit": ((("x", None),), "log(x) - log(1.0 - x)"),
+    "xlogy": ((("x", None), ("other", None)), "where(x == 0.0, x * 0.0, x * log(other))"),
+    "sinc": ((("x", None),), "where(x == 0.0, x * 0.0 + 1.0, sin(3.141592653589793 * x) / (3.141592653589793 * x))"),
+    "heaviside": ((("x", None), ("values", None)), "where(x == 0.0, values, where(x > 0.0, 1.0, values * 0.0))"),
+    "deg2rad": ((("x", None),), "x * 0.017453292519943295"),
+    "rad2deg": ((("x", None),), "x * 57.29577951308232"),
     # PyTorch's functions of views and reductions, in the ops that compute them
     "glu": ((("x", None), ("dim", -1)), "x.chunk(2, dim)[0] * sigmoid(x.chunk(2, dim)[1])"),
     "pairwise_distance": ((("x1", None), ("x2", None), ("p", 2.0), ("eps", 1e-6)), "norm(x1 - x2 + eps, p=p, dim=-1)"),
@@ -380,10 +407,10 @@ def _print(node: Node, text: Callable[[Node], str]) -> str:
 def domains(node: Node, mark: Callable[[Node, str], None]) -> None:
     """Mark the inputs under node's domain-restricted ops: 'positive' under log/sqrt/rsqrt and a
     fractional pow (not under the sqrt of a sum of squares, which any values keep finite), 'unit' under
-    log(1 - p) (binary cross entropy's probabilities), 'nonzero'
+    log(1 - p) (binary cross entropy's probabilities) and sqrt(1 - p) (asin's), 'nonzero'
     in a denominator or under a negative pow, 'sign' where compared for equality with 1 or -1 (a
     target picking a branch: drawn as -1 and 1, each branch is taken)."""
-    if node.op == "log" and (p := _complement(node.args[0])) is not None:
+    if node.op in ("log", "sqrt") and (p := _complement(node.args[0])) is not None:
         if p.op != "sigmoid":                   # 1 - sigmoid(x) is in (0, 1) for any x
             mark(p, "unit")
     elif node.op in POSITIVE_DOMAIN_OPS and not positive(node.args[0]) \
@@ -397,7 +424,7 @@ def domains(node: Node, mark: Callable[[Node, str], None]) -> None:
             mark(node.args[0], "positive")
         elif e < 0:
             mark(node.args[0], "nonzero")
-    elif node.op == "div":
+    elif node.op in ("div", "fmod"):
         mark(node.args[1], "nonzero")
 
 
@@ -422,6 +449,8 @@ def positive(node: Node) -> bool:
         return node.value > 0
     if node.op in ("exp", "sigmoid"):
         return True
+    if node.op == "sqrt":
+        return positive(node.args[0])
     if node.op == "add":
         return any(positive(a) for a in node.args) and all(nonnegative(a) for a in node.args)
     return node.op in ("mul", "div") and all(positive(a) for a in node.args)
@@ -520,7 +549,8 @@ _CONST_OPS: dict[str, Callable[..., float]] = {
     "rsqrt": lambda a: 1 / math.sqrt(a), "relu": lambda a: max(a, 0.0), "gelu": _gelu,
     "silu": lambda a: a / (1 + math.exp(-a)), "sigmoid": lambda a: 1 / (1 + math.exp(-a)), "tanh": math.tanh,
     "pow": lambda a, exponent: float(a**exponent), "clamp": _clamp, "sin": math.sin, "cos": math.cos,
-    "floor": lambda a: float(math.floor(a)), "ceil": lambda a: float(math.ceil(a)),
+    "floor": lambda a: float(math.floor(a)), "ceil": lambda a: float(math.ceil(a)), "atan": math.atan,
+    "fmod": math.fmod,
 }
 
 
@@ -556,7 +586,9 @@ def torch_ops(anchor: str) -> dict[str, OpWriter]:
 
     return {
         **{op: call_writer(f"torch.{op}") for op in ("abs", "exp", "log", "sqrt", "rsqrt", "relu", "sigmoid", "tanh",
-                                                      "erf", "sin", "cos", "floor", "ceil")},
+                                                      "erf", "sin", "cos", "floor", "ceil", "atan")},
+        "fmod": lambda node, a: f"torch.fmod({f'{anchor}.new_tensor({a[0]})' if node.args[0].op == 'const' else a[0]}, "
+                                f"{a[1]})",
         "silu": call_writer("torch.nn.functional.silu"),
                 "gelu": _torch_gelu,
         "pow": lambda node, a: f"torch.pow({a[0]}, {fmt_const(node.attr('exponent'))})",
@@ -632,6 +664,8 @@ TRITON_OPS: dict[str, OpWriter] = {
     "minimum": lambda node, a: f"tl.minimum({a[0]}, {a[1]}, {NAN_WINS})",
     "tanh": call_writer("_tanh"),
     "erf": call_writer("_erf"),
+    "atan": call_writer("_atan"),
+    "fmod": lambda node, a: f"({a[0]} % {a[1]})",       # Triton's float % is C's fmod, exact
     "silu": call_writer("_silu"),
     "relu": lambda node, a: f"tl.maximum({a[0]}, 0.0, {NAN_WINS})",
     "gelu": lambda node, a: f"_gelu_tanh({a[0]})" if node.attr("approximate") == "tanh" else f"_gelu({a[0]})",

@@ -24,7 +24,7 @@ _TOKEN = re.compile(r"""
   | (?P<str>'(?:tanh|none|mean|sum|batchmean|-?inf|fro|same|valid)'|"(?:tanh|none|mean|sum|batchmean|-?inf|fro|same|valid)"
     |'[a-z.]+(?:,[a-z.]+)*->[a-z.]*'|"[a-z.]+(?:,[a-z.]+)*->[a-z.]*")
         # gelu's, a loss's reduction, float('inf'), a norm's 'fro', a convolution's padding, an einsum's equation
-  | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@])
+  | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@%])
   | (?P<dot>\.(?=[A-Za-z_]))                         # a method chained on a call: x.pow(2).sum(-1)
   | (?P<sub>\[(?:\s*(?:-?\d+|None|\.\.\.|:)\s*(?::\s*(?:-?\d+)?\s*)*,?)+\])   # [0], [:, 1:5], [..., ::2]
   | (?P<lpar>[(\[])                                 # a list of tensors: torch.cat([x, y], dim=1)

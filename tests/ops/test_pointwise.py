@@ -274,6 +274,16 @@ def test_activations_in_words(words, typed):
     ("torch.tan(x)", lambda x, y, z: torch.tan(x)),
     ("torch.trunc(x * 3.0)", lambda x, y, z: torch.trunc(x * 3.0)), ("torch.frac(x * 3.0)", lambda x, y, z: torch.frac(x * 3.0)),
     ("torch.round(x * 4.0)", lambda x, y, z: torch.round(x * 4.0)),
+    ("torch.atan2(y, x)", lambda x, y, z: torch.atan2(y, x)), ("torch.arctan(x)", lambda x, y, z: torch.atan(x)),
+    ("torch.remainder(x * 5.0, y)", lambda x, y, z: torch.remainder(x * 5.0, y)),
+    ("(x * 5.0) % -1.5", lambda x, y, z: (x * 5.0) % -1.5), ("torch.fmod(x * 5.0, y)", lambda x, y, z: torch.fmod(x * 5.0, y)),
+    ("torch.hypot(x, y)", lambda x, y, z: torch.hypot(x, y)), ("torch.asin(y * 0.3)", lambda x, y, z: torch.asin(y * 0.3)),
+    ("torch.acos(y * 0.3)", lambda x, y, z: torch.acos(y * 0.3)), ("torch.sinh(x)", lambda x, y, z: torch.sinh(x)),
+    ("torch.cosh(x)", lambda x, y, z: torch.cosh(x)), ("torch.asinh(x)", lambda x, y, z: torch.asinh(x)),
+    ("torch.atanh(y * 0.3)", lambda x, y, z: torch.atanh(y * 0.3)), ("torch.special.erfc(y)", lambda x, y, z: torch.erfc(y)),
+    ("torch.logit(torch.sigmoid(y))", lambda x, y, z: torch.logit(torch.sigmoid(y))),
+    ("torch.xlogy(x, y.abs())", lambda x, y, z: torch.xlogy(x, y.abs())), ("torch.sinc(x)", lambda x, y, z: torch.sinc(x)),
+    ("torch.heaviside(x, y)", lambda x, y, z: torch.heaviside(x, y)), ("torch.deg2rad(x)", lambda x, y, z: torch.deg2rad(x)),
     ("F.rrelu(x, 0.1, 0.3)", lambda x, y, z: torch.nn.functional.rrelu(x, 0.1, 0.3)),
     ("F.prelu(x, 0.2)", lambda x, y, z: torch.nn.functional.prelu(x, torch.tensor([0.2], dtype=x.dtype))),
     ("F.threshold(x, 0.1, 20.0)", lambda x, y, z: torch.nn.functional.threshold(x, 0.1, 20.0)),
@@ -324,6 +334,29 @@ def test_sign_keeps_the_inputs_dtype_and_is_read_from_a_request(tmp_path, dtype)
     got, want = kernel(x.reshape(2, 7)), (torch.sign(x) * x).reshape(2, 7)
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("code", ["torch.atan(x * 4.0)", "torch.atan2(x, y)", "torch.remainder(x * 7.0, y)",
+                                  "(x * 7.0) % 1.25", "torch.fmod(x * 7.0, y)", "torch.asin(u)", "torch.acos(u)",
+                                  "torch.atanh(u)", "torch.asinh(x * 9.0)", "torch.hypot(x, y)"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_inverse_trigonometry_and_remainders_in_the_kernel_are_torchs(tmp_path, code, dtype):
+    # atan is the kernel's own polynomial and fmod Triton's float %: every quadrant and sign, and
+    # quotients near whole numbers, against torch in the kernel's dtype
+    named = " and ".join(f"{n} 16x37" for n in ("x", "y", "u") if re.search(rf"\b{n}\b", code))
+    spec, _ = parse_request(f"{code} with {named} {'fp16' if dtype == 'float16' else 'fp32'}")
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    gen = torch.Generator().manual_seed(0)
+    x, y = (torch.randn(16, 37, generator=gen) for _ in range(2))
+    y[0, :8] = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 3.0, -0.25])
+    x[0, :8] = torch.tensor([1.0, -1.0, 0.0, 0.0, 2.5, 7.0, -9.0, 0.75])
+    u = torch.rand(16, 37, generator=gen) * 1.9 - 0.95
+    values = {"x": x, "y": y, "u": u}
+    args = [values[i["name"]].to(getattr(torch, dtype)) for i in spec["inputs"]]
+    # against float64 (the harness's truth): torch's float16 rounds x * 7.0 before the remainder
+    want = eval(code, {"torch": torch}, {i["name"]: a.double() for i, a in zip(spec["inputs"], args)}).to(args[0].dtype)
+    torch.testing.assert_close(kernel(*args), want, rtol=3e-6 if dtype == "float32" else 2e-3,
+                               atol=3e-6 if dtype == "float32" else 2e-3, equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
