@@ -1,6 +1,6 @@
 """Requests of the families' newer operators (issue 24's breadth: a loss of probabilities, label
 smoothing, a per-channel PReLU, logcumsumexp, 'same' and causal padding, 4-D attention scores, take_along_dim,
-rounding) through the offline generator's own stages and the trusted harness on a GPU, in every dtype
+rounding, inverse trigonometry and remainders) through the offline generator's own stages and the trusted harness on a GPU, in every dtype
 (bfloat16 included, which the interpreter computes wrongly); training where the request asks for it.
 Under the interpreter each family's kernels are checked in tests/ops."""
 from __future__ import annotations
@@ -14,6 +14,7 @@ from runner.verify import verify
 DTYPES = "in fp16, bf16 and fp32"
 REQUESTS = [
     f"torch.round(x * 4.0) / 4.0 + torch.trunc(y) for 1024x1000 {DTYPES}",
+    f"torch.atan2(x, y) + torch.remainder(x, y) * torch.asinh(y) with x 1024x1000 and y 1024x1000 {DTYPES}",
     f"torch.logcumsumexp(x, dim=1) for 512x3000 {DTYPES}",
     f"torch.logcumsumexp(x.flip(0), dim=0).flip(0) for 3000x512 {DTYPES}",
     f"F.binary_cross_entropy(torch.sigmoid(x), y) for 1024x1000 {DTYPES}",
