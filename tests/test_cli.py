@@ -60,6 +60,7 @@ def test_a_refused_run_ends_refused_says_what_to_change_and_starts_no_runner(tmp
     proc = kernelbot("run", "a 2-D convolution of a 64x64 image with a 3x3 filter", "--yes", "--out",
                      str(tmp_path / "out"), home=tmp_path)
     assert proc.returncode == 1 and "change the request in the command" in proc.stderr, proc.stderr
+    assert "Not generated: 1/6 Spec: " in (tmp_path / "out" / "REPORT.md").read_text()     # and why
     status = kernelbot("status", home=tmp_path)
     assert " refused " in status.stdout, status.stdout
     assert not (tmp_path / "runner-cpu.log").exists(), "a runner was started for a request that was refused"

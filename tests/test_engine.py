@@ -237,9 +237,11 @@ def test_generation_failure_keeps_previous_revision():
 def test_first_spec_failure_asks_for_more_and_a_correction_retries():
     s = new_session()
     effects = engine.handle(s, GenerationFailed("spec", s.gen_token, "Which operation do you want?"), 2.0)
-    assert "Which operation" in effects[0].text
+    assert "Which operation" in effects[0].text and s.refusal == "1/6 Spec: Which operation do you want?"
     effects = engine.handle(s, Correct("spec", 0, "alice", "relu(x) for fp16"), 3.0)
     assert "generate" in types(effects)
+    produce(s)
+    assert s.refusal is None                  # the report of a session that went on says no refusal
 
 
 @pytest.mark.parametrize("policy,user,allowed", [

@@ -19,6 +19,7 @@ def test_session_round_trip_keeps_everything(tmp_path):
     s = session("s1")
     s.feedback = {"spec": ["use bf16"]}
     s.usage = {"prompt_tokens": 10}
+    s.refusal = "1/6 Spec: which operation?"
     s.revisions.append(Revision("spec", 1, "{}", "gen", "generated", 2.0, {"k": "v"}, ["note"], "why"))
     s.approvals.append(Approval("spec", 1, s.revisions[0].sha, "bob", 3.0))
     s.jobs.append(Job("j1", "reference_test", 1, "reference_test", "cpu", 4.0, result={"status": "pass"}))
@@ -26,6 +27,19 @@ def test_session_round_trip_keeps_everything(tmp_path):
     again = Store(tmp_path / "kb.db").load("s1")
     assert again == s
     assert [(i, e.text) for i, _, e in store.pending_effects("s1")] == [(ids[0], "hello")]
+
+
+def test_a_store_from_before_refusals_were_kept_opens_and_keeps_them(tmp_path):
+    import sqlite3
+    path = tmp_path / "kb.db"
+    Store(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE sessions DROP COLUMN refusal")
+    store = Store(path)
+    s = session("s1")
+    s.refusal = "why not"
+    store.save(s)
+    assert Store(path).load("s1").refusal == "why not"
 
 
 def test_two_connections_write_concurrently_without_lock_errors(tmp_path):

@@ -152,6 +152,7 @@ def _on_generated(s: Session, ev: Generated, now: float) -> list[Effect]:
     if not _current_generation(s, ev):
         return []
     s.generating = False
+    s.refusal = None
     _add_usage(s, ev.usage)
     latest = s.latest(ev.stage)
     if ev.correction and latest and latest.content == ev.content:
@@ -174,6 +175,7 @@ def _on_generation_failed(s: Session, ev: GenerationFailed) -> list[Effect]:
     if not _current_generation(s, ev):
         return []
     s.generating = False
+    s.refusal = f"{stages.label(ev.stage)}: {ev.error}"
     _add_usage(s, ev.usage)
     latest = s.latest(ev.stage)
     if ev.correction:                     # refused: forgotten, so the next correction starts from latest

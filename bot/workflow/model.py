@@ -90,6 +90,7 @@ class Session:
     gen_token: int = 0               # bumped per generation request; stale results are dropped
     generating: bool = False
     failure: str | None = None       # failure log that sent the session back, for the next generation
+    refusal: str | None = None       # why the last generation gave nothing (the exported report says it)
     attempt: int = 0                 # regenerate counter for the current stage
     feedback: dict[str, list[str]] = field(default_factory=dict)
     usage: dict[str, int] = field(default_factory=dict)

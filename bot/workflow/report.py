@@ -35,6 +35,8 @@ def report(s: Session) -> dict:
     """report.json: stages with status, approvals and job results, and the bench table."""
     out = {"session": s.id, "request": s.request, "requester": s.requester, "status": s.status,
            "backend": s.backend, "generator": s.generator, "usage": s.usage, "stages": [], "bench": []}
+    if s.refusal:
+        out["refusal"] = s.refusal
     for stage in stages.STAGES:
         entry = {"stage": stage, "status": stage_status(s, stage), "file": stages.FILENAMES[stage]}
         rev = s.approved(stage) or s.latest(stage)
@@ -114,6 +116,7 @@ def markdown(s: Session, rep: dict, chart: bool) -> str:
     lines = [f"# kernelbot session {s.id}", "", f"Request: {s.request}", "",
              f"Status: **{s.status}** · backend `{s.backend}` · generator `{s.generator}` · "
              f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(s.updated_at or s.created_at))}", "",
+             *([f"Not generated: {s.refusal}", ""] if s.refusal else []),
              "| stage | status | revision | approved by | sha256 |", "|---|---|---|---|---|"]
     for e in rep["stages"]:
         lines.append(f"| {stages.label(e['stage'])} | {e['status']} | r{e.get('rev', '-')} | "

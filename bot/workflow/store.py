@@ -79,7 +79,9 @@ class Store:
                               "thread": str, "backend": str, "generator": str, "created_at": float,
                               "status": str, "stage": str, "gen_token": int, "generating": int,
                               "failure": str, "attempt": int, "feedback": str, "usage": str,
-                              "updated_at": float}, pk="id", if_not_exists=True)
+                              "updated_at": float, "refusal": str}, pk="id", if_not_exists=True)
+        if "refusal" not in t("sessions").columns_dict:       # a store from before refusals were kept
+            t("sessions").add_column("refusal", str)
         t("revisions").create({"session_id": str, "stage": str, "rev": int, "content": str, "sha256": str,
                                "author": str, "origin": str, "created_at": float, "summary": str,
                                "notes": str, "feedback": str},
