@@ -604,6 +604,13 @@ def _permute(node: Node, a: list[str], up: str):
     return [(node.args[0], f"permute({up}, {back})")]
 
 
+def _roll(node: Node, a: list[str], up: str):
+    """A roll's gradient is up rolled back."""
+    dims = node.attr("dims")
+    back = tuple(-s for s in node.attr("amounts"))
+    return [(node.args[0], f"roll({up}, shifts={back}" + ("" if dims is None else f", dims={dims}") + ")")]
+
+
 def _reshaped(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
     """A view that keeps every element (unsqueeze, squeeze, flatten, unflatten, reshape): up, summed
     down to the view's own shape (x.reshape(-1, 1) * y broadcast it), in the input's shape."""
@@ -675,4 +682,7 @@ _RULES = {
     "pool": _pool,
     "adaptive_pool": _pool,
     "permute": _permute,
+    "flip": lambda node, a, up: [(node.args[0], f"flip({up}, dims={list(node.attr('dims'))})")],
+    "roll": _roll,
+    **dict.fromkeys(("tril", "triu"), lambda node, a, up: [(node.args[0], f"{node.op}({up}, diagonal={node.attr('amounts')[0]})")]),
 }

@@ -245,9 +245,6 @@ def check_single(node: Node) -> None:
     root = registry.root_family(node.op)
     body = node.args[0] if root else node
     for sub in body.walk():
-        if sub.op == scan.FLIP:
-            raise IRError(f"{to_text(sub)}: a flip is supported around a scan, x.flip(d).cumsum(d).flip(d) (a reversed "
-                          "cumsum), not elsewhere")
         if sub.op == matmul.DIAG:
             raise IRError(matmul.DIAG_ALONE)
         if sub.op in ROOT_OPS:

@@ -31,7 +31,7 @@ from bot.codegen.expr import call_writer
 from bot.codegen.kernel_file import KernelFile, KernelInput, _expanded_strides
 from bot.codegen.row_kernel import sm_count_line
 from bot.generators.interface import GenerationError
-from bot.ops import layout, pointwise, softmax, view
+from bot.ops import layout, pointwise, remap, softmax, view
 from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry
 from bot.ops.node import (ALL, Call, IRError, Node, arguments, arity, broadcast_shapes, call, const, flag, inp,
                           input_names, inputs_outside, is_int_literal, is_none, number, prints, substitute, to_text)
@@ -147,11 +147,10 @@ def _triangle(c: Call) -> Node:
     if "input" not in given or (diagonal is not None and not is_int_literal(diagonal)):
         raise IRError(f"{c.fname} takes a tensor and an integer diagonal, e.g. torch.{c.fname}(a @ b, diagonal=1)")
     x = c.expr(given["input"])
-    if x.op != MATMUL or x.attr("tri"):
-        where = "directly over a matmul's product, before its epilogue" if matmul_node(x) else "over a matmul's result"
-        raise IRError(f"{c.fname}({to_text(x)}) is not supported: triu/tril are supported {where}, e.g. "
-                      f"torch.{c.fname}(a @ b) or relu(torch.{c.fname}(a @ b, diagonal=1) + bias)")
-    return _with_attrs(x, tri=c.fname, diagonal=int(number(diagonal)) if diagonal is not None else 0)
+    k = int(number(diagonal)) if diagonal is not None else 0
+    if x.op != MATMUL or x.attr("tri"):             # a tensor's triangle: a kernel of its own
+        return remap.triangle(x, c.fname, k)
+    return _with_attrs(x, tri=c.fname, diagonal=k)
 
 
 def triangle(mm: Node) -> tuple[str, int] | None:

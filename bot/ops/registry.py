@@ -25,12 +25,14 @@ from types import ModuleType
 
 from bot.codegen.expr import OpWriter
 from bot.ops import (argreduce, attention, channel_norm, conv, fused, gather, layout, loss, matmul, norm, pointwise,
-                     pool, reduce, scan, softmax, view)
+                     pool, reduce, remap, scan, softmax, view)
 from bot.ops.entry import Entry
 from bot.ops.node import Node
 
+# remap after scan (it reads flip, handing a flipped scan back to scan) and before matmul (which reads
+# tril/triu, handing a tensor's triangle to remap)
 FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax, norm, channel_norm, fused, loss, pool,
-                                    layout, gather, matmul, conv, view, attention)
+                                    layout, gather, remap, matmul, conv, view, attention)
 ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
 # Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
 # square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum', 'log-sum-exp' holds 'sum' and 'log',
@@ -91,7 +93,7 @@ def supported_text() -> str:
 def torch_ops(anchor: str) -> dict[str, OpWriter]:
     """The op table references write bodies with: the pointwise ops, and any family's own."""
     return (pointwise.torch_ops(anchor) | matmul.TORCH_OPS | conv.TORCH_OPS | fused.TORCH_OPS | view.TORCH_OPS
-            | layout.TORCH_OPS | gather.TORCH_OPS | attention.TORCH_OPS)
+            | layout.TORCH_OPS | gather.TORCH_OPS | remap.TORCH_OPS | attention.TORCH_OPS)
 
 
 def nested_torch_ops(writer) -> dict[str, OpWriter]:

@@ -34,7 +34,7 @@ SUPPORTED = ("over any one dim", "cumsum, cumprod, cummax, cummin, logcumsumexp 
 # torch.cummax(x, d).values, as the request reader writes it (bot.request.torch_code)
 ALIASES = {"cummax_values": "cummax", "cummin_values": "cummin"}
 FLIP = "flip"
-KEYWORDS = {**dict.fromkeys(SCANS, {"dim", "reverse", "exclusive"}), FLIP: {"dims"}, GRAD: {"scan", "dim", "reverse"}}
+KEYWORDS = {**dict.fromkeys(SCANS, {"dim", "reverse", "exclusive"}), GRAD: {"scan", "dim", "reverse"}}
 OUTPUT_DTYPES: dict[str, str] = {}
 # Looked for before the reduce family's words, which these hold ("sum", "max").
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
@@ -107,8 +107,8 @@ def flags_in_words(prose: str, op: str) -> str:
 # ---------------------------------------------------------------- IR rule
 
 def _dim(c: Call, key: str = "dim") -> int:
-    """The one integer dim of a scan (torch requires it) or a flip (dims=[d], (d,) or d)."""
-    given = c.kw.pop(key, c.kw.pop("dims", None) if key == "dim" else None)
+    """The one integer dim of a scan (torch requires it)."""
+    given = c.kw.pop(key)  if key in c.kw else None
     if given is None and len(c.args) == 2:
         given = c.args.pop()
     if isinstance(given, (ast.List, ast.Tuple)) and len(given.elts) == 1:
@@ -120,9 +120,8 @@ def _dim(c: Call, key: str = "dim") -> int:
 
 
 def convert(c: Call) -> Node | None:
-    """cumsum(x, dim=d) (also x.cumsum(d)), reverse= and exclusive= flags; flip(scan(flip(x, d)), d)."""
-    if c.fname == FLIP:
-        return _flip(c)
+    """cumsum(x, dim=d) (also x.cumsum(d)), reverse= and exclusive= flags; a scan of x.flip(d) (which
+    flipped_back reads)."""
     if c.fname == GRAD:
         return _grad(c)
     if c.fname not in SCANS:
@@ -134,10 +133,10 @@ def convert(c: Call) -> Node | None:
     dim = _dim(c) if len(c.args) == 2 or "dim" in c.kw else None       # words leave it to the reader
     arity(c.fname, c.args, 1)
     body = c.expr(c.args[0])
-    if body.op == FLIP:                                  # x.flip(d).cumsum(d): flipped back by an outer flip
-        if body.attr("dim") != dim:
-            raise IRError(f"{c.fname} over dim {dim} of a tensor flipped over dim {body.attr('dim')}: flip and scan "
-                          "over the same dim (x.flip(d).cumsum(d).flip(d) is a reversed cumsum)")
+    if body.op == FLIP and body.attr("dims") is not None:    # x.flip(d).cumsum(d): flipped back by an outer flip
+        if body.attr("dims") != (dim,):
+            raise IRError(f"{c.fname} over dim {dim} of a tensor flipped over dims {list(body.attr('dims'))}: flip and "
+                          "scan over the same dim (x.flip(d).cumsum(d).flip(d) is a reversed cumsum)")
         return call(c.fname, body.args[0], dim=dim, reverse=not reverse, exclusive=exclusive, unflipped=True)
     return call(c.fname, body, dim=dim, reverse=reverse, exclusive=exclusive)
 
@@ -152,15 +151,13 @@ def _grad(c: Call) -> Node:
     return call(GRAD, *map(c.expr, c.args), **attrs)
 
 
-def _flip(c: Call) -> Node:
-    dim = _dim(c, "dims")
-    arity(FLIP, c.args, 1)
-    inner = c.expr(c.args[0])
-    if inner.op in OPS and inner.attr("unflipped"):
-        if inner.attr("dim") != dim:
-            raise IRError(f"a scan over dim {inner.attr('dim')} flipped back over dim {dim}: flip over the same dim")
-        return call(inner.op, *inner.args, **{k: v for k, v in inner.attrs if k != "unflipped"})
-    return call(FLIP, inner, dim=dim)
+def flipped_back(inner: Node, dims: tuple[int, ...]) -> Node | None:
+    """flip(scan(x.flip(d)), d): the reversed scan; None where inner is no scan of a flipped tensor."""
+    if not (inner.op in OPS and inner.attr("unflipped")):
+        return None
+    if dims != (inner.attr("dim"),):
+        raise IRError(f"a scan over dim {inner.attr('dim')} flipped back over dims {list(dims)}: flip over the same dim")
+    return call(inner.op, *inner.args, **{k: v for k, v in inner.attrs if k != "unflipped"})
 
 
 prints(GRAD)(keywords_text)
@@ -171,11 +168,6 @@ def _text(node: Node, text) -> str:
     flags = "".join(f", {k}=True" for k in ("reverse", "exclusive") if node.attr(k))
     dim = node.attr("dim")
     return f"{node.op}({text(node.args[0])}{'' if dim is None else f', dim={dim}'}{flags})"
-
-
-@prints(FLIP)
-def _flip_text(node: Node, text) -> str:
-    return f"flip({text(node.args[0])}, dims=[{node.attr('dim')}])"
 
 
 def check(node: Node) -> None:

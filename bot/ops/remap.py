@@ -1,0 +1,278 @@
+"""The remap family: ops whose every output element is one input element, found by index arithmetic
+per dim. torch.flip, torch.roll, x.repeat and torch.tile, torch.repeat_interleave by a whole number,
+and torch.tril / torch.triu of a tensor (a product's triangle is the matmul family's epilogue).
+
+One kernel for them all: a program takes BLOCK output elements, splits each flat index into the
+output's per-dim indices o, and reads the input at ((o * a + b) // d) % m in each dim (flip: a = -1,
+b = n - 1; roll by s: b = n - s, m = n; repeat: m = n; interleave by r: d = r); a triangle keeps the
+elements whose last two indices pass it and writes zero elsewhere. The stores are contiguous; the
+loads follow the op (a flip's read backwards, a repeat's rereads hit L2).
+
+Owns its IR rule, the output shape, the torch call and the kernel with its config space and default.
+"""
+from __future__ import annotations
+
+import ast
+import math
+
+from bot.codegen.code import Code, jit_source, launch
+from bot.codegen.kernel_file import KernelFile
+from bot.ops import pointwise, scan
+from bot.ops.entry import Entry
+from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, is_none, number, prints
+
+NAME = "remap"
+FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU = "flip", "roll", "repeat", "tile", "repeat_interleave", "tril", "triu"
+OPS = {FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU}
+ROOT = True
+MAX_RANK = 5
+MAX_NUMEL = 2**34                   # the kernel indexes with int64 where the output needs it
+SUPPORTED = ("", "flip(x, dims), fliplr, flipud, roll(x, shifts, dims), x.repeat(sizes), tile, "
+             "repeat_interleave(x, n, dim), tril/triu of a tensor")
+ALIASES = {"fliplr": "fliplr", "flipud": "flipud"}
+KEYWORDS = {FLIP: {"dims"}, "fliplr": set(), "flipud": set(), ROLL: {"shifts", "dims"}, REPEAT: {"repeats"},
+            TILE: {"dims"}, INTERLEAVE: {"repeats", "dim"}}
+OUTPUT_DTYPES: dict[str, str] = {}
+WORDS: list = []
+TRIANGLE = {TRIL: 1, TRIU: 2}       # the kernel's TRI flag
+
+# elements a program and warps; the default: _remap_config
+CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(1024, 4), (2048, 8), (4096, 8), (512, 4), (256, 2)]]
+
+
+# ---------------------------------------------------------------- IR rule
+
+def convert(c: Call) -> Node | None:
+    if c.fname not in OPS | {"fliplr", "flipud"} or c.fname in TRIANGLE:
+        return None                 # tril/triu are read by the matmul family, which hands a tensor's here
+    if not c.args:
+        raise IRError(f"{c.fname} needs a tensor, e.g. torch.{c.fname}(x, ...)")
+    x = c.expr(c.args[0])
+    rest = Call(c.fname, c.written, c.args[1:], c.kw, c.expr)
+    if c.fname in (FLIP, "fliplr", "flipud"):
+        dims = {"fliplr": (1,), "flipud": (0,)}.get(c.fname) or _ints(rest, "dims", required=True)
+        if len(set(dims)) != len(dims):
+            raise IRError(f"flip names a dim twice in {list(dims)}; torch refuses that: name each dim once")
+        return scan.flipped_back(x, dims) or call(FLIP, x, dims=dims)
+    if c.fname == ROLL:
+        given = arguments(rest, ("shifts", "dims"))
+        shifts = _int_tuple(given.get("shifts"), "roll's shifts")
+        dims = None if is_none(given.get("dims")) else _int_tuple(given["dims"], "roll's dims")
+        if dims is not None and len(dims) != len(shifts):
+            raise IRError(f"roll takes a shift per dim: {len(shifts)} shifts for {len(dims)} dims")
+        if dims is None and len(shifts) != 1:
+            raise IRError("roll without dims shifts the flattened tensor by one amount; name the dims for several")
+        return call(ROLL, x, dims=dims, amounts=shifts)
+    if c.fname in (REPEAT, TILE):
+        return call(c.fname, x, amounts=_ints(rest, "repeats" if c.fname == REPEAT else "dims", required=True))
+    given = arguments(rest, ("repeats", "dim"))
+    repeats = given.get("repeats")
+    if repeats is None or not is_int_literal(repeats) or int(number(repeats)) < 0:
+        raise IRError("repeat_interleave takes a whole number of repeats, e.g. x.repeat_interleave(2, dim=1) "
+                      "(a tensor of counts is not supported)")
+    dim = None if is_none(given.get("dim")) else _int(given["dim"], "repeat_interleave's dim")
+    return call(INTERLEAVE, x, dims=None if dim is None else (dim,), amounts=(int(number(repeats)),))
+
+
+def triangle(x: Node, tri: str, diagonal: int) -> Node:
+    """torch.tril / torch.triu of a tensor that is not a matmul's product."""
+    return call(tri, x, amounts=(diagonal,))
+
+
+def _ints(c: Call, key: str, required: bool = False) -> tuple[int, ...]:
+    """Integers given as a tuple or list, as the keyword key, or one by one (x.flip(0, 1), x.repeat(2, 3))."""
+    if key in c.kw:
+        if c.args:
+            raise IRError(f"{c.fname} takes its {key} once: as {key}=... or in order, not both")
+        return _int_tuple(c.kw.pop(key), f"{c.fname}'s {key}")
+    if len(c.args) == 1 and isinstance(c.args[0], (ast.Tuple, ast.List)):
+        return _int_tuple(c.args[0], f"{c.fname}'s {key}")
+    if not c.args and required:
+        raise IRError(f"{c.fname} needs its {key}, e.g. torch.{c.fname}(x, (0,))")
+    return tuple(_int(a, f"{c.fname}'s {key}") for a in c.args)
+
+
+def _int_tuple(e: ast.expr | None, what: str) -> tuple[int, ...]:
+    if isinstance(e, (ast.Tuple, ast.List)):
+        return tuple(_int(v, what) for v in e.elts)
+    return (_int(e, what),)
+
+
+def _int(e: ast.expr | None, what: str) -> int:
+    if e is None or not is_int_literal(e):
+        raise IRError(f"{what} must be whole numbers written out, got {'nothing' if e is None else ast.unparse(e)!r}")
+    return int(number(e))
+
+
+@prints(*OPS)
+def _text(node: Node, text) -> str:
+    x, dims, amounts = text(node.args[0]), node.attr("dims"), node.attr("amounts")
+    if node.op == FLIP:
+        return f"flip({x}, dims={list(dims)})"
+    if node.op == ROLL:
+        return f"roll({x}, shifts={amounts}{'' if dims is None else f', dims={dims}'})"
+    if node.op in (REPEAT, TILE):
+        return f"{node.op}({x}, {amounts})"
+    if node.op == INTERLEAVE:
+        return f"repeat_interleave({x}, {amounts[0]}{'' if dims is None else f', dim={dims[0]}'})"
+    return f"{node.op}({x}, diagonal={amounts[0]})"
+
+
+def check(node: Node) -> None:
+    if node.args[0].op != "input":
+        raise IRError(f"{node.op} moves a tensor's elements: its operand is an input or a kernel's output")
+
+
+def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    try:
+        return _remap_plan(shapes[node.args[0].name], node.op, node.attr("dims"), node.attr("amounts"))[3]
+    except ValueError as e:
+        raise IRError(str(e)) from None
+
+
+def torch_text(node: Node, a: list[str]) -> str:
+    """The op in PyTorch over its operand's text."""
+    dims, amounts = node.attr("dims"), node.attr("amounts")
+    if node.op == FLIP:
+        return f"torch.flip({a[0]}, dims={dims})"
+    if node.op == ROLL:
+        return f"torch.roll({a[0]}, shifts={amounts}{'' if dims is None else f', dims={dims}'})"
+    if node.op == REPEAT:
+        return f"{a[0]}.repeat({amounts})"
+    if node.op == TILE:
+        return f"torch.tile({a[0]}, {amounts})"
+    if node.op == INTERLEAVE:
+        return f"torch.repeat_interleave({a[0]}, {amounts[0]}{'' if dims is None else f', dim={dims[0]}'})"
+    return f"torch.{node.op}({a[0]}, diagonal={amounts[0]})"
+
+
+TORCH_OPS = {op: torch_text for op in OPS}
+
+
+def over_text(node: Node) -> str:
+    return ""
+
+
+def reference_property(node: Node) -> tuple[str, bool]:
+    return "", False
+
+
+# ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
+
+def _remap_plan(shape, kind, dims, amounts):
+    # (the input's shape as the op reads it, the output's, per output dim (a, b, d, m): output index o
+    # reads input index ((o * a + b) // d) % m there, and the shape torch returns). No dims for roll or
+    # repeat_interleave: the flattened tensor (rolled back into shape); a repeat's input takes unit dims
+    # first up to the repeats' count.
+    shape = returned = list(shape)
+    if dims is None and kind in ("roll", "repeat_interleave"):
+        shape, dims = [math.prod(shape)], (0,)
+    if kind in ("repeat", "tile"):
+        if kind == "tile":
+            amounts = (1,) * (len(shape) - len(amounts)) + tuple(amounts)
+        if len(amounts) < len(shape):
+            raise ValueError(f"repeat{tuple(amounts)} gives fewer repeats than the tensor's {len(shape)} dims")
+        shape = [1] * (len(amounts) - len(shape)) + shape
+    rank = len(shape)
+    if kind in ("tril", "triu") and rank < 2:
+        raise ValueError(f"{kind} takes a tensor of 2 dims or more, got {rank}")
+    if any(not -max(rank, 1) <= k < max(rank, 1) for k in dims or ()):
+        raise ValueError(f"{kind} over dims {tuple(dims)}, but the tensor has {rank}")
+    sizes, a, b, d, m = list(shape), [1] * rank, [0] * rank, [1] * rank, [max(n, 1) for n in shape]
+    for i, k in enumerate(dims or ()):
+        k %= max(rank, 1)
+        if kind == "flip":
+            a[k], b[k] = -1, shape[k] - 1
+        elif kind == "roll":                    # a dim named twice is rolled by both shifts
+            b[k] = (b[k] - amounts[i]) % m[k]
+        elif kind == "repeat_interleave":
+            sizes[k], d[k] = shape[k] * amounts[0], max(amounts[0], 1)
+    if kind in ("repeat", "tile"):
+        sizes = [n * r for n, r in zip(shape, amounts)]
+    return shape, sizes, (a, b, d, m), returned if kind == "roll" else sizes
+
+
+def _remap_padded(rank, shape, sizes, steps):
+    # Everything as a rank-dim op: unit dims first, read with stride 0.
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.insert(0, step if n != 1 else 0)
+        step *= n
+    lead = rank - len(shape)
+    fills = (1, 0, 1, 1)
+    return ([1] * lead + list(sizes), [0] * lead + strides,
+            [[fill] * lead + list(s) for fill, s in zip(fills, steps)])
+
+
+def _remap_config(n):
+    # Small outputs: smaller programs, so the grid fills the SMs.
+    return {"BLOCK": 1024, "num_warps": 4} if n >= 1 << 20 else {"BLOCK": 256, "num_warps": 2}
+
+
+# ---------------------------------------------------------------- kernel
+
+def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
+    return _RemapKernel.render(spec, node, options)
+
+
+class _RemapKernel(KernelFile):
+    block_key = "BLOCK"
+    description = ("One program writes BLOCK output elements, each read from the input element its per-dim\n"
+                   "indices map to: flip, roll, repeat and repeat_interleave are that map; a triangle zeroes\n"
+                   "what it leaves out.")
+
+    def __init__(self, spec, node, inputs, options):
+        self.x = next(i for i in inputs if i.name == node.args[0].name)
+        super().__init__(spec, pointwise.triton_body(node.args[0], [self.x]), inputs, [], options)
+        self.op, self.dims, self.amounts = node.op, node.attr("dims"), node.attr("amounts")
+        self.rank = max(max(len(_remap_plan(s, self.op, self.dims, self.amounts)[0]) for s in self.x.shapes), 1)
+
+    def configs(self) -> list[dict]:
+        return self._space(CONFIGS)
+
+    def source(self) -> str:
+        return self._file([self._kernel()], [_remap_plan, _remap_padded, _remap_config], self._launcher())
+
+    def _kernel(self) -> str:
+        r = range(self.rank)
+        params = ["x_ptr", "out_ptr", "numel", *(f"{p}{k}" for k in r for p in "nsabdm"), "DIAG",
+                  "TRI: tl.constexpr", "INT64: tl.constexpr", "BLOCK: tl.constexpr"]
+        code = Code()("pid = tl.program_id(0)")
+        with code.block("if INT64:"):
+            code("offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+        with code.block("else:"):
+            code("offs = pid * BLOCK + tl.arange(0, BLOCK)")
+        code("mask = offs < numel", "rest = offs", "src = offs * 0",
+             "# each dim's output index, read from ((o * a + b) // d) % m of the input's")
+        for k in reversed(r):
+            code(f"o{k} = rest % n{k}", f"rest = rest // n{k}", f"src += ((o{k} * a{k} + b{k}) // d{k} % m{k}) * s{k}")
+        code("val = tl.load(x_ptr + src, mask=mask)")
+        if self.op in TRIANGLE:
+            row, col = f"o{self.rank - 2}", f"o{self.rank - 1}"
+            with code.block("if TRI == 1:"):
+                code(f"val = tl.where({col} - {row} <= DIAG, val, 0)")
+            with code.block("else:"):
+                code(f"val = tl.where({col} - {row} >= DIAG, val, 0)")
+        code("tl.store(out_ptr + offs, val.to(out_ptr.dtype.element_ty), mask=mask)")
+        return jit_source(f"{self.name}_kernel", params, code.lines)
+
+    def _launcher(self) -> str:
+        x = self.x.local
+        text = self._signature_and_prologue()
+        text += (f"    shape, sizes, steps, returned = _remap_plan({x}.shape, {self.op!r}, {self.dims}, {self.amounts})\n"
+                 f"    out = torch.empty(returned, dtype={self.out_dtype(x)}, device={x}.device)\n"
+                 "    if out.numel() == 0:\n        return out\n"
+                 f"    sizes, strides, (a, b, d, m) = _remap_padded({self.rank}, shape, sizes, steps)\n")
+        text += self._config_line("_remap_config(out.numel())")
+        text += '    grid = (_cdiv(out.numel(), config["BLOCK"]),)\n'
+        per_dim = "*[v for k in range(" + str(self.rank) + ") for v in (sizes[k], strides[k], a[k], b[k], d[k], m[k])]"
+        args = [x, "out", "out.numel()", per_dim, f"{self.amounts[0] if self.op in TRIANGLE else 0}",
+                f"TRI={TRIANGLE.get(self.op, 0)}", "INT64=out.numel() >= 2**31", 'BLOCK=config["BLOCK"]',
+                'num_warps=config["num_warps"]']
+        text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
+        return text + "    return out\n"
+
+
+ENTRIES = (
+    Entry("flip", "torch.flip(x, dims=[-1]) on {shapes}, each in {dtypes}", "flip(x, dims=[-1])"),
+)

@@ -1,0 +1,102 @@
+"""The remap family (bot.ops.remap): flip, roll, repeat/tile, repeat_interleave and a tensor's
+tril/triu, as generated kernel.py files run under Triton's interpreter against the generated
+reference: exactly (the kernel moves values), in float32 and float16, on odd shapes and every rank;
+the gradients of flip, roll and the triangles; and the refusals, each naming what works."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from generated import load
+
+from bot import autodiff, ir, lower_torch
+from bot.ops import remap
+from bot.spec import parse_expression, validate
+from runner import inputs, protocol
+
+CASES = [
+    ("torch.flip(x, dims=[0, 2])", {"x": [5, 7, 9]}),
+    ("x.flip(-1)", {"x": [37, 97]}),
+    ("torch.fliplr(x)", {"x": [3, 11]}),
+    ("torch.flipud(x)", {"x": [13]}),
+    ("torch.roll(x, 3)", {"x": [37, 9]}),                         # no dims: the flattened tensor, shape kept
+    ("torch.roll(x, shifts=(1, -40), dims=(0, 1))", {"x": [37, 19]}),   # a shift past the dim's size
+    ("x.roll(-1, 2)", {"x": [2, 3, 4, 5, 3]}),                    # rank 5
+    ("x.repeat(2, 1, 3)", {"x": [5, 7]}),                         # more repeats than dims: unit dims first
+    ("x.repeat((1, 4))", {"x": [3, 5]}),
+    ("torch.tile(x, (2,))", {"x": [5, 7]}),                       # fewer: repeats of the last dims
+    ("x.repeat_interleave(3, dim=1)", {"x": [5, 7, 3]}),
+    ("torch.repeat_interleave(x, 2)", {"x": [5, 7]}),             # no dim: flattened
+    ("torch.tril(x, diagonal=1)", {"x": [3, 37, 41]}),
+    ("x.triu(-2)", {"x": [37, 41]}),
+    ("torch.triu(x)", {"x": [2, 2, 5, 3]}),
+    ("torch.flip(x, [0]) + y", {"x": [37, 9], "y": [37, 9]}),     # a chain: the flip, then the add
+    ("torch.tril(relu(x))", {"x": [9, 9]}),                       # ... the body, then the triangle
+]
+
+
+def spec_of(expression: str, shapes: dict[str, list[int]], training: bool = False) -> dict:
+    node = ir.parse(expression, as_written=True)
+    return validate({"name": "op", "expression": ir.to_text(node), "training": training,
+                     "inputs": [{"name": n, "dtypes": ["float32", "float16"], "shapes": [shapes[n]]}
+                                for n in ir.input_names(node)]})
+
+
+@pytest.mark.parametrize("expression, shapes", CASES, ids=[c[0] for c in CASES])
+def test_every_remap_matches_torch_exactly(tmp_path, expression, shapes):
+    spec = spec_of(expression, shapes)
+    node = parse_expression(spec)
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "op")
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, node, {})), "op")
+    case = protocol.cases(spec)[0]
+    for variant in protocol.dtype_variants(spec):
+        args = inputs.make_inputs(spec, case, variant, 0, "cpu")
+        want = reference(*args)
+        got = kernel(*args)
+        assert got.dtype == args[0].dtype and list(got.shape) == spec["outputs"][0]["shapes"][0]
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert torch.equal(want, eval(expression, {"torch": torch, "relu": torch.relu},
+                                      {i["name"]: a for i, a in zip(spec["inputs"], args)}))
+
+
+def test_a_small_block_config_covers_every_element(tmp_path):
+    spec = spec_of("torch.roll(x, shifts=(2, 3), dims=(1, 0))", {"x": [33, 70]})
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), "op")
+    x = torch.randn(33, 70)
+    for config in remap.CONFIGS:
+        assert torch.equal(kernel(x, config=config), torch.roll(x, shifts=(2, 3), dims=(1, 0))), config
+
+
+@pytest.mark.parametrize("expression, want", [
+    ("torch.flip(x, [1])", "flip(up, dims=[1])"),
+    ("torch.roll(x, shifts=(1, -2), dims=(0, 1))", "roll(up, shifts=(-1, 2), dims=(0, 1))"),
+    ("torch.tril(x, diagonal=-1)", "tril(up, diagonal=-1)"),
+])
+def test_the_gradient_moves_the_upstream_back(expression, want):
+    node = ir.parse(expression, as_written=True)
+    rule = autodiff._RULES[node.op]
+    [(operand, text)] = rule(node, ["x"], "up")
+    assert operand == node.args[0] and ir.parse(text, as_written=True) == ir.parse(want, as_written=True)
+
+
+@pytest.mark.parametrize("expression, shapes, message", [
+    ("x.repeat(2)", {"x": [3, 4]}, "fewer repeats than the tensor's 2 dims"),
+    ("torch.tril(x)", {"x": [7]}, "tril takes a tensor of 2 dims or more"),
+    ("torch.flip(x, [2])", {"x": [3, 4]}, "flip over dims (2,), but the tensor has 2"),
+])
+def test_shapes_the_op_cannot_take_are_refused_by_name(expression, shapes, message):
+    with pytest.raises(Exception, match=re.escape(message)):
+        spec_of(expression, shapes)
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("torch.roll(x, (1, 2), (0,))", "a shift per dim: 2 shifts for 1 dims"),
+    ("torch.roll(x, (1, 2))", "name the dims for several"),
+    ("x.repeat_interleave(r, dim=0)", "a whole number of repeats"),
+    ("torch.flip(x)", "flip needs its dims"),
+    ("x.flip(0, 0)", "flip names a dim twice"),
+])
+def test_arguments_it_cannot_read_are_refused_by_name(expression, message):
+    with pytest.raises(ir.IRError, match=message):
+        ir.parse(expression, as_written=True)
