@@ -611,6 +611,16 @@ def _roll(node: Node, a: list[str], up: str):
     return [(node.args[0], f"roll({up}, shifts={back}" + ("" if dims is None else f", dims={dims}") + ")")]
 
 
+def _pad(node: Node, a: list[str], up: str):
+    """A constant F.pad's gradient is up with the padding cut off again (a crop's: zeros put back); the
+    other modes add the gradients of the copies they made, which no rule here writes yet."""
+    if node.attr("mode") != "constant":
+        raise NoGradient(f"F.pad in mode {node.attr('mode')!r} has no gradient rule in the offline generator's "
+                         "training kernels yet (mode 'constant' has)")
+    back = tuple(-v for v in node.attr("amounts"))
+    return [(node.args[0], f"pad({up}, {back}, mode='constant', value=0.0)")]
+
+
 def _reshaped(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
     """A view that keeps every element (unsqueeze, squeeze, flatten, unflatten, reshape): up, summed
     down to the view's own shape (x.reshape(-1, 1) * y broadcast it), in the input's shape."""
@@ -684,5 +694,6 @@ _RULES = {
     "permute": _permute,
     "flip": lambda node, a, up: [(node.args[0], f"flip({up}, dims={list(node.attr('dims'))})")],
     "roll": _roll,
+    "pad": _pad,
     **dict.fromkeys(("tril", "triu"), lambda node, a, up: [(node.args[0], f"{node.op}({up}, diagonal={node.attr('amounts')[0]})")]),
 }

@@ -217,6 +217,14 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
     ('residual_ln_mlp', ['self.ln = nn.LayerNorm(24)', 'self.fc1 = nn.Linear(24, 48)', 'self.fc2 = nn.Linear(48, 24)'], 'x', ['return x + self.fc2(F.gelu(self.fc1(self.ln(x))))'], '[torch.randn(8, 24)]'),
     ('lm_head_ce', ['self.lm_head = nn.Linear(24, 50, bias=False)'], 'x, t', ['logits = self.lm_head(x)', 'return F.cross_entropy(logits.view(-1, logits.size(-1)), t.view(-1))'], '[torch.randn(2, 7, 24), torch.randint(0, 50, (2, 7))]'),
     ('lm_head_ce_bt', ['self.lm_head = nn.Linear(24, 50, bias=False)'], 'x, t', ['logits = self.lm_head(x)', 'B, T, V = logits.shape', 'return F.cross_entropy(logits.view(B * T, V), t.view(B * T))'], '[torch.randn(2, 7, 24), torch.randint(0, 50, (2, 7))]'),
+    ('conv_circular_same', ["self.c = nn.Conv2d(6, 8, (3, 4), padding='same', padding_mode='circular')"], 'x',
+     ['return self.c(x)'], '[torch.randn(2, 6, 11, 9)]'),
+    ('conv_replicate_dilated', ["self.c = nn.Conv1d(6, 8, 3, padding=2, dilation=2, padding_mode='replicate')"], 'x',
+     ['return torch.relu(self.c(x))'], '[torch.randn(2, 6, 17)]'),
+    ('reflection_pad_layer', ['self.p = nn.ReflectionPad2d((1, 2, 0, 1))'], 'x', ['return self.p(x) * 2'],
+     '[torch.randn(2, 3, 8, 9)]'),
+    ('flip_roll_chain', [], 'x, y', ['return torch.roll(torch.flip(x, [0, 1]), 2, 1) + y.repeat_interleave(2, dim=1)'],
+     '[torch.randn(6, 10), torch.randn(6, 5)]'),
     ('emb_ln', ['self.e = nn.Embedding(50, 24)', 'self.ln = nn.LayerNorm(24)'], 'ids', ['return self.ln(self.e(ids))'], '[torch.randint(0, 50, (4, 7))]'),
 ]
 

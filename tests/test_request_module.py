@@ -199,8 +199,9 @@ def module(init: str, forward: str, inputs: str = "torch.rand(4, 8)", init_input
 @pytest.mark.parametrize("code, says", [
     (module(", c: self.emb = nn.Embedding(c, 8)", "x):\n        return torch.relu(self.emb(x))",
             "torch.rand(2, 3)", "[3]"), "reads x as int64 indices, but get_inputs makes it a float tensor"),
-    (module(", c: self.conv = nn.Conv2d(c, c, 3, padding_mode='reflect')", "x):\n        return self.conv(x)",
-            "torch.rand(2, 3, 8, 8)", "[3]"), "line 7: nn.Conv2d (set on line 4) pads with 'reflect'"),
+    (module(", c: self.conv = nn.ConvTranspose2d(c, c, 3, padding_mode='reflect')", "x):\n        return self.conv(x)",
+            "torch.rand(2, 3, 8, 8)", "[3]"), "line 7: nn.ConvTranspose2d (set on line 4) pads with 'reflect', which torch "
+                                              "takes for convolutions (not transposed ones) as 'zeros'"),
     ("def forward(self, x):\n    return torch.softmax(x, dim=self.dim)\n",
      "line 2: forward reads self.dim, which __init__ does not set"),
     (module(", dim: self.dim = dim", "x):\n        return torch.logaddexp2(x, x * self.dim)", init_inputs="[1]"),
@@ -654,7 +655,9 @@ def test_a_zero_padding_layer_before_a_convolution_is_its_padding(pad, padding):
     assert ir.parse(spec["expression"]) == ir.parse(f"conv2d(x, conv_weight, conv_bias, {padding})")
 
 
-@pytest.mark.parametrize("pad", ["nn.ReflectionPad2d(1)", "nn.ConstantPad2d(1, 3.0)"])
-def test_a_padding_of_other_values_is_refused_naming_what_works(pad):
-    with pytest.raises(GenerationError, match="mode 'constant', value 0"):
-        parse_request(fenced(PADDED_CONV.replace("PAD", pad)))
+@pytest.mark.parametrize("pad, written", [("nn.ReflectionPad2d(1)", "mode='reflect', value=0.0"),
+                                          ("nn.ConstantPad2d(1, 3.0)", "mode='constant', value=3.0")])
+def test_a_padding_of_other_values_is_a_kernel_before_the_convolution(pad, written):
+    spec, _ = parse_request(fenced(PADDED_CONV.replace("PAD", pad)))
+    want = f"conv2d(pad(x, (1, 1, 1, 1), {written}), conv_weight, conv_bias)"
+    assert ir.parse(spec["expression"]) == ir.parse(want)

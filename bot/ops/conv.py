@@ -46,7 +46,7 @@ ALIASES: dict[str, str] = {}
 # padding_end: the padding after each dim where it differs from the padding before it (the IR's own
 # keyword: F.pad folded in, or 'same' of an even kernel); not for transposed convolutions
 PAD = "pad"
-KEYWORDS = {**{fn: set(_ORDER_T[1:]) | {"tf32", "padding_end"} for fn in FUNCTIONS}, PAD: {"pad", "mode", "value"}}
+KEYWORDS = {fn: set(_ORDER_T[1:]) | {"tf32", "padding_end"} for fn in FUNCTIONS}
 OUTPUT_DTYPES: dict[str, str] = {}
 MAX_RANK = 5                        # x [N, C, D, H, W] of a 3-d convolution
 WORDS: list = []
@@ -183,9 +183,6 @@ def _given(shapes: list[tuple[str | None, list[int]]], labels: tuple[str, ...]) 
 # ---------------------------------------------------------------- IR rule
 
 def convert(c: Call) -> Node | None:
-    if c.fname == PAD:
-        raise IRError("F.pad is read where a convolution takes its result, its zeros folded into the convolution's "
-                      "padding (a causal conv1d: F.conv1d(F.pad(x, (k - 1, 0)), w)); not on its own")
     if c.fname not in FUNCTIONS:
         return None
     nd, transposed = FUNCTIONS[c.fname]
@@ -202,7 +199,7 @@ def convert(c: Call) -> Node | None:
     if "padding_end" in given:
         attrs["padding_end"] = _ints(c.fname, "padding_end", given["padding_end"], nd, 0)
     elif _is_pad(x):
-        x, attrs = _folded_pad(c.fname, x, attrs, transposed)
+        x, attrs = _folded_pad(x, attrs, transposed)
     if attrs.get("padding_end") == attrs["padding"]:
         del attrs["padding_end"]
     if transposed and "padding_end" in attrs:
@@ -223,11 +220,12 @@ def _is_pad(x: ast.expr) -> bool:
     return isinstance(x, ast.Call) and ast.unparse(x.func).split(".")[-1] == PAD
 
 
-def _folded_pad(fname: str, x: ast.Call, attrs: dict, transposed: bool) -> tuple[ast.expr, dict]:
+def _folded_pad(x: ast.Call, attrs: dict, transposed: bool) -> tuple[ast.expr, dict]:
     """conv(F.pad(x, pads), w, ...): x, with the zeros F.pad adds (pads: the last dim's before and
     after, then the one before it's, ...) added to the convolution's own padding, before and after
     apart (a causal conv1d: F.pad(x, (k - 1, 0))). Not a transposed convolution's: its padding crops
-    the output, where F.pad's zeros widen the input."""
+    the output, where F.pad's zeros widen the input. Any other F.pad (another mode or value, a
+    crop) is left as it is: a kernel of the remap family before the convolution's."""
     nd = attrs["nd"]
     given = dict(zip(("input", "pad", "mode", "value"), x.args)) | {k.arg: k.value for k in x.keywords}
     pads = given.get("pad")
@@ -239,9 +237,7 @@ def _folded_pad(fname: str, x: ast.Call, attrs: dict, transposed: bool) -> tuple
         amounts, mode, value = None, None, None
     if not amounts or len(amounts) % 2 or len(amounts) > 2 * nd or mode != "constant" or value != 0 \
             or min(amounts) < 0 or attrs["padding"] == SAME or transposed:
-        raise IRError(f"{fname} of {ast.unparse(x)[:60]}: F.pad is read folded into a convolution's padding, with "
-                      "zeros (mode 'constant', value 0), non-negative amounts over its spatial dims, and the "
-                      "convolution's padding as numbers (not a transposed convolution's)")
+        return x, attrs
     before, after = list(attrs["padding"]), list(attrs["padding"])
     for k in range(len(amounts) // 2):            # pads name the last dim first
         before[nd - 1 - k] += amounts[2 * k]

@@ -1,11 +1,14 @@
-"""The remap family: ops whose every output element is one input element, found by index arithmetic
-per dim. torch.flip, torch.roll, x.repeat and torch.tile, torch.repeat_interleave by a whole number,
-and torch.tril / torch.triu of a tensor (a product's triangle is the matmul family's epilogue).
+"""The remap family: ops whose every output element is one input element (or a constant), found by
+index arithmetic per dim. torch.flip, torch.roll, x.repeat and torch.tile, torch.repeat_interleave by
+a whole number, torch.tril / torch.triu of a tensor (a product's triangle is the matmul family's
+epilogue), and F.pad in its four modes (zeros a convolution reads are folded into its padding).
 
 One kernel for them all: a program takes BLOCK output elements, splits each flat index into the
 output's per-dim indices o, and reads the input at ((o * a + b) // d) % m in each dim (flip: a = -1,
 b = n - 1; roll by s: b = n - s, m = n; repeat: m = n; interleave by r: d = r); a triangle keeps the
-elements whose last two indices pass it and writes zero elsewhere. The stores are contiguous; the
+elements whose last two indices pass it and writes zero elsewhere. F.pad reads index o - before, and
+where that leaves the input writes the value (constant), mirrors it (reflect), clamps it (replicate)
+or wraps it (circular). The stores are contiguous; the
 loads follow the op (a flip's read backwards, a repeat's rereads hit L2).
 
 Owns its IR rule, the output shape, the torch call and the kernel with its config space and default.
@@ -22,19 +25,21 @@ from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, is_none, number, prints
 
 NAME = "remap"
-FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU = "flip", "roll", "repeat", "tile", "repeat_interleave", "tril", "triu"
-OPS = {FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU}
+FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD = ("flip", "roll", "repeat", "tile", "repeat_interleave", "tril",
+                                                       "triu", "pad")
+OPS = {FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD}
 ROOT = True
 MAX_RANK = 5
 MAX_NUMEL = 2**34                   # the kernel indexes with int64 where the output needs it
 SUPPORTED = ("", "flip(x, dims), fliplr, flipud, roll(x, shifts, dims), x.repeat(sizes), tile, "
-             "repeat_interleave(x, n, dim), tril/triu of a tensor")
+             "repeat_interleave(x, n, dim), tril/triu of a tensor, F.pad (constant, reflect, replicate, circular)")
 ALIASES = {"fliplr": "fliplr", "flipud": "flipud"}
 KEYWORDS = {FLIP: {"dims"}, "fliplr": set(), "flipud": set(), ROLL: {"shifts", "dims"}, REPEAT: {"repeats"},
-            TILE: {"dims"}, INTERLEAVE: {"repeats", "dim"}}
+            TILE: {"dims"}, INTERLEAVE: {"repeats", "dim"}, PAD: {"pad", "mode", "value"}}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 TRIANGLE = {TRIL: 1, TRIU: 2}       # the kernel's TRI flag
+PAD_MODES = {"constant": 1, "reflect": 2, "replicate": 3, "circular": 4}      # ... and its PAD flag
 
 # elements a program and warps; the default: _remap_config
 CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(1024, 4), (2048, 8), (4096, 8), (512, 4), (256, 2)]]
@@ -65,6 +70,8 @@ def convert(c: Call) -> Node | None:
         return call(ROLL, x, dims=dims, amounts=shifts)
     if c.fname in (REPEAT, TILE):
         return call(c.fname, x, amounts=_ints(rest, "repeats" if c.fname == REPEAT else "dims", required=True))
+    if c.fname == PAD:
+        return _pad(rest, x)
     given = arguments(rest, ("repeats", "dim"))
     repeats = given.get("repeats")
     if repeats is None or not is_int_literal(repeats) or int(number(repeats)) < 0:
@@ -72,6 +79,21 @@ def convert(c: Call) -> Node | None:
                       "(a tensor of counts is not supported)")
     dim = None if is_none(given.get("dim")) else _int(given["dim"], "repeat_interleave's dim")
     return call(INTERLEAVE, x, dims=None if dim is None else (dim,), amounts=(int(number(repeats)),))
+
+
+def _pad(c: Call, x: Node) -> Node:
+    """F.pad(x, pad, mode='constant', value=None): pad names the last dim's before and after first."""
+    given = arguments(c, ("pad", "mode", "value"))
+    pads = _int_tuple(given.get("pad"), "F.pad's pad") if "pad" in given else ()
+    mode = given["mode"].value if isinstance(given.get("mode"), ast.Constant) else "constant" if "mode" not in given \
+        else None
+    if not pads or len(pads) % 2 or mode not in PAD_MODES:
+        raise IRError("F.pad takes pad as pairs of whole numbers (the last dim's before and after first) and mode "
+                      f"'constant', 'reflect', 'replicate' or 'circular', e.g. F.pad(x, (1, 1), mode='reflect')")
+    value = 0.0 if is_none(given.get("value")) else number(given["value"])
+    if value and mode != "constant":
+        raise IRError(f"F.pad's value is for mode 'constant'; mode {mode!r} pads with the input's own values")
+    return call(PAD, x, amounts=pads, mode=mode, value=value)
 
 
 def triangle(x: Node, tri: str, diagonal: int) -> Node:
@@ -115,6 +137,8 @@ def _text(node: Node, text) -> str:
         return f"{node.op}({x}, {amounts})"
     if node.op == INTERLEAVE:
         return f"repeat_interleave({x}, {amounts[0]}{'' if dims is None else f', dim={dims[0]}'})"
+    if node.op == PAD:
+        return f"pad({x}, {amounts}, mode={node.attr('mode')!r}, value={node.attr('value')!r})"
     return f"{node.op}({x}, diagonal={amounts[0]})"
 
 
@@ -125,7 +149,8 @@ def check(node: Node) -> None:
 
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     try:
-        return _remap_plan(shapes[node.args[0].name], node.op, node.attr("dims"), node.attr("amounts"))[3]
+        return _remap_plan(shapes[node.args[0].name], node.op, node.attr("dims"), node.attr("amounts"),
+                           node.attr("mode"))[3]
     except ValueError as e:
         raise IRError(str(e)) from None
 
@@ -143,6 +168,9 @@ def torch_text(node: Node, a: list[str]) -> str:
         return f"torch.tile({a[0]}, {amounts})"
     if node.op == INTERLEAVE:
         return f"torch.repeat_interleave({a[0]}, {amounts[0]}{'' if dims is None else f', dim={dims[0]}'})"
+    if node.op == PAD:
+        value = f", value={node.attr('value')!r}" if node.attr("mode") == "constant" else ""
+        return f"torch.nn.functional.pad({a[0]}, {amounts}, mode={node.attr('mode')!r}{value})"
     return f"torch.{node.op}({a[0]}, diagonal={amounts[0]})"
 
 
@@ -159,11 +187,11 @@ def reference_property(node: Node) -> tuple[str, bool]:
 
 # ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
 
-def _remap_plan(shape, kind, dims, amounts):
+def _remap_plan(shape, kind, dims, amounts, mode=None):
     # (the input's shape as the op reads it, the output's, per output dim (a, b, d, m): output index o
     # reads input index ((o * a + b) // d) % m there, and the shape torch returns). No dims for roll or
     # repeat_interleave: the flattened tensor (rolled back into shape); a repeat's input takes unit dims
-    # first up to the repeats' count.
+    # first up to the repeats' count. F.pad's mode: mode.
     shape = returned = list(shape)
     if dims is None and kind in ("roll", "repeat_interleave"):
         shape, dims = [math.prod(shape)], (0,)
@@ -179,6 +207,9 @@ def _remap_plan(shape, kind, dims, amounts):
     if any(not -max(rank, 1) <= k < max(rank, 1) for k in dims or ()):
         raise ValueError(f"{kind} over dims {tuple(dims)}, but the tensor has {rank}")
     sizes, a, b, d, m = list(shape), [1] * rank, [0] * rank, [1] * rank, [max(n, 1) for n in shape]
+    if kind == "pad":
+        grown, before = _pad_plan(shape, amounts, mode)
+        sizes, b = list(grown), [-v for v in before]
     for i, k in enumerate(dims or ()):
         k %= max(rank, 1)
         if kind == "flip":
@@ -190,6 +221,23 @@ def _remap_plan(shape, kind, dims, amounts):
     if kind in ("repeat", "tile"):
         sizes = [n * r for n, r in zip(shape, amounts)]
     return shape, sizes, (a, b, d, m), returned if kind == "roll" else sizes
+
+
+def _pad_plan(shape, pads, mode):
+    # (sizes, before): F.pad's pairs, the last dim's first: each padded dim's output grows by both (a
+    # negative one crops) and its index o reads o - before; reflect mirrors, circular wraps once.
+    sizes, before = list(shape), [0] * len(shape)
+    if len(pads) > 2 * len(shape):
+        raise ValueError(f"F.pad pads {len(pads) // 2} dims of a tensor of {len(shape)}")
+    for j in range(len(pads) // 2):
+        k, lo, hi = len(shape) - 1 - j, pads[2 * j], pads[2 * j + 1]
+        sizes[k], before[k] = shape[k] + lo + hi, lo
+        if sizes[k] < 0 or (mode == "reflect" and max(lo, hi) >= shape[k]) or \
+                (mode in ("replicate", "circular") and (shape[k] == 0 or max(lo, hi) > shape[k])):
+            raise ValueError(f"F.pad by {(lo, hi)} in mode {mode!r} over a dim of {shape[k]}: torch takes "
+                             "paddings that leave a size of 0 or more, below the size for reflect, at most it "
+                             "for circular")
+    return sizes, before
 
 
 def _remap_padded(rank, shape, sizes, steps):
@@ -225,13 +273,15 @@ class _RemapKernel(KernelFile):
         self.x = next(i for i in inputs if i.name == node.args[0].name)
         super().__init__(spec, pointwise.triton_body(node.args[0], [self.x]), inputs, [], options)
         self.op, self.dims, self.amounts = node.op, node.attr("dims"), node.attr("amounts")
-        self.rank = max(max(len(_remap_plan(s, self.op, self.dims, self.amounts)[0]) for s in self.x.shapes), 1)
+        self.mode, self.value = node.attr("mode"), node.attr("value")
+        self.rank = max(max(len(_remap_plan(s, self.op, self.dims, self.amounts, self.mode)[0]) for s in self.x.shapes),
+                        1)
 
     def configs(self) -> list[dict]:
         return self._space(CONFIGS)
 
     def source(self) -> str:
-        return self._file([self._kernel()], [_remap_plan, _remap_padded, _remap_config], self._launcher())
+        return self._file([self._kernel()], [_remap_plan, _pad_plan, _remap_padded, _remap_config], self._launcher())
 
     def _kernel(self) -> str:
         r = range(self.rank)
@@ -242,11 +292,18 @@ class _RemapKernel(KernelFile):
             code("offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
         with code.block("else:"):
             code("offs = pid * BLOCK + tl.arange(0, BLOCK)")
-        code("mask = offs < numel", "rest = offs", "src = offs * 0",
-             "# each dim's output index, read from ((o * a + b) // d) % m of the input's")
+        code("mask = offs < numel", "rest = offs", "src = offs * 0", "inside = mask")
+        code("# each dim's output index o reads the input's " +
+             ("o + b (m: the input's size)" if self.op == PAD else "((o * a + b) // d) % m"))
         for k in reversed(r):
-            code(f"o{k} = rest % n{k}", f"rest = rest // n{k}", f"src += ((o{k} * a{k} + b{k}) // d{k} % m{k}) * s{k}")
-        code("val = tl.load(x_ptr + src, mask=mask)")
+            code(f"o{k} = rest % n{k}", f"rest = rest // n{k}")
+            if self.op == PAD:
+                code(*self._pad_index(k))
+            else:
+                code(f"i{k} = (o{k} * a{k} + b{k}) // d{k} % m{k}")
+            code(f"src += i{k} * s{k}")
+        code(f"val = tl.load(x_ptr + src, mask=inside, other={self.value!r})" if self.mode == "constant" else
+             "val = tl.load(x_ptr + src, mask=mask)")
         if self.op in TRIANGLE:
             row, col = f"o{self.rank - 2}", f"o{self.rank - 1}"
             with code.block("if TRI == 1:"):
@@ -256,10 +313,20 @@ class _RemapKernel(KernelFile):
         code("tl.store(out_ptr + offs, val.to(out_ptr.dtype.element_ty), mask=mask)")
         return jit_source(f"{self.name}_kernel", params, code.lines)
 
+    def _pad_index(self, k: int) -> list[str]:
+        """Dim k's input index under F.pad's mode (the input's size is m{k})."""
+        i, m = f"i{k}", f"m{k}"
+        return [f"{i} = o{k} + b{k}", *{
+            "constant": [f"inside = inside & ({i} >= 0) & ({i} < {m})"],
+            "reflect": [f"{i} = tl.abs({i})", f"{i} = tl.where({i} >= {m}, 2 * {m} - 2 - {i}, {i})"],
+            "replicate": [f"{i} = tl.minimum(tl.maximum({i}, 0), {m} - 1)"],
+            "circular": [f"{i} = ({i} % {m} + {m}) % {m}"]}[self.mode]]
+
     def _launcher(self) -> str:
         x = self.x.local
         text = self._signature_and_prologue()
-        text += (f"    shape, sizes, steps, returned = _remap_plan({x}.shape, {self.op!r}, {self.dims}, {self.amounts})\n"
+        text += (f"    shape, sizes, steps, returned = _remap_plan({x}.shape, {self.op!r}, {self.dims}, {self.amounts}, "
+                 f"{self.mode!r})\n"
                  f"    out = torch.empty(returned, dtype={self.out_dtype(x)}, device={x}.device)\n"
                  "    if out.numel() == 0:\n        return out\n"
                  f"    sizes, strides, (a, b, d, m) = _remap_padded({self.rank}, shape, sizes, steps)\n")

@@ -173,11 +173,15 @@ def _conv(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int, 
         ("output_padding", "groups", "bias", "dilation") if transposed else ("dilation", "groups", "bias"))
     o = _options(sub, order, {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "bias": True,
                               "output_padding": 0, "padding_mode": "zeros"})
-    if o["padding_mode"] != "zeros":
-        raise GenerationError(f"line {line}: nn.{sub.cls} (set on line {sub.line}) pads with "
-                              f"{o['padding_mode']!r}; the offline kernel pads with zeros only")
     kernel = o["kernel_size"]
     kernel = list(kernel) if isinstance(kernel, (tuple, list)) else [kernel] * nd
+    if o["padding_mode"] != "zeros":
+        if transposed or o["padding_mode"] not in ("reflect", "replicate", "circular"):
+            raise GenerationError(f"line {line}: nn.{sub.cls} (set on line {sub.line}) pads with "
+                                  f"{o['padding_mode']!r}, which torch takes for convolutions (not transposed ones) "
+                                  "as 'zeros', 'reflect', 'replicate' or 'circular'")
+        args = [_mode_padded(args[0], o, kernel, nd)] + args[1:]
+        o["padding"] = 0
     groups, c_in, c_out = o["groups"], o["in_channels"], o["out_channels"]
     if c_in % groups or c_out % groups:
         raise GenerationError(f"line {line}: nn.{sub.cls} (set on line {sub.line}) has {groups} groups, which do not "
@@ -189,6 +193,23 @@ def _conv(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int, 
     kw = [ast.keyword(k, literal(o[k], ast.Constant(0))) for k in keys]
     fn = f"F.conv_transpose{nd}d" if transposed else f"F.conv{nd}d"
     return ast.Call(_path(fn), [*args, *_names([weight, bias])], kw + keywords), [p for p in (weight, bias) if p]
+
+
+def _mode_padded(x: ast.expr, o: dict, kernel: list[int], nd: int) -> ast.expr:
+    """A convolution's input padded as torch pads it for a padding_mode other than zeros: F.pad in that
+    mode by the padding ('same': the taps' reach split, the extra one after), the last dim's first."""
+    padding, dilation = o["padding"], o["dilation"]
+    if padding == "valid":
+        return x
+    dilation = list(dilation) if isinstance(dilation, (tuple, list)) else [dilation] * nd
+    if padding == "same":
+        reach = [d * (k - 1) for d, k in zip(dilation, kernel)]
+        pairs = [(r // 2, r - r // 2) for r in reach]
+    else:
+        pairs = [(p, p) for p in (list(padding) if isinstance(padding, (tuple, list)) else [padding] * nd)]
+    pads = tuple(v for pair in reversed(pairs) for v in pair)
+    return ast.Call(_path("F.pad"), [x, literal(pads, ast.Constant(0))],
+                    [ast.keyword("mode", ast.Constant(o["padding_mode"]))])
 
 
 def _channel_norm(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int,

@@ -137,16 +137,24 @@ def test_uneven_padding_before_and_after_is_torchs(tmp_path, code, x, w, want):
         torch.testing.assert_close(module.conv_op(*t, config=config), want(*t), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("code, says", [
-    ("F.conv1d(F.pad(x, (1, 1), mode='reflect'), w)", "mode 'constant', value 0"),
-    ("F.conv1d(F.pad(x, (1, 1), value=1.0), w)", "mode 'constant', value 0"),
-    ("F.conv1d(F.pad(x, (1, 1, 1, 1)), w)", "over its spatial dims"),
-    ("F.conv_transpose1d(x, w, padding=1, padding_end=2)", "not transposed ones"),
-    ("F.conv_transpose1d(F.pad(x, (1, 1)), w)", "not a transposed convolution's"),     # its padding crops instead
-    ("F.conv1d(F.pad(x, ()), w)", "non-negative amounts over its spatial dims"),
-    ("F.pad(x, (1, 1)) * 2.0", "F.pad is read where a convolution takes its result"),
+@pytest.mark.parametrize("code, stages", [
+    ("F.conv1d(F.pad(x, (1, 1), mode='reflect'), w)", ["pad", "conv"]),
+    ("F.conv1d(F.pad(x, (1, 1), value=1.0), w)", ["pad", "conv"]),
+    ("F.conv1d(F.pad(x, (1, 1, 1, 1)), w)", ["pad", "conv"]),          # past its spatial dims
+    ("F.conv_transpose1d(F.pad(x, (1, 1)), w)", ["pad", "conv"]),      # its padding crops instead
+    ("F.conv1d(F.pad(x, (2, -1)), w)", ["pad", "conv"]),               # a crop
+    ("F.pad(x, (1, 1)) * 2.0", ["pad", "mul"]),
+    ("F.conv1d(F.pad(x, (2, 0)), w)", ["conv"]),                       # zeros: the convolution's own padding
 ])
-def test_pads_no_convolution_takes_are_refused_naming_what_works(code, says):
+def test_pads_no_convolution_folds_in_are_a_kernel_before_it(code, stages):
+    assert [s.node.op for s in ir.stages(ir.parse(code, as_written=True))] == stages
+
+
+@pytest.mark.parametrize("code, says", [
+    ("F.conv_transpose1d(x, w, padding=1, padding_end=2)", "not transposed ones"),
+    ("F.conv1d(F.pad(x, ()), w)", "F.pad takes pad as pairs of whole numbers"),
+])
+def test_paddings_it_cannot_read_are_refused_naming_what_works(code, says):
     with pytest.raises(ir.IRError, match=re.escape(says)):
         ir.parse(code, as_written=True)
 

@@ -33,6 +33,12 @@ CASES = [
     ("torch.triu(x)", {"x": [2, 2, 5, 3]}),
     ("torch.flip(x, [0]) + y", {"x": [37, 9], "y": [37, 9]}),     # a chain: the flip, then the add
     ("torch.tril(relu(x))", {"x": [9, 9]}),                       # ... the body, then the triangle
+    ("F.pad(x, (1, 2))", {"x": [5, 7]}),
+    ("F.pad(x, (1, 2, 3, 0), value=0.5)", {"x": [3, 5, 7]}),
+    ("F.pad(x, (-1, 2))", {"x": [5, 7]}),                         # a negative pad crops
+    ("F.pad(x, (2, 1), mode='reflect')", {"x": [3, 5, 7]}),
+    ("F.pad(x, (2, 1, 1, 3), mode='replicate')", {"x": [2, 3, 5, 7]}),
+    ("F.pad(x, (3, 1, 0, 2), mode='circular')", {"x": [2, 3, 5, 7]}),
 ]
 
 
@@ -56,7 +62,7 @@ def test_every_remap_matches_torch_exactly(tmp_path, expression, shapes):
         got = kernel(*args)
         assert got.dtype == args[0].dtype and list(got.shape) == spec["outputs"][0]["shapes"][0]
         torch.testing.assert_close(got, want, rtol=0, atol=0)
-        assert torch.equal(want, eval(expression, {"torch": torch, "relu": torch.relu},
+        assert torch.equal(want, eval(expression, {"torch": torch, "relu": torch.relu, "F": torch.nn.functional},
                                       {i["name"]: a for i, a in zip(spec["inputs"], args)}))
 
 
@@ -72,6 +78,7 @@ def test_a_small_block_config_covers_every_element(tmp_path):
     ("torch.flip(x, [1])", "flip(up, dims=[1])"),
     ("torch.roll(x, shifts=(1, -2), dims=(0, 1))", "roll(up, shifts=(-1, 2), dims=(0, 1))"),
     ("torch.tril(x, diagonal=-1)", "tril(up, diagonal=-1)"),
+    ("F.pad(x, (1, -2))", "pad(up, (-1, 2), mode='constant', value=0.0)"),
 ])
 def test_the_gradient_moves_the_upstream_back(expression, want):
     node = ir.parse(expression, as_written=True)
@@ -84,6 +91,8 @@ def test_the_gradient_moves_the_upstream_back(expression, want):
     ("x.repeat(2)", {"x": [3, 4]}, "fewer repeats than the tensor's 2 dims"),
     ("torch.tril(x)", {"x": [7]}, "tril takes a tensor of 2 dims or more"),
     ("torch.flip(x, [2])", {"x": [3, 4]}, "flip over dims (2,), but the tensor has 2"),
+    ("F.pad(x, (3, 0), mode='reflect')", {"x": [2, 3]}, "F.pad by (3, 0) in mode 'reflect' over a dim of 3"),
+    ("F.pad(x, (1, 1, 1, 1, 1, 1))", {"x": [4, 4]}, "F.pad pads 3 dims of a tensor of 2"),
 ])
 def test_shapes_the_op_cannot_take_are_refused_by_name(expression, shapes, message):
     with pytest.raises(Exception, match=re.escape(message)):
@@ -96,6 +105,9 @@ def test_shapes_the_op_cannot_take_are_refused_by_name(expression, shapes, messa
     ("x.repeat_interleave(r, dim=0)", "a whole number of repeats"),
     ("torch.flip(x)", "flip needs its dims"),
     ("x.flip(0, 0)", "flip names a dim twice"),
+    ("F.pad(x, (1,))", "pairs of whole numbers"),
+    ("F.pad(x, (1, 1), mode='edge')", "mode 'constant', 'reflect', 'replicate' or 'circular'"),
+    ("F.pad(x, (1, 1), mode='reflect', value=2.0)", "value is for mode 'constant'"),
 ])
 def test_arguments_it_cannot_read_are_refused_by_name(expression, message):
     with pytest.raises(ir.IRError, match=message):
