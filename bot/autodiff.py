@@ -645,7 +645,9 @@ def _nll(node: Node, a: list[str], up: str):
 
 _SIZED = {"conv": _conv, "cat": _cat, attention.SDPA: _attention, "slice": _sliced, "select": _sliced,
           **dict.fromkeys(("index_select", "embedding", "gather"), _lookup),
-          **dict.fromkeys(("unsqueeze", "squeeze", "flatten", "unflatten", "reshape_as", "reshape"), _reshaped)}
+          **dict.fromkeys(("unsqueeze", "squeeze", "flatten", "unflatten", "reshape_as", "reshape"), _reshaped),
+          **dict.fromkeys(("expand", "expand_as"), lambda node, a, up, cases: [(node.args[0], summed_to(
+              up, [ir.output_shape(node.args[0], c) for c in cases], cases, f"{node.op}'s input"))])}
 _RULES = {
     "add": lambda node, a, up: [(node.args[0], up), (node.args[1], up)],
     "sub": lambda node, a, up: [(node.args[0], up), (node.args[1], f"-({up})")],

@@ -21,17 +21,17 @@ from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, i
 
 NAME = "view"
 UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS = "unsqueeze", "squeeze", "flatten", "reshape", "reshape_as"
-SLICE, SELECT, UNFLATTEN = "slice", "select", "unflatten"
-OPS = {UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS, SLICE, SELECT, UNFLATTEN}
+SLICE, SELECT, UNFLATTEN, EXPAND, EXPAND_AS = "slice", "select", "unflatten", "expand", "expand_as"
+OPS = {UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS, SLICE, SELECT, UNFLATTEN, EXPAND, EXPAND_AS}
 ROOT = False
 SUPPORTED = ("", "views of a tensor between kernels (unsqueeze, squeeze, flatten, reshape/view to unit dims, "
              "joining dims or splitting one by a constant (x.view(b, t, heads, -1), x.unflatten(2, (heads, -1))), "
              "view_as; slices x[:, a:b], x[..., 0], narrow, select, chunk(n, dim)[i], split(size, dim)[i], "
-             "unbind(dim)[i])")
+             "unbind(dim)[i]); expand and expand_as (broadcast to sizes, -1 keeping a dim)")
 ALIASES = {"view": RESHAPE, "view_as": RESHAPE_AS}
 KEYWORDS = {UNSQUEEZE: {"dim"}, SQUEEZE: {"dim"}, FLATTEN: {"start_dim", "end_dim"}, RESHAPE: {"shape"},
             RESHAPE_AS: {"other"}, "narrow": {"dim", "start", "length"}, SELECT: {"dim", "index"},
-            UNFLATTEN: {"dim", "sizes"}}
+            UNFLATTEN: {"dim", "sizes"}, EXPAND: {"size"}, EXPAND_AS: {"other"}}
 WORDS: list = []
 OUTPUT_DTYPES: dict[str, str] = {}
 ENTRIES: tuple[Entry, ...] = ()
@@ -67,6 +67,20 @@ def convert(c: Call) -> Node | None:
         if not isinstance(sizes, (ast.Tuple, ast.List)) or len(sizes.elts) != 2:
             raise IRError("unflatten is read splitting one dim in two, e.g. x.unflatten(2, (heads, -1))")
         return _split(c, x, _int(c, given.get("dim"), "dim"), sizes.elts, None)
+    if c.fname == EXPAND:
+        written = c.kw.pop("size", None)
+        elts = list(c.args) if written is None else [written]
+        if len(elts) == 1 and isinstance(elts[0], (ast.Tuple, ast.List)):
+            elts = list(elts[0].elts)
+        if not elts or not all(is_int_literal(e) and number(e) >= -1 for e in elts):
+            raise IRError("expand is read with its sizes as whole numbers, -1 keeping a dim: x.expand(-1, 40), or "
+                          "x.expand_as(y)")
+        return call(EXPAND, x, sizes=tuple(int(number(e)) for e in elts))
+    if c.fname == EXPAND_AS:
+        other = arguments(c, ("other",)).get("other")
+        if other is None:
+            raise IRError("expand_as needs the tensor whose shape to take, e.g. b.expand_as(x)")
+        return call(EXPAND_AS, x, c.expr(other))
     if c.fname == RESHAPE_AS:
         other = arguments(c, ("other",)).get("other")
         if other is None:
@@ -391,6 +405,8 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
         if node.attr("rest") or math.prod(other) != math.prod(shape):
             raise IRError(f"a tensor of shape {shape} cannot be viewed as the shape {other} of {node.args[1].name}")
         return other
+    if node.op in (EXPAND, EXPAND_AS):
+        return _expanded(shape, list(node.attr("sizes")) if node.op == EXPAND else list(shapes[node.args[1].name]))
     if node.op == UNSQUEEZE:
         return shape[:_dim(node, "dim", len(shape) + 1)] + [1] + shape[_dim(node, "dim", len(shape) + 1):]
     if node.op == SQUEEZE:
@@ -403,6 +419,22 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     if start > end:
         raise IRError(f"flatten: start_dim {node.attr('start')} comes after end_dim {node.attr('end')}")
     return shape[:start] + [math.prod(shape[start:end + 1])] + shape[end + 1:]
+
+
+def _expanded(shape: list[int], sizes: list[int]) -> list[int]:
+    """torch's expand: sizes aligned to the right; -1 keeps a dim, a size of 1 grows, new dims lead."""
+    lead = len(sizes) - len(shape)
+    out = [s if s != -1 or k >= lead else None for k, s in enumerate(sizes)]
+    for k, n in enumerate(shape):
+        s = sizes[lead + k] if lead + k >= 0 else None
+        out_k = n if s == -1 else s
+        if lead < 0 or not (n == 1 or out_k == n):
+            raise IRError(f"a tensor of shape {shape} cannot be expanded to {tuple(sizes)}: each dim keeps its size "
+                          "(or -1) unless it is 1, and new dims come first")
+        out[lead + k] = out_k
+    if None in out:
+        raise IRError(f"expand to {tuple(sizes)}: a new leading dim takes a size, not -1")
+    return out
 
 
 def _sliced_shape(node: Node, shape: list[int]) -> list[int]:
@@ -428,8 +460,11 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
     """A slice or select keeps the size of the dim it cuts and of the piece it takes (its bounds are
     numbers written for them, and what meets the piece has its size); a reshape_as every size of both
     tensors (their element counts stay equal)."""
-    if node.op == RESHAPE_AS:
+    if node.op in (RESHAPE_AS, EXPAND_AS):
         return {d for case in cases for a in node.args for d in case[a.name]}, 1
+    if node.op == EXPAND:               # the sizes it names are numbers: what they meet keeps its size
+        named = {s for s in node.attr("sizes") if s != -1}
+        return named | {d for case in cases for d in case[node.args[0].name] if d != 1}, 1
     if node.op == UNFLATTEN:            # the split dim and its parts keep their sizes: they divide
         d = node.attr("dim")
         return {s for case in cases for s in (case[node.args[0].name][d], *output_shape(node, case))}, 1
@@ -468,6 +503,10 @@ def torch_text(node: Node, x: str, other: str | None = None) -> str:
         return f"{x}.reshape_as({other or x})"
     if node.op == SELECT:
         return f"{x}.select({node.attr('dim')}, {node.attr('index')})"
+    if node.op == EXPAND:
+        return f"{x}.expand({', '.join(map(str, node.attr('sizes')))})"
+    if node.op == EXPAND_AS:
+        return f"{x}.expand_as({other or x})"
     if node.op == SLICE:
         return _slice_text(node, x)
     if node.op == RESHAPE:

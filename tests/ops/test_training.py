@@ -54,6 +54,11 @@ CASES = [
     ("x.chunk(2, dim=-1)[0] * sigmoid(x.chunk(2, dim=-1)[1])", {"x": [4, 8]}),        # F.glu
     ("x.split(3, dim=0)[1] * 2.0", {"x": [7, 3]}),
     ("x.reshape(-1, 1) * y", {"x": [4], "y": [4, 6]}),                                 # torch.outer
+    ("b.expand(5, -1) * x + x[:, :1].expand_as(x)", {"b": [1, 7], "x": [5, 7]}),       # up summed back
+    # remaps: up moved back (flip, roll, a constant pad's crop), a triangle's kept part
+    ("flip(x, dims=[0, 1]) * roll(y, shifts=(2, -1), dims=(1, 0))", {"x": [4, 7], "y": [4, 7]}),
+    ("tril(relu(x), diagonal=1) + pad(y, (1, -2), mode='constant', value=0.0)", {"x": [6, 6], "y": [6, 7]}),
+    ("atan(x) * fmod(x * 5.0, y)", {"x": [4, 9], "y": [4, 9]}),
     # strided slices: up's elements s apart, zeros between, before and after
     ("x[..., ::2] * x[..., 1::2]", {"x": [3, 10]}),                   # interleaved pairs (GPT-J RoPE)
     ("relu(x[:, 1:8:3]) * y", {"x": [4, 11], "y": [4, 3]}),           # zeros after the span

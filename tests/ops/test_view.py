@@ -51,6 +51,11 @@ CASES = [
     # and another tensor's whole shape, dim by dim
     ("relu(y).view(x.shape[0], x.shape[1]) + x", {"x": [6, 10], "y": [60]}, 2,
      lambda t: torch.relu(t["y"]).view(6, 10) + t["x"]),
+    # broadcasts written out: expand (-1 keeps a dim, new dims lead) and expand_as
+    ("x[:, :1].expand(-1, 40) + x", {"x": [16, 40]}, 1, lambda t: t["x"][:, :1].expand(-1, 40) + t["x"]),
+    ("x.unsqueeze(0).expand(4, -1, -1) * y", {"x": [3, 5], "y": [4, 3, 5]}, 1,
+     lambda t: t["x"].unsqueeze(0).expand(4, -1, -1) * t["y"]),
+    ("relu(b).expand_as(x) + x", {"b": [5, 1], "x": [5, 9]}, 2, lambda t: torch.relu(t["b"]).expand_as(t["x"]) + t["x"]),
 ]
 
 
@@ -108,6 +113,7 @@ def test_a_view_keeps_its_operands_indices():
     ("x[:, 0:n] * 2.0", "bounds must be numbers"),
     ("x.chunk(2, dim=1)[-1] * 2.0", "by its position from 0"),
     ("x.narrow(1, 0, n) * 2.0", "narrow takes a length as a number"),
+    ("x.expand(n, 4) * 2.0", "expand is read with its sizes as whole numbers"),
 ])
 def test_views_refused_say_what_works(expression, message):
     with pytest.raises(ir.IRError, match=message):
@@ -121,6 +127,10 @@ def test_a_shape_a_view_cannot_take_is_named():
         raw_spec("relu(x.chunk(4, dim=1)[3])", {"x": [3, 5]})          # 5 in chunks of 2: 3 chunks
     with pytest.raises(Exception, match="out of range"):
         raw_spec("relu(x.select(1, 5))", {"x": [3, 5]})
+    with pytest.raises(Exception, match=r"cannot be expanded to \(3, 4\)"):
+        raw_spec("x.expand(3, 4) * 2.0", {"x": [3, 5]})
+    with pytest.raises(Exception, match="a new leading dim takes a size"):
+        raw_spec("x.expand(-1, 3, 5) * 2.0", {"x": [3, 5]})
 
 
 def test_a_slice_keeps_the_size_of_the_dim_it_cuts_and_of_its_piece():
