@@ -5,11 +5,11 @@ before handing it to the next kernel, whose family then reads an ordinary input 
 (broadcast where it has unit dims). `A.unsqueeze(1) * B` is one pointwise kernel over a view of A;
 `max_pool1d(relu(x @ w).unsqueeze(1)).squeeze(1)` is a matmul kernel and a pooling kernel.
 
-Reshapes are read where every size is 1 or -1 (inserting or removing unit dims, `bias.view(1, -1, 1, 1)`),
+Reshapes are read where every size is a number (1 or -1 inserting or removing unit dims, `bias.view(1, -1, 1,
+1)`; others, `x.view(-1, 40)`, keep the shapes the request gives: the runner draws no other sizes there),
 flatten over any dims, sizes that name the tensor's own dims (`x.view(x.size(0), -1)`, `x.view(b, c, h * w)`
 after `b, c, h, w = x.shape`: flattens) and another tensor's shape (`y.view(b, c, h, w)` with those names,
-`y.view_as(x)`: reshape_as). Sizes written as other numbers would not follow the odd and shrunk sizes the
-runner draws.
+`y.view_as(x)`: reshape_as).
 """
 from __future__ import annotations
 
@@ -361,8 +361,9 @@ def _int(c: Call, n: ast.expr | None, what: str) -> int:
 
 
 def _unit_sizes(c: Call, elts: list) -> tuple[int, ...]:
-    """reshape's sizes where each is 1 or -1 (one -1 at most)."""
-    if not elts or not all(is_int_literal(e) and number(e) in (1, -1) for e in elts) \
+    """reshape's sizes as numbers (one -1 at most): unit dims (1 or -1), or sizes written for the shapes
+    given (x.view(-1, 40)), which size_rules then keeps."""
+    if not elts or not all(is_int_literal(e) and (number(e) == -1 or number(e) >= 1) for e in elts) \
             or sum(number(e) == -1 for e in elts) > 1:
         raise _unsupported(c, elts)
     return tuple(int(number(e)) for e in elts)
@@ -462,6 +463,8 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
     tensors (their element counts stay equal)."""
     if node.op in (RESHAPE_AS, EXPAND_AS):
         return {d for case in cases for a in node.args for d in case[a.name]}, 1
+    if node.op == RESHAPE and set(node.attr("sizes")) - {1, -1}:     # sizes as numbers: the shapes stay
+        return set(node.attr("sizes")) - {-1} | {d for case in cases for d in case[node.args[0].name]}, 1
     if node.op == EXPAND:               # the sizes it names are numbers: what they meet keeps its size
         named = {s for s in node.attr("sizes") if s != -1}
         return named | {d for case in cases for d in case[node.args[0].name] if d != 1}, 1

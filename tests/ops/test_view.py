@@ -56,6 +56,8 @@ CASES = [
     ("x.unsqueeze(0).expand(4, -1, -1) * y", {"x": [3, 5], "y": [4, 3, 5]}, 1,
      lambda t: t["x"].unsqueeze(0).expand(4, -1, -1) * t["y"]),
     ("relu(b).expand_as(x) + x", {"b": [5, 1], "x": [5, 9]}, 2, lambda t: torch.relu(t["b"]).expand_as(t["x"]) + t["x"]),
+    # sizes as numbers, written for the shapes given: those shapes stay
+    ("softmax(relu(x).view(-1, 6), dim=-1)", {"x": [2, 3, 6]}, 2, lambda t: torch.softmax(torch.relu(t["x"]).view(-1, 6), -1)),
 ]
 
 
@@ -101,7 +103,8 @@ def test_a_view_keeps_its_operands_indices():
 
 @pytest.mark.parametrize("expression, message", [
     ("x.unsqueeze(1)", "only views its input"),
-    ("relu(x).view(3, -1)", r"reshape/view to \(3, -1\) is not supported"),
+    ("relu(x).view(n, -1)", r"reshape/view to \(n, -1\) is not supported"),
+    ("relu(x).view(0, -1)", r"reshape/view to \(0, -1\) is not supported"),
     ("x.view(-1, -1) * 2.0", "is not supported"),
     ("relu(x).unsqueeze(d)", "takes dim as an integer"),
     # dims out of order, counted from 0 after a -1 (it would take what dims x has beyond), another tensor's
@@ -118,6 +121,12 @@ def test_a_view_keeps_its_operands_indices():
 def test_views_refused_say_what_works(expression, message):
     with pytest.raises(ir.IRError, match=message):
         ir.parse(expression, as_written=True)
+
+
+def test_a_view_by_numbers_keeps_the_shapes_it_was_written_for():
+    spec = raw_spec("softmax(relu(x).view(-1, 6), dim=-1)", {"x": [2, 3, 6]})
+    fixed, _ = ir.size_rules(parse_expression(spec), [{"x": [2, 3, 6]}])
+    assert {2, 3, 6} <= fixed
 
 
 def test_a_shape_a_view_cannot_take_is_named():
