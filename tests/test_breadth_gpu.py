@@ -1,6 +1,6 @@
 """Requests of the families' newer operators (issue 24's breadth: a loss of probabilities, label
 smoothing, a per-channel PReLU, logcumsumexp, 'same' and causal padding, 4-D attention scores, take_along_dim,
-rounding, inverse trigonometry and remainders) through the offline generator's own stages and the trusted harness on a GPU, in every dtype
+rounding, inverse trigonometry and remainders, the remaps, F.pad's modes, expand) through the offline generator's own stages and the trusted harness on a GPU, in every dtype
 (bfloat16 included, which the interpreter computes wrongly); training where the request asks for it.
 Under the interpreter each family's kernels are checked in tests/ops."""
 from __future__ import annotations
@@ -15,6 +15,9 @@ DTYPES = "in fp16, bf16 and fp32"
 REQUESTS = [
     f"torch.round(x * 4.0) / 4.0 + torch.trunc(y) for 1024x1000 {DTYPES}",
     f"torch.atan2(x, y) + torch.remainder(x, y) * torch.asinh(y) with x 1024x1000 and y 1024x1000 {DTYPES}",
+    f"torch.roll(torch.flip(x, dims=[0]), 3, 1) + x.repeat_interleave(2, dim=1)[:, :1000] with x 1024x1000 {DTYPES}",
+    f"F.conv2d(F.pad(x, (1, 1, 1, 1), mode='reflect'), w) with x 8x64x56x56, w 64x64x3x3 {DTYPES}",
+    f"torch.tril(x, diagonal=-1) + x[:, :1].expand(-1, 1000) with x 1000x1000 {DTYPES}",
     f"torch.logcumsumexp(x, dim=1) for 512x3000 {DTYPES}",
     f"torch.logcumsumexp(x.flip(0), dim=0).flip(0) for 3000x512 {DTYPES}",
     f"F.binary_cross_entropy(torch.sigmoid(x), y) for 1024x1000 {DTYPES}",
