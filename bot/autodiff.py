@@ -621,6 +621,19 @@ def _pad(node: Node, a: list[str], up: str):
     return [(node.args[0], f"pad({up}, {back}, mode='constant', value=0.0)")]
 
 
+def _upsampled(node: Node, up: str, cases: list[dict[str, list[int]]]):
+    """Nearest upsampling by factors f: each input element's gradient is the sum of the f-blocks of up it
+    was copied to, an average pooling by f times the block's size."""
+    if node.attr("mode") != "scale_factor":
+        raise NoGradient("F.interpolate to a size has no gradient rule here yet; give scale_factor (its factors)")
+    nd = {len(ir.output_shape(node.args[0], c)) - 2 for c in cases}
+    f = node.attr("amounts")
+    if len(nd) != 1 or len(f) not in (1, *nd):
+        raise NoGradient("F.interpolate's gradient takes one rank of input in every case")
+    f = f * nd.pop() if len(f) == 1 else f
+    return [(node.args[0], f"avg_pool{len(f)}d({up}, kernel_size={f}, stride={f}) * {float(math.prod(f))!r}")]
+
+
 def _reshaped(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]]]):
     """A view that keeps every element (unsqueeze, squeeze, flatten, unflatten, reshape): up, summed
     down to the view's own shape (x.reshape(-1, 1) * y broadcast it), in the input's shape."""
@@ -646,6 +659,7 @@ def _nll(node: Node, a: list[str], up: str):
 _SIZED = {"conv": _conv, "cat": _cat, attention.SDPA: _attention, "slice": _sliced, "select": _sliced,
           **dict.fromkeys(("index_select", "embedding", "gather"), _lookup),
           **dict.fromkeys(("unsqueeze", "squeeze", "flatten", "unflatten", "reshape_as", "reshape"), _reshaped),
+          "interpolate": lambda node, a, up, cases: _upsampled(node, up, cases),
           **dict.fromkeys(("expand", "expand_as"), lambda node, a, up, cases: [(node.args[0], summed_to(
               up, [ir.output_shape(node.args[0], c) for c in cases], cases, f"{node.op}'s input"))])}
 _RULES = {

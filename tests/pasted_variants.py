@@ -223,6 +223,8 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
      ['return torch.relu(self.c(x))'], '[torch.randn(2, 6, 17)]'),
     ('reflection_pad_layer', ['self.p = nn.ReflectionPad2d((1, 2, 0, 1))'], 'x', ['return self.p(x) * 2'],
      '[torch.randn(2, 3, 8, 9)]'),
+    ('upsample_conv', ["self.up = nn.Upsample(scale_factor=2, mode='nearest')", 'self.c = nn.Conv2d(4, 6, 3, padding=1)'],
+     'x', ['return F.silu(self.c(self.up(x)))'], '[torch.randn(2, 4, 7, 9)]'),
     ('flip_roll_chain', [], 'x, y', ['return torch.roll(torch.flip(x, [0, 1]), 2, 1) + y.repeat_interleave(2, dim=1)'],
      '[torch.randn(6, 10), torch.randn(6, 5)]'),
     ('emb_ln', ['self.e = nn.Embedding(50, 24)', 'self.ln = nn.LayerNorm(24)'], 'ids', ['return self.ln(self.e(ids))'], '[torch.randint(0, 50, (4, 7))]'),

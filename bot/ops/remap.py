@@ -1,7 +1,8 @@
 """The remap family: ops whose every output element is one input element (or a constant), found by
 index arithmetic per dim. torch.flip, torch.roll, x.repeat and torch.tile, torch.repeat_interleave by
 a whole number, torch.tril / torch.triu of a tensor (a product's triangle is the matmul family's
-epilogue), and F.pad in its four modes (zeros a convolution reads are folded into its padding).
+epilogue), F.pad in its four modes (zeros a convolution reads are folded into its padding), and
+F.interpolate's nearest upsampling by powers of two (nn.Upsample).
 
 One kernel for them all: a program takes BLOCK output elements, splits each flat index into the
 output's per-dim indices o, and reads the input at ((o * a + b) // d) % m in each dim (flip: a = -1,
@@ -25,17 +26,19 @@ from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, is_none, number, prints
 
 NAME = "remap"
-FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD = ("flip", "roll", "repeat", "tile", "repeat_interleave", "tril",
-                                                       "triu", "pad")
-OPS = {FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD}
+FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD, UPSAMPLE = (
+    "flip", "roll", "repeat", "tile", "repeat_interleave", "tril", "triu", "pad", "interpolate")
+OPS = {FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD, UPSAMPLE}
 ROOT = True
 MAX_RANK = 5
 MAX_NUMEL = 2**34                   # the kernel indexes with int64 where the output needs it
 SUPPORTED = ("", "flip(x, dims), fliplr, flipud, roll(x, shifts, dims), x.repeat(sizes), tile, "
-             "repeat_interleave(x, n, dim), tril/triu of a tensor, F.pad (constant, reflect, replicate, circular)")
-ALIASES = {"fliplr": "fliplr", "flipud": "flipud"}
+             "repeat_interleave(x, n, dim), tril/triu of a tensor, F.pad (constant, reflect, replicate, circular), "
+             "F.interpolate mode 'nearest' by powers of two")
+ALIASES = {"fliplr": "fliplr", "flipud": "flipud", "upsample": UPSAMPLE, "upsample_nearest": UPSAMPLE}
 KEYWORDS = {FLIP: {"dims"}, "fliplr": set(), "flipud": set(), ROLL: {"shifts", "dims"}, REPEAT: {"repeats"},
-            TILE: {"dims"}, INTERLEAVE: {"repeats", "dim"}, PAD: {"pad", "mode", "value"}}
+            TILE: {"dims"}, INTERLEAVE: {"repeats", "dim"}, PAD: {"pad", "mode", "value"},
+            UPSAMPLE: {"size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias"}}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 TRIANGLE = {TRIL: 1, TRIU: 2}       # the kernel's TRI flag
@@ -72,6 +75,8 @@ def convert(c: Call) -> Node | None:
         return call(c.fname, x, amounts=_ints(rest, "repeats" if c.fname == REPEAT else "dims", required=True))
     if c.fname == PAD:
         return _pad(rest, x)
+    if c.fname == UPSAMPLE:
+        return _upsample(rest, x)
     given = arguments(rest, ("repeats", "dim"))
     repeats = given.get("repeats")
     if repeats is None or not is_int_literal(repeats) or int(number(repeats)) < 0:
@@ -94,6 +99,40 @@ def _pad(c: Call, x: Node) -> Node:
     if value and mode != "constant":
         raise IRError(f"F.pad's value is for mode 'constant'; mode {mode!r} pads with the input's own values")
     return call(PAD, x, amounts=pads, mode=mode, value=value)
+
+
+def _upsample(c: Call, x: Node) -> Node:
+    """F.interpolate(x, size or scale_factor, mode='nearest'): each output index o of a spatial dim reads
+    o // f, f a whole power of two, where torch's floor(o * (1 / f)) in float32 is that exactly."""
+    given = arguments(c, ("size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias"))
+    mode = given["mode"].value if isinstance(given.get("mode"), ast.Constant) else "nearest" if "mode" not in given \
+        else None
+    extra = [k for k in ("align_corners", "recompute_scale_factor", "antialias")
+             if not is_none(given.get(k)) and not (isinstance(given[k], ast.Constant) and given[k].value is False)]
+    if mode != "nearest" or extra:
+        raise IRError(f"F.interpolate is read with mode 'nearest' (no {', '.join(extra) or 'other mode'}); "
+                      f"{mode or ast.unparse(given['mode'])!r} interpolates between values, which the offline "
+                      "generator does not lower")
+    size, scale = given.get("size"), given.get("scale_factor")
+    if is_none(size) == is_none(scale):
+        raise IRError("F.interpolate takes size or scale_factor, one of them")
+    if is_none(size):
+        factors = _whole(scale)
+        if not factors or any(f < 1 or f & (f - 1) for f in factors):
+            raise IRError(f"F.interpolate's scale_factor {ast.unparse(scale)}: nearest upsampling is read by whole "
+                          "powers of two (2, 4, (2, 2)), where torch's float index math is exact")
+        return call(UPSAMPLE, x, amounts=factors, mode="scale_factor")
+    return call(UPSAMPLE, x, amounts=_int_tuple(size, "F.interpolate's size"), mode="size")
+
+
+def _whole(e: ast.expr) -> tuple[int, ...]:
+    """A number or tuple of numbers, each whole (2.0 as 2); () where one is not."""
+    elts = e.elts if isinstance(e, (ast.Tuple, ast.List)) else [e]
+    try:
+        values = [number(v) for v in elts]
+    except IRError:
+        return ()
+    return tuple(int(v) for v in values) if all(v == int(v) for v in values) else ()
 
 
 def triangle(x: Node, tri: str, diagonal: int) -> Node:
@@ -139,6 +178,8 @@ def _text(node: Node, text) -> str:
         return f"repeat_interleave({x}, {amounts[0]}{'' if dims is None else f', dim={dims[0]}'})"
     if node.op == PAD:
         return f"pad({x}, {amounts}, mode={node.attr('mode')!r}, value={node.attr('value')!r})"
+    if node.op == UPSAMPLE:
+        return f"interpolate({x}, {node.attr('mode')}={amounts})"
     return f"{node.op}({x}, diagonal={amounts[0]})"
 
 
@@ -153,6 +194,13 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
                            node.attr("mode"))[3]
     except ValueError as e:
         raise IRError(str(e)) from None
+
+
+def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
+    """Upsampling to sizes given as numbers keeps them and the spatial sizes they are multiples of."""
+    if node.op != UPSAMPLE or node.attr("mode") != "size":
+        return set(), 1
+    return set(node.attr("amounts")) | {d for case in cases for d in case[node.args[0].name][2:]}, 1
 
 
 def torch_text(node: Node, a: list[str]) -> str:
@@ -171,6 +219,10 @@ def torch_text(node: Node, a: list[str]) -> str:
     if node.op == PAD:
         value = f", value={node.attr('value')!r}" if node.attr("mode") == "constant" else ""
         return f"torch.nn.functional.pad({a[0]}, {amounts}, mode={node.attr('mode')!r}{value})"
+    if node.op == UPSAMPLE:          # one value stands for every spatial dim as a number, not a 1-tuple
+        values = tuple(float(f) for f in amounts) if node.attr("mode") == "scale_factor" else amounts
+        return (f"torch.nn.functional.interpolate({a[0]}, {node.attr('mode')}="
+                f"{values[0] if len(values) == 1 else values}, mode='nearest')")
     return f"torch.{node.op}({a[0]}, diagonal={amounts[0]})"
 
 
@@ -210,6 +262,9 @@ def _remap_plan(shape, kind, dims, amounts, mode=None):
     if kind == "pad":
         grown, before = _pad_plan(shape, amounts, mode)
         sizes, b = list(grown), [-v for v in before]
+    if kind == "interpolate":
+        grown, factors = _upsample_plan(shape, amounts, mode == "size")
+        sizes, d = list(grown), list(factors)
     for i, k in enumerate(dims or ()):
         k %= max(rank, 1)
         if kind == "flip":
@@ -238,6 +293,21 @@ def _pad_plan(shape, pads, mode):
                              "paddings that leave a size of 0 or more, below the size for reflect, at most it "
                              "for circular")
     return sizes, before
+
+
+def _upsample_plan(shape, wanted, by_size):
+    # (sizes, d): nearest upsampling of the spatial dims (those after batch and channels) to sizes
+    # (by_size) or by factors, whole powers of two, each output index reading index // factor.
+    spatial = len(shape) - 2
+    if spatial < 1 or len(wanted) not in (1, spatial):
+        raise ValueError(f"F.interpolate of a {len(shape)}-D tensor by {tuple(wanted)}: it takes [N, C, ...] and "
+                         f"one value or one per spatial dim ({max(spatial, 0)})")
+    wanted = list(wanted) * (spatial if len(wanted) == 1 else 1)
+    f = [(w // n if n and w % n == 0 else 0) if by_size else w for w, n in zip(wanted, shape[2:])]
+    if any(v < 1 or v & (v - 1) for v in f):
+        raise ValueError(f"F.interpolate to {tuple(wanted)} from {tuple(shape[2:])}: nearest upsampling is read by "
+                         "whole powers of two")
+    return list(shape[:2]) + [n * v for n, v in zip(shape[2:], f)], [1, 1] + f
 
 
 def _remap_padded(rank, shape, sizes, steps):
@@ -281,7 +351,8 @@ class _RemapKernel(KernelFile):
         return self._space(CONFIGS)
 
     def source(self) -> str:
-        return self._file([self._kernel()], [_remap_plan, _pad_plan, _remap_padded, _remap_config], self._launcher())
+        helpers = [_remap_plan, _pad_plan, _upsample_plan, _remap_padded, _remap_config]
+        return self._file([self._kernel()], helpers, self._launcher())
 
     def _kernel(self) -> str:
         r = range(self.rank)

@@ -21,11 +21,13 @@ _TOKEN = re.compile(r"""
   | (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
   | (?P<prose>[A-Za-z_]\w+(?:-[A-Za-z]\w+)+)        # row-wise, log-softmax: words, not subtractions
   | (?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)
-  | (?P<str>'(?:tanh|none|mean|sum|batchmean|-?inf|fro|same|valid|constant|reflect|replicate|circular)'
-    |"(?:tanh|none|mean|sum|batchmean|-?inf|fro|same|valid|constant|reflect|replicate|circular)"
+  | (?P<str>'(?:tanh|none|mean|sum|batchmean|-?inf|fro|same|valid|constant|reflect|replicate|circular|
+                nearest(?:-exact)?|(?:bi|tri)?linear|bicubic|area)'
+    |"(?:tanh|none|mean|sum|batchmean|-?inf|fro|same|valid|constant|reflect|replicate|circular|
+        nearest(?:-exact)?|(?:bi|tri)?linear|bicubic|area)"
     |'[a-z.]+(?:,[a-z.]+)*->[a-z.]*'|"[a-z.]+(?:,[a-z.]+)*->[a-z.]*")
-        # gelu's, a loss's reduction, float('inf'), a norm's 'fro', a convolution's padding, F.pad's mode,
-        # an einsum's equation
+        # gelu's, a loss's reduction, float('inf'), a norm's 'fro', a convolution's padding, F.pad's and
+        # F.interpolate's modes, an einsum's equation
   | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@%])
   | (?P<dot>\.(?=[A-Za-z_]))                         # a method chained on a call: x.pow(2).sum(-1)
   | (?P<sub>\[(?:\s*(?:-?\d+|None|\.\.\.|:)\s*(?::\s*(?:-?\d+)?\s*)*,?)+\])   # [0], [:, 1:5], [..., ::2]

@@ -39,6 +39,11 @@ CASES = [
     ("F.pad(x, (2, 1), mode='reflect')", {"x": [3, 5, 7]}),
     ("F.pad(x, (2, 1, 1, 3), mode='replicate')", {"x": [2, 3, 5, 7]}),
     ("F.pad(x, (3, 1, 0, 2), mode='circular')", {"x": [2, 3, 5, 7]}),
+    ("F.interpolate(x, scale_factor=2)", {"x": [2, 3, 5, 7]}),
+    ("F.interpolate(x, scale_factor=(2, 4), mode='nearest')", {"x": [2, 3, 5, 7]}),
+    ("F.interpolate(x, size=(10, 28))", {"x": [2, 3, 5, 7]}),
+    ("F.interpolate(x, scale_factor=4.0)", {"x": [2, 3, 9]}),
+    ("F.interpolate(x, scale_factor=2)", {"x": [1, 2, 3, 4, 5]}),    # 3-D
 ]
 
 
@@ -93,6 +98,8 @@ def test_the_gradient_moves_the_upstream_back(expression, want):
     ("torch.flip(x, [2])", {"x": [3, 4]}, "flip over dims (2,), but the tensor has 2"),
     ("F.pad(x, (3, 0), mode='reflect')", {"x": [2, 3]}, "F.pad by (3, 0) in mode 'reflect' over a dim of 3"),
     ("F.pad(x, (1, 1, 1, 1, 1, 1))", {"x": [4, 4]}, "F.pad pads 3 dims of a tensor of 2"),
+    ("F.interpolate(x, size=(9, 14))", {"x": [2, 3, 5, 7]}, "nearest upsampling is read by whole powers of two"),
+    ("F.interpolate(x, scale_factor=2)", {"x": [5, 7]}, "it takes [N, C, ...]"),
 ])
 def test_shapes_the_op_cannot_take_are_refused_by_name(expression, shapes, message):
     with pytest.raises(Exception, match=re.escape(message)):
@@ -108,6 +115,10 @@ def test_shapes_the_op_cannot_take_are_refused_by_name(expression, shapes, messa
     ("F.pad(x, (1,))", "pairs of whole numbers"),
     ("F.pad(x, (1, 1), mode='edge')", "mode 'constant', 'reflect', 'replicate' or 'circular'"),
     ("F.pad(x, (1, 1), mode='reflect', value=2.0)", "value is for mode 'constant'"),
+    ("F.interpolate(x, scale_factor=3)", "whole powers of two"),
+    ("F.interpolate(x, scale_factor=2, mode='bilinear')", "'bilinear' interpolates between values"),
+    ("F.interpolate(x, scale_factor=2, align_corners=True)", "no align_corners"),
+    ("F.interpolate(x)", "size or scale_factor, one of them"),
 ])
 def test_arguments_it_cannot_read_are_refused_by_name(expression, message):
     with pytest.raises(ir.IRError, match=message):

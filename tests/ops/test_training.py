@@ -59,6 +59,8 @@ CASES = [
     ("flip(x, dims=[0, 1]) * roll(y, shifts=(2, -1), dims=(1, 0))", {"x": [4, 7], "y": [4, 7]}),
     ("tril(relu(x), diagonal=1) + pad(y, (1, -2), mode='constant', value=0.0)", {"x": [6, 6], "y": [6, 7]}),
     ("atan(x) * fmod(x * 5.0, y)", {"x": [4, 9], "y": [4, 9]}),
+    ("interpolate(x, scale_factor=(2, 4)) * y", {"x": [2, 3, 3, 5], "y": [2, 3, 6, 20]}),      # up summed by blocks
+    ("interpolate(relu(x), scale_factor=(2,))", {"x": [2, 3, 7]}),
     # strided slices: up's elements s apart, zeros between, before and after
     ("x[..., ::2] * x[..., 1::2]", {"x": [3, 10]}),                   # interleaved pairs (GPT-J RoPE)
     ("relu(x[:, 1:8:3]) * y", {"x": [4, 11], "y": [4, 3]}),           # zeros after the span
