@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 
 from bot.codegen.code import Code, jit_source, launch
 from bot.codegen.kernel_file import KernelFile
 from bot.ops import pointwise, scan
 from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, is_none, number, prints
+from bot.ops.text import FLAGS as _F, blank as _blank
 
 NAME = "remap"
 FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD, UPSAMPLE = (
@@ -46,6 +48,62 @@ PAD_MODES = {"constant": 1, "reflect": 2, "replicate": 3, "circular": 4}      # 
 
 # elements a program and warps; the default: _remap_config
 CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(1024, 4), (2048, 8), (4096, 8), (512, 4), (256, 2)]]
+
+
+# ---------------------------------------------------------------- words
+
+# "flip x along dim 1", "roll by 3 along dim 0", "nearest upsample by 2", "reflect pad by 2",
+# "lower triangle of x", "翻转", "循环移位", "上采样", "反射填充", "下三角"
+FLIP_WORD = re.compile(r"\bflip(?:s|ped|ping)?\b|翻转", _F)
+ROLL_WORD = re.compile(r"\broll(?:s|ed|ing)?\b|\bcircular(?:ly)?\s+shift\w*|循环移位", _F)
+UPSAMPLE_WORD = re.compile(r"\b(?:nearest[\s-]+(?:neighbou?r[\s-]+)?)?up[\s-]?sampl\w*|(?:最近邻)?上采样", _F)
+PAD_WORD = re.compile(r"\b(?:(reflect|replicat|circular|zero|constant)\w*[\s-]+)?pad(?:s|ded|ding)?\b|"
+                      r"(反射|复制|循环|零|常数)?填充", _F)
+TRIANGLE_WORD = re.compile(r"\b(lower|upper)[\s-]+triang(?:le|ular)(?:\s+(?:part|half)(?:\s+of)?)?\b|([上下])三角", _F)
+REMAP_WORD = re.compile("|".join(p.pattern for p in (FLIP_WORD, ROLL_WORD, UPSAMPLE_WORD, PAD_WORD, TRIANGLE_WORD)),
+                        _F)
+_BY = re.compile(r"\b(?:by|of)\s+(?:a\s+(?:factor|shift)\s+of\s+)?(-?\d+)\b(?!\s*[x×*]\s*\d)|(-?\d+)\s*(?:倍|位)|"
+                 r"\b(\d+)\s*x\b(?!\s*\d)|(?<=填充)\s*(\d+)(?!\s*[x×*]\s*\d)", _F)
+_DIAGONAL = re.compile(r"\b(?:diagonal|offset)\s*(?:of|=|:)?\s*(-?\d+)\b|对角线\s*(-?\d+)", _F)
+_MODES = {"reflect": "reflect", "replicat": "replicate", "circular": "circular", "zero": "constant",
+          "constant": "constant", "反射": "reflect", "复制": "replicate", "循环": "circular", "零": "constant",
+          "常数": "constant"}
+
+
+def remap_words(text: str, names: list[str], dims: list[int]) -> tuple[str, str]:
+    """(expression, text without the words read) for a flip, roll, upsampling, pad or triangle said in
+    words of one tensor (x where none is named); dims: the dims the words name ('along dim 1')."""
+    if len(set(names)) > 1:
+        raise IRError(f"a {REMAP_WORD.search(text).group(0)} moves one tensor, but the words name "
+                      f"{', '.join(dict.fromkeys(names))}; write it as code, e.g. 'torch.flip(x, [1]) + y'")
+    x = names[0] if names else "x"
+    by = _BY.search(text)
+    amount = int(next(g for g in by.groups() if g)) if by else None
+    if by:
+        text = text[:by.start()] + " " * (by.end() - by.start()) + text[by.end():]
+    if m := TRIANGLE_WORD.search(text):
+        tri = "tril" if (m.group(1) or m.group(2)).lower() in ("lower", "下") else "triu"
+        d = _DIAGONAL.search(text)
+        diagonal = int(next(g for g in d.groups() if g)) if d else 0
+        return f"torch.{tri}({x}, diagonal={diagonal})", _DIAGONAL.sub(_blank, REMAP_WORD.sub(_blank, text))
+    if FLIP_WORD.search(text):
+        if not dims:
+            raise IRError("a flip reverses the dims it is given: say which, e.g. 'flip x along dim 1'")
+        return f"torch.flip({x}, dims={list(dims)})", REMAP_WORD.sub(_blank, text)
+    if ROLL_WORD.search(text):
+        if amount is None or len(dims) > 1:
+            raise IRError("a roll shifts by a number along at most one dim in words, e.g. 'roll x by 3 along dim 1' "
+                          "(several dims: torch.roll(x, (1, 2), (0, 1)))")
+        return f"torch.roll({x}, {amount}{f', {dims[0]}' if dims else ''})", REMAP_WORD.sub(_blank, text)
+    if UPSAMPLE_WORD.search(text):
+        if amount is None:
+            raise IRError("nearest upsampling takes a factor: say e.g. 'nearest upsample x by 2'")
+        return f"F.interpolate({x}, scale_factor={amount}, mode='nearest')", REMAP_WORD.sub(_blank, text)
+    m = PAD_WORD.search(text)
+    if amount is None or amount < 0:
+        raise IRError("a pad takes its amount, each side of the last dim: say e.g. 'reflect pad x by 2'")
+    mode = _MODES.get((m.group(1) or m.group(2) or "constant").lower(), "constant")
+    return f"F.pad({x}, ({amount}, {amount}), mode='{mode}')", REMAP_WORD.sub(_blank, text)
 
 
 # ---------------------------------------------------------------- IR rule

@@ -15,7 +15,8 @@ ASK_OP = "Which operation do you want? e.g. 'relu(x + y) for fp16 4096x4096'"
 SUPPORTED = (f"The offline generator supports {ir.SUPPORTED_TEXT}. In words: matmul or bmm (with bias, "
              "an activation, a scale, a residual), sum/mean/max/min/prod/argmax/argmin/any/all, variance and std (with a "
              "correction), logsumexp and L1/L2/max/Frobenius norms over a dim (or all elements), L1/L2 normalize, "
-             "softmax, layernorm, rmsnorm (also fused with an add), cross entropy, and pointwise operations.")
+             "softmax, layernorm, rmsnorm (also fused with an add), cross entropy, flip, roll, pad (zero, reflect, "
+             "replicate, circular), nearest upsample, a lower or upper triangle, and pointwise operations.")
 
 
 def node_text(node: ir.Node) -> str:

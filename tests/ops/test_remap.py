@@ -123,3 +123,35 @@ def test_shapes_the_op_cannot_take_are_refused_by_name(expression, shapes, messa
 def test_arguments_it_cannot_read_are_refused_by_name(expression, message):
     with pytest.raises(ir.IRError, match=message):
         ir.parse(expression, as_written=True)
+
+
+@pytest.mark.parametrize("words, typed", [
+    ("flip x along dim 1 for 64x128 fp16", "torch.flip(x, [1])"),
+    ("flip a 64x128 tensor along dims 0 and 1", "torch.flip(x, [0, 1])"),
+    ("roll x by 3 along dim 1 for 64x128", "torch.roll(x, 3, 1)"),
+    ("循环移位 3 位 沿 dim 1 64x128", "torch.roll(x, 3, 1)"),
+    ("nearest upsample x by 2 for 8x64x32x32 fp16", "F.interpolate(x, scale_factor=2)"),
+    ("最近邻上采样 2 倍 8x64x32x32", "F.interpolate(x, scale_factor=2)"),
+    ("reflect pad x by 2 for 8x3x32x32", "F.pad(x, (2, 2), mode='reflect')"),
+    ("反射填充 2 8x3x32x32", "F.pad(x, (2, 2), mode='reflect')"),
+    ("zero padding of 1 on 64x128", "F.pad(x, (1, 1))"),
+    ("upper triangular part of a 128x128 matrix with diagonal 1", "torch.triu(x, diagonal=1)"),
+    ("下三角 128x128", "torch.tril(x)"),
+])
+def test_remaps_in_words_in_english_and_chinese(words, typed):
+    from bot.request import parse_request
+    spec, _ = parse_request(words)
+    assert ir.parse(spec["expression"]) == ir.parse(typed, as_written=True)
+
+
+@pytest.mark.parametrize("words, says", [
+    ("flip x for 64x64", "say which, e.g. 'flip x along dim 1'"),
+    ("roll x along dim 0 for 64x64", "a roll shifts by a number"),
+    ("nearest upsample x for 8x3x8x8", "takes a factor"),
+    ("reflect pad x for 8x3x8x8", "a pad takes its amount"),
+])
+def test_remap_words_missing_their_amount_ask_for_it(words, says):
+    from bot.generators.interface import GenerationError
+    from bot.request import parse_request
+    with pytest.raises(GenerationError, match=re.escape(says)):
+        parse_request(words)
