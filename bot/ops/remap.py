@@ -463,7 +463,8 @@ class _RemapKernel(KernelFile):
         text += '    grid = (_cdiv(out.numel(), config["BLOCK"]),)\n'
         per_dim = "*[v for k in range(" + str(self.rank) + ") for v in (sizes[k], strides[k], a[k], b[k], d[k], m[k])]"
         args = [x, "out", "out.numel()", per_dim, f"{self.amounts[0] if self.op in TRIANGLE else 0}",
-                f"TRI={TRIANGLE.get(self.op, 0)}", "INT64=out.numel() >= 2**31", 'BLOCK=config["BLOCK"]',
+                f"TRI={TRIANGLE.get(self.op, 0)}", f"INT64=max(out.numel(), {x}.numel()) >= 2**31",   # a crop reads more
+                'BLOCK=config["BLOCK"]',
                 'num_warps=config["num_warps"]']
         text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + "    return out\n"
