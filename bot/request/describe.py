@@ -4,10 +4,11 @@ exponent, approximation, reduction, tf32, a reduction's dim).
 """
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 from bot import ir
-from bot.ops import fused
+from bot.ops import fused, pointwise
 from bot.ops import matmul as mmf
 from bot.request.messages import node_text
 
@@ -29,16 +30,46 @@ def default_name(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
 
 
 def _labels(node: ir.Node) -> Iterator[str]:
-    """The tree's ops as a name says them, outermost first: a product by a constant is 'scale', and a
-    written-out prelu 'prelu', read on into its input only."""
+    """The tree's ops as a name says them, outermost first: a product by a constant is 'scale', a
+    written-out prelu 'prelu' and a PyTorch function written in the IR's ops by its name ('remainder',
+    not the where and comparisons it is made of), each read on into its operands only."""
     if _is_prelu(node):
         yield "prelu"
         yield from _labels(node.args[1])
         return
+    for name, template in _templates():
+        bound: dict[str, ir.Node] = {}
+        if _matches(template, node, bound):
+            yield name
+            for operand in bound.values():
+                yield from _labels(operand)
+            return
     if node.op not in ("input", "const"):
         yield "scale" if node.op == "mul" and any(a.op == "const" for a in node.args) else node.op
     for a in node.args:
         yield from _labels(a)
+
+
+@functools.cache
+def _templates() -> tuple[tuple[str, ir.Node], ...]:
+    """Each composite's formula as a tree over its parameters, the largest first (frac holds trunc)."""
+    found = []
+    for name, (params, formula) in pointwise.COMPOSITES.items():
+        try:
+            found.append((name, ir.parse(formula, as_written=True)))
+        except ir.IRError:                  # a formula of views and reductions (glu, outer): not a name's business
+            continue
+    return tuple(sorted(found, key=lambda f: -sum(1 for _ in f[1].walk())))
+
+
+def _matches(template: ir.Node, node: ir.Node, bound: dict[str, ir.Node]) -> bool:
+    """Whether node is template with each parameter (an input of the template) standing for one subtree
+    throughout; bound collects them."""
+    if template.op == "input":
+        return bound.setdefault(template.name, node) == node
+    return (template.op == node.op and template.value == node.value and template.attrs == node.attrs
+            and len(template.args) == len(node.args)
+            and all(_matches(t, n, bound) for t, n in zip(template.args, node.args)))
 
 
 def _is_prelu(node: ir.Node) -> bool:

@@ -382,7 +382,16 @@ def test_prelu_puts_one_weight_per_channel_on_dim_1(tmp_path, x_shape, w_shape):
 
 def test_a_prelu_keeps_its_name_once_written_out():
     assert parse_request("F.prelu(x, w) with x 2x6x5x5 and w 6")[0]["name"] == "prelu"
-    assert parse_request("F.leaky_relu(x, 0.1) for 8x8")[0]["name"] == "where_gt_scale"     # a slope, no weight
+    assert parse_request("F.leaky_relu(x, 0.1) for 8x8")[0]["name"] == "leaky_relu"          # a slope, no weight
+
+
+@pytest.mark.parametrize("request_text, name", [
+    ("x % y with x 8x8 and y 8x8", "remainder"), ("torch.atan2(x, y) + 1.0 with x 8x8 and y 8x8", "add_atan2"),
+    ("torch.frac(x) * 2.0 for 8x8", "scale_frac"),          # frac holds trunc: the larger formula names it
+    ("F.softplus(relu(x) * 2.0) for 8x8", "softplus_scale_relu"), ("relu(x + y) for 8x8", "relu_add"),
+])
+def test_a_function_written_in_ir_ops_is_named_by_its_name(request_text, name):
+    assert parse_request(request_text)[0]["name"] == name
 
 
 def test_prelu_refuses_a_weight_that_is_neither_one_value_nor_one_per_channel():
