@@ -141,7 +141,8 @@ def _linear(c: Call) -> Node:
 
 
 def _triangle(c: Call) -> Node:
-    """torch.triu(a @ b, diagonal=k), a.matmul(b).tril(k): the product with its triangle as attrs."""
+    """torch.triu(a @ b, diagonal=k), a.matmul(b).tril(k): the product with its triangle as attrs; the
+    triangle of anything else, the remap family's op."""
     given = arguments(c, ("input", "diagonal"))
     diagonal = given.get("diagonal")
     if "input" not in given or (diagonal is not None and not is_int_literal(diagonal)):

@@ -25,11 +25,13 @@ from bot.codegen.kernel_file import KernelFile
 from bot.ops import pointwise, scan
 from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, is_none, number, prints
-from bot.ops.text import FLAGS as _F, blank as _blank
+from bot.ops.text import FLAGS as _F, blank as _blank, blank_span
+from bot.ops.view import operand_text
 
 NAME = "remap"
-FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD, UPSAMPLE = (
-    "flip", "roll", "repeat", "tile", "repeat_interleave", "tril", "triu", "pad", "interpolate")
+FLIP = scan.FLIP                    # the scan family reads a flip around a scan as a reversed scan
+ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD, UPSAMPLE = (
+    "roll", "repeat", "tile", "repeat_interleave", "tril", "triu", "pad", "interpolate")
 OPS = {FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD, UPSAMPLE}
 ROOT = True
 MAX_RANK = 5
@@ -37,7 +39,7 @@ MAX_NUMEL = 2**34                   # the kernel indexes with int64 where the ou
 SUPPORTED = ("", "flip(x, dims), fliplr, flipud, roll(x, shifts, dims), x.repeat(sizes), tile, "
              "repeat_interleave(x, n, dim), tril/triu of a tensor, F.pad (constant, reflect, replicate, circular), "
              "F.interpolate mode 'nearest' by powers of two")
-ALIASES = {"fliplr": "fliplr", "flipud": "flipud", "upsample": UPSAMPLE, "upsample_nearest": UPSAMPLE}
+ALIASES = {"upsample": UPSAMPLE, "upsample_nearest": UPSAMPLE}
 KEYWORDS = {FLIP: {"dims"}, "fliplr": set(), "flipud": set(), ROLL: {"shifts", "dims"}, REPEAT: {"repeats"},
             TILE: {"dims"}, INTERLEAVE: {"repeats", "dim"}, PAD: {"pad", "mode", "value"},
             UPSAMPLE: {"size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias"}}
@@ -80,7 +82,7 @@ def remap_words(text: str, names: list[str], dims: list[int]) -> tuple[str, str]
     by = _BY.search(text)
     amount = int(next(g for g in by.groups() if g)) if by else None
     if by:
-        text = text[:by.start()] + " " * (by.end() - by.start()) + text[by.end():]
+        text = blank_span(text, by)
     if m := TRIANGLE_WORD.search(text):
         tri = "tril" if (m.group(1) or m.group(2)).lower() in ("lower", "下") else "triu"
         d = _DIAGONAL.search(text)
@@ -223,24 +225,6 @@ def _int(e: ast.expr | None, what: str) -> int:
     return int(number(e))
 
 
-@prints(*OPS)
-def _text(node: Node, text) -> str:
-    x, dims, amounts = text(node.args[0]), node.attr("dims"), node.attr("amounts")
-    if node.op == FLIP:
-        return f"flip({x}, dims={list(dims)})"
-    if node.op == ROLL:
-        return f"roll({x}, shifts={amounts}{'' if dims is None else f', dims={dims}'})"
-    if node.op in (REPEAT, TILE):
-        return f"{node.op}({x}, {amounts})"
-    if node.op == INTERLEAVE:
-        return f"repeat_interleave({x}, {amounts[0]}{'' if dims is None else f', dim={dims[0]}'})"
-    if node.op == PAD:
-        return f"pad({x}, {amounts}, mode={node.attr('mode')!r}, value={node.attr('value')!r})"
-    if node.op == UPSAMPLE:
-        return f"interpolate({x}, {node.attr('mode')}={amounts})"
-    return f"{node.op}({x}, diagonal={amounts[0]})"
-
-
 def check(node: Node) -> None:
     if node.args[0].op != "input":
         raise IRError(f"{node.op} moves a tensor's elements: its operand is an input or a kernel's output")
@@ -262,14 +246,15 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
 
 
 def torch_text(node: Node, a: list[str]) -> str:
-    """The op in PyTorch over its operand's text."""
+    """The op in PyTorch over its operand's text: the reference's, and the expression's own text (it
+    reads back as the same op)."""
     dims, amounts = node.attr("dims"), node.attr("amounts")
     if node.op == FLIP:
         return f"torch.flip({a[0]}, dims={dims})"
     if node.op == ROLL:
         return f"torch.roll({a[0]}, shifts={amounts}{'' if dims is None else f', dims={dims}'})"
     if node.op == REPEAT:
-        return f"{a[0]}.repeat({amounts})"
+        return f"{operand_text(a[0])}.repeat({amounts})"
     if node.op == TILE:
         return f"torch.tile({a[0]}, {amounts})"
     if node.op == INTERLEAVE:
@@ -287,8 +272,9 @@ def torch_text(node: Node, a: list[str]) -> str:
 TORCH_OPS = {op: torch_text for op in OPS}
 
 
-def over_text(node: Node) -> str:
-    return ""
+@prints(*OPS)
+def _text(node: Node, text) -> str:
+    return torch_text(node, [text(node.args[0])])
 
 
 def reference_property(node: Node) -> tuple[str, bool]:
@@ -421,7 +407,8 @@ class _RemapKernel(KernelFile):
             code("offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
         with code.block("else:"):
             code("offs = pid * BLOCK + tl.arange(0, BLOCK)")
-        code("mask = offs < numel", "rest = offs", "src = offs * 0", "inside = mask")
+        constant = self.op == PAD and self.mode == "constant"
+        code("mask = offs < numel", "rest = offs", "src = offs * 0", *(["inside = mask"] if constant else []))
         code("# each dim's output index o reads the input's " +
              ("o + b (m: the input's size)" if self.op == PAD else "((o * a + b) // d) % m"))
         for k in reversed(r):
@@ -431,7 +418,7 @@ class _RemapKernel(KernelFile):
             else:
                 code(f"i{k} = (o{k} * a{k} + b{k}) // d{k} % m{k}")
             code(f"src += i{k} * s{k}")
-        code(f"val = tl.load(x_ptr + src, mask=inside, other={self.value!r})" if self.mode == "constant" else
+        code(f"val = tl.load(x_ptr + src, mask=inside, other={self.value!r})" if constant else
              "val = tl.load(x_ptr + src, mask=mask)")
         if self.op in TRIANGLE:
             row, col = f"o{self.rank - 2}", f"o{self.rank - 1}"

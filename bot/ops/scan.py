@@ -106,9 +106,9 @@ def flags_in_words(prose: str, op: str) -> str:
 
 # ---------------------------------------------------------------- IR rule
 
-def _dim(c: Call, key: str = "dim") -> int:
+def _dim(c: Call) -> int:
     """The one integer dim of a scan (torch requires it)."""
-    given = c.kw.pop(key)  if key in c.kw else None
+    given = c.kw.pop("dim", None)
     if given is None and len(c.args) == 2:
         given = c.args.pop()
     if isinstance(given, (ast.List, ast.Tuple)) and len(given.elts) == 1:

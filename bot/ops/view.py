@@ -497,10 +497,10 @@ def torch_text(node: Node, x: str, other: str | None = None) -> str:
     """The view of x (an expression's text) in PyTorch: the reference's body, the chain's entry and
     the expression's own text all write it so. other: reshape_as's tensor (x itself where omitted:
     the chain's entry names a tensor once)."""
-    x = _operand(x)
+    x = operand_text(x)
     if node.op == RESHAPE_AS:
         if node.attr("dims"):
-            o = _operand(other or x)
+            o = operand_text(other or x)
             rest = ", -1" if node.attr("rest") else ""
             return f"{x}.reshape({', '.join(f'{o}.shape[{k}]' for k in range(node.attr('dims')))}{rest})"
         return f"{x}.reshape_as({other or x})"
@@ -537,7 +537,7 @@ def _slice_text(node: Node, x: str) -> str:
     return f"{x}[{':, ' * d}{bounds}]" if d >= 0 else f"{x}[..., {bounds}{', :' * (-d - 1)}]"
 
 
-def _operand(x: str) -> str:
+def operand_text(x: str) -> str:
     """x parenthesised where a method call on it would bind to its last part."""
     if not isinstance(ast.parse(x, mode="eval").body, (ast.Name, ast.Call, ast.Attribute, ast.Subscript)) \
             and not _parenthesised(x):

@@ -21,11 +21,8 @@ _TOKEN = re.compile(r"""
   | (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
   | (?P<prose>[A-Za-z_]\w+(?:-[A-Za-z]\w+)+)        # row-wise, log-softmax: words, not subtractions
   | (?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)
-  | (?P<str>'(?:tanh|none|mean|sum|batchmean|-?inf|fro|same|valid|constant|reflect|replicate|circular|
-                nearest(?:-exact)?|(?:bi|tri)?linear|bicubic|area)'
-    |"(?:tanh|none|mean|sum|batchmean|-?inf|fro|same|valid|constant|reflect|replicate|circular|
-        nearest(?:-exact)?|(?:bi|tri)?linear|bicubic|area)"
-    |'[a-z.]+(?:,[a-z.]+)*->[a-z.]*'|"[a-z.]+(?:,[a-z.]+)*->[a-z.]*")
+  | (?P<str>(?P<quote>['"])(?:tanh|none|mean|sum|batchmean|-?inf|fro|same|valid|constant|reflect|replicate|
+                circular|nearest(?:-exact)?|(?:bi|tri)?linear|bicubic|area|[a-z.]+(?:,[a-z.]+)*->[a-z.]*)(?P=quote))
         # gelu's, a loss's reduction, float('inf'), a norm's 'fro', a convolution's padding, F.pad's and
         # F.interpolate's modes, an einsum's equation
   | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@%])
