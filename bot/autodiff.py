@@ -611,6 +611,12 @@ def _roll(node: Node, a: list[str], up: str):
     return [(node.args[0], f"roll({up}, shifts={back}" + ("" if dims is None else f", dims={dims}") + ")")]
 
 
+def _shuffle(node: Node, a: list[str], up: str):
+    """A pixel shuffle's gradient is up unshuffled by the same factor, and the other way round."""
+    back = "pixel_unshuffle" if node.op == "pixel_shuffle" else "pixel_shuffle"
+    return [(node.args[0], f"{back}({up}, {node.attr('amounts')[0]})")]
+
+
 def _pad(node: Node, a: list[str], up: str):
     """A constant F.pad's gradient is up with the padding cut off again (a crop's: zeros put back); the
     other modes add the gradients of the copies they made, which no rule here writes yet."""
@@ -710,6 +716,7 @@ _RULES = {
     "permute": _permute,
     "flip": lambda node, a, up: [(node.args[0], f"flip({up}, dims={list(node.attr('dims'))})")],
     "roll": _roll,
+    **dict.fromkeys(("pixel_shuffle", "pixel_unshuffle"), _shuffle),
     "pad": _pad,
     **dict.fromkeys(("tril", "triu"), lambda node, a, up: [(node.args[0], f"{node.op}({up}, diagonal={node.attr('amounts')[0]})")]),
 }

@@ -228,6 +228,10 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
     ('flip_roll_chain', [], 'x, y', ['return torch.roll(torch.flip(x, [0, 1]), 2, 1) + y.repeat_interleave(2, dim=1)'],
      '[torch.randn(6, 10), torch.randn(6, 5)]'),
     ('emb_ln', ['self.e = nn.Embedding(50, 24)', 'self.ln = nn.LayerNorm(24)'], 'ids', ['return self.ln(self.e(ids))'], '[torch.randint(0, 50, (4, 7))]'),
+    ('subpixel_conv', ['self.c = nn.Conv2d(3, 12, 3, padding=1)', 'self.ps = nn.PixelShuffle(2)'], 'x',
+     ['return torch.tanh(self.ps(self.c(x)))'], '[torch.randn(2, 3, 9, 7)]'),
+    ('unshuffle_residual', ['self.pu = nn.PixelUnshuffle(2)'], 'x, y', ['return self.pu(x) + y'],
+     '[torch.randn(2, 3, 8, 6), torch.randn(2, 12, 4, 3)]'),
 ]
 
 

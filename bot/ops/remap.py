@@ -2,14 +2,16 @@
 index arithmetic per dim. torch.flip, torch.roll, x.repeat and torch.tile, torch.repeat_interleave by
 a whole number, torch.tril / torch.triu of a tensor (a product's triangle is the matmul family's
 epilogue), F.pad in its four modes (zeros a convolution reads are folded into its padding), and
-F.interpolate's nearest upsampling by powers of two (nn.Upsample).
+F.interpolate's nearest upsampling by powers of two (nn.Upsample), and F.pixel_shuffle / pixel_unshuffle
+(a permutation of the input read as [*, C, r, r, H, W]).
 
 One kernel for them all: a program takes BLOCK output elements, splits each flat index into the
 output's per-dim indices o, and reads the input at ((o * a + b) // d) % m in each dim (flip: a = -1,
 b = n - 1; roll by s: b = n - s, m = n; repeat: m = n; interleave by r: d = r); a triangle keeps the
 elements whose last two indices pass it and writes zero elsewhere. F.pad reads index o - before, and
 where that leaves the input writes the value (constant), mirrors it (reflect), clamps it (replicate)
-or wraps it (circular). The stores are contiguous; the
+or wraps it (circular). A pixel shuffle is a permutation of a view with two dims more: each output
+dim reads one of the view's dims with that dim's stride. The stores are contiguous; the
 loads follow the op (a flip's read backwards, a repeat's rereads hit L2).
 
 Owns its IR rule, the output shape, the torch call and the kernel with its config space and default.
@@ -32,17 +34,19 @@ NAME = "remap"
 FLIP = scan.FLIP                    # the scan family reads a flip around a scan as a reversed scan
 ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD, UPSAMPLE = (
     "roll", "repeat", "tile", "repeat_interleave", "tril", "triu", "pad", "interpolate")
-OPS = {FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD, UPSAMPLE}
+SHUFFLE = {"pixel_shuffle": "upscale_factor", "pixel_unshuffle": "downscale_factor"}     # ... and its factor's name
+OPS = {FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD, UPSAMPLE, *SHUFFLE}
 ROOT = True
 MAX_RANK = 5
 MAX_NUMEL = 2**34                   # the kernel indexes with int64 where the output needs it
 SUPPORTED = ("", "flip(x, dims), fliplr, flipud, roll(x, shifts, dims), x.repeat(sizes), tile, "
              "repeat_interleave(x, n, dim), tril/triu of a tensor, F.pad (constant, reflect, replicate, circular), "
-             "F.interpolate mode 'nearest' by powers of two")
+             "F.interpolate mode 'nearest' by powers of two, pixel_shuffle, pixel_unshuffle")
 ALIASES = {"upsample": UPSAMPLE, "upsample_nearest": UPSAMPLE}
 KEYWORDS = {FLIP: {"dims"}, "fliplr": set(), "flipud": set(), ROLL: {"shifts", "dims"}, REPEAT: {"repeats"},
             TILE: {"dims"}, INTERLEAVE: {"repeats", "dim"}, PAD: {"pad", "mode", "value"},
-            UPSAMPLE: {"size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias"}}
+            UPSAMPLE: {"size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias"},
+            **{op: {factor} for op, factor in SHUFFLE.items()}}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 TRIANGLE = {TRIL: 1, TRIU: 2}       # the kernel's TRI flag
@@ -55,16 +59,18 @@ CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(1024, 4), (2048, 8), (4096
 # ---------------------------------------------------------------- words
 
 # "flip x along dim 1", "roll by 3 along dim 0", "nearest upsample by 2", "reflect pad by 2",
-# "lower triangle of x", "翻转", "循环移位", "上采样", "反射填充", "下三角"
+# "lower triangle of x", "pixel shuffle by 2", "翻转", "循环移位", "上采样", "反射填充", "下三角", "像素重排"
 FLIP_WORD = re.compile(r"\bflip(?:s|ped|ping)?\b|翻转", _F)
 ROLL_WORD = re.compile(r"\broll(?:s|ed|ing)?\b|\bcircular(?:ly)?\s+shift\w*|循环移位", _F)
 UPSAMPLE_WORD = re.compile(r"\b(?:nearest[\s-]+(?:neighbou?r[\s-]+)?)?up[\s-]?sampl\w*|(?:最近邻)?上采样", _F)
 PAD_WORD = re.compile(r"\b(?:(reflect|replicat|circular|zero|constant)\w*[\s-]+)?pad(?:s|ded|ding)?\b|"
                       r"(反射|复制|循环|零|常数)?填充", _F)
 TRIANGLE_WORD = re.compile(r"\b(lower|upper)[\s-]+triang(?:le|ular)(?:\s+(?:part|half)(?:\s+of)?)?\b|([上下])三角", _F)
-REMAP_WORD = re.compile("|".join(p.pattern for p in (FLIP_WORD, ROLL_WORD, UPSAMPLE_WORD, PAD_WORD, TRIANGLE_WORD)),
+SHUFFLE_WORD = re.compile(r"\bpixel[\s_-]*(un)?shuffl\w*|(逆)?像素重排", _F)
+REMAP_WORD = re.compile("|".join(p.pattern for p in (FLIP_WORD, ROLL_WORD, UPSAMPLE_WORD, PAD_WORD, TRIANGLE_WORD,
+                                                      SHUFFLE_WORD)),
                         _F)
-_BY = re.compile(r"\b(?:by|of)\s+(?:a\s+(?:factor|shift)\s+of\s+)?(-?\d+)\b(?!\s*[x×*]\s*\d)|(-?\d+)\s*(?:倍|位)|"
+_BY = re.compile(r"\b(?:(?:up|down)[\s_-]?scal\w*[\s_-]+)?factor\s*(?:=|:|is)?\s*(\d+)\b|\b(?:by|of)\s+(?:a\s+(?:factor|shift)\s+of\s+)?(-?\d+)\b(?!\s*[x×*]\s*\d)|(-?\d+)\s*(?:倍|位)|"
                  r"\b(\d+)\s*x\b(?!\s*\d)|(?<=填充)\s*(\d+)(?!\s*[x×*]\s*\d)", _F)
 _DIAGONAL = re.compile(r"\b(?:diagonal|offset)\s*(?:of|=|:)?\s*(-?\d+)\b|对角线\s*(-?\d+)", _F)
 _MODES = {"reflect": "reflect", "replicat": "replicate", "circular": "circular", "zero": "constant",
@@ -88,6 +94,11 @@ def remap_words(text: str, names: list[str], dims: list[int]) -> tuple[str, str]
         d = _DIAGONAL.search(text)
         diagonal = int(next(g for g in d.groups() if g)) if d else 0
         return f"torch.{tri}({x}, diagonal={diagonal})", _DIAGONAL.sub(_blank, REMAP_WORD.sub(_blank, text))
+    if m := SHUFFLE_WORD.search(text):
+        if amount is None:
+            raise IRError("a pixel shuffle takes its factor: say e.g. 'pixel shuffle x by 2'")
+        op = "pixel_unshuffle" if m.group(1) or m.group(2) else "pixel_shuffle"
+        return f"F.{op}({x}, {amount})", REMAP_WORD.sub(_blank, text)
     if FLIP_WORD.search(text):
         if not dims:
             raise IRError("a flip reverses the dims it is given: say which, e.g. 'flip x along dim 1'")
@@ -137,6 +148,12 @@ def convert(c: Call) -> Node | None:
         return _pad(rest, x)
     if c.fname == UPSAMPLE:
         return _upsample(rest, x)
+    if c.fname in SHUFFLE:
+        given = arguments(rest, (SHUFFLE[c.fname],))
+        r = _int(given.get(SHUFFLE[c.fname]), f"{c.fname}'s {SHUFFLE[c.fname]}")
+        if r < 1:
+            raise IRError(f"{c.fname}'s {SHUFFLE[c.fname]} must be 1 or more, got {r}")
+        return call(c.fname, x, amounts=(r,))
     given = arguments(rest, ("repeats", "dim"))
     repeats = given.get("repeats")
     if repeats is None or not is_int_literal(repeats) or int(number(repeats)) < 0:
@@ -239,10 +256,22 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
 
 
 def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
-    """Upsampling to sizes given as numbers keeps them and the spatial sizes they are multiples of."""
-    if node.op != UPSAMPLE or node.attr("mode") != "size":
-        return set(), 1
-    return set(node.attr("amounts")) | {d for case in cases for d in case[node.args[0].name][2:]}, 1
+    """Sizes the odd cases keep: a pixel shuffle's channels and an unshuffle's height and width (multiples
+    of the factor), upsampling's sizes given as numbers and the spatial sizes they are multiples of; in
+    a chain (other tensors in the case), every size the op changes and what it is made from, since the
+    tensors the output meets carry those sizes."""
+    x, fixed = node.args[0].name, set()
+    for case in cases:
+        shape = case[x]
+        if node.op in SHUFFLE and len(shape) >= 3:
+            fixed |= {shape[-3]} if node.op == "pixel_shuffle" else {shape[-2], shape[-1]}
+        if node.op == UPSAMPLE and node.attr("mode") == "size":
+            fixed |= set(node.attr("amounts")) | set(shape[2:])
+        if len(case) > 1:
+            out = output_shape(node, case)
+            changed = zip(shape, out) if len(out) == len(shape) else [(a, a) for a in shape + out]
+            fixed |= {v for a, b in changed if len(out) != len(shape) or a != b for v in (a, b)}
+    return fixed, 1
 
 
 def torch_text(node: Node, a: list[str]) -> str:
@@ -262,6 +291,8 @@ def torch_text(node: Node, a: list[str]) -> str:
     if node.op == PAD:
         value = f", value={node.attr('value')!r}" if node.attr("mode") == "constant" else ""
         return f"torch.nn.functional.pad({a[0]}, {amounts}, mode={node.attr('mode')!r}{value})"
+    if node.op in SHUFFLE:
+        return f"torch.nn.functional.{node.op}({a[0]}, {amounts[0]})"
     if node.op == UPSAMPLE:          # one value stands for every spatial dim as a number, not a 1-tuple
         values = tuple(float(f) for f in amounts) if node.attr("mode") == "scale_factor" else amounts
         return (f"torch.nn.functional.interpolate({a[0]}, {node.attr('mode')}="
@@ -288,6 +319,8 @@ def _remap_plan(shape, kind, dims, amounts, mode=None):
     # reads input index ((o * a + b) // d) % m there, and the shape torch returns). No dims for roll or
     # repeat_interleave: the flattened tensor (rolled back into shape); a repeat's input takes unit dims
     # first up to the repeats' count. F.pad's mode: mode.
+    if kind in ("pixel_shuffle", "pixel_unshuffle"):
+        return _shuffle_plan(shape, amounts[0], kind == "pixel_shuffle")
     shape = returned = list(shape)
     if dims is None and kind in ("roll", "repeat_interleave"):
         shape, dims = [math.prod(shape)], (0,)
@@ -339,6 +372,28 @@ def _pad_plan(shape, pads, mode):
     return sizes, before
 
 
+def _shuffle_plan(shape, r, up):
+    # A pixel shuffle as _remap_plan gives it: the input read as [*, C, r, r, H, W] (up) or [*, C, H, r,
+    # W, r], the output [*, C, H, r, W, r] (or [*, C, r, r, H, W]) whose dim k is the view's order[k],
+    # carried in the steps' fifth entry; torch returns [*, C, H*r, W*r] (or [*, C*r*r, H, W]).
+    if len(shape) < 3:
+        raise ValueError(f"pixel_{'' if up else 'un'}shuffle takes [*, C, H, W], got a {len(shape)}-D tensor")
+    *lead, c, h, w = shape
+    n = len(lead)
+    if up and c % (r * r):
+        raise ValueError(f"pixel_shuffle by {r} needs channels divisible by {r * r}, got {c}")
+    if not up and (h % r or w % r):
+        raise ValueError(f"pixel_unshuffle by {r} needs height and width divisible by {r}, got {h} x {w}")
+    if up:
+        view, order, returned = [*lead, c // (r * r), r, r, h, w], [0, 3, 1, 4, 2], [*lead, c // (r * r), h * r, w * r]
+    else:
+        view, order, returned = [*lead, c, h // r, r, w // r, r], [0, 2, 4, 1, 3], [*lead, c * r * r, h // r, w // r]
+    order = [*range(n), *(n + k for k in order)]
+    sizes = [view[k] for k in order]
+    steps = ([1] * len(view), [0] * len(view), [1] * len(view), [max(v, 1) for v in sizes], order)
+    return view, sizes, steps, returned
+
+
 def _upsample_plan(shape, wanted, by_size):
     # (sizes, d): nearest upsampling of the spatial dims (those after batch and channels) to sizes
     # (by_size) or by factors, whole powers of two, each output index reading index // factor.
@@ -355,15 +410,18 @@ def _upsample_plan(shape, wanted, by_size):
 
 
 def _remap_padded(rank, shape, sizes, steps):
-    # Everything as a rank-dim op: unit dims first, read with stride 0.
+    # Everything as a rank-dim op: unit dims first, read with stride 0. Output dim k reads the input's
+    # dim k, or order[k] where the steps carry an order (a pixel shuffle's permutation).
     strides, step = [], 1
     for n in reversed(shape):
         strides.insert(0, step if n != 1 else 0)
         step *= n
+    if len(steps) > 4:
+        strides = [strides[k] for k in steps[4]]
     lead = rank - len(shape)
     fills = (1, 0, 1, 1)
     return ([1] * lead + list(sizes), [0] * lead + strides,
-            [[fill] * lead + list(s) for fill, s in zip(fills, steps)])
+            [[fill] * lead + list(s) for fill, s in zip(fills, steps[:4])])
 
 
 def _remap_config(n):
@@ -395,7 +453,7 @@ class _RemapKernel(KernelFile):
         return self._space(CONFIGS)
 
     def source(self) -> str:
-        helpers = [_remap_plan, _pad_plan, _upsample_plan, _remap_padded, _remap_config]
+        helpers = [_remap_plan, _pad_plan, _shuffle_plan, _upsample_plan, _remap_padded, _remap_config]
         return self._file([self._kernel()], helpers, self._launcher())
 
     def _kernel(self) -> str:

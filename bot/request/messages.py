@@ -16,7 +16,7 @@ SUPPORTED = (f"The offline generator supports {ir.SUPPORTED_TEXT}. In words: mat
              "an activation, a scale, a residual), sum/mean/max/min/prod/argmax/argmin/any/all, variance and std (with a "
              "correction), logsumexp and L1/L2/max/Frobenius norms over a dim (or all elements), L1/L2 normalize, "
              "softmax, layernorm, rmsnorm (also fused with an add), cross entropy, flip, roll, pad (zero, reflect, "
-             "replicate, circular), nearest upsample, a lower or upper triangle, and pointwise operations.")
+             "replicate, circular), nearest upsample, pixel shuffle, a lower or upper triangle, and pointwise operations.")
 
 
 def node_text(node: ir.Node) -> str:

@@ -74,6 +74,7 @@ _FUNCTIONAL = {
     "Dropout": ("F.dropout", ("p", "inplace")),         # the input itself where p is 0, else refused: random
     "Upsample": ("F.interpolate", ("size", "scale_factor", "mode", "align_corners", "recompute_scale_factor")),
     "UpsamplingNearest2d": ("F.interpolate", ("size", "scale_factor")),
+    "PixelShuffle": ("F.pixel_shuffle", ("upscale_factor",)), "PixelUnshuffle": ("F.pixel_unshuffle", ("downscale_factor",)),
     **{f"{cls}Loss": (f"F.{fn}", ("weight", "size_average", "ignore_index", "reduce", "reduction", *extra))
        for cls, fn, extra in (("CrossEntropy", "cross_entropy", ("label_smoothing",)), ("NLL", "nll_loss", ()))},
     **{f"{cls}Loss": (f"F.{fn}", ("margin", "size_average", "reduce", "reduction")) for cls, fn in (

@@ -1,5 +1,5 @@
 """The remap family (bot.ops.remap): flip, roll, repeat/tile, repeat_interleave and a tensor's
-tril/triu, as generated kernel.py files run under Triton's interpreter against the generated
+tril/triu, pad, nearest upsampling and pixel (un)shuffle, as generated kernel.py files run under Triton's interpreter against the generated
 reference: exactly (the kernel moves values), in float32 and float16, on odd shapes and every rank;
 the gradients of flip, roll and the triangles; and the refusals, each naming what works."""
 from __future__ import annotations
@@ -44,6 +44,10 @@ CASES = [
     ("F.interpolate(x, size=(10, 28))", {"x": [2, 3, 5, 7]}),
     ("F.interpolate(x, scale_factor=4.0)", {"x": [2, 3, 9]}),
     ("F.interpolate(x, scale_factor=2)", {"x": [1, 2, 3, 4, 5]}),    # 3-D
+    ("F.pixel_shuffle(x, 2)", {"x": [2, 12, 5, 7]}),
+    ("torch.pixel_shuffle(x, upscale_factor=3)", {"x": [18, 4, 5]}),           # no batch dim
+    ("F.pixel_unshuffle(x, 2)", {"x": [2, 3, 3, 6, 10]}),                      # two batch dims
+    ("F.pixel_shuffle(x, 1)", {"x": [2, 3, 5, 7]}),
 ]
 
 
@@ -84,6 +88,8 @@ def test_a_small_block_config_covers_every_element(tmp_path):
     ("torch.roll(x, shifts=(1, -2), dims=(0, 1))", "roll(up, shifts=(-1, 2), dims=(0, 1))"),
     ("torch.tril(x, diagonal=-1)", "tril(up, diagonal=-1)"),
     ("F.pad(x, (1, -2))", "pad(up, (-1, 2), mode='constant', value=0.0)"),
+    ("F.pixel_shuffle(x, 2)", "pixel_unshuffle(up, 2)"),
+    ("F.pixel_unshuffle(x, 3)", "pixel_shuffle(up, 3)"),
 ])
 def test_the_gradient_moves_the_upstream_back(expression, want):
     node = ir.parse(expression, as_written=True)
@@ -100,6 +106,9 @@ def test_the_gradient_moves_the_upstream_back(expression, want):
     ("F.pad(x, (1, 1, 1, 1, 1, 1))", {"x": [4, 4]}, "F.pad pads 3 dims of a tensor of 2"),
     ("F.interpolate(x, size=(9, 14))", {"x": [2, 3, 5, 7]}, "nearest upsampling is read by whole powers of two"),
     ("F.interpolate(x, scale_factor=2)", {"x": [5, 7]}, "it takes [N, C, ...]"),
+    ("F.pixel_shuffle(x, 2)", {"x": [2, 6, 5, 7]}, "needs channels divisible by 4, got 6"),
+    ("F.pixel_unshuffle(x, 2)", {"x": [2, 6, 5, 8]}, "needs height and width divisible by 2, got 5 x 8"),
+    ("F.pixel_shuffle(x, 2)", {"x": [8, 5]}, "takes [*, C, H, W], got a 2-D tensor"),
 ])
 def test_shapes_the_op_cannot_take_are_refused_by_name(expression, shapes, message):
     with pytest.raises(Exception, match=re.escape(message)):
@@ -119,6 +128,8 @@ def test_shapes_the_op_cannot_take_are_refused_by_name(expression, shapes, messa
     ("F.interpolate(x, scale_factor=2, mode='bilinear')", "'bilinear' interpolates between values"),
     ("F.interpolate(x, scale_factor=2, align_corners=True)", "no align_corners"),
     ("F.interpolate(x)", "size or scale_factor, one of them"),
+    ("F.pixel_shuffle(x, 0)", "upscale_factor must be 1 or more"),
+    ("F.pixel_unshuffle(x, r)", "downscale_factor must be whole numbers written out"),
 ])
 def test_arguments_it_cannot_read_are_refused_by_name(expression, message):
     with pytest.raises(ir.IRError, match=message):
@@ -137,6 +148,9 @@ def test_arguments_it_cannot_read_are_refused_by_name(expression, message):
     ("zero padding of 1 on 64x128", "F.pad(x, (1, 1))"),
     ("upper triangular part of a 128x128 matrix with diagonal 1", "torch.triu(x, diagonal=1)"),
     ("下三角 128x128", "torch.tril(x)"),
+    ("pixel shuffle x by 2 for 8x64x32x32 bf16", "F.pixel_shuffle(x, 2)"),
+    ("pixel unshuffle with downscale factor 4 on 1x3x256x256", "F.pixel_unshuffle(x, 4)"),
+    ("逆像素重排 2 倍 8x3x64x64", "F.pixel_unshuffle(x, 2)"),
 ])
 def test_remaps_in_words_in_english_and_chinese(words, typed):
     from bot.request import parse_request
@@ -146,6 +160,7 @@ def test_remaps_in_words_in_english_and_chinese(words, typed):
 
 @pytest.mark.parametrize("words, says", [
     ("flip x for 64x64", "say which, e.g. 'flip x along dim 1'"),
+    ("pixel shuffle of a 8x16x32x32 tensor", "takes its factor"),
     ("roll x along dim 0 for 64x64", "a roll shifts by a number"),
     ("nearest upsample x for 8x3x8x8", "takes a factor"),
     ("reflect pad x for 8x3x8x8", "a pad takes its amount"),
