@@ -49,11 +49,12 @@ ROOT = True
 MAX_RANK = 5                        # x [N, C, D, H, W] of a 3-d pooling
 MAX_NUMEL = 2**34                   # the kernel indexes with int64 past 2**31 elements (WIDE)
 SUPPORTED = ("", "max_pool1d/2d/3d and avg_pool1d/2d/3d (kernel_size, stride, padding, dilation, ceil_mode, "
-             "count_include_pad), adaptive_avg_pool and adaptive_max_pool (output_size)")
+             "count_include_pad), adaptive_avg_pool and adaptive_max_pool (output_size), lp_pool1d/2d/3d")
 ALIASES: dict[str, str] = {}
 # torch.nn.functional's names -> (kind, spatial dims) and their parameters in torch's order
 FUNCTIONS = {f"{kind}_pool{n}d": (kind, n) for kind in ("max", "avg") for n in (1, 2, 3)}
 ADAPTIVE_FUNCTIONS = {f"adaptive_{kind}_pool{n}d": (kind, n) for kind in ("max", "avg") for n in (1, 2, 3)}
+LP_FUNCTIONS = {f"lp_pool{n}d": n for n in (1, 2, 3)}        # power-average pooling, read as an average pooling
 _ORDER = {"max": ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"),
           "avg": ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")}
 # pool_grad(x, up, kind=..., nd=..., kernel=..., ...): a training kernel's part (bot.autodiff writes it),
@@ -62,7 +63,8 @@ _GRAD_ATTRS = {"kind", "nd", "kernel", "stride", "padding", "dilation", "ceil_mo
                "output"}
 ADAPTIVE_MAX_GRAD_WINDOW = 256      # an adaptive max's gradient rescans its window per input: at most this
 KEYWORDS = {**{fn: set(_ORDER[kind][1:]) for fn, (kind, _) in FUNCTIONS.items()},
-            **{fn: {"output_size", "return_indices"} for fn in ADAPTIVE_FUNCTIONS}, POOL_GRAD: _GRAD_ATTRS}
+            **{fn: {"output_size", "return_indices"} for fn in ADAPTIVE_FUNCTIONS},
+            **{fn: {"norm_type", "kernel_size", "stride", "ceil_mode"} for fn in LP_FUNCTIONS}, POOL_GRAD: _GRAD_ATTRS}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 
@@ -158,6 +160,8 @@ def convert(c: Call) -> Node | None:
         return call(POOL_GRAD, *map(c.expr, c.args), **literal_keywords(c, usage))
     if c.fname in ADAPTIVE_FUNCTIONS:
         return _adaptive(c)
+    if c.fname in LP_FUNCTIONS:
+        return _lp_pool(c)
     if c.fname not in FUNCTIONS:
         return None
     kind, nd = FUNCTIONS[c.fname]
@@ -180,6 +184,22 @@ def convert(c: Call) -> Node | None:
         raise IRError(f"{c.fname}: padding {list(attrs['padding'])} must be at most half the kernel size "
                       f"{list(kernel)}, as torch requires")
     return call(POOL, c.expr(given["input"]), **attrs)
+
+
+def _lp_pool(c: Call) -> Node:
+    """F.lp_pool{n}d(x, p, kernel_size, stride, ceil_mode) as torch defines it: the average pooling of x ** p
+    (no padding) times the window's size, to the power 1 / p (torch's sign(a) * relu(abs(a)) is a)."""
+    nd = LP_FUNCTIONS[c.fname]
+    given = _arguments(c, ("input", "norm_type", "kernel_size", "stride", "ceil_mode"))
+    p = given.get("norm_type")
+    if p is None or not isinstance(p, ast.Constant) or isinstance(p.value, bool) or not p.value:
+        raise IRError(f"{c.fname} takes norm_type as a nonzero number written out, e.g. F.{c.fname}(x, 2, 3)")
+    kernel = _ints(c.fname, "kernel_size", given.get("kernel_size"), nd, None, 1)
+    pooled = ast.Call(ast.Name(f"avg_pool{nd}d"), [ast.BinOp(given["input"], ast.Pow(), p)], [
+        ast.keyword("kernel_size", given["kernel_size"]), ast.keyword("stride", given.get("stride", ast.Constant(None))),
+        ast.keyword("ceil_mode", given.get("ceil_mode", ast.Constant(False)))])
+    scaled = ast.BinOp(pooled, ast.Mult(), ast.Constant(float(math.prod(kernel))))
+    return c.expr(ast.BinOp(scaled, ast.Pow(), ast.Constant(1.0 / p.value)))
 
 
 def _adaptive(c: Call) -> Node:

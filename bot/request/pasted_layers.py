@@ -95,6 +95,7 @@ _FUNCTIONAL = {
                                               "ceil_mode")) for n in (1, 2, 3)},
     **{f"AvgPool{n}d": (f"F.avg_pool{n}d", ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
                                               "divisor_override")) for n in (1, 2, 3)},
+    **{f"LPPool{n}d": (f"F.lp_pool{n}d", ("norm_type", "kernel_size", "stride", "ceil_mode")) for n in (1, 2, 3)},
     **{f"Adaptive{k}Pool{n}d": (f"F.adaptive_{k.lower()}_pool{n}d", ("output_size", "return_indices"))
        for k in ("Avg", "Max") for n in (1, 2, 3)},
 }

@@ -81,6 +81,21 @@ def test_every_geometry_matches_torch(tmp_path, expression, shape):
             assert bool((err <= atol + rtol * want.abs()).all()), f"{dtype} {config}: max err {err.max():.3g}"
 
 
+@pytest.mark.parametrize("call, shape", [
+    ("lp_pool2d(x, 2, 3, stride=2)", [2, 3, 11, 9]),
+    ("lp_pool1d(x, norm_type=3.0, kernel_size=2, ceil_mode=True)", [2, 3, 11]),
+    ("lp_pool3d(abs(x), 1.5, (2, 2, 1))", [1, 2, 5, 6, 7]),
+])
+def test_lp_pooling_is_torchs_power_average(tmp_path, call, shape):
+    expression = ir.to_text(ir.parse(call, as_written=True))
+    spec = validate({"name": "pool_op", "expression": expression,
+                     "inputs": [{"name": "x", "dtypes": ["float32"], "shapes": [shape]}]})
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), "pool_op")
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    want = eval(f"F.{call}", {"F": F, "abs": torch.abs, "x": x})
+    torch.testing.assert_close(kernel(x), want, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
 @pytest.mark.parametrize("expression", ["max_pool2d(x, kernel_size=2)",
                                         "max_pool2d(x, kernel_size=3, stride=1, padding=1)"])    # rolled
 def test_max_pooling_keeps_nan_as_torch_does(tmp_path, expression):
@@ -108,6 +123,7 @@ def test_the_text_reads_back_as_the_same_pooling():
     ("max_pool3d(x, kernel_size=2)", [4, 8], "takes x [N, C, D, H, W]"),
     ("max_pool2d(x, kernel_size=2, ceil_mode=1)", [1, 1, 4, 8], "expected True or False"),
     ("adaptive_avg_pool2d(x, output_size=0)", [1, 1, 4, 8], "output_size must be at least 1"),
+    ("F.lp_pool2d(x, p, 2)", [1, 1, 4, 8], "norm_type as a nonzero number written out"),
 ])
 def test_what_cannot_be_lowered_is_refused_naming_it(expression, shape, says):
     with pytest.raises((SpecError, ir.IRError)) as e:
