@@ -63,6 +63,17 @@ def test_words_beside_the_module_choose_dtypes():
     assert spec["inputs"][0]["dtypes"] == ["float16", "bfloat16"] and spec["reference_class"] == "Model"
 
 
+CAST_MODULE = SUM_MODULE.replace("torch.sum(x, dim=self.dim)", "(x > 0.5).float().mean(dim=self.dim)")
+
+
+def test_a_cast_to_the_dtype_every_input_has_is_kept_and_a_boolean_cast_is_its_0_or_1():
+    spec, notes = parse_request(fenced(CAST_MODULE))
+    assert spec["expression"] == "mean((x > 0.5) * 1.0, dim=1)" and spec["inputs"][0]["dtypes"] == ["float32"]
+    assert any("casts to float32, the dtype every tested input already has" in n for n in notes)
+    with pytest.raises(GenerationError, match=r"casts with '\(x > 0.5\).float\(\)'.*\(float16, bfloat16 here\)"):
+        parse_request(fenced(CAST_MODULE, "make this fast for fp16 and bf16"))
+
+
 def test_constants_submodules_and_folded_math():
     code = """
         import math

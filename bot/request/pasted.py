@@ -20,7 +20,7 @@ from bot.ops import conv, norm
 from bot.request import pasted_module
 from bot.request.messages import SUPPORTED
 from bot.request.reading import Reading
-from bot.request.torch_code import Inline, SizesWritten, refuse_other_meanings, returned, settled
+from bot.request.torch_code import Inline, SizesWritten, cast_dtype, refuse_other_meanings, returned, settled
 from bot.request.words import one_eps
 
 _FENCE = re.compile(r"```[\w+-]*[ \t]*\n(.*?)```", re.S)
@@ -78,10 +78,11 @@ def read_code(code: str, rd: Reading, said: list[tuple[str | None, list[int]]] =
     rd.sized_dims = {n: sorted(d) for n, d in sizes.read.items()}      # kept at these sizes in every case
     node = _returned_node(fn, ret, f"line {rd.pasted.line}: forward" if rd.pasted else fn.name, rd)
     _refuse_other_parameters(fn, node, tensors)
-    _read_casts_and_eps(fn, node, ret, kept_cast, inline.casts, rd)
+    _read_casts_and_eps(fn, node, ret, inline.casts, rd)
     rd.node, rd.name, rd.inputs = node, fn.name, tensors
     if rd.pasted:
         _take_pasted(rd, said)
+    _refuse_kept_cast(fn, kept_cast, rd)
 
 
 def _known_shapes(rd: Reading, said: list[tuple[str | None, list[int]]], tensors: list[str]) -> dict[str, list]:
@@ -163,14 +164,24 @@ def _refuse_other_parameters(fn: ast.FunctionDef, node: ir.Node, tensors: list[s
                                  if constants else "remove it or use it"))
 
 
-def _read_casts_and_eps(fn: ast.FunctionDef, node: ir.Node, ret: ast.expr, kept_cast: str | None, casts: bool,
-                        rd: Reading) -> None:
-    """A cast to one dtype not cast back is refused, other casts noted; a norm's eps written in the
-    code is taken (rms_norm without one is refused)."""
-    if kept_cast:
-        raise GenerationError(f"{fn.name} casts with {kept_cast!r}, so in PyTorch it returns that dtype whatever "
-                              "its inputs' dtype; the kernel returns its inputs' dtype. Cast back at the end "
-                              "(.to(x.dtype)) or drop the cast.")
+def _refuse_kept_cast(fn: ast.FunctionDef, kept_cast: str | None, rd: Reading) -> None:
+    """A cast to one dtype not cast back changes the output's dtype, unless every tested dtype is that
+    one already (get_inputs' float32 tensors and .float()); otherwise it is refused."""
+    if not kept_cast:
+        return
+    target = cast_dtype(kept_cast)
+    if target and rd.dtypes and set(rd.dtypes) == {target}:
+        rd.op_notes.append(f"{kept_cast!r} casts to {target}, the dtype every tested input already has")
+        return
+    raise GenerationError(f"{fn.name} casts with {kept_cast!r}, so in PyTorch it returns that dtype whatever "
+                          f"its inputs' dtype ({', '.join(rd.dtypes) or 'each dtype tested'} here); the kernel "
+                          "returns its inputs' dtype. Cast back at the end (.to(x.dtype)), drop the cast, or test "
+                          "that dtype only.")
+
+
+def _read_casts_and_eps(fn: ast.FunctionDef, node: ir.Node, ret: ast.expr, casts: bool, rd: Reading) -> None:
+    """Casts noted (one kept to the end: _refuse_kept_cast); a norm's eps written in the code is taken
+    (rms_norm without one is refused)."""
     if casts:
         rd.op_notes.append("ignored dtype casts (.float(), .to(...)): inputs and output keep each tested dtype")
     if node.op in ir.NORMS and norm.eps_given(ret):

@@ -8,6 +8,7 @@ than one tensor. For pasted functions (bot.request.pasted) and expressions typed
 from __future__ import annotations
 
 import ast
+import re
 import copy
 
 from bot import ir
@@ -75,7 +76,8 @@ class Inline(MaxParts):
                 args = n.args[1:] if is_function else n.args
                 if f.attr in ("float", "half", "bfloat16", "double") or any(
                         "torch." in ast.unparse(a) for a in [*args, *(k.value for k in n.keywords)]):
-                    return _marked(_FIXED, inner, ast.unparse(n)[:40])
+                    text = ast.unparse(n)           # its end names the dtype: keep that, not its start
+                    return _marked(_FIXED, inner, text if len(text) <= 48 else "..." + text[-45:])
                 if f.attr in ("to", "type_as") and (args or n.keywords):
                     return _marked(_BACK, inner, "")
                 return inner
@@ -172,6 +174,18 @@ def settled(tree: ast.expr) -> tuple[ast.expr, str | None]:
     return _Unmarked().visit(tree), kept
 
 
+_CAST_DTYPE = re.compile(r"\.(float|half|bfloat16|double)\(\)$|torch\.(float32|float16|bfloat16|float64|float|half|"
+                         r"double)\b")
+_DTYPE_NAMES = {"float": "float32", "half": "float16", "double": "float64"}
+
+
+def cast_dtype(kept: str) -> str | None:
+    """The dtype a kept cast's text (settled's) converts to: 'float32' for '(x > y).float()'."""
+    m = _CAST_DTYPE.search(kept)
+    name = m and (m.group(1) or m.group(2))
+    return _DTYPE_NAMES.get(name, name) if name else None
+
+
 def _kept_cast(n: ast.AST) -> str | None:
     mark = _mark(n)
     if mark == _BACK:
@@ -181,10 +195,28 @@ def _kept_cast(n: ast.AST) -> str | None:
     return next((c for child in ast.iter_child_nodes(n) if (c := _kept_cast(child))), None)
 
 
+_BOOLEAN_CALLS = {"isnan", "isinf", "isfinite", "isposinf", "isneginf", "logical_and", "logical_or", "logical_xor",
+                  "logical_not", "eq", "ne", "gt", "ge", "lt", "le", "greater", "less", "greater_equal", "less_equal",
+                  "not_equal", "signbit"}
+
+
 class _Unmarked(ast.NodeTransformer):
+    """The casts dropped; a cast of a boolean (comparison, logical op) to a float dtype is its 0 or 1
+    in the float math around it (* 1.0), as PyTorch's is."""
     def visit_Call(self, n: ast.Call) -> ast.expr:
         self.generic_visit(n)
-        return n.args[0] if _mark(n) else n
+        if not _mark(n):
+            return n
+        inner = n.args[0]
+        return ast.BinOp(inner, ast.Mult(), ast.Constant(1.0)) if _is_boolean(inner) else inner
+
+
+def _is_boolean(n: ast.expr) -> bool:
+    if isinstance(n, ast.Compare) or (isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Invert)):
+        return True
+    if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+        return True
+    return isinstance(n, ast.Call) and _called(n)[0] in _BOOLEAN_CALLS
 
 
 def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
