@@ -175,6 +175,8 @@ def test_transposed_operands_are_read_as_they_lie_and_judged_against_the_paste()
     ("values, indices = torch.max(x, dim=self.dim)\n            return values", "max(x, dim=1)"),
     ("values, indices = torch.max(x, dim=self.dim)\n            return indices", "argmax(x, dim=1)"),
     ("return x.min(self.dim).values", "min(x, dim=1)"),
+    ("lo, hi = torch.aminmax(x, dim=self.dim)\n            return hi - lo", "max(x, dim=1) - min(x, dim=1)"),
+    ("return x.aminmax(dim=self.dim).min", "min(x, dim=1)"),
 ])
 def test_one_part_of_max_over_a_dim_is_read_and_the_module_stays_the_reference(forward, expression):
     code = SUM_MODULE.replace("return torch.sum(x, dim=self.dim)", forward)

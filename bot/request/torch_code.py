@@ -222,10 +222,17 @@ def _is_boolean(n: ast.expr) -> bool:
 def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
     """torch.max(x, dim=d).values -> torch.amax(x, dim=d); .indices -> torch.argmax(x, dim=d);
     torch.cummax(x, d).values -> cummax_values(x, d), the IR's cummax (its indices are not read);
-    torch.var_mean(x, d)[0] -> torch.var(x, d), [1] -> torch.mean(x, d) (std_mean alike)."""
-    if not (isinstance(call, ast.Call) and part in ("values", "indices")):
+    torch.var_mean(x, d)[0] -> torch.var(x, d), [1] -> torch.mean(x, d) (std_mean alike);
+    torch.aminmax(x, dim=d).min or [0] -> torch.amin(x, dim=d), .max or [1] -> torch.amax."""
+    if not (isinstance(call, ast.Call) and part in ("values", "indices", "min", "max")):
         return None
     name = _called(call)[0]
+    if name == "aminmax":
+        new = "amin" if part in ("values", "min") else "amax"
+        func = ast.Attribute(call.func.value, new, ast.Load()) if isinstance(call.func, ast.Attribute) else ast.Name(new)
+        return ast.Call(func, call.args, call.keywords)
+    if part not in ("values", "indices"):
+        return None
     if name in ("var_mean", "std_mean"):
         return _moment_part(call, name[:3] if part == "values" else "mean")
     if name in ("cummax", "cummin") and part == "values":
