@@ -682,7 +682,9 @@ def _online_softmax(code: Code, resident: str) -> None:
     """The flash forward of a program's BLOCK_M query rows: the keys BLOCK_N at a time, each row's
     running maximum m_i and sum l_i (base 2: qk_scale holds log2(e)) and acc = the unnormalized
     p @ v, so that the output is acc / l_i. resident: a constexpr expression, true where the head
-    dim fits one BLOCK_E tile, so that q is loaded once for every key tile."""
+    dim fits one BLOCK_E tile, so that q is loaded once for every key tile. The whole key tiles every
+    row attends to (under CAUSAL: left of the first row's diagonal) go first, without masks; the
+    last tile and the diagonal's after, masked."""
     code("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
          "offs_n = tl.arange(0, BLOCK_N)",
          "offs_ev = tl.arange(0, BLOCK_EV)",
@@ -695,27 +697,37 @@ def _online_softmax(code: Code, resident: str) -> None:
              "q = tl.load(q_ptr + rows[:, None] * E + offs_e[None, :], mask=row_in[:, None] & (offs_e < E)[None, :], "
              "other=0.0).to(k_ptr.dtype.element_ty)")
     _last_key(code)
-    with code.block("for start_n in range(0, hi, BLOCK_N):"):
-        code("cols = start_n + offs_n",
-             "col_in = cols < S")
-        with code.block(f"if {resident}:"):
-            code("k = tl.load(k_ptr + cols[:, None] * E + offs_e[None, :], mask=col_in[:, None] & "
-                 "(offs_e < E)[None, :], other=0.0)",
-                 "s = tl.dot(q, tl.trans(k), input_precision=PRECISION)")
-        with code.block("else:"):
-            _scores(code)
-        code("# base-2 exponentials: qk_scale holds log2(e)",
-             "s = s * qk_scale")
+    code("unmasked = S // BLOCK_N * BLOCK_N")
+    with code.block("if CAUSAL:"):
+        code("unmasked = tl.minimum(unmasked, pid_m * BLOCK_M // BLOCK_N * BLOCK_N)")
+    with code.block("for start_n in range(0, unmasked, BLOCK_N):"):
+        _key_tile(code, resident, masked=False)
+    with code.block("for start_n in range(unmasked, hi, BLOCK_N):"):
+        _key_tile(code, resident, masked=True)
+
+
+def _key_tile(code: Code, resident: str, masked: bool) -> None:
+    """One step of the online softmax over keys start_n + offs_n; masked: keys past S or (CAUSAL) past
+    a row's diagonal count for nothing. The scale is applied inside the exponent (one FMA a score)."""
+    code("cols = start_n + offs_n",
+         "col_in = cols < S")
+    cols = "col_in[:, None] & " if masked else ""
+    with code.block(f"if {resident}:"):
+        code(f"k = tl.load(k_ptr + cols[:, None] * E + offs_e[None, :], mask={cols}(offs_e < E)[None, :], other=0.0)",
+             "s = tl.dot(q, tl.trans(k), input_precision=PRECISION)")
+    with code.block("else:"):
+        _scores(code)
+    if masked:
         _kept(code)
-        code('s = tl.where(keep, s, float("-inf"))',
-             "m_new = tl.maximum(m_i, tl.max(s, 1))",
-             "alpha = tl.exp2(m_i - m_new)",
-             "p = tl.exp2(s - m_new[:, None])",
-             "l_i = l_i * alpha + tl.sum(p, 1)",
-             "v = tl.load(v_ptr + cols[:, None] * EV + offs_ev[None, :], mask=col_in[:, None] & "
-             "(offs_ev < EV)[None, :], other=0.0)",
-             "acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)",
-             "m_i = m_new")
+        code('s = tl.where(keep, s, float("-inf"))')
+    code("# base-2 exponentials: qk_scale holds log2(e)",
+         "m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)",
+         "alpha = tl.exp2(m_i - m_new)",
+         "p = tl.exp2(s * qk_scale - m_new[:, None])",
+         "l_i = l_i * alpha + tl.sum(p, 1)",
+         f"v = tl.load(v_ptr + cols[:, None] * EV + offs_ev[None, :], mask={cols}(offs_ev < EV)[None, :], other=0.0)",
+         "acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)",
+         "m_i = m_new")
 
 
 def _heads(code: Code, tensors: str) -> None:
