@@ -70,7 +70,8 @@ SHUFFLE_WORD = re.compile(r"\bpixel[\s_-]*(un)?shuffl\w*|(逆)?像素重排", _F
 REMAP_WORD = re.compile("|".join(p.pattern for p in (FLIP_WORD, ROLL_WORD, UPSAMPLE_WORD, PAD_WORD, TRIANGLE_WORD,
                                                       SHUFFLE_WORD)),
                         _F)
-_BY = re.compile(r"\b(?:(?:up|down)[\s_-]?scal\w*[\s_-]+)?factor\s*(?:=|:|is)?\s*(\d+)\b|\b(?:by|of)\s+(?:a\s+(?:factor|shift)\s+of\s+)?(-?\d+)\b(?!\s*[x×*]\s*\d)|(-?\d+)\s*(?:倍|位)|"
+_BY = re.compile(r"\b(?:(?:up|down)[\s_-]?scal\w*[\s_-]+)?factor\s*(?:=|:|is)?\s*(\d+)\b|"
+                 r"\b(?:by|of)\s+(?:a\s+(?:factor|shift)\s+of\s+)?(-?\d+)\b(?!\s*[x×*]\s*\d)|(-?\d+)\s*(?:倍|位)|"
                  r"\b(\d+)\s*x\b(?!\s*\d)|(?<=填充)\s*(\d+)(?!\s*[x×*]\s*\d)", _F)
 _DIAGONAL = re.compile(r"\b(?:diagonal|offset)\s*(?:of|=|:)?\s*(-?\d+)\b|对角线\s*(-?\d+)", _F)
 _MODES = {"reflect": "reflect", "replicat": "replicate", "circular": "circular", "zero": "constant",
@@ -269,8 +270,10 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
             fixed |= set(node.attr("amounts")) | set(shape[2:])
         if len(case) > 1:
             out = output_shape(node, case)
-            changed = zip(shape, out) if len(out) == len(shape) else [(a, a) for a in shape + out]
-            fixed |= {v for a, b in changed if len(out) != len(shape) or a != b for v in (a, b)}
+            if len(out) != len(shape):
+                fixed |= set(shape) | set(out)
+            else:
+                fixed |= {v for a, b in zip(shape, out) if a != b for v in (a, b)}
     return fixed, 1
 
 
