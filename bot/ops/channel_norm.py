@@ -60,9 +60,9 @@ CONFIGS = [{"BLOCK": b, "num_warps": w, "FUSED": f} for f in (0, 1)
 
 # ---------------------------------------------------------------- words
 
-# "batch norm", "group norm with 32 groups", "instance norm 2d", "批归一化", "组归一化", "实例归一化"
+# "batch norm", "group norm with 32 groups", "instance norm 2d", "批归一化", "(分)组归一化", "实例归一化"
 CHANNEL_NORM_WORD = re.compile(r"\b(batch|group|instance)[\s_-]?norm(?:ali[sz]ation)?(?:[\s_-]*[123][\s_-]?d)?\b|"
-                               r"(批|组|实例)(?:归一化|标准化)", _F)
+                               r"(批|分?组|实例)(?:归一化|标准化)", _F)
 _GROUPS = re.compile(r"\b(\d+)\s+groups\b|\bgroups?\s*(?:of|=|:|is)?\s*(\d+)\b|(\d+)\s*(?:个)?组(?!归一化|标准化)|"
                      r"分组(?:数)?\s*(?:为|是|=|:)?\s*(\d+)", _F)
 _EVAL = re.compile(r"\b(?:inference|eval(?:uation)?(?:[\s_-]mode)?|running[\s_-](?:stats|statistics|mean))\b|推理|推断", _F)
@@ -76,7 +76,7 @@ def norm_words(text: str, shapes: list[tuple[str | None, list[int]]],
     """(expression, text without the words read, notes, the per-channel tensors' shapes as (name,
     shape) per case) for 'group norm with 8 groups on 8x64x32x32', 'batch norm for inference'."""
     m = CHANNEL_NORM_WORD.search(text)
-    kind = (m.group(1) or {"批": "batch", "组": "group", "实例": "instance"}[m.group(2)]).lower()
+    kind = (m.group(1) or {"批": "batch", "组": "group", "分组": "group", "实例": "instance"}[m.group(2)]).lower()
     inputs = [s for label, s in shapes if label not in _PER_CHANNEL]
     if not inputs or any(len(s) < 2 for s in inputs) or len({s[1] for s in inputs}) > 1:
         raise IRError(f"{kind} norm in words needs the input's shape, batch x channels x ..., one channel count for "

@@ -39,7 +39,7 @@ OUTPUT_DTYPES: dict[str, str] = {}
 # Looked for before the reduce family's words, which these hold ("sum", "max").
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
     (r"\blog[\s_-]?cum(?:ulative)?[\s_-]?sum[\s_-]?exp\b|\brunning\s+log[\s_-]?sum[\s_-]?exp\b", "row", "logcumsumexp"),
-    (r"\bcum(?:ulative)?[\s_-]?sums?\b|\bprefix[\s-]sums?\b|\brunning\s+(?:sum|total)s?\b|\bscan\b|前缀和|累积和",
+    (r"\bcum(?:ulative)?[\s_-]?sums?\b|\bprefix[\s-]sums?\b|\brunning\s+(?:sum|total)s?\b|\bscan\b|前缀和|累[积加]和",
      "row", "cumsum"),
     (r"\bcum(?:ulative)?[\s_-]?prod(?:uct)?s?\b|\bprefix[\s-]products?\b|\brunning\s+products?\b|累积乘积|累乘",
      "row", "cumprod"),

@@ -42,8 +42,9 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
      "write x * sigmoid(1.702 * x))"),
     (r"\ball[\s_-]?gather\b", "collectives across GPUs (all-gather)"),
     (r"\bscatter\w*|\bindex_(?:add|copy|fill|put)\w*", "scatter (writes at indexed positions)"),
-    (r"\b(?:lp|l2|fractional|min|sum|power|stochastic)[\s_-]*pool\w*|\bfractional_max_pool\w*|\blp_pool\w*",
-     "this pooling (max and average pooling, also adaptive and global, are supported)"),
+    (r"\b(?:lp|l2|power)[\s_-]*pool\w*", "LP pooling in words (as code it is: F.lp_pool2d(x, 2, 3) or nn.LPPool2d)"),
+    (r"\b(?:fractional|min|sum|stochastic)[\s_-]*pool\w*|\bfractional_max_pool\w*",
+     "this pooling (max and average pooling, also adaptive and global, and LP pooling as code, are supported)"),
     (r"\breshape\b|\bview\s+as\b", "a reshape in words (views that add or remove unit dims are read as code, "
      "e.g. x.unsqueeze(1), x.view(1, -1))"),
     (r"\bdropout\b", "dropout"),

@@ -132,6 +132,7 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, case):
     ("instance norm 2d on 4x16x20x20", "instance_norm(x)"),
     ("instance norm with affine, eps 1e-6, 4x16x20x20", "instance_norm(x, None, None, weight, bias, eps=1e-6)"),
     ("组归一化 分组 4 8x16x10x10", "group_norm(x, 4, weight, bias)"),
+    ("分组归一化 8 组 8x64x32x32", "group_norm(x, 8, weight, bias)"),
 ])
 def test_channel_norms_in_words(words, typed):
     spec, _ = parse_request(words)

@@ -186,6 +186,17 @@ def test_on_the_gpu_chunks_chained_by_look_back_match_torch(tmp_path, expression
                 assert bool((err <= atol + rtol * want.abs()).all()), f"{case.label} {config}: max err {err.max():.3g}"
 
 
+@pytest.mark.parametrize("words, typed", [
+    ("cumsum over the last dim of 64x1000", "cumsum(x, dim=-1)"),
+    ("running product over dim 0 of 100x37 in bf16", "cumprod(x, dim=0)"),
+    ("累加和 沿最后一维 64x1000", "cumsum(x, dim=-1)"),
+    ("累积最大值 沿 dim 0 64x100", "cummax(x, dim=0)"),
+])
+def test_scans_in_words_in_english_and_chinese(words, typed):
+    spec, _ = parse_request(words)
+    assert ir.parse(spec["expression"]) == ir.parse(typed)
+
+
 @pytest.mark.parametrize("words, dim", [("masked cumsum over the last dim of 128x4000 fp16", -1),
                                         ("masked cumsum over dim 0 of 64x64", 0),
                                         ("掩码前缀和 over the last dim of 8x8", -1)])
