@@ -150,6 +150,17 @@ def test_request_names_an_input_shape(text, name):
     assert shapes(spec) == {"x": [[1024, 4096]], name: [[4096]]}
 
 
+@pytest.mark.parametrize("text, shape", [
+    ("relu of a 1000000 tensor", [1000000]),           # the phrasing the refusal of a bare number suggests
+    ("sigmoid of a 1024 element vector", [1024]),
+    ("gelu on an 8192-element vector", [8192]),
+    ("relu on 4096 elements", [4096]),
+])
+def test_a_one_dim_shape_said_as_a_count(text, shape):
+    spec, _ = parse_request(text)
+    assert shapes(spec) == {"x": [shape]}
+
+
 def test_input_said_to_be_a_vector_gets_the_last_dim():
     spec, _ = parse_request("gelu(x + b) where b is a vector")
     assert expr(spec) == canon("gelu(x + b)")
@@ -257,7 +268,7 @@ def test_norm_weight_and_bias_match_the_last_dim_in_every_case():
     ("除法", "x / y"), ("指数", "exp(x)"), ("对数", "log(x)"), ("平方根", "sqrt(x)"), ("绝对值", "abs(x)"),
     ("激活 ReLU", "relu(x)"), ("relu激活", "relu(x)"), ("按行求和", "sum(x)"), ("沿最后一维平均", "mean(x)"),
     ("按行均值", "mean(x)"), ("按行最大值", "max(x)"), ("沿第0维最小值", "min(x, dim=0)"), ("softmax", "softmax(x)"),
-    ("归一化指数", "softmax(x)"), ("层归一化", "layernorm(x, weight, bias, eps=1e-5)"),
+    ("归一化指数", "softmax(x)"), ("对数softmax", "log_softmax(x)"), ("层归一化", "layernorm(x, weight, bias, eps=1e-5)"),
     ("RMS归一化", "rmsnorm(x, weight, eps=1e-6)"), ("均方根归一化", "rmsnorm(x, weight, eps=1e-6)"),
     ("加法 + ReLU", "relu(x + y)"),
 ])

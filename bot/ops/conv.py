@@ -75,7 +75,7 @@ CONV_WORD = re.compile(r"\b(depthwise\s+|pointwise\s+|grouped\s+)?(transposed?\s
 _KERNEL = window_sizes(r"(?:(?:depthwise|pointwise|grouped|transposed?)\s+)*conv|(?:深度|逐点|转置)?卷积", "kernel",
                       "卷积核", rf"(?:(?:(?<=\dd)|(?<=conv)|(?<=olution))\s+|(?<=卷积)\s*){SIZES}(?![\w.]|\s*[x×]\s*\d)")
 _OUT_CHANNELS = re.compile(r"\b(\d+)\s+(?:output|out)[\s_-]?channels\b|\b(\d+)\s+filters\b|"
-                           r"\b(?:out(?:put)?[\s_-]?channels|filters)\s*(?:of|=|:|is)?\s*(\d+)\b|输出通道(?:数)?\s*(?:为|是|=|:)?\s*(\d+)", _F)
+                           r"\b(?:out(?:put)?[\s_-]?channels|filters)\s*(?:of|=|:|is)?\s*(\d+)\b|输出通道(?:数)?\s*(?:为|是|=|:)?\s*(\d+)|输出\s*(\d+)\s*(?:个)?通道", _F)
 # "64 to 128 channels", "from 64 to 128 channels", "64->128", "64 in, 128 out (channels)", "64通道到128通道"
 # (a first number other than the input's channels is refused, so "2 to 4" is never quietly channels)
 _IN_TO_OUT = re.compile(r"\b(?:from\s+)?(\d+)\s*(?:->|→|to)\s*(\d+)(?:\s+channels\b|(?![\w.]|\s*[x×]))|"

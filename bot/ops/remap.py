@@ -65,7 +65,8 @@ ROLL_WORD = re.compile(r"\broll(?:s|ed|ing)?\b|\bcircular(?:ly)?\s+shift\w*|循�
 UPSAMPLE_WORD = re.compile(r"\b(?:nearest[\s-]+(?:neighbou?r[\s-]+)?)?up[\s-]?sampl\w*|(?:最近邻)?上采样", _F)
 PAD_WORD = re.compile(r"\b(?:(reflect|replicat|circular|zero|constant)\w*[\s-]+)?pad(?:s|ded|ding)?\b|"
                       r"(反射|复制|循环|零|常数)?填充", _F)
-TRIANGLE_WORD = re.compile(r"\b(lower|upper)[\s-]+triang(?:le|ular)(?:\s+(?:part|half)(?:\s+of)?)?\b|([上下])三角", _F)
+TRIANGLE_WORD = re.compile(r"\b(lower|upper)[\s-]+triang(?:le|ular)(?:\s+(?:part|half)(?:\s+of)?)?\b|([上下])三角|"
+                           r"\b(tril|triu)\b(?!\s*\()", _F)
 SHUFFLE_WORD = re.compile(r"\bpixel[\s_-]*(un)?shuffl\w*|(逆)?像素重排", _F)
 REMAP_WORD = re.compile("|".join(p.pattern for p in (FLIP_WORD, ROLL_WORD, UPSAMPLE_WORD, PAD_WORD, TRIANGLE_WORD,
                                                       SHUFFLE_WORD)),
@@ -91,7 +92,7 @@ def remap_words(text: str, names: list[str], dims: list[int]) -> tuple[str, str]
     if by:
         text = blank_span(text, by)
     if m := TRIANGLE_WORD.search(text):
-        tri = "tril" if (m.group(1) or m.group(2)).lower() in ("lower", "下") else "triu"
+        tri = "tril" if (m.group(1) or m.group(2) or m.group(3)).lower() in ("lower", "下", "tril") else "triu"
         d = _DIAGONAL.search(text)
         diagonal = int(next(g for g in d.groups() if g)) if d else 0
         return f"torch.{tri}({x}, diagonal={diagonal})", _DIAGONAL.sub(_blank, REMAP_WORD.sub(_blank, text))

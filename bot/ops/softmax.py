@@ -22,7 +22,7 @@ ALIASES = {"logsoftmax": "log_softmax"}
 KEYWORDS = dict.fromkeys((*OPS, "softmin"), {"dim", "axis", "keepdim"})
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
-    (r"\blog[\s_-]?softmax\b", "row", "log_softmax"),
+    (r"\blog[\s_-]?softmax\b|对数\s*softmax", "row", "log_softmax"),
     (r"\bsoft[\s_-]?max\b|归一化指数", "row", "softmax"),
 ]]
 

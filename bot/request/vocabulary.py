@@ -109,6 +109,9 @@ SHAPE = re.compile(
     rf"|(?<![\w)\]])[\(\[](?P<tuple>\s*{_DIM}(?:\s*,\s*{_DIM})*\s*,?\s*)[\)\]]"
     rf"|(?:\bshape[ds]?|\bsize|\blength|形状|长度)\s*(?:of|is|=|:|为|是)?\s*"
     rf"(?P<one>{_DIM})(?![\w.]|\s*[x×,*]|\s+by\s)"
+    # a 1-D shape said as a count: "a 4096 tensor", "an 8192-element vector", "on 1000000 elements"
+    rf"|\ban?\s+(?P<vector>{_DIM})(?:[\s-]+(?:elements?|long))?[\s-]+(?:tensor|vector|array)\b"
+    rf"|(?<![\w.])(?P<count>{_DIM})\s+(?:elements|values|entries)\b"
     # a 1-D input's length after its name: "targets 4096", "bias 64"
     rf"|\b(?P<owner>bias|targets?|labels?|indices|ids)\s+(?:of\s+)?(?P<length>{_DIM})(?![\w.]|\s*[x×*]|\s*,\s*\d|\s+by\s)",
     _F)

@@ -190,7 +190,7 @@ def take_shapes(text: str, rd: Reading) -> str:
         elif m.group("tuple") is not None:
             shape = [_dim(d) for d in re.findall(_DIM, m.group("tuple"), re.I)]
         else:
-            shape = [_dim(m.group("one"))]
+            shape = [_dim(m.group("one") or m.group("vector") or m.group("count"))]
         before = text[:m.start()]
         lab = LABEL.search(before)
         # "x and y of shape 4096x4096" is about both: no label

@@ -260,6 +260,7 @@ def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, x, w,
     ("conv1d kernel size 5 with 16 out channels on 4x8x100", "conv1d(x, w)", [16, 8, 5]),
     ("grouped conv 3x3 groups 4 with 64 output channels on 8x32x20x20", "conv2d(x, w, groups=4)", [64, 8, 3, 3]),
     ("卷积 卷积核 3 输出通道 16 步长 1 填充 1 2x8x10x10", "conv2d(x, w, stride=1, padding=1)", [16, 8, 3, 3]),
+    ("卷积 3x3 2x8x10x10 输出 16 通道", "conv2d(x, w)", [16, 8, 3, 3]),
     # the transposed forms as people write them; the window just after the words, in Chinese too
     ("conv transpose 2d 4x4 stride 2 with 32 output channels on 4x64x32x32", "conv_transpose2d(x, w, stride=2)",
      [64, 32, 4, 4]),

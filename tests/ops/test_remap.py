@@ -148,6 +148,7 @@ def test_arguments_it_cannot_read_are_refused_by_name(expression, message):
     ("zero padding of 1 on 64x128", "F.pad(x, (1, 1))"),
     ("upper triangular part of a 128x128 matrix with diagonal 1", "torch.triu(x, diagonal=1)"),
     ("下三角 128x128", "torch.tril(x)"),
+    ("triu of a 512x512 matrix", "torch.triu(x)"),
     ("pixel shuffle x by 2 for 8x64x32x32 bf16", "F.pixel_shuffle(x, 2)"),
     ("pixel unshuffle with downscale factor 4 on 1x3x256x256", "F.pixel_unshuffle(x, 4)"),
     ("逆像素重排 2 倍 8x3x64x64", "F.pixel_unshuffle(x, 2)"),
