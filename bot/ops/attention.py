@@ -52,8 +52,9 @@ GRAD_MAX_HEAD = 256                 # the gradient kernels hold a head's whole r
 DEFAULT_SHAPES = [[4, 16, 2048, 64], [1, 8, 1000, 80]]    # no shape named: a model's, and an odd one
 # query rows and keys a step (BLOCK_M x BLOCK_N), the head dim's chunk for q @ k^T, warps, stages
 CONFIGS = [{"BLOCK_M": m, "BLOCK_N": n, "BLOCK_E": e, "num_warps": w, "num_stages": s}
-           for m, n, e, w, s in [(64, 64, 64, 4, 2), (128, 64, 64, 8, 2), (64, 32, 64, 4, 3), (128, 128, 64, 8, 2),
-                                 (32, 32, 64, 4, 2), (16, 16, 128, 8, 1), (32, 16, 64, 8, 1), (64, 64, 128, 4, 2)]]
+           for m, n, e, w, s in [(64, 64, 64, 4, 3), (64, 64, 64, 4, 2), (128, 64, 64, 8, 3), (64, 32, 64, 4, 3),
+                                 (128, 128, 64, 8, 3), (32, 32, 64, 4, 2), (16, 16, 128, 8, 1), (32, 16, 64, 8, 1),
+                                 (64, 64, 128, 4, 3)]]
 
 
 # ---------------------------------------------------------------- words
@@ -195,9 +196,10 @@ def reference_property(node: Node) -> tuple[str, bool]:
 def _attention_config(e, ev, wide):
     # The output tile [BLOCK_M, Ev] lives in registers: fewer rows a program as Ev grows.
     block_e = min(128, max(16, 1 << (e - 1).bit_length()))
-    # To 128: q·k over the whole head dim at once (halves of it took twice as long at 80).
+    # To 128: q·k over the whole head dim at once (halves of it took twice as long at 80); three
+    # stages (the best of the space or within 3% of it at E 64, 80 and 128, causal or not, on an H100).
     if ev <= 128:
-        return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_E": block_e, "num_warps": 4, "num_stages": 2}
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_E": block_e, "num_warps": 4, "num_stages": 3}
     if ev <= 256:
         return {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_E": 64, "num_warps": 8, "num_stages": 1}
     if wide:    # the two-kernel path: 64 x 64 tiles of scores and of the output, the head dim 64 at a time

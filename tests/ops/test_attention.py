@@ -61,7 +61,7 @@ def test_attention_matches_torch(tmp_path, expression, shapes):
         torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("config", attention.CONFIGS[:4] + [attention.CONFIGS[5]])
+@pytest.mark.parametrize("config", [attention.CONFIGS[k] for k in (0, 2, 3, 4, 6)])
 @pytest.mark.parametrize("ev", [33, 257])         # the flash kernel, and the two-kernel path
 def test_every_config_walks_keys_and_head_chunks_alike(tmp_path, config, ev):
     shapes = {"q": [1, 2, 40, 150], "k": [1, 2, 70, 150], "v": [1, 2, 70, ev]}
