@@ -161,6 +161,17 @@ def test_a_one_dim_shape_said_as_a_count(text, shape):
     assert shapes(spec) == {"x": [shape]}
 
 
+@pytest.mark.parametrize("text, want", [
+    ("attention with q 2x32x64x16 and k, v 2x8x64x16, grouped-query",
+     {"q": [[2, 32, 64, 16]], "k": [[2, 8, 64, 16]], "v": [[2, 8, 64, 16]]}),
+    ("x + y + z with x, y 64x128 and z 128", {"x": [[64, 128]], "y": [[64, 128]], "z": [[128]]}),
+    ("x + b, b is 1-d, x 64x128", {"x": [[64, 128]], "b": [[128]]}),
+])
+def test_a_shape_after_a_list_of_names_is_each_ones(text, want):
+    spec, _ = parse_request(text)
+    assert shapes(spec) == want
+
+
 def test_input_said_to_be_a_vector_gets_the_last_dim():
     spec, _ = parse_request("gelu(x + b) where b is a vector")
     assert expr(spec) == canon("gelu(x + b)")

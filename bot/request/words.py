@@ -193,12 +193,15 @@ def take_shapes(text: str, rd: Reading) -> str:
             shape = [_dim(m.group("one") or m.group("vector") or m.group("count"))]
         before = text[:m.start()]
         lab = LABEL.search(before)
-        # "x and y of shape 4096x4096" is about both: no label
-        # ... nor is "rmsnorm without weight 8x4096" about a weight
-        both = re.search(r"\b[A-Za-z_]\w*\s+and\s+$|\b(?:without|no|w/o)\s+$", before[:lab.start(1)]) if lab else None
-        label = lab.group(1) if lab and not both else None
+        # "rmsnorm without weight 8x4096" is not about a weight
+        without = re.search(r"\b(?:without|no|w/o)\s+$", before[:lab.start(1)]) if lab else None
+        label = lab.group(1) if lab and not without else None
         if not (label and SHAPE_OWNER.fullmatch(label)) and (after := OWNER_AFTER.match(text, m.end())):
             label = after.group(1)           # "16x1000 logits", "a 128 bias"
+        # "x and y of shape 4096x4096", "k, v 2x8x1024x128": each name listed before the label has it too
+        for name in _listed_before(before[:lab.start(1)]) if label and lab and label == lab.group(1) else ():
+            rd.shapes.append((name, shape))
+            rd.shapes_at.append((m.start(), m.end()))
         rd.shapes.append((label, shape))
         rd.shapes_at.append((m.start(), m.end()))
         if re.search(r"\dk\b", m.group(0), re.I):
@@ -206,6 +209,18 @@ def take_shapes(text: str, rd: Reading) -> str:
     for m in reversed(taken):
         text = blank_range(text, m.start("length"), m.end()) if m.group("length") else blank_span(text, m)
     return text
+
+
+_LISTED = re.compile(r"(?:(?<![-\w.])[A-Za-z_]\w*\s*(?:,\s*(?:and\s+)?|\s+and\s+))+$")
+
+
+def _listed_before(before: str) -> list[str]:
+    """The tensor names a list ends with just before a label ('q, k and ' of 'q, k and v 8x64'), where
+    every item is a name a shape is said of (one letter, bias, weight ...)."""
+    m = _LISTED.search(before)
+    names = re.findall(r"[A-Za-z_]\w*", m.group(0)) if m else []
+    names = [n for n in names if n.lower() != "and"]
+    return names if names and all(SHAPE_OWNER.fullmatch(n) for n in names) else []
 
 
 def _is_parameter(text: str, m: re.Match) -> bool:
