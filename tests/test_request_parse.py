@@ -172,6 +172,18 @@ def test_a_shape_after_a_list_of_names_is_each_ones(text, want):
     assert shapes(spec) == want
 
 
+@pytest.mark.parametrize("text, expression, want", [
+    ("swiglu of x and y 1024x1024", "silu(x) * y", {"x": [[1024, 1024]], "y": [[1024, 1024]]}),
+    ("swiglu on 16x4096 with hidden 11008", "silu(x @ w1) * (x @ w2)",
+     {"x": [[16, 4096]], "w1": [[4096, 11008]], "w2": [[4096, 11008]]}),
+    ("geglu on 8x2048 with intermediate size 8192", "gelu(x @ w1) * (x @ w2)",
+     {"x": [[8, 2048]], "w1": [[2048, 8192]], "w2": [[2048, 8192]]}),
+])
+def test_gated_activations_in_words(text, expression, want):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon(expression) and shapes(spec) == want
+
+
 def test_input_said_to_be_a_vector_gets_the_last_dim():
     spec, _ = parse_request("gelu(x + b) where b is a vector")
     assert expr(spec) == canon("gelu(x + b)")

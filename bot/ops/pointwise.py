@@ -147,6 +147,36 @@ FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", 
 # tl.maximum/minimum drop NaN by default; torch's maximum, minimum, relu, clamp and max/min keep it.
 NAN_WINS = "propagate_nan=tl.PropagateNan.ALL"
 CLAMP_WORD = re.compile(r"\bclamp\w*|\bclip\w*|限幅|截断", _F)
+# "swiglu of x and y", "geglu on 8x4096 with hidden 11008" (the MLP: both projections of x, then the gate)
+GATED_WORD = re.compile(r"\b(swi|ge|re)[\s_-]?glu\b", _F)
+_GATES = {"swi": "silu", "ge": "gelu", "re": "relu"}
+_HIDDEN_NAME = re.compile(r"hidden|intermediate|inner|ffn", re.I)
+_HIDDEN = re.compile(r"\b(?:hidden|intermediate|inner|ffn)(?:[\s_-]+(?:size|dim|features))?\s*(?:of|=|:|is)?\s*(\d+)\b",
+                     _F)
+
+
+def gated_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[str, str, list[str], list]:
+    """(expression, text without the words read, notes, the inputs' shapes) for a gated activation in
+    words: act(x) * y of two tensors (the shapes as said), or with a hidden size, the MLP act(x @ w1) *
+    (x @ w2), w1 and w2 [features, hidden] of x's last dim (x the shape said)."""
+    m = GATED_WORD.search(text)
+    act = _GATES[m.group(1).lower()]
+    hidden = _HIDDEN.search(text)
+    text = re.sub(rf"\b(?:{_HIDDEN_NAME.pattern})\b", " ", _HIDDEN.sub(" ", GATED_WORD.sub(" ", text)), flags=re.I)
+    # "hidden size 11008" the shape reader took as a shape of that name
+    sized = [s[0] for label, s in shapes if label and _HIDDEN_NAME.fullmatch(label) and len(s) == 1]
+    shapes = [(label, s) for label, s in shapes if not (label and _HIDDEN_NAME.fullmatch(label))]
+    hidden = int(hidden.group(1)) if hidden else sized[0] if sized else None
+    if hidden is None:
+        return f"{act}(x) * y", text, [f"read {m.group(0)!r} as {act}(x) * y, the gate over two tensors; give a "
+                                       "hidden size ('with hidden 11008') for the MLP's two projections"], shapes
+    if not shapes or any(len(s) != 2 for _, s in shapes):
+        raise IRError(f"{m.group(0)} with a hidden size projects the rows of a 2-D x: give its shape, e.g. "
+                      f"'{m.group(0)} on 16x4096 with hidden 11008' (other ranks: type 'silu(x @ w1) * (x @ w2) with "
+                      "x 2x8x4096, w1 4096x11008, w2 4096x11008')")
+    # each case's problem [M, N, K]: x's rows by the hidden size over its features
+    problems = [(None, [s[0], hidden, s[1]]) for _, s in shapes]
+    return f"{act}(x @ w1) * (x @ w2)", text, [], problems
 # Request words, in the order they are looked for (an earlier word wins: "square root" before
 # "square"): (pattern, kind, op). kind "step" applies to the operand so far, "binary" joins two
 # inputs, "where" selects.

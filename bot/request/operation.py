@@ -9,7 +9,8 @@ import re
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.ops import attention, channel_norm, conv, fused, gather, layout, loss, norm, pool, registry, remap, scan
+from bot.ops import (attention, channel_norm, conv, fused, gather, layout, loss, norm, pointwise, pool, registry,
+                     remap, scan)
 from bot.ops import matmul as mmf
 from bot.ops.text import blank as _blank
 from bot.request import order
@@ -47,6 +48,10 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
         return _layout_words(prose, rd)
     if expr is None and gather.LOOKUP_WORD.search(prose):
         return _lookup_words(prose, rd)
+    if expr is None and pointwise.GATED_WORD.search(prose):
+        said, rd.shapes = rd.shapes, []         # the reader gives every input's
+        return _family_words(lambda p: pointwise.gated_words(p, said), prose, rd,
+                             "'silu(x @ w1) * (x @ w2)' or 'silu(x) * y'")
     if expr is None and remap.REMAP_WORD.search(prose):
         node = _family_words(lambda p: (*remap.remap_words(p, order.named_inputs(p), rd.dims), [], []), prose, rd,
                              "'torch.flip(x, [1]) + y' or 'F.pad(x, (1, 1), mode=\'reflect\')'")
