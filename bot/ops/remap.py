@@ -59,7 +59,7 @@ CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(1024, 4), (2048, 8), (4096
 # ---------------------------------------------------------------- words
 
 # "flip x along dim 1", "roll by 3 along dim 0", "nearest upsample by 2", "reflect pad by 2",
-# "lower triangle of x", "pixel shuffle by 2", "翻转", "循环移位", "上采样", "反射填充", "下三角", "像素重排"
+# "lower triangle of x", "pixel shuffle by 2", "tile x 2 times along dim 0", "翻转", "循环移位", "上采样", "反射填充", "下三角", "像素重排"
 FLIP_WORD = re.compile(r"\bflip(?:s|ped|ping)?\b|翻转", _F)
 ROLL_WORD = re.compile(r"\broll(?:s|ed|ing)?\b|\bcircular(?:ly)?\s+shift\w*|循环移位", _F)
 UPSAMPLE_WORD = re.compile(r"\b(?:nearest[\s-]+(?:neighbou?r[\s-]+)?)?up[\s-]?sampl\w*|(?:最近邻)?上采样", _F)
@@ -67,9 +67,13 @@ PAD_WORD = re.compile(r"\b(?:(reflect|replicat|circular|zero|constant)\w*[\s-]+)
                       r"(反射|复制|循环|零|常数)?填充", _F)
 TRIANGLE_WORD = re.compile(r"\b(lower|upper)[\s-]+triang(?:le|ular)(?:\s+(?:part|half)(?:\s+of)?)?\b|([上下])三角|"
                            r"\b(tril|triu)\b(?!\s*\()", _F)
+# "tile x 2 times along dim 0", "repeat each element 3 times along dim 1", "重复"
+REPEAT_WORD = re.compile(r"\b(?:repeat(?:s|ed|ing)?(?:[\s_-]interleave[sd]?)?|tile[sd]?|tiling)\b(?!\s*\()|重复|平铺", _F)
+_TIMES = re.compile(r"\b(\d+)\s*(?:times|x)\b(?!\s*\d)|(\d+)\s*(?:次|遍|倍)", _F)
+_EACH = re.compile(r"\binterleav\w*|\beach\s+(?:element|value|entry|row|column)\b|逐元素|每个元素", _F)
 SHUFFLE_WORD = re.compile(r"\bpixel[\s_-]*(un)?shuffl\w*|(逆)?像素重排", _F)
 REMAP_WORD = re.compile("|".join(p.pattern for p in (FLIP_WORD, ROLL_WORD, UPSAMPLE_WORD, PAD_WORD, TRIANGLE_WORD,
-                                                      SHUFFLE_WORD)),
+                                                      SHUFFLE_WORD, REPEAT_WORD)),
                         _F)
 _BY = re.compile(r"\b(?:(?:up|down)[\s_-]?scal\w*[\s_-]+)?factor\s*(?:=|:|is)?\s*(\d+)\b|"
                  r"\b(?:by|of)\s+(?:a\s+(?:factor|shift)\s+of\s+)?(-?\d+)\b(?!\s*[x×*]\s*\d)|(-?\d+)\s*(?:倍|位)|"
@@ -80,13 +84,16 @@ _MODES = {"reflect": "reflect", "replicat": "replicate", "circular": "circular",
           "常数": "constant"}
 
 
-def remap_words(text: str, names: list[str], dims: list[int]) -> tuple[str, str]:
-    """(expression, text without the words read) for a flip, roll, upsampling, pad or triangle said in
-    words of one tensor (x where none is named); dims: the dims the words name ('along dim 1')."""
+def remap_words(text: str, names: list[str], dims: list[int], ranks: set[int]) -> tuple[str, str]:
+    """(expression, text without the words read) for a flip, roll, repeat, upsampling, pad, pixel shuffle
+    or triangle said in words of one tensor (x where none is named); dims: the dims the words name
+    ('along dim 1'); ranks: those of the shapes said."""
     if len(set(names)) > 1:
         raise IRError(f"a {REMAP_WORD.search(text).group(0)} moves one tensor, but the words name "
                       f"{', '.join(dict.fromkeys(names))}; write it as code, e.g. 'torch.flip(x, [1]) + y'")
     x = names[0] if names else "x"
+    if REPEAT_WORD.search(text) and not PAD_WORD.search(text):
+        return _repeat_words(text, x, dims, ranks)
     by = _BY.search(text)
     amount = int(next(g for g in by.groups() if g)) if by else None
     if by:
@@ -119,6 +126,28 @@ def remap_words(text: str, names: list[str], dims: list[int]) -> tuple[str, str]
         raise IRError("a pad takes its amount, each side of the last dim: say e.g. 'reflect pad x by 2'")
     mode = _MODES.get((m.group(1) or m.group(2) or "constant").lower(), "constant")
     return f"F.pad({x}, ({amount}, {amount}), mode='{mode}')", REMAP_WORD.sub(_blank, text)
+
+
+def _repeat_words(text: str, x: str, dims: list[int], ranks: set[int]) -> tuple[str, str]:
+    """'repeat each element 3 times along dim 1' (repeat_interleave) or 'tile x 2 times along dim 0'
+    (x.repeat: copies one after another); a bare 'repeat' could be either, so it is asked."""
+    times = _TIMES.search(text)
+    if not times:
+        raise IRError("a repeat takes its count: say e.g. 'tile x 2 times along dim 0' or 'repeat each element 2 "
+                      "times along dim 1'")
+    n = int(next(g for g in times.groups() if g))
+    d = dims[0] if len(dims) == 1 else None
+    rest = _EACH.sub(_blank, REPEAT_WORD.sub(_blank, blank_span(text, times)))
+    if _EACH.search(text) or re.search(r"interleave", text, re.I):
+        return f"torch.repeat_interleave({x}, {n}{'' if d is None else f', dim={d}'})", rest
+    if not re.search(r"\btil|平铺", text, re.I):
+        raise IRError("'repeat' in words can mean copies of the whole tensor one after another (torch's x.repeat) "
+                      "or each element repeated in place (repeat_interleave, numpy's repeat): say 'tile x 2 times "
+                      "along dim 0' or 'repeat each element 2 times along dim 0'")
+    if d is None or len(ranks) != 1:
+        raise IRError("a tile in words takes one dim and one shape, e.g. 'tile x 2 times along dim 0 for 64x128'")
+    rank = ranks.pop()
+    return f"{x}.repeat({tuple(n if k == d % rank else 1 for k in range(rank))})", rest
 
 
 # ---------------------------------------------------------------- IR rule

@@ -53,7 +53,8 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
         return _family_words(lambda p: pointwise.gated_words(p, said), prose, rd,
                              "'silu(x @ w1) * (x @ w2)' or 'silu(x) * y'")
     if expr is None and remap.REMAP_WORD.search(prose):
-        node = _family_words(lambda p: (*remap.remap_words(p, order.named_inputs(p), rd.dims), [], []), prose, rd,
+        ranks = {len(shape) for _, shape in rd.shapes}
+        node = _family_words(lambda p: (*remap.remap_words(p, order.named_inputs(p), rd.dims, ranks), [], []), prose, rd,
                              "'torch.flip(x, [1]) + y' or 'F.pad(x, (1, 1), mode=\'reflect\')'")
         rd.dims = []                    # said in the expression
         return node

@@ -149,6 +149,8 @@ def test_arguments_it_cannot_read_are_refused_by_name(expression, message):
     ("upper triangular part of a 128x128 matrix with diagonal 1", "torch.triu(x, diagonal=1)"),
     ("下三角 128x128", "torch.tril(x)"),
     ("triu of a 512x512 matrix", "torch.triu(x)"),
+    ("tile x 2 times along dim 0 on 64x64", "x.repeat(2, 1)"),
+    ("repeat each element 3 times along dim 1 for 8x16", "torch.repeat_interleave(x, 3, dim=1)"),
     ("pixel shuffle x by 2 for 8x64x32x32 bf16", "F.pixel_shuffle(x, 2)"),
     ("pixel unshuffle with downscale factor 4 on 1x3x256x256", "F.pixel_unshuffle(x, 4)"),
     ("逆像素重排 2 倍 8x3x64x64", "F.pixel_unshuffle(x, 2)"),
@@ -162,6 +164,8 @@ def test_remaps_in_words_in_english_and_chinese(words, typed):
 @pytest.mark.parametrize("words, says", [
     ("flip x for 64x64", "say which, e.g. 'flip x along dim 1'"),
     ("pixel shuffle of a 8x16x32x32 tensor", "takes its factor"),
+    ("repeat x 2 times along dim 0 on 64x64", "'repeat' in words can mean copies of the whole tensor"),
+    ("tile x along dim 0 on 64x64", "a repeat takes its count"),
     ("roll x along dim 0 for 64x64", "a roll shifts by a number"),
     ("nearest upsample x for 8x3x8x8", "takes a factor"),
     ("reflect pad x for 8x3x8x8", "a pad takes its amount"),
