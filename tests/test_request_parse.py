@@ -184,6 +184,16 @@ def test_gated_activations_in_words(text, expression, want):
     assert expr(spec) == canon(expression) and shapes(spec) == want
 
 
+@pytest.mark.parametrize("text, want", [
+    ("F.batch_norm(x, rm, rv, training=False) for 8x16x4x4", {"x": [[8, 16, 4, 4]], "rm": [[16]], "rv": [[16]]}),
+    ("F.group_norm(x, 4, w, b) for 2x8x5x5", {"x": [[2, 8, 5, 5]], "w": [[8]], "b": [[8]]}),
+    ("F.layer_norm(x, (5, 5), w, b) for 2x8x5x5", {"x": [[2, 8, 5, 5]], "w": [[5, 5]], "b": [[5, 5]]}),
+])
+def test_a_typed_norms_parameters_take_its_channels_or_normalized_dims(text, want):
+    spec, _ = parse_request(text)
+    assert shapes(spec) == want
+
+
 def test_input_said_to_be_a_vector_gets_the_last_dim():
     spec, _ = parse_request("gelu(x + b) where b is a vector")
     assert expr(spec) == canon("gelu(x + b)")

@@ -180,6 +180,16 @@ def _flag(value, default: bool) -> bool:
     raise IRError(f"expected True or False, got {ast.unparse(value)!r}")
 
 
+def parameter_shapes(node: Node, shape: list[int]) -> dict[str, list[int]]:
+    """The shape of each input a channel norm reads as a parameter, for its input's shape: a batch,
+    group or instance norm's running statistics, weight and bias are [C], a layer norm's weight and
+    bias its normalized dims; none for other ops."""
+    if node.op not in OPS or len(shape) < 2:
+        return {}
+    own = shape[-node.attr("dims"):] if node.op == "layer_norm_nd" else [shape[1]]
+    return {a.name: list(own) for a in roles(node).values() if a.op == "input"}
+
+
 def roles(node: Node) -> dict[str, Node]:
     """The node's tensor arguments by role: running_mean, running_var (eval batch norm), weight, bias."""
     roles = (["running_mean", "running_var"] if node.op == "batch_norm" and not node.attr("training") else [])
@@ -188,15 +198,24 @@ def roles(node: Node) -> dict[str, Node]:
 
 
 def _eval_batch_norm(node: Node, x: str, t: dict[str, str], lines: list[str]) -> str:
-    """torch's eval-mode batch norm written out: the same values as F.batch_norm(training=False), but
-    differentiable in the running statistics too (F.batch_norm refuses them a gradient), so a
-    training kernel's gradients can be checked against it for every float input."""
-    lines.append(f"per_channel = [-1] + [1] * ({x}.dim() - 2)     # a [C] tensor against [N, C, ...]")
-    result = (f"({x} - {t['running_mean']}.view(per_channel)) * torch.rsqrt({t['running_var']}.view(per_channel) + "
-              f"{fmt_const(node.attr('eps'))})")
+    """Eval-mode batch norm: F.batch_norm(training=False) where no running statistic needs a gradient
+    (the eager baseline as a person writes it), else its formula written out (F.batch_norm refuses
+    the running statistics a gradient, which a training kernel's check needs), computed in float32
+    at least as F.batch_norm does, so both give the same values."""
+    eps = fmt_const(node.attr("eps"))
+    stats = [t[k] for k in ("running_mean", "running_var")]
+    lines += [f"if not ({stats[0]}.requires_grad or {stats[1]}.requires_grad):",
+              f"    return torch.nn.functional.batch_norm({x}, {stats[0]}, {stats[1]}, {t.get('weight', 'None')}, "
+              f"{t.get('bias', 'None')}, training=False, eps={eps})",
+              f"wide = torch.promote_types({x}.dtype, torch.float32)",
+              f"per_channel = [-1] + [1] * ({x}.dim() - 2)     # a [C] tensor against [N, C, ...]"]
+    per_channel = {k: f"{v}.to(wide).view(per_channel)" for k, v in t.items()}
+    result = f"({x}.to(wide) - {per_channel['running_mean']}) * torch.rsqrt({per_channel['running_var']} + {eps})"
     if "weight" in t:
-        result += f" * {t['weight']}.view(per_channel)"
-    return result + (f" + {t['bias']}.view(per_channel)" if "bias" in t else "")
+        result += f" * {per_channel['weight']}"
+    if "bias" in t:
+        result += f" + {per_channel['bias']}"
+    return f"({result}).to({x}.dtype)"
 
 
 def _call(node: Node, x: str, t: dict[str, str]) -> str:

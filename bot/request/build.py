@@ -9,7 +9,7 @@ from bot import ir
 from bot import spec as specmod
 from bot.generators.interface import GenerationError
 from bot.ops import matmul as mmf
-from bot.ops import attention, fused, pointwise, pool, registry, softmax
+from bot.ops import attention, channel_norm, fused, pointwise, pool, registry, softmax
 from bot.ops.node import WITH_INDICES
 from bot.ops.text import sizes_text
 from bot.request.describe import default_name, describe, spec_params
@@ -174,14 +174,15 @@ def _input_shapes(st: State, node: ir.Node, names: list[str], notes: list[str]) 
     dim, class indices the cases without it, the rest the main input's shape."""
     main = main_input(st, names)
     cases = _cases(st, names, main, notes)
-    index = ir.index_inputs(node)
+    index, own = ir.index_inputs(node), [channel_norm.parameter_shapes(node, c) for c in cases]
     shapes = {main: cases}
     for n in names:
         if n == main:
             continue
         given = per_case(st.input_shapes[n], len(cases), n) if n in st.input_shapes else [None] * len(cases)
-        vector = is_vector(st, n, names)
-        shapes[n] = [g or (c[:-1] if n in index else [c[-1]] if vector else list(c)) for g, c in zip(given, cases)]
+        vector = is_vector(st, n, names) and not own[0].get(n)
+        shapes[n] = [g or p.get(n) or (c[:-1] if n in index else [c[-1]] if vector else list(c))
+                     for g, c, p in zip(given, cases, own)]
         if vector and None in given and node.op not in ir.NORMS:
             notes.append(f"no shape named for {n}: using [N], the last dim of {main}, broadcast over the rows")
         elif st.inputs and not vector and n not in index and None in given:     # a pasted function's parameter
