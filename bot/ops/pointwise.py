@@ -151,8 +151,7 @@ CLAMP_WORD = re.compile(r"\bclamp\w*|\bclip\w*|限幅|截断", _F)
 GATED_WORD = re.compile(r"\b(swi|ge|re)[\s_-]?glu\b", _F)
 _GATES = {"swi": "silu", "ge": "gelu", "re": "relu"}
 _HIDDEN_NAME = re.compile(r"hidden|intermediate|inner|ffn", re.I)
-_HIDDEN = re.compile(r"\b(?:hidden|intermediate|inner|ffn)(?:[\s_-]+(?:size|dim|features))?\s*(?:of|=|:|is)?\s*(\d+)\b",
-                     _F)
+_HIDDEN = re.compile(rf"\b(?:{_HIDDEN_NAME.pattern})(?:[\s_-]+(?:size|dim|features))?\s*(?:of|=|:|is)?\s*(\d+)\b", _F)
 
 
 def gated_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[str, str, list[str], list]:
@@ -177,6 +176,8 @@ def gated_words(text: str, shapes: list[tuple[str | None, list[int]]]) -> tuple[
     # each case's problem [M, N, K]: x's rows by the hidden size over its features
     problems = [(None, [s[0], hidden, s[1]]) for _, s in shapes]
     return f"{act}(x @ w1) * (x @ w2)", text, [], problems
+
+
 # Request words, in the order they are looked for (an earlier word wins: "square root" before
 # "square"): (pattern, kind, op). kind "step" applies to the operand so far, "binary" joins two
 # inputs, "where" selects.

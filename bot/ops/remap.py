@@ -70,7 +70,7 @@ TRIANGLE_WORD = re.compile(r"\b(lower|upper)[\s-]+triang(?:le|ular)(?:\s+(?:part
 # "tile x 2 times along dim 0", "repeat each element 3 times along dim 1", "重复"
 REPEAT_WORD = re.compile(r"\b(?:repeat(?:s|ed|ing)?(?:[\s_-]interleave[sd]?)?|tile[sd]?|tiling)\b(?!\s*\()|重复|平铺", _F)
 _TIMES = re.compile(r"\b(\d+)\s*(?:times|x)\b(?!\s*\d)|(\d+)\s*(?:次|遍|倍)", _F)
-_EACH = re.compile(r"\binterleav\w*|\beach\s+(?:element|value|entry|row|column)\b|逐元素|每个元素", _F)
+_EACH = re.compile(r"interleav\w*|\beach\s+(?:element|value|entry|row|column)\b|逐元素|每个元素", _F)
 SHUFFLE_WORD = re.compile(r"\bpixel[\s_-]*(un)?shuffl\w*|(逆)?像素重排", _F)
 REMAP_WORD = re.compile("|".join(p.pattern for p in (FLIP_WORD, ROLL_WORD, UPSAMPLE_WORD, PAD_WORD, TRIANGLE_WORD,
                                                       SHUFFLE_WORD, REPEAT_WORD)),
@@ -138,7 +138,7 @@ def _repeat_words(text: str, x: str, dims: list[int], ranks: set[int]) -> tuple[
     n = int(next(g for g in times.groups() if g))
     d = dims[0] if len(dims) == 1 else None
     rest = _EACH.sub(_blank, REPEAT_WORD.sub(_blank, blank_span(text, times)))
-    if _EACH.search(text) or re.search(r"interleave", text, re.I):
+    if _EACH.search(text):
         return f"torch.repeat_interleave({x}, {n}{'' if d is None else f', dim={d}'})", rest
     if not re.search(r"\btil|平铺", text, re.I):
         raise IRError("'repeat' in words can mean copies of the whole tensor one after another (torch's x.repeat) "
@@ -202,7 +202,7 @@ def _pad(c: Call, x: Node) -> Node:
         else None
     if not pads or len(pads) % 2 or mode not in PAD_MODES:
         raise IRError("F.pad takes pad as pairs of whole numbers (the last dim's before and after first) and mode "
-                      f"'constant', 'reflect', 'replicate' or 'circular', e.g. F.pad(x, (1, 1), mode='reflect')")
+                      "'constant', 'reflect', 'replicate' or 'circular', e.g. F.pad(x, (1, 1), mode='reflect')")
     value = 0.0 if is_none(given.get("value")) else number(given["value"])
     if value and mode != "constant":
         raise IRError(f"F.pad's value is for mode 'constant'; mode {mode!r} pads with the input's own values")
@@ -348,8 +348,8 @@ def reference_property(node: Node) -> tuple[str, bool]:
 # ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
 
 def _remap_plan(shape, kind, dims, amounts, mode=None):
-    # (the input's shape as the op reads it, the output's, per output dim (a, b, d, m): output index o
-    # reads input index ((o * a + b) // d) % m there, and the shape torch returns). No dims for roll or
+    # (the input's shape as the op reads it, the output's, per output dim k (a, b, d, m, order): output
+    # index o reads index ((o * a + b) // d) % m of input dim order[k], and the shape torch returns). No dims for roll or
     # repeat_interleave: the flattened tensor (rolled back into shape); a repeat's input takes unit dims
     # first up to the repeats' count. F.pad's mode: mode.
     if kind in ("pixel_shuffle", "pixel_unshuffle"):
@@ -385,7 +385,7 @@ def _remap_plan(shape, kind, dims, amounts, mode=None):
             sizes[k], d[k] = shape[k] * amounts[0], max(amounts[0], 1)
     if kind in ("repeat", "tile"):
         sizes = [n * r for n, r in zip(shape, amounts)]
-    return shape, sizes, (a, b, d, m), returned if kind == "roll" else sizes
+    return shape, sizes, (a, b, d, m, list(range(rank))), returned if kind == "roll" else sizes
 
 
 def _pad_plan(shape, pads, mode):
@@ -408,7 +408,7 @@ def _pad_plan(shape, pads, mode):
 def _shuffle_plan(shape, r, up):
     # A pixel shuffle as _remap_plan gives it: the input read as [*, C, r, r, H, W] (up) or [*, C, H, r,
     # W, r], the output [*, C, H, r, W, r] (or [*, C, r, r, H, W]) whose dim k is the view's order[k],
-    # carried in the steps' fifth entry; torch returns [*, C, H*r, W*r] (or [*, C*r*r, H, W]).
+    # the steps' fifth entry (other ops' is the identity); torch returns [*, C, H*r, W*r] (or [*, C*r*r, H, W]).
     if len(shape) < 3:
         raise ValueError(f"pixel_{'' if up else 'un'}shuffle takes [*, C, H, W], got a {len(shape)}-D tensor")
     *lead, c, h, w = shape
@@ -444,17 +444,16 @@ def _upsample_plan(shape, wanted, by_size):
 
 def _remap_padded(rank, shape, sizes, steps):
     # Everything as a rank-dim op: unit dims first, read with stride 0. Output dim k reads the input's
-    # dim k, or order[k] where the steps carry an order (a pixel shuffle's permutation).
+    # dim order[k], the steps' fifth entry (a pixel shuffle's permutation; else k itself).
+    *steps, order = steps
     strides, step = [], 1
     for n in reversed(shape):
         strides.insert(0, step if n != 1 else 0)
         step *= n
-    if len(steps) > 4:
-        strides = [strides[k] for k in steps[4]]
     lead = rank - len(shape)
     fills = (1, 0, 1, 1)
-    return ([1] * lead + list(sizes), [0] * lead + strides,
-            [[fill] * lead + list(s) for fill, s in zip(fills, steps[:4])])
+    return ([1] * lead + list(sizes), [0] * lead + [strides[k] for k in order],
+            [[fill] * lead + list(s) for fill, s in zip(fills, steps)])
 
 
 def _remap_config(n):

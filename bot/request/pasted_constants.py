@@ -14,6 +14,8 @@ from bot.generators.interface import GenerationError
 
 TORCH_DTYPES = {"float16": "float16", "half": "float16", "bfloat16": "bfloat16", "float32": "float32",
                 "float": "float32", "bool": "bool", "int64": "int64", "long": "int64"}
+# Comparisons and logical ops: their result is a bool tensor of their operands' shape.
+MASK_CALLS = {"gt", "ge", "lt", "le", "eq", "ne", "logical_not", "logical_and", "logical_or", "logical_xor"}
 _MATH = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf}
 _MATH_FNS = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log, "tanh": math.tanh, "erf": math.erf,
              "cos": math.cos, "sin": math.sin, "log2": math.log2, "log10": math.log10, "pow": math.pow}

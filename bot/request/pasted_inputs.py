@@ -10,7 +10,7 @@ import copy
 from dataclasses import dataclass
 
 from bot.generators.interface import GenerationError
-from bot.request.pasted_constants import (TORCH_DTYPES, Dtype, NotConstant, assigned, bind, const,
+from bot.request.pasted_constants import (MASK_CALLS, TORCH_DTYPES, Dtype, NotConstant, assigned, bind, const,
                                           refuse_constant)
 
 _MAKERS = {"rand", "randn", "ones", "zeros", "empty", "full", "randint"}
@@ -75,8 +75,7 @@ class _Made:
 _SAME_SHAPE = {"abs", "exp", "log", "sigmoid", "tanh", "relu", "softmax", "log_softmax", "triu", "tril", "clamp",
                "sign", "neg", "sqrt", "contiguous", "cuda", "to", "type", "half", "float", "bfloat16", "bool", "long", "clone",
                "detach", "requires_grad_", "mul", "add", "sub", "div", "bernoulli"}
-# ... and those that make a bool mask of that shape (x.gt(0.5), torch.logical_not(m)).
-_TO_MASK = {"gt", "ge", "lt", "le", "eq", "ne", "logical_not", "logical_and", "logical_or", "logical_xor"}
+# ... and MASK_CALLS make a bool mask of that shape (x.gt(0.5), torch.logical_not(m)).
 
 
 def _is_tensor(value: ast.expr | None, env: dict) -> bool:
@@ -108,12 +107,12 @@ def _tensor(expr: ast.expr, env: dict, name: str) -> tuple[list[int], str | None
     if isinstance(expr, ast.Attribute) and expr.attr in ("T", "mT") and _is_tensor(expr.value, env):
         shape, dtype = _tensor(expr.value, env, name)
         return shape[:-2] + shape[-2:][::-1], dtype
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_SHAPE | _TO_MASK:
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_SHAPE | MASK_CALLS:
         inner = expr.func.value if _is_tensor(expr.func.value, env) else next(
             (a for a in expr.args if _is_tensor(a, env)), None)
         if inner is not None:
             shape, dtype = _tensor(inner, env, name)
-            return shape, MASK if expr.func.attr in _TO_MASK else _cast(expr, env) or dtype
+            return shape, MASK if expr.func.attr in MASK_CALLS else _cast(expr, env) or dtype
     if not _is_tensor(expr, env):
         try:
             value = const(expr, env)

@@ -8,12 +8,12 @@ than one tensor. For pasted functions (bot.request.pasted) and expressions typed
 from __future__ import annotations
 
 import ast
-import re
 import copy
+import re
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.request.pasted_constants import folded
+from bot.request.pasted_constants import MASK_CALLS, folded
 
 
 # Syntax nodes the inlined expression may reach: a local read many times (a residual's input, the
@@ -195,9 +195,8 @@ def _kept_cast(n: ast.AST) -> str | None:
     return next((c for child in ast.iter_child_nodes(n) if (c := _kept_cast(child))), None)
 
 
-_BOOLEAN_CALLS = {"isnan", "isinf", "isfinite", "isposinf", "isneginf", "logical_and", "logical_or", "logical_xor",
-                  "logical_not", "eq", "ne", "gt", "ge", "lt", "le", "greater", "less", "greater_equal", "less_equal",
-                  "not_equal", "signbit"}
+_BOOLEAN_CALLS = MASK_CALLS | {"isnan", "isinf", "isfinite", "isposinf", "isneginf", "greater", "less",
+                               "greater_equal", "less_equal", "not_equal", "signbit"}
 
 
 class _Unmarked(ast.NodeTransformer):
@@ -228,9 +227,7 @@ def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
         return None
     name = _called(call)[0]
     if name == "aminmax":
-        new = "amin" if part in ("values", "min") else "amax"
-        func = ast.Attribute(call.func.value, new, ast.Load()) if isinstance(call.func, ast.Attribute) else ast.Name(new)
-        return ast.Call(func, call.args, call.keywords)
+        return _renamed(call, "amin" if part in ("values", "min") else "amax")
     if part not in ("values", "indices"):
         return None
     if name in ("var_mean", "std_mean"):
@@ -241,20 +238,24 @@ def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
         new = ("a" if part == "values" else "arg") + name
     else:
         return None
-    func = ast.Attribute(call.func.value, new, ast.Load()) if isinstance(call.func, ast.Attribute) else ast.Name(new)
-    return ast.Call(func, call.args, call.keywords)
+    return _renamed(call, new)
+
+
+def _renamed(call: ast.Call, name: str, args: list | None = None, keywords: list | None = None) -> ast.Call:
+    """The call with the function (or method) renamed, its arguments kept unless given."""
+    func = ast.Attribute(call.func.value, name, ast.Load()) if isinstance(call.func, ast.Attribute) else ast.Name(name)
+    return ast.Call(func, call.args if args is None else args, call.keywords if keywords is None else keywords)
 
 
 def _moment_part(call: ast.Call, name: str) -> ast.Call:
     """var_mean's (std_mean's) part: var (std) with its arguments, or the mean over the same dim, keepdim
     as given (torch's positional order: input, dim, unbiased, keepdim)."""
-    func = ast.Attribute(call.func.value, name, ast.Load()) if isinstance(call.func, ast.Attribute) else ast.Name(name)
     if name != "mean":
-        return ast.Call(func, call.args, call.keywords)
+        return _renamed(call, name)
     keywords = [k for k in call.keywords if k.arg in ("dim", "keepdim")]
     if len(call.args) > 3:
         keywords.append(ast.keyword("keepdim", call.args[3]))
-    return ast.Call(func, call.args[:2], keywords)
+    return _renamed(call, name, call.args[:2], keywords)
 
 
 WITH_INDICES = {"max": "max_with_indices", "min": "min_with_indices"}

@@ -193,13 +193,13 @@ def take_shapes(text: str, rd: Reading) -> str:
             shape = [_dim(m.group("one") or m.group("vector") or m.group("count"))]
         before = text[:m.start()]
         lab = LABEL.search(before)
+        ahead = before[:lab.start(1)] if lab else ""         # what comes before the label
         # "rmsnorm without weight 8x4096" is not about a weight
-        without = re.search(r"\b(?:without|no|w/o)\s+$", before[:lab.start(1)]) if lab else None
-        label = lab.group(1) if lab and not without else None
+        label = lab.group(1) if lab and not re.search(r"\b(?:without|no|w/o)\s+$", ahead) else None
         if not (label and SHAPE_OWNER.fullmatch(label)) and (after := OWNER_AFTER.match(text, m.end())):
             label = after.group(1)           # "16x1000 logits", "a 128 bias"
         # "x and y of shape 4096x4096", "k, v 2x8x1024x128": each name listed before the label has it too
-        for name in _listed_before(before[:lab.start(1)]) if label and lab and label == lab.group(1) else ():
+        for name in _listed_before(ahead) if lab and label == lab.group(1) else ():
             rd.shapes.append((name, shape))
             rd.shapes_at.append((m.start(), m.end()))
         rd.shapes.append((label, shape))
