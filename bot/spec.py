@@ -18,7 +18,7 @@ import math
 import re
 
 from bot import autodiff, ir, training
-from bot.ops import argreduce, conv, pointwise
+from bot.ops import argreduce, conv, pointwise, sort
 from runner import protocol
 
 MAX_RANK = 5                     # a 3-d convolution's or pooling's [N, C, D, H, W]
@@ -367,7 +367,7 @@ def _outputs(spec: dict, node: ir.Node) -> list[dict]:
         except ir.IRError as e:
             raise SpecError(f"case {case.index + 1}: {e}") from None
     dtypes = [ir.output_dtype(node, d) for d in protocol.float_inputs(spec)[0]["dtypes"]]
-    return argreduce.outputs(node, dtypes, shapes) or [{"name": "out", "dtypes": dtypes, "shapes": shapes}]
+    return argreduce.outputs(node, dtypes, shapes) or sort.outputs(node, dtypes, shapes) or [{"name": "out", "dtypes": dtypes, "shapes": shapes}]
 
 
 def _check_sizes(spec: dict) -> None:

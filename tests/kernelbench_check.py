@@ -66,16 +66,33 @@ def check(path: Path, workdir: Path, timed: bool, device: str) -> dict:
         return {**row, "status": "error", "detail": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]}
 
 
-def _against_float64(model: torch.nn.Module, inputs: list, want: torch.Tensor, got: torch.Tensor) -> str:
+def _against_float64(model: torch.nn.Module, inputs: list, want: torch.Tensor, got: torch.Tensor,
+                     part: int | None = None) -> str:
     """For a mismatch: how far torch's own float32 forward and the kernel each are from the module run
-    in float64 on the same inputs. Both far off says the problem is ill-conditioned at this dtype (the
-    check compares two roundings); the kernel alone far off says the kernel is wrong."""
+    in float64 on the same inputs (part: which of its outputs). Both far off says the problem is
+    ill-conditioned at this dtype (the check compares two roundings); the kernel alone far off says
+    the kernel is wrong."""
     with torch.no_grad():
         exact = model.double()(*[t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
                                  for t in inputs])
+    exact = exact if part is None else exact[part]
     scale = float(exact.abs().max()) or 1.0
     return (f"max |error| / max |float64|: torch float32 {float((want.double() - exact).abs().max()) / scale:.2e}, "
             f"kernel {float((got.double() - exact).abs().max()) / scale:.2e}")
+
+
+def _compare(got, want: torch.Tensor) -> dict:
+    """One output against the module's: shape and dtype, then allclose (floats) or equality."""
+    out = {"shape": list(want.shape), "dtype": str(want.dtype).removeprefix("torch.")}
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return {**out, "status": "mismatch", "detail": f"kernel gave {list(got.shape)} {got.dtype}"}
+    if want.is_floating_point():
+        err = (got.double() - want.double()).abs()
+        out["max_rel_err"] = float((err / want.double().abs().clamp_min(1e-3)).max())
+        ok = torch.allclose(got, want, atol=1e-2, rtol=1e-2)
+    else:
+        ok = torch.equal(got, want)
+    return {**out, "status": "pass" if ok else "mismatch"}
 
 
 def run(path: Path, kernel_path: Path, spec: dict, timed: bool, device: str) -> dict:
@@ -93,19 +110,17 @@ def run(path: Path, kernel_path: Path, spec: dict, timed: bool, device: str) -> 
         got = kernel(*numbers, *params)
     if device == "cuda":
         torch.cuda.synchronize()
-    out = {"shape": list(want.shape), "dtype": str(want.dtype).removeprefix("torch.")}
-    if got.shape != want.shape or got.dtype != want.dtype:
-        return {**out, "status": "mismatch", "detail": f"kernel gave {list(got.shape)} {got.dtype}"}
-    if want.is_floating_point():
-        err = (got.double() - want.double()).abs()
-        out["max_rel_err"] = float((err / want.double().abs().clamp_min(1e-3)).max())
-        ok = torch.allclose(got, want, atol=1e-2, rtol=1e-2)
-    else:
-        ok = torch.equal(got, want)
-    out["status"] = "pass" if ok else "mismatch"
-    if not ok and want.is_floating_point():
-        out["detail"] = _against_float64(model, inputs, want, got)
-    if ok and timed:
+    # torch.max(x, dim), torch.sort, torch.topk: (values, indices), each checked
+    wants, gots = (tuple(want), tuple(got)) if isinstance(want, tuple) else ((want,), (got,))
+    if len(gots) != len(wants):
+        return {"status": "mismatch", "detail": f"kernel gave {len(gots)} outputs, the module {len(wants)}"}
+    for k, (got, want) in enumerate(zip(gots, wants)):
+        out = _compare(got, want)
+        if out["status"] != "pass":
+            if want.is_floating_point():
+                out["detail"] = _against_float64(model, inputs, want, got, k if len(wants) > 1 else None)
+            return out
+    if timed:
         from triton.testing import do_bench
         with torch.no_grad():
             out["kernel_ms"] = do_bench(lambda: kernel(*numbers, *params), return_mode="median")

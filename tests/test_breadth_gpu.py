@@ -1,6 +1,6 @@
 """Requests of the families' newer operators (issue 24's breadth: a loss of probabilities, label
 smoothing, a per-channel PReLU, logcumsumexp, 'same' and causal padding, 4-D attention scores, take_along_dim,
-rounding, inverse trigonometry and remainders, the remaps, F.pad's modes, expand, pixel shuffles, LP pooling) through the offline generator's own stages and the trusted harness on a GPU, in every dtype
+rounding, inverse trigonometry and remainders, the remaps, F.pad's modes, expand, pixel shuffles, LP pooling, sorts and top-k) through the offline generator's own stages and the trusted harness on a GPU, in every dtype
 (bfloat16 included, which the interpreter computes wrongly); training where the request asks for it.
 Under the interpreter each family's kernels are checked in tests/ops."""
 from __future__ import annotations
@@ -35,6 +35,10 @@ REQUESTS = [
     f"cross entropy with label smoothing 0.1 for training on 4096x32000 logits {DTYPES}",
     f"torch.tanh(F.pixel_shuffle(x, 2)) + F.pixel_unshuffle(y, 2) with x 8x64x56x56, y 8x4x224x224 {DTYPES}",
     f"F.lp_pool2d(x, 2, 3, stride=2) for 8x64x56x56 {DTYPES}",
+    f"torch.sort(x, dim=-1, descending=True) for 4096x1000 {DTYPES}",
+    f"argsort over dim 0 for 3000x512 {DTYPES}",
+    f"torch.topk(x, 8, dim=-1) with x 64x151936 {DTYPES}",
+    f"top-50 indices over the last dim for 1024x4096 {DTYPES}",
 ]
 
 

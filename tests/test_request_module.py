@@ -195,7 +195,7 @@ def test_a_module_returning_values_and_indices_is_one_kernel_with_both():
 def test_a_module_returning_two_other_tensors_is_refused():
     code = SUM_MODULE.replace("return torch.sum(x, dim=self.dim)",
                               "values, indices = torch.max(x, dim=self.dim)\n            return values * 2, indices")
-    with pytest.raises(GenerationError, match="one output, or torch.max"):
+    with pytest.raises(GenerationError, match="one output, or the values and indices of torch.max"):
         parse_request(fenced(code))
 
 

@@ -531,7 +531,7 @@ def test_pasted_cross_entropy_target_first_still_takes_cases_from_the_logits():
 
 # ---------------------------------------------------------------- the supported list
 
-@pytest.mark.parametrize("text", ["deformable conv2d", "einsum ij,jk->ik", "hello", "sort each row"])
+@pytest.mark.parametrize("text", ["deformable conv2d", "einsum ij,jk->ik", "hello", "rotary embedding of q"])
 def test_unsupported_requests_list_what_is_supported(text):
     message = error(text)
     assert SUPPORTED in message

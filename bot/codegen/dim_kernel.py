@@ -148,6 +148,14 @@ class ReducedBodyFile(KernelFile):
                      "    # per-row [N] beside an [N, C]) is copied out to the body's shape first.\n")
         return text + "".join(f"    {i.local} = _expanded({i.local}, shape)\n" for i in self.body_inputs)
 
+    def _view(self, case: int, full: list[int]) -> tuple[int, int, int]:
+        """(A, D, B) of the body of case `case` (shape full): D the dim the family's op works over
+        (self.dim), A the product of the dims before it, B of those after it."""
+        if not -len(full) <= self.dim < len(full):
+            raise ValueError(f"{self.op} over dim {self.dim}, but case {case + 1} has shape {full}")
+        d = self.dim % len(full)
+        return math.prod(full[:d]), full[d], math.prod(full[d + 1:])
+
     def _elem_bytes(self) -> str:
         return " + ".join(f"{i.local}.element_size()" for i in self.body_inputs)
 
@@ -233,10 +241,7 @@ class DimKernel(ReducedBodyFile):
         """(A, D, B) of the body: D the reduced dim, or every element as [1, D, 1]."""
         if self.dim == ALL:
             return 1, math.prod(full), 1
-        if not -len(full) <= self.dim < len(full):
-            raise ValueError(f"{self.op} over dim {self.dim}, but case {case + 1} has shape {full}")
-        d = self.dim % len(full)
-        return math.prod(full[:d]), full[d], math.prod(full[d + 1:])
+        return super()._view(case, full)
 
     def configs(self) -> list[dict]:
         defaults = [_reduce_config(*view, self.arg) for view in self.views]

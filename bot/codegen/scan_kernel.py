@@ -13,7 +13,6 @@ tile runs backwards over D; an exclusive scan reads each lane's value one step b
 reads the op's identity). The math is the family's (bot.ops.scan.scan_math), in float32."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -115,12 +114,6 @@ class ScanKernel(ReducedBodyFile):
         if not isinstance(self.dim, int):
             raise ValueError(f"{self.op} runs over one integer dim, got {self.dim!r}")
         self.views = [self._view(case, full) for case, full in enumerate(self.fulls)]     # (A, D, B) per case
-
-    def _view(self, case: int, full: list[int]) -> tuple[int, int, int]:
-        if not -len(full) <= self.dim < len(full):
-            raise ValueError(f"{self.op} over dim {self.dim}, but case {case + 1} has shape {full}")
-        d = self.dim % len(full)
-        return math.prod(full[:d]), full[d], math.prod(full[d + 1:])
 
     def configs(self) -> list[dict]:
         defaults = [_scan_config(*view) for view in self.views]

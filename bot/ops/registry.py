@@ -25,14 +25,14 @@ from types import ModuleType
 
 from bot.codegen.expr import OpWriter
 from bot.ops import (argreduce, attention, channel_norm, conv, fused, gather, layout, loss, matmul, norm, pointwise,
-                     pool, reduce, remap, scan, softmax, view)
+                     pool, reduce, remap, scan, softmax, sort, view)
 from bot.ops.entry import Entry
 from bot.ops.node import Node
 
 # remap after scan (it reads flip, handing a flipped scan back to scan) and before matmul (which reads
 # tril/triu, handing a tensor's triangle to remap)
-FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, softmax, norm, channel_norm, fused, loss, pool,
-                                    layout, gather, remap, matmul, conv, view, attention)
+FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, sort, softmax, norm, channel_norm, fused, loss,
+                                    pool, layout, gather, remap, matmul, conv, view, attention)
 ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
 # Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
 # square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum', 'log-sum-exp' holds 'sum' and 'log',

@@ -259,7 +259,7 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
     norms and cross entropy."""
     k = ir.kind(node)
     root = registry.root_family(node.op)
-    if k == "chain" and root is not None and root.NAME in ("reduce", "argreduce", "scan", "softmax", "norm"):
+    if k == "chain" and root is not None and root.NAME in ("reduce", "argreduce", "scan", "sort", "softmax", "norm"):
         k = root.NAME                   # a chain ending in an op over a dim: the words may name its dim
     words = fused.dim_unsaid(node)      # 'variance', 'L2 normalize': over the dim the words name
     if words:
@@ -279,7 +279,7 @@ def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:
                                   "elementwise and runs over no dim. Which reduction or row operation over it did "
                                   f"you mean? {SUPPORTED}", unplaced=[f"over dim {d}" for d in st.dims])
         return node
-    reduces = k in ("reduce", "argreduce", "scan")          # over any one dim
+    reduces = k in ("reduce", "argreduce", "scan", "sort")          # over any one dim
     # Typed with no dim ('x.sum()', 'torch.max(x)'), torch reduces every element: one value.
     every = st.typed and not words and not st.dims and node.attr("dim") is None and node.op not in WITH_INDICES
     if (st.whole or every) and k in ("reduce", "argreduce"):

@@ -21,9 +21,9 @@ def default_name(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
     parts = list(dict.fromkeys(_labels(node)))
     name = "_".join(parts[:3])
     over_dims = isinstance(node.attr("dim"), tuple) and node.op in ir.REDUCE      # sum over dims (1, 2): fused's
-    if k in ("reduce", "argreduce", "scan") or over_dims:   # "sum" alone would shadow the builtin in generated files
+    if k in ("reduce", "argreduce", "scan", "sort") or over_dims:   # "sum" alone would shadow the builtin in generated files
         name += _dim_suffix(node.attr("dim"))
-        name += "".join(f"_{flag}" for flag in ("reverse", "exclusive") if node.attr(flag))
+        name += "".join(f"_{flag}" for flag in ("reverse", "exclusive", "descending") if node.attr(flag))
     elif k == "loss" and node.attr("reduction") == "none":
         name += "_per_row"
     return name
@@ -138,7 +138,7 @@ def spec_params(node: ir.Node, scalars: dict[str, float]) -> dict:
             params["reduction"] = sub.attr("reduction")
         elif sub.op == ir.MATMUL and sub.attr("tf32"):
             params["tf32"] = True
-    if ir.kind(node) in ("reduce", "argreduce", "scan") and node.attr("dim") != -1:
+    if ir.kind(node) in ("reduce", "argreduce", "scan", "sort") and node.attr("dim") != -1:
         params["dim"] = None if node.attr("dim") == ir.ALL else node.attr("dim")
     params.update({flag: True for flag in ("reverse", "exclusive") if ir.kind(node) == "scan" and node.attr(flag)})
     return params

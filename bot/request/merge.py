@@ -34,7 +34,7 @@ def apply(st: State, rd: Reading, feedback: bool) -> None:
         st.tf32 = rd.tf32 if rd.tf32 is not None else st.tf32
     st.training = rd.training if rd.training is not None else st.training      # kept across a new operator
     # "mean instead" on "sum over dim 0" keeps the dim ("std instead" too); "make it relu" drops it
-    over_a_dim = rd.node is not None and (ir.kind(rd.node) in ("reduce", "argreduce") or fused.dim_unsaid(rd.node))
+    over_a_dim = rd.node is not None and (ir.kind(rd.node) in ("reduce", "argreduce", "sort") or fused.dim_unsaid(rd.node))
     keeps_dim = feedback and over_a_dim and not rd.dims
     if (rd.node is not None or rd.dims or rd.whole) and not keeps_dim:
         st.dims, st.whole = rd.dims, rd.whole

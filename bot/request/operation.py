@@ -10,7 +10,7 @@ import re
 from bot import ir
 from bot.generators.interface import GenerationError
 from bot.ops import (attention, channel_norm, conv, fused, gather, layout, loss, norm, pointwise, pool, registry,
-                     remap, scan)
+                     remap, scan, sort)
 from bot.ops import matmul as mmf
 from bot.ops.text import blank as _blank
 from bot.request import order
@@ -44,6 +44,9 @@ def operator(prose: str, expr: tuple | None, rd: Reading) -> ir.Node | None:
         return _conv_words(prose, rd)
     if expr is None and channel_norm.CHANNEL_NORM_WORD.search(prose):
         return _channel_norm_words(prose, rd)
+    if expr is None and sort.SORT_WORD.search(prose):
+        return _family_words(lambda p: (*sort.sort_words(p), []), prose, rd,
+                             "'torch.sort(x, dim=-1, descending=True)' or 'torch.topk(x, 8, dim=-1)'")
     if expr is None and layout.LAYOUT_WORD.search(prose):
         return _layout_words(prose, rd)
     if expr is None and gather.LOOKUP_WORD.search(prose):

@@ -221,6 +221,7 @@ def _is_boolean(n: ast.expr) -> bool:
 def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
     """torch.max(x, dim=d).values -> torch.amax(x, dim=d); .indices -> torch.argmax(x, dim=d);
     torch.cummax(x, d).values -> cummax_values(x, d), the IR's cummax (its indices are not read);
+    torch.sort(x, d).values -> sort_values(x, d), .indices -> argsort(x, d) (topk's: topk_values, topk_indices);
     torch.var_mean(x, d)[0] -> torch.var(x, d), [1] -> torch.mean(x, d) (std_mean alike);
     torch.aminmax(x, dim=d).min or [0] -> torch.amin(x, dim=d), .max or [1] -> torch.amax."""
     if not (isinstance(call, ast.Call) and part in ("values", "indices", "min", "max")):
@@ -234,6 +235,8 @@ def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
         return _moment_part(call, name[:3] if part == "values" else "mean")
     if name in ("cummax", "cummin") and part == "values":
         new = f"{name}_values"
+    elif name in ("sort", "topk"):
+        new = f"{name}_values" if part == "values" else "argsort" if name == "sort" else "topk_indices"
     elif name in ("max", "min"):
         new = ("a" if part == "values" else "arg") + name
     else:
@@ -288,16 +291,23 @@ def _given_dim(n: ast.Call, args: int) -> bool:
         (args == 2 and ir.is_int_literal(n.args[-1]))
 
 
+# a call's two parts as MaxParts names them -> the call returning both
+_WHOLE = {("amax", "argmax"): "max", ("amin", "argmin"): "min", ("sort_values", "argsort"): "sort",
+          ("topk_values", "topk_indices"): "topk"}
+
+
 def _values_and_indices(parts: list[ast.expr]) -> ast.expr | None:
     """(torch.amax(x, d), torch.argmax(x, d)), as `values, idx = torch.max(x, d)` then `return values,
-    idx` leave them: max_with_indices(x, d); None for any other tuple."""
+    idx` leave them: max_with_indices(x, d) (torch.sort's and torch.topk's parts alike: sort, topk);
+    None for any other tuple."""
     if len(parts) != 2 or not all(isinstance(p, ast.Call) for p in parts):
         return None
     (owner, name, rest), (owner2, name2, rest2) = (_parts_of(p) for p in parts)
-    if name not in ("amax", "amin") or name2 != f"arg{name[1:]}" or (owner, rest) != (owner2, rest2):
+    whole = _WHOLE.get((name, name2))
+    if whole is None or (owner, rest) != (owner2, rest2):
         return None
-    extreme = ast.Attribute(parts[0].func.value, name[1:], ast.Load()) if owner else ast.Name(name[1:], ast.Load())
-    return whole_max(ast.Call(extreme, parts[0].args, parts[0].keywords), torch_only=False)
+    joined = _renamed(parts[0], whole)
+    return whole_max(joined, torch_only=False) if whole in WITH_INDICES else joined
 
 
 def _parts_of(call: ast.Call) -> tuple[str, str, str]:
@@ -316,8 +326,8 @@ def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
             pair = _values_and_indices([inline.visit(e) for e in stmt.value.elts])
             if pair is None:
                 raise GenerationError(f"{fn.name} returns {len(stmt.value.elts)} tensors, {ast.unparse(stmt.value)!r}: "
-                                      "a kernel here has one output, or torch.max(x, dim)'s (or min's) values and "
-                                      "indices; return one of them")
+                                      "a kernel here has one output, or the values and indices of torch.max(x, "
+                                      "dim), torch.min, torch.sort or torch.topk; return one of them")
             return pair
         if isinstance(stmt, ast.Return) and stmt.value is not None:
             return whole_max(inline.visit(stmt.value), torch_only=False)

@@ -35,8 +35,6 @@ OUT_OF_SCOPE: list[tuple[re.Pattern, str]] = [(re.compile(p, _F), what) for p, w
      "4096x4096 and v 4096')"),
     (r"\bconvolve\b|\b(?:separable|deformable|circular)[\s_-]+conv\w*",
      "this convolution (conv1d/2d/3d, transposed, depthwise and grouped are supported)"),
-    (r"\b(?:arg)?sort\w*|排序", "sorting"),
-    (r"\btop[\s_-]?k\b", "top-k"),
     (r"\brotary\b|\brope\b", "rotary position embedding (RoPE)"),
     (r"\b(?:quick|fast)[\s_-]?gelu\b", "a fast or quick GELU (an approximation: say 'gelu with tanh approximation', or "
      "write x * sigmoid(1.702 * x))"),
@@ -111,7 +109,7 @@ SHAPE = re.compile(
     rf"(?P<one>{_DIM})(?![\w.]|\s*[x×,*]|\s+by\s)"
     # a 1-D shape said as a count: "a 4096 tensor", "an 8192-element vector", "on 1000000 elements"
     rf"|\ban?\s+(?P<vector>{_DIM})(?:[\s-]+(?:elements?|long))?[\s-]+(?:tensor|vector|array)\b"
-    rf"|(?<![\w.])(?P<count>{_DIM})\s+(?:elements|values|entries)\b"
+    rf"|(?<![\w.])(?<!top[-\s_])(?P<count>{_DIM})\s+(?:elements|values|entries)\b"   # not "top-8 values"
     # a 1-D input's length after its name: "targets 4096", "bias 64"
     rf"|\b(?P<owner>bias|targets?|labels?|indices|ids)\s+(?:of\s+)?(?P<length>{_DIM})(?![\w.]|\s*[x×*]|\s*,\s*\d|\s+by\s)",
     _F)

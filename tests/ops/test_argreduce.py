@@ -242,5 +242,5 @@ def test_values_and_indices_refused_where_they_are_not_the_result(request_text, 
 
 def test_a_pasted_module_returning_two_unrelated_tensors_is_refused():
     body = "return x.amax(1), x.argmin(1)"
-    with pytest.raises(GenerationError, match="one output, or torch.max"):
+    with pytest.raises(GenerationError, match="one output, or the values and indices of torch.max"):
         parse_request("```python\n" + PASTED_MAX.format(body=body) + "```")

@@ -1,0 +1,190 @@
+"""The sort template: a sort, argsort or top-k over any one dim of a tensor, viewed as [A, D, B] with D
+sorted: A * B lines of D elements (line r: a = r // B, b = r % B; where B > 1, neighbouring lines are
+neighbouring in memory, so a tile's columns load together).
+
+Each value becomes an int64 key that sorts as the value does (its float32 bits made order-preserving
+as a signed integer, inverted for descending) with its index in the low 32 bits: equal values keep
+their order, a stable sort, with one bitonic sort (tl.sort) of the keys. A program sorts BLOCK_R
+lines of one chunk of CHUNK elements (a power of two); where one chunk holds the whole line, it
+writes the first K (D for a sort, k for a top-k) values, decoded from the keys, and indices. A longer
+line (a top-k's only) is cut into chunks that each keep their first K keys, and the merge kernel
+sorts a line's kept keys together for its first K. -0.0 sorts as 0.0 and every NaN as the largest
+value, as torch sorts them.
+"""
+from __future__ import annotations
+
+
+from bot.codegen.code import jit_source
+from bot.codegen.dim_kernel import ReducedBodyFile, _fit
+from bot.codegen.kernel_file import _expanded
+
+# The most keys one program sorts: a line (or a top-k's kept keys, together) at most this long.
+MAX_TILE = 16384
+_LAST = "0x7FFFFFFFFFFFFFFF"     # the largest int64 key: padding, which sorts after every value
+
+
+# ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
+
+def _sort_config(A, D, B, K):
+    # The default config for lines of D in an [A, D, B] view, the first K of each kept. A line
+    # that fits one program's tile is one chunk; a longer one (a top-k's) in 4096-long chunks,
+    # doubled while the chunks' kept keys outgrow the merge's tile. Some 4K keys a program:
+    # several short lines together (16 where B > 1, so a tile's columns load as whole sectors),
+    # on a warp for each 512 keys.
+    chunk = _fit(16384, D)
+    if chunk < D:
+        chunk = 4096
+        while chunk < 16384 and -(-D // chunk) * K > 16384:
+            chunk *= 2
+    rows = max(16 if B > 1 else 1, 4096 // chunk)
+    return {"BLOCK_R": rows, "CHUNK": chunk, "num_warps": max(1, min(16, rows * chunk // 512))}
+
+
+def _sort_tiles(config, A, D, B, K):
+    # The config fitted to this case: (BLOCK_R, CHUNK, MERGE, num_warps), MERGE the merge kernel's
+    # tile (1 where one chunk holds the line), or None where a line's kept keys outgrow one tile.
+    # The chunk is at least K long (each keeps K) and at most the line; a tile at most 16K keys.
+    config = {**_sort_config(A, D, B, K), **config}
+    chunk = max(_fit(config["CHUNK"], D), 1 << (K - 1).bit_length())
+    chunks = -(-D // chunk)
+    if chunks > 1 and chunks * K > 16384:
+        return None
+    rows = max(1, min(_fit(config["BLOCK_R"], A * B), 16384 // chunk))
+    merge = 1 if chunks == 1 else _fit(16384, chunks * K)
+    return rows, chunk, merge, config["num_warps"]
+
+
+# ---------------------------------------------------------------- kernel.py
+
+_PACKED = jit_source("_packed", ["val", "index", "DESCENDING: tl.constexpr"], [
+    "val = tl.where(val == 0.0, 0.0, val)           # -0.0 sorts as 0.0",
+    "val = tl.where(val != val, float(\"nan\"), val)  # every NaN one NaN, the largest",
+    "bits = val.to(tl.int32, bitcast=True)",
+    "# negative floats' magnitude bits flipped: the bits order as signed integers as the floats do",
+    "key = bits ^ ((bits >> 31) & 0x7FFFFFFF)",
+    "if DESCENDING:",
+    "    key = ~key",
+    "return (key.to(tl.int64) << 32) | index.to(tl.int64)"],
+    "    # A float32 value as an int64 key that sorts as it does, its index below: equal values keep\n"
+    "    # their order.\n")
+
+_STORE = jit_source("_store_first", ["packed", "rows", "lane", "R", "K", "B", "values_ptr", "indices_ptr",
+                                     "DESCENDING: tl.constexpr", "VALUES: tl.constexpr", "INDICES: tl.constexpr"], [
+    "a, b = rows // B, rows % B",
+    "offs = (a * K + lane) * B + b",
+    "keep = (rows < R) & (lane < K)",
+    "if VALUES:",
+    "    key = (packed >> 32).to(tl.int32)",
+    "    if DESCENDING:",
+    "        key = ~key",
+    "    val = (key ^ ((key >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)",
+    "    tl.store(values_ptr + offs, val.to(values_ptr.dtype.element_ty), mask=keep)",
+    "if INDICES:",
+    "    tl.store(indices_ptr + offs, packed & 0x7FFFFFFF, mask=keep)"],
+    "    # The first K sorted keys of each line: the values they encode and their indices.\n")
+
+
+class SortKernel(ReducedBodyFile):
+    description = ("The input viewed as [A, D, B], D sorted: lines of D as int64 keys (the value's order-\n"
+                   "preserving bits, the index below them: stable), BLOCK_R lines a program, sorted whole (tl.sort)\n"
+                   "in one CHUNK, or (a long top-k) in chunks whose first K keys the merge kernel sorts together.")
+    block_key = "CHUNK"
+
+    def __init__(self, spec, node, inputs, options, body):
+        super().__init__(spec, node, inputs, options, body)
+        self.op, self.dim, self.k = node.op, node.attr("dim"), node.attr("k")
+        self.descending = bool(node.attr("descending") if self.k is None else node.attr("largest"))
+        self.values = node.op in ("sort", "sort_values", "topk", "topk_values")
+        self.indices = node.op in ("sort", "argsort", "topk", "topk_indices")
+        self.views = [self._view(case, full) for case, full in enumerate(self.fulls)]     # (A, D, B) per case
+
+    def _k(self, d: int) -> int:
+        return d if self.k is None else self.k
+
+    def configs(self) -> list[dict]:
+        defaults = [_sort_config(a, d, b, self._k(d)) for a, d, b in self.views]
+        candidates = [{**c, "BLOCK_R": r, "num_warps": w} for c in defaults
+                      for r, w in ((1, 4), (1, 8), (2, 8), (4, 8), (8, 4), (16, 8), (32, 16))]
+        return self._space(defaults + candidates,
+                           lambda config: [_sort_tiles(config, a, d, b, self._k(d)) for a, d, b in self.views])
+
+    def source(self) -> str:
+        text = self._file([_PACKED, _STORE, self._chunk_kernel(), self._merge_kernel()],
+                          [_fit, _sort_config, _sort_tiles, _expanded], self._launcher())
+        said = ("the values (the input's dtype) and their int64 indices" if self.values and self.indices else
+                "the values, in the input's dtype" if self.values else "int64 indices")
+        return text.replace("the output has the first input's dtype", f"the outputs are {said}")
+
+    def _flags(self) -> list[str]:
+        return [f"DESCENDING={self.descending}", f"VALUES={self.values}", f"INDICES={self.indices}"]
+
+    def _chunk_kernel(self) -> str:
+        x = self.body_inputs[0].local
+        params = [f"{x}_ptr", "values_ptr", "indices_ptr", "kept_ptr", "R", "D", "B", "K",
+                  "BLOCK_R: tl.constexpr", "CHUNK: tl.constexpr", "WHOLE: tl.constexpr",
+                  "DESCENDING: tl.constexpr", "VALUES: tl.constexpr", "INDICES: tl.constexpr"]
+        lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",
+                 "lane = tl.arange(0, CHUNK)[None, :]",
+                 "d = tl.program_id(1) * CHUNK + lane",
+                 "mask = (rows < R) & (d < D)",
+                 "a, b = rows // B, rows % B",
+                 "offs = (a * D + d) * B + b",
+                 *self.body_values("offs", "0.0"),
+                 f"packed = tl.sort(tl.where(mask, _packed(val, d, DESCENDING), {_LAST}), dim=1)",
+                 "if WHOLE:",
+                 "    _store_first(packed, rows, lane, R, K, B, values_ptr, indices_ptr, DESCENDING, VALUES, INDICES)",
+                 "else:",
+                 "    # this chunk's first K keys, beside the other chunks' of its line, for the merge",
+                 "    kept = rows * (tl.num_programs(1) * K) + tl.program_id(1) * K + lane",
+                 "    tl.store(kept_ptr + kept, packed, mask=(rows < R) & (lane < K))"]
+        return jit_source(f"{self.name}_chunk_kernel", params, lines,
+                          "    # BLOCK_R lines, chunk program_id(1) of each, sorted.\n")
+
+    def _merge_kernel(self) -> str:
+        params = ["kept_ptr", "values_ptr", "indices_ptr", "R", "B", "K", "M", "MERGE: tl.constexpr",
+                  "DESCENDING: tl.constexpr", "VALUES: tl.constexpr", "INDICES: tl.constexpr"]
+        lines = ["rows = tl.program_id(0).to(tl.int64) + tl.zeros([1, 1], tl.int64)",
+                 "lane = tl.arange(0, MERGE)[None, :]",
+                 f"packed = tl.load(kept_ptr + rows * M + lane, mask=lane < M, other={_LAST})",
+                 "packed = tl.sort(packed, dim=1)",
+                 "_store_first(packed, rows, lane, R, K, B, values_ptr, indices_ptr, DESCENDING, VALUES, INDICES)"]
+        return jit_source(f"{self.name}_merge_kernel", params, lines,
+                          "    # One line's kept keys, every chunk's first K, sorted together.\n")
+
+    def _launcher(self) -> str:
+        x = self.body_inputs[0].local
+        k = "D" if self.k is None else str(self.k)
+        text = self._head()
+        text += ("    # The input as [A, D, B]: D the sorted dim (as written, for this rank), B what follows it.\n"
+                 f"    dim = {self.dim} % len(shape)\n"
+                 "    A, D, B = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])\n"
+                 f"    K = {k}\n"
+                 "    out_shape = shape[:dim] + (K,) + shape[dim + 1:]\n")
+        if self.values:
+            text += f"    values = torch.empty(out_shape, dtype={self.out_dtype(x)}, device={x}.device)\n"
+        if self.indices:
+            text += f"    indices = torch.empty(out_shape, dtype=torch.int64, device={x}.device)\n"
+        returned = ", ".join(n for n, on in (("values", self.values), ("indices", self.indices)) if on)
+        first = returned.split(", ")[0]
+        text += f"    if {first}.numel() == 0:\n        return {returned}\n"
+        text += self._config_line("_sort_config(A, D, B, K)")
+        text += ("    tiles = _sort_tiles(config, A, D, B, K)\n"
+                 "    if tiles is None:\n"
+                 "        raise ValueError(f'top-k of {K} over lines of {D}: the chunks\\' first {K} outgrow one "
+                 "program; ask for a smaller k')\n"
+                 "    BLOCK_R, CHUNK, MERGE, num_warps = tiles\n"
+                 "    chunks = _cdiv(D, CHUNK)\n")
+        outs = [("values" if self.values else first), ("indices" if self.indices else first)]
+        flags = self._flags()
+        text += ("    # a long line's chunks each keep their first K keys, merged after\n"
+                 f"    kept = {first} if chunks == 1 else torch.empty((A * B, chunks * K), dtype=torch.int64, "
+                 f"device={x}.device)\n")
+        text += self._launch(f"{self.name}_chunk_kernel", "(_cdiv(A * B, BLOCK_R), chunks)",
+                             [x, *outs, "kept", "A * B", "D", "B", "K", "BLOCK_R=BLOCK_R", "CHUNK=CHUNK",
+                              "WHOLE=chunks == 1", *flags, "num_warps=num_warps"])
+        text += "    if chunks > 1:\n"
+        text += self._launch(f"{self.name}_merge_kernel", "(A * B,)",
+                             ["kept", *outs, "A * B", "B", "K", "chunks * K", "MERGE=MERGE", *flags,
+                              "num_warps=max(1, min(16, MERGE // 512))"], "        ")
+        return text + f"    return {returned}\n"
+
