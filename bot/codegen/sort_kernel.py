@@ -13,7 +13,6 @@ value, as torch sorts them.
 """
 from __future__ import annotations
 
-
 from bot.codegen.code import jit_source
 from bot.codegen.dim_kernel import ReducedBodyFile, _fit
 from bot.codegen.kernel_file import _expanded
