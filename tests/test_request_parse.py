@@ -130,7 +130,7 @@ def test_pasted_layer_norm_without_eps_notes_the_default():
     ("def h(x):\n    if x.sum() > 0:\n        x = -x\n    return x", ["line 2", "not supported"]),
     ("def h(x, y):\n    return lgamma(x) @ y", ["lgamma", ir.SUPPORTED_TEXT]),
     ("def h(x, eps: float):\n    return x / eps", ["eps", "default"]),
-    ("def h(x):\n    return torch.kthvalue(x, 2, dim=1)", ["kthvalue"]),
+    ("def h(x):\n    return torch.mode(x, dim=1)", ["mode"]),
     ("def h(x):\n    return x + w", ["w", "not one of its parameters"]),
 ])
 def test_pasted_functions_that_cannot_be_converted(code, words):

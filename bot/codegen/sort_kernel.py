@@ -13,6 +13,8 @@ value, as torch sorts them.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from bot.codegen.code import jit_source
 from bot.codegen.dim_kernel import ReducedBodyFile, _fit
 from bot.codegen.kernel_file import _expanded
@@ -41,12 +43,13 @@ def _sort_config(A, D, B, K):
 
 def _sort_tiles(config, A, D, B, K):
     # The config fitted to this case: (BLOCK_R, CHUNK, MERGE, num_warps), MERGE the merge kernel's
-    # tile (1 where one chunk holds the line), or None where a line's kept keys outgrow one tile.
+    # tile (1 where one chunk holds the line), or None where a line's kept keys outgrow one tile
+    # (a sort of more than 16K, or a top-k whose chunks' first K together are).
     # The chunk is at least K long (each keeps K) and at most the line; a tile at most 16K keys.
     config = {**_sort_config(A, D, B, K), **config}
     chunk = max(_fit(config["CHUNK"], D), 1 << (K - 1).bit_length())
     chunks = -(-D // chunk)
-    if chunks > 1 and chunks * K > 16384:
+    if chunk > 16384 or (chunks > 1 and chunks * K > 16384):
         return None
     rows = max(1, min(_fit(config["BLOCK_R"], A * B), 16384 // chunk))
     merge = 1 if chunks == 1 else _fit(16384, chunks * K)
@@ -67,11 +70,11 @@ _PACKED = jit_source("_packed", ["val", "index", "DESCENDING: tl.constexpr"], [
     "    # A float32 value as an int64 key that sorts as it does, its index below: equal values keep\n"
     "    # their order.\n")
 
-_STORE = jit_source("_store_first", ["packed", "rows", "lane", "R", "K", "B", "values_ptr", "indices_ptr",
-                                     "DESCENDING: tl.constexpr", "VALUES: tl.constexpr", "INDICES: tl.constexpr"], [
+_STORE = jit_source("_store_span", ["packed", "rows", "lane", "R", "START", "K", "B", "values_ptr", "indices_ptr",
+                                    "DESCENDING: tl.constexpr", "VALUES: tl.constexpr", "INDICES: tl.constexpr"], [
     "a, b = rows // B, rows % B",
-    "offs = (a * K + lane) * B + b",
-    "keep = (rows < R) & (lane < K)",
+    "offs = (a * K + lane - START) * B + b",
+    "keep = (rows < R) & (lane >= START) & (lane < START + K)",
     "if VALUES:",
     "    key = (packed >> 32).to(tl.int32)",
     "    if DESCENDING:",
@@ -80,32 +83,61 @@ _STORE = jit_source("_store_first", ["packed", "rows", "lane", "R", "K", "B", "v
     "    tl.store(values_ptr + offs, val.to(values_ptr.dtype.element_ty), mask=keep)",
     "if INDICES:",
     "    tl.store(indices_ptr + offs, packed & 0x7FFFFFFF, mask=keep)"],
-    "    # The first K sorted keys of each line: the values they encode and their indices.\n")
+    "    # Sorted keys START to START + K of each line: the values they encode and their indices.\n")
+
+
+@dataclass(frozen=True)
+class Pick:
+    """What the kernel writes of each sorted line: `kind` "first" (the first k, or all where k is
+    None: a sort, a top-k), "kth" (the k-th, its dim dropped: kthvalue) or "median" (the lower median,
+    the ((D - 1) // 2)-th, its dim dropped); the values, the indices or both; largest first or not."""
+    kind: str
+    k: int | None
+    values: bool
+    indices: bool
+    descending: bool
+    keepdim: bool = False
+
+    def span(self, d: int) -> tuple[int, int]:
+        """(the first sorted position written, how many) on lines of d."""
+        if self.kind == "kth":
+            return self.k - 1, 1
+        if self.kind == "median":
+            return (d - 1) // 2, 1
+        return 0, d if self.k is None else self.k
+
+    def span_text(self) -> str:
+        """The launcher's `START, K = ...` for lines of D."""
+        if self.kind == "kth":
+            return f"START, K = {self.k - 1}, 1"
+        if self.kind == "median":
+            return "START, K = (D - 1) // 2, 1"
+        return f"START, K = 0, {'D' if self.k is None else self.k}"
 
 
 class SortKernel(ReducedBodyFile):
     description = ("The input viewed as [A, D, B], D sorted: lines of D as int64 keys (the value's order-\n"
                    "preserving bits, the index below them: stable), BLOCK_R lines a program, sorted whole (tl.sort)\n"
-                   "in one CHUNK, or (a long top-k) in chunks whose first K keys the merge kernel sorts together.")
+                   "in one CHUNK, or (a long line) in chunks whose first keys the merge kernel sorts together;\n"
+                   "sorted positions START to START + K of each line written.")
     block_key = "CHUNK"
 
-    def __init__(self, spec, node, inputs, options, body):
+    def __init__(self, spec, node, inputs, options, body, pick: Pick):
         super().__init__(spec, node, inputs, options, body)
-        self.op, self.dim, self.k = node.op, node.attr("dim"), node.attr("k")
-        self.descending = bool(node.attr("descending") if self.k is None else node.attr("largest"))
-        self.values = node.op in ("sort", "sort_values", "topk", "topk_values")
-        self.indices = node.op in ("sort", "argsort", "topk", "topk_indices")
+        self.op, self.dim, self.pick = node.op, node.attr("dim"), pick
+        self.values, self.indices, self.descending = pick.values, pick.indices, pick.descending
         self.views = [self._view(case, full) for case, full in enumerate(self.fulls)]     # (A, D, B) per case
 
-    def _k(self, d: int) -> int:
-        return d if self.k is None else self.k
+    def _kept(self, d: int) -> int:
+        """How many sorted keys of a line the kernel needs: up to the last it writes."""
+        return sum(self.pick.span(d))
 
     def configs(self) -> list[dict]:
-        defaults = [_sort_config(a, d, b, self._k(d)) for a, d, b in self.views]
+        defaults = [_sort_config(a, d, b, self._kept(d)) for a, d, b in self.views]
         candidates = [{**c, "BLOCK_R": r, "num_warps": w} for c in defaults
                       for r, w in ((1, 4), (1, 8), (2, 8), (4, 8), (8, 4), (16, 8), (32, 16))]
         return self._space(defaults + candidates,
-                           lambda config: [_sort_tiles(config, a, d, b, self._k(d)) for a, d, b in self.views])
+                           lambda config: [_sort_tiles(config, a, d, b, self._kept(d)) for a, d, b in self.views])
 
     def source(self) -> str:
         text = self._file([_PACKED, _STORE, self._chunk_kernel(), self._merge_kernel()],
@@ -119,7 +151,7 @@ class SortKernel(ReducedBodyFile):
 
     def _chunk_kernel(self) -> str:
         x = self.body_inputs[0].local
-        params = [f"{x}_ptr", "values_ptr", "indices_ptr", "kept_ptr", "R", "D", "B", "K",
+        params = [f"{x}_ptr", "values_ptr", "indices_ptr", "kept_ptr", "R", "D", "B", "START", "K",
                   "BLOCK_R: tl.constexpr", "CHUNK: tl.constexpr", "WHOLE: tl.constexpr",
                   "DESCENDING: tl.constexpr", "VALUES: tl.constexpr", "INDICES: tl.constexpr"]
         lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",
@@ -131,34 +163,37 @@ class SortKernel(ReducedBodyFile):
                  *self.body_values("offs", "0.0"),
                  f"packed = tl.sort(tl.where(mask, _packed(val, d, DESCENDING), {_LAST}), dim=1)",
                  "if WHOLE:",
-                 "    _store_first(packed, rows, lane, R, K, B, values_ptr, indices_ptr, DESCENDING, VALUES, INDICES)",
+                 "    _store_span(packed, rows, lane, R, START, K, B, values_ptr, indices_ptr, DESCENDING, VALUES, "
+                 "INDICES)",
                  "else:",
-                 "    # this chunk's first K keys, beside the other chunks' of its line, for the merge",
-                 "    kept = rows * (tl.num_programs(1) * K) + tl.program_id(1) * K + lane",
-                 "    tl.store(kept_ptr + kept, packed, mask=(rows < R) & (lane < K))"]
+                 "    # this chunk's first START + K keys, beside the other chunks' of its line, for the merge",
+                 "    KEPT = START + K",
+                 "    kept = rows * (tl.num_programs(1) * KEPT) + tl.program_id(1) * KEPT + lane",
+                 "    tl.store(kept_ptr + kept, packed, mask=(rows < R) & (lane < KEPT))"]
         return jit_source(f"{self.name}_chunk_kernel", params, lines,
                           "    # BLOCK_R lines, chunk program_id(1) of each, sorted.\n")
 
     def _merge_kernel(self) -> str:
-        params = ["kept_ptr", "values_ptr", "indices_ptr", "R", "B", "K", "M", "MERGE: tl.constexpr",
+        params = ["kept_ptr", "values_ptr", "indices_ptr", "R", "B", "START", "K", "M", "MERGE: tl.constexpr",
                   "DESCENDING: tl.constexpr", "VALUES: tl.constexpr", "INDICES: tl.constexpr"]
         lines = ["rows = tl.program_id(0).to(tl.int64) + tl.zeros([1, 1], tl.int64)",
                  "lane = tl.arange(0, MERGE)[None, :]",
                  f"packed = tl.load(kept_ptr + rows * M + lane, mask=lane < M, other={_LAST})",
                  "packed = tl.sort(packed, dim=1)",
-                 "_store_first(packed, rows, lane, R, K, B, values_ptr, indices_ptr, DESCENDING, VALUES, INDICES)"]
+                 "_store_span(packed, rows, lane, R, START, K, B, values_ptr, indices_ptr, DESCENDING, VALUES, INDICES)"]
         return jit_source(f"{self.name}_merge_kernel", params, lines,
-                          "    # One line's kept keys, every chunk's first K, sorted together.\n")
+                          "    # One line's kept keys, every chunk's first START + K, sorted together.\n")
 
     def _launcher(self) -> str:
         x = self.body_inputs[0].local
-        k = "D" if self.k is None else str(self.k)
         text = self._head()
+        kept_dim = "(K,)" if self.pick.kind == "first" else "(1,)" if self.pick.keepdim else "()"
         text += ("    # The input as [A, D, B]: D the sorted dim (as written, for this rank), B what follows it.\n"
                  f"    dim = {self.dim} % len(shape)\n"
                  "    A, D, B = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])\n"
-                 f"    K = {k}\n"
-                 "    out_shape = shape[:dim] + (K,) + shape[dim + 1:]\n")
+                 "    # sorted positions START to START + K of each line are written\n"
+                 f"    {self.pick.span_text()}\n"
+                 f"    out_shape = shape[:dim] + {kept_dim} + shape[dim + 1:]\n")
         if self.values:
             text += f"    values = torch.empty(out_shape, dtype={self.out_dtype(x)}, device={x}.device)\n"
         if self.indices:
@@ -166,24 +201,23 @@ class SortKernel(ReducedBodyFile):
         returned = ", ".join(n for n, on in (("values", self.values), ("indices", self.indices)) if on)
         first = returned.split(", ")[0]
         text += f"    if {first}.numel() == 0:\n        return {returned}\n"
-        text += self._config_line("_sort_config(A, D, B, K)")
-        text += ("    tiles = _sort_tiles(config, A, D, B, K)\n"
+        text += self._config_line("_sort_config(A, D, B, START + K)")
+        text += ("    tiles = _sort_tiles(config, A, D, B, START + K)\n"
                  "    if tiles is None:\n"
-                 "        raise ValueError(f'top-k of {K} over lines of {D}: the chunks\\' first {K} outgrow one "
-                 "program; ask for a smaller k')\n"
+                 "        raise ValueError(f'the first {START + K} of lines of {D}: each chunk\\'s would outgrow one '\n"
+                 "                         'program together; ask for fewer')\n"
                  "    BLOCK_R, CHUNK, MERGE, num_warps = tiles\n"
                  "    chunks = _cdiv(D, CHUNK)\n")
         outs = [("values" if self.values else first), ("indices" if self.indices else first)]
         flags = self._flags()
-        text += ("    # a long line's chunks each keep their first K keys, merged after\n"
-                 f"    kept = {first} if chunks == 1 else torch.empty((A * B, chunks * K), dtype=torch.int64, "
+        text += ("    # a long line's chunks each keep their first START + K keys, merged after\n"
+                 f"    kept = {first} if chunks == 1 else torch.empty((A * B, chunks * (START + K)), dtype=torch.int64, "
                  f"device={x}.device)\n")
         text += self._launch(f"{self.name}_chunk_kernel", "(_cdiv(A * B, BLOCK_R), chunks)",
-                             [x, *outs, "kept", "A * B", "D", "B", "K", "BLOCK_R=BLOCK_R", "CHUNK=CHUNK",
+                             [x, *outs, "kept", "A * B", "D", "B", "START", "K", "BLOCK_R=BLOCK_R", "CHUNK=CHUNK",
                               "WHOLE=chunks == 1", *flags, "num_warps=num_warps"])
         text += "    if chunks > 1:\n"
         text += self._launch(f"{self.name}_merge_kernel", "(A * B,)",
-                             ["kept", *outs, "A * B", "B", "K", "chunks * K", "MERGE=MERGE", *flags,
+                             ["kept", *outs, "A * B", "B", "START", "K", "chunks * (START + K)", "MERGE=MERGE", *flags,
                               "num_warps=max(1, min(16, MERGE // 512))"], "        ")
         return text + f"    return {returned}\n"
-

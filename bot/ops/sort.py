@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
-from bot.codegen.sort_kernel import MAX_TILE, SortKernel, _sort_tiles
+from bot.codegen.sort_kernel import MAX_TILE, Pick, SortKernel, _sort_tiles
 from bot.ops import pointwise
 from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, call, flag, is_int_literal, number, prints
@@ -18,24 +18,30 @@ from bot.ops.text import FLAGS as _F
 from bot.ops.text import blank as _blank
 
 NAME = "sort"
-SORTS = {"sort", "argsort", "sort_values"}
-TOPKS = {"topk", "topk_values", "topk_indices"}
-OPS = SORTS | TOPKS
-PAIRS = {"sort", "topk"}                    # (values, indices), as torch returns them
-INDICES = {"argsort", "topk_indices"}       # the int64 indices alone
+# op -> (the torch function, what it returns of it: both (values, indices), values or indices)
+PARTS = {f"{base}{suffix}": (base, part) for base in ("sort", "topk", "kthvalue", "median")
+         for suffix, part in (("", "both"), ("_values", "values"), ("_indices", "indices"))}
+PARTS["argsort"] = PARTS.pop("sort_indices")
+OPS = set(PARTS)
+PAIRS = {op for op, (_, part) in PARTS.items() if part == "both"}          # (values, indices), as torch returns them
+INDICES = {op for op, (_, part) in PARTS.items() if part == "indices"}     # the int64 indices alone
 ROOT = True
-SUPPORTED = ("over any one dim", "sort, argsort and topk (values, indices or both; descending, largest or "
-             "smallest; stable: equal values keep their order)")
+SUPPORTED = ("over any one dim", "sort, argsort, topk, kthvalue and median (values, indices or both; descending, "
+             "largest or smallest; stable: equal values keep their order)")
 ALIASES: dict[str, str] = {}
-_SORT_ARGS = ("input", "dim", "descending", "stable")
-_TOPK_ARGS = ("input", "k", "dim", "largest", "sorted")
-KEYWORDS = {**dict.fromkeys(SORTS, set(_SORT_ARGS[1:])), **dict.fromkeys(TOPKS, set(_TOPK_ARGS[1:]))}
+_ARGS = {"sort": ("input", "dim", "descending", "stable"), "topk": ("input", "k", "dim", "largest", "sorted"),
+         "kthvalue": ("input", "k", "dim", "keepdim"), "median": ("input", "dim", "keepdim")}
+_ARGS["argsort"] = _ARGS["sort"]
+KEYWORDS = {op: set(_ARGS[base][1:]) for op, (base, _) in PARTS.items()}
 OUTPUT_DTYPES = dict.fromkeys(INDICES, "int64")
 WORDS: list = []            # read by sort_words, not as row words
 
 # ---------------------------------------------------------------- words
 
-SORT_WORD = re.compile(r"\b(?:arg)?sort(?:s|ed|ing)?\b|\btop[\s_-]?(?:k|\d+)\b|\b(?:smallest|largest|lowest|highest|"
+_KTH_WORD = re.compile(r"\bk-?th\s+(?:smallest|value)\b|\bkth[\s_-]?value\b|\b(\d+)(?:st|nd|rd|th)\s+smallest\b|"
+                       r"第\s*(\d+)\s*小", _F)
+_MEDIAN_WORD = re.compile(r"\bmedians?\b|中位数", _F)
+SORT_WORD = re.compile(rf"{_KTH_WORD.pattern}|{_MEDIAN_WORD.pattern}|\b(?:arg)?sort(?:s|ed|ing)?\b|\btop[\s_-]?(?:k|\d+)\b|\b(?:smallest|largest|lowest|highest|"
                        r"bottom)[\s_-]?(?:k|\d+)\b|\b\d+\s+(?:smallest|largest|lowest|highest)\b|排序|前\s*\d+\s*(?:个|大|小)",
                        _F)
 _TOPK_WORD = re.compile(r"\btop[\s_-]?(k|\d+)\b|\b(?:smallest|largest|lowest|highest|bottom)[\s_-]?(k|\d+)\b|"
@@ -56,31 +62,38 @@ _STABLE = re.compile(r"\bstable\b|稳定", _F)
 
 
 def sort_words(text: str) -> tuple[str, str, list[str]]:
-    """(expression, text without the words read, notes) for a sort, argsort or top-k in words: 'sort
-    the rows descending', 'argsort over dim 0', 'top-8 values and indices', 'the 5 smallest'. A sort
-    gives its values, a top-k its values and indices, unless the words say which."""
-    top = _TOPK_WORD.search(text)
-    k = None
+    """(expression, text without the words read, notes) for a sort, argsort, top-k, k-th value or
+    median in words: 'sort the rows descending', 'argsort over dim 0', 'top-8 values and indices',
+    'the 5 smallest', 'the 3rd smallest', 'median over dim 1'. A sort and a median give their values,
+    a top-k and a k-th value their values and indices, unless the words say which."""
+    top = _TOPK_WORD.search(text) or _KTH_WORD.search(text)
+    k, base = None, "median" if _MEDIAN_WORD.search(text) else "sort"
     if top:
-        said = next(g for g in top.groups() if g is not None)
+        base = "topk" if top.re is _TOPK_WORD else "kthvalue"
+        said = next((g for g in top.groups() if g is not None), "k")
         k = int(said) if said.isdigit() else None
         if k is None and (m := _K_WORD.search(text)):
             k, text = int(m.group(1)), _K_WORD.sub(_blank, text)
         if k is None:
-            raise IRError("top-k with which k? Say e.g. 'top-8 over the last dim' or 'topk with k=50'")
+            raise IRError(f"{'top-k' if base == 'topk' else 'the k-th value'} with which k? Say e.g. 'top-8 over "
+                          "the last dim', 'topk with k=50' or 'the 3rd smallest'")
     both, argsort = bool(_BOTH.search(text)), bool(_ARGSORT.search(text))
     indices = argsort or (not both and bool(_INDICES_ONLY.search(text)))
-    values = not both and not indices and (top is None or bool(_VALUES_ONLY.search(text)))
+    values = not both and not indices and (base in ("sort", "median") or bool(_VALUES_ONLY.search(text)))
     smallest, descending = bool(_SMALLEST.search(text)), bool(_DESCENDING.search(text))
     if smallest and descending or (descending and _ASCENDING.search(text)):
         raise IRError("ascending or descending? Say one of them, e.g. 'sort x descending'")
-    for pattern in (SORT_WORD, _TOPK_WORD, _SMALLEST, _DESCENDING, _ASCENDING, _ARGSORT, _BOTH, _INDICES_ONLY,
+    for pattern in (SORT_WORD, _TOPK_WORD, _KTH_WORD, _MEDIAN_WORD, _SMALLEST, _DESCENDING, _ASCENDING, _ARGSORT, _BOTH, _INDICES_ONLY,
                     _VALUES_ONLY, _STABLE):
         text = pattern.sub(_blank, text)
-    if top is not None:
-        op = "topk_values" if values else "topk_indices" if indices else "topk"
+    op = base + ("_values" if values else "_indices" if indices else "")
+    if base == "topk":
         return f"{op}(x, {k}{', largest=False' if smallest else ''})", text, []
-    op = "sort_values" if values else "argsort" if indices else "sort"
+    if base == "kthvalue":
+        return f"{op}(x, {k})", text, []
+    if base == "median":
+        return f"{op}(x, dim=-1)", text, []
+    op = {"sort_indices": "argsort"}.get(op, op)
     return f"{op}(x{', descending=True' if descending else ''})", text, []
 
 
@@ -92,35 +105,46 @@ def _flag(given: dict, key: str, default: bool) -> bool:
 
 def convert(c: Call) -> Node | None:
     """torch.sort(x, dim, descending, stable), torch.argsort(...), torch.topk(x, k, dim, largest,
-    sorted) (also as methods); stable= and sorted= are accepted whatever they say: the kernel is
-    stable and its top-k sorted, which either value allows."""
+    sorted), torch.kthvalue(x, k, dim, keepdim), torch.median(x, dim, keepdim) (also as methods);
+    stable= and sorted= are accepted whatever they say: the kernel is stable and its top-k sorted,
+    which either value allows."""
     if c.fname not in OPS:
         return None
-    given = arguments(c, _TOPK_ARGS if c.fname in TOPKS else _SORT_ARGS)
+    base = PARTS[c.fname][0]
+    given = arguments(c, _ARGS[base])
     if "input" not in given:
-        raise IRError(f"{c.fname} takes a tensor, e.g. torch.{c.fname.split('_')[0]}(x, dim=-1)")
+        raise IRError(f"{c.fname} takes a tensor, e.g. torch.{base}(x, dim=-1)")
+    if base == "median" and "dim" not in given:
+        raise IRError("torch.median(x) without a dim is over every element; give it a dim, e.g. torch.median(x, "
+                      "dim=-1) (values and indices)")
     dim = given.get("dim", ast.Constant(-1))
     if not is_int_literal(dim):
         raise IRError(f"{c.fname} takes one integer dim, e.g. dim=0; got {ast.unparse(dim)!r}")
     for key in ("stable", "sorted"):
         if key in given:
             flag(given[key])
-    x, dim = c.expr(given["input"]), int(number(dim))
-    if c.fname in SORTS:
-        return call(c.fname, x, dim=dim, descending=_flag(given, "descending", False))
-    k = given.get("k")
-    if k is None or not is_int_literal(k) or int(number(k)) < 1:
-        shown = "nothing" if k is None else repr(ast.unparse(k))
-        raise IRError(f"{c.fname} takes k as a positive integer, e.g. torch.topk(x, 8, dim=-1); got {shown}")
-    return call(c.fname, x, k=int(number(k)), dim=dim, largest=_flag(given, "largest", True))
+    attrs = {"dim": int(number(dim))}
+    if base == "sort":
+        attrs["descending"] = _flag(given, "descending", False)
+    if base in ("topk", "kthvalue"):
+        k = given.get("k")
+        if k is None or not is_int_literal(k) or int(number(k)) < 1:
+            shown = "nothing" if k is None else repr(ast.unparse(k))
+            raise IRError(f"{c.fname} takes k as a positive integer, e.g. torch.{base}(x, 8, dim=-1); got {shown}")
+        attrs["k"] = int(number(k))
+    if base == "topk":
+        attrs["largest"] = _flag(given, "largest", True)
+    if _flag(given, "keepdim", False):
+        attrs["keepdim"] = True
+    return call(c.fname, c.expr(given["input"]), **attrs)
 
 
 @prints(*OPS)
 def _text(node: Node, text) -> str:
-    if node.op in SORTS:
-        return f"{node.op}({text(node.args[0])}, dim={node.attr('dim')}{', descending=True' * node.attr('descending')})"
-    smallest = ", largest=False" if not node.attr("largest") else ""
-    return f"{node.op}({text(node.args[0])}, {node.attr('k')}, dim={node.attr('dim')}{smallest})"
+    k = node.attr("k")
+    flags = "".join(f", {key}={value}" for key, value in (("descending", True), ("largest", False), ("keepdim", True))
+                    if node.attr(key) is value)
+    return f"{node.op}({text(node.args[0])}{'' if k is None else f', {k}'}, dim={node.attr('dim')}{flags})"
 
 
 def check(node: Node) -> None:
@@ -129,32 +153,35 @@ def check(node: Node) -> None:
                       "separate kernel")
 
 
-def descending(node: Node) -> bool:
-    """Whether the kernel puts the largest first: a descending sort, or a top-k of the largest."""
-    return bool(node.attr("descending") if node.op in SORTS else node.attr("largest"))
+def pick(node: Node) -> Pick:
+    """What the kernel writes of each sorted line (bot.codegen.sort_kernel.Pick)."""
+    base, part = PARTS[node.op]
+    kind = {"kthvalue": "kth", "median": "median"}.get(base, "first")
+    return Pick(kind, node.attr("k"), part != "indices", part != "values",
+                bool(node.attr("descending") or node.attr("largest")), bool(node.attr("keepdim")))
 
 
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
-    """The input's shape, the dim cut to k for a top-k; a line longer than one program sorts (a
-    top-k's: its chunks' first k together) is refused."""
+    """The input's shape, the dim cut to k for a top-k, dropped (kept as 1 with keepdim) for a k-th
+    value or median; a line longer than one program sorts (or whose chunks' first keys, together,
+    are) is refused."""
     full = list(shapes[node.args[0].name])
-    dim = node.attr("dim")
+    dim, k, chosen = node.attr("dim"), node.attr("k"), pick(node)
     if not -len(full) <= dim < len(full):
         raise IRError(f"{node.op} over dim {dim}, but the input has {len(full)} dims (shape {full})")
-    d, k = dim % len(full), node.attr("k")
+    d = dim % len(full)
     if k is not None and k > full[d]:
         raise IRError(f"{node.op} with k={k}, but dim {dim} has {full[d]} elements; k must be at most that")
-    if k is None and full[d] > MAX_TILE:
-        raise IRError(f"{node.op} over a dim of {full[d]} elements: this kernel sorts lines of at most {MAX_TILE} "
-                      "in one program (top-k takes longer lines)")
-    if k is not None and _sort_tiles({}, 1, full[d], 1, k) is None:
-        raise IRError(f"{node.op} with k={k} over {full[d]} elements: its chunks' first k would not fit one "
-                      f"program's {MAX_TILE} (k times the chunks); ask for a smaller k")
-    return full[:d] + [k if k is not None else full[d]] + full[d + 1:]
+    if _sort_tiles({}, 1, full[d], 1, sum(chosen.span(full[d]))) is None:
+        raise IRError(f"{node.op} over a dim of {full[d]} elements: a line is sorted in one program, at most "
+                      f"{MAX_TILE} keys (a top-k or k-th value of a longer line: its chunks' first k together)"
+                      + ("; ask for a smaller k" if k else ""))
+    kept = [chosen.span(full[d])[1]] if chosen.kind == "first" else [1] if chosen.keepdim else []
+    return full[:d] + kept + full[d + 1:]
 
 
 def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
-    """A top-k's line keeps at least k elements when the runner shrinks a case."""
+    """A top-k's or k-th value's line keeps at least k elements when the runner shrinks a case."""
     return set(), node.attr("k") or 1
 
 
@@ -167,12 +194,21 @@ def outputs(node: Node, dtypes: list[str], shapes: list[list[int]]) -> list[dict
 
 
 def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str]) -> str:
-    """torch's stable sort; a top-k as its first k (torch.topk's order among equal values is its own)."""
-    ordered = f"torch.sort({body}, dim={node.attr('dim')}, descending={descending(node)}, stable=True)"
-    if node.op in TOPKS:
-        lines.append(f"# the first {node.attr('k')} of a stable sort: equal values keep their order")
-        lines.append(f"ordered_values, ordered_indices = (t.narrow({node.attr('dim')}, 0, {node.attr('k')}) "
-                     f"for t in {ordered})")
+    """torch's stable sort, and of it: all, the first k (torch.topk's order among equal values is its
+    own), the k-th or the lower median (torch.kthvalue's and torch.median's index among equal values
+    alike)."""
+    chosen, dim = pick(node), node.attr("dim")
+    ordered = f"torch.sort({body}, dim={dim}, descending={chosen.descending}, stable=True)"
+    at = (f"({body}.shape[{dim}] - 1) // 2" if chosen.kind == "median" else
+          str(chosen.k - 1) if chosen.kind == "kth" else None)
+    if at is not None:
+        lines.append(f"# the {'lower median' if chosen.kind == 'median' else f'{chosen.k}-th smallest'} of a stable "
+                     "sort: equal values keep their order")
+        taken = f"t.narrow({dim}, {at}, 1)" if chosen.keepdim else f"t.select({dim}, {at})"
+        lines.append(f"ordered_values, ordered_indices = ({taken} for t in {ordered})")
+    elif chosen.k is not None:
+        lines.append(f"# the first {chosen.k} of a stable sort: equal values keep their order")
+        lines.append(f"ordered_values, ordered_indices = (t.narrow({dim}, 0, {chosen.k}) for t in {ordered})")
     else:
         lines.append(f"ordered_values, ordered_indices = {ordered}")
     return ("(ordered_values, ordered_indices)" if node.op in PAIRS else
@@ -180,13 +216,16 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
 
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:
-    return SortKernel.render(spec, node, options, pointwise.triton_body)
+    return SortKernel.render(spec, node, options, pointwise.triton_body, pick(node))
 
 
 def reference_property(node: Node) -> tuple[str, bool]:
     """The generated reference test's check_property body: the values (those the indices point at,
-    where the output checked is the indices) never fall (rise, descending) along the dim."""
-    cmp, dim = ("<=" if descending(node) else ">="), node.attr("dim")
+    where the output checked is the indices) never fall (rise, descending) along the dim; none for a
+    k-th value or median, one element of each line."""
+    if pick(node).kind != "first":
+        return "", False
+    cmp, dim = ("<=" if pick(node).descending else ">="), node.attr("dim")
     return f'''    """{node.op}: its values, or those its indices point at, are in order along dim {dim} (NaN aside)."""
     vals = got if got.is_floating_point() else inputs[0].gather({dim}, got)
     ahead, behind = vals.narrow({dim}, 1, vals.shape[{dim}] - 1), vals.narrow({dim}, 0, vals.shape[{dim}] - 1)

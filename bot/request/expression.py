@@ -17,7 +17,7 @@ from bot.request.torch_code import Inline, settled, whole_max
 from bot.request.vocabulary import TENSOR_NAME
 
 _TOKEN = re.compile(r"""
-    (?P<rank>\d+-[dD]\b|\b[Tt]op-(?:[kK]|\d+)\b)        # "1024-d", "3-D", "top-k", "top-8": words, not subtractions
+    (?P<rank>\d+-[dD]\b|\b[Tt]op-(?:[kK]|\d+)\b|\b[kK]-th\b)   # "1024-d", "top-k", "top-8", "k-th": words, not subtractions
   | (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
   | (?P<prose>[A-Za-z_]\w+(?:-[A-Za-z]\w+)+)        # row-wise, log-softmax: words, not subtractions
   | (?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)

@@ -221,7 +221,8 @@ def _is_boolean(n: ast.expr) -> bool:
 def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
     """torch.max(x, dim=d).values -> torch.amax(x, dim=d); .indices -> torch.argmax(x, dim=d);
     torch.cummax(x, d).values -> cummax_values(x, d), the IR's cummax (its indices are not read);
-    torch.sort(x, d).values -> sort_values(x, d), .indices -> argsort(x, d) (topk's: topk_values, topk_indices);
+    torch.sort(x, d).values -> sort_values(x, d), .indices -> argsort(x, d) (topk's, kthvalue's and median's:
+    topk_values, topk_indices and so on);
     torch.var_mean(x, d)[0] -> torch.var(x, d), [1] -> torch.mean(x, d) (std_mean alike);
     torch.aminmax(x, dim=d).min or [0] -> torch.amin(x, dim=d), .max or [1] -> torch.amax."""
     if not (isinstance(call, ast.Call) and part in ("values", "indices", "min", "max")):
@@ -235,8 +236,8 @@ def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
         return _moment_part(call, name[:3] if part == "values" else "mean")
     if name in ("cummax", "cummin") and part == "values":
         new = f"{name}_values"
-    elif name in ("sort", "topk"):
-        new = f"{name}_values" if part == "values" else "argsort" if name == "sort" else "topk_indices"
+    elif name in ("sort", "topk", "kthvalue", "median"):
+        new = f"{name}_values" if part == "values" else "argsort" if name == "sort" else f"{name}_indices"
     elif name in ("max", "min"):
         new = ("a" if part == "values" else "arg") + name
     else:
@@ -293,7 +294,8 @@ def _given_dim(n: ast.Call, args: int) -> bool:
 
 # a call's two parts as MaxParts names them -> the call returning both
 _WHOLE = {("amax", "argmax"): "max", ("amin", "argmin"): "min", ("sort_values", "argsort"): "sort",
-          ("topk_values", "topk_indices"): "topk"}
+          ("topk_values", "topk_indices"): "topk", ("kthvalue_values", "kthvalue_indices"): "kthvalue",
+          ("median_values", "median_indices"): "median"}
 
 
 def _values_and_indices(parts: list[ast.expr]) -> ast.expr | None:
@@ -327,7 +329,7 @@ def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
             if pair is None:
                 raise GenerationError(f"{fn.name} returns {len(stmt.value.elts)} tensors, {ast.unparse(stmt.value)!r}: "
                                       "a kernel here has one output, or the values and indices of torch.max(x, "
-                                      "dim), torch.min, torch.sort or torch.topk; return one of them")
+                                      "dim), torch.min, torch.sort, torch.topk, torch.kthvalue or torch.median; return one of them")
             return pair
         if isinstance(stmt, ast.Return) and stmt.value is not None:
             return whole_max(inline.visit(stmt.value), torch_only=False)

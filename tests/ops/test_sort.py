@@ -55,6 +55,8 @@ def check(tmp_path, spec: dict, configs=(None,), draw=None) -> None:
 @pytest.mark.parametrize("expression", [
     "sort(x, dim=-1)", "sort(x, dim=0, descending=True)", "argsort(x, dim=1)", "sort_values(x, dim=-2)",
     "topk(x, 3, dim=-1)", "topk_values(x, 4, dim=0, largest=False)", "topk_indices(x, 5, dim=1)",
+    "kthvalue(x, 2, dim=-1)", "kthvalue_indices(x, 5, dim=0, keepdim=True)", "median(x, dim=1)",
+    "median_values(x, dim=-1, keepdim=True)",
 ])
 def test_sorts_match_torchs_stable_sort_with_ties(tmp_path, expression):
     # Small integers: every line holds each value several times, so the indices say whether equal
@@ -88,6 +90,7 @@ def test_a_long_top_k_is_merged_from_chunks(tmp_path):
     chunked = {"CHUNK": 16, "BLOCK_R": 2, "num_warps": 4}
     check(tmp_path, spec, configs=(None, chunked), draw=ties)
     check(tmp_path, make_spec("topk_indices(x, 3, dim=0, largest=False)", {"x": [[301, 5]]}), configs=(chunked,))
+    check(tmp_path, make_spec("kthvalue(x, 9, dim=-1)", {"x": [[5, 301]]}, dtypes=("float32",)), configs=(chunked,))
 
 
 @pytest.mark.parametrize("request_text, expression", [
@@ -102,17 +105,25 @@ def test_a_long_top_k_is_merged_from_chunks(tmp_path):
     ("torch.sort(x, dim=0, descending=True)[0] for 128x1000 fp16", "sort_values(x, dim=0, descending=True)"),
     ("x.topk(5, 0, False) for 333x40", "topk(x, 5, dim=0, largest=False)"),
     ("torch.topk(torch.softmax(x, dim=-1), 10).indices for 16x20000", "topk_indices(softmax(x), 10, dim=-1)"),
+    ("torch.kthvalue(x, 3, dim=0, keepdim=True) for 64x301", "kthvalue(x, 3, dim=0, keepdim=True)"),
+    ("x.median(-1).values for 64x301", "median_values(x, dim=-1)"),
+    ("median over dim 0 for 301x64", "median_values(x, dim=0)"),
+    ("the 3rd smallest over the last dim for 64x300", "kthvalue(x, 3, dim=-1)"),
+    ("the k-th smallest with k=5, its indices, over dim 0 for 64x300", "kthvalue_indices(x, 5, dim=0)"),
+    ("每行的中位数 64x301", "median_values(x, dim=-1)"),
 ])
 def test_sorts_in_words_and_code(request_text, expression):
     assert expr(parse_request(request_text)[0]) == expression
 
 
 def test_values_and_indices_unpacked_and_returned_are_one_sort():
-    code = ("```python\nimport torch\ndef f(x):\n    values, idx = torch.sort(x, dim=1, descending=True)\n"
-            "    return values, idx\n```\nfor 8x300x17")
-    spec, _ = parse_request(code)
-    assert expr(spec) == "sort(x, dim=1, descending=True)"
-    assert [o["name"] for o in spec["outputs"]] == ["values", "indices"]
+    for call, expression in (("torch.sort(x, dim=1, descending=True)", "sort(x, dim=1, descending=True)"),
+                             ("x.median(dim=1)", "median(x, dim=1)")):
+        code = (f"```python\nimport torch\ndef f(x):\n    values, idx = {call}\n    return values, idx\n```\n"
+                "for 8x300x17")
+        spec, _ = parse_request(code)
+        assert expr(spec) == expression
+        assert [o["name"] for o in spec["outputs"]] == ["values", "indices"]
 
 
 @pytest.mark.parametrize("request_text, said", [
@@ -120,6 +131,8 @@ def test_values_and_indices_unpacked_and_returned_are_one_sort():
     ("torch.sort(x) * 2 for 64x100", "cannot be an operand"),
     (f"torch.sort(x, dim=-1) for 4x{MAX_TILE + 1}", f"at most {MAX_TILE}"),
     ("torch.topk(x, 50, dim=0) for 40x7", "at most that"),
+    ("torch.median(x) for 64x100", "give it a dim"),
+    ("torch.kthvalue(x, 20000, dim=-1) for 2x40000", "smaller k"),
     ("torch.topk(x, 4000) for 4x152064", "smaller k"),
     ("torch.sort(x, dim=x.dim() - 1) for 4x100", "one integer dim"),
     ("sort x ascending and descending for 4x100", "ascending or descending"),
