@@ -16,6 +16,7 @@ from bot.ops.entry import Entry
 from bot.ops.node import Call, IRError, Node, arguments, call, flag, is_int_literal, number, prints
 from bot.ops.text import FLAGS as _F
 from bot.ops.text import blank as _blank
+from bot.ops.text import blank_span
 
 NAME = "sort"
 # op -> (the torch function, what it returns of it: both (values, indices), values or indices)
@@ -33,6 +34,7 @@ _ARGS = {"sort": ("input", "dim", "descending", "stable"), "topk": ("input", "k"
          "kthvalue": ("input", "k", "dim", "keepdim"), "median": ("input", "dim", "keepdim")}
 _ARGS["argsort"] = _ARGS["sort"]
 KEYWORDS = {op: set(_ARGS[base][1:]) for op, (base, _) in PARTS.items()}
+KEYWORDS["msort"] = set()       # torch.msort(x): torch.sort(x, dim=0).values
 OUTPUT_DTYPES = dict.fromkeys(INDICES, "int64")
 WORDS: list = []            # read by sort_words, not as row words
 
@@ -44,13 +46,14 @@ _MEDIAN_WORD = re.compile(r"\bmedians?\b|中位数", _F)
 SORT_WORD = re.compile(rf"{_KTH_WORD.pattern}|{_MEDIAN_WORD.pattern}|\b(?:arg)?sort(?:s|ed|ing)?\b|\btop[\s_-]?(?:k|\d+)\b|\b(?:smallest|largest|lowest|highest|"
                        r"bottom)[\s_-]?(?:k|\d+)\b|\b\d+\s+(?:smallest|largest|lowest|highest)\b|排序|前\s*\d+\s*(?:个|大|小)",
                        _F)
-_TOPK_WORD = re.compile(r"\btop[\s_-]?(k|\d+)\b|\b(?:smallest|largest|lowest|highest|bottom)[\s_-]?(k|\d+)\b|"
+_TOPK_WORD = re.compile(r"\btop[\s_-]?k\s*[(=:]?\s*(?:k\s*=\s*)?(\d+)\)?|\btop[\s_-]?(k|\d+)\b|\b(?:smallest|largest|lowest|highest|bottom)[\s_-]?(k|\d+)\b|"
                         r"\b(\d+)\s+(?:smallest|largest|lowest|highest)\b|前\s*(\d+)\s*(?:个|大|小)", _F)
 _K_WORD = re.compile(r"\bk\s*(?:=|:|of|is)?\s*(\d+)\b", _F)
-_SMALLEST = re.compile(r"\b(?:smallest|lowest|bottom|minimum)\b|最小|前\s*\d+\s*小", _F)
-_DESCENDING = re.compile(r"\bdescending\b|\bdecreasing\b|\blargest\s+first\b|\bhigh(?:est)?\s+to\s+low(?:est)?\b|"
+_SMALLEST = re.compile(r"\b(?:smallest|lowest|bottom|minimum)\b|最小值?|前\s*\d+\s*小", _F)
+_LARGEST = re.compile(r"\b(?:largest|highest|biggest|maximum)\b|最大值?", _F)
+_DESCENDING = re.compile(r"\bdescending(?:\s+order)?\b|\bdecreasing\b|\blargest\s+first\b|\bhigh(?:est)?\s+to\s+low(?:est)?\b|"
                          r"降序|从大到小", _F)
-_ASCENDING = re.compile(r"\bascending\b|\bincreasing\b|\bsmallest\s+first\b|\blow(?:est)?\s+to\s+high(?:est)?\b|"
+_ASCENDING = re.compile(r"\bascending(?:\s+order)?\b|\bincreasing\b|\bsmallest\s+first\b|\blow(?:est)?\s+to\s+high(?:est)?\b|"
                         r"升序|从小到大", _F)
 _ARGSORT = re.compile(r"\barg[\s_-]?sort\w*|\b(?:sorting|sorted)\s+(?:indices|order|permutation)\b|\bindices\s+"
                       r"(?:that|which)\s+(?:would\s+)?sort\b|排序(?:的)?(?:索引|下标)", _F)
@@ -66,12 +69,15 @@ def sort_words(text: str) -> tuple[str, str, list[str]]:
     median in words: 'sort the rows descending', 'argsort over dim 0', 'top-8 values and indices',
     'the 5 smallest', 'the 3rd smallest', 'median over dim 1'. A sort and a median give their values,
     a top-k and a k-th value their values and indices, unless the words say which."""
+    smallest, descending = bool(_SMALLEST.search(text)), bool(_DESCENDING.search(text))
+    if smallest and descending or (descending and _ASCENDING.search(text)):
+        raise IRError("ascending or descending? Say one of them, e.g. 'sort x descending'")
     top = _TOPK_WORD.search(text) or _KTH_WORD.search(text)
     k, base = None, "median" if _MEDIAN_WORD.search(text) else "sort"
     if top:
         base = "topk" if top.re is _TOPK_WORD else "kthvalue"
         said = next((g for g in top.groups() if g is not None), "k")
-        k = int(said) if said.isdigit() else None
+        k, text = int(said) if said.isdigit() else None, blank_span(text, top)
         if k is None and (m := _K_WORD.search(text)):
             k, text = int(m.group(1)), _K_WORD.sub(_blank, text)
         if k is None:
@@ -80,10 +86,7 @@ def sort_words(text: str) -> tuple[str, str, list[str]]:
     both, argsort = bool(_BOTH.search(text)), bool(_ARGSORT.search(text))
     indices = argsort or (not both and bool(_INDICES_ONLY.search(text)))
     values = not both and not indices and (base in ("sort", "median") or bool(_VALUES_ONLY.search(text)))
-    smallest, descending = bool(_SMALLEST.search(text)), bool(_DESCENDING.search(text))
-    if smallest and descending or (descending and _ASCENDING.search(text)):
-        raise IRError("ascending or descending? Say one of them, e.g. 'sort x descending'")
-    for pattern in (SORT_WORD, _TOPK_WORD, _KTH_WORD, _MEDIAN_WORD, _SMALLEST, _DESCENDING, _ASCENDING, _ARGSORT, _BOTH, _INDICES_ONLY,
+    for pattern in (SORT_WORD, _TOPK_WORD, _KTH_WORD, _MEDIAN_WORD, _SMALLEST, _LARGEST, _DESCENDING, _ASCENDING, _ARGSORT, _BOTH, _INDICES_ONLY,
                     _VALUES_ONLY, _STABLE):
         text = pattern.sub(_blank, text)
     op = base + ("_values" if values else "_indices" if indices else "")
@@ -108,6 +111,8 @@ def convert(c: Call) -> Node | None:
     sorted), torch.kthvalue(x, k, dim, keepdim), torch.median(x, dim, keepdim) (also as methods);
     stable= and sorted= are accepted whatever they say: the kernel is stable and its top-k sorted,
     which either value allows."""
+    if c.fname == "msort":
+        c = Call("sort_values", c.written, c.args, {"dim": ast.Constant(0), **c.kw}, c.expr)
     if c.fname not in OPS:
         return None
     base = PARTS[c.fname][0]

@@ -22,7 +22,7 @@ gets make makes made write writes wrote generate generates create creates build 
 implements implementing implementation compute computes computing computed calculate calculates
 calculating do does doing apply applies applied applying perform performs return returns
 returning take takes taking use uses using via so then followed also just simple plain here there which
-what how some
+what how some find finds finding order
 fast faster fastest efficient efficiently optimized optimised optimal high
 performance performant speed speedy accelerated accelerate custom fused fuse fusing kernel kernels
 triton gpu gpus cuda nvidia h100 h200 op ops operator operators operation operations function

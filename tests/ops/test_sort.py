@@ -111,6 +111,13 @@ def test_a_long_top_k_is_merged_from_chunks(tmp_path):
     ("the 3rd smallest over the last dim for 64x300", "kthvalue(x, 3, dim=-1)"),
     ("the k-th smallest with k=5, its indices, over dim 0 for 64x300", "kthvalue_indices(x, 5, dim=0)"),
     ("每行的中位数 64x301", "median_values(x, dim=-1)"),
+    ("topk 5 of x over the last dim for 64x1000", "topk(x, 5, dim=-1)"),
+    ("top-k(k=40) over the last dim for 8x32000", "topk(x, 40, dim=-1)"),
+    ("sort x in descending order for 64x1000", "sort_values(x, dim=-1, descending=True)"),
+    ("find the top-10 logits for 32x50257 bf16", "topk(x, 10, dim=-1)"),
+    ("取前10个最大值 64x1000", "topk_values(x, 10, dim=-1)"),
+    ("bottom-3 over dim 0 for 100x300", "topk(x, 3, dim=0, largest=False)"),
+    ("torch.msort(x) for 64x100", "sort_values(x, dim=0)"),
 ])
 def test_sorts_in_words_and_code(request_text, expression):
     assert expr(parse_request(request_text)[0]) == expression
