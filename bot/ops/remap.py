@@ -2,8 +2,9 @@
 index arithmetic per dim. torch.flip, torch.roll, x.repeat and torch.tile, torch.repeat_interleave by
 a whole number, torch.tril / torch.triu of a tensor (a product's triangle is the matmul family's
 epilogue), F.pad in its four modes (zeros a convolution reads are folded into its padding), and
-F.interpolate's nearest upsampling by powers of two (nn.Upsample), and F.pixel_shuffle / pixel_unshuffle
-(a permutation of the input read as [*, C, r, r, H, W]).
+F.interpolate's nearest upsampling by powers of two (nn.Upsample), F.pixel_shuffle / pixel_unshuffle
+(a permutation of the input read as [*, C, r, r, H, W]), and torch.diagonal over two neighbouring dims
+(those two read as one, stepping the row length plus one).
 
 One kernel for them all: a program takes BLOCK output elements, splits each flat index into the
 output's per-dim indices o, and reads the input at ((o * a + b) // d) % m in each dim (flip: a = -1,
@@ -35,16 +36,19 @@ FLIP = scan.FLIP                    # the scan family reads a flip around a scan
 ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD, UPSAMPLE = (
     "roll", "repeat", "tile", "repeat_interleave", "tril", "triu", "pad", "interpolate")
 SHUFFLE = {"pixel_shuffle": "upscale_factor", "pixel_unshuffle": "downscale_factor"}     # ... and its factor's name
-OPS = {FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD, UPSAMPLE, *SHUFFLE}
+DIAGONAL = "diagonal"
+OPS = {FLIP, ROLL, REPEAT, TILE, INTERLEAVE, TRIL, TRIU, PAD, UPSAMPLE, DIAGONAL, *SHUFFLE}
 ROOT = True
 MAX_RANK = 5
 MAX_NUMEL = 2**34                   # the kernel indexes with int64 where the output needs it
 SUPPORTED = ("", "flip(x, dims), fliplr, flipud, roll(x, shifts, dims), x.repeat(sizes), tile, "
              "repeat_interleave(x, n, dim), tril/triu of a tensor, F.pad (constant, reflect, replicate, circular), "
-             "F.interpolate mode 'nearest' by powers of two, pixel_shuffle, pixel_unshuffle")
+             "F.interpolate mode 'nearest' by powers of two, pixel_shuffle, pixel_unshuffle, "
+             "torch.diagonal(x, offset, dim1, dim2) over neighbouring dims")
 ALIASES = {"upsample": UPSAMPLE, "upsample_nearest": UPSAMPLE}
 KEYWORDS = {FLIP: {"dims"}, "fliplr": set(), "flipud": set(), ROLL: {"shifts", "dims"}, REPEAT: {"repeats"},
             TILE: {"dims"}, INTERLEAVE: {"repeats", "dim"}, PAD: {"pad", "mode", "value"},
+            DIAGONAL: {"offset", "dim1", "dim2"},
             UPSAMPLE: {"size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias"},
             **{op: {factor} for op, factor in SHUFFLE.items()}}
 OUTPUT_DTYPES: dict[str, str] = {}
@@ -179,6 +183,11 @@ def convert(c: Call) -> Node | None:
         return _pad(rest, x)
     if c.fname == UPSAMPLE:
         return _upsample(rest, x)
+    if c.fname == DIAGONAL:
+        given = arguments(rest, ("offset", "dim1", "dim2"))
+        offset, *dims = (_int(given.get(k, ast.Constant(v)), f"diagonal's {k}")
+                         for k, v in (("offset", 0), ("dim1", 0), ("dim2", 1)))
+        return call(DIAGONAL, x, dims=tuple(dims), amounts=(offset,))
     if c.fname in SHUFFLE:
         given = arguments(rest, (SHUFFLE[c.fname],))
         r = _int(given.get(SHUFFLE[c.fname]), f"{c.fname}'s {SHUFFLE[c.fname]}")
@@ -326,6 +335,8 @@ def torch_text(node: Node, a: list[str]) -> str:
         return f"torch.nn.functional.pad({a[0]}, {amounts}, mode={node.attr('mode')!r}{value})"
     if node.op in SHUFFLE:
         return f"torch.nn.functional.{node.op}({a[0]}, {amounts[0]})"
+    if node.op == DIAGONAL:
+        return f"torch.diagonal({a[0]}, offset={amounts[0]}, dim1={dims[0]}, dim2={dims[1]})"
     if node.op == UPSAMPLE:          # one value stands for every spatial dim as a number, not a 1-tuple
         values = tuple(float(f) for f in amounts) if node.attr("mode") == "scale_factor" else amounts
         return (f"torch.nn.functional.interpolate({a[0]}, {node.attr('mode')}="
@@ -354,6 +365,8 @@ def _remap_plan(shape, kind, dims, amounts, mode=None):
     # first up to the repeats' count. F.pad's mode: mode.
     if kind in ("pixel_shuffle", "pixel_unshuffle"):
         return _shuffle_plan(shape, amounts[0], kind == "pixel_shuffle")
+    if kind == "diagonal":
+        return _diagonal_plan(shape, dims, amounts[0])
     shape = returned = list(shape)
     if dims is None and kind in ("roll", "repeat_interleave"):
         shape, dims = [math.prod(shape)], (0,)
@@ -427,6 +440,32 @@ def _shuffle_plan(shape, r, up):
     return view, sizes, steps, returned
 
 
+def _diagonal_plan(shape, dims, offset):
+    # torch.diagonal as _remap_plan gives it: its two dims (neighbours) read as one of their sizes'
+    # product, whose element k of the diagonal is k * (the second's size + 1) past the first's; the
+    # output is the other dims, then the diagonal's (dim order[-1] of the view).
+    rank = len(shape)
+    if any(not -rank <= k < rank for k in dims):
+        raise ValueError(f"diagonal over dims {tuple(dims)}, but the tensor has {rank}")
+    d1, d2 = (k % rank for k in dims)
+    if abs(d1 - d2) != 1:
+        raise ValueError(f"diagonal over dims {tuple(dims)}: two neighbouring dims are read (e.g. the last two); "
+                         "permute the tensor first for others")
+    lo = min(d1, d2)
+    first = [max(-offset, 0), max(offset, 0)]           # where the diagonal starts in dim1 and dim2
+    length = min(shape[d1] - first[0], shape[d2] - first[1])
+    if length < 1:
+        raise ValueError(f"diagonal with offset {offset} of a {shape[d1]} x {shape[d2]} matrix is empty")
+    start_lo, start_hi = first if d1 == lo else first[::-1]
+    view = [*shape[:lo], shape[lo] * shape[lo + 1], *shape[lo + 2:]]
+    order = [k for k in range(len(view)) if k != lo] + [lo]
+    sizes = [view[k] for k in order[:-1]] + [length]
+    n = len(order)
+    steps = ([1] * (n - 1) + [shape[lo + 1] + 1], [0] * (n - 1) + [start_lo * shape[lo + 1] + start_hi], [1] * n,
+             [max(view[k], 1) for k in order], order)
+    return view, sizes, steps, sizes
+
+
 def _upsample_plan(shape, wanted, by_size):
     # (sizes, d): nearest upsampling of the spatial dims (those after batch and channels) to sizes
     # (by_size) or by factors, whole powers of two, each output index reading index // factor.
@@ -485,7 +524,7 @@ class _RemapKernel(KernelFile):
         return self._space(CONFIGS)
 
     def source(self) -> str:
-        helpers = [_remap_plan, _pad_plan, _shuffle_plan, _upsample_plan, _remap_padded, _remap_config]
+        helpers = [_remap_plan, _pad_plan, _shuffle_plan, _diagonal_plan, _upsample_plan, _remap_padded, _remap_config]
         return self._file([self._kernel()], helpers, self._launcher())
 
     def _kernel(self) -> str:

@@ -48,6 +48,10 @@ CASES = [
     ("torch.pixel_shuffle(x, upscale_factor=3)", {"x": [18, 4, 5]}),           # no batch dim
     ("F.pixel_unshuffle(x, 2)", {"x": [2, 3, 3, 6, 10]}),                      # two batch dims
     ("F.pixel_shuffle(x, 1)", {"x": [2, 3, 5, 7]}),
+    ("torch.diagonal(x)", {"x": [37, 41]}),
+    ("torch.diagonal(x, offset=3, dim1=-2, dim2=-1)", {"x": [3, 17, 13]}),
+    ("x.diagonal(-2, 1, 0)", {"x": [30, 40, 5]}),                            # dim1 after dim2, below
+    ("torch.diagonal(x, 1, 2, 3) * 2.0", {"x": [2, 3, 5, 7]}),              # a chain: the diagonal, then the product
 ]
 
 
@@ -109,6 +113,8 @@ def test_the_gradient_moves_the_upstream_back(expression, want):
     ("F.pixel_shuffle(x, 2)", {"x": [2, 6, 5, 7]}, "needs channels divisible by 4, got 6"),
     ("F.pixel_unshuffle(x, 2)", {"x": [2, 6, 5, 8]}, "needs height and width divisible by 2, got 5 x 8"),
     ("F.pixel_shuffle(x, 2)", {"x": [8, 5]}, "takes [*, C, H, W], got a 2-D tensor"),
+    ("torch.diagonal(x, 0, 0, 2)", {"x": [8, 8, 8]}, "two neighbouring dims are read"),
+    ("torch.diagonal(x, 9)", {"x": [5, 9]}, "diagonal with offset 9 of a 5 x 9 matrix is empty"),
 ])
 def test_shapes_the_op_cannot_take_are_refused_by_name(expression, shapes, message):
     with pytest.raises(Exception, match=re.escape(message)):
