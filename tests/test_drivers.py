@@ -51,3 +51,15 @@ def test_a_shared_runners_users_are_the_live_commands(tmp_path):
     assert users.alive(group) == [os.getpid()] and len(list(group.iterdir())) == 1
     users.leave(group)
     assert users.alive(group) == []
+
+
+def test_the_out_dir_is_recorded_absolute_for_the_resume_hint(tmp_path, monkeypatch):
+    # `kernelbot status`, run from any folder, names it in `kernelbot run --resume ID --out DIR`
+    store = Store(tmp_path / "kb.db")
+    monkeypatch.chdir(tmp_path)
+    drivers = Drivers(store, "out/demo")
+    try:
+        drivers.take(session(store, "k1"))
+        assert store.driver("k1")["out_dir"] == str(tmp_path / "out" / "demo")
+    finally:
+        drivers.stop()

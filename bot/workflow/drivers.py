@@ -9,6 +9,7 @@ import os
 import socket
 import threading
 import time
+from pathlib import Path
 
 from bot.workflow.store import Store
 from runner import workdirs
@@ -32,7 +33,8 @@ class Drivers:
     of its own while the command waits on a person or a runner."""
 
     def __init__(self, store: Store, out_dir: str = "") -> None:
-        self.store, self.out_dir, self.pid = store, out_dir, os.getpid()
+        # absolute: `kernelbot status` names it in its --resume hint, from wherever it is run
+        self.store, self.out_dir, self.pid = store, str(Path(out_dir).resolve()) if out_dir else "", os.getpid()
         self.mine: set[str] = set()
         self._stop = threading.Event()
         threading.Thread(target=self._keep_fresh, daemon=True, name="drivers").start()
