@@ -232,6 +232,12 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
      ['return torch.tanh(self.ps(self.c(x)))'], '[torch.randn(2, 3, 9, 7)]'),
     ('unshuffle_residual', ['self.pu = nn.PixelUnshuffle(2)'], 'x, y', ['return self.pu(x) + y'],
      '[torch.randn(2, 3, 8, 6), torch.randn(2, 12, 4, 3)]'),
+    ('sort_pair', [], 'x', ['values, order = torch.sort(x, dim=1, descending=True)', 'return values, order'],
+     '[torch.randn(4, 50, 6)]'),
+    ('topk_smallest', [], 'x', ['return x.topk(3, dim=0, largest=False)'], '[torch.randn(40, 17)]'),
+    ('kthvalue_keep', [], 'x', ['return torch.kthvalue(x, 5, dim=-1, keepdim=True)[0]'], '[torch.randn(16, 33)]'),
+    ('median_rows', [], 'x', ['return torch.median(torch.relu(x) + 1.0, dim=1).indices'], '[torch.randn(24, 41)]'),
+    ('trace_like', [], 'x', ['return torch.diagonal(x, dim1=-2, dim2=-1).sum(-1)'], '[torch.randn(3, 20, 20)]'),
 ]
 
 
