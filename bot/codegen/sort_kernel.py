@@ -27,11 +27,18 @@ _LAST = "0x7FFFFFFFFFFFFFFF"     # the largest int64 key: padding, which sorts a
 # ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
 
 def _sort_config(A, D, B, K):
-    # The default config for lines of D in an [A, D, B] view, the first K of each kept. A line
-    # that fits one program's tile is one chunk; a longer one (a top-k's) in 4096-long chunks,
-    # doubled while the chunks' kept keys outgrow the merge's tile. Some 4K keys a program:
-    # several short lines together (16 where B > 1, so a tile's columns load as whole sectors),
-    # on a warp for each 512 keys.
+    # The default config for lines of D in an [A, D, B] view, the first K of each kept. A top-k of
+    # 128 or fewer of a line past 1024: 1024-long chunks, a program each on 4 warps, doubled while
+    # the chunks' kept keys outgrow the merge's tile (each chunk sorts less, and more programs run:
+    # the space's best on vocabulary-long lines). Else a line that fits one program's tile is one
+    # chunk; a longer one in 4096-long chunks, doubled likewise. Some 4K keys a program: several
+    # short lines together (16 where B > 1, so a tile's columns load as whole sectors), on a warp
+    # for each 512 keys.
+    if K <= 128 and D > 1024:
+        chunk = 1024
+        while chunk < 16384 and -(-D // chunk) * K > 16384:
+            chunk *= 2
+        return {"BLOCK_R": 1, "CHUNK": chunk, "num_warps": 4}
     chunk = _fit(16384, D)
     if chunk < D:
         chunk = 4096
@@ -136,8 +143,13 @@ class SortKernel(ReducedBodyFile):
         defaults = [_sort_config(a, d, b, self._kept(d)) for a, d, b in self.views]
         candidates = [{**c, "BLOCK_R": r, "num_warps": w} for c in defaults
                       for r, w in ((1, 4), (1, 8), (2, 8), (4, 8), (8, 4), (16, 8), (32, 16))]
-        return self._space(defaults + candidates,
-                           lambda config: [_sort_tiles(config, a, d, b, self._kept(d)) for a, d, b in self.views])
+        # shorter chunks for a top-k of few: each sorts less, and more programs run, merged after
+        chunked = [{"BLOCK_R": r, "CHUNK": n, "num_warps": w} for n in (1024, 2048, 4096)
+                   for r, w in ((1, 4), (2, 8), (4, 8))]
+
+        def fitted(config):
+            return [_sort_tiles(config, a, d, b, self._kept(d)) for a, d, b in self.views]
+        return self._space([c for c in defaults + candidates + chunked if None not in fitted(c)], fitted)
 
     def source(self) -> str:
         text = self._file([_PACKED, _STORE, self._chunk_kernel(), self._merge_kernel()],
