@@ -1,9 +1,10 @@
-"""The sort family: torch.sort, torch.argsort and torch.topk over any one dim of a tensor input,
-ascending or descending (topk: largest or smallest), returning the values, the int64 indices, or both
-as torch does ((values, indices)). Stable: equal values keep their order, so the indices are one
-answer, the one torch.sort(..., stable=True) gives (topk's order among ties, which torch leaves
-open, is that of the stable sort). Lowered by the sort template (bot.codegen.sort_kernel); owns its
-words, IR rule, reference and catalog entries.
+"""The sort family: torch.sort, torch.argsort, torch.msort, torch.topk, torch.kthvalue and
+torch.median over any one dim of a tensor input, ascending or descending (topk: largest or smallest),
+returning the values, the int64 indices, or both as torch does ((values, indices)). Stable: equal
+values keep their order, so the indices are one answer, the one torch.sort(..., stable=True) gives
+(the order among ties that torch leaves open for topk, kthvalue and median is that of the stable
+sort). Lowered by the sort template (bot.codegen.sort_kernel); owns its words, IR rule, reference
+and catalog entries.
 """
 from __future__ import annotations
 
@@ -32,7 +33,6 @@ SUPPORTED = ("over any one dim", "sort, argsort, topk, kthvalue and median (valu
 ALIASES: dict[str, str] = {}
 _ARGS = {"sort": ("input", "dim", "descending", "stable"), "topk": ("input", "k", "dim", "largest", "sorted"),
          "kthvalue": ("input", "k", "dim", "keepdim"), "median": ("input", "dim", "keepdim")}
-_ARGS["argsort"] = _ARGS["sort"]
 KEYWORDS = {op: set(_ARGS[base][1:]) for op, (base, _) in PARTS.items()}
 KEYWORDS["msort"] = set()       # torch.msort(x): torch.sort(x, dim=0).values
 OUTPUT_DTYPES = dict.fromkeys(INDICES, "int64")
@@ -43,18 +43,18 @@ WORDS: list = []            # read by sort_words, not as row words
 _KTH_WORD = re.compile(r"\bk-?th\s+(?:smallest|value)\b|\bkth[\s_-]?value\b|\b(\d+)(?:st|nd|rd|th)\s+smallest\b|"
                        r"第\s*(\d+)\s*小", _F)
 _MEDIAN_WORD = re.compile(r"\bmedians?\b|中位数", _F)
-SORT_WORD = re.compile(rf"{_KTH_WORD.pattern}|{_MEDIAN_WORD.pattern}|\b(?:arg)?sort(?:s|ed|ing)?\b|\btop[\s_-]?(?:k|\d+)\b|\b(?:smallest|largest|lowest|highest|"
-                       r"bottom)[\s_-]?(?:k|\d+)\b|\b\d+\s+(?:smallest|largest|lowest|highest)\b|排序|前\s*\d+\s*(?:个|大|小)",
-                       _F)
-_TOPK_WORD = re.compile(r"\btop[\s_-]?k\s*[(=:]?\s*(?:k\s*=\s*)?(\d+)\)?|\btop[\s_-]?(k|\d+)\b|\b(?:smallest|largest|lowest|highest|bottom)[\s_-]?(k|\d+)\b|"
+_TOPK_WORD = re.compile(r"\btop[\s_-]?k\s*[(=:]?\s*(?:k\s*=\s*)?(\d+)\)?|\btop[\s_-]?(k|\d+)\b|"
+                        r"\b(?:smallest|largest|lowest|highest|bottom)[\s_-]?(k|\d+)\b|"
                         r"\b(\d+)\s+(?:smallest|largest|lowest|highest)\b|前\s*(\d+)\s*(?:个|大|小)", _F)
+SORT_WORD = re.compile(rf"{_KTH_WORD.pattern}|{_MEDIAN_WORD.pattern}|{_TOPK_WORD.pattern}|\b(?:arg)?sort(?:s|ed|ing)?\b|"
+                       r"排序", _F)
 _K_WORD = re.compile(r"\bk\s*(?:=|:|of|is)?\s*(\d+)\b", _F)
 _SMALLEST = re.compile(r"\b(?:smallest|lowest|bottom|minimum)\b|最小值?|前\s*\d+\s*小", _F)
 _LARGEST = re.compile(r"\b(?:largest|highest|biggest|maximum)\b|最大值?", _F)
-_DESCENDING = re.compile(r"\bdescending(?:\s+order)?\b|\bdecreasing\b|\blargest\s+first\b|\bhigh(?:est)?\s+to\s+low(?:est)?\b|"
-                         r"降序|从大到小", _F)
-_ASCENDING = re.compile(r"\bascending(?:\s+order)?\b|\bincreasing\b|\bsmallest\s+first\b|\blow(?:est)?\s+to\s+high(?:est)?\b|"
-                        r"升序|从小到大", _F)
+_DESCENDING = re.compile(r"\bdescending(?:\s+order)?\b|\bdecreasing\b|\blargest\s+first\b|"
+                         r"\bhigh(?:est)?\s+to\s+low(?:est)?\b|降序|从大到小", _F)
+_ASCENDING = re.compile(r"\bascending(?:\s+order)?\b|\bincreasing\b|\bsmallest\s+first\b|"
+                        r"\blow(?:est)?\s+to\s+high(?:est)?\b|升序|从小到大", _F)
 _ARGSORT = re.compile(r"\barg[\s_-]?sort\w*|\b(?:sorting|sorted)\s+(?:indices|order|permutation)\b|\bindices\s+"
                       r"(?:that|which)\s+(?:would\s+)?sort\b|排序(?:的)?(?:索引|下标)", _F)
 _BOTH = re.compile(r"\b(?:values?\s+and\s+(?:their\s+|the\s+)?ind(?:ices|ex(?:es)?)|with\s+(?:its\s+|their\s+|the\s+)?"
@@ -86,7 +86,7 @@ def sort_words(text: str) -> tuple[str, str, list[str]]:
     both, argsort = bool(_BOTH.search(text)), bool(_ARGSORT.search(text))
     indices = argsort or (not both and bool(_INDICES_ONLY.search(text)))
     values = not both and not indices and (base in ("sort", "median") or bool(_VALUES_ONLY.search(text)))
-    for pattern in (SORT_WORD, _TOPK_WORD, _KTH_WORD, _MEDIAN_WORD, _SMALLEST, _LARGEST, _DESCENDING, _ASCENDING, _ARGSORT, _BOTH, _INDICES_ONLY,
+    for pattern in (SORT_WORD, _SMALLEST, _LARGEST, _DESCENDING, _ASCENDING, _ARGSORT, _BOTH, _INDICES_ONLY,
                     _VALUES_ONLY, _STABLE):
         text = pattern.sub(_blank, text)
     op = base + ("_values" if values else "_indices" if indices else "")
