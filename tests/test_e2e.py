@@ -69,7 +69,7 @@ def test_run_writes_every_artifact_and_passes(tmp_path):
 
 
 def test_run_outside_scope_explains_and_exits_nonzero(tmp_path):
-    proc = kernelbot(["run", "sort each row of a 64x64 tensor", "--yes", "--out", str(tmp_path / "o")],
+    proc = kernelbot(["run", "rotary embedding of a 64x64 tensor", "--yes", "--out", str(tmp_path / "o")],
                      tmp_path / "home")
     assert proc.returncode == 1
     assert "supported" in proc.stdout.lower() and "could not be generated" in proc.stderr

@@ -61,7 +61,7 @@ def check(tmp_path, spec: dict, configs=(None,), draw=None) -> None:
 def test_sorts_match_torchs_stable_sort_with_ties(tmp_path, expression):
     # Small integers: every line holds each value several times, so the indices say whether equal
     # values kept their order.
-    check(tmp_path, make_spec(expression, {"x": [MATRIX, CUBE]}), draw=ties)
+    check(tmp_path, make_spec(expression, {"x": [CUBE] if "dim=1" in expression else [MATRIX]}), draw=ties)
 
 
 @pytest.mark.parametrize("expression", ["sort(x, dim=1)", "topk(x, 6, dim=0, largest=False)"])
