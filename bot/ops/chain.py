@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from bot.ops import conv, fused, matmul, reduce, registry, view
 from bot.ops.entry import Entry
-from bot.ops.node import TWO_OUTPUTS, IRError, Node, inp, input_names, to_text
+from bot.ops.node import IRError, Node, inp, input_names, to_text
 from runner import protocol
 
 NAME = "chain"
@@ -83,7 +83,7 @@ def plan(node: Node, check_single) -> list[Stage]:
 
     def commit(pending: dict[Node, str]) -> None:
         for sub, name in pending.items():
-            if sub.op in TWO_OUTPUTS:
+            if sub.op in registry.TWO_OUTPUTS:
                 raise IRError(f"{to_text(sub)} gives two tensors, (values, indices), so it cannot be an operand; "
                               "take one of them (.values or .indices, [0] or [1]), or return it whole")
             taken.add(name)
@@ -209,7 +209,7 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
             lines.append(f"    {target} = {view.torch_text(stage.node, *args)}")
         else:
             lines.append(f"    {target} = {spec['name']}_s{k}({', '.join(args)})")
-    if stages[-1].node.op in TWO_OUTPUTS:     # (values, indices): the values in the inputs' dtype
+    if stages[-1].node.op in registry.TWO_OUTPUTS:     # (values, indices): the values in the inputs' dtype
         lines.append(f"    return out[0].to({first}.dtype), out[1]")
     elif registry.output_dtype(stages[-1].node):          # indices (argmax), bools (any) stay as they are
         lines.append("    return out")

@@ -12,8 +12,6 @@ ALL = "all"          # a reduction's dim when it reduces every element (PyTorch:
 # torch.max(x, dim) / torch.min(x, dim) whole (bot.ops.argreduce): two outputs, the values and the
 # indices of the arg-reduction named here; the families that write its kernel and launchers ask.
 WITH_INDICES = {"max_with_indices": "argmax", "min_with_indices": "argmin"}
-# ops with two outputs, (values, indices): those and torch.sort's and torch.topk's (bot.ops.sort)
-TWO_OUTPUTS = {*WITH_INDICES, "sort", "topk"}
 
 
 class IRError(ValueError):

@@ -27,13 +27,15 @@ from bot.codegen.expr import OpWriter
 from bot.ops import (argreduce, attention, channel_norm, conv, fused, gather, layout, loss, matmul, norm, pointwise,
                      pool, reduce, remap, scan, softmax, sort, view)
 from bot.ops.entry import Entry
-from bot.ops.node import Node
+from bot.ops.node import WITH_INDICES, Node
 
 # remap after scan (it reads flip, handing a flipped scan back to scan) and before matmul (which reads
 # tril/triu, handing a tensor's triangle to remap)
 FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, sort, softmax, norm, channel_norm, fused, loss,
                                     pool, layout, gather, remap, matmul, conv, view, attention)
 ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
+# ops with two outputs, (values, indices): torch.max/min over a dim, and the sort family's pairs
+TWO_OUTPUTS = {*WITH_INDICES, *sort.PAIRS}
 # Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
 # square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum', 'log-sum-exp' holds 'sum' and 'log',
 # 'cumulative product' holds 'product'); a vector norm's after the norms' ('layer norm'). Before
