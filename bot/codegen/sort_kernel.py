@@ -34,16 +34,12 @@ def _sort_config(A, D, B, K):
     # chunk; a longer one in 4096-long chunks, doubled likewise. Some 4K keys a program: several
     # short lines together (16 where B > 1, so a tile's columns load as whole sectors), on a warp
     # for each 512 keys.
-    if K <= 128 and D > 1024:
-        chunk = 1024
-        while chunk < 16384 and -(-D // chunk) * K > 16384:
-            chunk *= 2
+    few = K <= 128 and D > 1024
+    chunk = 1024 if few else 4096 if D > 16384 else _fit(16384, D)
+    while chunk < min(D, 16384) and -(-D // chunk) * K > 16384:
+        chunk *= 2
+    if few:
         return {"BLOCK_R": 1, "CHUNK": chunk, "num_warps": 4}
-    chunk = _fit(16384, D)
-    if chunk < D:
-        chunk = 4096
-        while chunk < 16384 and -(-D // chunk) * K > 16384:
-            chunk *= 2
     rows = max(16 if B > 1 else 1, 4096 // chunk)
     return {"BLOCK_R": rows, "CHUNK": chunk, "num_warps": max(1, min(16, rows * chunk // 512))}
 
@@ -132,7 +128,6 @@ class SortKernel(ReducedBodyFile):
     def __init__(self, spec, node, inputs, options, body, pick: Pick):
         super().__init__(spec, node, inputs, options, body)
         self.op, self.dim, self.pick = node.op, node.attr("dim"), pick
-        self.values, self.indices, self.descending = pick.values, pick.indices, pick.descending
         self.views = [self._view(case, full) for case, full in enumerate(self.fulls)]     # (A, D, B) per case
 
     def _kept(self, d: int) -> int:
@@ -154,12 +149,13 @@ class SortKernel(ReducedBodyFile):
     def source(self) -> str:
         text = self._file([_PACKED, _STORE, self._chunk_kernel(), self._merge_kernel()],
                           [_fit, _sort_config, _sort_tiles, _expanded], self._launcher())
-        said = ("the values (the input's dtype) and their int64 indices" if self.values and self.indices else
-                "the values, in the input's dtype" if self.values else "int64 indices")
+        pick = self.pick
+        said = ("the values (the input's dtype) and their int64 indices" if pick.values and pick.indices else
+                "the values, in the input's dtype" if pick.values else "int64 indices")
         return text.replace("the output has the first input's dtype", f"the outputs are {said}")
 
     def _flags(self) -> list[str]:
-        return [f"DESCENDING={self.descending}", f"VALUES={self.values}", f"INDICES={self.indices}"]
+        return [f"DESCENDING={self.pick.descending}", f"VALUES={self.pick.values}", f"INDICES={self.pick.indices}"]
 
     def _chunk_kernel(self) -> str:
         x = self.body_inputs[0].local
@@ -206,11 +202,11 @@ class SortKernel(ReducedBodyFile):
                  "    # sorted positions START to START + K of each line are written\n"
                  f"    {self.pick.span_text()}\n"
                  f"    out_shape = shape[:dim] + {kept_dim} + shape[dim + 1:]\n")
-        if self.values:
+        if self.pick.values:
             text += f"    values = torch.empty(out_shape, dtype={self.out_dtype(x)}, device={x}.device)\n"
-        if self.indices:
+        if self.pick.indices:
             text += f"    indices = torch.empty(out_shape, dtype=torch.int64, device={x}.device)\n"
-        returned = ", ".join(n for n, on in (("values", self.values), ("indices", self.indices)) if on)
+        returned = ", ".join(n for n, on in (("values", self.pick.values), ("indices", self.pick.indices)) if on)
         first = returned.split(", ")[0]
         text += f"    if {first}.numel() == 0:\n        return {returned}\n"
         text += self._config_line("_sort_config(A, D, B, START + K)")
@@ -220,7 +216,7 @@ class SortKernel(ReducedBodyFile):
                  "                         'program together; ask for fewer')\n"
                  "    BLOCK_R, CHUNK, MERGE, num_warps = tiles\n"
                  "    chunks = _cdiv(D, CHUNK)\n")
-        outs = [("values" if self.values else first), ("indices" if self.indices else first)]
+        outs = [("values" if self.pick.values else first), ("indices" if self.pick.indices else first)]
         flags = self._flags()
         text += ("    # a long line's chunks each keep their first START + K keys, merged after\n"
                  f"    kept = {first} if chunks == 1 else torch.empty((A * B, chunks * (START + K)), dtype=torch.int64, "
