@@ -237,6 +237,9 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
     ('topk_smallest', [], 'x', ['return x.topk(3, dim=0, largest=False)'], '[torch.randn(40, 17)]'),
     ('kthvalue_keep', [], 'x', ['return torch.kthvalue(x, 5, dim=-1, keepdim=True)[0]'], '[torch.randn(16, 33)]'),
     ('median_rows', [], 'x', ['return torch.median(torch.relu(x) + 1.0, dim=1).indices'], '[torch.randn(24, 41)]'),
+    ('cdist', [], 'x, y', ['return torch.cdist(x, y)'], '[torch.randn(40, 24), torch.randn(33, 24)]'),
+    ('nan_to_num_given', [], 'x', ['return torch.nan_to_num(torch.log(x), nan=0.0, posinf=100.0, neginf=-100.0)'], '[torch.randn(64, 96)]'),
+    ('cdist_p1_batched', [], 'x, y', ['return torch.cdist(x, y, p=1)'], '[torch.randn(3, 20, 16), torch.randn(3, 17, 16)]'),
     ('trace_like', [], 'x', ['return torch.diagonal(x, dim1=-2, dim2=-1).sum(-1)'], '[torch.randn(3, 20, 20)]'),
 ]
 

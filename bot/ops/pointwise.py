@@ -49,7 +49,7 @@ SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt,
              "where(cond, a, b), masked_fill(x, mask, value), clamp(x, min, max), clamp_min, clamp_max, "
              "expm1, log1p, log2, log10, exp2, sign, addcmul, addcdiv, lerp, logaddexp, the activations of "
              "torch.nn.functional (softmin, threshold, glu, pairwise_distance, prelu, rrelu out of training too), "
-             "torch.outer, dropout with p=0, "
+             "torch.outer, torch.cdist, nan_to_num (with posinf and neginf), dropout with p=0, "
              "comparisons, constants")
 ALIASES = {"negative": "neg", "swish": "silu", "clip": "clamp", "multiply": "mul", "divide": "div",
            "true_divide": "div", "subtract": "sub", "square": "square", "gelu_tanh": "gelu_tanh",
@@ -121,6 +121,9 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
     "glu": ((("x", None), ("dim", -1)), "x.chunk(2, dim)[0] * sigmoid(x.chunk(2, dim)[1])"),
     "pairwise_distance": ((("x1", None), ("x2", None), ("p", 2.0), ("eps", 1e-6)), "norm(x1 - x2 + eps, p=p, dim=-1)"),
     "outer": ((("x", None), ("vec2", None)), "x.reshape(-1, 1) * vec2"),
+    # every row of x1 against every row of x2 (batched over leading dims), the differences read directly:
+    # torch's own p=2 path through a product cancels where points are close, this does not
+    "cdist": ((("x1", None), ("x2", None), ("p", 2.0)), "norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p=p, dim=-1)"),
     "threshold": ((("x", None), ("threshold", None), ("value", None)), "where(x <= threshold, value, x)"),   # NaN: x
     # torch: 0 for NaN and -0.0; the last branch a tensor (x * 0.0) so the result keeps x's dtype
     "sign": ((("x", None),), "where(x > 0.0, 1.0, where(x < 0.0, -1.0, where(x != x, 0.0, x * 0.0)))"),
@@ -139,6 +142,7 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
 # The keywords each function is read with (any other is refused: it may change the result).
 KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "tensor": {"device"}, "masked_fill": {"mask", "value"},
             "dropout": {"p", "training", "inplace"}, PRELU: {"weight"}, "rrelu": {"lower", "upper", "training"},
+            "nan_to_num": {"nan", "posinf", "neginf"},
             **{name: {p for p, _ in params[1:]} for name, (params, _) in COMPOSITES.items()}}
 # Functions read with no keyword at all.
 FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "pow", "where", "tensor",
@@ -289,6 +293,8 @@ def convert(c: Call) -> Node | None:
         return _prelu(c)
     if fname == "rrelu":
         return _rrelu(c)
+    if fname == "nan_to_num":
+        return _nan_to_num(c)
     if fname == ROTATE_HALF:
         arity(fname, args, 1)
         x = c.expr(args[0])
@@ -316,6 +322,25 @@ def _rrelu(c: Call) -> Node:
     lower, upper = (number(given[k]) if k in given else d for k, d in (("lower", 1 / 8), ("upper", 1 / 3)))
     x = c.expr(given["x"])
     return call("where", call("ge", x, const(0.0)), x, call("mul", x, const((lower + upper) / 2)))
+
+
+def _nan_to_num(c: Call) -> Node:
+    """torch.nan_to_num with both infinities' replacements given; torch's defaults for them are the
+    output dtype's largest finite values, which a float32 body cannot name, so they are asked for."""
+    given = dict(zip(("x", "nan", "posinf", "neginf"), c.args)) | c.kw
+    if len(c.args) > 4 or not set(given) <= {"x", "nan", "posinf", "neginf"} or "x" not in given:
+        raise IRError("nan_to_num takes x, nan, posinf and neginf, e.g. torch.nan_to_num(x, nan=0.0, posinf=1e4, "
+                      "neginf=-1e4)")
+    if [k for k in ("posinf", "neginf") if isinstance(given.get(k, ast.Constant(None)), ast.Constant)
+            and given.get(k, ast.Constant(None)).value is None]:
+        raise IRError("nan_to_num without posinf and neginf puts the output dtype's largest finite values for "
+                      "the infinities, which the offline generator does not write: give both, e.g. "
+                      "torch.nan_to_num(x, nan=0.0, posinf=1e4, neginf=-1e4)")
+    nan, posinf, neginf = (const(number(given[k]) if k in given else 0.0) for k in ("nan", "posinf", "neginf"))
+    x = c.expr(given["x"])
+    inf = const(float("inf"))
+    return call("where", call("ne", x, x), nan,
+                call("where", call("eq", x, inf), posinf, call("where", call("eq", x, const(float("-inf"))), neginf, x)))
 
 
 def _prelu(c: Call) -> Node:

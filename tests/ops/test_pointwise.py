@@ -294,6 +294,8 @@ def test_activations_in_words(words, typed):
     ("torch.logaddexp(x * 30.0, y)", lambda x, y, z: torch.logaddexp(x * 30.0, y)),
     ("torch.nn.functional.dropout(x, p=0.0) + torch.nn.functional.dropout(y, 0.3, training=False)",
      lambda x, y, z: x + y),
+    ("torch.nan_to_num(x, nan=0.5, posinf=1e4, neginf=-1e4) + y.nan_to_num(1.0, 2.0, -2.0)",   # x holds NaN and inf
+     lambda x, y, z: torch.nan_to_num(x, nan=0.5, posinf=1e4, neginf=-1e4) + y.nan_to_num(1.0, 2.0, -2.0)),
     ("torch.zeros_like(x) + torch.ones_like(y) * torch.full_like(x, 2.5)",     # x holds NaN and inf: still 0
      lambda x, y, z: torch.zeros_like(x) + torch.ones_like(y) * torch.full_like(x, 2.5)),
 ])
@@ -316,6 +318,8 @@ def test_math_functions_written_in_ir_ops_are_torchs(tmp_path, code, fn):
     ("F.pairwise_distance(x, y, p=1.0) with x 8x16 and y 8x16 fp32",
      lambda x, y: torch.nn.functional.pairwise_distance(x, y, p=1.0)),
     ("torch.outer(a, b) with a 8 and b 16 fp32", torch.outer),
+    ("torch.cdist(x, y) with x 9x16 and y 7x16 fp32", torch.cdist),
+    ("torch.cdist(x, y, p=1.0) with x 3x9x16 and y 3x7x16 fp32", lambda x, y: torch.cdist(x, y, p=1.0)),
     ("F.softmin(x, dim=0) with x 8x16 fp32", lambda x: torch.nn.functional.softmin(x, dim=0)),
 ])
 def test_functions_of_views_and_reductions_are_torchs(tmp_path, request_text, torch_call):
@@ -404,6 +408,12 @@ def test_rrelu_in_training_mode_and_the_identity_are_refused_naming_why():
         ir.parse("F.rrelu(x, training=True)", as_written=True)
     with pytest.raises(GenerationError, match="returns its input 'x' unchanged"):
         parse_request("def f(x):\n    return F.dropout(x, p=0.5, training=False)")
+
+
+def test_nan_to_num_without_the_infinities_replacements_is_refused_naming_why():
+    # torch's defaults are the output dtype's largest finite values
+    with pytest.raises(ir.IRError, match="give both, e.g. torch.nan_to_num"):
+        ir.parse("torch.nan_to_num(x)", as_written=True)
 
 
 def test_dropout_that_is_random_is_refused_naming_why():
