@@ -146,7 +146,7 @@ REFUSED = [
     ("transpose x and y on 8x64", "moves one tensor"),
     ("reverse the rows of x", "operation"),
     # qualifiers that would change the op if dropped
-    ("softmax with temperature 2 over the last dim", "temperature"),
+    ("causal softmax over the last dim of 8x16x16", "causal"),
     ("relu of x only where mask is set", "mask"),
     ("softmax over the last dim with eps 1e-5", "eps"),
     ("add two tensors and round the result", "round"),
@@ -324,6 +324,7 @@ SOLVED = [
     ("Frobenius norm of a 64x128 tensor", "norm(x, p=2.0, dim=None)", [[]]),
     ("L1 normalize the rows of 8x16", "x / clamp(norm(x, p=1.0, dim=-1, keepdim=True), 1e-12)", [[8, 16]]),
     ("对每行求方差 8x16", "var(x, dim=-1)", [[8]]),
+    ("softmax with temperature 2 over the last dim of 8x16", "softmax(x / 2.0)", [[8, 16]]),
     # any and all: bools
     ("def f(x):\n    return torch.any(x > 0, dim=1)\nfor 8x16", "any(x > 0, dim=-1)", [[8]]),
     ("all over dim 0 of 8x16", "all(x, dim=0)", [[16]]),

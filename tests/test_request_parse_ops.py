@@ -537,3 +537,31 @@ def test_unsupported_requests_list_what_is_supported(text):
     assert SUPPORTED in message
     assert all(w in message for w in ("matmul", "bmm", "argmax", "cross entropy", "rmsnorm (also fused with an add)",
                                       ir.SUPPORTED_TEXT))
+
+
+# ---------------------------------------------------------------- everyday words
+
+@pytest.mark.parametrize("text, expected", [
+    ("softmax with temperature 0.7 over the last dim for 4096x32000 bf16", "softmax(x / 0.7)"),
+    ("log softmax with a temperature of 2 for 64x1000", "log_softmax(x / 2.0)"),
+    ("温度为0.5的softmax 64x1000", "softmax(x / 0.5)"),
+    ("squared relu for 4096x4096", "relu(x) ** 2"),
+    ("relu squared of x for 64x64", "relu(x) ** 2"),
+    ("outer product of a 1000 and b 2000", "a.reshape(-1, 1) * b"),
+    ("bias + gelu for x 4096x4096 and bias 4096 fp16", "gelu(x + bias)"),
+    ("bias_gelu for x 64x64 and bias 64", "gelu(x + bias)"),
+    ("bias relu for x 64x64 and bias 64", "relu(x + bias)"),
+    ("upsample 2x nearest on 8x64x28x28", "F.interpolate(x, scale_factor=2, mode='nearest')"),
+    ("kl divergence between log probs 64x1000 and probs 64x1000", "F.kl_div(x, y)"),
+])
+def test_everyday_words(text, expected):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon(expected)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("bilinear upsample by 2 on 8x64x28x28", "'bilinear' interpolates between values"),
+    ("relu bias for x 64x64 and bias 64", "could not place 'bias'"),      # which comes first is not said
+])
+def test_everyday_words_refused_naming_why(text, words):
+    assert words in error(text)

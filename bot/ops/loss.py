@@ -245,7 +245,7 @@ def loss_words(text: str, dims: list[int]) -> tuple[str, str, list[str]]:
         named = [g for g in m.groups() if g]
         if named and fn != TRIPLET:
             args = named
-        text = _PAIR_WORDS.sub(_blank, text)
+    text = _PAIR_WORDS.sub(_blank, text)      # a loss compares its operands: "between" says no more
     for key, pattern in _LOSS_PARAMS.items():
         if m := pattern.search(text):
             if fn in _WORD_FORMULAS or key not in FORMULAS[fn][1]:

@@ -193,8 +193,19 @@ def _keyword(name: str, said: str = "") -> str:
     `name` (the request reader passes named groups as keywords)."""
     return (rf"(?:\s*(?:,|and)?\s*(?:with\s+)?(?:an?\s+|the\s+)?(?:{said or name})\s*(?:of|=|:|is)?\s*"
             rf"(?P<{name}>{_NUM}){_END})?")
-WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
+# A bias named before an activation, the add ("bias gelu", "bias + relu", "bias_silu"): the separator
+# is the bias word's, so the activation's word stands alone.
+BIAS_THEN = r"[\s_-]*\+?[\s_-]*(?=(?:gelu|relu|silu|swish|sigmoid|tanh|mish|leaky|elu|selu)\b)"
+# Words that hold other families' or this one's ('outer product' holds 'product'; 'bias gelu' names
+# an add before the gelu): looked for before every other word.
+EARLY_WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
+    (r"\bouter[\s_-]+product\b|外积", "binary", "outer"),
+    (rf"\bbias{BIAS_THEN}", "binary", "add"),
+]]
+WORDS = EARLY_WORDS + [(re.compile(p, _F), kind, op) for p, kind, op in [
     # activations PyTorch builds from these (COMPOSITES), before the words their names hold (tanh, sigmoid, relu)
+    # relu(x) ** 2 (Primer's activation), read before "relu" and "square" apart
+    (r"\bsquared[\s_-]+relu\b|\brelu[\s_-]*(?:squared|\^\s*2|²)|平方\s*relu|relu\s*平方", "step", "squared_relu"),
     (rf"\bleaky[\s_-]?relu\b{_PARAM}|(?:带)?泄[漏露]\s*(?:的\s*)?relu{_PARAM}", "step", "leaky_relu"),
     (r"\brelu[\s_-]?6\b", "step", "relu6"),
     (rf"\belu\b{_PARAM}", "step", "elu"),
@@ -232,7 +243,10 @@ WORDS = [(re.compile(p, _F), kind, op) for p, kind, op in [
      rf"缩放\s*(?:系数|因子)?\s*(?:为|是|=|:)?\s*({_NUM}){_END}\s*倍?|乘以\s*({_NUM}){_END}", "step", "scale"),
     (rf"\b(?:multipl(?:y|ied|ication)|times)\s+(?:[a-z]\w?\s+)?(?:by\s+)?(?:(?:a|the)\s+)?(?:scalar\s+(?:value\s+)?"
      rf"(?:of\s+)?)?({_NUM}){_END}", "step", "scale"),
-    (rf"\bdivid(?:e|ed)\s+(?:[a-z]\w?\s+)?by\s+({_NUM}){_END}|除以\s*({_NUM}){_END}", "step", "divide"),
+    # a softmax's (or any body's) temperature divides it: "softmax with temperature 0.7"
+    (rf"\bdivid(?:e|ed)\s+(?:[a-z]\w?\s+)?by\s+({_NUM}){_END}|除以\s*({_NUM}){_END}|"
+     rf"\btemperature\s*(?:t\s*)?(?:of|=|:|is)?\s*({_NUM}){_END}|温度\s*(?:系数)?\s*(?:为|是|=|:)?\s*({_NUM}){_END}",
+     "step", "divide"),
     (rf"\b(?:pow(?:er)?|to\s+the\s+power(?:\s+of)?|exponent)\s*(?:of|=|:)?\s*({_NUM}){_END}", "step", "pow"),
     (r"\bsquared?\b|平方", "step", "square"),
     (r"\bcubed?\b|立方", "step", "cube"),

@@ -39,8 +39,9 @@ TWO_OUTPUTS = {*WITH_INDICES, *sort.PAIRS}
 # Row-op words are looked for first: their names hold pointwise words ('log softmax', 'root mean
 # square norm', 'argmax' holds 'max', 'cumulative sum' holds 'sum', 'log-sum-exp' holds 'sum' and 'log',
 # 'cumulative product' holds 'product'); a vector norm's after the norms' ('layer norm'). Before
-# them all, activations read with keywords, which may hold row words ('hardtanh with min -2 and max 2').
-_KEYWORDED = [w for w in pointwise.WORDS if w[0].groupindex]
+# them all, activations read with keywords, which may hold row words ('hardtanh with min -2 and max 2'),
+# and pointwise words that hold others' (pointwise.EARLY_WORDS).
+_KEYWORDED = pointwise.EARLY_WORDS + [w for w in pointwise.WORDS if w[0].groupindex]
 WORDS = _KEYWORDED + [w for f in (softmax, norm, argreduce, scan, fused, reduce, pointwise) for w in f.WORDS
                       if w not in _KEYWORDED]
 ALIASES = {k: v for f in FAMILIES for k, v in f.ALIASES.items()}

@@ -67,6 +67,9 @@ CONFIGS = [{"BLOCK": b, "num_warps": w} for b, w in [(1024, 4), (2048, 8), (4096
 FLIP_WORD = re.compile(r"\bflip(?:s|ped|ping)?\b|翻转", _F)
 ROLL_WORD = re.compile(r"\broll(?:s|ed|ing)?\b|\bcircular(?:ly)?\s+shift\w*|循环移位", _F)
 UPSAMPLE_WORD = re.compile(r"\b(?:nearest[\s-]+(?:neighbou?r[\s-]+)?)?up[\s-]?sampl\w*|(?:最近邻)?上采样", _F)
+# said apart from the upsampling word: "upsample 2x nearest", "upsample by 2 (bilinear)"
+_NEAREST = re.compile(r"\b(?:mode\s*[=:]?\s*['\"]?)?nearest(?:[\s-]+neighbou?rs?)?\b['\"]?|最近邻", _F)
+_INTERPOLATING = re.compile(r"\b(?:bi|tri)?linear\b|\bbicubic\b|\barea\b|双线性|三线性|双三次", _F)
 PAD_WORD = re.compile(r"\b(?:(reflect|replicat|circular|zero|constant)\w*[\s-]+)?pad(?:s|ded|ding)?\b|"
                       r"(反射|复制|循环|零|常数)?填充", _F)
 TRIANGLE_WORD = re.compile(r"\b(lower|upper)[\s-]+triang(?:le|ular)(?:\s+(?:part|half)(?:\s+of)?)?\b|([上下])三角|"
@@ -122,9 +125,13 @@ def remap_words(text: str, names: list[str], dims: list[int], ranks: set[int]) -
                           "(several dims: torch.roll(x, (1, 2), (0, 1)))")
         return f"torch.roll({x}, {amount}{f', {dims[0]}' if dims else ''})", REMAP_WORD.sub(_blank, text)
     if UPSAMPLE_WORD.search(text):
+        if m := _INTERPOLATING.search(text):
+            raise IRError(f"upsampling is read as nearest (each output takes its nearest input); {m.group(0)!r} "
+                          "interpolates between values, which the offline generator does not lower")
         if amount is None:
             raise IRError("nearest upsampling takes a factor: say e.g. 'nearest upsample x by 2'")
-        return f"F.interpolate({x}, scale_factor={amount}, mode='nearest')", REMAP_WORD.sub(_blank, text)
+        return (f"F.interpolate({x}, scale_factor={amount}, mode='nearest')",
+                _NEAREST.sub(_blank, REMAP_WORD.sub(_blank, text)))
     m = PAD_WORD.search(text)
     if amount is None or amount < 0:
         raise IRError("a pad takes its amount, each side of the last dim: say e.g. 'reflect pad x by 2'")

@@ -311,6 +311,8 @@ def _apply_steps(body: str, steps: list[tuple[str, float | None]], rd: Reading, 
             body = f"({body}) ** {({'square': 2.0, 'cube': 3.0}.get(op, value))!r}"
         elif op == "gelu_tanh":
             body = f"gelu({body}, approximate='tanh')"
+        elif op == "squared_relu":
+            body = f"relu({body}) ** 2.0"
         elif op == "clamp":
             if "min" not in rd.scalars and "max" not in rd.scalars:
                 raise GenerationError("clamp needs bounds: which range? e.g. 'clamp x to [-1, 1]'")

@@ -11,6 +11,7 @@ import re
 
 from bot import ir
 from bot.generators.interface import GenerationError
+from bot.ops import pointwise
 from bot.ops.text import FLAGS as _F
 
 SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -81,7 +82,7 @@ def refuse_unclear_order(found: list[tuple[int, str, str, float | None]], prose:
     row = next(((pos, op) for pos, kind, op in kinds if kind == "row"), None)
     for pos, kind, op in kinds:
         if kind == "step" and binary:
-            _check_step_and_binary(prose, pos, op, *binary)
+            _check_step_and_binary(prose, pos, op, *binary, said)
         if kind in ("step", "binary") and row:
             seq = (_SEQ.search(prose, min(pos, row[0]), max(pos, row[0])) or _and_joined(prose, pos, row[0])
                    or _add_then_norm(prose, said, pos, op, *row))
@@ -105,10 +106,13 @@ def _and_joined(prose: str, start: int, end: int) -> bool:
     return bool(re.fullmatch(r";[\s;]*\band\b[\s;]*(?:then\b[\s;]*)?", prose[start:end], re.I))
 
 
-def _check_step_and_binary(prose: str, pos: int, op: str, at: int, binary: str) -> None:
+def _check_step_and_binary(prose: str, pos: int, op: str, at: int, binary: str, said: str) -> None:
     if pos < at and re.fullmatch(r"\W*\w*\W+of\s+the\s*", prose[pos:at], re.I):
         return
     if pos > at and (_SEQ.search(prose, at, pos) or _and_joined(prose, at, pos)):
+        return
+    bias = re.match(rf"bias{pointwise.BIAS_THEN}", said[at:], re.I)
+    if bias and at + bias.end() == pos:             # "bias gelu": the add, then the gelu
         return
     example = ("'x ** 2 + y' or '(x + y) ** 2'" if op in ("square", "cube", "pow", "scale", "divide")
                else f"'{op}(x) + y' or '{op}(x + y)'")

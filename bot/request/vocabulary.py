@@ -134,7 +134,7 @@ REPLACE = re.compile(r"\b(?:make|change|replace|switch|use|instead|rather|actual
 WHERE_CLAUSE = re.compile(r"\bwhere\b(?=\s+[A-Za-z]\w*\s+(?:is|are|has)\b)", _F)
 APPEND = re.compile(r"\b(?:also|add|plus|additionally|extra|too)\b|^\s*and\b|\bas\s+well\b|还要|再加|增加|加上|另外", _F)
 
-STEP_IR_OP = {"gelu_tanh": "gelu", "scale": "mul", "divide": "div", "square": "pow", "cube": "pow"}
+STEP_IR_OP = {"gelu_tanh": "gelu", "squared_relu": "relu", "scale": "mul", "divide": "div", "square": "pow", "cube": "pow"}
 SCALAR_STEPS = {"scale", "divide"}
 
 # "max"/"sum"/"product" of two tensors is elementwise; of one tensor it is a reduction.
