@@ -62,19 +62,21 @@ def _reduce_config(A, D, B, arg_reduce=False):
     # fewer: 256 x 16 tiles, each thread on its own columns (the tile reduces inside threads),
     # and D split until ~1024 programs run (a split may be one chunk). B == 1: whole-row tiles as
     # the row kernels choose them, D split while fewer than ~1024 programs run and each split
-    # keeps 16+ BLOCK_D chunks (8 programs per SM: loads enough in flight without pipelining).
+    # keeps 16+ BLOCK_D chunks (8 programs per SM: loads enough in flight without pipelining). Rows
+    # not of whole 16-byte vectors take the unpipelined 256 x 16 tiles whatever their count.
     # tests/default_vs_best.py measures these against the space. arg_reduce (argmax/argmin): small tiles instead,
     # 512 x 4 pipelined (two accumulators per tile element) where rows are 16-byte aligned, or one
     # row on one warp in 512-wide chunks, not pipelined: pipelining gained little on aligned rows
     # and lost much on rows that are not 16-byte aligned (docs/BENCHMARKS.md).
-    if B > 1 and not arg_reduce and A * -(-B // 64) >= 128:
+    # rows of a whole number of 16-byte vectors (B % 8 == 0 in any float dtype); on others pipelined
+    # loads go element by element (a sum over dim 1 of 128x4096x4095 ran at a sixth of torch's speed)
+    aligned = B % 8 == 0
+    if B > 1 and not arg_reduce and aligned and A * -(-B // 64) >= 128:
         # enough 64-wide column blocks to fill the GPU: each walks all of D, 6 chunks in flight
         return {"BLOCK_B": _fit(64, B), "BLOCK_D": 64, "SPLIT_D": 1, "num_warps": 4, "num_stages": 6}
     if B > 1:
-        # argmax/argmin on rows of a whole number of 16-byte vectors (B % 8 == 0 in any float dtype):
-        # 512 x 4 tiles pipelined 3 deep; on others, whose pipelined loads go element by element,
-        # 256 x 8 not pipelined (the space's best on 8192 and on 6007 columns)
-        aligned = B % 8 == 0
+        # argmax/argmin on aligned rows: 512 x 4 tiles pipelined 3 deep; on others 256 x 8 not
+        # pipelined (the space's best on 8192 and on 6007 columns)
         key, block = "BLOCK_B", _fit(512 if arg_reduce and aligned else 256, B)
         block_d, warps, stages = ((4, 2, 3) if aligned else (8, 2, 1)) if arg_reduce else (16, 2, 1)
         programs = A * -(-B // block)
