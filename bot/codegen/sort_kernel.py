@@ -2,14 +2,16 @@
 sorted: A * B lines of D elements (line r: a = r // B, b = r % B; where B > 1, neighbouring lines are
 neighbouring in memory, so a tile's columns load together).
 
-Each value becomes an int64 key that sorts as the value does (its float32 bits made order-preserving
-as a signed integer, inverted for descending) with its index in the low 32 bits: equal values keep
-their order, a stable sort, with one bitonic sort (tl.sort) of the keys. A program sorts BLOCK_R
-lines of one chunk of CHUNK elements (a power of two); where one chunk holds the whole line, it
-writes the first K (D for a sort, k for a top-k) values, decoded from the keys, and indices. A longer
-line (a top-k's only) is cut into chunks that each keep their first K keys, and the merge kernel
-sorts a line's kept keys together for its first K. -0.0 sorts as 0.0 and every NaN as the largest
-value, as torch sorts them.
+Each value becomes a key that sorts as the value does (its bits made order-preserving as a signed
+integer, inverted for descending) with its index in the low bits: equal values keep their order, a
+stable sort, with one bitonic sort (tl.sort) of the keys. Keys are int32 where the values are 16-bit
+and a line at most 65536 long (the value's 16 bits over the index's: half the bits a float32 value's
+int64 key moves through the sort), else int64 (float32 bits over a 32-bit index). A program sorts
+BLOCK_R lines of one chunk of CHUNK elements (a power of two); where one chunk holds the whole line,
+it writes the first K (D for a sort, k for a top-k) values, decoded from the keys, and indices. A
+longer line (a top-k's only) is cut into chunks that each keep their first K keys, and the merge
+kernel sorts a line's kept keys together for its first K. -0.0 sorts as 0.0 and every NaN as the
+largest value, as torch sorts them.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from bot.codegen.kernel_file import _expanded
 
 # The most keys one program sorts: a line (or a top-k's kept keys, together) at most this long.
 MAX_TILE = 16384
-_LAST = "0x7FFFFFFFFFFFFFFF"     # the largest int64 key: padding, which sorts after every value
+# 16-bit values' keys: NARROW's codes (0: int64 keys) in the launcher
+_NARROW = "{torch.float16: 1, torch.bfloat16: 2}"
 
 
 # ---------------------------------------------------------------- launcher helpers (copied into kernel.py)
@@ -61,32 +64,69 @@ def _sort_tiles(config, A, D, B, K):
 
 # ---------------------------------------------------------------- kernel.py
 
-_PACKED = jit_source("_packed", ["val", "index", "DESCENDING: tl.constexpr"], [
-    "val = tl.where(val == 0.0, 0.0, val)           # -0.0 sorts as 0.0",
-    "val = tl.where(val != val, float(\"nan\"), val)  # every NaN one NaN, the largest",
-    "bits = val.to(tl.int32, bitcast=True)",
-    "# negative floats' magnitude bits flipped: the bits order as signed integers as the floats do",
-    "key = bits ^ ((bits >> 31) & 0x7FFFFFFF)",
-    "if DESCENDING:",
-    "    key = ~key",
-    "return (key.to(tl.int64) << 32) | index.to(tl.int64)"],
-    "    # A float32 value as an int64 key that sorts as it does, its index below: equal values keep\n"
-    "    # their order.\n")
+_PACKED = jit_source("_packed", ["val", "index", "DESCENDING: tl.constexpr", "NARROW: tl.constexpr"], [
+    "if NARROW:",
+    "    # the value in its own 16-bit dtype (what torch sorts), sign-extended bits over a 16-bit index",
+    "    half = val.to(tl.float16 if NARROW == 1 else tl.bfloat16)",
+    "    bits = half.to(tl.int16, bitcast=True).to(tl.int32)",
+    "    bits = tl.where(half == 0.0, 0, tl.where(half != half, 0x7FFF, bits))   # -0.0 as 0.0, NaN largest",
+    "    key = bits ^ ((bits >> 15) & 0x7FFF)",
+    "    if DESCENDING:",
+    "        key = ~key",
+    "    return (key << 16) | index.to(tl.int32)",
+    "else:",
+    "    val = tl.where(val == 0.0, 0.0, val)           # -0.0 sorts as 0.0",
+    "    val = tl.where(val != val, float(\"nan\"), val)  # every NaN one NaN, the largest",
+    "    bits = val.to(tl.int32, bitcast=True)",
+    "    # negative floats' magnitude bits flipped: the bits order as signed integers as the floats do",
+    "    key = bits ^ ((bits >> 31) & 0x7FFFFFFF)",
+    "    if DESCENDING:",
+    "        key = ~key",
+    "    return (key.to(tl.int64) << 32) | index.to(tl.int64)"],
+    "    # A value as a key that sorts as it does, its index below: equal values keep their order.\n")
+
+_LAST = jit_source("_last", ["NARROW: tl.constexpr"], [
+    "if NARROW:",
+    "    return tl.full([1, 1], 0x7FFFFFFF, tl.int32)",
+    "else:",
+    "    return tl.full([1, 1], 0x7FFFFFFFFFFFFFFF, tl.int64)"],
+    "    # The largest key: padding, which sorts after every value.\n")
 
 _STORE = jit_source("_store_span", ["packed", "rows", "lane", "R", "START", "K", "B", "values_ptr", "indices_ptr",
-                                    "DESCENDING: tl.constexpr", "VALUES: tl.constexpr", "INDICES: tl.constexpr"], [
+                                    "DESCENDING: tl.constexpr", "VALUES: tl.constexpr", "INDICES: tl.constexpr",
+                                    "NARROW: tl.constexpr"], [
     "a, b = rows // B, rows % B",
     "offs = (a * K + lane - START) * B + b",
     "keep = (rows < R) & (lane >= START) & (lane < START + K)",
     "if VALUES:",
-    "    key = (packed >> 32).to(tl.int32)",
+    "    key = packed >> (16 if NARROW else 32)",
     "    if DESCENDING:",
     "        key = ~key",
-    "    val = (key ^ ((key >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)",
+    "    if NARROW:",
+    "        bits = (key ^ ((key >> 15) & 0x7FFF)).to(tl.int16)",
+    "        val = bits.to(tl.float16 if NARROW == 1 else tl.bfloat16, bitcast=True)",
+    "    else:",
+    "        key = key.to(tl.int32)",
+    "        val = (key ^ ((key >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)",
     "    tl.store(values_ptr + offs, val.to(values_ptr.dtype.element_ty), mask=keep)",
     "if INDICES:",
-    "    tl.store(indices_ptr + offs, packed & 0x7FFFFFFF, mask=keep)"],
+    "    index = packed & (0xFFFF if NARROW else 0x7FFFFFFF)",
+    "    tl.store(indices_ptr + offs, index.to(tl.int64), mask=keep)"],
     "    # Sorted keys START to START + K of each line: the values they encode and their indices.\n")
+
+
+_FIRST = jit_source("_first_keys", ["keys", "ROWS: tl.constexpr", "N: tl.constexpr", "KEEP: tl.constexpr",
+                                    "LEVELS: tl.constexpr"], [
+    "h = keys",
+    "for level in tl.static_range(LEVELS):",
+    "    h = tl.reshape(h, [(ROWS * (N // KEEP)) >> (level + 1), 2, KEEP])",
+    "    flip = tl.where(tl.arange(0, 2) == 1, -1, 0).to(h.dtype)[None, :, None]",
+    "    h = tl.min(tl.sort(h ^ flip, dim=2) ^ flip, axis=1)",
+    "return tl.sort(tl.reshape(h, [ROWS, KEEP]), dim=1)"],
+    "    # The KEEP smallest of each row of N keys (N = KEEP * 2**LEVELS), sorted: a bitonic top-k. Groups of\n"
+    "    # KEEP paired, the first sorted up and the second down (its keys inverted through the sort); the\n"
+    "    # smaller of each pair of places is a bitonic run holding the pair's KEEP smallest. Halved so\n"
+    "    # until one group is left: a top-k of few sorts groups of k, not the whole row.\n")
 
 
 @dataclass(frozen=True)
@@ -138,8 +178,8 @@ class SortKernel(ReducedBodyFile):
         defaults = [_sort_config(a, d, b, self._kept(d)) for a, d, b in self.views]
         candidates = [{**c, "BLOCK_R": r, "num_warps": w} for c in defaults
                       for r, w in ((1, 4), (1, 8), (2, 8), (4, 8), (8, 4), (16, 8), (32, 16))]
-        # shorter chunks for a top-k of few: each sorts less, and more programs run, merged after
-        chunked = [{"BLOCK_R": r, "CHUNK": n, "num_warps": w} for n in (1024, 2048, 4096)
+        # chunk lengths for a top-k of few: shorter ones run more programs, longer ones leave the merge less
+        chunked = [{"BLOCK_R": r, "CHUNK": n, "num_warps": w} for n in (1024, 2048, 4096, 8192, 16384)
                    for r, w in ((1, 4), (2, 8), (4, 8))]
 
         def fitted(config):
@@ -147,7 +187,7 @@ class SortKernel(ReducedBodyFile):
         return self._space([c for c in defaults + candidates + chunked if None not in fitted(c)], fitted)
 
     def source(self) -> str:
-        text = self._file([_PACKED, _STORE, self._chunk_kernel(), self._merge_kernel()],
+        text = self._file([_PACKED, _LAST, _STORE, _FIRST, self._chunk_kernel(), self._merge_kernel()],
                           [_fit, _sort_config, _sort_tiles, _expanded], self._launcher())
         pick = self.pick
         said = ("the values (the input's dtype) and their int64 indices" if pick.values and pick.indices else
@@ -155,13 +195,15 @@ class SortKernel(ReducedBodyFile):
         return text.replace("the output has the first input's dtype", f"the outputs are {said}")
 
     def _flags(self) -> list[str]:
-        return [f"DESCENDING={self.pick.descending}", f"VALUES={self.pick.values}", f"INDICES={self.pick.indices}"]
+        return [f"DESCENDING={self.pick.descending}", f"VALUES={self.pick.values}", f"INDICES={self.pick.indices}",
+                "NARROW=NARROW"]
 
     def _chunk_kernel(self) -> str:
         x = self.body_inputs[0].local
         params = [f"{x}_ptr", "values_ptr", "indices_ptr", "kept_ptr", "R", "D", "B", "START", "K",
-                  "BLOCK_R: tl.constexpr", "CHUNK: tl.constexpr", "WHOLE: tl.constexpr",
-                  "DESCENDING: tl.constexpr", "VALUES: tl.constexpr", "INDICES: tl.constexpr"]
+                  "BLOCK_R: tl.constexpr", "CHUNK: tl.constexpr", "WHOLE: tl.constexpr", "KEEP: tl.constexpr",
+                  "LEVELS: tl.constexpr",
+                  "DESCENDING: tl.constexpr", "VALUES: tl.constexpr", "INDICES: tl.constexpr", "NARROW: tl.constexpr"]
         lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",
                  "lane = tl.arange(0, CHUNK)[None, :]",
                  "d = tl.program_id(1) * CHUNK + lane",
@@ -169,26 +211,30 @@ class SortKernel(ReducedBodyFile):
                  "a, b = rows // B, rows % B",
                  "offs = (a * D + d) * B + b",
                  *self.body_values("offs", "0.0"),
-                 f"packed = tl.sort(tl.where(mask, _packed(val, d, DESCENDING), {_LAST}), dim=1)",
+                 "packed = tl.where(mask, _packed(val, d, DESCENDING, NARROW), _last(NARROW))",
+                 "packed = _first_keys(packed, BLOCK_R, CHUNK, KEEP, LEVELS)",
+                 "first = tl.arange(0, KEEP)[None, :]",
                  "if WHOLE:",
-                 "    _store_span(packed, rows, lane, R, START, K, B, values_ptr, indices_ptr, DESCENDING, VALUES, "
-                 "INDICES)",
+                 "    _store_span(packed, rows, first, R, START, K, B, values_ptr, indices_ptr, DESCENDING, VALUES, "
+                 "INDICES, NARROW)",
                  "else:",
                  "    # this chunk's first START + K keys, beside the other chunks' of its line, for the merge",
                  "    KEPT = START + K",
-                 "    kept = rows * (tl.num_programs(1) * KEPT) + tl.program_id(1) * KEPT + lane",
-                 "    tl.store(kept_ptr + kept, packed, mask=(rows < R) & (lane < KEPT))"]
+                 "    kept = rows * (tl.num_programs(1) * KEPT) + tl.program_id(1) * KEPT + first",
+                 "    tl.store(kept_ptr + kept, packed, mask=(rows < R) & (first < KEPT))"]
         return jit_source(f"{self.name}_chunk_kernel", params, lines,
                           "    # BLOCK_R lines, chunk program_id(1) of each, sorted.\n")
 
     def _merge_kernel(self) -> str:
         params = ["kept_ptr", "values_ptr", "indices_ptr", "R", "B", "START", "K", "M", "MERGE: tl.constexpr",
-                  "DESCENDING: tl.constexpr", "VALUES: tl.constexpr", "INDICES: tl.constexpr"]
+                  "KEEP: tl.constexpr", "LEVELS: tl.constexpr",
+                  "DESCENDING: tl.constexpr", "VALUES: tl.constexpr", "INDICES: tl.constexpr", "NARROW: tl.constexpr"]
         lines = ["rows = tl.program_id(0).to(tl.int64) + tl.zeros([1, 1], tl.int64)",
                  "lane = tl.arange(0, MERGE)[None, :]",
-                 f"packed = tl.load(kept_ptr + rows * M + lane, mask=lane < M, other={_LAST})",
-                 "packed = tl.sort(packed, dim=1)",
-                 "_store_span(packed, rows, lane, R, START, K, B, values_ptr, indices_ptr, DESCENDING, VALUES, INDICES)"]
+                 "packed = tl.load(kept_ptr + rows * M + lane, mask=lane < M, other=_last(NARROW))",
+                 "packed = _first_keys(packed, 1, MERGE, KEEP, LEVELS)",
+                 "_store_span(packed, rows, tl.arange(0, KEEP)[None, :], R, START, K, B, values_ptr, indices_ptr, DESCENDING, VALUES, INDICES, "
+                 "NARROW)"]
         return jit_source(f"{self.name}_merge_kernel", params, lines,
                           "    # One line's kept keys, every chunk's first START + K, sorted together.\n")
 
@@ -215,17 +261,23 @@ class SortKernel(ReducedBodyFile):
                  "        raise ValueError(f'the first {START + K} of lines of {D}: each chunk\\'s would outgrow one '\n"
                  "                         'program together; ask for fewer')\n"
                  "    BLOCK_R, CHUNK, MERGE, num_warps = tiles\n"
-                 "    chunks = _cdiv(D, CHUNK)\n")
+                 "    chunks = _cdiv(D, CHUNK)\n"
+                 "    # int32 keys for 16-bit values on lines whose indices fit 16 bits (NARROW 1: fp16, 2: bf16)\n"
+                 f"    NARROW = {_NARROW}.get({self.out_dtype(x)}, 0) if D <= 65536 else 0\n"
+                 "    # the sorted keys a program keeps: the first START + K, to a power of two\n"
+                 "    KEEP = min(CHUNK, 1 << (START + K - 1).bit_length())\n")
         outs = [("values" if self.pick.values else first), ("indices" if self.pick.indices else first)]
         flags = self._flags()
         text += ("    # a long line's chunks each keep their first START + K keys, merged after\n"
-                 f"    kept = {first} if chunks == 1 else torch.empty((A * B, chunks * (START + K)), dtype=torch.int64, "
-                 f"device={x}.device)\n")
+                 f"    kept = {first} if chunks == 1 else torch.empty((A * B, chunks * (START + K)), "
+                 f"dtype=torch.int32 if NARROW else torch.int64, device={x}.device)\n")
         text += self._launch(f"{self.name}_chunk_kernel", "(_cdiv(A * B, BLOCK_R), chunks)",
                              [x, *outs, "kept", "A * B", "D", "B", "START", "K", "BLOCK_R=BLOCK_R", "CHUNK=CHUNK",
-                              "WHOLE=chunks == 1", *flags, "num_warps=num_warps"])
+                              "WHOLE=chunks == 1", "KEEP=KEEP", "LEVELS=(CHUNK // KEEP).bit_length() - 1", *flags,
+                              "num_warps=num_warps"])
         text += "    if chunks > 1:\n"
         text += self._launch(f"{self.name}_merge_kernel", "(A * B,)",
-                             ["kept", *outs, "A * B", "B", "START", "K", "chunks * (START + K)", "MERGE=MERGE", *flags,
+                             ["kept", *outs, "A * B", "B", "START", "K", "chunks * (START + K)", "MERGE=MERGE", "KEEP=KEEP",
+                              "LEVELS=(MERGE // KEEP).bit_length() - 1", *flags,
                               "num_warps=max(1, min(16, MERGE // 512))"], "        ")
         return text + f"    return {returned}\n"

@@ -72,14 +72,17 @@ def test_sorts_of_random_values_in_every_config(tmp_path, expression):
     check(tmp_path, spec, configs=(None, *module.CONFIGS))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])     # int64 keys; 16-bit values' int32 keys
 @pytest.mark.parametrize("descending", [False, True])
-def test_nan_inf_and_signed_zeros_sort_as_torch_sorts_them(tmp_path, descending):
+def test_nan_inf_and_signed_zeros_sort_as_torch_sorts_them(tmp_path, descending, dtype):
     spec = make_spec(f"sort(x, dim=-1{', descending=True' * descending})", {"x": [[3, 12]]})
     _, module = generate(tmp_path, spec)
-    x = torch.tensor([[0.0, -0.0, 1.0, float("nan"), -float("inf"), 0.0, float("inf"), -1.0, -0.0, 2.0, -2.0, 0.5]] * 3)
+    x = torch.tensor([[0.0, -0.0, 1.0, float("nan"), -float("inf"), 0.0, float("inf"), -1.0, -0.0, 2.0, -2.0, 0.5]] * 3,
+                     dtype=dtype)
     x[1] = x[1].flip(0)
     values, indices = module.op(x)
     want = torch.sort(x, dim=-1, descending=descending, stable=True)
+    assert values.dtype == dtype
     assert torch.equal(values.nan_to_num(), want.values.nan_to_num()) and torch.equal(values.isnan(), want.values.isnan())
     assert torch.equal(indices, want.indices)
 
