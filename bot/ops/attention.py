@@ -332,11 +332,14 @@ class _AttentionKernel(KernelFile):
                  "    if out.numel() == 0:\n        return out\n"
                  f"    heads_kv = [1, 1, *{k}.shape[:-2]][-1]\n"
                  "    group = full[1] // heads_kv if heads_kv > 1 else 1\n"
-                 f'    precision = "ieee" if {q}.dtype == torch.float32 else None\n'
                  f"    qk_scale = {'1.0 / math.sqrt(E)' if scale is None else repr(scale)} * 1.4426950408889634\n")
         text += ("    # Wide value heads: two kernels (scores, then p @ v) where one head's float32 scores\n"
                  "    # fit the workspace and its key tiles the grid; else the flash kernel, in small tiles.\n"
-                 f"    wide = EV > {WIDE_EV} and 0 < L * S <= {WIDE_SCORES} and S < {WIDE_KEYS}\n")
+                 f"    wide = EV > {WIDE_EV} and 0 < L * S <= {WIDE_SCORES} and S < {WIDE_KEYS}\n"
+                 "    # float32: the two kernels' products in three TF32 ones each (the operands' TF32 parts and\n"
+                 "    # remainders), as close to the float32 product as IEEE FMA, on the tensor cores; the flash\n"
+                 "    # kernel's tiles leave no shared memory for them, so it multiplies in IEEE float32\n"
+                 f'    precision = ("tf32x3" if wide else "ieee") if {q}.dtype == torch.float32 else None\n')
         text += self._config_line("_attention_config(E, EV, wide)")
         shared = ["full[1]", "L", "S"]
         flags = [f"CAUSAL={bool(node.attr('causal'))}", "PRECISION=precision", 'BLOCK_M=config["BLOCK_M"]',
