@@ -13,6 +13,7 @@ from bot import ir, lower_torch, testgen
 from bot.generators.interface import GenerationError, GenRequest
 from bot.generators.offline import OfflineGenerator
 from bot.request import parse_request
+from generated import error
 from bot.spec import SpecError, validate
 from runner import worker
 from runner.integrity import check_reference, check_test
@@ -674,3 +675,28 @@ def test_a_padding_of_other_values_is_a_kernel_before_the_convolution(pad, writt
     spec, _ = parse_request(fenced(PADDED_CONV.replace("PAD", pad)))
     want = f"conv2d(pad(x, (1, 1, 1, 1), {written}), conv_weight, conv_bias)"
     assert ir.parse(spec["expression"]) == ir.parse(want)
+
+
+@pytest.mark.parametrize("init, call", [
+    ("self.n = nn.BatchNorm2d(8)\n        self.n.eval()", "self.n.eval()"),
+    ("self.n = nn.BatchNorm2d(8)\n        self.eval()", "self.eval()"),
+    ("self.n = nn.BatchNorm2d(8)\n        self.half()", "self.half()"),
+    ("self.n = nn.BatchNorm2d(8)\n        self._freeze()\n\n    def _freeze(self):\n"
+     "        for m in self.modules():\n            if isinstance(m, nn.BatchNorm2d):\n                m.eval()", "m.eval()"),
+])
+def test_a_module_whose_init_changes_how_it_runs_is_refused_naming_the_call(init, call):
+    # read as torch builds it (training mode: batch statistics), the kernel would solve another problem
+    text = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+            f"        super().__init__()\n        {init}\n\n    def forward(self, x):\n        return self.n(x)\n\n"
+            "def get_inputs():\n    return [torch.randn(2, 8, 6, 5)]\n")
+    said = error(text)
+    assert call in said and "changes its" in said
+
+
+def test_train_mode_kept_and_grad_flags_in_init_are_read_past():
+    text = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+            "        super().__init__()\n        self.n = nn.BatchNorm2d(8)\n        self.n.train()\n"
+            "        self.n.requires_grad_(False)\n\n    def forward(self, x):\n        return self.n(x)\n\n"
+            "def get_inputs():\n    return [torch.randn(2, 8, 6, 5)]\n")
+    spec, _ = parse_request(text)
+    assert "batch_norm" in spec["expression"] and "training=True" in spec["expression"]

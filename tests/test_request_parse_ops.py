@@ -565,3 +565,17 @@ def test_everyday_words(text, expected):
 ])
 def test_everyday_words_refused_naming_why(text, words):
     assert words in error(text)
+
+
+@pytest.mark.parametrize("text, expected, out", [
+    # the dim counts in what the reduction runs over: the lookup's [4, 7, 16], not the ids' [4, 7]
+    ("def f(ids, w):\n    return F.embedding(ids, w).sum(1)\nwith ids 4x7 and w 50x16", "sum(embedding(ids, w), dim=1)",
+     [4, 16]),
+    ("def f(ids, w):\n    return F.embedding(ids, w).mean(-1)\nwith ids 4x7 and w 50x16",
+     "mean(embedding(ids, w), dim=-1)", [4, 7]),
+    ("torch.cumsum(x.unsqueeze(1) * y, dim=2) with x 4x8 and y 5x8", "cumsum(x.unsqueeze(1) * y, dim=-1)", [4, 5, 8]),
+])
+def test_a_dim_counts_in_the_shape_of_what_it_runs_over(text, expected, out):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon(expected)
+    assert spec["outputs"][0]["shapes"] == [out]

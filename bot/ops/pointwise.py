@@ -20,8 +20,8 @@ from bot.codegen.code import Code, body_text, doc_text, jit_source, launch
 from bot.codegen.expr import COMPARE, ExprWriter, OpWriter, call_writer, fmt_const
 from bot.codegen.kernel_file import (Body, KernelFile, KernelInput, _expanded_strides, _require_full, empty_line,
                                      shape_lines)
-from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, const, fmt_num, inp, input_names, number,
-                          plain_text, prints, substitute, to_text)
+from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, const, fmt_num, inp, input_names, is_none,
+                          number, plain_text, prints, substitute, to_text)
 from bot.ops.text import END as _END, FLAGS as _F, NUM as _NUM
 
 NAME = "pointwise"
@@ -283,8 +283,10 @@ def convert(c: Call) -> Node | None:
     if fname == "clamp":
         if len(args) > 3:
             raise IRError(f"clamp takes x, min and max, got {len(args)} arguments")
-        lo = _bound(args[1] if len(args) > 1 else kw.get("min"))
-        hi = _bound(args[2] if len(args) > 2 else kw.get("max"))
+        written = (args[1] if len(args) > 1 else kw.get("min"), args[2] if len(args) > 2 else kw.get("max"))
+        if any(not _is_bound(w) for w in written):
+            return _clamped_by_tensors(c.expr(args[0]), *(None if is_none(w) else c.expr(w) for w in written))
+        lo, hi = (_bound(w) for w in written)
         if lo is None and hi is None:
             raise IRError("clamp needs min, max or both, e.g. clamp(x, -1.0, 1.0)")
         return call("clamp", c.expr(args[0]), min=lo, max=hi)
@@ -409,6 +411,23 @@ def _masked_fill(c: Call) -> Node:
     if len(c.args) > 3 or len(bound) != 3:
         raise IRError("masked_fill takes x, a bool mask and a number, e.g. x.masked_fill(mask, 0.0)")
     return call("where", c.expr(bound["mask"]), const(number(bound["value"])), c.expr(bound["x"]))
+
+
+def _is_bound(n: ast.expr | None) -> bool:
+    """Whether n is a clamp bound as a number (or none): not a tensor."""
+    try:
+        _bound(n)
+    except IRError:
+        return False
+    return True
+
+
+def _clamped_by_tensors(x: Node, lo: Node | None, hi: Node | None) -> Node:
+    """torch.clamp(x, min=lo, max=hi) with tensor bounds: the larger of x and lo, then the smaller of
+    that and hi (hi where lo > hi, as torch; NaN in x stays NaN)."""
+    if lo is not None:
+        x = call("maximum", x, lo)
+    return x if hi is None else call("minimum", x, hi)
 
 
 def _bound(n: ast.expr | None) -> float | None:

@@ -44,7 +44,8 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
     except ir.IRError as e:
         raise GenerationError(str(e)) from None
     node = node if st.training else _gathered(node, first)      # no gradient rule reads the permuted copy yet
-    node = _with_dim(st, _rows_settled(node, first), shapes[main_input(st, names)])
+    node = _rows_settled(node, first)
+    node = _with_dim(st, node, _operand_cases(node, shapes, main_input(st, names)))
     node = _rotated(st, node, shapes)
     domains, index, masks = ir.domains(node), ir.index_inputs(node), mask_inputs(st)
     _refuse_float_indices(st, node, index)
@@ -251,6 +252,18 @@ def _cases(st: State, names: list[str], main: str, notes: list[str]) -> list[lis
         return pooled
     notes.append("no shape named: using 4096x4096 and an odd 5333x497 (no block size divides it)")
     return [list(s) for s in DEFAULT_SHAPES]
+
+
+def _operand_cases(node: ir.Node, shapes: dict[str, list[list[int]]], main: str) -> list[list[int]]:
+    """Per case, the shape of what the root works over (its operand), where a dim counts: a sum over
+    dim 1 of an embedding of [4, 7] ids runs over the lookup's [4, 7, D], not the ids' [4, 7]. The main
+    input's shapes where the root takes no operand or the words name the dim of an inner reduction."""
+    if not node.args or node.args[0].op == "const" or fused.dim_unsaid(node):
+        return shapes[main]
+    try:
+        return [ir.output_shape(node.args[0], {n: s[k] for n, s in shapes.items()}) for k in range(len(shapes[main]))]
+    except ir.IRError:          # shapes that do not fit: the checks after name it
+        return shapes[main]
 
 
 def _with_dim(st: State, node: ir.Node, cases: list[list[int]]) -> ir.Node:

@@ -22,6 +22,11 @@ from bot.request.pasted_layers import Learned, Nested, Seq, Sub
 from bot.request.pasted_loops import MAX_STATEMENTS, expanded, unrolled
 
 MAX_DEPTH = 32          # nested module classes and helper methods, one inside another
+# nn.Module methods that change how a built module runs: its mode (batch norm's statistics, dropout)
+# or its dtype. A pasted module is read as torch builds it (training mode, float32 weights), so
+# __init__ calling one is refused, not read past; train() and train(True) keep the mode it is in.
+_MODE = {"eval", "train"}
+_DTYPE = {"half", "double", "bfloat16", "float", "to", "type"}
 _LAYER = (Sub, Seq, Nested)
 
 
@@ -128,6 +133,11 @@ class _Run:
             if isinstance(stmt, ast.FunctionDef):     # a helper defined in __init__ (def conv_bn(...))
                 local[stmt.name] = stmt
                 continue
+            _refuse_run_changes(stmt)
+            # a helper method called for what it sets (self._make_layers()): its statements read too
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
+                    and self.helper(stmt.value, local, stmt.lineno) is not None:
+                continue
             if not (_appended(stmt, local, self.attrs, lambda e: self.value(e, local, stmt.lineno), self)
                     or self.buffer(stmt, local) or self.assign(stmt, local)):
                 _unknown(stmt, local, self.attrs)
@@ -227,10 +237,29 @@ class _Known(ast.NodeTransformer):
         return n
 
 
+def _refuse_run_changes(stmt: ast.stmt) -> None:
+    """Refuse a statement that changes how the module or one of its layers runs (_MODE, _DTYPE):
+    x.eval() or x.half() on anything, a dtype move (.to, .float, .type) on self or its layers."""
+    for t in ast.walk(stmt):
+        if not (isinstance(t, ast.Call) and isinstance(t.func, ast.Attribute)) or t.func.attr not in _MODE | _DTYPE:
+            continue
+        receiver, method = ast.unparse(t.func.value), t.func.attr
+        kept = method == "train" and not t.keywords and (not t.args or isinstance(t.args[0], ast.Constant) and t.args[0].value is True)
+        on_self = receiver == "self" or receiver.startswith("self.")
+        if kept or not (method in _MODE or method in ("half", "double", "bfloat16") or on_self):
+            continue
+        what = "its mode (batch norm's statistics, dropout)" if method in _MODE else "its dtype"
+        raise GenerationError(f"line {t.lineno}: {ast.unparse(t)[:60]} changes {what} after it is built; the "
+                              "offline generator reads a pasted module as torch builds it (training mode, float32), "
+                              "so it does not guess how this one runs. Remove the call, or write the layer as the "
+                              "function it becomes (e.g. F.batch_norm(x, mean, var, training=False)).")
+
+
 def _unknown(stmt: ast.stmt, local: dict, attrs: dict) -> None:
     """A statement not read: what it may set or grow is not known: self.<name> and local names it
     stores, and lists of layers it calls a method of (self.layers.insert(...)). Reading a layer's
     weight (nn.init.zeros_(self.fc.bias)) changes nothing the kernel reads: the judge makes the weights."""
+    _refuse_run_changes(stmt)
     grown = {ast.unparse(t.func.value) for t in ast.walk(stmt) if isinstance(t, ast.Call)
              and isinstance(t.func, ast.Attribute)}
     for t in ast.walk(stmt):

@@ -65,6 +65,7 @@ _FUNCTIONAL = {
     "ReLU": ("torch.relu", ()), "Sigmoid": ("torch.sigmoid", ()), "Tanh": ("torch.tanh", ()),
     "SiLU": ("F.silu", ()), "GELU": ("F.gelu", ("approximate",)), "Identity": ("", ()),
     "Softmax": ("torch.softmax", ("dim",)), "LogSoftmax": ("torch.log_softmax", ("dim",)),
+    "Softmax2d": ("torch.softmax", ()), "Softmin": ("F.softmin", ("dim",)), "GLU": ("F.glu", ("dim",)), "Threshold": ("F.threshold", ("threshold", "value")),
     "LeakyReLU": ("F.leaky_relu", ("negative_slope",)), "ELU": ("F.elu", ("alpha",)), "SELU": ("F.selu", ()),
     "CELU": ("F.celu", ("alpha",)), "ReLU6": ("F.relu6", ()), "Hardtanh": ("F.hardtanh", ("min_val", "max_val")),
     "Hardsigmoid": ("F.hardsigmoid", ()), "Hardswish": ("F.hardswish", ()), "Softplus": ("F.softplus", ("beta", "threshold")),
@@ -118,6 +119,8 @@ def functional(sub: Sub, attr: str, args: list[ast.expr], keywords: list[ast.key
     path, params = _FUNCTIONAL[sub.cls]
     if not path:
         return args[0], []
+    if sub.cls == "Softmax2d":           # over the channels of [N, C, H, W] or [C, H, W]: dim -3
+        return ast.Call(_path(path), args, [ast.keyword("dim", ast.Constant(-3))]), []
     kw = [ast.keyword(k, literal(v, ast.Constant(0))) for k, v in _options(sub, params).items()]
     return ast.Call(_path(path), args, kw + keywords), []
 

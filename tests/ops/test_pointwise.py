@@ -449,3 +449,10 @@ def test_a_rotate_half_written_as_a_cat_is_one_kernel_that_matches_the_cat(tmp_p
 def test_a_cat_that_is_no_in_place_rotation_stays_a_cat(request_text):
     spec, _ = parse_request(request_text)
     assert "rotate_half" not in spec["expression"] and "cat(" in spec["expression"]
+
+
+def test_clamp_with_tensor_bounds_is_the_larger_then_the_smaller(tmp_path):
+    spec, _ = parse_request("torch.clamp(x, min=lo, max=top) with x 8x16, lo 8x16 and top 8x16 fp32")
+    assert ir.parse(spec["expression"]) == ir.parse("minimum(maximum(x, lo), top)")
+    spec, _ = parse_request("x.clamp(lo) with x 8x16 and lo 8x16 fp32")
+    assert ir.parse(spec["expression"]) == ir.parse("maximum(x, lo)")
