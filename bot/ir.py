@@ -133,7 +133,7 @@ def _convert(n: ast.expr) -> Node:
         if isinstance(n.op, ast.MatMult):
             return matmul.product(_convert(n.left), _convert(n.right), tf32=False)
         if isinstance(n.op, ast.Pow):
-            return call("pow", _convert(n.left), exponent=number(n.right))
+            return pointwise.power(n.left, n.right, _convert)
         if isinstance(n.op, ast.Mod):           # torch's % is remainder (the divisor's sign), not C's fmod
             return _convert_call(ast.Call(ast.Name("remainder", ast.Load()), [n.left, n.right], []))
         if type(n.op) not in _BINOPS:

@@ -106,7 +106,8 @@ def run(path: Path, kernel_path: Path, spec: dict, timed: bool, device: str) -> 
     first = next(t for t in inputs if isinstance(t, torch.Tensor))
     numbers = [t if isinstance(t, torch.Tensor) else torch.tensor(t, dtype=first.dtype, device=device) for t in inputs]
     with torch.no_grad():
-        want = model(*inputs)
+        # the module on copies: a forward that changes its inputs in place (x += 1) leaves the kernel's as drawn
+        want = model(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs])
         got = kernel(*numbers, *params)
     if device == "cuda":
         torch.cuda.synchronize()

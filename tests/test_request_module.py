@@ -700,3 +700,25 @@ def test_train_mode_kept_and_grad_flags_in_init_are_read_past():
             "def get_inputs():\n    return [torch.randn(2, 8, 6, 5)]\n")
     spec, _ = parse_request(text)
     assert "batch_norm" in spec["expression"] and "training=True" in spec["expression"]
+
+
+def test_an_in_place_update_of_a_tensor_of_its_own_is_the_name_bound_anew():
+    spec, _ = parse_request("def f(x, y):\n    z = x * 2\n    z.relu_()\n    z.mul_(y)\n    z += 1\n    return z\n"
+                            "for x 8x16 and y 8x16")
+    assert ir.parse(spec["expression"]) == ir.parse("relu(x * 2) * y + 1")
+
+
+@pytest.mark.parametrize("body, shared", [
+    ("z = x * 2\n    w = z\n    z += y\n    return w * y", "w"),            # the same tensor under two names
+    ("z = x * 2\n    v = z.view(-1, 16)\n    z.add_(y)\n    return v * y", "v"),   # a view of it
+    ("z = x[:, :8]\n    z.mul_(2)\n    return x * y", "x"),                 # z is a view of x
+])
+def test_an_in_place_update_seen_through_another_name_is_refused(body, shared):
+    # PyTorch's result reads the change through the other name; the name bound anew would not
+    said = error(f"def f(x, y):\n    {body}\nfor x 16x16 and y 16x16")
+    assert f"while {shared} shares its memory" in said
+
+
+def test_an_in_place_update_of_an_input_is_refused_as_the_runner_refuses_it():
+    said = error("def f(x, y):\n    t = x * 2\n    x += y\n    return t * x\nfor x 16x16 and y 16x16")
+    assert "changes the input x in place" in said and "x = x + y" in said

@@ -134,6 +134,12 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
     "lerp": ((("x", None), ("end", None), ("weight", None)), "x + weight * (end - x)"),
     "logaddexp": ((("x", None), ("other", None)), "maximum(x, other) + log(1.0 + exp(-abs(x - other)))"),
     # a tensor of x's shape and dtype holding one value, whatever x holds (inf and NaN take the other branch)
+    # NaN and infinity tests (bool, as comparisons are)
+    "isnan": ((("x", None),), "x != x"),
+    "isinf": ((("x", None),), "abs(x) == inf"),
+    "isfinite": ((("x", None),), "abs(x) < inf"),
+    "isposinf": ((("x", None),), "x == inf"),
+    "isneginf": ((("x", None),), "x == -inf"),
     "zeros_like": ((("x", None),), "where(abs(x) < inf, x * 0.0, 0.0)"),
     "ones_like": ((("x", None),), "where(abs(x) < inf, x * 0.0 + 1.0, 1.0)"),
     "full_like": ((("x", None), ("fill_value", 0.0)), "where(abs(x) < inf, x * 0.0 + fill_value, fill_value)"),
@@ -279,7 +285,7 @@ def convert(c: Call) -> Node | None:
         return call(fname, c.expr(args[0]), c.expr(args[1]))
     if fname == "pow":
         arity(fname, args, 2)
-        return call("pow", c.expr(args[0]), exponent=number(args[1]))
+        return power(args[0], args[1], c.expr)
     if fname == "clamp":
         if len(args) > 3:
             raise IRError(f"clamp takes x, min and max, got {len(args)} arguments")
@@ -411,6 +417,24 @@ def _masked_fill(c: Call) -> Node:
     if len(c.args) > 3 or len(bound) != 3:
         raise IRError("masked_fill takes x, a bool mask and a number, e.g. x.masked_fill(mask, 0.0)")
     return call("where", c.expr(bound["mask"]), const(number(bound["value"])), c.expr(bound["x"]))
+
+
+def power(base: ast.expr, exponent: ast.expr, expr: Callable[[ast.expr], Node]) -> Node:
+    """base ** exponent: by a number (x ** 2), or a positive number to a tensor's power (2.0 ** x, as
+    exp(x * log(2))); a tensor to a tensor's power is refused (its sign decides torch's result)."""
+    try:
+        return call("pow", expr(base), exponent=number(exponent))
+    except IRError:
+        pass
+    try:
+        value = number(base)
+    except IRError:
+        raise IRError(f"{ast.unparse(base)} ** {ast.unparse(exponent)}: a power is read by a number (x ** 2), or of "
+                      "a positive number (2.0 ** x); for a positive tensor base write exp(y * log(x))") from None
+    if value <= 0:
+        raise IRError(f"{fmt_num(value)} ** {ast.unparse(exponent)}: a number raised to a tensor's power is read for a "
+                      "positive number (0 and negatives give inf, NaN or a sign by the exponent)")
+    return call("exp", call("mul", expr(exponent), const(math.log(value))))
 
 
 def _is_bound(n: ast.expr | None) -> bool:

@@ -271,6 +271,8 @@ def _piece(n: ast.Subscript, expr) -> Node:
     """x.chunk(n, dim)[i], x.split(size, dim)[i] (a size or a list of sizes), x.unbind(dim)[i]."""
     f = n.value
     how, args, kw = f.func.attr, list(f.args), {k.arg: k.value for k in f.keywords}
+    # torch.split(x, ...)[i], torch.chunk(x, ...)[i]: the function form takes the tensor first
+    tensor = args.pop(0) if ast.unparse(f.func.value) == "torch" and args else f.func.value
     names = {"chunk": ("chunks", "dim"), "split": ("split_size_or_sections", "dim"), "unbind": ("dim",),
              "tensor_split": ()}[how]
     given = {**dict(zip(names, args)), **kw}
@@ -278,7 +280,7 @@ def _piece(n: ast.Subscript, expr) -> Node:
             or not all(isinstance(v, (ast.List, ast.Tuple)) or is_int_literal(v) for v in given.values()):
         raise IRError(f"unsupported indexing {ast.unparse(n)!r}: x.chunk(n, dim)[i], x.split(size, dim)[i] and "
                       "x.unbind(dim)[i] with numbers are read")
-    x, i = expr(f.func.value), int(number(n.slice))
+    x, i = expr(tensor), int(number(n.slice))
     dim = int(number(given.get("dim", ast.Constant(0))))
     if how == "unbind":
         return call(SELECT, x, dim=dim, index=i)

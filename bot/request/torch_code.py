@@ -13,6 +13,7 @@ import re
 
 from bot import ir
 from bot.generators.interface import GenerationError
+from bot.ops import registry
 from bot.request.pasted_constants import MASK_CALLS, folded
 
 
@@ -320,7 +321,8 @@ def _parts_of(call: ast.Call) -> tuple[str, str, str]:
 
 def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
     """The returned expression with every local name inlined."""
-    for stmt in fn.body:
+    shares: dict[str, str] = {}         # local name -> the name whose memory it views (w = z, v = z.view(-1))
+    for at, stmt in enumerate(fn.body):
         docstring = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
         if docstring or isinstance(stmt, (ast.Pass, ast.Assert)):
             continue
@@ -335,12 +337,18 @@ def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
             return whole_max(inline.visit(stmt.value), torch_only=False)
         if _appended(stmt, inline):
             continue
-        bound = _assignment(stmt)
+        bound = _in_place(stmt, fn.name, fn.args, shares, _values_read(fn.body[at + 1:])) or _assignment(stmt)
         if not bound:
             raise GenerationError(f"line {stmt.lineno} of {fn.name}: {ast.unparse(stmt)[:60]!r} is not supported; "
                                   "the function may assign local names and return one expression")
+        roots = [_viewed_name(value) for _, value in bound]         # before inlining rewrites the values
         values = [inline.visit(value) for _, value in bound]       # all read before any is bound: a, b = b, a
         inline.env.update((target, v) for (target, _), v in zip(bound, values))
+        for (target, _), root in zip(bound, roots):
+            if root is None:                    # a new tensor of its own (z = x * 2)
+                shares.pop(target, None)
+            elif root != target:                # z += y, z = z.view(...): z keeps what it shares
+                shares[target] = shares.get(root, root)
     raise GenerationError(f"{fn.name} returns nothing; end it with 'return <expression>'")
 
 
@@ -360,14 +368,81 @@ def _appended(stmt: ast.stmt, inline: Inline) -> bool:
     return True
 
 
+# Methods and torch functions whose result shares its input's memory (a view), or is the input itself.
+_VIEWS = {"view", "reshape", "transpose", "permute", "t", "unsqueeze", "squeeze", "flatten", "unflatten", "expand",
+          "expand_as", "view_as", "reshape_as", "narrow", "select", "diagonal", "detach", "contiguous", "movedim",
+          "moveaxis", "swapaxes", "swapdims", "as_strided", "chunk", "split", "unbind", "tensor_split", "type_as",
+          "to", "float", "half", "bfloat16", "requires_grad_"}
+_VIEW_ATTRS = {"T", "mT", "H", "mH", "real", "data"}
+
+
+def _viewed_name(e: ast.expr) -> str | None:
+    """The name whose memory e may share: the name itself, or a view of it (z.view(-1), z[:, 0], z.T,
+    torch.transpose(z, 0, 1)); None for a computed tensor. A cast of one dtype to itself is the tensor
+    itself, so casts count as views."""
+    while True:
+        if isinstance(e, ast.Name):
+            return e.id
+        if isinstance(e, ast.Subscript) or (isinstance(e, ast.Attribute) and e.attr in _VIEW_ATTRS):
+            e = e.value
+        elif isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _VIEWS:
+            torch_fn = isinstance(e.func.value, ast.Name) and e.func.value.id == "torch" and e.args
+            e = e.args[0] if torch_fn else e.func.value
+        else:
+            return None
+
+
+_META = {"dtype", "shape", "device", "ndim", "is_cuda"}
+
+
+def _values_read(statements: list[ast.stmt]) -> set[str]:
+    """The names whose values the statements read: not those read only for their dtype or shape
+    (x.dtype, x.shape, x.size(1), x.dim())."""
+    meta = set()
+    for n in (n for s in statements for n in ast.walk(s)):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.attr in _META | {"size", "dim"}:
+            meta.add(id(n.value))
+    return {n.id for s in statements for n in ast.walk(s)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in meta}
+
+
+def _in_place(stmt: ast.stmt, fn: str, fn_args: ast.arguments, shares: dict[str, str],
+              read_after: set[str]) -> list[tuple[str, ast.expr]]:
+    """An in-place update of a local name as the name bound anew: z += y, z.relu_(), z.clamp_(min=0)
+    (a method named for a function, with '_'). Refused where another name shares z's memory (w = z,
+    v = z.view(-1), z = x.float() of a float32 x, or z a view of another) and is read after it: PyTorch's
+    result then reads the change through it."""
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+        name, value = stmt.target.id, ast.BinOp(ast.Name(stmt.target.id, ast.Load()), stmt.op, stmt.value)
+    elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute) \
+            and isinstance(stmt.value.func.value, ast.Name) and stmt.value.func.attr.endswith("_") \
+            and stmt.value.func.attr[:-1] in registry.FUNCTIONS:
+        call = stmt.value
+        name = call.func.value.id
+        value = ast.Call(ast.Attribute(ast.Name(name, ast.Load()), call.func.attr[:-1], ast.Load()), call.args,
+                         call.keywords)
+    else:
+        return []
+    if name in {a.arg for a in fn_args.args}:
+        raise GenerationError(f"line {stmt.lineno} of {fn}: {ast.unparse(stmt)!r} changes the input {name} in place: "
+                              "the runner refuses a reference that writes into its inputs (the caller's tensor would "
+                              f"change); write it out of place ({name} = {ast.unparse(value)})")
+    root = shares.get(name, name)
+    others = sorted(n for n, r in shares.items() if r == root and n != name) + ([root] if root != name else [])
+    others = [n for n in others if n in read_after]
+    if others:
+        raise GenerationError(f"line {stmt.lineno} of {fn}: {ast.unparse(stmt)!r} changes {name} in place while "
+                              f"{', '.join(others)} shares its memory (the same tensor or a view of it), so PyTorch's "
+                              f"result reads the change there too; write it out of place ({ast.unparse(value)})")
+    return [(name, value)]
+
+
 def _assignment(stmt: ast.stmt) -> list[tuple[str, ast.expr]]:
     """The names a statement binds and their values; none where it is not a plain assignment."""
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
         return _unpacked(stmt.targets[0], stmt.value)
     if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
         return [(stmt.target.id, stmt.value)]
-    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
-        return [(stmt.target.id, ast.BinOp(ast.Name(stmt.target.id, ast.Load()), stmt.op, stmt.value))]
     return []
 
 
