@@ -347,6 +347,9 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
     ('alias_aug', [], 'x, y', ['z = x * 2', 'w = z', 'z += y', 'return w * y'], '[torch.randn(8, 10), torch.randn(8, 10)]'),
     ('view_inplace', [], 'x, y', ['z = x * 2', 'v = z.view(-1, 10)', 'z.add_(y)', 'return v * y'], '[torch.randn(8, 10), torch.randn(8, 10)]'),
     ('inplace_chain', [], 'x, y', ['z = x * 2', 'z.relu_()', 'z.mul_(y)', 'z.clamp_(min=-0.5, max=0.5)', 'return z + x'], '[torch.randn(8, 10), torch.randn(8, 10)]'),
+    ('relu_inplace_res', ['self.l = nn.Linear(10, 10)', 'self.relu = nn.ReLU(inplace=True)'], 'x', ['h = self.l(x)', 'y = self.relu(h)', 'return y + h'], '[torch.randn(8, 10)]'),
+    ('F_relu_inplace', [], 'x, y', ['h = x * y', 'z = F.relu(h, inplace=True)', 'return z * h + 1'], '[torch.randn(8, 10), torch.randn(8, 10)]'),
+    ('resnet_inplace', ['self.c = nn.Conv2d(4, 4, 3, padding=1)', 'self.relu = nn.ReLU(inplace=True)'], 'img', ['out = self.relu(self.c(img))', 'out = out + img', 'return self.relu(out)'], '[torch.randn(2, 4, 8, 8)]'),
 ]
 
 

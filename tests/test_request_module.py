@@ -722,3 +722,27 @@ def test_an_in_place_update_seen_through_another_name_is_refused(body, shared):
 def test_an_in_place_update_of_an_input_is_refused_as_the_runner_refuses_it():
     said = error("def f(x, y):\n    t = x * 2\n    x += y\n    return t * x\nfor x 16x16 and y 16x16")
     assert "changes the input x in place" in said and "x = x + y" in said
+
+
+def _module(init: str, body: str) -> str:
+    return ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\nclass Model(nn.Module):\n"
+            f"    def __init__(self):\n        super().__init__()\n        {init}\n\n    def forward(self, x, y):\n"
+            f"        {body}\n\ndef get_inputs():\n    return [torch.randn(8, 16), torch.randn(8, 16)]\n")
+
+
+@pytest.mark.parametrize("init, body, expected", [
+    # nn.ReLU(inplace=True) on h: h itself is relu'd, so h read after it is too (torch: relu(h) + relu(h))
+    ("self.relu = nn.ReLU(inplace=True)", "h = x * y\n        z = self.relu(h)\n        return z + h",
+     "relu(x * y) + relu(x * y)"),
+    ("self.act = nn.LeakyReLU(0.2, True)", "h = x * y\n        h = self.act(h)\n        return h * x",
+     "where(x * y > 0, x * y, x * y * 0.2) * x"),
+    ("self.relu = nn.ReLU(inplace=True)", "return self.relu(x + y)", "relu(x + y)"),
+])
+def test_a_layer_made_in_place_changes_the_tensor_it_is_called_on(init, body, expected):
+    spec, _ = parse_request(_module(init, body))
+    assert ir.parse(spec["expression"]) == ir.parse(expected)
+
+
+def test_an_in_place_layer_inside_a_larger_expression_over_a_name_read_again_is_refused():
+    said = error(_module("self.relu = nn.ReLU(inplace=True)", "h = x * y\n        return h * 2 + self.relu(h)"))
+    assert "changes h in place inside a larger expression" in said

@@ -119,10 +119,25 @@ def functional(sub: Sub, attr: str, args: list[ast.expr], keywords: list[ast.key
     path, params = _FUNCTIONAL[sub.cls]
     if not path:
         return args[0], []
+    if _in_place(sub, params):          # its tensor changed in place: the function reader follows that
+        keywords = [*keywords, ast.keyword("inplace", ast.Constant(True))]
     if sub.cls == "Softmax2d":           # over the channels of [N, C, H, W] or [C, H, W]: dim -3
         return ast.Call(_path(path), args, [ast.keyword("dim", ast.Constant(-3))]), []
     kw = [ast.keyword(k, literal(v, ast.Constant(0))) for k, v in _options(sub, params).items()]
     return ast.Call(_path(path), args, kw + keywords), []
+
+
+# Activation layers that take inplace=, as their last constructor parameter (nn.ReLU(True), nn.LeakyReLU(0.1, True)).
+_IN_PLACE = {"ReLU", "ReLU6", "SELU", "SiLU", "Hardswish", "Hardsigmoid", "Mish", "LeakyReLU", "ELU", "CELU",
+             "Hardtanh", "Threshold", "Dropout"}
+
+
+def _in_place(sub: Sub, params: tuple[str, ...]) -> bool:
+    """Whether the layer was made with inplace=True (by keyword, or positionally after its other parameters)."""
+    if sub.cls not in _IN_PLACE:
+        return False
+    at = len([p for p in params if p != "inplace"])
+    return bool(sub.kwargs.get("inplace", sub.args[at] if len(sub.args) > at else False))
 
 
 def _options(sub: Sub, params: tuple[str, ...], defaults: dict | None = None) -> dict:

@@ -322,7 +322,9 @@ def _parts_of(call: ast.Call) -> tuple[str, str, str]:
 def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
     """The returned expression with every local name inlined."""
     shares: dict[str, str] = {}         # local name -> the name whose memory it views (w = z, v = z.view(-1))
-    for at, stmt in enumerate(fn.body):
+    statements = [(part, at) for at, stmt in enumerate(fn.body)
+                  for part in _in_place_calls(stmt, fn.name, _values_read(fn.body[at + 1:]))]
+    for stmt, at in statements:
         docstring = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
         if docstring or isinstance(stmt, (ast.Pass, ast.Assert)):
             continue
@@ -412,7 +414,9 @@ def _in_place(stmt: ast.stmt, fn: str, fn_args: ast.arguments, shares: dict[str,
     (a method named for a function, with '_'). Refused where another name shares z's memory (w = z,
     v = z.view(-1), z = x.float() of a float32 x, or z a view of another) and is read after it: PyTorch's
     result then reads the change through it."""
-    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+    if getattr(stmt, "in_place_of", None):          # F.relu(h, inplace=True) as a statement of its own
+        name, value = stmt.in_place_of, stmt.value
+    elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
         name, value = stmt.target.id, ast.BinOp(ast.Name(stmt.target.id, ast.Load()), stmt.op, stmt.value)
     elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute) \
             and isinstance(stmt.value.func.value, ast.Name) and stmt.value.func.attr.endswith("_") \
@@ -423,7 +427,7 @@ def _in_place(stmt: ast.stmt, fn: str, fn_args: ast.arguments, shares: dict[str,
                          call.keywords)
     else:
         return []
-    if name in {a.arg for a in fn_args.args}:
+    if name in {a.arg for a in fn_args.args} and not getattr(stmt, "in_place_of", None):
         raise GenerationError(f"line {stmt.lineno} of {fn}: {ast.unparse(stmt)!r} changes the input {name} in place: "
                               "the runner refuses a reference that writes into its inputs (the caller's tensor would "
                               f"change); write it out of place ({name} = {ast.unparse(value)})")
@@ -435,6 +439,37 @@ def _in_place(stmt: ast.stmt, fn: str, fn_args: ast.arguments, shares: dict[str,
                               f"{', '.join(others)} shares its memory (the same tensor or a view of it), so PyTorch's "
                               f"result reads the change there too; write it out of place ({ast.unparse(value)})")
     return [(name, value)]
+
+
+def _in_place_calls(stmt: ast.stmt, fn: str, read_after: set[str]) -> list[ast.stmt]:
+    """A call with inplace=True (F.relu(h, inplace=True), a layer made with inplace=True) changes its
+    tensor. Where it is a statement's whole value over a name (y = self.relu(h), return self.relu(h)),
+    the statement becomes h's update in place, then the statement over h; elsewhere the keyword is
+    dropped where nothing else reads that name, and refused where something does (h + F.relu(h,
+    inplace=True) reads the change or not by the order torch runs them)."""
+    calls = [n for n in ast.walk(stmt) if isinstance(n, ast.Call)
+             and any(k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True for k in n.keywords)]
+    for call in calls:
+        call.keywords = [k for k in call.keywords if k.arg != "inplace"]
+    whole = getattr(stmt, "value", None)
+    if len(calls) == 1 and whole is calls[0] and isinstance(stmt, (ast.Assign, ast.Return, ast.Expr)) \
+            and calls[0].args and isinstance(calls[0].args[0], ast.Name):
+        name = calls[0].args[0].id
+        update = ast.Expr(calls[0], lineno=stmt.lineno)
+        update.in_place_of = name
+        if isinstance(stmt, ast.Expr):
+            return [update]
+        rest = copy.copy(stmt)
+        rest.value = ast.Name(name, ast.Load())
+        return [update, rest]
+    here = [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    for call in calls:
+        name = call.args[0].id if call.args and isinstance(call.args[0], ast.Name) else None
+        if name is not None and (here.count(name) > 1 or name in read_after):
+            raise GenerationError(f"line {stmt.lineno} of {fn}: {ast.unparse(call)} changes {name} in place inside a "
+                                  f"larger expression, and {name} is read again; write it out of place (inplace=False) "
+                                  "or on a line of its own")
+    return [stmt]
 
 
 def _assignment(stmt: ast.stmt) -> list[tuple[str, ast.expr]]:
