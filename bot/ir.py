@@ -94,6 +94,7 @@ def with_dim(node: Node, dim: int | str) -> Node:
 
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
+_LOGICAL = {ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor"}
 _CMPOPS = {ast.Gt: "gt", ast.GtE: "ge", ast.Lt: "lt", ast.LtE: "le", ast.Eq: "eq", ast.NotEq: "ne"}
 
 
@@ -134,6 +135,8 @@ def _convert(n: ast.expr) -> Node:
             return matmul.product(_convert(n.left), _convert(n.right), tf32=False)
         if isinstance(n.op, ast.Pow):
             return pointwise.power(n.left, n.right, _convert)
+        if type(n.op) in _LOGICAL:             # mask & mask, |, ^
+            return pointwise.logical(_LOGICAL[type(n.op)], _convert(n.left), _convert(n.right))
         if isinstance(n.op, ast.Mod):           # torch's % is remainder (the divisor's sign), not C's fmod
             return _convert_call(ast.Call(ast.Name("remainder", ast.Load()), [n.left, n.right], []))
         if type(n.op) not in _BINOPS:

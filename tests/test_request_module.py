@@ -746,3 +746,13 @@ def test_a_layer_made_in_place_changes_the_tensor_it_is_called_on(init, body, ex
 def test_an_in_place_layer_inside_a_larger_expression_over_a_name_read_again_is_refused():
     said = error(_module("self.relu = nn.ReLU(inplace=True)", "h = x * y\n        return h * 2 + self.relu(h)"))
     assert "changes h in place inside a larger expression" in said
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("y = x * 3\n    torch.relu_(y)\n    return y + x", "relu(x * 3) + x"),                # a module's in-place form
+    ("y = x.clone()\n    y[y < 0] = 0.0\n    return y * 2", "where(x < 0, 0.0, x) * 2"),      # a store where a mask holds
+    ("y = torch.log(x)\n    y[torch.isnan(y)] = 1.0\n    return y", "where(log(x) != log(x), 1.0, log(x))"),
+])
+def test_in_place_function_forms_and_masked_stores_are_read(body, expected):
+    spec, _ = parse_request(f"def f(x):\n    {body}\nfor x 8x16")
+    assert ir.parse(spec["expression"]) == ir.parse(expected)

@@ -145,6 +145,9 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
     "full_like": ((("x", None), ("fill_value", 0.0)), "where(abs(x) < inf, x * 0.0 + fill_value, fill_value)"),
 }
 
+# torch's logical functions of two masks -> logical()'s op
+LOGICAL = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
+
 # The keywords each function is read with (any other is refused: it may change the result).
 KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "tensor": {"device"}, "masked_fill": {"mask", "value"},
             "dropout": {"p", "training", "inplace"}, PRELU: {"weight"}, "rrelu": {"lower", "upper", "training"},
@@ -152,7 +155,7 @@ KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "tensor": {"device
             **{name: {p for p, _ in params[1:]} for name, (params, _) in COMPOSITES.items()}}
 # Functions read with no keyword at all.
 FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "pow", "where", "tensor",
-                                                      "logical_not", ROTATE_HALF}
+                                                      "logical_not", ROTATE_HALF, *LOGICAL}
 
 # tl.maximum/minimum drop NaN by default; torch's maximum, minimum, relu, clamp and max/min keep it.
 NAN_WINS = "propagate_nan=tl.PropagateNan.ALL"
@@ -323,6 +326,9 @@ def convert(c: Call) -> Node | None:
         if x.op != "input":
             raise IRError("rotate_half takes an input tensor, e.g. rotate_half(q)")
         return call(ROTATE_HALF, x)
+    if fname in LOGICAL:             # torch.logical_and(a, b) on masks, as a & b
+        arity(fname, args, 2)
+        return logical(LOGICAL[fname], c.expr(args[0]), c.expr(args[1]))
     if fname == "logical_not":       # a bool mask's complement, as a comparison both lowerings read alike
         arity(fname, args, 1)
         return call("eq", c.expr(args[0]), const(0.0))
@@ -435,6 +441,20 @@ def power(base: ast.expr, exponent: ast.expr, expr: Callable[[ast.expr], Node]) 
         raise IRError(f"{fmt_num(value)} ** {ast.unparse(exponent)}: a number raised to a tensor's power is read for a "
                       "positive number (0 and negatives give inf, NaN or a sign by the exponent)")
     return call("exp", call("mul", expr(exponent), const(math.log(value))))
+
+
+def _is_mask(n: Node) -> bool:
+    """A bool tensor: a comparison, a bool input (a mask), or masks joined by logical()."""
+    return n.op in COMPARE or n.op == "input" or (n.op == "where" and _is_mask(n.args[1]) and _is_mask(n.args[2]))
+
+
+def logical(op: str, a: Node, b: Node) -> Node:
+    """a & b, a | b, a ^ b of two masks, written in the ops both lowerings read: and is where(a, b, a),
+    or where(a, a, b), xor a != b. Of anything but masks torch's & is a bitwise op on integers (refused)."""
+    if not (_is_mask(a) and _is_mask(b)):
+        raise IRError(f"{op} joins two masks (comparisons such as x > 0, or bool inputs); the bitwise {op} of other "
+                      "tensors is not supported")
+    return {"and": call("where", a, b, a), "or": call("where", a, a, b), "xor": call("ne", a, b)}[op]
 
 
 def _is_bound(n: ast.expr | None) -> bool:

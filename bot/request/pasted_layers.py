@@ -65,7 +65,7 @@ _FUNCTIONAL = {
     "ReLU": ("torch.relu", ()), "Sigmoid": ("torch.sigmoid", ()), "Tanh": ("torch.tanh", ()),
     "SiLU": ("F.silu", ()), "GELU": ("F.gelu", ("approximate",)), "Identity": ("", ()),
     "Softmax": ("torch.softmax", ("dim",)), "LogSoftmax": ("torch.log_softmax", ("dim",)),
-    "Softmax2d": ("torch.softmax", ()), "Softmin": ("F.softmin", ("dim",)), "GLU": ("F.glu", ("dim",)), "Threshold": ("F.threshold", ("threshold", "value")),
+    "Unflatten": ("torch.unflatten", ("dim", "sizes")), "Softmax2d": ("torch.softmax", ()), "Softmin": ("F.softmin", ("dim",)), "GLU": ("F.glu", ("dim",)), "Threshold": ("F.threshold", ("threshold", "value")),
     "LeakyReLU": ("F.leaky_relu", ("negative_slope",)), "ELU": ("F.elu", ("alpha",)), "SELU": ("F.selu", ()),
     "CELU": ("F.celu", ("alpha",)), "ReLU6": ("F.relu6", ()), "Hardtanh": ("F.hardtanh", ("min_val", "max_val")),
     "Hardsigmoid": ("F.hardsigmoid", ()), "Hardswish": ("F.hardswish", ()), "Softplus": ("F.softplus", ("beta", "threshold")),
@@ -73,6 +73,9 @@ _FUNCTIONAL = {
     "LogSigmoid": ("F.logsigmoid", ()), "Softshrink": ("F.softshrink", ("lambd",)), "Hardshrink": ("F.hardshrink", ("lambd",)),
     "CosineSimilarity": ("F.cosine_similarity", ("dim", "eps")),
     "Dropout": ("F.dropout", ("p", "inplace")),         # the input itself where p is 0, else refused: random
+    # the channel-wise and self-normalizing dropouts differ only where p > 0 (random: refused as dropout's)
+    **{cls: ("F.dropout", ("p", "inplace")) for cls in ("Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+                                                          "FeatureAlphaDropout")},
     "Upsample": ("F.interpolate", ("size", "scale_factor", "mode", "align_corners", "recompute_scale_factor")),
     "UpsamplingNearest2d": ("F.interpolate", ("size", "scale_factor")),
     "PixelShuffle": ("F.pixel_shuffle", ("upscale_factor",)), "PixelUnshuffle": ("F.pixel_unshuffle", ("downscale_factor",)),
@@ -129,7 +132,8 @@ def functional(sub: Sub, attr: str, args: list[ast.expr], keywords: list[ast.key
 
 # Activation layers that take inplace=, as their last constructor parameter (nn.ReLU(True), nn.LeakyReLU(0.1, True)).
 _IN_PLACE = {"ReLU", "ReLU6", "SELU", "SiLU", "Hardswish", "Hardsigmoid", "Mish", "LeakyReLU", "ELU", "CELU",
-             "Hardtanh", "Threshold", "Dropout"}
+             "Hardtanh", "Threshold", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+             "FeatureAlphaDropout"}
 
 
 def _in_place(sub: Sub, params: tuple[str, ...]) -> bool:

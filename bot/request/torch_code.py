@@ -339,7 +339,9 @@ def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
             return whole_max(inline.visit(stmt.value), torch_only=False)
         if _appended(stmt, inline):
             continue
-        bound = _in_place(stmt, fn.name, fn.args, shares, _values_read(fn.body[at + 1:])) or _assignment(stmt)
+        params = {a.arg for a in fn.args.args}
+        bound = _in_place(stmt, fn.name, params, params | set(inline.env), shares,
+                          _values_read(fn.body[at + 1:])) or _assignment(stmt)
         if not bound:
             raise GenerationError(f"line {stmt.lineno} of {fn.name}: {ast.unparse(stmt)[:60]!r} is not supported; "
                                   "the function may assign local names and return one expression")
@@ -408,26 +410,61 @@ def _values_read(statements: list[ast.stmt]) -> set[str]:
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in meta}
 
 
-def _in_place(stmt: ast.stmt, fn: str, fn_args: ast.arguments, shares: dict[str, str],
+def _updated(stmt: ast.stmt, tensors: set[str]) -> tuple[str, ast.expr] | None:
+    """(name, its new value written out of place) for an in-place update of a tensor name: z += y,
+    z.relu_() or torch.relu_(z) (a function's name with '_', as a method of a tensor name or of a
+    module: torch, F), F.relu(z, inplace=True) on a line of its own; None for other statements."""
+    if getattr(stmt, "in_place_of", None):
+        return stmt.in_place_of, stmt.value
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+        return stmt.target.id, ast.BinOp(ast.Name(stmt.target.id, ast.Load()), stmt.op, stmt.value)
+    if _masked_store(stmt, tensors):             # y[y < 0] = 0.0: where the mask holds, the number
+        target = stmt.targets[0]
+        return target.value.id, ast.Call(ast.Attribute(ast.Name("torch", ast.Load()), "where", ast.Load()),
+                                         [target.slice, stmt.value, ast.Name(target.value.id, ast.Load())], [])
+    call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+    if call is None or not isinstance(call.func, ast.Attribute) or not isinstance(call.func.value, ast.Name) \
+            or not call.func.attr.endswith("_") or call.func.attr[:-1] not in registry.FUNCTIONS:
+        return None
+    owner, fn = call.func.value.id, call.func.attr[:-1]
+    if owner in tensors:                        # z.relu_(), z.clamp_(min=0)
+        return owner, ast.Call(ast.Attribute(ast.Name(owner, ast.Load()), fn, ast.Load()), call.args, call.keywords)
+    if call.args and isinstance(call.args[0], ast.Name) and call.args[0].id in tensors:     # torch.relu_(z)
+        return call.args[0].id, ast.Call(ast.Attribute(call.func.value, fn, ast.Load()), call.args, call.keywords)
+    return None
+
+
+_MASK_CALLS = {"isnan", "isinf", "isfinite", "isposinf", "isneginf", "logical_not", "logical_and", "logical_or"}
+
+
+def _masked_store(stmt: ast.stmt, tensors: set[str]) -> bool:
+    """y[mask] = number with the mask a comparison (y < 0, x > y, ~(y > 1), torch.isnan(y)): a store
+    at the places the mask holds; other item stores (y[:, 0] = 0, y[idx] = v) are not read."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript)):
+        return False
+    target = stmt.targets[0]
+    mask = target.slice
+    is_mask = isinstance(mask, (ast.Compare, ast.BoolOp)) or (isinstance(mask, ast.UnaryOp) and
+                                                               isinstance(mask.op, (ast.Invert, ast.Not))) or \
+        (isinstance(mask, ast.Call) and isinstance(mask.func, (ast.Attribute, ast.Name))
+         and (mask.func.attr if isinstance(mask.func, ast.Attribute) else mask.func.id) in _MASK_CALLS)
+    number = isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, (int, float)) or \
+        (isinstance(stmt.value, ast.UnaryOp) and isinstance(stmt.value.operand, ast.Constant)) or \
+        (isinstance(stmt.value, ast.Call) and ast.unparse(stmt.value.func) == "float")
+    return isinstance(target.value, ast.Name) and target.value.id in tensors and is_mask and number
+
+
+def _in_place(stmt: ast.stmt, fn: str, params: set[str], tensors: set[str], shares: dict[str, str],
               read_after: set[str]) -> list[tuple[str, ast.expr]]:
-    """An in-place update of a local name as the name bound anew: z += y, z.relu_(), z.clamp_(min=0)
-    (a method named for a function, with '_'). Refused where another name shares z's memory (w = z,
-    v = z.view(-1), z = x.float() of a float32 x, or z a view of another) and is read after it: PyTorch's
-    result then reads the change through it."""
-    if getattr(stmt, "in_place_of", None):          # F.relu(h, inplace=True) as a statement of its own
-        name, value = stmt.in_place_of, stmt.value
-    elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
-        name, value = stmt.target.id, ast.BinOp(ast.Name(stmt.target.id, ast.Load()), stmt.op, stmt.value)
-    elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute) \
-            and isinstance(stmt.value.func.value, ast.Name) and stmt.value.func.attr.endswith("_") \
-            and stmt.value.func.attr[:-1] in registry.FUNCTIONS:
-        call = stmt.value
-        name = call.func.value.id
-        value = ast.Call(ast.Attribute(ast.Name(name, ast.Load()), call.func.attr[:-1], ast.Load()), call.args,
-                         call.keywords)
-    else:
+    """An in-place update of a tensor name (_updated) as the name bound anew. Refused where another
+    name shares its memory (w = z, v = z.view(-1), z = x.float() of a float32 x, or z a view of
+    another) and is read after it: PyTorch's result then reads the change through it; and on an input
+    (but for a layer's inplace=True), as the runner refuses a reference that writes into its inputs."""
+    update = _updated(stmt, tensors)
+    if update is None:
         return []
-    if name in {a.arg for a in fn_args.args} and not getattr(stmt, "in_place_of", None):
+    name, value = update
+    if name in params and not getattr(stmt, "in_place_of", None):
         raise GenerationError(f"line {stmt.lineno} of {fn}: {ast.unparse(stmt)!r} changes the input {name} in place: "
                               "the runner refuses a reference that writes into its inputs (the caller's tensor would "
                               f"change); write it out of place ({name} = {ast.unparse(value)})")

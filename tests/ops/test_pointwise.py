@@ -296,6 +296,10 @@ def test_activations_in_words(words, typed):
      lambda x, y, z: x + y),
     ("torch.nan_to_num(x, nan=0.5, posinf=1e4, neginf=-1e4) + y.nan_to_num(1.0, 2.0, -2.0)",   # x holds NaN and inf
      lambda x, y, z: torch.nan_to_num(x, nan=0.5, posinf=1e4, neginf=-1e4) + y.nan_to_num(1.0, 2.0, -2.0)),
+    ("torch.where((x > 0) & (y < 0.5), x, z) + torch.where((x > 0) | ~(y < 0.5), y, z)",
+     lambda x, y, z: torch.where((x > 0) & (y < 0.5), x, z) + torch.where((x > 0) | ~(y < 0.5), y, z)),
+    ("torch.where(torch.logical_xor(x > 0, y > 0), x, z) * torch.isfinite(x)",
+     lambda x, y, z: torch.where(torch.logical_xor(x > 0, y > 0), x, z) * torch.isfinite(x)),
     ("torch.zeros_like(x) + torch.ones_like(y) * torch.full_like(x, 2.5)",     # x holds NaN and inf: still 0
      lambda x, y, z: torch.zeros_like(x) + torch.ones_like(y) * torch.full_like(x, 2.5)),
 ])
@@ -408,6 +412,11 @@ def test_rrelu_in_training_mode_and_the_identity_are_refused_naming_why():
         ir.parse("F.rrelu(x, training=True)", as_written=True)
     with pytest.raises(GenerationError, match="returns its input 'x' unchanged"):
         parse_request("def f(x):\n    return F.dropout(x, p=0.5, training=False)")
+
+
+def test_the_bitwise_and_of_tensors_that_are_not_masks_is_refused():
+    with pytest.raises(ir.IRError, match="joins two masks"):
+        ir.parse("(x * 2) & (y > 0)", as_written=True)
 
 
 def test_nan_to_num_without_the_infinities_replacements_is_refused_naming_why():
