@@ -579,3 +579,15 @@ def test_a_dim_counts_in_the_shape_of_what_it_runs_over(text, expected, out):
     spec, _ = parse_request(text)
     assert expr(spec) == canon(expected)
     assert spec["outputs"][0]["shapes"] == [out]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("mean over the batch dim of 32x128", "mean(x, dim=0)"),
+    ("argmax over channels of 8x64x32x32", "argmax(x, dim=1)"),
+    ("softmax over the channels of 8x64x32", "exp(x - max(x, dim=1, keepdim=True)) / "
+                                              "sum(exp(x - max(x, dim=1, keepdim=True)), dim=1, keepdim=True)"),
+    ("max along the channel dim of 8x64x32x32", "max(x, dim=1)"),
+])
+def test_channel_dims_in_words(text, expected):
+    spec, _ = parse_request(text)
+    assert expr(spec) == canon(expected)

@@ -84,8 +84,11 @@ DIM_WORDS: list[tuple[re.Pattern, int]] = [(re.compile(p, _F), d) for p, d in [
     # ("across the columns" is left out: it means dim -2 to some and one value per row to others)
     (rf"\b(?:second[\s-]+(?:to[\s-]+)?last|penultimate){_D}|\bcolumn[\s-]?wise\b|\b(?:per|each|every)[\s-]+column\b|"
      rf"按列|每一?列|倒数第二维|{_cn_line('列')}", -2),
-    (rf"\b(?:first|1st|0th|leading|batch){_D}|第一维", 0),
-    (rf"\b(?:second|2nd){_D}|第二维", 1),
+    # ("over the batch" is left out: a batch's mean is dim 0, but "softmax over the batch of x" is x's)
+    (rf"\b(?:first|1st|0th|leading|batch){_D}|第一维|批(?:次|量)?维", 0),
+    # NC... layouts: the channels are dim 1 ("softmax over the channels"; "over 64 channels" is a size)
+    (rf"\b(?:second|2nd){_D}|\b(?:over|across|along)\s+(?:the\s+|its\s+|all\s+)?channels\b|\bchannel{_D}|"
+     r"第二维|通道维", 1),
     (rf"\b(?:third|3rd){_D}|第三维", 2),
     (rf"\b(?:last|trailing|innermost|final){_D}|\brow[\s-]?wise\b|\b(?:of\s+each|for\s+each|each|every|of\s+every)\s+row\b|"
      rf"\brow\s+by\s+row\b|最后一(?:个)?维(?:度)?|按行|每一?行|{_cn_line('行')}", -1),
