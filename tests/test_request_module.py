@@ -756,3 +756,15 @@ def test_an_in_place_layer_inside_a_larger_expression_over_a_name_read_again_is_
 def test_in_place_function_forms_and_masked_stores_are_read(body, expected):
     spec, _ = parse_request(f"def f(x):\n    {body}\nfor x 8x16")
     assert ir.parse(spec["expression"]) == ir.parse(expected)
+
+
+@pytest.mark.parametrize("made, expected", [
+    ('nn.EmbeddingBag(50, 16)', "mean(embedding(ids, e_weight), dim=1)"),
+    ('nn.EmbeddingBag(50, 16, mode="max")', "amax(embedding(ids, e_weight), dim=1)"),
+])
+def test_an_embedding_bag_over_2d_ids_reduces_each_row(made, expected):
+    text = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+            f"        super().__init__()\n        self.e = {made}\n\n    def forward(self, ids):\n        return self.e(ids)\n\n"
+            "def get_inputs():\n    return [torch.randint(0, 50, (4, 7))]\n")
+    spec, _ = parse_request(text)
+    assert ir.parse(spec["expression"]) == ir.parse(expected)

@@ -275,6 +275,26 @@ def _embedding(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: 
     return ast.Call(_path("F.embedding"), [*args, *_names([weight])], kw + keywords), [weight]
 
 
+def _embedding_bag(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int,
+                   name_of: Callable[[str], str]):
+    """nn.EmbeddingBag(num_embeddings, embedding_dim, ..., mode) on [bags, ids] ids: each row's lookups
+    reduced by mode ('mean', 'sum', 'max') over the row, torch.mean(F.embedding(ids, weight), dim=1)
+    and alike. Offsets (1-D ids), per-sample weights, max_norm and padding_idx are refused."""
+    o = _options(sub, ("num_embeddings", "embedding_dim", "max_norm", "norm_type", "scale_grad_by_freq", "mode",
+                       "sparse", "_weight", "include_last_offset", "padding_idx"), {"mode": "mean"})
+    extra = sorted(k for k, v in o.items() if k in ("max_norm", "_weight", "padding_idx") or
+                   (k in ("scale_grad_by_freq", "sparse", "include_last_offset") and v))
+    if len(args) != 1 or keywords or extra or o["mode"] not in ("mean", "sum", "max"):
+        said = ", ".join(extra) or ("offsets or per_sample_weights" if len(args) != 1 or keywords else
+                                   f"mode={o['mode']!r}")
+        raise GenerationError(f"line {line}: nn.EmbeddingBag (set on line {sub.line}) is read over 2-D ids (a bag a "
+                              f"row) with mode 'mean', 'sum' or 'max', not with {said}")
+    weight = _param(attr, "weight", [o["num_embeddings"], o["embedding_dim"]], name_of)
+    looked = ast.Call(_path("F.embedding"), [*args, *_names([weight])], [])
+    reduce = {"mean": "torch.mean", "sum": "torch.sum", "max": "torch.amax"}[o["mode"]]
+    return ast.Call(_path(reduce), [looked], [ast.keyword("dim", ast.Constant(1))]), [weight]
+
+
 def _prelu(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int, name_of: Callable[[str], str]):
     """nn.PReLU(num_parameters=1, init=0.25): F.prelu(x, weight [num_parameters])."""
     weight = _param(attr, "weight", [_options(sub, ("num_parameters", "init"), {"num_parameters": 1})["num_parameters"]],
@@ -307,7 +327,7 @@ def _flatten(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: in
 _LAYERS = {"Linear": _linear, "LayerNorm": _norm, "RMSNorm": _norm, "Flatten": _flatten,
            **{f"Conv{n}d": _conv for n in (1, 2, 3)}, **{f"ConvTranspose{n}d": _conv for n in (1, 2, 3)},
            **{f"{kind}Norm{n}d": _channel_norm for kind in ("Batch", "Instance") for n in (1, 2, 3)},
-           "GroupNorm": _channel_norm, "Embedding": _embedding, "PReLU": _prelu,
+           "GroupNorm": _channel_norm, "Embedding": _embedding, "EmbeddingBag": _embedding_bag, "PReLU": _prelu,
            **{f"{kind}Pad{n}d": _pad for kind in ("Zero", "Constant", "Reflection", "Replication", "Circular")
               for n in (1, 2, 3)}}
 
