@@ -768,3 +768,9 @@ def test_an_embedding_bag_over_2d_ids_reduces_each_row(made, expected):
             "def get_inputs():\n    return [torch.randint(0, 50, (4, 7))]\n")
     spec, _ = parse_request(text)
     assert ir.parse(spec["expression"]) == ir.parse(expected)
+
+
+def test_a_view_updated_in_place_is_refused_while_its_base_is_read_after():
+    said = error("def f(x, y):\n    z = x * 2\n    h = z.view(-1, 16)\n    h += 1\n    h.mul_(2)\n    return z * y\n"
+                 "for x 16x16 and y 16x16")
+    assert "while z shares its memory" in said

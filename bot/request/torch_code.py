@@ -322,9 +322,11 @@ def _parts_of(call: ast.Call) -> tuple[str, str, str]:
 def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
     """The returned expression with every local name inlined."""
     shares: dict[str, str] = {}         # local name -> the name whose memory it views (w = z, v = z.view(-1))
-    statements = [(part, at) for at, stmt in enumerate(fn.body)
-                  for part in _in_place_calls(stmt, fn.name, _values_read(fn.body[at + 1:]))]
-    for stmt, at in statements:
+    params = {a.arg for a in fn.args.args}
+    statements = [(part, read_after) for at, stmt in enumerate(fn.body)
+                  for read_after in [_values_read(fn.body[at + 1:])]
+                  for part in _in_place_calls(stmt, fn.name, read_after)]
+    for stmt, read_after in statements:
         docstring = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
         if docstring or isinstance(stmt, (ast.Pass, ast.Assert)):
             continue
@@ -339,19 +341,18 @@ def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
             return whole_max(inline.visit(stmt.value), torch_only=False)
         if _appended(stmt, inline):
             continue
-        params = {a.arg for a in fn.args.args}
-        bound = _in_place(stmt, fn.name, params, params | set(inline.env), shares,
-                          _values_read(fn.body[at + 1:])) or _assignment(stmt)
+        updated = _in_place(stmt, fn.name, params, params | set(inline.env), shares, read_after)
+        bound = updated or _assignment(stmt)
         if not bound:
             raise GenerationError(f"line {stmt.lineno} of {fn.name}: {ast.unparse(stmt)[:60]!r} is not supported; "
                                   "the function may assign local names and return one expression")
         roots = [_viewed_name(value) for _, value in bound]         # before inlining rewrites the values
         values = [inline.visit(value) for _, value in bound]       # all read before any is bound: a, b = b, a
         inline.env.update((target, v) for (target, _), v in zip(bound, values))
-        for (target, _), root in zip(bound, roots):
+        for (target, _), root in zip([] if updated else bound, roots):      # updated in place: the same memory
             if root is None:                    # a new tensor of its own (z = x * 2)
                 shares.pop(target, None)
-            elif root != target:                # z += y, z = z.view(...): z keeps what it shares
+            elif root != target:                # z = z.view(...): z keeps what it shares
                 shares[target] = shares.get(root, root)
     raise GenerationError(f"{fn.name} returns nothing; end it with 'return <expression>'")
 
