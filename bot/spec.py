@@ -13,7 +13,9 @@ offline generator needs it, an LLM-written spec may leave it out.
 """
 from __future__ import annotations
 
+import builtins
 import json
+import keyword
 import math
 import re
 
@@ -57,6 +59,11 @@ def _format(value, depth: int) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+# Names a generated kernel.py calls or imports (builtins such as max and sum, the modules): a kernel
+# function of one of these names would shadow it.
+RESERVED_NAMES = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | {"torch", "triton", "tl", "math"}
+
+
 def validate(spec: dict) -> dict:
     """Check a spec (possibly edited by a person) and return it normalised:
     canonical dtype names, integer shapes, outputs recomputed from the expression."""
@@ -65,6 +72,9 @@ def validate(spec: dict) -> dict:
     name = spec.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise SpecError(f"spec name must be a Python identifier like 'add_relu', got {name!r}")
+    if name in RESERVED_NAMES:
+        raise SpecError(f"spec name {name!r} is Python's {name} or a module kernel.py imports, which the generated "
+                        f"code calls: the kernel's function would shadow it. Name it e.g. '{name}_op'")
     inputs = spec.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise SpecError("spec needs 'inputs': a list of {name, dtypes, shapes}")

@@ -54,7 +54,7 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
                      "(torch.max(x, dim).values gives it all to the first)")
     learned = st.pasted.parameters if st.pasted and st.pasted_shapes else {}
     spec = {
-        "name": st.name or default_name(node, shapes),
+        "name": _kernel_name(st.name or default_name(node, shapes), notes),
         "expression": node_text(node),
         "description": describe(node, shapes),
         "inputs": [{"name": n, "dtypes": _input_dtypes(n, dtypes, index, masks),
@@ -252,6 +252,16 @@ def _cases(st: State, names: list[str], main: str, notes: list[str]) -> list[lis
         return pooled
     notes.append("no shape named: using 4096x4096 and an odd 5333x497 (no block size divides it)")
     return [list(s) for s in DEFAULT_SHAPES]
+
+
+def _kernel_name(name: str, notes: list[str]) -> str:
+    """The name, or where it is one kernel.py calls (Python's max, sum; a module it imports) the name
+    with '_op' after it, noted: the kernel's function would shadow the builtin."""
+    if name not in specmod.RESERVED_NAMES:
+        return name
+    notes.append(f"named the kernel '{name}_op': '{name}' is Python's {name} (or a module kernel.py imports), "
+                 "which the generated code calls")
+    return f"{name}_op"
 
 
 def _operand_cases(node: ir.Node, shapes: dict[str, list[list[int]]], main: str) -> list[list[int]]:
