@@ -172,6 +172,8 @@ def _convert_call(n: ast.Call) -> Node:
     if isinstance(n.func, ast.Attribute) and not _is_module_path(n.func.value):
         args = [n.func.value] + args
     kw = {k.arg: k.value for k in n.keywords if k.arg}
+    if not args and "input" in kw:      # torch.softmax(input=x, dim=-1): torch's first tensor, by its name
+        args = [kw.pop("input")]
     _check_keywords(fname, n, kw)
     family = registry.owner(fname)
     node = family and family.convert(Call(fname, written if isinstance(n.func, ast.Name) else "", args, kw, _convert))

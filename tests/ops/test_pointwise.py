@@ -414,6 +414,12 @@ def test_rrelu_in_training_mode_and_the_identity_are_refused_naming_why():
         parse_request("def f(x):\n    return F.dropout(x, p=0.5, training=False)")
 
 
+def test_a_first_tensor_given_by_its_name_input_is_the_first_argument():
+    assert ir.parse("torch.clamp(input=x, min=0.5)", as_written=True) == ir.parse("clamp(x, 0.5)", as_written=True)
+    with pytest.raises(ir.IRError, match="where with input=x"):      # where's input is its second argument
+        ir.parse("torch.where(x > 0, input=x, other=y)", as_written=True)
+
+
 def test_the_bitwise_and_of_tensors_that_are_not_masks_is_refused():
     with pytest.raises(ir.IRError, match="joins two masks"):
         ir.parse("(x * 2) & (y > 0)", as_written=True)
