@@ -494,6 +494,25 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
     ('max_over_two', [], 'x', ['return x.max(dim=-1)[0].max(dim=-1)[0]'], '[torch.randn(4, 6, 5)]'),
     ('sum_then_softmax', [], 'x', ['return torch.softmax(x.sum(dim=1), dim=-1)'], '[torch.randn(4, 6, 5)]'),
     ('cumsum_then_max', [], 'x', ['return torch.cumsum(x, dim=-1).max(dim=-1).values'], '[torch.randn(4, 16)]'),
+    # edge sizes: dims of one, rows past 64K, a class of one
+    ('softmax_1x1', [], 'x', ['return torch.softmax(x, -1)'], '[torch.randn(1, 1)]'),
+    ('sum_long_row', [], 'x', ['return x.sum(-1)'], '[torch.randn(2, 70001)]'),
+    ('mean_dim0_single', [], 'x', ['return x.mean(0)'], '[torch.randn(1, 37)]'),
+    ('cumsum_len1', [], 'x', ['return x.cumsum(-1)'], '[torch.randn(5, 1)]'),
+    ('layernorm_1', [], 'x', ['return F.layer_norm(x, (1,))'], '[torch.randn(7, 1)]'),
+    ('argmax_single', [], 'x', ['return x.argmax(dim=1)'], '[torch.randn(9, 1)]'),
+    ('conv_1x1_image', ['self.c = nn.Conv2d(3, 5, 1)'], 'img', ['return self.c(img)'], '[torch.randn(1, 3, 1, 1)]'),
+    ('maxpool_exact', ['self.p = nn.MaxPool2d(3)'], 'img', ['return self.p(img)'], '[torch.randn(1, 2, 3, 3)]'),
+    ('matmul_1x1', [], 'a, b', ['return a @ b'], '[torch.randn(1, 1), torch.randn(1, 1)]'),
+    ('bmm_batch1', [], 'a, b', ['return torch.bmm(a, b)'], '[torch.randn(1, 3, 5), torch.randn(1, 5, 2)]'),
+    ('ce_one_class', [], 'x, t', ['return F.cross_entropy(x, t)'], '[torch.randn(4, 1), torch.zeros(4, dtype=torch.long)]'),
+    ('topk_all', [], 'x', ['return x.topk(5, dim=-1).values'], '[torch.randn(3, 5)]'),
+    ('sort_len1', [], 'x', ['return x.sort(dim=0).values'], '[torch.randn(1, 6)]'),
+    ('var_len2', [], 'x', ['return x.var(-1)'], '[torch.randn(6, 2)]'),
+    ('group_norm_1ch', ['self.g = nn.GroupNorm(1, 1)'], 'img', ['return self.g(img)'], '[torch.randn(2, 1, 5, 5)]'),
+    ('linear_1', ['self.l = nn.Linear(1, 1)'], 'x', ['return self.l(x)'], '[torch.randn(5, 1)]'),
+    ('prod_row', [], 'x', ['return x.prod(-1)'], '[torch.rand(4, 9) + 0.5]'),
+    ('huge_odd_pointwise', [], 'x', ['return torch.sigmoid(x) * x'], '[torch.randn(3, 5, 7, 11)]'),
 ]
 
 
