@@ -235,6 +235,9 @@ def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
         return None
     if name in ("var_mean", "std_mean"):
         return _moment_part(call, name[:3] if part == "values" else "mean")
+    if name in ("cummax", "cummin") and part == "indices":
+        raise GenerationError(f"{ast.unparse(call)}.indices: {name}'s indices (where each running {name[3:]} was "
+                              "found) are not supported by the offline generator; take .values")
     if name in ("cummax", "cummin") and part == "values":
         new = f"{name}_values"
     elif name in ("sort", "topk", "kthvalue", "median"):

@@ -11,6 +11,7 @@ from generated import make_spec
 from lowering import CUBE, MATRIX, VECTOR, check_reduction, generate_reduction
 
 from bot import ir
+from bot.generators.interface import GenerationError
 from bot.ops import scan
 from bot.request import parse_request
 from bot.spec import parse_expression
@@ -204,3 +205,8 @@ def test_a_masked_cumsum_in_words_sums_what_a_bool_mask_keeps(words, dim):
     spec, _ = parse_request(words)
     assert spec["expression"] == f"cumsum(where(mask, x, 0.0), dim={dim})"
     assert {i["name"]: i["dtypes"][0] for i in spec["inputs"]}["mask"] == "bool"
+
+
+def test_cummax_indices_are_refused_naming_them():
+    with pytest.raises(GenerationError, match="cummax's indices .* are not supported"):
+        parse_request("torch.cummax(x, dim=1).indices for 8x20")
