@@ -233,8 +233,8 @@ class SortKernel(ReducedBodyFile):
                  "lane = tl.arange(0, MERGE)[None, :]",
                  "packed = tl.load(kept_ptr + rows * M + lane, mask=lane < M, other=_last(NARROW))",
                  "packed = _first_keys(packed, 1, MERGE, KEEP, LEVELS)",
-                 "_store_span(packed, rows, tl.arange(0, KEEP)[None, :], R, START, K, B, values_ptr, indices_ptr, DESCENDING, VALUES, INDICES, "
-                 "NARROW)"]
+                 "_store_span(packed, rows, tl.arange(0, KEEP)[None, :], R, START, K, B, values_ptr, indices_ptr, "
+                 "DESCENDING, VALUES, INDICES, NARROW)"]
         return jit_source(f"{self.name}_merge_kernel", params, lines,
                           "    # One line's kept keys, every chunk's first START + K, sorted together.\n")
 
@@ -277,7 +277,7 @@ class SortKernel(ReducedBodyFile):
                               "num_warps=num_warps"])
         text += "    if chunks > 1:\n"
         text += self._launch(f"{self.name}_merge_kernel", "(A * B,)",
-                             ["kept", *outs, "A * B", "B", "START", "K", "chunks * (START + K)", "MERGE=MERGE", "KEEP=KEEP",
-                              "LEVELS=(MERGE // KEEP).bit_length() - 1", *flags,
+                             ["kept", *outs, "A * B", "B", "START", "K", "chunks * (START + K)", "MERGE=MERGE",
+                              "KEEP=KEEP", "LEVELS=(MERGE // KEEP).bit_length() - 1", *flags,
                               "num_warps=max(1, min(16, MERGE // 512))"], "        ")
         return text + f"    return {returned}\n"

@@ -133,13 +133,13 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
     "addcdiv": ((("x", None), ("tensor1", None), ("tensor2", None), ("value", 1.0)), "x + value * tensor1 / tensor2"),
     "lerp": ((("x", None), ("end", None), ("weight", None)), "x + weight * (end - x)"),
     "logaddexp": ((("x", None), ("other", None)), "maximum(x, other) + log(1.0 + exp(-abs(x - other)))"),
-    # a tensor of x's shape and dtype holding one value, whatever x holds (inf and NaN take the other branch)
     # NaN and infinity tests (bool, as comparisons are)
     "isnan": ((("x", None),), "x != x"),
     "isinf": ((("x", None),), "abs(x) == inf"),
     "isfinite": ((("x", None),), "abs(x) < inf"),
     "isposinf": ((("x", None),), "x == inf"),
     "isneginf": ((("x", None),), "x == -inf"),
+    # a tensor of x's shape and dtype holding one value, whatever x holds (inf and NaN take the other branch)
     "zeros_like": ((("x", None),), "where(abs(x) < inf, x * 0.0, 0.0)"),
     "ones_like": ((("x", None),), "where(abs(x) < inf, x * 0.0 + 1.0, 1.0)"),
     "full_like": ((("x", None), ("fill_value", 0.0)), "where(abs(x) < inf, x * 0.0 + fill_value, fill_value)"),
@@ -359,16 +359,14 @@ def _nan_to_num(c: Call) -> Node:
     if len(c.args) > 4 or not set(given) <= {"x", "nan", "posinf", "neginf"} or "x" not in given:
         raise IRError("nan_to_num takes x, nan, posinf and neginf, e.g. torch.nan_to_num(x, nan=0.0, posinf=1e4, "
                       "neginf=-1e4)")
-    if [k for k in ("posinf", "neginf") if isinstance(given.get(k, ast.Constant(None)), ast.Constant)
-            and given.get(k, ast.Constant(None)).value is None]:
+    if any(is_none(given.get(k)) for k in ("posinf", "neginf")):
         raise IRError("nan_to_num without posinf and neginf puts the output dtype's largest finite values for "
                       "the infinities, which the offline generator does not write: give both, e.g. "
                       "torch.nan_to_num(x, nan=0.0, posinf=1e4, neginf=-1e4)")
     nan, posinf, neginf = (const(number(given[k]) if k in given else 0.0) for k in ("nan", "posinf", "neginf"))
     x = c.expr(given["x"])
-    inf = const(float("inf"))
-    return call("where", call("ne", x, x), nan,
-                call("where", call("eq", x, inf), posinf, call("where", call("eq", x, const(float("-inf"))), neginf, x)))
+    finite = call("where", call("eq", x, const(float("-inf"))), neginf, x)
+    return call("where", call("ne", x, x), nan, call("where", call("eq", x, const(float("inf"))), posinf, finite))
 
 
 def _prelu(c: Call) -> Node:

@@ -95,8 +95,7 @@ def _rotated(st: State, node: ir.Node, shapes: dict[str, list[list[int]]]) -> ir
     """A rotary embedding's rotate_half written as a cat of x's negated upper half and its lower half:
     one pointwise kernel reading x in place (bot.ops.pointwise.rotations) where the whole expression
     is then pointwise; a training request keeps the cat, whose gradient rules exist."""
-    cases = [{n: s[k] for n, s in shapes.items()} for k in range(len(next(iter(shapes.values()))))]
-    new = pointwise.rotations(node, cases)
+    new = pointwise.rotations(node, _per_case(shapes))
     fused = new != node and not ir.is_chain(new) and ir.kind(new) == "pointwise"
     return new if fused and not st.training else node
 
@@ -138,8 +137,7 @@ def _rows_settled(node: ir.Node, shapes: dict[str, list[int]]) -> ir.Node:
 def _refuse_class_dim_1(st: State, node: ir.Node, shapes: dict[str, list[list[int]]]) -> None:
     """Pasted F.cross_entropy and F.nll_loss take N-D logits' classes on dim 1; the kernel takes them on the last."""
     if node.op in ir.LOSSES and (st.inputs or -1 not in st.dims):
-        ranks = {len(ir.output_shape(node.args[0], {n: s[c] for n, s in shapes.items()}))
-                 for c in range(len(next(iter(shapes.values()))))}
+        ranks = {len(ir.output_shape(node.args[0], case)) for case in _per_case(shapes)}
         if ranks != {2}:
             raise GenerationError(f"{st.name or node.op} on {max(ranks)}-D logits, whose classes "
                                   "PyTorch takes on dim 1; the offline kernel takes 2-D logits [rows, classes]. "
@@ -254,6 +252,11 @@ def _cases(st: State, names: list[str], main: str, notes: list[str]) -> list[lis
     return [list(s) for s in DEFAULT_SHAPES]
 
 
+def _per_case(shapes: dict[str, list[list[int]]]) -> list[dict[str, list[int]]]:
+    """Each case's input shapes by name (shapes: every input's shape per case)."""
+    return [{n: s[k] for n, s in shapes.items()} for k in range(len(next(iter(shapes.values()))))]
+
+
 def _kernel_name(name: str, notes: list[str]) -> str:
     """The name, or where it is one kernel.py calls (Python's max, sum; a module it imports) the name
     with '_op' after it, noted: the kernel's function would shadow the builtin."""
@@ -271,7 +274,7 @@ def _operand_cases(node: ir.Node, shapes: dict[str, list[list[int]]], main: str)
     if not node.args or node.args[0].op == "const" or fused.dim_unsaid(node):
         return shapes[main]
     try:
-        return [ir.output_shape(node.args[0], {n: s[k] for n, s in shapes.items()}) for k in range(len(shapes[main]))]
+        return [ir.output_shape(node.args[0], case) for case in _per_case(shapes)]
     except ir.IRError:          # shapes that do not fit: the checks after name it
         return shapes[main]
 

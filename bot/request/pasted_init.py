@@ -244,7 +244,8 @@ def _refuse_run_changes(stmt: ast.stmt) -> None:
         if not (isinstance(t, ast.Call) and isinstance(t.func, ast.Attribute)) or t.func.attr not in _MODE | _DTYPE:
             continue
         receiver, method = ast.unparse(t.func.value), t.func.attr
-        kept = method == "train" and not t.keywords and (not t.args or isinstance(t.args[0], ast.Constant) and t.args[0].value is True)
+        true = not t.args or isinstance(t.args[0], ast.Constant) and t.args[0].value is True
+        kept = method == "train" and not t.keywords and true
         on_self = receiver == "self" or receiver.startswith("self.")
         if kept or not (method in _MODE or method in ("half", "double", "bfloat16") or on_self):
             continue

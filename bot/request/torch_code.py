@@ -438,24 +438,16 @@ def _updated(stmt: ast.stmt, tensors: set[str]) -> tuple[str, ast.expr] | None:
     return None
 
 
-_MASK_CALLS = {"isnan", "isinf", "isfinite", "isposinf", "isneginf", "logical_not", "logical_and", "logical_or"}
-
-
 def _masked_store(stmt: ast.stmt, tensors: set[str]) -> bool:
-    """y[mask] = number with the mask a comparison (y < 0, x > y, ~(y > 1), torch.isnan(y)): a store
-    at the places the mask holds; other item stores (y[:, 0] = 0, y[idx] = v) are not read."""
+    """y[mask] = number with the mask a boolean (y < 0, x > y, ~(y > 1), torch.isnan(y)): a store at
+    the places the mask holds; other item stores (y[:, 0] = 0, y[idx] = v) are not read."""
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript)):
         return False
     target = stmt.targets[0]
-    mask = target.slice
-    is_mask = isinstance(mask, (ast.Compare, ast.BoolOp)) or (isinstance(mask, ast.UnaryOp) and
-                                                               isinstance(mask.op, (ast.Invert, ast.Not))) or \
-        (isinstance(mask, ast.Call) and isinstance(mask.func, (ast.Attribute, ast.Name))
-         and (mask.func.attr if isinstance(mask.func, ast.Attribute) else mask.func.id) in _MASK_CALLS)
     number = isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, (int, float)) or \
         (isinstance(stmt.value, ast.UnaryOp) and isinstance(stmt.value.operand, ast.Constant)) or \
         (isinstance(stmt.value, ast.Call) and ast.unparse(stmt.value.func) == "float")
-    return isinstance(target.value, ast.Name) and target.value.id in tensors and is_mask and number
+    return isinstance(target.value, ast.Name) and target.value.id in tensors and _is_boolean(target.slice) and number
 
 
 def _in_place(stmt: ast.stmt, fn: str, params: set[str], tensors: set[str], shares: dict[str, str],
@@ -488,8 +480,8 @@ def _in_place_calls(stmt: ast.stmt, fn: str, read_after: set[str]) -> list[ast.s
     the statement becomes h's update in place, then the statement over h; elsewhere the keyword is
     dropped where nothing else reads that name, and refused where something does (h + F.relu(h,
     inplace=True) reads the change or not by the order torch runs them)."""
-    calls = [n for n in ast.walk(stmt) if isinstance(n, ast.Call)
-             and any(k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True for k in n.keywords)]
+    calls = [n for n in ast.walk(stmt) if isinstance(n, ast.Call) and any(
+        k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True for k in n.keywords)]
     for call in calls:
         call.keywords = [k for k in call.keywords if k.arg != "inplace"]
     whole = getattr(stmt, "value", None)
