@@ -650,7 +650,9 @@ def _cross_entropy(node: Node, a: list[str], up: str):
     """The logits' gradient, softmax less the target's one-hot, times the loss's gradient (a kernel of the
     loss family, bot.ops.loss); the class indices get none."""
     smoothing = f", label_smoothing={node.attr('smoothing')!r}" if node.attr("smoothing") else ""
-    return [(node.args[0], f"cross_entropy_grad({a[0]}, {a[1]}, {up}, reduction={node.attr('reduction')!r}{smoothing})")]
+    ignore = f", ignore_index={node.attr('ignore_index')}" if node.attr("ignore_index") is not None else ""
+    return [(node.args[0], f"cross_entropy_grad({a[0]}, {a[1]}, {up}, reduction={node.attr('reduction')!r}{smoothing}"
+                           f"{ignore})")]
 
 
 def _nll(node: Node, a: list[str], up: str):

@@ -293,13 +293,13 @@ def matmul_node(node: Node) -> Node | None:
 def index_inputs(node: Node) -> dict[str, dict]:
     """Integer inputs: index input name -> its spec fields: "index_of" (the input whose dim it
     indexes), and where not class indices (the last dim, a padding value among them) "index_dim" and
-    "padding": False."""
+    "padding": False; class indices a loss ignores other than at -100, "padding": that index."""
     if is_chain(node):
         steps = {s.name: s.node for s in stages(node)}
         found = {k: v for s in stages(node) for k, v in index_inputs(s.node).items()}
         return {_viewed(k, steps): {**v, "index_of": _source(v["index_of"], steps)} for k, v in found.items()}
     if node.op in LOSSES:
-        return {name: {"index_of": of} for name, of in loss.index_inputs(node).items()}
+        return loss.index_inputs(node)
     return gather.index_inputs(node) if node.op in gather.OPS else {}
 
 

@@ -482,7 +482,8 @@ def make_inputs(case, variant):
     normal (standard normal; a learned weight and its bias at the layer's initial scale), positive
     (uniform in [0.5, 2)), nonzero (random sign times that), sign (-1.0 or 1.0 with even odds: a target compared with 1 and -1), index (indices into dim
     index_dim, default the last, of the input named by index_of; unless padding is false about one
-    in eight is -100, torch's default ignore_index, as padding is in a language model's batch), mask
+    in eight is padding, as in a language model's batch: -100, torch's default ignore_index, or the
+    index padding gives), mask
     (bool, True or False with even odds)."""
     gen = torch.Generator(device=DEVICE).manual_seed(SEED)
     shapes = case_shapes(case)[0]
@@ -492,10 +493,11 @@ def make_inputs(case, variant):
         if domain == "index":
             high = shapes[spec_input["index_of"]][spec_input.get("index_dim", -1)]
             values = torch.randint(0, high, shape, generator=gen, device=DEVICE)
-            if spec_input.get("padding", True):
+            pad_value = spec_input.get("padding", True)
+            if pad_value is not False:
                 padding = torch.rand(shape, generator=gen, device=DEVICE) < 0.125
                 padding.view(-1)[:1] = False        # never all padding
-                values = torch.where(padding, -100, values)
+                values = torch.where(padding, -100 if pad_value is True else pad_value, values)
         elif domain == "mask":
             values = torch.rand(shape, generator=gen, device=DEVICE) < 0.5
         elif domain == "normal":

@@ -56,16 +56,16 @@ def upstream_gradient(out: torch.Tensor, seed: int) -> torch.Tensor:
 
 
 def _draw(domain: str, shape: list[int], gen: torch.Generator, device: str, high: int = 0,
-          padding: bool = True) -> torch.Tensor:
+          padding: bool | int = True) -> torch.Tensor:
     if domain == "index":       # indices into a dim of `high`
         indices = torch.randint(0, high, shape, generator=gen, device=device)
-        if not padding:
+        if padding is False:
             return indices
-        # About one in eight is padding (IGNORE_INDEX), as in a language model's batch; never the
-        # first, so no case is all padding.
-        padding = torch.rand(shape, generator=gen, device=device) < 0.125
-        padding.view(-1)[:1] = False
-        return torch.where(padding, protocol.IGNORE_INDEX, indices)
+        # About one in eight is padding (IGNORE_INDEX, or the loss's own ignore_index), as in a
+        # language model's batch; never the first, so no case is all padding.
+        pad = torch.rand(shape, generator=gen, device=device) < 0.125
+        pad.view(-1)[:1] = False
+        return torch.where(pad, protocol.IGNORE_INDEX if padding is True else padding, indices)
     if domain == "mask":        # a boolean mask, True or False with even odds
         return torch.rand(shape, generator=gen, device=device) < 0.5
     if domain == "normal":

@@ -26,7 +26,8 @@ MASK_DTYPE = "bool"                                               # boolean mask
 SHORT: dict[str, str] = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int64": "i64", "bool": "b1"}
 ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "int64": 8, "bool": 1}
 # index: int64 uniform in [0, size of dim "index_dim" (default: the last) of the input named by
-# "index_of"), about one in eight IGNORE_INDEX (padding) unless "padding" is false; mask: bool,
+# "index_of"), about one in eight IGNORE_INDEX (padding) unless "padding" is false or an index (the
+# loss's own ignore_index, drawn instead); mask: bool,
 # True or False with even odds; sign: -1.0 or 1.0 with even odds (a ±1 target: hinge_embedding_loss's)
 DOMAINS: tuple[str, ...] = ("normal", "positive", "nonzero", "unit", "sign", "index", "mask")
 # The domains of inputs that hold no float values: the output's dtype is the other inputs'.

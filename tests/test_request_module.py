@@ -415,6 +415,9 @@ SIGNS = "torch.randint(0, 2, ({})).float() * 2 - 1"
     (": self.loss = nn.NLLLoss(ignore_index=-100, reduction='sum')", "x, t):\n        return self.loss(x, t)",
      "torch.randn(16, 10), torch.randint(0, 10, (16,))", "F.nll_loss(x, t, reduction='sum')",
      {"x": "normal", "t": "index"}),
+    (": self.loss = nn.CrossEntropyLoss(ignore_index=0)", "x, t):\n        return self.loss(x, t)",
+     "torch.randn(16, 10), torch.randint(0, 10, (16,))", "F.cross_entropy(x, t, ignore_index=0)",
+     {"x": "normal", "t": "index"}),
     (": self.loss = nn.HingeEmbeddingLoss(margin=0.5)", "x, y):\n        return self.loss(x, y)",
      f"torch.randn(16, 10), {SIGNS.format('16, 10')}", "F.hinge_embedding_loss(x, y, margin=0.5)",
      {"x": "normal", "y": "sign"}),
@@ -435,8 +438,6 @@ def test_target_loss_and_similarity_modules_are_the_functions_they_compute(init,
 
 
 @pytest.mark.parametrize("init, inputs, says", [
-    ("nn.NLLLoss(ignore_index=0)", "torch.randn(16, 10), torch.randint(0, 10, (16,))",
-     "nll_loss with ignore_index=0 is not supported (the default is -100)"),
     ("nn.NLLLoss()", "torch.randn(4, 10, 3), torch.randint(0, 10, (4, 3))", "nll_loss on 3-D logits, whose classes"),
 ])
 def test_nll_modules_beside_torchs_defaults_are_refused_saying_why(init, inputs, says):

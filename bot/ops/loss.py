@@ -87,7 +87,7 @@ TRIPLET = "triplet_margin_loss"
 HINGE, COSINE_LOSS, COSINE = "hinge loss", "cosine similarity loss", "cosine similarity"
 # torch's positional order of cross_entropy's and nll_loss's arguments
 _CLASS_ORDER = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
-KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]), CE_GRAD: {"reduction", "label_smoothing"},
+KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]), CE_GRAD: {"reduction", "label_smoothing", "ignore_index"},
             **{name: set(order) for name, (order, _, _) in FORMULAS.items()}}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []                    # read apart, before the generic reader: CLASS_LOSS, cross_entropy_words
@@ -138,6 +138,9 @@ _CE_NAMES = re.compile(r"\b(?:targets?|labels?|probabilit(?:y|ies)|probs|predict
 
 _SMOOTHING = re.compile(rf"\b(?:with\s+)?label[\s_-]?smoothing\s*(?:of|=|:|is)?\s*({NUM}){END}|标签平滑\s*(?:为|=|:)?\s*({NUM}){END}",
                         _F)
+# "ignore_index=0", "ignore index -1", "ignoring class 3", "忽略索引 0": the target whose rows add nothing
+_IGNORE = re.compile(r"\bignor(?:e|ing)(?:[\s_-]+(?:the\s+)?)?(?:index|class|label|target)\s*(?:of|=|:|is)?\s*(-?\d+)\b|"
+                     r"忽略(?:索引|类别|标签)?\s*(?:为|=|:)?\s*(-?\d+)", _F)
 _CE_EXTRAS = re.compile(r"\blabel[\s_-]?smoothing\b|\bignore[\s_-]?index\b|\b(?:class[\s_-])?weights?\b|"
                         r"标签平滑|权重", _F)
 
@@ -159,10 +162,14 @@ def cross_entropy_words(text: str) -> tuple[str, str, list[str]]:
     if fn == CE_OP and (m := _SMOOTHING.search(text)):
         smoothing = f", label_smoothing={float(next(g for g in m.groups() if g))!r}"
         text = _SMOOTHING.sub(_blank, text)
+    if m := _IGNORE.search(text):
+        smoothing += f", ignore_index={int(next(g for g in m.groups() if g))}"
+        text = _IGNORE.sub(_blank, text)
     if m := _CE_EXTRAS.search(text):
-        smoothing = " and label smoothing with its value, e.g. 'label smoothing 0.1'" * (fn == CE_OP)
+        smoothing = " label smoothing with its value, e.g. 'label smoothing 0.1'," * (fn == CE_OP)
         raise GenerationError(f"{fn} with {m.group(0)!r} is not supported: {fn}({x}, target) takes class indices, "
-                              f"with reduction mean (the default), sum or none (per row){smoothing}")
+                              f"with reduction mean (the default), sum or none (per row),{smoothing} and the "
+                              "index whose rows add nothing, e.g. 'ignore_index 0' (torch's default: -100)")
     reduction = "none" if _PER_ROW.search(text) else "sum" if _SUM_REDUCTION.search(text) else "mean"
     notes = [] if reduction != "mean" or _MEAN.search(text) else [
         f"no reduction named: averaging the loss over rows (reduction='mean', like F.{fn})"]
@@ -294,15 +301,15 @@ def convert(c: Call) -> Node | None:
         return None
     if c.fname == CE_GRAD:
         return _gradient(c)
-    # cross_entropy(logits, target) and nll_loss(log_probs, target) with torch's defaults: no class
-    # weights, ignore_index -100, no label smoothing.
+    # cross_entropy(logits, target) and nll_loss(log_probs, target): any ignore_index, no class
+    # weights, label smoothing for cross entropy.
     given = arguments(c, _CLASS_ORDER if c.fname == CE_OP else _CLASS_ORDER[:-1])
     if "input" not in given or "target" not in given:
         raise IRError(f"{c.fname} takes input and target, e.g. F.{c.fname}(x, target)")
-    _defaults_only(c.fname, given, _CLASS_ORDER[2:6], {"ignore_index": IGNORE_INDEX})
+    _defaults_only(c.fname, given, ("weight", "size_average", "reduce"), {})
     reduction = _read_reduction(c.fname, given.get("reduction"))
     return call(c.fname, c.expr(given["input"]), c.expr(given["target"]), reduction=reduction,
-                **_smoothing(given.get("label_smoothing")))
+                **_smoothing(given.get("label_smoothing")), **_ignored(c.fname, given.get("ignore_index")))
 
 
 def _gradient(c: Call) -> Node:
@@ -311,7 +318,22 @@ def _gradient(c: Call) -> Node:
     if len(c.args) != 3:
         raise IRError("cross_entropy_grad takes logits, target and the loss's upstream gradient")
     reduction = _read_reduction(c.fname, c.kw.get("reduction"))
-    return call(CE_GRAD, *(c.expr(a) for a in c.args), reduction=reduction, **_smoothing(c.kw.get("label_smoothing")))
+    return call(CE_GRAD, *(c.expr(a) for a in c.args), reduction=reduction, **_smoothing(c.kw.get("label_smoothing")),
+                **_ignored(c.fname, c.kw.get("ignore_index")))
+
+
+def _ignored(fname: str, written: ast.expr | None) -> dict:
+    """ignore_index= as the node's attribute: none for torch's default, -100."""
+    value = IGNORE_INDEX if written is None else _literal(written)
+    if type(value) is not int:
+        raise IRError(f"{fname}'s ignore_index must be a whole number written out (torch's default is "
+                      f"{IGNORE_INDEX}), got {ast.unparse(written)}")
+    return {} if value == IGNORE_INDEX else {"ignore_index": value}
+
+
+def ignored(node: Node) -> int:
+    """The class index whose rows add no loss (and no count to 'mean'): torch's -100 unless given."""
+    return node.attr("ignore_index", IGNORE_INDEX)
 
 
 def _smoothing(written: ast.expr | None) -> dict:
@@ -390,7 +412,12 @@ def _print(node: Node, text) -> str:
     reduction = node.attr("reduction")
     smoothing = f", label_smoothing={fmt_num(node.attr('smoothing'))}" if node.attr("smoothing") else ""
     return f"{node.op}({', '.join(text(a) for a in node.args)}" + (
-        "" if reduction == "mean" else f", reduction={reduction!r}") + f"{smoothing})"
+        "" if reduction == "mean" else f", reduction={reduction!r}") + f"{smoothing}{_ignore_kw(node)})"
+
+
+def _ignore_kw(node: Node) -> str:
+    """', ignore_index=N' where the node ignores other than torch's default."""
+    return f", ignore_index={ignored(node)}" if ignored(node) != IGNORE_INDEX else ""
 
 
 def check(node: Node) -> None:
@@ -402,9 +429,11 @@ def check(node: Node) -> None:
             raise IRError(f"{node.op}'s target (class indices) cannot also be part of its input")
 
 
-def index_inputs(node: Node) -> dict[str, str]:
-    """Integer inputs: class-index input name -> the input whose last dim it indexes."""
-    return {node.args[1].name: input_names(node.args[0])[0]}
+def index_inputs(node: Node) -> dict[str, dict]:
+    """Integer inputs: class-index input name -> its spec fields: "index_of" (the input whose last dim
+    it indexes) and, where the loss ignores other than torch's -100, "padding": that index."""
+    padding = {"padding": ignored(node)} if ignored(node) != IGNORE_INDEX else {}
+    return {node.args[1].name: {"index_of": input_names(node.args[0])[0], **padding}}
 
 
 def reduced(node: Node) -> tuple[list[str], int] | None:
@@ -442,24 +471,24 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
     target = names[node.args[1].name]
     reduction = node.attr("reduction")
     if node.op == CE_GRAD:
-        return _gradient_result(body, target, names[node.args[2].name], reduction, node.attr("smoothing") or 0.0,
-                                lines)
+        return _gradient_result(body, target, names[node.args[2].name], node, lines)
     if node.op == NLL:
-        return f"torch.nn.functional.nll_loss({body}, {target}, reduction={reduction!r})"
+        return f"torch.nn.functional.nll_loss({body}, {target}, reduction={reduction!r}{_ignore_kw(node)})"
     # Classes are the last dim (torch's own cross_entropy takes them at dim 1): rows flattened.
     smoothing = f", label_smoothing={node.attr('smoothing')!r}" if node.attr("smoothing") else ""
     loss = (f"torch.nn.functional.cross_entropy({body}.flatten(0, -2), {target}.flatten(), "
-            f"reduction={reduction!r}{smoothing})")
+            f"reduction={reduction!r}{smoothing}{_ignore_kw(node)})")
     return f"{loss}.reshape({target}.shape)" if reduction == "none" else loss
 
 
-def _gradient_result(body: str, target: str, up: str, reduction: str, smoothing: float, lines: list[str]) -> str:
+def _gradient_result(body: str, target: str, up: str, node: Node, lines: list[str]) -> str:
     """(softmax(logits) - the smoothed one_hot(target)) * the upstream gradient (per row for 'none'; over
     the rows not ignored for 'mean'), 0 on ignored rows."""
+    reduction, smoothing = node.attr("reduction"), node.attr("smoothing") or 0.0
     smoothed = f" * {1 - smoothing!r} + {smoothing!r} / {body}.shape[-1]" if smoothing else ""
-    lines += [f"kept = ({target} != {IGNORE_INDEX}).unsqueeze(-1)",
-              f"onehot = torch.nn.functional.one_hot({target}.clamp(min=0), {body}.shape[-1]).to({body}.dtype)"
-              f"{smoothed}",
+    lines += [f"kept = ({target} != {ignored(node)}).unsqueeze(-1)",
+              f"onehot = torch.nn.functional.one_hot(torch.where(kept.squeeze(-1), {target}, 0), {body}.shape[-1])"
+              f".to({body}.dtype){smoothed}",
               {"none": f"scale = {up}.unsqueeze(-1)", "sum": f"scale = {up}",
                "mean": f"scale = {up} / kept.sum()"}[reduction]]
     return f"torch.where(kept, (torch.softmax({body}, dim=-1) - onehot) * scale, 0.0).to({body}.dtype)"
@@ -490,14 +519,14 @@ def kernel_source(spec: dict, node: Node, options: dict) -> str:
     return kernel.render(spec, node, options, pointwise.triton_body)
 
 
-def _total_kernel(name: str, target: str, mean: bool) -> str:
-    """The kernel adding R float32 per-row losses; for 'mean', over the rows not ignored."""
+def _total_kernel(name: str, target: str, mean: bool, ignore: int) -> str:
+    """The kernel adding R float32 per-row losses; for 'mean', over the rows whose target is not `ignore`."""
     lines = ["acc = tl.zeros([BLOCK], tl.float32)",
              *["count = tl.zeros([BLOCK], tl.float32)"] * mean,
              "for start in range(0, R, BLOCK):",
              "    offs = start + tl.arange(0, BLOCK)",
              "    acc += tl.load(losses_ptr + offs, mask=offs < R, other=0.0)",
-             *[f"    kept = tl.load({target}_ptr + offs, mask=offs < R, other={IGNORE_INDEX}) != {IGNORE_INDEX}",
+             *[f"    kept = tl.load({target}_ptr + offs, mask=offs < R, other={ignore}) != {ignore}",
                "    count += kept.to(tl.float32)"] * mean,
              f"total = tl.sum(acc, axis=0){' / tl.sum(count, axis=0)' * mean}",
              "tl.store(dst_ptr, total.to(dst_ptr.dtype.element_ty))"]
@@ -530,7 +559,7 @@ def _total_launch(name: str, target: str, reduction: str) -> str:
 
 
 # What both kernel.py files say of their targets and reductions.
-_TARGETS_TEXT = (f"A target of {IGNORE_INDEX} (torch's default ignore_index, padding) adds no loss and no count to\n"
+_TARGETS_TEXT = ("A target of {ignore} (the ignore_index, padding) adds no loss and no count to\n"
                  "'mean'; any other target outside [0, V) {outside} (torch would raise). 'mean' and 'sum' write\n"
                  "float32 per-row losses that one program adds in a fixed order (deterministic); 'mean'\n"
                  "divides by the rows not ignored.")
@@ -547,6 +576,8 @@ class _ClassRowsFile(ReducedBodyFile):
         super().__init__(spec, node, inputs, options, body)
         self.reduction, self.smoothing = node.attr("reduction"), node.attr("smoothing") or 0.0
         self.target = next(i for i in inputs if i.name == node.args[1].name)
+        self.ignore = ignored(node)
+        self.description = self.description.replace("{ignore}", str(self.ignore))
         self.rows_of = [(math.prod(full[:-1]), full[-1]) for full in self.fulls]     # (R, V) per case
 
     def _rows_head(self) -> str:
@@ -579,7 +610,7 @@ class _ClassRowsFile(ReducedBodyFile):
 class _CrossEntropyKernel(_ClassRowsFile):
     description = ("BLOCK_R rows of V class logits per program, read in BLOCK_V chunks: an online logsumexp less\n"
                    "the target's logit (read directly) gives loss = logsumexp(row) - row[target].\n"
-                   + _TARGETS_TEXT.format(outside="picks 0"))
+                   + _TARGETS_TEXT.replace("{outside}", "picks 0"))
 
     def __init__(self, spec, node, inputs, options, body):
         super().__init__(spec, node, inputs, options, body)
@@ -598,7 +629,8 @@ class _CrossEntropyKernel(_ClassRowsFile):
 
     def source(self) -> str:
         kernels = [self._kernel(), self._persistent_kernel(), self._aligned_kernel()]
-        kernels += [_total_kernel(self.name, self.target.local, self.reduction == "mean")] * (self.reduction != "none")
+        kernels += [_total_kernel(self.name, self.target.local, self.reduction == "mean", self.ignore)] * (
+            self.reduction != "none")
         return self._file(kernels, self.HELPERS, self._launcher())
 
     def _params(self) -> list[str]:
@@ -618,7 +650,7 @@ class _CrossEntropyKernel(_ClassRowsFile):
                 *(f"{i.local} = tl.load({i.local}_ptr + rows * V + {t}, mask=pick, other=0.0).to(tl.float32)"
                   for i in self.body_inputs),
                 f"picked = tl.sum(tl.where(pick, {self.body_call()}, 0.0), axis=1)",
-                f"loss = tl.where({t} == {IGNORE_INDEX}, 0.0, (row_max + tl.log(row_sum) - ({picked}))[:, None])",
+                f"loss = tl.where({t} == {self.ignore}, 0.0, (row_max + tl.log(row_sum) - ({picked}))[:, None])",
                 "tl.store(dst_ptr + rows, loss.to(dst_ptr.dtype.element_ty), mask=rows < R)"]
 
     def _looped(self, head: list[str], loop: str, tile: list[str], after: list[str]) -> list[str]:
@@ -704,12 +736,12 @@ class _CrossEntropyKernel(_ClassRowsFile):
         return text + _total_launch(self.name, t.local, self.reduction) + "    return out\n"
 
 
-def _count_kernel(name: str, target: str) -> str:
-    """The kernel counting the rows not ignored, as float32 ('mean' divides by them)."""
+def _count_kernel(name: str, target: str, ignore: int) -> str:
+    """The kernel counting the rows whose target is not `ignore`, as float32 ('mean' divides by them)."""
     lines = ["count = tl.zeros([BLOCK], tl.float32)",
              "for start in range(0, R, BLOCK):",
              "    offs = start + tl.arange(0, BLOCK)",
-             f"    kept = tl.load({target}_ptr + offs, mask=offs < R, other={IGNORE_INDEX}) != {IGNORE_INDEX}",
+             f"    kept = tl.load({target}_ptr + offs, mask=offs < R, other={ignore}) != {ignore}",
              "    count += kept.to(tl.float32)",
              "tl.store(dst_ptr, tl.sum(count, axis=0))"]
     return jit_source(f"{name}_count_kernel", [f"{target}_ptr", "dst_ptr", "R", "BLOCK: tl.constexpr"], lines)
@@ -719,7 +751,7 @@ class _CrossEntropyGradKernel(_ClassRowsFile):
     description = ("The gradient of cross entropy with respect to its logits: BLOCK_R rows a program, read twice\n"
                    "in BLOCK_V chunks: an online logsumexp, then (softmax - one_hot(target)) times the loss's\n"
                    "upstream gradient (per row for 'none'; divided by the rows not ignored for 'mean', which a\n"
-                   f"kernel of one program counts first). A row whose target is {IGNORE_INDEX} gets zeros.")
+                   "kernel of one program counts first). A row whose target is {ignore} gets zeros.")
 
     def __init__(self, spec, node, inputs, options, body):
         super().__init__(spec, node, inputs, options, body)
@@ -731,7 +763,7 @@ class _CrossEntropyGradKernel(_ClassRowsFile):
             _cross_entropy_tiles(config, *rows, self.max_elem_bytes) for rows in self.rows_of])[:MAX_CONFIGS]
 
     def source(self) -> str:
-        kernels = [self._kernel()] + [_count_kernel(self.name, self.target.local)] * (self.reduction == "mean")
+        kernels = [self._kernel()] + [_count_kernel(self.name, self.target.local, self.ignore)] * (self.reduction == "mean")
         return self._file(kernels, self.HELPERS, self._launcher())
 
     def _kernel(self) -> str:
@@ -743,12 +775,12 @@ class _CrossEntropyGradKernel(_ClassRowsFile):
                  *self.body_values("rows * V + cols", NEG_INF)]
         lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",
                  f"LOG2E: tl.constexpr = {math.log2(math.e)!r}",
-                 f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other={IGNORE_INDEX})",
+                 f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other={self.ignore})",
                  f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
                  "row_sum = tl.zeros([BLOCK_R], tl.float32)",
                  "for start in range(0, V, BLOCK_V):", *indented(chunk + self._online_update(total=False)),
                  "lse = (row_max + tl.log(row_sum))[:, None]",
-                 f"scale = tl.where({t} == {IGNORE_INDEX}, 0.0, {scale})",
+                 f"scale = tl.where({t} == {self.ignore}, 0.0, {scale})",
                  "for start in range(0, V, BLOCK_V):",
                  *indented(chunk + [f"grad = (tl.exp(val - lse) - {self._target_share(t)}) * scale",
                                     "tl.store(dst_ptr + rows * V + cols, grad.to(dst_ptr.dtype.element_ty), "
@@ -786,7 +818,7 @@ class _NllKernel(KernelFile):
     description = ("BLOCK rows of a 2-D input [R, V] a program: each row's class index, then the one element it\n"
                    "picks, loss = -input[row, target]; the row's other elements are never read, and an input\n"
                    "broadcast over [R, V] is read through its strides, never copied.\n"
-                   + _TARGETS_TEXT.format(outside="adds 0"))
+                   + _TARGETS_TEXT.replace("{outside}", "adds 0"))
     block_key = "BLOCK"
 
     def __init__(self, spec, node, inputs, options, body):
@@ -795,22 +827,25 @@ class _NllKernel(KernelFile):
         super().__init__(spec, body(node.args[0], body_inputs), inputs, body_inputs, options)
         self.reduction = node.attr("reduction")
         self.target = next(i for i in inputs if i.name == node.args[1].name)
+        self.ignore = ignored(node)
+        self.description = self.description.replace("{ignore}", str(self.ignore))
 
     def configs(self) -> list[dict]:
         return self._space(NLL_CONFIGS)
 
     def source(self) -> str:
         kernels = [self._kernel()]
-        kernels += [_total_kernel(self.name, self.target.local, self.reduction == "mean")] * (self.reduction != "none")
+        kernels += [_total_kernel(self.name, self.target.local, self.reduction == "mean", self.ignore)] * (
+            self.reduction != "none")
         return self._file(kernels, [_expanded_strides, _require_full], self._launcher())
 
     def _kernel(self) -> str:
         t = self.target.local
         params = [p for i in self.body_inputs for p in (f"{i.local}_ptr", f"{i.local}_sr", f"{i.local}_sv")]
         lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
-                 f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other={IGNORE_INDEX})",
-                 "# A target outside [0, V) (the ignored -100 among them) reads nothing and adds 0.",
-                 f"pick = (rows < R) & ({t} >= 0) & ({t} < V)",
+                 f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other={self.ignore})",
+                 f"# The ignored target ({self.ignore}) and any other outside [0, V) read nothing and add 0.",
+                 f"pick = (rows < R) & ({t} >= 0) & ({t} < V) & ({t} != {self.ignore})",
                  *(f"{i.local} = tl.load({i.local}_ptr + rows * {i.local}_sr + {t} * {i.local}_sv, mask=pick, "
                    "other=0.0).to(tl.float32)" for i in self.body_inputs),
                  f"loss = tl.where(pick, -({self.body_call()}), 0.0)",

@@ -109,8 +109,10 @@ def describe(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
         return f"{node_text(node)}, its reductions over {_over(fused.reduced_dim(node))}"
     if k == "loss":
         what = "cross entropy of logits" if node.op == "cross_entropy" else "negative log likelihood of log-probabilities"
+        ignored = node.attr("ignore_index")
         return (f"{what} {inner} against class indices {node.args[1].name} over the last dim, "
-                f"reduction {node.attr('reduction')}")
+                f"reduction {node.attr('reduction')}" + (f", rows whose target is {ignored} ignored" if ignored is not None
+                                                         else ""))
     flags = " and ".join(flag + "d" * (flag == "reverse") for flag in ("reverse", "exclusive") if node.attr(flag))
     d = node.attr("dim", -1)
     return f"{flags + ' ' if flags else ''}{node.op} of {inner} over {_over(None if d == ir.ALL else d)}"

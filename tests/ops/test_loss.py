@@ -86,6 +86,35 @@ def test_cross_entropy_ignores_padding_as_torch_does(tmp_path, reduction):
     torch.testing.assert_close(module.op(x, padding), reference(x, padding), equal_nan=True)
 
 
+@pytest.mark.parametrize("loss, ignore", [("cross_entropy", 3), ("cross_entropy", -1), ("nll_loss", 0),
+                                          ("cross_entropy_grad", 5)])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_any_ignore_index_is_torchs_and_drawn_as_padding(tmp_path, loss, ignore, reduction):
+    # A row whose target is the loss's own ignore_index adds no loss, no count to 'mean' and no
+    # gradient (one inside [0, V) too); -100 is then an ordinary, out-of-range target torch refuses,
+    # so the generated tests draw the ignored index as padding instead.
+    up = ", u" if loss == "cross_entropy_grad" else ""
+    spec = make_spec(f"{loss}(x, t{up}, reduction='{reduction}', ignore_index={ignore})",
+                     {"x": [[6, 17]], "t": [[6]]} | ({"u": [[6] if reduction == "none" else []]} if up else {}),
+                     ("float32",))
+    assert next(i for i in spec["inputs"] if i["name"] == "t")["padding"] == ignore
+    reference, module = generate_reduction(tmp_path, spec)
+    inputs = make_inputs(spec, protocol.cases(spec)[0], protocol.dtype_variants(spec)[0], 0, "cpu")
+    x, t = inputs[:2]
+    t[[1, 4]] = ignore
+    assert protocol.IGNORE_INDEX not in t.tolist()
+    torch.testing.assert_close(module.op(*inputs), reference(*inputs))
+    if loss == "cross_entropy_grad":
+        logits = x.double().requires_grad_()
+        lost = torch.nn.functional.cross_entropy(logits, t, reduction=reduction, ignore_index=ignore)
+        lost.backward(inputs[2].double())
+        torch.testing.assert_close(module.op(*inputs).double(), logits.grad)
+        assert not module.op(*inputs)[[1, 4]].any()
+    else:
+        f = getattr(torch.nn.functional, loss)
+        torch.testing.assert_close(module.op(*inputs).double(), f(x.double(), t, reduction=reduction, ignore_index=ignore))
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_label_smoothing_in_every_kernel_is_torchs(tmp_path, reduction):
     # (1 - e) * nll + e * (logsumexp - mean of the row), ignored rows out of both, in the chunked, the
@@ -445,7 +474,8 @@ def test_sign_domain_is_the_expressions_never_an_edits():
 
 @pytest.mark.parametrize("expression, says", [
     ("nll_loss(x, t, weight=w)", "nll_loss with weight=w is not supported"),
-    ("nll_loss(x, t, ignore_index=0)", "nll_loss with ignore_index=0 is not supported (the default is -100)"),
+    ("nll_loss(x, t, ignore_index=0.5)", "nll_loss's ignore_index must be a whole number written out"),
+    ("cross_entropy(x, t, ignore_index=k)", "cross_entropy's ignore_index must be a whole number written out"),
     ("cross_entropy(x, t, weight=w)", "cross_entropy with weight=w is not supported"),
     ("hinge_embedding_loss(x, y, size_average=False)", "size_average=False is not supported"),
     ("margin_ranking_loss(x1, x2)", "margin_ranking_loss takes input1, input2 and target; target missing"),
