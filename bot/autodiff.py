@@ -648,18 +648,25 @@ def _reshaped(node: Node, a: list[str], up: str, cases: list[dict[str, list[int]
 
 def _cross_entropy(node: Node, a: list[str], up: str):
     """The logits' gradient, softmax less the target's one-hot, times the loss's gradient (a kernel of the
-    loss family, bot.ops.loss); the class indices get none."""
+    loss family, bot.ops.loss); the class indices and the class weights get none."""
     smoothing = f", label_smoothing={node.attr('smoothing')!r}" if node.attr("smoothing") else ""
     ignore = f", ignore_index={node.attr('ignore_index')}" if node.attr("ignore_index") is not None else ""
+    weight = f", weight={a[2]}" if len(a) > 2 else ""
     return [(node.args[0], f"cross_entropy_grad({a[0]}, {a[1]}, {up}, reduction={node.attr('reduction')!r}{smoothing}"
-                           f"{ignore})")]
+                           f"{ignore}{weight})")]
 
 
 def _nll(node: Node, a: list[str], up: str):
     """nll_loss(x [rows, classes], target): -1 at each row's target class (a column index from a
     running count of ones, compared with the target), times the row's share of the upstream: its own
-    ('none'), all of it ('sum'), over the rows ('mean'); the class indices get none."""
-    hit = f"where(cumsum(ones_like({a[0]}), dim=1) - 1.0 == unsqueeze({a[1]}, 1), 1.0, 0.0)"
+    ('none'), all of it ('sum'), over the rows ('mean'); a row whose target is ignore_index gets none, and
+    class weights scale each row by its target's (and 'mean''s divisor); the class indices and the
+    weights get none."""
+    ignore = node.attr("ignore_index")
+    kept = "" if ignore is None else f" & (unsqueeze({a[1]}, 1) != {ignore})"
+    hit = f"where((cumsum(ones_like({a[0]}), dim=1) - 1.0 == unsqueeze({a[1]}, 1)){kept}, 1.0, 0.0)"
+    if len(a) > 2:
+        hit = f"{hit} * {a[2]}"
     share = {"none": f"unsqueeze({up}, 1)", "sum": f"({up})", "mean": f"({up}) / sum({hit}, dim=None)"}
     return [(node.args[0], f"-({share[node.attr('reduction')]}) * {hit}")]
 

@@ -303,6 +303,12 @@ def index_inputs(node: Node) -> dict[str, dict]:
     return gather.index_inputs(node) if node.op in gather.OPS else {}
 
 
+def no_grad_inputs(node: Node) -> set[str]:
+    """Float inputs that get no gradient in torch: the class weights of a class loss."""
+    return {w.name for sub in node.walk() if sub.op in loss.OPS and (w := loss.class_weight(sub)) is not None
+            and w.op == "input"}
+
+
 def _viewed(name: str, steps: dict[str, Node]) -> str:
     """The input an earlier stage's output views (target.unsqueeze(1) as gather's index: target); a
     computed one (an argmax's indices) stays itself."""
@@ -365,6 +371,7 @@ def domains(node: Node) -> dict[str, str]:
     for sub in node.walk():
         pointwise.domains(sub, mark)
         channel_norm.domains(sub, mark)
+        loss.domains(sub, mark)
     return out
 
 

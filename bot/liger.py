@@ -20,7 +20,7 @@ def counterpart(spec: dict) -> dict | None:
         return {"fn": "rms_norm", "inputs": names, "eps": node.attr("eps")}
     if node.op == "layernorm" and node.attr("has_weight") and node.attr("has_bias"):
         return {"fn": "layer_norm", "inputs": names, "eps": node.attr("eps")}
-    if node.op == "cross_entropy" and set(dict(node.attrs)) == {"reduction"} and \
+    if node.op == "cross_entropy" and set(dict(node.attrs)) == {"reduction"} and len(names) == 2 and \
             all(len(s) == 2 for s in shapes[names[0]]):
         return {"fn": "cross_entropy", "inputs": names, "reduction": node.attr("reduction")}
     if swiglu and shapes[names[0]] == shapes[names[1]]:     # silu(a) * b

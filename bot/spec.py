@@ -98,6 +98,7 @@ def validate(spec: dict) -> dict:
         _check_rank(out["inputs"], node)
         _check_dtypes(out["inputs"], node)
         _check_signs(out["inputs"], node)
+        _mark_constants(out["inputs"], node)
         _check_mask_uses(out["inputs"], node)
     _check_index_of(out["inputs"])
     if node:
@@ -295,6 +296,16 @@ def _check_signs(inputs: list[dict], node: ir.Node) -> None:
             raise SpecError(f"input {inp['name']}: domain sign (-1 or 1) is for a target the expression compares "
                             "with 1 or -1 (hinge_embedding_loss's, cosine_embedding_loss's); use normal, positive "
                             "or nonzero")
+
+
+def _mark_constants(inputs: list[dict], node: ir.Node) -> None:
+    """A float input torch differentiates nowhere (class weights) is marked "grad": false: set from the
+    expression, never kept from an edit."""
+    constant = ir.no_grad_inputs(node)
+    for inp in inputs:
+        inp.pop("grad", None)
+        if inp["name"] in constant:
+            inp["grad"] = False
 
 
 def _validate_input(i: int, inp: dict) -> dict:

@@ -109,11 +109,12 @@ _GRADIENT_TEST = '''
 @pytest.mark.parametrize("case, variant", params(skip_bf16=INTERPRETED))
 def test_gradients(case, variant):
     inputs = make_inputs(case, variant)
-    ours = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
-    truth = [t.double().requires_grad_() if t.is_floating_point() else t for t in inputs]
+    # the float inputs but those the spec marks "grad": false (class weights)
+    floats = [k for k, t in enumerate(inputs) if t.is_floating_point() and SPEC["inputs"][k].get("grad", True)]
+    ours = [t.clone().requires_grad_(k in floats) for k, t in enumerate(inputs)]
+    truth = [t.double().requires_grad_(k in floats) if t.is_floating_point() else t for k, t in enumerate(inputs)]
     got, want = kernel(*ours), reference(*truth)
     upstream = torch.randn(want.shape, generator=torch.Generator(device=DEVICE).manual_seed(SEED), device=DEVICE)
-    floats = [k for k, t in enumerate(inputs) if t.is_floating_point()]
     grads = torch.autograd.grad(got, [ours[k] for k in floats], upstream.to(got.dtype), allow_unused=True)
     wants = torch.autograd.grad(want, [truth[k] for k in floats], upstream.to(got.dtype).double(), allow_unused=True)
     for k, g, w in zip(floats, grads, wants):

@@ -26,8 +26,8 @@ def upstream_name(spec: dict) -> str:
 
 
 def differentiable(spec: dict) -> list[str]:
-    """The inputs that get gradients: the float ones (not masks, not indices)."""
-    return [i["name"] for i in protocol.float_inputs(spec)]
+    """The inputs that get gradients: the float ones (not masks, not indices), but class weights."""
+    return [spec["inputs"][k]["name"] for k in protocol.grad_indices(spec)]
 
 
 def gradient_expressions(spec: dict, node: ir.Node) -> dict[str, str]:

@@ -386,7 +386,7 @@ def check_gradients(ctx: Context, version: Version, args: list[torch.Tensor], ex
     against the reference's autograd on float64 copies, from the same upstream gradient; '' when
     every one is within tolerance."""
     upstream = inputs.upstream_gradient(native, SEEDS[0])
-    wrt = [i for i, a in enumerate(args) if a.is_floating_point()]
+    wrt = protocol.grad_indices(ctx.spec)
     try:
         want, problem = ctx.reference.worker.grads(upcast(args), upstream.double(), wrt)
         if problem:
@@ -617,7 +617,7 @@ def bench_version(ctx: Context, plan: dict, row: dict, version: Version, first: 
         call = {"fn": BASELINES.get(label, "main"), "args": ids, "config": config}
         if ctx.spec.get("training"):        # forward and backward, every version alike
             upstream = version.worker.put([inputs.upstream_gradient(first[2], SEEDS[0])])
-            call["upstream"] = upstream[0]
+            call["upstream"], call["wrt"] = upstream[0], protocol.grad_indices(ctx.spec)
         timed = time_version(ctx, row, version.worker, call, timing, _nbytes(first[2]))
         if label.startswith("kernel") and timed["ok"]:    # one that turns wrong after many calls
             problem = checked_call(ctx, version, *fresh[:3], config, ids=ids).problem

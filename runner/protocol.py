@@ -144,6 +144,13 @@ def float_inputs(spec: dict) -> list[dict]:
     return [i for i in spec["inputs"] if i.get("domain", "normal") not in NOT_FLOAT_DOMAINS]
 
 
+def grad_indices(spec: dict) -> list[int]:
+    """The positions of the inputs a training kernel's backward gives gradients for: the float ones
+    but those the spec marks "grad": false (class weights, which torch differentiates nowhere)."""
+    return [k for k, i in enumerate(spec["inputs"])
+            if i.get("domain", "normal") not in NOT_FLOAT_DOMAINS and i.get("grad", True)]
+
+
 def dtype_variants(spec: dict) -> list[dict[str, str]]:
     """One dict (input name -> dtype) per dtype variant."""
     inputs = spec["inputs"]

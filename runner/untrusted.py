@@ -202,8 +202,8 @@ class Worker:
         fn = self.fns[msg.get("fn", "main")]
         config = msg.get("config")
         args = [self.tensors[key] for key in msg["args"]]
-        if msg.get("upstream"):         # a training call: the forward, then the float inputs' gradients
-            floats = [i for i, a in enumerate(args) if a.is_floating_point()]
+        if msg.get("upstream"):         # a training call: the forward, then the gradients of the inputs at wrt
+            floats = [i for i in msg["wrt"] if type(i) is int and 0 <= i < len(args)]
             return self._step(fn, args, self.tensors[msg["upstream"]], floats)
         return (lambda: fn(*args, config=config)) if config else (lambda: fn(*args))
 

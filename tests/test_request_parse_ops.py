@@ -489,17 +489,21 @@ def test_cross_entropy_defaults_one_int64_target_dtype_per_variant_and_notes():
     ("cross entropy of 64x50 logits with ignore_index=0", "cross_entropy(logits, target, ignore_index=0)"),
     ("nll loss of 64x50 log-probs ignoring class -1, summed", "nll_loss(log_probs, target, reduction='sum', ignore_index=-1)"),
     ("交叉熵 64x50 忽略索引 3", "cross_entropy(logits, target, ignore_index=3)"),
+    ("cross entropy of 64x50 logits with class weights, ignore_index 0",
+     "cross_entropy(logits, target, weight=weight, ignore_index=0)"),
 ])
 def test_cross_entropy_ignore_index_in_words(text, expression):
     spec, _ = parse_request(text)
     assert spec["expression"] == expression
     assert next(i for i in spec["inputs"] if i["name"] == "target")["padding"] == int(expression.split("=")[-1][:-1])
+    if "weight" in expression:
+        assert next(i for i in spec["inputs"] if i["name"] == "weight")["shapes"] == [[50]]
 
 
 @pytest.mark.parametrize("text, words", [
     ("cross entropy with label smoothing", ["label smoothing with its value", "mean", "none"]),
     ("cross entropy with an ignore index", ["ignore index", "mean", "none", "'ignore_index 0'"]),
-    ("cross entropy with class weights", ["weights"]),
+    ("cross entropy with a weight 50", ["'weight'", "'class weights'"]),
     ("cross entropy then relu", ["relu", "cross_entropy(logits * 0.5, target)"]),
     ("cross entropy over dim 0", ["dim 0", "last dim"]),
 ])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+from dataclasses import dataclass
 
 from bot.codegen.code import indented, jit_source, launch, wrap
 from bot.codegen.dim_kernel import ALIGNED_COMMENT, ALIGNED_LAUNCH, MAX_CONFIGS, ReducedBodyFile, _fit, _fit_stages
@@ -87,7 +88,7 @@ TRIPLET = "triplet_margin_loss"
 HINGE, COSINE_LOSS, COSINE = "hinge loss", "cosine similarity loss", "cosine similarity"
 # torch's positional order of cross_entropy's and nll_loss's arguments
 _CLASS_ORDER = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
-KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]), CE_GRAD: {"reduction", "label_smoothing", "ignore_index"},
+KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]), CE_GRAD: {"reduction", "label_smoothing", "ignore_index", "weight"},
             **{name: set(order) for name, (order, _, _) in FORMULAS.items()}}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []                    # read apart, before the generic reader: CLASS_LOSS, cross_entropy_words
@@ -141,6 +142,9 @@ _SMOOTHING = re.compile(rf"\b(?:with\s+)?label[\s_-]?smoothing\s*(?:of|=|:|is)?\
 # "ignore_index=0", "ignore index -1", "ignoring class 3", "忽略索引 0": the target whose rows add nothing
 _IGNORE = re.compile(r"\bignor(?:e|ing)(?:[\s_-]+(?:the\s+)?)?(?:index|class|label|target)\s*(?:of|=|:|is)?\s*(-?\d+)\b|"
                      r"忽略(?:索引|类别|标签)?\s*(?:为|=|:)?\s*(-?\d+)", _F)
+# "with class weights", "per-class weights", "weighted by class", "类别权重": a weight input [V]
+_CLASS_WEIGHTS = re.compile(r"\b(?:with\s+)?(?:per[\s_-]class|class)[\s_-]weights?\b|\bweighted\s+by\s+class\b|"
+                            r"\bclass[\s_-]weighted\b|类别权重", _F)
 _CE_EXTRAS = re.compile(r"\blabel[\s_-]?smoothing\b|\bignore[\s_-]?index\b|\b(?:class[\s_-])?weights?\b|"
                         r"标签平滑|权重", _F)
 
@@ -162,14 +166,20 @@ def cross_entropy_words(text: str) -> tuple[str, str, list[str]]:
     if fn == CE_OP and (m := _SMOOTHING.search(text)):
         smoothing = f", label_smoothing={float(next(g for g in m.groups() if g))!r}"
         text = _SMOOTHING.sub(_blank, text)
+    if m := _CLASS_WEIGHTS.search(text):
+        if smoothing:
+            raise GenerationError(f"{fn} with both class weights and label smoothing is not supported; either alone is")
+        smoothing += ", weight=weight"
+        text = _CLASS_WEIGHTS.sub(_blank, text)
     if m := _IGNORE.search(text):
         smoothing += f", ignore_index={int(next(g for g in m.groups() if g))}"
         text = _IGNORE.sub(_blank, text)
     if m := _CE_EXTRAS.search(text):
         smoothing = " label smoothing with its value, e.g. 'label smoothing 0.1'," * (fn == CE_OP)
         raise GenerationError(f"{fn} with {m.group(0)!r} is not supported: {fn}({x}, target) takes class indices, "
-                              f"with reduction mean (the default), sum or none (per row),{smoothing} and the "
-                              "index whose rows add nothing, e.g. 'ignore_index 0' (torch's default: -100)")
+                              f"with reduction mean (the default), sum or none (per row),{smoothing} 'class "
+                              "weights' (an input of one per class) and the index whose rows add nothing, e.g. "
+                              "'ignore_index 0' (torch's default: -100)")
     reduction = "none" if _PER_ROW.search(text) else "sum" if _SUM_REDUCTION.search(text) else "mean"
     notes = [] if reduction != "mean" or _MEAN.search(text) else [
         f"no reduction named: averaging the loss over rows (reduction='mean', like F.{fn})"]
@@ -301,25 +311,44 @@ def convert(c: Call) -> Node | None:
         return None
     if c.fname == CE_GRAD:
         return _gradient(c)
-    # cross_entropy(logits, target) and nll_loss(log_probs, target): any ignore_index, no class
-    # weights, label smoothing for cross entropy.
+    # cross_entropy(logits, target) and nll_loss(log_probs, target): class weights, any ignore_index,
+    # label smoothing for cross entropy (not with weights).
     given = arguments(c, _CLASS_ORDER if c.fname == CE_OP else _CLASS_ORDER[:-1])
     if "input" not in given or "target" not in given:
         raise IRError(f"{c.fname} takes input and target, e.g. F.{c.fname}(x, target)")
-    _defaults_only(c.fname, given, ("weight", "size_average", "reduce"), {})
+    _defaults_only(c.fname, given, ("size_average", "reduce"), {})
     reduction = _read_reduction(c.fname, given.get("reduction"))
-    return call(c.fname, c.expr(given["input"]), c.expr(given["target"]), reduction=reduction,
-                **_smoothing(given.get("label_smoothing")), **_ignored(c.fname, given.get("ignore_index")))
+    weight = [] if is_none(given.get("weight")) else [c.expr(given["weight"])]
+    smoothing = _smoothing(given.get("label_smoothing"))
+    if weight and smoothing:
+        raise IRError(f"{c.fname} with both class weights and label smoothing is not supported; either alone is")
+    return call(c.fname, c.expr(given["input"]), c.expr(given["target"]), *weight, reduction=reduction,
+                **smoothing, **_ignored(c.fname, given.get("ignore_index")))
 
 
 def _gradient(c: Call) -> Node:
-    """cross_entropy_grad(logits, target, upstream, reduction=...): cross entropy's gradient with respect
-    to its logits (the training kernels' backward, bot.autodiff), upstream the loss's own gradient."""
+    """cross_entropy_grad(logits, target, upstream, reduction=..., weight=w): cross entropy's gradient
+    with respect to its logits (the training kernels' backward, bot.autodiff), upstream the loss's own
+    gradient."""
     if len(c.args) != 3:
         raise IRError("cross_entropy_grad takes logits, target and the loss's upstream gradient")
     reduction = _read_reduction(c.fname, c.kw.get("reduction"))
-    return call(CE_GRAD, *(c.expr(a) for a in c.args), reduction=reduction, **_smoothing(c.kw.get("label_smoothing")),
-                **_ignored(c.fname, c.kw.get("ignore_index")))
+    weight = [c.expr(c.kw["weight"])] if "weight" in c.kw else []
+    return call(CE_GRAD, *(c.expr(a) for a in c.args), *weight, reduction=reduction,
+                **_smoothing(c.kw.get("label_smoothing")), **_ignored(c.fname, c.kw.get("ignore_index")))
+
+
+def class_weight(node: Node) -> Node | None:
+    """The class weights a class loss (or its gradient) scales each row by, at its target: an input [V]."""
+    extra = node.args[3 if node.op == CE_GRAD else 2:]
+    return extra[0] if extra else None
+
+
+def _targets(node: Node, inputs: list) -> _Targets:
+    """The node's targets as its kernels read them, by the inputs' local names."""
+    local = {i.name: i.local for i in inputs}
+    weight = class_weight(node)
+    return _Targets(local[node.args[1].name], ignored(node), None if weight is None else local[weight.name])
 
 
 def _ignored(fname: str, written: ast.expr | None) -> dict:
@@ -411,7 +440,9 @@ def _formula(c: Call) -> Node:
 def _print(node: Node, text) -> str:
     reduction = node.attr("reduction")
     smoothing = f", label_smoothing={fmt_num(node.attr('smoothing'))}" if node.attr("smoothing") else ""
-    return f"{node.op}({', '.join(text(a) for a in node.args)}" + (
+    weight = class_weight(node)
+    core = node.args[:3 if node.op == CE_GRAD else 2]
+    return f"{node.op}({', '.join(text(a) for a in core)}" + ("" if weight is None else f", weight={text(weight)}") + (
         "" if reduction == "mean" else f", reduction={reduction!r}") + f"{smoothing}{_ignore_kw(node)})"
 
 
@@ -421,10 +452,10 @@ def _ignore_kw(node: Node) -> str:
 
 
 def check(node: Node) -> None:
-    """The target (and a gradient's upstream) are inputs of their own, not part of the logits."""
+    """The target (and a gradient's upstream, the class weights) are inputs of their own, not part of the logits."""
     for extra in node.args[1:]:
         if extra.op != "input":
-            raise IRError(f"{node.op} target and upstream must be inputs, got {to_text(extra)!r}")
+            raise IRError(f"{node.op} target, upstream and class weights must be inputs, got {to_text(extra)!r}")
         if extra.name in input_names(node.args[0]):
             raise IRError(f"{node.op}'s target (class indices) cannot also be part of its input")
 
@@ -434,6 +465,12 @@ def index_inputs(node: Node) -> dict[str, dict]:
     it indexes) and, where the loss ignores other than torch's -100, "padding": that index."""
     padding = {"padding": ignored(node)} if ignored(node) != IGNORE_INDEX else {}
     return {node.args[1].name: {"index_of": input_names(node.args[0])[0], **padding}}
+
+
+def domains(node: Node, mark) -> None:
+    """Class weights are drawn positive: 'mean' divides by the weights of the rows' targets."""
+    if node.op in OPS and class_weight(node) is not None:
+        mark(class_weight(node), "positive")
 
 
 def reduced(node: Node) -> tuple[list[str], int] | None:
@@ -447,6 +484,10 @@ def reduced(node: Node) -> tuple[list[str], int] | None:
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     logits = broadcast_shapes([shapes[n] for n in input_names(node.args[0])])
     target = list(shapes[node.args[1].name])
+    weight = class_weight(node)
+    if weight is not None and list(shapes[weight.name]) != logits[-1:]:
+        raise IRError(f"{node.op}: the class weights {weight.name} must be one per class, [{logits[-1]}], got "
+                      f"{list(shapes[weight.name])}")
     if node.op == CE_GRAD:
         up = list(shapes[node.args[2].name])
         if target != logits[:-1] or up != (target if node.attr("reduction") == "none" else []):
@@ -471,27 +512,31 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
     target = names[node.args[1].name]
     reduction = node.attr("reduction")
     if node.op == CE_GRAD:
-        return _gradient_result(body, target, names[node.args[2].name], node, lines)
+        weight = None if class_weight(node) is None else names[class_weight(node).name]
+        return _gradient_result(body, target, names[node.args[2].name], weight, node, lines)
+    weight = "" if class_weight(node) is None else f", weight={names[class_weight(node).name]}"
     if node.op == NLL:
-        return f"torch.nn.functional.nll_loss({body}, {target}, reduction={reduction!r}{_ignore_kw(node)})"
+        return f"torch.nn.functional.nll_loss({body}, {target}{weight}, reduction={reduction!r}{_ignore_kw(node)})"
     # Classes are the last dim (torch's own cross_entropy takes them at dim 1): rows flattened.
     smoothing = f", label_smoothing={node.attr('smoothing')!r}" if node.attr("smoothing") else ""
-    loss = (f"torch.nn.functional.cross_entropy({body}.flatten(0, -2), {target}.flatten(), "
+    loss = (f"torch.nn.functional.cross_entropy({body}.flatten(0, -2), {target}.flatten(){weight}, "
             f"reduction={reduction!r}{smoothing}{_ignore_kw(node)})")
     return f"{loss}.reshape({target}.shape)" if reduction == "none" else loss
 
 
-def _gradient_result(body: str, target: str, up: str, node: Node, lines: list[str]) -> str:
+def _gradient_result(body: str, target: str, up: str, weight: str | None, node: Node, lines: list[str]) -> str:
     """(softmax(logits) - the smoothed one_hot(target)) * the upstream gradient (per row for 'none'; over
-    the rows not ignored for 'mean'), 0 on ignored rows."""
+    the rows not ignored for 'mean'), each row times its target's class weight, 0 on ignored rows."""
     reduction, smoothing = node.attr("reduction"), node.attr("smoothing") or 0.0
     smoothed = f" * {1 - smoothing!r} + {smoothing!r} / {body}.shape[-1]" if smoothing else ""
     lines += [f"kept = ({target} != {ignored(node)}).unsqueeze(-1)",
-              f"onehot = torch.nn.functional.one_hot(torch.where(kept.squeeze(-1), {target}, 0), {body}.shape[-1])"
-              f".to({body}.dtype){smoothed}",
+              f"picked = torch.where(kept.squeeze(-1), {target}, 0)",
+              f"onehot = torch.nn.functional.one_hot(picked, {body}.shape[-1]).to({body}.dtype){smoothed}",
+              "row_weight = " + ("kept.to(onehot.dtype)" if weight is None else
+                                 f"torch.where(kept, {weight}[picked].unsqueeze(-1), 0.0)"),
               {"none": f"scale = {up}.unsqueeze(-1)", "sum": f"scale = {up}",
-               "mean": f"scale = {up} / kept.sum()"}[reduction]]
-    return f"torch.where(kept, (torch.softmax({body}, dim=-1) - onehot) * scale, 0.0).to({body}.dtype)"
+               "mean": f"scale = {up} / row_weight.sum()"}[reduction]]
+    return f"torch.where(kept, (torch.softmax({body}, dim=-1) - onehot) * scale * row_weight, 0.0).to({body}.dtype)"
 
 
 # ---------------------------------------------------------------- kernel.py
@@ -519,21 +564,50 @@ def kernel_source(spec: dict, node: Node, options: dict) -> str:
     return kernel.render(spec, node, options, pointwise.triton_body)
 
 
-def _total_kernel(name: str, target: str, mean: bool, ignore: int) -> str:
-    """The kernel adding R float32 per-row losses; for 'mean', over the rows whose target is not `ignore`."""
+@dataclass(frozen=True)
+class _Targets:
+    """A class loss's targets as its kernels read them: the target input's local name, the index whose
+    rows add nothing, and the class weights' local name (None: every class weighs 1)."""
+    target: str
+    ignore: int
+    weight: str | None
+
+    def args(self) -> list[str]:
+        """The target and the weights, as the kernels take them after the logits."""
+        return [self.target] + [self.weight] * (self.weight is not None)
+
+    def params(self) -> list[str]:
+        return [f"{a}_ptr" for a in self.args()]
+
+    def weighted(self, value: str, picks: str) -> str:
+        """value times the weight of each row's target (`picks`: where the target reads one)."""
+        return value if self.weight is None else (
+            f"{value} * tl.load({self.weight}_ptr + {self.target}, mask={picks}, other=0.0).to(tl.float32)")
+
+    def counted(self) -> list[str]:
+        """Lines giving `counted`, what each of the rows at offs adds to 'mean''s divisor: 1, or its
+        target's weight, where the target is not ignored (torch's own divisor)."""
+        t, kept = self.target, f"({self.target} != {self.ignore})"
+        return [f"{t} = tl.load({t}_ptr + offs, mask=offs < R, other={self.ignore})",
+                "counted = " + (f"{kept}.to(tl.float32)" if self.weight is None else
+                                self.weighted("1.0", f"{kept} & ({t} >= 0) & ({t} < V)"))]
+
+
+def _total_kernel(name: str, targets: _Targets, mean: bool) -> str:
+    """The kernel adding R float32 per-row losses; for 'mean', over the weight of the rows not ignored."""
     lines = ["acc = tl.zeros([BLOCK], tl.float32)",
              *["count = tl.zeros([BLOCK], tl.float32)"] * mean,
              "for start in range(0, R, BLOCK):",
              "    offs = start + tl.arange(0, BLOCK)",
              "    acc += tl.load(losses_ptr + offs, mask=offs < R, other=0.0)",
-             *[f"    kept = tl.load({target}_ptr + offs, mask=offs < R, other={ignore}) != {ignore}",
-               "    count += kept.to(tl.float32)"] * mean,
+             *indented(targets.counted() + ["count += counted"]) * mean,
              f"total = tl.sum(acc, axis=0){' / tl.sum(count, axis=0)' * mean}",
              "tl.store(dst_ptr, total.to(dst_ptr.dtype.element_ty))"]
     comment = ("    # One program adds the per-row losses in a fixed order (deterministic, no atomics)"
-               + (";\n    # 'mean' divides by the rows not ignored (none: 0 / 0, NaN, as in torch).\n" if mean else ".\n"))
-    return jit_source(f"{name}_total_kernel", ["losses_ptr", f"{target}_ptr", "dst_ptr", "R", "BLOCK: tl.constexpr"],
-                      lines, comment)
+               + (";\n    # 'mean' divides by the rows not ignored, each by its class weight (none: 0 / 0, NaN, as\n"
+                  "    # in torch).\n" if mean else ".\n"))
+    return jit_source(f"{name}_total_kernel", ["losses_ptr", *targets.params(), "dst_ptr", "R", "V",
+                                               "BLOCK: tl.constexpr"], lines, comment)
 
 
 def _out_lines(reduction: str, per_row: str, dtype: str, device: str) -> str:
@@ -549,13 +623,14 @@ def _rows_out(reduction: str) -> str:
     return "out" if reduction == "none" else "losses"
 
 
-def _total_launch(name: str, target: str, reduction: str) -> str:
+def _total_launch(name: str, targets: _Targets, reduction: str) -> str:
     """The launcher's lines adding the per-row `losses` into `out` (one value), for 'mean' and 'sum'."""
     if reduction == "none":
         return ""
     return ("    # One program, 8192 rows a step: each step waits out a load's latency, and one step\n"
             "    # covers the usual batch of rows.\n"
-            + launch(f"{name}_total_kernel", "(1,)", ["losses", target, "out", "R", "BLOCK=8192", "num_warps=16"], "    ") + "\n")
+            + launch(f"{name}_total_kernel", "(1,)", ["losses", *targets.args(), "out", "R", "V", "BLOCK=8192",
+                                                      "num_warps=16"], "    ") + "\n")
 
 
 # What both kernel.py files say of their targets and reductions.
@@ -576,8 +651,8 @@ class _ClassRowsFile(ReducedBodyFile):
         super().__init__(spec, node, inputs, options, body)
         self.reduction, self.smoothing = node.attr("reduction"), node.attr("smoothing") or 0.0
         self.target = next(i for i in inputs if i.name == node.args[1].name)
-        self.ignore = ignored(node)
-        self.description = self.description.replace("{ignore}", str(self.ignore))
+        self.targets = _targets(node, inputs)
+        self.description = self.description.replace("{ignore}", str(self.targets.ignore))
         self.rows_of = [(math.prod(full[:-1]), full[-1]) for full in self.fulls]     # (R, V) per case
 
     def _rows_head(self) -> str:
@@ -629,12 +704,11 @@ class _CrossEntropyKernel(_ClassRowsFile):
 
     def source(self) -> str:
         kernels = [self._kernel(), self._persistent_kernel(), self._aligned_kernel()]
-        kernels += [_total_kernel(self.name, self.target.local, self.reduction == "mean", self.ignore)] * (
-            self.reduction != "none")
+        kernels += [_total_kernel(self.name, self.targets, self.reduction == "mean")] * (self.reduction != "none")
         return self._file(kernels, self.HELPERS, self._launcher())
 
     def _params(self) -> list[str]:
-        return [f"{i.local}_ptr" for i in self.body_inputs] + [f"{self.target.local}_ptr", "dst_ptr", "R", "V",
+        return [f"{i.local}_ptr" for i in self.body_inputs] + [*self.targets.params(), "dst_ptr", "R", "V",
                                                                "BLOCK_R: tl.constexpr", "BLOCK_V: tl.constexpr"]
 
     def _target(self) -> str:
@@ -650,7 +724,7 @@ class _CrossEntropyKernel(_ClassRowsFile):
                 *(f"{i.local} = tl.load({i.local}_ptr + rows * V + {t}, mask=pick, other=0.0).to(tl.float32)"
                   for i in self.body_inputs),
                 f"picked = tl.sum(tl.where(pick, {self.body_call()}, 0.0), axis=1)",
-                f"loss = tl.where({t} == {self.ignore}, 0.0, (row_max + tl.log(row_sum) - ({picked}))[:, None])",
+                f"loss = tl.where({t} == {self.targets.ignore}, 0.0, {self.targets.weighted(f'(row_max + tl.log(row_sum) - ({picked}))[:, None]', 'pick')})",
                 "tl.store(dst_ptr + rows, loss.to(dst_ptr.dtype.element_ty), mask=rows < R)"]
 
     def _looped(self, head: list[str], loop: str, tile: list[str], after: list[str]) -> list[str]:
@@ -720,7 +794,7 @@ class _CrossEntropyKernel(_ClassRowsFile):
         first, t = self.body_inputs[0].local, self.target
         text = self._rows_head() + _out_lines(self.reduction, "shape[:-1]", self.out_dtype(first), f"{first}.device")
         text += self._tiles()
-        tensors = [i.local for i in self.body_inputs] + [t.local, _rows_out(self.reduction), "R", "V"]
+        tensors = [i.local for i in self.body_inputs] + [*self.targets.args(), _rows_out(self.reduction), "R", "V"]
         args = tensors + ["BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "num_warps=num_warps"]
         text += align_elements(self.body_inputs) + ALIGNED_LAUNCH.format(also="", n="V")
         text += self._launch(f"{self.name}_aligned_kernel", "(R,)", tensors + [
@@ -733,18 +807,17 @@ class _CrossEntropyKernel(_ClassRowsFile):
         text += "    else:\n"
         text += self._launch(f"{self.name}_kernel", "(_cdiv(R, BLOCK_R),)", args + ["NUM_STAGES=num_stages"],
                              "        ")
-        return text + _total_launch(self.name, t.local, self.reduction) + "    return out\n"
+        return text + _total_launch(self.name, self.targets, self.reduction) + "    return out\n"
 
 
-def _count_kernel(name: str, target: str, ignore: int) -> str:
-    """The kernel counting the rows whose target is not `ignore`, as float32 ('mean' divides by them)."""
+def _count_kernel(name: str, targets: _Targets) -> str:
+    """The kernel adding up 'mean''s divisor, as float32: the rows not ignored, each by its class weight."""
     lines = ["count = tl.zeros([BLOCK], tl.float32)",
              "for start in range(0, R, BLOCK):",
              "    offs = start + tl.arange(0, BLOCK)",
-             f"    kept = tl.load({target}_ptr + offs, mask=offs < R, other={ignore}) != {ignore}",
-             "    count += kept.to(tl.float32)",
+             *indented(targets.counted() + ["count += counted"]),
              "tl.store(dst_ptr, tl.sum(count, axis=0))"]
-    return jit_source(f"{name}_count_kernel", [f"{target}_ptr", "dst_ptr", "R", "BLOCK: tl.constexpr"], lines)
+    return jit_source(f"{name}_count_kernel", [*targets.params(), "dst_ptr", "R", "V", "BLOCK: tl.constexpr"], lines)
 
 
 class _CrossEntropyGradKernel(_ClassRowsFile):
@@ -763,7 +836,7 @@ class _CrossEntropyGradKernel(_ClassRowsFile):
             _cross_entropy_tiles(config, *rows, self.max_elem_bytes) for rows in self.rows_of])[:MAX_CONFIGS]
 
     def source(self) -> str:
-        kernels = [self._kernel()] + [_count_kernel(self.name, self.target.local, self.ignore)] * (self.reduction == "mean")
+        kernels = [self._kernel()] + [_count_kernel(self.name, self.targets)] * (self.reduction == "mean")
         return self._file(kernels, self.HELPERS, self._launcher())
 
     def _kernel(self) -> str:
@@ -775,18 +848,20 @@ class _CrossEntropyGradKernel(_ClassRowsFile):
                  *self.body_values("rows * V + cols", NEG_INF)]
         lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",
                  f"LOG2E: tl.constexpr = {math.log2(math.e)!r}",
-                 f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other={self.ignore})",
+                 f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other={self.targets.ignore})",
                  f"row_max = tl.full([BLOCK_R], {NEG_INF}, tl.float32)",
                  "row_sum = tl.zeros([BLOCK_R], tl.float32)",
                  "for start in range(0, V, BLOCK_V):", *indented(chunk + self._online_update(total=False)),
                  "lse = (row_max + tl.log(row_sum))[:, None]",
-                 f"scale = tl.where({t} == {self.ignore}, 0.0, {scale})",
+                 f"scale = tl.where({t} == {self.targets.ignore}, 0.0, "
+                 f"{self.targets.weighted(scale, f'(rows < R) & ({t} >= 0) & ({t} < V)')})",
                  "for start in range(0, V, BLOCK_V):",
                  *indented(chunk + [f"grad = (tl.exp(val - lse) - {self._target_share(t)}) * scale",
                                     "tl.store(dst_ptr + rows * V + cols, grad.to(dst_ptr.dtype.element_ty), "
                                     "mask=mask)"])]
-        params = ([f"{i.local}_ptr" for i in self.body_inputs] + [f"{t}_ptr", f"{up}_ptr", "count_ptr", "dst_ptr", "R",
-                                                                  "V", "BLOCK_R: tl.constexpr", "BLOCK_V: tl.constexpr"])
+        params = ([f"{i.local}_ptr" for i in self.body_inputs] + [*self.targets.params(), f"{up}_ptr", "count_ptr",
+                                                                  "dst_ptr", "R", "V", "BLOCK_R: tl.constexpr",
+                                                                  "BLOCK_V: tl.constexpr"])
         return jit_source(f"{self.name}_kernel", params, lines, "    # BLOCK_R rows per program in BLOCK_V-wide chunks.\n")
 
     def _target_share(self, t: str) -> str:
@@ -801,9 +876,10 @@ class _CrossEntropyGradKernel(_ClassRowsFile):
                  "    if out.numel() == 0:\n        return out\n")
         if self.reduction == "mean":
             text += (f"    count = torch.empty((), dtype=torch.float32, device={first}.device)\n"
-                     + launch(f"{self.name}_count_kernel", "(1,)", [t.local, "count", "R", "BLOCK=8192", "num_warps=16"], "    ") + "\n")
+                     + launch(f"{self.name}_count_kernel", "(1,)", [*self.targets.args(), "count", "R", "V", "BLOCK=8192",
+                                                                     "num_warps=16"], "    ") + "\n")
         text += self._tiles()
-        args = [i.local for i in self.body_inputs] + [t.local, self.up.local,
+        args = [i.local for i in self.body_inputs] + [*self.targets.args(), self.up.local,
                                                       "count" if self.reduction == "mean" else "out", "out", "R", "V",
                                                       "BLOCK_R=BLOCK_R", "BLOCK_V=BLOCK_V", "num_warps=num_warps"]
         return text + self._launch(f"{self.name}_kernel", "(_cdiv(R, BLOCK_R),)", args) + "    return out\n"
@@ -827,31 +903,30 @@ class _NllKernel(KernelFile):
         super().__init__(spec, body(node.args[0], body_inputs), inputs, body_inputs, options)
         self.reduction = node.attr("reduction")
         self.target = next(i for i in inputs if i.name == node.args[1].name)
-        self.ignore = ignored(node)
-        self.description = self.description.replace("{ignore}", str(self.ignore))
+        self.targets = _targets(node, inputs)
+        self.description = self.description.replace("{ignore}", str(self.targets.ignore))
 
     def configs(self) -> list[dict]:
         return self._space(NLL_CONFIGS)
 
     def source(self) -> str:
         kernels = [self._kernel()]
-        kernels += [_total_kernel(self.name, self.target.local, self.reduction == "mean", self.ignore)] * (
-            self.reduction != "none")
+        kernels += [_total_kernel(self.name, self.targets, self.reduction == "mean")] * (self.reduction != "none")
         return self._file(kernels, [_expanded_strides, _require_full], self._launcher())
 
     def _kernel(self) -> str:
         t = self.target.local
         params = [p for i in self.body_inputs for p in (f"{i.local}_ptr", f"{i.local}_sr", f"{i.local}_sv")]
         lines = ["rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
-                 f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other={self.ignore})",
-                 f"# The ignored target ({self.ignore}) and any other outside [0, V) read nothing and add 0.",
-                 f"pick = (rows < R) & ({t} >= 0) & ({t} < V) & ({t} != {self.ignore})",
+                 f"{t} = tl.load({t}_ptr + rows, mask=rows < R, other={self.targets.ignore})",
+                 f"# The ignored target ({self.targets.ignore}) and any other outside [0, V) read nothing and add 0.",
+                 f"pick = (rows < R) & ({t} >= 0) & ({t} < V) & ({t} != {self.targets.ignore})",
                  *(f"{i.local} = tl.load({i.local}_ptr + rows * {i.local}_sr + {t} * {i.local}_sv, mask=pick, "
                    "other=0.0).to(tl.float32)" for i in self.body_inputs),
-                 f"loss = tl.where(pick, -({self.body_call()}), 0.0)",
+                 f"loss = tl.where(pick, {self.targets.weighted(f'-({self.body_call()})', 'pick')}, 0.0)",
                  "tl.store(dst_ptr + rows, loss.to(dst_ptr.dtype.element_ty), mask=rows < R)"]
-        return jit_source(f"{self.name}_kernel", params + [f"{t}_ptr", "dst_ptr", "R", "V", "BLOCK: tl.constexpr"],
-                          lines)
+        return jit_source(f"{self.name}_kernel", params + [*self.targets.params(), "dst_ptr", "R", "V",
+                                                           "BLOCK: tl.constexpr"], lines)
 
     def _launcher(self) -> str:
         first, t = self.body_inputs[0].local, self.target
@@ -864,9 +939,9 @@ class _NllKernel(KernelFile):
         text += self._config_line(repr(NLL_CONFIGS[0]).replace("'", '"'))
         text += '    BLOCK = min(config["BLOCK"], triton.next_power_of_2(R))\n'
         args = [a for i in self.body_inputs for a in (i.local, f"*_expanded_strides(list({i.local}.shape), shape)")]
-        args += [t.local, _rows_out(self.reduction), "R", "V", "BLOCK=BLOCK", 'num_warps=config["num_warps"]']
+        args += [*self.targets.args(), _rows_out(self.reduction), "R", "V", "BLOCK=BLOCK", 'num_warps=config["num_warps"]']
         text += "    grid = (_cdiv(R, BLOCK),)\n" + launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
-        return text + _total_launch(self.name, t.local, self.reduction) + "    return out\n"
+        return text + _total_launch(self.name, self.targets, self.reduction) + "    return out\n"
 
 
 def reference_property(node: Node) -> tuple[str, bool]:

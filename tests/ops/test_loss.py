@@ -115,6 +115,31 @@ def test_any_ignore_index_is_torchs_and_drawn_as_padding(tmp_path, loss, ignore,
         torch.testing.assert_close(module.op(*inputs).double(), f(x.double(), t, reduction=reduction, ignore_index=ignore))
 
 
+@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss", "cross_entropy_grad"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_class_weights_are_torchs(tmp_path, loss, reduction):
+    # Each row's loss (and gradient) times its target's weight; 'mean' divides by the weights of the rows
+    # not ignored (ignore_index 2 here, inside [0, V): its weight must not count). Weights drawn positive.
+    up = ", u" if loss == "cross_entropy_grad" else ""
+    spec = make_spec(f"{loss}(x, t{up}, weight=w, reduction='{reduction}', ignore_index=2)",
+                     {"x": [[7, 13]], "t": [[7]], "w": [[13]]} | ({"u": [[7] if reduction == "none" else []]} if up else {}),
+                     ("float32",))
+    assert next(i for i in spec["inputs"] if i["name"] == "w")["domain"] == "positive"
+    reference, module = generate_reduction(tmp_path, spec)
+    inputs = make_inputs(spec, protocol.cases(spec)[0], protocol.dtype_variants(spec)[0], 0, "cpu")
+    by_name = dict(zip((i["name"] for i in spec["inputs"]), inputs))
+    x, t, w = by_name["x"], by_name["t"], by_name["w"]
+    t[[0, 5]] = 2
+    logits = x.double().requires_grad_()
+    f = torch.nn.functional.nll_loss if loss == "nll_loss" else torch.nn.functional.cross_entropy
+    want = f(logits, t, weight=w.double(), reduction=reduction, ignore_index=2)
+    if up:
+        want.backward(by_name["u"].double())
+        want = logits.grad
+    torch.testing.assert_close(reference(*inputs).double(), want.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(module.op(*inputs).double(), want.detach(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_label_smoothing_in_every_kernel_is_torchs(tmp_path, reduction):
     # (1 - e) * nll + e * (logsumexp - mean of the row), ignored rows out of both, in the chunked, the
@@ -473,10 +498,9 @@ def test_sign_domain_is_the_expressions_never_an_edits():
 
 
 @pytest.mark.parametrize("expression, says", [
-    ("nll_loss(x, t, weight=w)", "nll_loss with weight=w is not supported"),
     ("nll_loss(x, t, ignore_index=0.5)", "nll_loss's ignore_index must be a whole number written out"),
     ("cross_entropy(x, t, ignore_index=k)", "cross_entropy's ignore_index must be a whole number written out"),
-    ("cross_entropy(x, t, weight=w)", "cross_entropy with weight=w is not supported"),
+    ("cross_entropy(x, t, weight=w, label_smoothing=0.1)", "both class weights and label smoothing is not supported"),
     ("hinge_embedding_loss(x, y, size_average=False)", "size_average=False is not supported"),
     ("margin_ranking_loss(x1, x2)", "margin_ranking_loss takes input1, input2 and target; target missing"),
 ])

@@ -237,30 +237,37 @@ def check_gradients(folder, expression: str, shapes: dict, dtype: str, device: s
                                         "cross_entropy(x, t, label_smoothing=0.2)",
                                         "cross_entropy(x * b, t, reduction='none', label_smoothing=0.1)",
                                         "nll_loss(log_softmax(x * b), t, reduction='sum')",
-                                        "nll_loss(x, t, reduction='none')"])
+                                        "nll_loss(x, t, reduction='none')",
+                                        "cross_entropy(x, t, weight=w, ignore_index=3)",
+                                        "nll_loss(log_softmax(x * b), t, weight=w, reduction='sum', ignore_index=0)",
+                                        "nll_loss(x, t, weight=w, reduction='none', ignore_index=-1)",
+                                        "cross_entropy(x + b, t, reduction='none', ignore_index=69)"])
 def test_cross_entropy_and_nll_loss_give_their_inputs_gradient_and_none_to_the_classes(tmp_path, expression, dtype):
-    # an ignored row (-100): its gradient 0
+    # an ignored row (-100, or the ignore_index given): its gradient 0; class weights get none either
     names = ir.input_names(ir.parse(expression))
-    shapes = {"x": [5, 70], "b": [70], "t": [5]}
+    ignore = int(expression.split("ignore_index=")[1].rstrip(")")) if "ignore_index" in expression else -100
+    shapes = {"x": [5, 70], "b": [70], "t": [5], "w": [70]}
     spec = validate({"name": "op", "expression": expression, "training": True, "inputs": [
         {"name": n, "dtypes": ["int64" if n == "t" else dtype], "shapes": [shapes[n]]} for n in names]})
+    assert training.differentiable(spec) == [n for n in names if n not in "tw"]
     node = parse_expression(spec)
     reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "op")
     kernel = getattr(load(tmp_path, "kernel.py", training.kernel_source(spec, node)), "op")
     gen = torch.Generator().manual_seed(0)
     t = torch.randint(0, 70, (5,), generator=gen)
-    t[2] = -100
+    t[2] = ignore
     values = {"x": torch.randn(5, 70, generator=gen).to(getattr(torch, dtype)),
-              "b": torch.randn(70, generator=gen).to(getattr(torch, dtype)), "t": t}
-    ours = [values[n].clone().requires_grad_(n != "t") for n in names]
-    truth = [values[n].double().requires_grad_() if n != "t" else t for n in names]
+              "b": torch.randn(70, generator=gen).to(getattr(torch, dtype)), "t": t,
+              "w": (0.5 + torch.rand(70, generator=gen)).to(getattr(torch, dtype))}
+    ours = [values[n].clone().requires_grad_(n not in "tw") for n in names]
+    truth = [values[n].double().requires_grad_(n != "w") if n != "t" else t for n in names]
     out, want = kernel(*ours), reference(*truth)
     upstream = torch.randn(want.shape, generator=gen)
     out.backward(upstream.to(out.dtype))
     want.backward(upstream.to(out.dtype).double())
     rtol, atol = protocol.tolerance(dtype, 70)
     for name, got, expected in zip(names, ours, truth):
-        if name != "t":
+        if name not in "tw":
             err = (got.grad.double() - expected.grad).abs()
             assert bool((err <= atol + rtol * expected.grad.abs()).all()), f"{name}: max err {err.max():.3g}"
             assert float(got.grad[2].abs().max()) == 0.0 or name != "x"          # the ignored row
