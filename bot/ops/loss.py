@@ -77,6 +77,18 @@ FORMULAS: dict[str, tuple[tuple[str, ...], dict[str, float], str]] = {
 }
 _FORMULA_NAMES = {"input": "x", "target": "y", "input1": "x1", "input2": "x2", "anchor": "a", "positive": "pos",
                   "negative": "neg"}
+# The optional tensors of the binary losses, as torch applies them: weight (w) scales each element's loss
+# (inside the mean over the classes of multilabel_soft_margin_loss); pos_weight (pw) the positive
+# term of binary_cross_entropy_with_logits, (1 - y) x + (1 + (pw - 1) y) log(1 + exp(-x)) written stably.
+_OPTIONAL = {"weight": "w", "pos_weight": "pw"}
+_WEIGHTED = {
+    "binary_cross_entropy_with_logits": {
+        "pw": "(1.0 - y) * x + (1.0 + (pw - 1.0) * y) * (log(1.0 + exp(-abs(x))) + maximum(-x, 0.0))",
+        "w": "({f}) * w"},
+    "binary_cross_entropy": {"w": "({f}) * w"},
+    "multilabel_soft_margin_loss": {"w": "mean((y * (relu(-x) + log(1.0 + exp(-abs(x)))) + (1.0 - y) * (relu(x) + "
+                                         "log(1.0 + exp(-abs(x))))) * w, dim=-1)"},
+}
 # The arguments beside tensors, parameters and reduction: read only at these values (else None).
 _OFF = {"swap": False, "log_target": False}
 _REDUCED = {"mean": "mean", "sum": "sum"}
@@ -423,9 +435,12 @@ def _formula(c: Call) -> Node:
     if missing := [k for k in tensors if k not in given]:
         raise IRError(f"{c.fname} takes {', '.join(tensors[:-1])} and {tensors[-1]}; {', '.join(missing)} missing")
     formula, flags = _with_flags(c.fname, formula, given)
-    _defaults_only(c.fname, given, tuple(k for k in order if k not in (*tensors, *params, *flags, "reduction")),
-                   _OFF)
-    values = {_FORMULA_NAMES[k]: given[k] for k in tensors}
+    weighted = {_OPTIONAL[k]: given[k] for k in _OPTIONAL if k in order and not is_none(given.get(k))}
+    _defaults_only(c.fname, given, tuple(k for k in order if k not in (*tensors, *params, *flags, *_OPTIONAL,
+                                                                       "reduction")), _OFF)
+    for name in sorted(weighted):             # "pw" < "w": pos_weight's formula first, then the weight on it
+        formula = _WEIGHTED[c.fname][name].format(f=formula)
+    values = {_FORMULA_NAMES[k]: given[k] for k in tensors} | weighted
     values |= {p: ast.Constant(number(given.get(p, ast.Constant(default)))) for p, default in params.items()}
     if c.fname == "smooth_l1_loss" and values["beta"].value == 0:
         formula = FORMULAS["l1_loss"][2]             # PyTorch: beta 0 is the L1 loss
@@ -791,7 +806,7 @@ class _CrossEntropyKernel(_ClassRowsFile):
         return jit_source(f"{self.name}_persistent_kernel", self._params(), lines, comment)
 
     def _launcher(self) -> str:
-        first, t = self.body_inputs[0].local, self.target
+        first = self.body_inputs[0].local
         text = self._rows_head() + _out_lines(self.reduction, "shape[:-1]", self.out_dtype(first), f"{first}.device")
         text += self._tiles()
         tensors = [i.local for i in self.body_inputs] + [*self.targets.args(), _rows_out(self.reduction), "R", "V"]
@@ -870,7 +885,7 @@ class _CrossEntropyGradKernel(_ClassRowsFile):
         return f"({1 - self.smoothing!r} * {onehot} + {self.smoothing!r} / V)" if self.smoothing else onehot
 
     def _launcher(self) -> str:
-        first, t = self.body_inputs[0].local, self.target
+        first = self.body_inputs[0].local
         text = self._rows_head()
         text += (f"    out = torch.empty(shape, dtype={self.out_dtype(first)}, device={first}.device)\n"
                  "    if out.numel() == 0:\n        return out\n")

@@ -230,6 +230,34 @@ def test_elementwise_losses_are_pytorchs(name, params, reduction):
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("call", [
+    "binary_cross_entropy_with_logits(x, y, pos_weight=p, reduction='REDUCTION')",
+    "binary_cross_entropy_with_logits(x, y, w, pos_weight=p, reduction='REDUCTION')",
+    "binary_cross_entropy_with_logits(x, y, weight=w, reduction='REDUCTION')",
+    "binary_cross_entropy(sigmoid(x), y, weight=w, reduction='REDUCTION')",
+    "multilabel_soft_margin_loss(x, y, weight=p, reduction='REDUCTION')"])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_binary_losses_weights_are_torchs(tmp_path, call, reduction):
+    # weight scales each element (inside multilabel's mean over classes), pos_weight the positive
+    # term, each broadcast as torch broadcasts it: the kernel and the reference against torch's own
+    expression = call.replace("REDUCTION", reduction)
+    names = ir.input_names(ir.parse(expression))
+    shapes = {"x": [9, 13], "y": [9, 13], "w": [9, 1], "p": [13]}
+    spec = make_spec(expression, {n: [shapes[n]] for n in names}, ("float32",))
+    node = parse_expression(spec)            # the nested means of multilabel's: a chain of two kernels
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), spec["name"])
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, node, {})), spec["name"])
+    gen = torch.Generator().manual_seed(1)
+    values = {"x": torch.randn(9, 13, generator=gen) * 3, "y": torch.rand(9, 13, generator=gen),
+              "w": torch.rand(9, 1, generator=gen) * 2, "p": torch.rand(13, generator=gen) * 3}
+    args = [values[n] for n in names]
+    torch_call = eval("torch.nn.functional." + expression.replace("sigmoid(x)", "torch.sigmoid(x)"),
+                      {"torch": torch, **{n: v.double() for n, v in values.items()}})
+    torch.testing.assert_close(reference(*[a.double() for a in args]), torch_call)
+    # float32 rounding of log(1 - sigmoid(x)) near 1 (torch's own float32 shares it), not the weights
+    torch.testing.assert_close(kernel(*args).double(), torch_call, rtol=1e-4, atol=1e-4)
+
+
 # losses whose input has a domain of its own: a probability (x in (0, 1), 0 and 1 included, where torch
 # clamps each log at -100), a Poisson rate or its log, logits of several labels a row
 DOMAIN_LOSSES = [("binary_cross_entropy", {}, lambda x: torch.sigmoid(x)), ("binary_cross_entropy", {}, "edges"),
