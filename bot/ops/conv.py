@@ -477,6 +477,37 @@ def _fit_conv_config(config, out_channels, in_channels, taps, itemsize):
 
 # ---------------------------------------------------------------- kernel.py
 
+# The tap-outer K loop's pieces, shared by the flat loop and the transposed one's loop per tap: tap
+# `tap`'s offsets, its input rows, then one step of BLOCK_K input channels from c0.
+_TAP = ["kd = tap // (KH * KW)", "kh = (tap // KW) % KH", "kw = tap % KW"]
+_TAP_ROWS = [
+    "if POINTWISE:    # a 1x1 convolution, stride 1, no padding: x's positions are the output's",
+    "    row_offs = (n.to(tl.int64) * C_in + ci0) * P_IN + pos",
+    "    valid = row_ok",
+    "else:",
+    "    row_offs, valid = _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD, SH,",
+    "                                SW, PD, PH, PW, DD, DH, DW, TRANSPOSED)",
+]
+_CHANNEL_STEP = [
+    "cs = c0 + tl.arange(0, BLOCK_K)",
+    "c_ok = cs < CIN_G",
+    "c_offs = cs * P_IN",
+    "if WIDE_C:   # a sample's channels span 2**31 elements or more; else int32, cheaper in the loop",
+    "    c_offs = cs.to(tl.int64) * P_IN",
+    "a = tl.load(x_ptr + row_offs[:, None] + c_offs[None, :], mask=valid[:, None] & c_ok[None, :], other=0.0)",
+    "if TRANSPOSED:",
+    "    w_rows = (ci0 + cs) * (COUT_G * TAPS) + tap",
+    "else:",
+    "    w_rows = cs * TAPS + tap",
+    "b = tl.load(w_ptr + w_rows[:, None] + w_cols[None, :], mask=c_ok[:, None] & col_ok[None, :], other=0.0)",
+    "acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)",
+]
+
+
+def _indented(lines: list[str], spaces: int) -> list[str]:
+    return [" " * spaces + line for line in lines]
+
+
 def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
     """kernel.py for a tree holding one convolution inside a pointwise epilogue."""
     return _ConvKernel.render(spec, node, options)
@@ -587,38 +618,24 @@ class _ConvKernel(KernelFile):
             "else:",
             "    w_cols = co * (CIN_G * TAPS)",
             "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-            "if DOT and TAP_OUTER:",
-            "    # Tap by tap, BLOCK_K input channels a step: each tap's input positions are worked out once.",
+            "if DOT and TAP_OUTER and (not TRANSPOSED or SD * SH * SW == 1):",
+            "    # One loop over (tap, channel block) steps, BLOCK_K input channels a step: the compiler",
+            "    # pipelines the loads of the next steps across taps (a loop per tap holds a step or two).",
+            "    # (Every tap of a stride-1 transposed convolution lands on every output.)",
+            "    CHANNEL_STEPS = tl.cdiv(CIN_G, BLOCK_K)",
+            "    for step in range(0, TAPS * CHANNEL_STEPS):",
+            "        tap = step // CHANNEL_STEPS",
+            "        c0 = (step % CHANNEL_STEPS) * BLOCK_K",
+            *_indented(_TAP + _TAP_ROWS + _CHANNEL_STEP, 8),
+            "elif DOT and TAP_OUTER:",
+            "    # A strided transposed convolution's phase: tap by tap, skipping the taps that miss it.",
             "    for tap in range(0, TAPS):",
-            "        kd = tap // (KH * KW)",
-            "        kh = (tap // KW) % KH",
-            "        kw = tap % KW",
-            "        lands = True",
-            "        if TRANSPOSED:       # this tap reaches this phase's outputs only where the stride lands",
-            "            lands = ((rd + PD - kd * DD) % SD == 0) & ((rh + PH - kh * DH) % SH == 0) & "
-            "((rw + PW - kw * DW) % SW == 0)",
+            *_indented(_TAP, 8),
+            "        lands = ((rd + PD - kd * DD) % SD == 0) & ((rh + PH - kh * DH) % SH == 0) & ((rw + PW - kw * DW) % SW == 0)",
             "        if lands:",
-            "            if POINTWISE:    # a 1x1 convolution, stride 1, no padding: x's positions are the output's",
-            "                row_offs = (n.to(tl.int64) * C_in + ci0) * P_IN + pos",
-            "                valid = row_ok",
-            "            else:",
-            "                row_offs, valid = _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD, SH,",
-            "                                            SW, PD, PH, PW, DD, DH, DW, TRANSPOSED)",
+            *_indented(_TAP_ROWS, 12),
             "            for c0 in range(0, CIN_G, BLOCK_K):",
-            "                cs = c0 + tl.arange(0, BLOCK_K)",
-            "                c_ok = cs < CIN_G",
-            "                c_offs = cs * P_IN",
-            "                if WIDE_C:   # a sample's channels span 2**31 elements or more; else int32, cheaper in the loop",
-            "                    c_offs = cs.to(tl.int64) * P_IN",
-            "                a = tl.load(x_ptr + row_offs[:, None] + c_offs[None, :],",
-            "                            mask=valid[:, None] & c_ok[None, :], other=0.0)",
-            "                if TRANSPOSED:",
-            "                    w_rows = (ci0 + cs) * (COUT_G * TAPS) + tap",
-            "                else:",
-            "                    w_rows = cs * TAPS + tap",
-            "                b = tl.load(w_ptr + w_rows[:, None] + w_cols[None, :], mask=c_ok[:, None] & col_ok[None, :],",
-            "                            other=0.0)",
-            "                acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)",
+            *_indented(_CHANNEL_STEP, 16),
             "elif DOT:",
             "    # Few input channels a group: K = (channel, tap) flattened, BLOCK_K of them a step.",
             "    for k0 in range(0, K, BLOCK_K):",
