@@ -1,5 +1,5 @@
 """Requests of the families' newer operators (issue 24's breadth: a loss of probabilities, label
-smoothing, a per-channel PReLU, logcumsumexp, 'same' and causal padding, 4-D attention scores, take_along_dim,
+smoothing, ignore_index and class weights, pos_weight, a per-channel PReLU, logcumsumexp, 'same' and causal padding, 4-D attention scores, take_along_dim,
 rounding, inverse trigonometry and remainders, the remaps, F.pad's modes, expand, pixel shuffles, LP pooling, sorts and top-k) through the offline generator's own stages and the trusted harness on a GPU, in every dtype
 (bfloat16 included, which the interpreter computes wrongly); training where the request asks for it.
 Under the interpreter each family's kernels are checked in tests/ops."""
@@ -33,6 +33,9 @@ REQUESTS = [
     f"logcumsumexp(x, dim=-1) for training on 256x2000 {DTYPES}",
     f"causal depthwise conv1d kernel 4 for training on 4x512x1024 {DTYPES}",
     f"cross entropy with label smoothing 0.1 for training on 4096x32000 logits {DTYPES}",
+    f"cross entropy with class weights, ignore_index 0, for training on 4096x32000 logits {DTYPES}",
+    f"F.nll_loss(x, t, weight=w, ignore_index=-1, reduction='sum') with x 4096x1000, t 4096, w 1000 {DTYPES}",
+    f"F.binary_cross_entropy_with_logits(x, y, weight=w, pos_weight=p) with x 1024x1000, y 1024x1000, w 1024x1, p 1000 {DTYPES}",
     f"torch.tanh(F.pixel_shuffle(x, 2)) + F.pixel_unshuffle(y, 2) with x 8x64x56x56, y 8x4x224x224 {DTYPES}",
     f"F.lp_pool2d(x, 2, 3, stride=2) for 8x64x56x56 {DTYPES}",
     f"torch.sort(x, dim=-1, descending=True) for 4096x1000 {DTYPES}",
