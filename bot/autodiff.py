@@ -411,6 +411,9 @@ def _attention(node: Node, a: list[str], up: str, cases: list[dict[str, list[int
     """Scaled dot-product attention: q's, k's and v's gradients by the attention family's kernels
     (sdpa_grad: FlashAttention-2's backward, the scores recomputed, never stored); k's and v's come per
     query head, summed here over each group of query heads that shares one (enable_gqa)."""
+    if attention.attn_mask(node) is not None:
+        raise NoGradient("attention with attn_mask: its gradient kernels do not read a mask yet (is_causal=True's "
+                         "mask they do)")
     out = []
     for arg, wrt in zip(node.args, "qkv"):
         grad = f"sdpa_grad({', '.join(a)}, {up}, wrt={wrt!r}{attention._keywords(node)})"

@@ -20,7 +20,7 @@ import math
 import re
 
 from bot import autodiff, ir, training
-from bot.ops import argreduce, conv, pointwise, sort
+from bot.ops import argreduce, attention, conv, pointwise, sort
 from runner import protocol
 
 MAX_RANK = 5                     # a 3-d convolution's or pooling's [N, C, D, H, W]
@@ -261,7 +261,8 @@ def _check_mask_uses(inputs: list[dict], node: ir.Node) -> None:
                         "bool in every variant (or write the condition as a comparison, e.g. where(x > 0, ...))")
     for sub in node.walk():
         for k, arg in enumerate(sub.args):
-            if arg.op == "input" and arg.name in masks and not pointwise.reads_mask(sub, k, floats):
+            if arg.op == "input" and arg.name in masks and not (pointwise.reads_mask(sub, k, floats)
+                                                                 or attention.reads_mask(sub, k)):
                 raise SpecError(f"{ir.to_text(sub)}: PyTorch refuses the bool mask {arg.name} there, or gives a bool "
                                 "or int64 result, not the float inputs' dtype. A mask stands as where's condition "
                                 f"(where({arg.name}, x, 0.0)), in a comparison, or beside a float tensor in +, *, "

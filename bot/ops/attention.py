@@ -37,7 +37,8 @@ OPS = {SDPA, SDPA_GRAD}
 ROOT = True
 MAX_RANK = 4
 MAX_NUMEL = 2**34                   # the kernel indexes with int64
-SUPPORTED = ("", "scaled_dot_product_attention(q, k, v) with is_causal, scale and enable_gqa")
+SUPPORTED = ("", "scaled_dot_product_attention(q, k, v) with attn_mask (bool or additive), is_causal, scale and "
+             "enable_gqa")
 ALIASES = {"sdpa": SDPA}
 KEYWORDS = {SDPA: {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"},
             SDPA_GRAD: {"wrt", "is_causal", "scale", "enable_gqa"}}
@@ -98,16 +99,28 @@ def convert(c: Call) -> Node | None:
     given = arguments(c, ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"))
     if not {"query", "key", "value"} <= set(given):
         raise IRError("scaled_dot_product_attention takes query, key and value, e.g. F.scaled_dot_product_attention(q, k, v)")
-    if not is_none(given.get("attn_mask")):
-        raise IRError("scaled_dot_product_attention with attn_mask is not read yet; is_causal=True covers the causal "
-                      "mask, or write the masked softmax out: torch.softmax((q @ k.transpose(-2, -1)) * scale + mask, "
-                      "dim=-1) @ v")
     if "dropout_p" in given and number(given["dropout_p"]) != 0:
         raise IRError("scaled_dot_product_attention with dropout_p > 0 is random; a kernel is judged against a "
                       "reference that gives one answer (dropout_p=0.0)")
     scale = None if is_none(given.get("scale")) else number(given["scale"])
     q, k, v = (c.expr(given[n]) for n in ("query", "key", "value"))
-    return call(SDPA, q, k, v, causal=flag(given.get("is_causal")), scale=scale, gqa=flag(given.get("enable_gqa")))
+    mask = [] if is_none(given.get("attn_mask")) else [c.expr(given["attn_mask"])]
+    if mask and flag(given.get("is_causal")):
+        raise IRError("scaled_dot_product_attention with both attn_mask and is_causal=True: torch refuses the pair; "
+                      "give one (a causal attn_mask, or is_causal alone)")
+    return call(SDPA, q, k, v, *mask, causal=flag(given.get("is_causal")), scale=scale,
+                gqa=flag(given.get("enable_gqa")))
+
+
+def attn_mask(node: Node) -> Node | None:
+    """An attention's attn_mask (its fourth argument): bool (False: the key is left out) or added to the
+    scores, broadcast over [batch, heads, L, S]; None where it has none."""
+    return node.args[3] if node.op == SDPA and len(node.args) > 3 else None
+
+
+def reads_mask(node: Node, position: int) -> bool:
+    """Whether argument `position` of node may be a bool mask: an attention's attn_mask."""
+    return node.op == SDPA and position == 3
 
 
 def _grad(c: Call) -> Node:
@@ -124,7 +137,8 @@ def _grad(c: Call) -> Node:
 @prints(SDPA, SDPA_GRAD)
 def _text(node: Node, text) -> str:
     wrt = f", wrt={node.attr('wrt')!r}" if node.op == SDPA_GRAD else ""
-    return f"{node.op}({', '.join(text(a) for a in node.args)}{wrt}{_keywords(node)})"
+    mask = "" if attn_mask(node) is None else f", attn_mask={text(attn_mask(node))}"
+    return f"{node.op}({', '.join(text(a) for a in node.args[:3 if mask else 4])}{mask}{wrt}{_keywords(node)})"
 
 
 def _keywords(node: Node) -> str:
@@ -148,6 +162,7 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
         raise IRError(f"scaled_dot_product_attention: q {q} and k {k} need one head dim E, k and v {v} one key count S")
     lead = _batch(node, q, k, v)
     if node.op == SDPA:
+        _check_mask(node, shapes, lead + [q[-2], k[-2]], v[-1])
         return lead + [q[-2], v[-1]]
     if max(q[-1], v[-1]) > GRAD_MAX_HEAD:
         raise IRError(f"attention's gradient kernels take head dims up to {GRAD_MAX_HEAD}; q's is {q[-1]}, v's {v[-1]}")
@@ -155,6 +170,19 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     if g != lead + [q[-2], v[-1]]:
         raise IRError(f"sdpa_grad: g {g} is not the attention's output shape {lead + [q[-2], v[-1]]}")
     return lead + {"q": q[-2:], "k": k[-2:], "v": v[-2:]}[node.attr("wrt")]
+
+
+def _check_mask(node: Node, shapes: dict[str, list[int]], scores: list[int], ev: int) -> None:
+    """An attn_mask broadcasts over the scores [..., L, S] (as torch broadcasts it), and its value heads
+    fit the flash kernel, which reads it (the wide heads' two kernels do not)."""
+    mask = attn_mask(node)
+    if mask is None:
+        return
+    m = list(shapes[mask.name])
+    if len(m) > len(scores) or any(a not in (1, b) for a, b in zip(m[::-1], scores[::-1])):
+        raise IRError(f"scaled_dot_product_attention: attn_mask {m} does not broadcast over the scores {scores}")
+    if ev > WIDE_EV:
+        raise IRError(f"scaled_dot_product_attention with attn_mask takes value heads up to {WIDE_EV}; v's is {ev}")
 
 
 def _batch(node: Node, q: list[int], k: list[int], v: list[int]) -> list[int]:
@@ -173,7 +201,8 @@ def _batch(node: Node, q: list[int], k: list[int], v: list[int]) -> list[int]:
 
 
 def torch_text(node: Node, a: list[str]) -> str:
-    return f"torch.nn.functional.{SDPA}({', '.join(a)}{_keywords(node)})"
+    mask = f", attn_mask={a[3]}" if attn_mask(node) is not None else ""
+    return f"torch.nn.functional.{SDPA}({', '.join(a[:3])}{mask}{_keywords(node)})"
 
 
 def _no_torch(node: Node, a: list[str]) -> str:
@@ -207,6 +236,13 @@ def _attention_config(e, ev, wide):
     return {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_E": 128, "num_warps": 8, "num_stages": 1}
 
 
+def _mask_strides(m):
+    # An attn_mask's strides over [batch, heads, L, S]; 0 along a dim it broadcasts (size 1).
+    sizes = [1] * (4 - m.dim()) + list(m.shape)
+    strides = [0] * (4 - m.dim()) + list(m.stride())
+    return [s if n != 1 else 0 for n, s in zip(sizes, strides)]
+
+
 def _batch_strides(t, shape):
     # A tensor's (batch, heads) strides over the output's [B, H]; 0 along a dim it broadcasts.
     sizes = [1] * (4 - t.dim()) + list(t.shape)
@@ -226,7 +262,9 @@ class _AttentionKernel(KernelFile):
                    "running maximum and sum per row (online softmax); the scores never reach memory.")
 
     def __init__(self, spec, node, inputs, options):
-        self.q, self.k, self.v = (next(i for i in inputs if i.name == a.name) for a in node.args)
+        self.q, self.k, self.v = (next(i for i in inputs if i.name == a.name) for a in node.args[:3])
+        mask = attn_mask(node)
+        self.mask = None if mask is None else next(i for i in inputs if i.name == mask.name)
         super().__init__(spec, pointwise.triton_body(node.args[0], [self.q]), inputs, [], options)
         self.node = node
 
@@ -235,20 +273,28 @@ class _AttentionKernel(KernelFile):
 
     def source(self) -> str:
         kernels = [self._kernel(), self._scores_kernel(), self._pv_kernel()]
-        return self._file(kernels, [_attention_config, _batch_strides], self._launcher())
+        helpers = [_attention_config, _batch_strides] + [_mask_strides] * (self.mask is not None)
+        return self._file(kernels, helpers, self._launcher())
 
     def _kernel(self) -> str:
-        params = ["q_ptr", "k_ptr", "v_ptr", "out_ptr", "H", "L", "S", "E", "EV", "group", "sqb", "sqh", "skb",
-                  "skh", "svb", "svh", "qk_scale", "CAUSAL: tl.constexpr", "PRECISION: tl.constexpr",
-                  "BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_E: tl.constexpr", "BLOCK_EV: tl.constexpr",
-                  "Q_RESIDENT: tl.constexpr"]
+        params = ["q_ptr", "k_ptr", "v_ptr", "mask_ptr", "out_ptr", "H", "L", "S", "E", "EV", "group", "sqb", "sqh",
+                  "skb", "skh", "svb", "svh", "smb", "smh", "sml", "sms", "qk_scale", "mask_scale",
+                  "CAUSAL: tl.constexpr", "MASK: tl.constexpr", "PRECISION: tl.constexpr", "BLOCK_M: tl.constexpr",
+                  "BLOCK_N: tl.constexpr", "BLOCK_E: tl.constexpr", "BLOCK_EV: tl.constexpr", "Q_RESIDENT: tl.constexpr"]
         code = Code()("pid_m = tl.program_id(0)",
                       "bh = tl.program_id(1).to(tl.int64)")
         _heads(code, "qkv")
         code("out_ptr += bh * L * EV")
-        _online_softmax(code, "Q_RESIDENT")
-        code("out = acc / l_i[:, None]",
-             "tl.store(out_ptr + rows[:, None] * EV + offs_ev[None, :], out.to(out_ptr.dtype.element_ty), "
+        with code.block("if MASK:"):
+            code("# attn_mask: 1 bool (a key left out where False), 2 added to the scores; read through its",
+                 "# strides over [batch, heads, L, S], 0 where it broadcasts",
+                 "mask_ptr += b * smb + h * smh")
+        _online_softmax(code, "Q_RESIDENT", masks=True)
+        code("out = acc / l_i[:, None]")
+        with code.block("if MASK:"):
+            code("# a row whose every key is masked out gives zeros, as torch's attention does",
+                 "out = tl.where(l_i[:, None] > 0.0, out, 0.0)")
+        code("tl.store(out_ptr + rows[:, None] * EV + offs_ev[None, :], out.to(out_ptr.dtype.element_ty), "
              "mask=row_in[:, None] & (offs_ev < EV)[None, :])")
         return jit_source(f"{self.name}_kernel", params, code.lines)
 
@@ -363,8 +409,18 @@ class _AttentionKernel(KernelFile):
                            *options], "            ") + "\n"
                  "        return out\n")
         text += '    grid = (_cdiv(L, config["BLOCK_M"]), full[0] * full[1])\n'
-        args = [q, k, v, "out", *shared, "E", "EV", "group", f"*_batch_strides({q}, full)",
-                f"*_batch_strides({k}, full)", f"*_batch_strides({v}, full)", "qk_scale", *flags,
+        if self.mask is None:
+            mask = [q, "0, 0, 0, 0", "qk_scale", "MASK=0"]
+        else:
+            m = self.mask.local
+            text += (f"    # attn_mask: left out where False (bool), else added to the scores, which the kernel holds\n"
+                     f"    # over the scale (1 / scale: mask_scale)\n"
+                     f"    mask_kind = 1 if {m}.dtype == torch.bool else 2\n"
+                     f"    mask_scale = {'math.sqrt(E)' if scale is None else repr(1.0 / scale)}\n")
+            mask = [m, f"*_mask_strides({m})", "mask_scale", "MASK=mask_kind"]
+        args = [q, k, v, mask[0], "out", *shared, "E", "EV", "group", f"*_batch_strides({q}, full)",
+                f"*_batch_strides({k}, full)", f"*_batch_strides({v}, full)", mask[1], "qk_scale", mask[2], mask[3],
+                *flags,
                 "BLOCK_EV=max(16, 1 << (EV - 1).bit_length())", 'Q_RESIDENT=E <= config["BLOCK_E"]', *options]
         return text + launch(f"{self.name}_kernel", "grid", args, "    ") + "\n    return out\n"
 
@@ -683,13 +739,13 @@ def _ds(code: Code) -> None:
          "ds = p * (dp - delta[:, None])")
 
 
-def _online_softmax(code: Code, resident: str) -> None:
+def _online_softmax(code: Code, resident: str, masks: bool = False) -> None:
     """The flash forward of a program's BLOCK_M query rows: the keys BLOCK_N at a time, each row's
     running maximum m_i and sum l_i (base 2: qk_scale holds log2(e)) and acc = the unnormalized
     p @ v, so that the output is acc / l_i. resident: a constexpr expression, true where the head
     dim fits one BLOCK_E tile, so that q is loaded once for every key tile. The whole key tiles every
     row attends to (under CAUSAL: left of the first row's diagonal) go first, without masks; the
-    last tile and the diagonal's after, masked."""
+    last tile and the diagonal's after, masked. masks: the kernel takes an attn_mask (its MASK)."""
     code("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
          "offs_n = tl.arange(0, BLOCK_N)",
          "offs_ev = tl.arange(0, BLOCK_EV)",
@@ -706,14 +762,15 @@ def _online_softmax(code: Code, resident: str) -> None:
     with code.block("if CAUSAL:"):
         code("unmasked = tl.minimum(unmasked, pid_m * BLOCK_M // BLOCK_N * BLOCK_N)")
     with code.block("for start_n in range(0, unmasked, BLOCK_N):"):
-        _key_tile(code, resident, masked=False)
+        _key_tile(code, resident, masked=False, masks=masks)
     with code.block("for start_n in range(unmasked, hi, BLOCK_N):"):
-        _key_tile(code, resident, masked=True)
+        _key_tile(code, resident, masked=True, masks=masks)
 
 
-def _key_tile(code: Code, resident: str, masked: bool) -> None:
+def _key_tile(code: Code, resident: str, masked: bool, masks: bool) -> None:
     """One step of the online softmax over keys start_n + offs_n; masked: keys past S or (CAUSAL) past
-    a row's diagonal count for nothing. The scale is applied inside the exponent (one FMA a score)."""
+    a row's diagonal count for nothing; masks: the attn_mask's tile applies (under MASK). The scale is
+    applied inside the exponent (one FMA a score)."""
     code("cols = start_n + offs_n",
          "col_in = cols < S")
     cols = "col_in[:, None] & " if masked else ""
@@ -727,8 +784,11 @@ def _key_tile(code: Code, resident: str, masked: bool) -> None:
         code('s = tl.where(keep, s, float("-inf"))')
     code("# base-2 exponentials: qk_scale holds log2(e)",
          "m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)",
-         "alpha = tl.exp2(m_i - m_new)",
-         "p = tl.exp2(s * qk_scale - m_new[:, None])",
+         "m_exp = m_new")
+    if masks:
+        _masked_scores(code)
+    code("alpha = tl.exp2(m_i - m_exp)",
+         "p = tl.exp2(s * qk_scale - m_exp[:, None])",
          "l_i = l_i * alpha + tl.sum(p, 1)",
          f"v = tl.load(v_ptr + cols[:, None] * EV + offs_ev[None, :], mask={cols}(offs_ev < EV)[None, :], other=0.0)",
          "acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)",
@@ -764,6 +824,21 @@ def _scores(code: Code) -> None:
              "k = tl.load(k_ptr + cols[:, None] * E + es[None, :], mask=col_in[:, None] & (es < E)[None, :], "
              "other=0.0)",
              "s = tl.dot(q, tl.trans(k), s, input_precision=PRECISION)")
+
+
+def _masked_scores(code: Code) -> None:
+    """Under MASK: the attn_mask's tile applied to the scores s (a bool one leaves keys out, an additive
+    one is added, over the scale: mask_scale is 1 / scale), m_new taken again, and m_exp, the maximum
+    the exponentials subtract, 0 in a row with no key yet (its scores all -inf: no NaN from -inf - -inf)."""
+    with code.block("if MASK:"):
+        code("mv = tl.load(mask_ptr + rows[:, None] * sml + cols[None, :] * sms, mask=row_in[:, None] & "
+             "col_in[None, :], other=0)")
+        with code.block("if MASK == 1:"):
+            code('s = tl.where(mv != 0, s, float("-inf"))')
+        with code.block("else:"):
+            code("s = s + mv.to(tl.float32) * mask_scale")
+        code("m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)",
+             'm_exp = tl.where(m_new == float("-inf"), 0.0, m_new)')
 
 
 def _kept(code: Code) -> None:

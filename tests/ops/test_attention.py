@@ -61,6 +61,51 @@ def test_attention_matches_torch(tmp_path, expression, shapes):
         torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
 
 
+MASKED = [  # (expression, shapes, the mask's dtype)
+    (f"{SDPA}(q, k, v, attn_mask=m)", {"q": [2, 3, 37, 16], "k": [2, 3, 45, 16], "v": [2, 3, 45, 24], "m": [37, 45]},
+     torch.float32),
+    (f"{SDPA}(q, k, v, attn_mask=m, scale=0.3)", {"q": [2, 3, 37, 16], "k": [2, 3, 45, 16], "v": [2, 3, 45, 24],
+                                                  "m": [2, 1, 37, 45]}, torch.bool),
+    (f"{SDPA}(q, k, v, attn_mask=m, enable_gqa=True)", {"q": [1, 4, 70, 16], "k": [1, 2, 70, 16], "v": [1, 2, 70, 16],
+                                                        "m": [1, 4, 70, 70]}, torch.bool),
+    (f"{SDPA}(q, k, v, attn_mask=m)", {"q": [4, 33, 16], "k": [4, 70, 16], "v": [4, 70, 16], "m": [4, 1, 70]},
+     torch.float16),
+]
+
+
+def masked_args(shapes: dict[str, list[int]], mask_dtype: torch.dtype, device: str = "cpu") -> list[torch.Tensor]:
+    """q, k, v and an attn_mask: a bool one True at seven keys in ten, one row of every head masked out
+    whole (torch gives it zeros); an additive one normal."""
+    g = torch.Generator(device=device).manual_seed(0)
+    args = [torch.randn(shapes[n], generator=g, device=device) for n in "qkv"]
+    if mask_dtype == torch.bool:
+        mask = torch.rand(shapes["m"], generator=g, device=device) < 0.7
+        mask[..., 5 % mask.shape[-2], :] = False
+    else:
+        mask = torch.randn(shapes["m"], generator=g, device=device).to(mask_dtype)
+    return args + [mask]
+
+
+@pytest.mark.parametrize("expression, shapes, mask_dtype", MASKED, ids=[str(c[1]["m"]) for c in MASKED])
+def test_an_attn_mask_is_torchs(tmp_path, expression, shapes, mask_dtype):
+    # bool (False leaves a key out; a row with none left gives zeros) or added to the scores, broadcast
+    # over batch and heads as torch broadcasts it
+    node = ir.parse(expression, as_written=True)
+    dtypes = {n: ["bool"] * 2 if n == "m" and mask_dtype == torch.bool else ["float32", "float16"] for n in shapes}
+    spec = validate({"name": "op", "expression": ir.to_text(node), "inputs": [
+        {"name": n, "dtypes": dtypes[n], "shapes": [shapes[n]]} for n in ir.input_names(node)]})
+    node = parse_expression(spec)
+    kernel = load(tmp_path, "kernel.py", ir.kernel_source(spec, node, {})).op
+    reference = load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)).op
+    args = masked_args(shapes, mask_dtype)
+    wide = [a.double() if a.is_floating_point() else a for a in args]
+    want = eval(f"lambda q, k, v, m: {expression}", {"F": F})(*wide)
+    torch.testing.assert_close(reference(*wide), want)
+    for dtype, tol in ((torch.float32, 1e-5), (torch.float16, 2e-2)):
+        got = kernel(*(a.to(dtype) if a.is_floating_point() else a for a in args))
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("config", [attention.CONFIGS[k] for k in (0, 2, 3, 4, 6)])
 @pytest.mark.parametrize("ev", [33, 257])         # the flash kernel, and the two-kernel path
 def test_every_config_walks_keys_and_head_chunks_alike(tmp_path, config, ev):
@@ -82,7 +127,11 @@ def test_wide_heads_without_keys_or_past_the_workspace_take_the_flash_kernel_in_
 
 
 @pytest.mark.parametrize("expression, shapes, says", [
-    (f"{SDPA}(q, k, v, attn_mask=m)", None, "with attn_mask is not read yet"),
+    (f"{SDPA}(q, k, v, attn_mask=m, is_causal=True)", None, "both attn_mask and is_causal=True"),
+    (f"{SDPA}(q, k, v, attn_mask=m)", {"q": [2, 8, 16], "k": [2, 9, 16], "v": [2, 9, 16], "m": [8, 8]},
+     "attn_mask [8, 8] does not broadcast over the scores [2, 8, 9]"),
+    (f"{SDPA}(q, k, v, attn_mask=m)", {"q": [2, 8, 16], "k": [2, 9, 16], "v": [2, 9, 300], "m": [8, 9]},
+     "with attn_mask takes value heads up to 256"),
     (f"{SDPA}(q, k, v, dropout_p=0.1)", None, "dropout_p > 0 is random"),
     (f"{SDPA}(q, k, v)", {"q": [2, 4, 8, 16], "k": [2, 3, 8, 16], "v": [2, 3, 8, 16]}, "dim 1 of q"),
     (f"{SDPA}(q, k, v)", {"q": [2, 8, 16], "k": [2, 8, 12], "v": [2, 8, 16]}, "need one head dim E"),
@@ -110,6 +159,22 @@ def test_attention_in_words(request_, expression, shapes):
     assert spec["expression"] == expression
     if shapes:
         assert [i["shapes"][0] for i in spec["inputs"]] == shapes
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("expression, shapes, mask_dtype", MASKED, ids=[str(c[1]["m"]) for c in MASKED])
+def test_on_the_gpu_an_attn_mask_is_torchs(tmp_path, dtype, expression, shapes, mask_dtype):
+    node = ir.parse(expression, as_written=True)
+    dtypes = {n: ["bool"] if n == "m" and mask_dtype == torch.bool else [dtype] for n in shapes}
+    spec = validate({"name": "op", "expression": ir.to_text(node), "inputs": [
+        {"name": n, "dtypes": dtypes[n], "shapes": [shapes[n]]} for n in ir.input_names(node)]})
+    kernel = load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})).op
+    args = masked_args(shapes, mask_dtype, "cuda")
+    want = eval(f"lambda q, k, v, m: {expression}", {"F": F})(*(a.double() if a.is_floating_point() else a for a in args))
+    got = kernel(*(a.to(getattr(torch, dtype)) if a.is_floating_point() else a for a in args))
+    tol = {"float16": 2e-2, "bfloat16": 6e-2, "float32": 1e-5}[dtype]
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
 
 
 @pytest.mark.gpu
