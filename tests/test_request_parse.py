@@ -379,7 +379,8 @@ def test_input_domains_follow_the_expression(text, domains):
 @pytest.mark.parametrize("text, feedback", [
     ("cumsum(x * m, dim=1) for 8x16 where m is a bool tensor", ()), ("x * m, m: bool", ()),
     ("x * m with a boolean mask m", ()), ("relu(x) * m (m 是布尔掩码)", ()), ("x * m", ["m is bool"]),
-    ("where(m, x, 0.0)", ()), ("masked_fill(x, m, 0.0)", ()),
+    ("where(m, x, 0.0)", ()), ("masked_fill(x, m, 0.0)", ()), ("x * m with x 64x64, m 64x64 bool", ()),
+    ("x * m with x 64x64 and m 64 boolean mask", ()),
 ])
 def test_an_input_said_bool_or_standing_as_where_s_condition_is_a_mask(text, feedback):
     spec, _ = parse_request(text, feedback)

@@ -257,8 +257,10 @@ def said_vector(n: str, text: str) -> bool:
 
 
 def mask_phrase(n: str) -> str:
-    """'m is a bool tensor', 'mask: bool', 'boolean mask m', 'm 是布尔掩码'."""
+    """'m is a bool tensor', 'mask: bool', 'boolean mask m', 'm 64x64 bool' (its shape read apart: here
+    the shape or the ';' the shape reader leaves), 'm 是布尔掩码'."""
     return (rf"\b{n}\b\s*(?:[:=(]|\b(?:is|as)\b)?\s*(?:an?\s+)?(?:torch\.)?bool(?:ean)?\b(?:\s+(?:mask|tensor))?\)?|"
+            rf"(?<=\b{n}\b)(\s*(?:;|\d+(?:\s*[x×]\s*\d+)*)\s*,?\s*)(?:torch\.)?bool(?:ean)?\b(?:\s+(?:mask|tensor))?|"
             rf"\b(?:an?\s+)?(?:torch\.)?bool(?:ean)?\s+(?:(?:mask|tensor)\s+)?{n}\b|"
             rf"\b{n}\s*(?:是)?(?:一个)?布尔(?:掩码|张量)?|布尔(?:掩码|张量)\s*{n}\b")
 
