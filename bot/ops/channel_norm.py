@@ -204,18 +204,22 @@ def _eval_batch_norm(node: Node, x: str, t: dict[str, str], lines: list[str]) ->
     at least as F.batch_norm does, so both give the same values."""
     eps = fmt_const(node.attr("eps"))
     stats = [t[k] for k in ("running_mean", "running_var")]
-    lines += [f"if not ({stats[0]}.requires_grad or {stats[1]}.requires_grad):",
-              f"    return torch.nn.functional.batch_norm({x}, {stats[0]}, {stats[1]}, {t.get('weight', 'None')}, "
-              f"{t.get('bias', 'None')}, training=False, eps={eps})",
-              f"wide = torch.promote_types({x}.dtype, torch.float32)",
-              f"per_channel = [-1] + [1] * ({x}.dim() - 2)     # a [C] tensor against [N, C, ...]"]
+    # the normalized value, a name of its own (what the expression does with it follows)
+    out = f"_batch_normed_{len(lines)}"
     per_channel = {k: f"{v}.to(wide).view(per_channel)" for k, v in t.items()}
     result = f"({x}.to(wide) - {per_channel['running_mean']}) * torch.rsqrt({per_channel['running_var']} + {eps})"
     if "weight" in t:
         result += f" * {per_channel['weight']}"
     if "bias" in t:
         result += f" + {per_channel['bias']}"
-    return f"({result}).to({x}.dtype)"
+    lines += [f"if not ({stats[0]}.requires_grad or {stats[1]}.requires_grad):",
+              f"    {out} = torch.nn.functional.batch_norm({x}, {stats[0]}, {stats[1]}, {t.get('weight', 'None')}, "
+              f"{t.get('bias', 'None')}, training=False, eps={eps})",
+              "else:",
+              f"    wide = torch.promote_types({x}.dtype, torch.float32)",
+              f"    per_channel = [-1] + [1] * ({x}.dim() - 2)     # a [C] tensor against [N, C, ...]",
+              f"    {out} = ({result}).to({x}.dtype)"]
+    return out
 
 
 def _call(node: Node, x: str, t: dict[str, str]) -> str:

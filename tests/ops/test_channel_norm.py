@@ -84,6 +84,20 @@ def test_every_norm_matches_torch(tmp_path, expression, shapes, torch_call):
             assert bool((err <= atol + rtol * want.abs()).all()), f"{dtype} {config}: max err {err.max():.3g}"
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_an_eval_batch_norm_inside_an_expression_keeps_what_follows_it(tmp_path, grad):
+    # its reference wrote an early return of the norm itself, so relu(...) * 2.0 was lost after it
+    expression = "relu(batch_norm(x, m, v, w, b, training=False, eps=1e-05)) * 2.0 + batch_norm(x, v, v, None, None, " \
+                 "training=False, eps=0.001)"
+    spec = validate(raw_spec(expression, {"x": [2, 3, 5], "m": [3], "v": [3], "w": [3], "b": [3]}))
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, parse_expression(spec))),
+                        "norm_op")
+    t = {n: v.double().requires_grad_(grad and n in "mv") for n, v in tensors_for(spec).items()}
+    want = torch.relu(F.batch_norm(t["x"], t["m"].detach(), t["v"].detach(), t["w"], t["b"])) * 2.0 + \
+        F.batch_norm(t["x"], t["v"].detach(), t["v"].detach(), eps=1e-3)
+    torch.testing.assert_close(reference(*t.values()), want)
+
+
 @pytest.mark.parametrize("expression, shapes, says", [
     ("group_norm(x, 4, None, None, eps=1e-05)", {"x": [2, 6, 5]}, "4 groups do not divide the 6 channels"),
     ("batch_norm(x, None, None, w, None, training=True, eps=1e-05)", {"x": [2, 3, 5], "w": [4]},
