@@ -679,19 +679,50 @@ def test_a_padding_of_other_values_is_a_kernel_before_the_convolution(pad, writt
 
 
 @pytest.mark.parametrize("init, call", [
-    ("self.n = nn.BatchNorm2d(8)\n        self.n.eval()", "self.n.eval()"),
-    ("self.n = nn.BatchNorm2d(8)\n        self.eval()", "self.eval()"),
+    ("self.n = nn.BatchNorm2d(8)\n        self.n.train(mode=flag)", "self.n.train(mode=flag)"),
+    ("self.n = nn.BatchNorm2d(8)\n        self.m = Block()\n        self.m.eval()", "self.m.eval()"),
+    ("self.n = nn.BatchNorm2d(8)\n        self.m = Block()\n        self.eval()", "self.eval()"),
     ("self.n = nn.BatchNorm2d(8)\n        self.half()", "self.half()"),
     ("self.n = nn.BatchNorm2d(8)\n        self._freeze()\n\n    def _freeze(self):\n"
      "        for m in self.modules():\n            if isinstance(m, nn.BatchNorm2d):\n                m.eval()", "m.eval()"),
 ])
 def test_a_module_whose_init_changes_how_it_runs_is_refused_naming_the_call(init, call):
-    # read as torch builds it (training mode: batch statistics), the kernel would solve another problem
-    text = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+    # a mode not written as a constant, a dtype, a loop over self.modules(), a module class of the paste
+    # (Block: its own layers not reached): read as torch builds it, the kernel would solve another problem
+    text = ("import torch\nimport torch.nn as nn\n\nflag = bool(0.5)\n\nclass Block(nn.Module):\n"
+            "    def __init__(self):\n        super().__init__()\n        self.d = nn.Dropout(0.1)\n\n"
+            "    def forward(self, x):\n        return self.d(x)\n\n"
+            "class Model(nn.Module):\n    def __init__(self):\n"
             f"        super().__init__()\n        {init}\n\n    def forward(self, x):\n        return self.n(x)\n\n"
             "def get_inputs():\n    return [torch.randn(2, 8, 6, 5)]\n")
     said = error(text)
     assert call in said and "changes its" in said
+
+
+@pytest.mark.parametrize("init, forward, expression", [
+    ("self.n = nn.BatchNorm2d(8)\n        self.n.eval()", "self.n(x)",
+     "batch_norm(x, n_running_mean, n_running_var, n_weight, n_bias, training=False, eps=1e-05)"),
+    ("self.n = nn.BatchNorm2d(8, affine=False)\n        self.d = nn.Dropout(0.2)\n        self.eval()",
+     "self.d(self.n(x))", "batch_norm(x, n_running_mean, n_running_var, None, None, training=False, eps=1e-05)"),
+    ("self.s = nn.Sequential(nn.BatchNorm2d(8), nn.Dropout(0.2))\n        self.s.train(False)", "self.s(x)",
+     "batch_norm(x, s_0_running_mean, s_0_running_var, s_0_weight, s_0_bias, training=False, eps=1e-05)"),
+    ("self.n = nn.BatchNorm2d(8, track_running_stats=False)\n        self.n.eval()", "self.n(x)",
+     "batch_norm(x, None, None, n_weight, n_bias, training=True, eps=1e-05)"),
+    ("self.r = nn.RReLU(0.1, 0.3)\n        self.eval()", "self.r(x)", "rrelu(x, lower=0.1, upper=0.3, training=False)"),
+    ("self.n = nn.BatchNorm2d(8)\n        self.eval()\n        self.m = nn.BatchNorm2d(8)", "self.m(self.n(x))",
+     "batch_norm(batch_norm(x, n_running_mean, n_running_var, n_weight, n_bias, training=False, eps=1e-05), "
+     "None, None, m_weight, m_bias, training=True, eps=1e-05)"),
+])
+def test_eval_mode_set_in_init_is_read_as_torch_runs_it(init, forward, expression):
+    # eval() / train(False) on the module or a layer: batch norm over its running statistics (buffers the
+    # judge draws, the variance positive, and binds), dropout its input; a layer made after stays in training
+    text = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+            f"        super().__init__()\n        {init}\n\n    def forward(self, x):\n        return {forward}\n\n"
+            "def get_inputs():\n    return [torch.randn(2, 8, 6, 5)]\n")
+    spec, _ = parse_request(text)
+    assert ir.parse(spec["expression"]) == ir.parse(expression)
+    stats = {i["parameter"]: i["domain"] for i in spec["inputs"] if "running" in (i.get("parameter") or "")}
+    assert all(domain == ("positive" if path.endswith("var") else "normal") for path, domain in stats.items())
 
 
 def test_train_mode_kept_and_grad_flags_in_init_are_read_past():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import re
 
 from bot.generators.interface import GenerationError
@@ -133,6 +134,8 @@ class _Run:
             if isinstance(stmt, ast.FunctionDef):     # a helper defined in __init__ (def conv_bn(...))
                 local[stmt.name] = stmt
                 continue
+            if self.mode(stmt):
+                continue
             _refuse_run_changes(stmt)
             # a helper method called for what it sets (self._make_layers()): its statements read too
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
@@ -167,6 +170,24 @@ class _Run:
                 local[target.id] = made
                 return True
         return False
+
+    def mode(self, stmt: ast.stmt) -> bool:
+        """self.eval(), self.<layer>.eval(), .train(False) or .train(): the layers set so far (or that
+        one) in that mode from here on, as torch sets it (a batch norm's running statistics, dropout
+        off). False where not such a call, or where it reaches a module class the paste defines (then
+        refused, as before)."""
+        call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+        if call is None or not isinstance(call.func, ast.Attribute) or call.func.attr not in _MODE:
+            return False
+        training, receiver = _training(call), ast.unparse(call.func.value)
+        names = list(self.attrs) if receiver == "self" else [receiver[5:]] if receiver[:5] == "self." else []
+        if training is None or not names or not all(n in self.attrs for n in names):
+            return False
+        moded = {n: _in_mode(self.attrs[n], training) for n in names}
+        if any(m is None for m in moded.values()):
+            return False
+        self.attrs.update(moded)
+        return True
 
     def buffer(self, stmt: ast.stmt, local: dict) -> bool:
         """self.register_buffer('name', tensor): a tensor the module holds, as a parameter is (the judge
@@ -235,6 +256,25 @@ class _Known(ast.NodeTransformer):
             self.local[name] = value
             return ast.copy_location(ast.Name(name, ast.Load()), n)
         return n
+
+
+def _training(call: ast.Call) -> bool | None:
+    """The mode eval() or train(mode) sets: False, True, or None where mode is not written as a constant."""
+    if call.func.attr == "eval":
+        return False if not call.args and not call.keywords else None
+    given = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "mode"), ast.Constant(True))
+    return given.value if isinstance(given, ast.Constant) and isinstance(given.value, bool) else None
+
+
+def _in_mode(value, training: bool):
+    """value with its layers in the mode (a Sub's flag; a Sequential's layers each); None for a module
+    class the paste defines (its own layers not reached here); other values as they are."""
+    if isinstance(value, Sub):
+        return dataclasses.replace(value, training=training)
+    if isinstance(value, Seq):
+        layers = [_in_mode(layer, training) for layer in value.layers]
+        return None if any(layer is None for layer in layers) else dataclasses.replace(value, layers=tuple(layers))
+    return None if isinstance(value, Nested) else value
 
 
 def _refuse_run_changes(stmt: ast.stmt) -> None:

@@ -17,11 +17,13 @@ from bot.request.pasted_constants import literal
 
 @dataclass(frozen=True)
 class Sub:
-    """A submodule set in __init__: its nn class and constructor arguments (constants)."""
+    """A submodule set in __init__: its nn class and constructor arguments (constants), and its mode
+    (False once __init__ calls its eval() or train(False): batch norm's running statistics, dropout off)."""
     cls: str
     args: tuple
     kwargs: dict
     line: int
+    training: bool = True
 
 
 @dataclass(frozen=True)
@@ -116,11 +118,14 @@ def functional(sub: Sub, attr: str, args: list[ast.expr], keywords: list[ast.key
     (self.<attr>'s; name_of gives each path, 'fc.weight', its input name)."""
     if sub.cls in _LAYERS:
         return _LAYERS[sub.cls](sub, attr, args, keywords, line, name_of)
+    if sub.cls == "RReLU" and not sub.training:       # eval mode: the mean of its slopes, not random
+        kw = [ast.keyword(k, literal(v, ast.Constant(0))) for k, v in _options(sub, ("lower", "upper")).items()]
+        return ast.Call(_path("F.rrelu"), args, [*kw, ast.keyword("training", ast.Constant(False))]), []
     if sub.cls not in _FUNCTIONAL:
         raise GenerationError(f"line {line}: nn.{sub.cls} (set on line {sub.line}) is {_what(sub.cls)}, which the "
                               "offline generator does not lower")
     path, params = _FUNCTIONAL[sub.cls]
-    if not path:
+    if not path or not sub.training and path == "F.dropout":      # dropout in eval mode is its input
         return args[0], []
     if _in_place(sub, params):          # its tensor changed in place: the function reader follows that
         keywords = [*keywords, ast.keyword("inplace", ast.Constant(True))]
@@ -256,10 +261,20 @@ def _channel_norm(sub: Sub, attr: str, args: list[ast.expr], keywords: list, lin
     w, b = _names([weight, bias])
     if group:
         call = ast.Call(_path("F.group_norm"), [args[0], literal(o["num_groups"], ast.Constant(0)), w, b], [eps])
+    elif sub.cls.startswith("Batch") and not sub.training and o.get("track_running_stats", True):
+        # eval mode: the running statistics, buffers the judge draws (the variance positive) and binds
+        stats = [_param(attr, leaf, [channels], name_of) for leaf in ("running_mean", "running_var")]
+        call = ast.Call(_path("F.batch_norm"), [args[0], *_names(stats), w, b],
+                        [ast.keyword("training", ast.Constant(False)), eps])
+        return call, [p for p in (*stats, weight, bias) if p]
     elif sub.cls.startswith("Batch"):
         call = ast.Call(_path("F.batch_norm"), [args[0], ast.Constant(None), ast.Constant(None), w, b],
                         [ast.keyword("training", ast.Constant(True)), eps])
     else:
+        if not sub.training and o.get("track_running_stats"):
+            raise GenerationError(f"line {line}: nn.{sub.cls} with track_running_stats=True in eval mode (set on "
+                                  f"line {sub.line}) normalizes by running statistics, which is not read; "
+                                  "track_running_stats=False or training mode is")
         call = ast.Call(_path("F.instance_norm"), [args[0]], [ast.keyword("weight", w), ast.keyword("bias", b), eps])
     return call, [p for p in (weight, bias) if p]
 
