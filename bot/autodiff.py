@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from bot import ir
-from bot.ops import attention, channel_norm, conv
+from bot.ops import attention, channel_norm, conv, loss
 from bot.ops.node import Node, to_text
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -653,10 +653,9 @@ def _cross_entropy(node: Node, a: list[str], up: str):
     """The logits' gradient, softmax less the target's one-hot, times the loss's gradient (a kernel of the
     loss family, bot.ops.loss); the class indices and the class weights get none."""
     smoothing = f", label_smoothing={node.attr('smoothing')!r}" if node.attr("smoothing") else ""
-    ignore = f", ignore_index={node.attr('ignore_index')}" if node.attr("ignore_index") is not None else ""
     weight = f", weight={a[2]}" if len(a) > 2 else ""
     return [(node.args[0], f"cross_entropy_grad({a[0]}, {a[1]}, {up}, reduction={node.attr('reduction')!r}{smoothing}"
-                           f"{ignore}{weight})")]
+                           f"{loss.ignore_keyword(node)}{weight})")]
 
 
 def _nll(node: Node, a: list[str], up: str):

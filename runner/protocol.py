@@ -141,14 +141,17 @@ def cases(spec: dict) -> list[Case]:
 def float_inputs(spec: dict) -> list[dict]:
     """The spec's inputs that hold float values (not class indices, not masks), in order: the output
     takes their dtype."""
-    return [i for i in spec["inputs"] if i.get("domain", "normal") not in NOT_FLOAT_DOMAINS]
+    return [i for i in spec["inputs"] if _holds_floats(i)]
 
 
 def grad_indices(spec: dict) -> list[int]:
     """The positions of the inputs a training kernel's backward gives gradients for: the float ones
     but those the spec marks "grad": false (class weights, which torch differentiates nowhere)."""
-    return [k for k, i in enumerate(spec["inputs"])
-            if i.get("domain", "normal") not in NOT_FLOAT_DOMAINS and i.get("grad", True)]
+    return [k for k, i in enumerate(spec["inputs"]) if _holds_floats(i) and i.get("grad", True)]
+
+
+def _holds_floats(inp: dict) -> bool:
+    return inp.get("domain", "normal") not in NOT_FLOAT_DOMAINS
 
 
 def dtype_variants(spec: dict) -> list[dict[str, str]]:

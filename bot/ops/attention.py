@@ -236,18 +236,12 @@ def _attention_config(e, ev, wide):
     return {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_E": 128, "num_warps": 8, "num_stages": 1}
 
 
-def _mask_strides(m):
-    # An attn_mask's strides over [batch, heads, L, S]; 0 along a dim it broadcasts (size 1).
-    sizes = [1] * (4 - m.dim()) + list(m.shape)
-    strides = [0] * (4 - m.dim()) + list(m.stride())
-    return [s if n != 1 else 0 for n, s in zip(sizes, strides)]
-
-
 def _batch_strides(t, shape):
-    # A tensor's (batch, heads) strides over the output's [B, H]; 0 along a dim it broadcasts.
+    # A tensor's strides over the leading dims `shape` of [B, H, L, S] (the output's [B, H], or all four
+    # for an attn_mask over the scores); 0 along a dim it broadcasts.
     sizes = [1] * (4 - t.dim()) + list(t.shape)
     strides = [0] * (4 - t.dim()) + list(t.stride())
-    return [s if n != 1 or m == 1 else 0 for n, m, s in zip(sizes[:2], shape[:2], strides[:2])]
+    return [s if n != 1 or m == 1 else 0 for n, m, s in zip(sizes, shape, strides)]
 
 
 # ---------------------------------------------------------------- kernel.py
@@ -273,8 +267,7 @@ class _AttentionKernel(KernelFile):
 
     def source(self) -> str:
         kernels = [self._kernel(), self._scores_kernel(), self._pv_kernel()]
-        helpers = [_attention_config, _batch_strides] + [_mask_strides] * (self.mask is not None)
-        return self._file(kernels, helpers, self._launcher())
+        return self._file(kernels, [_attention_config, _batch_strides], self._launcher())
 
     def _kernel(self) -> str:
         params = ["q_ptr", "k_ptr", "v_ptr", "mask_ptr", "out_ptr", "H", "L", "S", "E", "EV", "group", "sqb", "sqh",
@@ -417,7 +410,7 @@ class _AttentionKernel(KernelFile):
                      f"    # over the scale (1 / scale: mask_scale)\n"
                      f"    mask_kind = 1 if {m}.dtype == torch.bool else 2\n"
                      f"    mask_scale = {'math.sqrt(E)' if scale is None else repr(1.0 / scale)}\n")
-            mask = [m, f"*_mask_strides({m})", "mask_scale", "MASK=mask_kind"]
+            mask = [m, f"*_batch_strides({m}, [*full, L, S])", "mask_scale", "MASK=mask_kind"]
         args = [q, k, v, mask[0], "out", *shared, "E", "EV", "group", f"*_batch_strides({q}, full)",
                 f"*_batch_strides({k}, full)", f"*_batch_strides({v}, full)", mask[1], "qk_scale", mask[2], mask[3],
                 *flags,
@@ -782,11 +775,15 @@ def _key_tile(code: Code, resident: str, masked: bool, masks: bool) -> None:
     if masked:
         _kept(code)
         code('s = tl.where(keep, s, float("-inf"))')
+    if masks:
+        _masked_scores(code)
     code("# base-2 exponentials: qk_scale holds log2(e)",
          "m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)",
          "m_exp = m_new")
     if masks:
-        _masked_scores(code)
+        with code.block("if MASK:"):
+            code("# a row with no key yet (its scores all -inf): 0 subtracted, no NaN from -inf - -inf",
+                 'm_exp = tl.where(m_new == float("-inf"), 0.0, m_new)')
     code("alpha = tl.exp2(m_i - m_exp)",
          "p = tl.exp2(s * qk_scale - m_exp[:, None])",
          "l_i = l_i * alpha + tl.sum(p, 1)",
@@ -827,9 +824,8 @@ def _scores(code: Code) -> None:
 
 
 def _masked_scores(code: Code) -> None:
-    """Under MASK: the attn_mask's tile applied to the scores s (a bool one leaves keys out, an additive
-    one is added, over the scale: mask_scale is 1 / scale), m_new taken again, and m_exp, the maximum
-    the exponentials subtract, 0 in a row with no key yet (its scores all -inf: no NaN from -inf - -inf)."""
+    """Under MASK: the attn_mask's tile applied to the scores s, before their row maximum: a bool one
+    leaves keys out, an additive one is added over the scale (mask_scale is 1 / scale)."""
     with code.block("if MASK:"):
         code("mv = tl.load(mask_ptr + rows[:, None] * sml + cols[None, :] * sms, mask=row_in[:, None] & "
              "col_in[None, :], other=0)")
@@ -837,8 +833,6 @@ def _masked_scores(code: Code) -> None:
             code('s = tl.where(mv != 0, s, float("-inf"))')
         with code.block("else:"):
             code("s = s + mv.to(tl.float32) * mask_scale")
-        code("m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)",
-             'm_exp = tl.where(m_new == float("-inf"), 0.0, m_new)')
 
 
 def _kept(code: Code) -> None:

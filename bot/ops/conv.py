@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from bot.codegen import fixed
-from bot.codegen.code import jit_source, launch
+from bot.codegen.code import indented, jit_source, launch
 from bot.codegen.kernel_file import KernelFile, KernelInput, _as_3d, _expanded_strides
 from bot.ops import pointwise
 from bot.ops.entry import Entry
@@ -504,10 +504,6 @@ _CHANNEL_STEP = [
 ]
 
 
-def _indented(lines: list[str], spaces: int) -> list[str]:
-    return [" " * spaces + line for line in lines]
-
-
 def kernel_source(spec: dict, node: Node, options: dict | None = None) -> str:
     """kernel.py for a tree holding one convolution inside a pointwise epilogue."""
     return _ConvKernel.render(spec, node, options)
@@ -627,19 +623,20 @@ class _ConvKernel(KernelFile):
             "    for step in range(0, TAPS * CHANNEL_STEPS):",
             "        tap = step // CHANNEL_STEPS",
             "        c0 = (step % CHANNEL_STEPS) * BLOCK_K",
-            *_indented(_TAP + _TAP_ROWS + _CHANNEL_STEP, 8),
+            *indented(_TAP + _TAP_ROWS + _CHANNEL_STEP, 2),
             "elif DOT and TAP_OUTER:",
             "    # A 1x1 convolution, or a strided transposed one's phase: tap by tap (skipping the taps that",
             "    # miss the phase), BLOCK_K input channels a step.",
             "    for tap in range(0, TAPS):",
-            *_indented(_TAP, 8),
+            *indented(_TAP, 2),
             "        lands = True",
-            "        if TRANSPOSED:",
-            "            lands = ((rd + PD - kd * DD) % SD == 0) & ((rh + PH - kh * DH) % SH == 0) & ((rw + PW - kw * DW) % SW == 0)",
+            "        if TRANSPOSED:       # this tap reaches this phase's outputs only where the stride lands",
+            "            lands = ((rd + PD - kd * DD) % SD == 0) & ((rh + PH - kh * DH) % SH == 0) & "
+            "((rw + PW - kw * DW) % SW == 0)",
             "        if lands:",
-            *_indented(_TAP_ROWS, 12),
+            *indented(_TAP_ROWS, 3),
             "            for c0 in range(0, CIN_G, BLOCK_K):",
-            *_indented(_CHANNEL_STEP, 16),
+            *indented(_CHANNEL_STEP, 4),
             "elif DOT:",
             "    # Few input channels a group: K = (channel, tap) flattened, BLOCK_K of them a step.",
             "    for k0 in range(0, K, BLOCK_K):",

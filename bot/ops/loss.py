@@ -100,7 +100,8 @@ TRIPLET = "triplet_margin_loss"
 HINGE, COSINE_LOSS, COSINE = "hinge loss", "cosine similarity loss", "cosine similarity"
 # torch's positional order of cross_entropy's and nll_loss's arguments
 _CLASS_ORDER = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
-KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]), CE_GRAD: {"reduction", "label_smoothing", "ignore_index", "weight"},
+KEYWORDS = {CE_OP: set(_CLASS_ORDER), NLL: set(_CLASS_ORDER[:-1]),
+            CE_GRAD: {"reduction", "label_smoothing", "ignore_index", "weight"},
             **{name: set(order) for name, (order, _, _) in FORMULAS.items()}}
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []                    # read apart, before the generic reader: CLASS_LOSS, cross_entropy_words
@@ -456,12 +457,12 @@ def _print(node: Node, text) -> str:
     reduction = node.attr("reduction")
     smoothing = f", label_smoothing={fmt_num(node.attr('smoothing'))}" if node.attr("smoothing") else ""
     weight = class_weight(node)
-    core = node.args[:3 if node.op == CE_GRAD else 2]
+    core = node.args[:len(node.args) - (weight is not None)]      # the weights printed by keyword
     return f"{node.op}({', '.join(text(a) for a in core)}" + ("" if weight is None else f", weight={text(weight)}") + (
-        "" if reduction == "mean" else f", reduction={reduction!r}") + f"{smoothing}{_ignore_kw(node)})"
+        "" if reduction == "mean" else f", reduction={reduction!r}") + f"{smoothing}{ignore_keyword(node)})"
 
 
-def _ignore_kw(node: Node) -> str:
+def ignore_keyword(node: Node) -> str:
     """', ignore_index=N' where the node ignores other than torch's default."""
     return f", ignore_index={ignored(node)}" if ignored(node) != IGNORE_INDEX else ""
 
@@ -531,11 +532,11 @@ def torch_result(node: Node, names: dict[str, str], body: str, lines: list[str])
         return _gradient_result(body, target, names[node.args[2].name], weight, node, lines)
     weight = "" if class_weight(node) is None else f", weight={names[class_weight(node).name]}"
     if node.op == NLL:
-        return f"torch.nn.functional.nll_loss({body}, {target}{weight}, reduction={reduction!r}{_ignore_kw(node)})"
+        return f"torch.nn.functional.nll_loss({body}, {target}{weight}, reduction={reduction!r}{ignore_keyword(node)})"
     # Classes are the last dim (torch's own cross_entropy takes them at dim 1): rows flattened.
     smoothing = f", label_smoothing={node.attr('smoothing')!r}" if node.attr("smoothing") else ""
     loss = (f"torch.nn.functional.cross_entropy({body}.flatten(0, -2), {target}.flatten(){weight}, "
-            f"reduction={reduction!r}{smoothing}{_ignore_kw(node)})")
+            f"reduction={reduction!r}{smoothing}{ignore_keyword(node)})")
     return f"{loss}.reshape({target}.shape)" if reduction == "none" else loss
 
 
@@ -739,7 +740,8 @@ class _CrossEntropyKernel(_ClassRowsFile):
                 *(f"{i.local} = tl.load({i.local}_ptr + rows * V + {t}, mask=pick, other=0.0).to(tl.float32)"
                   for i in self.body_inputs),
                 f"picked = tl.sum(tl.where(pick, {self.body_call()}, 0.0), axis=1)",
-                f"loss = tl.where({t} == {self.targets.ignore}, 0.0, {self.targets.weighted(f'(row_max + tl.log(row_sum) - ({picked}))[:, None]', 'pick')})",
+                f"loss = tl.where({t} == {self.targets.ignore}, 0.0, "
+                f"{self.targets.weighted(f'(row_max + tl.log(row_sum) - ({picked}))[:, None]', 'pick')})",
                 "tl.store(dst_ptr + rows, loss.to(dst_ptr.dtype.element_ty), mask=rows < R)"]
 
     def _looped(self, head: list[str], loop: str, tile: list[str], after: list[str]) -> list[str]:
