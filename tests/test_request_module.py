@@ -806,3 +806,14 @@ def test_a_view_updated_in_place_is_refused_while_its_base_is_read_after():
     said = error("def f(x, y):\n    z = x * 2\n    h = z.view(-1, 16)\n    h += 1\n    h.mul_(2)\n    return z * y\n"
                  "for x 16x16 and y 16x16")
     assert "while z shares its memory" in said
+
+
+@pytest.mark.parametrize("made, shapes", [
+    ("[torch.randn(2, 33, 16) for _ in range(3)]", [[2, 33, 16]] * 3),
+    ("[torch.randn(n, 8) for n in (4, 1, 4)]", [[4, 8], [1, 8], [4, 8]]),
+])
+def test_get_inputs_may_return_a_list_comprehension(made, shapes):
+    code = module("", "a, b, c):\n        return a + b * c").replace("    return [torch.rand(4, 8)]",
+                                                                    f"    return {made}")
+    spec, _ = parse_request(fenced("import torch\nimport torch.nn as nn\n\n" + code))
+    assert [i["shapes"] for i in spec["inputs"]] == [[s] for s in shapes]

@@ -20,7 +20,7 @@ from bot.generators.interface import GenerationError
 from bot.request.pasted_constants import NotConstant, Opaque, assigned, const, literal, refuse_constant, returned_constant
 from bot.request.pasted_inputs import made_shape, made_tensor
 from bot.request.pasted_layers import Learned, Nested, Seq, Sub
-from bot.request.pasted_loops import MAX_STATEMENTS, expanded, unrolled
+from bot.request.pasted_loops import MAX_STATEMENTS, comprehended, expanded
 
 MAX_DEPTH = 32          # nested module classes and helper methods, one inside another
 # nn.Module methods that change how a built module runs: its mode (batch norm's statistics, dropout)
@@ -372,16 +372,11 @@ def _listed(e: ast.expr, env: dict, line: int, run: _Run) -> list | None:
         return [_attribute(x, env, line, run) for x in e.elts]
     if isinstance(e, ast.Name) and isinstance(env.get(e.id), list):
         return list(env[e.id])
-    if isinstance(e, ast.ListComp) and len(e.generators) == 1 and not e.generators[0].ifs:
-        gen, out = e.generators[0], []
-        loop = ast.For(gen.target, gen.iter, [ast.Expr(e.elt)], [], lineno=line)
-        try:
-            for stmt in unrolled([loop], lambda x: const(x, env), lambda x: None):
-                out.append(_attribute(stmt.value, env, line, run))
-        except GenerationError:
-            return None
-        return out
-    return None
+    try:
+        made = comprehended(e, lambda x: const(x, env), lambda x: None)
+        return None if made is None else [_attribute(x, env, line, run) for x in made]
+    except GenerationError:
+        return None
 
 
 def _is_super_init(stmt: ast.stmt) -> bool:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from bot.generators.interface import GenerationError
 from bot.request.pasted_constants import (MASK_CALLS, TORCH_DTYPES, Dtype, NotConstant, assigned, bind, const,
                                           refuse_constant)
+from bot.request.pasted_loops import comprehended
 
 _MAKERS = {"rand", "randn", "ones", "zeros", "empty", "full", "randint"}
 _LIKE = {"rand_like", "randn_like", "ones_like", "zeros_like", "empty_like", "full_like", "randint_like"}
@@ -26,8 +27,8 @@ def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dic
     local = dict(env)
     made: list[ast.expr] | None = None
     for stmt in fn.body:
-        if isinstance(stmt, ast.Return) and isinstance(stmt.value, (ast.List, ast.Tuple)):
-            made = list(stmt.value.elts)
+        if isinstance(stmt, ast.Return):
+            made = _returned(stmt.value, local)
             break
         target, value = assigned(stmt)
         value = value and _sized(value, local)          # n = x.shape[0]: a size, no tensor
@@ -50,6 +51,13 @@ def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dic
         raise GenerationError(f"get_inputs makes tensors of {' and '.join(sorted(floats))}; the offline kernels take "
                               "one float dtype for every input")
     return {n: shape for n, (shape, _) in read.items()}, {n: dtype for n, (_, dtype) in read.items()}
+
+
+def _returned(value: ast.expr | None, local: dict) -> list[ast.expr] | None:
+    # [x, y], (x, y), or [torch.randn(n) for _ in range(3)]: one tensor each
+    if isinstance(value, (ast.List, ast.Tuple)):
+        return list(value.elts)
+    return value and comprehended(value, lambda e: const(e, local), lambda e: None)
 
 
 def made_shape(expr: ast.expr, env: dict, name: str) -> list[int]:

@@ -98,6 +98,17 @@ def items(it: ast.expr, value: Value, modules: Modules) -> list[ast.expr]:
                           "nn.Sequential); a kernel's loops must be known when it is written")
 
 
+def comprehended(e: ast.expr, value: Value, modules: Modules) -> list[ast.expr] | None:
+    """A list comprehension of one `for` and no `if` ([torch.randn(n) for _ in range(3)]) as its items,
+    the loop variable written into each; None for any other expression."""
+    if not (isinstance(e, ast.ListComp) and len(e.generators) == 1 and not e.generators[0].ifs
+            and not e.generators[0].is_async):
+        return None
+    gen = e.generators[0]
+    loop = ast.For(gen.target, gen.iter, [ast.Expr(e.elt)], [], lineno=e.lineno)
+    return [stmt.value for stmt in unrolled([loop], value, modules)]
+
+
 def _combined(it: ast.Call, value: Value, modules: Modules) -> list[ast.expr]:
     """enumerate(xs[, start]), zip(xs, ys, ...), reversed(xs)."""
     how = it.func.id
