@@ -353,12 +353,12 @@ def reduced(node: Node, rank: int = 0) -> tuple[list[str], int | list[int] | Non
 
 # Where an input is marked twice, the later domain here wins: positive values are nonzero, and ±1 is
 # both nonzero and (but for log's sake) a value to compare with.
-_DOMAIN_ORDER = ("normal", "nonzero", "sign", "positive", "unit", "index")
+_DOMAIN_ORDER = ("normal", "zeros", "nonzero", "sign", "positive", "unit", "index")
 
 
 def domains(node: Node) -> dict[str, str]:
     """Input domain per input: 'positive' under log/sqrt/rsqrt/fractional pow, 'unit' under log(1 - x), 'nonzero' in a
-    denominator or under a negative pow, 'sign' compared with 1 or -1 (pointwise.domains), 'index'
+    denominator or under a negative pow, 'sign' compared with 1 or -1, 'zeros' with 0 (pointwise.domains), 'index'
     for indices, else 'normal'."""
     out = {n: "normal" for n in input_names(node)}
     out.update(dict.fromkeys(index_inputs(node), "index"))

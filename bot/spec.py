@@ -286,17 +286,21 @@ def _check_dtypes(inputs: list[dict], node: ir.Node) -> None:
                             "gather's index, embedding's ids); use float16, bfloat16 or float32 and domain normal")
 
 
+_COMPARED = {"sign": "sign (-1 or 1) is for a target the expression compares with 1 or -1 (hinge_embedding_loss's, "
+                     "cosine_embedding_loss's)",
+             "zeros": "zeros (half of the values 0) is for a tensor the expression compares with 0 (a mask of ones)"}
+
+
 def _check_signs(inputs: list[dict], node: ir.Node) -> None:
-    """A float input the expression compares with 1 or -1 (hinge_embedding_loss's target) is drawn as
-    -1 and 1, domain sign: set from the expression, never kept from an edit."""
-    signs = {n for n, domain in ir.domains(node).items() if domain == "sign"}
+    """A float input the expression compares for equality with 1 or -1 (hinge_embedding_loss's target)
+    is drawn as -1 and 1, domain sign; with 0, half its values 0, domain zeros: both set from the
+    expression, never kept from an edit."""
+    compared = {n: d for n, d in ir.domains(node).items() if d in _COMPARED}
     for inp in inputs:
-        if inp["name"] in signs and inp["domain"] != "mask":
-            inp["domain"] = "sign"
-        elif inp["domain"] == "sign":
-            raise SpecError(f"input {inp['name']}: domain sign (-1 or 1) is for a target the expression compares "
-                            "with 1 or -1 (hinge_embedding_loss's, cosine_embedding_loss's); use normal, positive "
-                            "or nonzero")
+        if inp["name"] in compared and inp["domain"] != "mask":
+            inp["domain"] = compared[inp["name"]]
+        elif inp["domain"] in _COMPARED:
+            raise SpecError(f"input {inp['name']}: domain {_COMPARED[inp['domain']]}; use normal, positive or nonzero")
 
 
 def _mark_constants(inputs: list[dict], node: ir.Node) -> None:

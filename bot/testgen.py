@@ -506,6 +506,9 @@ def make_inputs(case, variant):
                                                                                  shapes)
         elif domain == "sign":
             values = torch.where(torch.rand(shape, generator=gen, device=DEVICE) < 0.5, -1.0, 1.0)
+        elif domain == "zeros":
+            zero = torch.rand(shape, generator=gen, device=DEVICE) < 0.5
+            values = torch.where(zero, 0.0, torch.randn(shape, generator=gen, device=DEVICE))
         elif domain == "unit":
             values = 0.05 + 0.9 * torch.rand(shape, generator=gen, device=DEVICE)
         else:

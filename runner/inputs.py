@@ -72,6 +72,9 @@ def _draw(domain: str, shape: list[int], gen: torch.Generator, device: str, high
         return torch.randn(shape, generator=gen, device=device)
     if domain == "sign":        # a ±1 target, each value with even odds: both branches of the loss taken
         return torch.where(torch.rand(shape, generator=gen, device=device) < 0.5, -1.0, 1.0)
+    if domain == "zeros":       # compared with 0: half of them 0, the others normal
+        zero = torch.rand(shape, generator=gen, device=device) < 0.5
+        return torch.where(zero, 0.0, torch.randn(shape, generator=gen, device=device))
     if domain == "unit":        # a probability strictly inside (0, 1): log(x) and log(1 - x) both finite
         return 0.05 + 0.9 * torch.rand(shape, generator=gen, device=device)
     magnitude = 0.5 + 1.5 * torch.rand(shape, generator=gen, device=device)     # uniform [0.5, 2)

@@ -28,8 +28,10 @@ ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "int64": 
 # index: int64 uniform in [0, size of dim "index_dim" (default: the last) of the input named by
 # "index_of"), about one in eight IGNORE_INDEX (padding) unless "padding" is false or an index (the
 # loss's own ignore_index, drawn instead); mask: bool,
-# True or False with even odds; sign: -1.0 or 1.0 with even odds (a ±1 target: hinge_embedding_loss's)
-DOMAINS: tuple[str, ...] = ("normal", "positive", "nonzero", "unit", "sign", "index", "mask")
+# True or False with even odds; sign: -1.0 or 1.0 with even odds (a ±1 target: hinge_embedding_loss's);
+# zeros: normal values, about half of them exactly 0 (a float compared for equality with 0, such as a
+# mask made of ones: both branches taken, its other uses still see values of every size)
+DOMAINS: tuple[str, ...] = ("normal", "positive", "nonzero", "unit", "sign", "zeros", "index", "mask")
 # The domains of inputs that hold no float values: the output's dtype is the other inputs'.
 NOT_FLOAT_DOMAINS: tuple[str, ...] = ("index", "mask")
 IGNORE_INDEX = -100        # torch's cross_entropy default: a row with this target adds no loss

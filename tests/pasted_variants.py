@@ -513,6 +513,14 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
     ('linear_1', ['self.l = nn.Linear(1, 1)'], 'x', ['return self.l(x)'], '[torch.randn(5, 1)]'),
     ('prod_row', [], 'x', ['return x.prod(-1)'], '[torch.rand(4, 9) + 0.5]'),
     ('huge_odd_pointwise', [], 'x', ['return torch.sigmoid(x) * x'], '[torch.randn(3, 5, 7, 11)]'),
+    ('causal_buffer_scores', ['self.register_buffer("bias", torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16))'], 'q, k',
+     ['t = q.size(-2)', 'att = (q @ k.transpose(-2, -1)) * 0.25', 'att = att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))',
+      'return F.softmax(att, dim=-1)'], '[torch.randn(2, 3, 12, 8), torch.randn(2, 3, 12, 8)]'),
+    ('triu_buffer_unsqueeze', ['self.register_buffer("m", torch.triu(torch.ones(9, 9), 1).unsqueeze(0))'], 'x',
+     ['return x.masked_fill(self.m == 1, 0.0).sum(-1)'], '[torch.randn(4, 9, 9)]'),
+    ('ones_mask_reshape', ['self.register_buffer("keep", torch.ones(2, 12).reshape(-1))'], 'x',
+     ['return torch.where(self.keep != 0, torch.relu(x), x * 0.5)'], '[torch.randn(5, 24)]'),
+    ('list_comp_inputs', [], 'a, b, c', ['return torch.addcmul(a, b, c, value=0.5)'], '[torch.randn(6, 7) for _ in range(3)]'),
 ]
 
 

@@ -324,6 +324,13 @@ def test_inputs_follow_domain_dtype_and_seed():
     assert torch.equal(p, again[0]) and not torch.equal(p, other[0])
 
 
+def test_a_tensor_compared_with_zero_is_drawn_half_zeros_and_the_rest_normal():
+    spec = {"inputs": [{"name": "m", "dtypes": ["float32"], "shapes": [[64, 128]], "domain": "zeros"}]}
+    case, variant = protocol.cases(spec)[0], protocol.dtype_variants(spec)[0]
+    m, = inputs.make_inputs(spec, case, variant, 0, "cpu")
+    assert 0.4 < float((m == 0).float().mean()) < 0.6 and (m < -1).any() and (m > 1).any()
+
+
 def test_a_mask_is_drawn_as_bools_stays_bool_for_the_ground_truth_and_keeps_its_broadcast():
     spec = {"inputs": [{"name": "x", "dtypes": ["float16"], "shapes": [[64, 128]]},
                        {"name": "m", "dtypes": ["bool"], "shapes": [[128]], "domain": "mask"}]}

@@ -370,6 +370,8 @@ def test_defaults_are_three_dtypes_two_shapes_and_each_is_noted():
     # compared with 1 and -1: drawn as those, each branch taken; log keeps z positive
     ("where(y == 1.0, x, where(y != -1.0, 0.0, -x)) + where(z == 1.0, log(z), 0.0)",
      {"y": "sign", "x": "normal", "z": "positive"}),
+    # compared with 0 (a mask of ones): half its values 0; a denominator stays nonzero
+    ("where(m == 0.0, -inf, x) + where(d != 0, 1.0 / d, 0.0)", {"m": "zeros", "x": "normal", "d": "nonzero"}),
 ])
 def test_input_domains_follow_the_expression(text, domains):
     spec, _ = parse_request(text)

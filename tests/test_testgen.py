@@ -133,6 +133,20 @@ def test_generated_tests_draw_a_sign_target_as_minus_one_and_one(tmp_path):
     assert drawn.stdout.strip() == "[-1.0, 1.0]", drawn.stdout + drawn.stderr
 
 
+def test_generated_tests_draw_a_tensor_compared_with_zero_half_zeros(tmp_path):
+    # A mask of ones compared with 0 (masked_fill(s, m == 0, -inf)): drawn normal, about half of it
+    # exactly 0, so both branches are taken; a normal draw is never 0 and would test one.
+    spec = make_spec("softmax(where(m == 0.0, -inf, x))", {"x": [[17, 33]], "m": [[33]]})
+    assert [i["domain"] for i in spec["inputs"]] == ["normal", "zeros"]
+    write_session(tmp_path, spec)
+    result = run_pytest(tmp_path, "test_reference.py", "test_kernel.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+    drawn = subprocess.run([sys.executable, "-c", "import test_kernel as t; m = t.make_inputs(0, 0)[1]; "
+                            "print(0.3 < float((m == 0).float().mean()) < 0.7, bool((m != 0).any()))"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert drawn.stdout.strip() == "True True", drawn.stdout + drawn.stderr
+
+
 def test_property_check_catches_a_reference_over_the_wrong_dim(tmp_path):
     spec = make_spec("softmax(x)", {"x": [[17, 33]]})
     write_session(tmp_path, spec)

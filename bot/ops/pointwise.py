@@ -540,15 +540,17 @@ def domains(node: Node, mark: Callable[[Node, str], None]) -> None:
     fractional pow (not under the sqrt of a sum of squares, which any values keep finite), 'unit' under
     log(1 - p) (binary cross entropy's probabilities) and sqrt(1 - p) (asin's), 'nonzero'
     in a denominator or under a negative pow, 'sign' where compared for equality with 1 or -1 (a
-    target picking a branch: drawn as -1 and 1, each branch is taken)."""
+    target picking a branch: drawn as -1 and 1, each branch is taken), 'zeros' with 0 (m == 0, a
+    mask of ones: drawn with half its values 0)."""
     if node.op in ("log", "sqrt") and (p := _complement(node.args[0])) is not None:
         if p.op != "sigmoid":                   # 1 - sigmoid(x) is in (0, 1) for any x
             mark(p, "unit")
     elif node.op in POSITIVE_DOMAIN_OPS and not positive(node.args[0]) \
             and not (node.op == "sqrt" and nonnegative(node.args[0])):
         mark(node.args[0], "positive")
-    elif node.op in ("eq", "ne") and any(a.op == "const" and abs(a.value) == 1 for a in node.args):
-        mark(next(a for a in node.args if a.op != "const"), "sign")
+    elif node.op in ("eq", "ne") and any(a.op == "const" and abs(a.value) in (0, 1) for a in node.args):
+        c = next(a for a in node.args if a.op == "const")
+        mark(next(a for a in node.args if a.op != "const"), "zeros" if c.value == 0 else "sign")
     elif node.op == "pow":
         e = node.attr("exponent")
         if e != int(e):

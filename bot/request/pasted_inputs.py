@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import math
 from dataclasses import dataclass
 
 from bot.generators.interface import GenerationError
@@ -115,6 +116,10 @@ def _tensor(expr: ast.expr, env: dict, name: str) -> tuple[list[int], str | None
     if isinstance(expr, ast.Attribute) and expr.attr in ("T", "mT") and _is_tensor(expr.value, env):
         shape, dtype = _tensor(expr.value, env, name)
         return shape[:-2] + shape[-2:][::-1], dtype
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _RESHAPES \
+            and _is_tensor(expr.func.value, env):
+        shape, dtype = _tensor(expr.func.value, env, name)
+        return _reshaped(expr, shape, env), dtype
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_SHAPE | MASK_CALLS:
         inner = expr.func.value if _is_tensor(expr.func.value, env) else next(
             (a for a in expr.args if _is_tensor(a, env)), None)
@@ -132,6 +137,28 @@ def _tensor(expr: ast.expr, env: dict, name: str) -> tuple[list[int], str | None
                               "neither a tensor nor a number; make it a constant in forward or an __init__ argument")
     raise GenerationError(f"line {expr.lineno}: I cannot tell the shape get_inputs gives {name} from "
                           f"{ast.unparse(expr)[:60]!r}; make it with torch.rand/randn/randint(sizes, dtype=...)")
+
+
+_RESHAPES = {"view", "reshape", "unsqueeze"}
+
+
+def _reshaped(call: ast.Call, shape: list[int], env: dict) -> list[int]:
+    """The shape of x.view(sizes), x.reshape(sizes) (numbers, one of them -1 at most) or x.unsqueeze(d)
+    of a tensor of `shape` (a buffer's torch.tril(torch.ones(n, n)).view(1, 1, n, n))."""
+    try:
+        args = [const(a, env) for a in call.args]
+    except NotConstant as e:
+        refuse_constant(e.node if hasattr(e.node, "lineno") else call, "the size")
+    if call.func.attr == "unsqueeze" and len(args) == 1 and isinstance(args[0], int) and \
+            -len(shape) - 1 <= args[0] <= len(shape):
+        d = args[0] % (len(shape) + 1)
+        return shape[:d] + [1] + shape[d:]
+    sizes = _flat(args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args)
+    known = math.prod(s for s in sizes if s != -1)
+    if all(isinstance(s, int) and (s > 0 or s == -1) for s in sizes) and sizes.count(-1) <= 1 and known and \
+            math.prod(shape) % known == 0 and (-1 in sizes or known == math.prod(shape)):
+        return [math.prod(shape) // known if s == -1 else s for s in sizes]
+    raise GenerationError(f"line {call.lineno}: {ast.unparse(call)[:60]!r} does not fit a tensor of shape {shape}")
 
 
 def _broadcast(shapes: list[list[int]], at: ast.expr, name: str) -> list[int]:
