@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from bot.codegen.code import Code, body_text, indented, jit_source, launch
-from bot.codegen.kernel_file import Body, KernelFile, KernelInput, _require_full, empty_line, shape_lines
+from bot.codegen.kernel_file import Body, KernelFile, KernelInput, _expanded_strides, _require_full, empty_line, shape_lines
 from bot.ops.node import Node, broadcast_shapes, input_names
 
 # Row ops, after the default's pick for each of the spec's cases: one row per program with 4, 8
@@ -66,22 +66,35 @@ def _row_tile(rows, n, config):
     return max(1, block_m), block_n, config["num_warps"]
 
 
+_ROW_LAYOUT = ("d1", "m1", "s1", "d2", "m2", "s2")     # _row_strides' row terms, a launch argument each
+
+
 def _row_strides(name, shape, full):
-    # (row stride, column stride) a row kernel reads an input with against rows of `full` ([..., N]):
-    # the whole tensor (N, 1), one vector shared by all rows (0, 1), one value per row (1, 0),
-    # or a single value (0, 0). Other broadcasts would need per-dim index math: refused.
-    shape = [1] * (len(full) - len(shape)) + list(shape)
-    if shape == list(full):
-        return full[-1], 1
-    if all(d == 1 for d in shape[:-1]) and shape[-1] == full[-1]:
-        return 0, 1
-    if shape[-1] == 1 and shape[:-1] == list(full[:-1]):
-        return 1, 0
-    if all(d == 1 for d in shape):
-        return 0, 0
-    raise ValueError(f"input {name} has shape {list(shape)}; a row op over the last dim of {list(full)} reads each "
-                     f"input as the full {list(full)}, a last-dim vector [{full[-1]}], one value per row "
-                     f"{list(full[:-1]) + [1]} or a single value [1]")
+    # How a row kernel reads an input broadcast against rows of `full` ([..., N]): row r starts at
+    # (r // d1 % m1) * s1 + (r // d2 % m2) * s2, column c at c * cs. The rows' dims, each with the
+    # input's stride there (0 where broadcast), are merged into runs read alike; the runs the input
+    # has (strides not 0) are at most two: [S, N] or [B, 1, N] under [B, S, N], a per-row value
+    # [B, S, 1], a vector [N], a head's rows [1, H, 1, N] under [B, H, S, N]. Returns
+    # (d1, m1, s1, d2, m2, s2, cs).
+    strides = _expanded_strides(shape, full)
+    runs = []                       # [size, stride] of each run of row dims read as one, outer first
+    for size, stride in zip(full[:-1], strides[:-1]):
+        if size == 1:               # its index is always 0
+            continue
+        if runs and runs[-1][1] == stride * size:      # contiguous with the next, or both broadcast
+            runs[-1] = [runs[-1][0] * size, stride]
+        else:
+            runs.append([size, stride])
+    terms, inner = [], 1
+    for size, stride in reversed(runs):
+        if stride and size > 1:
+            terms.append((inner, size, stride))
+        inner *= size
+    if len(terms) > 2:
+        raise ValueError(f"input {name} has shape {list(shape)}, broadcast against {list(full)} in more places "
+                         "than a row kernel reads (two runs of dims it holds); expand it to the full shape first")
+    (d1, m1, s1), (d2, m2, s2) = (terms + [(1, 1, 0)] * 2)[:2]
+    return d1, m1, s1, d2, m2, s2, strides[-1]
 
 
 def refuse_empty_dim(op: str, size: str, dim: str) -> str:
@@ -194,7 +207,8 @@ class RowKernel(KernelFile):
     def source(self) -> str:
         kernels = [self._kernel(looped=False), self._kernel(looped=True)]
         kernels += [self._aligned_kernel()] if self._aligns() else []
-        return self._file(kernels, [_row_config, _row_tile, _row_strides, _require_full], self._launcher())
+        return self._file(kernels, [_row_config, _row_tile, _expanded_strides, _row_strides, _require_full],
+                          self._launcher())
 
     def _aligns(self) -> bool:
         """Whether the file has the aligned kernel: reductions whose inputs are all read at the
@@ -203,7 +217,7 @@ class RowKernel(KernelFile):
 
     def _params(self) -> list[str]:
         params = [f"{i.local}_ptr" for i in self.inputs] + ["out_ptr", "R", "N"]
-        params += [f"{i.local}_rs" for i in self.partial]
+        params += [f"{i.local}_{k}" for i in self.partial for k in _ROW_LAYOUT]
         params += [f"{i.local}_cs: tl.constexpr" for i in self.partial]
         params += ["ALIGN: tl.constexpr", "TAIL: tl.constexpr"] if self.affine else []
         return params + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
@@ -212,7 +226,9 @@ class RowKernel(KernelFile):
         """Load one [BLOCK_M, BLOCK_N] tile of every body input and compute val, the body's values."""
         lines = [f"cols = {cols}", "mask = (rows < R) & (cols < N)"]
         for i in self.body_inputs:
-            offs = f"rows * {i.local}_rs + cols * {i.local}_cs" if i in self.partial else "rows * N + cols"
+            x = i.local
+            offs = (f"(rows // {x}_d1 % {x}_m1) * {x}_s1 + (rows // {x}_d2 % {x}_m2) * {x}_s2 + cols * {x}_cs"
+                    if i in self.partial else "rows * N + cols")
             lines.append(f"{i.local} = tl.load({i.local}_ptr + {offs}, mask=mask, other=0.0).to(tl.float32)")
         lines.append(f"val = tl.where(mask, {self.body_call()}, {self.plan.fill})")
         return lines
@@ -310,7 +326,8 @@ class RowKernel(KernelFile):
         text += body_text(shape_lines([i.local for i in self.body_inputs], checks, always=bool(self.partial)))
         text += "    N = shape[-1]\n    R = shape[:-1].numel()\n"
         for i in self.partial:
-            text += f'    {i.local}_rs, {i.local}_cs = _row_strides("{i.name}", {i.local}.shape, shape)\n'
+            layout = ", ".join(f"{i.local}_{k}" for k in (*_ROW_LAYOUT, "cs"))
+            text += f'    {layout} = _row_strides("{i.name}", {i.local}.shape, shape)\n'
         for e in self.affine:
             text += f'    _require_full("{e.name}", {e.local}.shape, shape[-1:])\n'
         text += align_elements(self.affine) if self.affine else ""
@@ -325,7 +342,8 @@ class RowKernel(KernelFile):
         text += self._aligned_launch() if self._aligns() else ""
         text += f"    kernel = {self.name}_kernel if N <= BLOCK_N else {self.name}_looped_kernel\n"
         args = [i.local for i in self.inputs] + ["out", "R", "N"]
-        args += [f"{i.local}_rs" for i in self.partial] + [f"{i.local}_cs={i.local}_cs" for i in self.partial]
+        args += [f"{i.local}_{k}" for i in self.partial for k in _ROW_LAYOUT]
+        args += [f"{i.local}_cs={i.local}_cs" for i in self.partial]
         args += ["ALIGN=ALIGN", "TAIL=N % ALIGN != 0"] if self.affine else []
         text += "    grid = (_cdiv(R, BLOCK_M),)\n"
         text += launch("kernel", "grid", args + ["BLOCK_M=BLOCK_M", "BLOCK_N=BLOCK_N", "num_warps=num_warps"], "    ") + "\n"

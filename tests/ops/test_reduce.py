@@ -57,6 +57,16 @@ def test_row_op_input_patterns(tmp_path):
         check(tmp_path, make_spec(expression, shapes))
 
 
+def test_row_op_inputs_broadcast_over_leading_dims(tmp_path):
+    # b shared over the batch ([1, S, N]), over the rows of a batch ([B, 1, N]), per head ([1, H, 1, N]
+    # under [B, H, S, N]), and per batch and row of a head ([B, 1, S, 1]): rows of b found by the row's
+    # index in each run of dims b holds; the 300-wide rows take the looped kernel.
+    shapes = {"x": [[4, 9, 13], [3, 5, 300], [2, 3, 4, 5], [2, 3, 4, 5]],
+              "b": [[1, 9, 13], [3, 1, 300], [1, 3, 1, 5], [2, 1, 4, 1]]}
+    for expression in ("softmax(where(b > 0.0, x, -x))", "sum(x * b)", "layernorm(x + b)"):
+        check(tmp_path, make_spec(expression, shapes))
+
+
 @pytest.mark.parametrize("expression", ["sum(x)", "mean(x * 2.0)", "max(x)", "min(x)"])
 def test_looped_row_path(tmp_path, expression):
     # A 64-wide tile forces rows of 300 and 1000 through the looped kernel; more rows than one
