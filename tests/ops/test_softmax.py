@@ -10,8 +10,6 @@ from generated import make_spec
 from lowering import SQUARE, check, generate
 
 from bot import ir
-from bot.ops import softmax
-from bot.spec import parse_expression
 
 # The masked lanes of a tail block compute on placeholder values (log(0) and the like).
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
