@@ -128,7 +128,7 @@ def _convert(n: ast.expr) -> Node:
         if isinstance(n.op, ast.UAdd):
             return _convert(n.operand)
         if isinstance(n.op, ast.Invert):        # ~mask: logical_not's node
-            return call("eq", _convert(n.operand), const(0.0))
+            return pointwise.inverted(_convert(n.operand))
         raise IRError(f"unsupported operator in {ast.unparse(n)!r}")
     if isinstance(n, ast.BinOp):
         if isinstance(n.op, ast.MatMult):

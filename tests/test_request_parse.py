@@ -383,12 +383,23 @@ def test_input_domains_follow_the_expression(text, domains):
     ("x * m with a boolean mask m", ()), ("relu(x) * m (m 是布尔掩码)", ()), ("x * m", ["m is bool"]),
     ("where(m, x, 0.0)", ()), ("masked_fill(x, m, 0.0)", ()), ("x * m with x 64x64, m 64x64 bool", ()),
     ("x * m with x 64x64 and m 64 boolean mask", ()),
+    # under ~ (torch's ~ of a float tensor is an error), alone or joined with a comparison
+    ("x.masked_fill(~m, 0.0)", ()), ("where(~m & (x > 0), x, 0.0) for fp16 64x64", ()),
 ])
 def test_an_input_said_bool_or_standing_as_where_s_condition_is_a_mask(text, feedback):
     spec, _ = parse_request(text, feedback)
     inputs = {i["name"]: i for i in spec["inputs"]}
     assert inputs["m"]["domain"] == "mask" and set(inputs["m"]["dtypes"]) == {"bool"}
     assert inputs["x"]["domain"] == "normal" and "bool" not in inputs["x"]["dtypes"]
+
+
+@pytest.mark.parametrize("text, expression", [
+    ("x.masked_fill(~(m > 0), 0.0)", "where((m > 0.0) == 0.0, 0.0, x)"),
+    ("where((a > 0) | ~(b < 1), x, 0.0)", "where(where(a > 0.0, a > 0.0, (b < 1.0) == 0.0), x, 0.0)"),
+])
+def test_a_typed_expression_may_invert_and_join_masks(text, expression):
+    spec, _ = parse_request(text)
+    assert spec["expression"] == expression and all(i["domain"] == "normal" for i in spec["inputs"])
 
 
 def test_spec_fields_and_validation():

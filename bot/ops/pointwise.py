@@ -155,7 +155,7 @@ KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "tensor": {"device
             **{name: {p for p, _ in params[1:]} for name, (params, _) in COMPOSITES.items()}}
 # Functions read with no keyword at all.
 FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "pow", "where", "tensor",
-                                                      "logical_not", ROTATE_HALF, *LOGICAL}
+                                                      "logical_not", "bool", ROTATE_HALF, *LOGICAL}
 
 # tl.maximum/minimum drop NaN by default; torch's maximum, minimum, relu, clamp and max/min keep it.
 NAN_WINS = "propagate_nan=tl.PropagateNan.ALL"
@@ -329,9 +329,9 @@ def convert(c: Call) -> Node | None:
     if fname in LOGICAL:             # torch.logical_and(a, b) on masks, as a & b
         arity(fname, args, 2)
         return logical(LOGICAL[fname], c.expr(args[0]), c.expr(args[1]))
-    if fname == "logical_not":       # a bool mask's complement, as a comparison both lowerings read alike
+    if fname in ("logical_not", "bool"):     # a mask's complement; x.bool(): where x is not 0
         arity(fname, args, 1)
-        return call("eq", c.expr(args[0]), const(0.0))
+        return call("eq" if fname == "logical_not" else "ne", c.expr(args[0]), const(0.0))
     if fname in UNARY:
         arity(fname, args, 1)
         return call(fname, c.expr(args[0]))
@@ -446,6 +446,15 @@ def _is_mask(n: Node) -> bool:
     return n.op in COMPARE or n.op == "input" or (n.op == "where" and _is_mask(n.args[1]) and _is_mask(n.args[2]))
 
 
+def inverted(m: Node) -> Node:
+    """~m of a mask: m == 0. An input under ~ is a bool mask (torch's ~ of a float tensor is an error):
+    the request reader marks it so (bot.request.expression.inverted_names)."""
+    if not _is_mask(m):
+        raise IRError(f"~ is the logical not of a mask (a comparison such as x > 0, or a bool input); of {to_text(m)} "
+                      "torch's ~ is a bitwise op on integers (not supported)")
+    return call("eq", m, const(0.0))
+
+
 def logical(op: str, a: Node, b: Node) -> Node:
     """a & b, a | b, a ^ b of two masks, written in the ops both lowerings read: and is where(a, b, a),
     or where(a, a, b), xor a != b. Of anything but masks torch's & is a bitwise op on integers (refused)."""
@@ -548,7 +557,8 @@ def domains(node: Node, mark: Callable[[Node, str], None]) -> None:
     elif node.op in POSITIVE_DOMAIN_OPS and not positive(node.args[0]) \
             and not (node.op == "sqrt" and nonnegative(node.args[0])):
         mark(node.args[0], "positive")
-    elif node.op in ("eq", "ne") and any(a.op == "const" and abs(a.value) in (0, 1) for a in node.args):
+    elif node.op in ("eq", "ne") and any(a.op == "const" and abs(a.value) in (0, 1) for a in node.args) \
+            and not any(a.op in COMPARE for a in node.args):        # not a mask's complement: (x > 0) == 0
         c = next(a for a in node.args if a.op == "const")
         mark(next(a for a in node.args if a.op != "const"), "zeros" if c.value == 0 else "sign")
     elif node.op == "pow":

@@ -25,7 +25,7 @@ _TOKEN = re.compile(r"""
                 circular|nearest(?:-exact)?|(?:bi|tri)?linear|bicubic|area|[a-z.]+(?:,[a-z.]+)*->[a-z.]*)(?P=quote))
         # gelu's, a loss's reduction, float('inf'), a norm's 'fro', a convolution's padding, F.pad's and
         # F.interpolate's modes, an einsum's equation
-  | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@%])
+  | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@%~&|])            # ~, & and | of masks; ^ stays prose (x^2 is no xor)
   | (?P<dot>\.(?=[A-Za-z_]))                         # a method chained on a call: x.pow(2).sum(-1)
   | (?P<sub>\[(?:\s*(?:-?\d+|None|\.\.\.|:)\s*(?::\s*(?:-?\d+)?\s*)*,?)+\])   # [0], [:, 1:5], [..., ::2]
   | (?P<lpar>[(\[])                                 # a list of tensors: torch.cat([x, y], dim=1)
@@ -67,6 +67,12 @@ def written_order(source: str) -> list[str]:
     tree = ast.parse(source, mode="eval")
     names = sorted((n.lineno, n.col_offset, n.id) for n in ast.walk(tree) if isinstance(n, ast.Name))
     return list(dict.fromkeys(name for *_, name in names))
+
+
+def inverted_names(tree: ast.expr) -> set[str]:
+    """The names standing bare under ~ (~m, ~m & (x > 0)): bool masks, as torch's ~ reads them."""
+    return {n.operand.id for n in ast.walk(tree)
+            if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Invert) and isinstance(n.operand, ast.Name)}
 
 
 def find_expression(text: str) -> tuple[ir.Node, ast.expr, int, int] | None:

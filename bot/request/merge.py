@@ -43,7 +43,7 @@ def apply(st: State, rd: Reading, feedback: bool) -> None:
         st.dtypes = list(dict.fromkeys((st.dtypes or default_dtypes(st)) + rd.dtypes)) if append else rd.dtypes
     names = input_names(st)
     st.vectors |= {n for n in names if said_vector(n, rd.rest)}
-    st.masks |= {n for n in names if said_mask(n, rd.rest) or rd.pasted and n in rd.pasted.masks}
+    st.masks |= {n for n in names if said_mask(n, rd.rest) or rd.pasted and n in rd.pasted.masks or n in rd.inverted}
     _apply_shapes(st, rd, names, append, feedback)
 
 

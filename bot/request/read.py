@@ -18,7 +18,7 @@ from bot.ops import loss
 from bot.ops import matmul as mmf
 from bot.ops.text import blank as _blank, blank_range
 from bot.request import pasted_module, residue
-from bot.request.expression import find_expression, written_order
+from bot.request.expression import find_expression, inverted_names, written_order
 from bot.request.messages import CORRECTION_HELP, SUPPORTED, node_text
 from bot.request.operation import operator
 from bot.request.pasted import read_code, split_code
@@ -60,6 +60,7 @@ def read(text: str, feedback: bool, context: State | None = None) -> Reading:
     rd.typed = code is not None or expr is not None
     if expr is not None:
         rd.written = written_order(ast.unparse(expr[1]))     # unparsed: rewritten nodes carry no position
+        rd.inverted = inverted_names(expr[1])
     if code is not None:
         read_code(code, rd, list(rd.shapes), init_said)
         if matmul and not (rd.pasted and rd.pasted.shapes):     # cases are problem sizes [B,] M, N, K, unless

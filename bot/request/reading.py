@@ -17,6 +17,7 @@ class Reading:
     name: str | None = None                  # a pasted function's name
     inputs: list[str] | None = None          # a pasted function's tensor parameters, in order
     written: list[str] = field(default_factory=list)   # a typed expression's names, in the order typed
+    inverted: set[str] = field(default_factory=set)    # a typed expression's names under ~: bool masks
     scalars: dict[str, float] = field(default_factory=dict)
     op_notes: list[str] = field(default_factory=list)
     eps: float | None = None
