@@ -97,7 +97,7 @@ def validate(spec: dict) -> dict:
     if node:
         _check_rank(out["inputs"], node)
         _check_dtypes(out["inputs"], node)
-        _check_signs(out["inputs"], node)
+        _check_compared(out["inputs"], node)
         _mark_constants(out["inputs"], node)
         _check_mask_uses(out["inputs"], node)
     _check_index_of(out["inputs"])
@@ -291,7 +291,7 @@ _COMPARED = {"sign": "sign (-1 or 1) is for a target the expression compares wit
              "zeros": "zeros (half of the values 0) is for a tensor the expression compares with 0 (a mask of ones)"}
 
 
-def _check_signs(inputs: list[dict], node: ir.Node) -> None:
+def _check_compared(inputs: list[dict], node: ir.Node) -> None:
     """A float input the expression compares for equality with 1 or -1 (hinge_embedding_loss's target)
     is drawn as -1 and 1, domain sign; with 0, half its values 0, domain zeros: both set from the
     expression, never kept from an edit."""

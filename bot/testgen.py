@@ -481,7 +481,8 @@ def params(skip_bf16):
 def make_inputs(case, variant):
     """The case's inputs in the variant's dtypes, drawn from each input's domain with a fixed seed:
     normal (standard normal; a learned weight and its bias at the layer's initial scale), positive
-    (uniform in [0.5, 2)), nonzero (random sign times that), sign (-1.0 or 1.0 with even odds: a target compared with 1 and -1), index (indices into dim
+    (uniform in [0.5, 2)), nonzero (random sign times that), sign (-1.0 or 1.0 with even odds: a target compared with 1 and -1),
+    zeros (normal, about half of it 0: a tensor compared with 0), index (indices into dim
     index_dim, default the last, of the input named by index_of; unless padding is false about one
     in eight is padding, as in a language model's batch: -100, torch's default ignore_index, or the
     index padding gives), mask

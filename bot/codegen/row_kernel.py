@@ -87,7 +87,7 @@ def _row_strides(name, shape, full):
             runs.append([size, stride])
     terms, inner = [], 1
     for size, stride in reversed(runs):
-        if stride and size > 1:
+        if stride:
             terms.append((inner, size, stride))
         inner *= size
     if len(terms) > 2:

@@ -380,7 +380,7 @@ def check(node: Node) -> None:
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     shape = list(shapes[node.args[0].name])
     if node.op == RESHAPE:
-        return _reshaped(shape, list(node.attr("sizes")))
+        return reshaped(shape, list(node.attr("sizes")))
     if node.op == SLICE:
         return _sliced_shape(node, shape)
     if node.op == SELECT:
@@ -397,7 +397,7 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
                           "besides the one it splits would merge the others; write x.unflatten(dim, (a, -1))")
         d, sizes = _dim(node, "dim", len(shape)), list(node.attr("sizes"))
         try:
-            return shape[:d] + _reshaped([shape[d]], sizes) + shape[d + 1:]
+            return shape[:d] + reshaped([shape[d]], sizes) + shape[d + 1:]
         except IRError:
             raise IRError(f"dim {node.attr('dim')} of {shape} has {shape[d]} elements, which do not split into "
                           f"{tuple(sizes)}") from None
@@ -488,7 +488,8 @@ def _dim(node: Node, key: str, rank: int) -> int:
     return d % rank
 
 
-def _reshaped(shape: list[int], sizes: list[int]) -> list[int]:
+def reshaped(shape: list[int], sizes: list[int]) -> list[int]:
+    """The shape of a tensor of `shape` viewed as `sizes` (positive, one -1 at most); IRError where it does not fit."""
     known = math.prod(s for s in sizes if s != -1)
     if math.prod(shape) % known or (-1 not in sizes and math.prod(shape) != known):
         raise IRError(f"a tensor of shape {shape} cannot be viewed as {tuple(sizes)}")

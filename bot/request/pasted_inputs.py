@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import ast
 import copy
-import math
 from dataclasses import dataclass
 
 from bot.generators.interface import GenerationError
+from bot.ops.node import IRError
+from bot.ops.view import reshaped
 from bot.request.pasted_constants import (MASK_CALLS, TORCH_DTYPES, Dtype, NotConstant, assigned, bind, const,
                                           refuse_constant)
 from bot.request.pasted_loops import comprehended
@@ -154,10 +155,11 @@ def _reshaped(call: ast.Call, shape: list[int], env: dict) -> list[int]:
         d = args[0] % (len(shape) + 1)
         return shape[:d] + [1] + shape[d:]
     sizes = _flat(args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args)
-    known = math.prod(s for s in sizes if s != -1)
-    if all(isinstance(s, int) and (s > 0 or s == -1) for s in sizes) and sizes.count(-1) <= 1 and known and \
-            math.prod(shape) % known == 0 and (-1 in sizes or known == math.prod(shape)):
-        return [math.prod(shape) // known if s == -1 else s for s in sizes]
+    if all(isinstance(s, int) and (s > 0 or s == -1) for s in sizes) and sizes.count(-1) <= 1:
+        try:
+            return reshaped(shape, sizes)
+        except IRError:
+            pass
     raise GenerationError(f"line {call.lineno}: {ast.unparse(call)[:60]!r} does not fit a tensor of shape {shape}")
 
 
