@@ -13,8 +13,8 @@ from __future__ import annotations
 import ast
 import functools
 
-from bot.ops import (argreduce, attention, chain, channel_norm, conv, fused, gather, layout, loss, matmul, norm,
-                     pointwise, reduce, registry, scan, softmax, view)
+from bot.ops import (argreduce, attention, chain, channel_norm, conv, fill, fused, gather, layout, loss, matmul,
+                     norm, pointwise, reduce, registry, scan, softmax, view)
 from bot.ops.node import (ALL, CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
                           is_float_call, is_int_literal, number, to_text)
 
@@ -213,6 +213,8 @@ def check(node: Node) -> None:
     """The tree is one family's kernel (check_single), or a chain of them (bot.ops.chain): raises
     IRError naming what no split avoids. An op with an output dtype of its own (argmax, any) is the
     outermost but for views: PyTorch's math around it would change the output's dtype."""
+    if not input_names(node):           # constants alone (torch.ones(4) * 2): nothing for a kernel to read
+        raise IRError("the expression has no inputs; name at least one tensor, e.g. relu(x)")
     if _views_only(node):
         raise IRError(f"{to_text(node)} only views its input: there is no computation to write a kernel for")
     top = node
@@ -226,6 +228,8 @@ def check(node: Node) -> None:
 @functools.lru_cache(maxsize=512)         # bounded: a long-running bot parses new trees all day
 def stages(node: Node) -> tuple[chain.Stage, ...]:
     """The tree's stages: one where one family lowers it whole, else the fewest chain.plan finds."""
+    if node.op in fill.OPS:         # a constant alone: no stage computes it (check refuses it as a whole)
+        return (chain.Stage("", node),)
     try:
         if node.op not in view.OPS or node.args[0].op != "input":     # a view of an input: a stage of a chain
             check_single(node)

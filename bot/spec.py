@@ -170,7 +170,7 @@ def _chain_derived(spec: dict, node: ir.Node) -> dict:
         if stage.node.op in ir.SCANS:
             out["scan"] = True
         for k, shapes in enumerate(cases):
-            rank = max(len(shapes[n]) for n in ir.input_names(stage.node))
+            rank = max((len(shapes[n]) for n in ir.input_names(stage.node)), default=0)     # a constant: none
             reduced = ir.reduced(stage.node, rank)
             dims = reduced[1] if reduced and isinstance(reduced[1], list) else [reduced[1]] if reduced else []
             if any(d is not None and not -rank <= d < rank for d in dims):         # a 0-D value has none

@@ -521,6 +521,26 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
     ('ones_mask_reshape', ['self.register_buffer("keep", torch.ones(2, 12).reshape(-1))'], 'x',
      ['return torch.where(self.keep != 0, torch.relu(x), x * 0.5)'], '[torch.randn(5, 24)]'),
     ('list_comp_inputs', [], 'a, b, c', ['return torch.addcmul(a, b, c, value=0.5)'], '[torch.randn(6, 7) for _ in range(3)]'),
+    # constant tensors made inside forward: masks, ones, identities, positions
+    ('causal_triu_forward', [], 'q, k',
+     ['T = q.size(-2)', 'att = q @ k.transpose(-2, -1) / 8 ** 0.5',
+      'mask = torch.triu(torch.ones(T, T, device=q.device), diagonal=1).bool()',
+      'return att.masked_fill(mask, float("-inf")).softmax(dim=-1)'], '[torch.randn(2, 2, 10, 8), torch.randn(2, 2, 10, 8)]'),
+    ('bool_tril_not', [], 'x', ['n = x.shape[-1]', 'keep = torch.ones(n, n, dtype=torch.bool).tril(diagonal=-1)',
+                                'return x.masked_fill(~keep, 0.0).sum(-1)'], '[torch.randn(3, 7, 7)]'),
+    ('ones_column_matmul', [], 'a', ['return a @ torch.ones(a.shape[1], 1)'], '[torch.randn(12, 20)]'),
+    ('eye_residual', [], 'w, x', ['return x @ (torch.eye(w.size(0)) + w)'], '[torch.randn(16, 16), torch.randn(5, 16)]'),
+    ('zeros_full_bias', [], 'x', ['b = torch.zeros(x.size(-1)) + torch.full((x.size(-1),), 0.25)', 'return torch.relu(x + b)'],
+     '[torch.randn(6, 11)]'),
+    ('arange_positions', [], 'x', ['pos = torch.arange(x.size(1), dtype=torch.float32)', 'return x * (pos / x.size(1))'],
+     '[torch.randn(4, 9)]'),
+    ('arange_causal_mask', [], 's', ['i = torch.arange(s.size(-1))', 'return s.masked_fill(i[None, :] > i[:, None], -1e4).softmax(-1)'],
+     '[torch.randn(2, 13, 13)]'),
+    ('arange_step_embed', ['self.e = nn.Embedding(20, 6)'], 'x', ['return x + self.e(torch.arange(0, 2 * x.size(0), 2))'],
+     '[torch.randn(8, 6)]'),
+    ('alibi_bias', [], 's', ['p = torch.arange(s.shape[-1])', 'return torch.softmax(s - 0.5 * (p[None, :] - p[:, None]).abs(), -1)'],
+     '[torch.randn(3, 10, 10)]'),
+    ('ones_like_shape_full', [], 'x', ['return x.sum(-1) / torch.full((x.shape[0],), float(x.shape[-1]))'], '[torch.randn(5, 12)]'),
 ]
 
 

@@ -27,13 +27,14 @@ from bot.codegen.code import Code, jit_source, launch
 from bot.codegen.kernel_file import KernelFile, _expanded
 from bot.ops import pointwise, view
 from bot.ops.entry import Entry
-from bot.ops.node import Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_int_literal, number, \
-    prints
+from bot.ops.node import MOVERS, Call, IRError, Node, arguments, broadcast_shapes, call, input_names, is_int_literal, \
+    number, prints
 from bot.ops.text import COUNT_WORDS, FLAGS as _F, blank as _blank, blank_span
 
 NAME = "layout"
 PERMUTE, CAT = "permute", "cat"
 OPS = {PERMUTE, CAT}
+MOVERS.add(PERMUTE)
 ROOT = True
 MAX_RANK = 5
 MAX_NUMEL = 2**34                   # the kernels index with int64 where a tensor needs it

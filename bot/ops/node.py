@@ -158,6 +158,10 @@ def fmt_num(v: float) -> str:
 
 # ---------------------------------------------------------------- printing
 
+# Ops whose every output element is an element of their one tensor operand or zero (views, permutes,
+# triangles, flips, repeats): of a bool mask they give a mask. Registered by the families that own them.
+MOVERS: set[str] = set()
+
 # op -> how it prints, registered by the family that owns it (bot.ops.registry loads them all).
 # A printer gets the node and `to_text` for its operands; ops without one print as op(args).
 PRINTERS: dict[str, Callable[[Node, Callable[[Node], str]], str]] = {}

@@ -20,8 +20,8 @@ from bot.codegen.code import Code, body_text, doc_text, jit_source, launch
 from bot.codegen.expr import COMPARE, ExprWriter, OpWriter, call_writer, fmt_const
 from bot.codegen.kernel_file import (Body, KernelFile, KernelInput, _expanded_strides, _require_full, empty_line,
                                      shape_lines)
-from bot.ops.node import (Call, IRError, Node, arity, broadcast_shapes, call, const, fmt_num, inp, input_names, is_none,
-                          number, plain_text, prints, substitute, to_text)
+from bot.ops.node import (MOVERS, Call, IRError, Node, arity, broadcast_shapes, call, const, fmt_num, inp, input_names,
+                          is_none, number, plain_text, prints, substitute, to_text)
 from bot.ops.text import END as _END, FLAGS as _F, NUM as _NUM
 
 NAME = "pointwise"
@@ -442,8 +442,10 @@ def power(base: ast.expr, exponent: ast.expr, expr: Callable[[ast.expr], Node]) 
 
 
 def _is_mask(n: Node) -> bool:
-    """A bool tensor: a comparison, a bool input (a mask), or masks joined by logical()."""
-    return n.op in COMPARE or n.op == "input" or (n.op == "where" and _is_mask(n.args[1]) and _is_mask(n.args[2]))
+    """A bool tensor: a comparison, a bool input (a mask), masks joined by logical(), or a mask moved
+    (a triangle of one, a view of one)."""
+    return n.op in COMPARE or n.op == "input" or (n.op == "where" and _is_mask(n.args[1]) and _is_mask(n.args[2])) \
+        or (n.op in MOVERS and _is_mask(n.args[0]))
 
 
 def inverted(m: Node) -> Node:
@@ -658,7 +660,7 @@ def fold_constants(node: Node) -> Node:
     args = tuple(fold_constants(a) for a in node.args)
     if node.op == "where" and args[0].op == "const":
         return args[1] if args[0].value != 0 else args[2]
-    if any(a.op != "const" for a in args):
+    if any(a.op != "const" for a in args) or not args:       # no operands: a constant tensor (fill's)
         return Node(node.op, args, attrs=node.attrs)
     try:
         value = _CONST_OPS[node.op](*(a.value for a in args), **dict(node.attrs))

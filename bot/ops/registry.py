@@ -24,15 +24,15 @@ from __future__ import annotations
 from types import ModuleType
 
 from bot.codegen.expr import OpWriter
-from bot.ops import (argreduce, attention, channel_norm, conv, fused, gather, layout, loss, matmul, norm, pointwise,
-                     pool, reduce, remap, scan, softmax, sort, view)
+from bot.ops import (argreduce, attention, channel_norm, conv, fill, fused, gather, layout, loss, matmul, norm,
+                     pointwise, pool, reduce, remap, scan, softmax, sort, view)
 from bot.ops.entry import Entry
 from bot.ops.node import WITH_INDICES, Node
 
 # remap after scan (it reads flip, handing a flipped scan back to scan) and before matmul (which reads
 # tril/triu, handing a tensor's triangle to remap)
 FAMILIES: tuple[ModuleType, ...] = (pointwise, reduce, argreduce, scan, sort, softmax, norm, channel_norm, fused, loss,
-                                    pool, layout, gather, remap, matmul, conv, view, attention)
+                                    pool, layout, gather, remap, matmul, conv, view, fill, attention)
 ROOT_FAMILIES = tuple(f for f in FAMILIES if f.ROOT)
 # ops with two outputs, (values, indices): torch.max/min over a dim, and the sort family's pairs
 TWO_OUTPUTS = {*WITH_INDICES, *sort.PAIRS}
@@ -75,6 +75,8 @@ def family(node: Node) -> ModuleType:
         return fused
     if node.op in view.OPS:
         return view
+    if node.op in fill.OPS:
+        return fill
     found = root_family(node.op)
     if found:
         return found
@@ -96,7 +98,8 @@ def supported_text() -> str:
 def torch_ops(anchor: str) -> dict[str, OpWriter]:
     """The op table references write bodies with: the pointwise ops, and any family's own."""
     return (pointwise.torch_ops(anchor) | matmul.TORCH_OPS | conv.TORCH_OPS | fused.TORCH_OPS | view.TORCH_OPS
-            | layout.TORCH_OPS | gather.TORCH_OPS | remap.TORCH_OPS | attention.TORCH_OPS)
+            | layout.TORCH_OPS | gather.TORCH_OPS | remap.TORCH_OPS | attention.TORCH_OPS
+            | {fill.FULL: lambda node, a: fill.torch_text(node, f"{anchor}.dtype", f"{anchor}.device")})
 
 
 def nested_torch_ops(writer) -> dict[str, OpWriter]:

@@ -27,7 +27,7 @@ from bot.codegen.code import Code, jit_source, launch
 from bot.codegen.kernel_file import KernelFile
 from bot.ops import pointwise, scan
 from bot.ops.entry import Entry
-from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, is_none, number, prints
+from bot.ops.node import MOVERS, Call, IRError, Node, arguments, call, is_int_literal, is_none, number, prints
 from bot.ops.text import FLAGS as _F, blank as _blank, blank_span
 from bot.ops.view import operand_text
 
@@ -54,6 +54,7 @@ KEYWORDS = {FLIP: {"dims"}, "fliplr": set(), "flipud": set(), ROLL: {"shifts", "
 OUTPUT_DTYPES: dict[str, str] = {}
 WORDS: list = []
 TRIANGLE = {TRIL: 1, TRIU: 2}       # the kernel's TRI flag
+MOVERS.update(OPS - {PAD, UPSAMPLE})  # a pad's value and an upsampling's interpolation make values of their own
 PAD_MODES = {"constant": 1, "reflect": 2, "replicate": 3, "circular": 4}      # ... and its PAD flag
 
 # elements a program and warps; the default: _remap_config

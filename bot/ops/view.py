@@ -17,12 +17,13 @@ import ast
 import math
 
 from bot.ops.entry import Entry
-from bot.ops.node import Call, IRError, Node, arguments, call, is_int_literal, is_none, number, prints
+from bot.ops.node import MOVERS, Call, IRError, Node, arguments, call, is_int_literal, is_none, number, prints
 
 NAME = "view"
 UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS = "unsqueeze", "squeeze", "flatten", "reshape", "reshape_as"
 SLICE, SELECT, UNFLATTEN, EXPAND, EXPAND_AS = "slice", "select", "unflatten", "expand", "expand_as"
 OPS = {UNSQUEEZE, SQUEEZE, FLATTEN, RESHAPE, RESHAPE_AS, SLICE, SELECT, UNFLATTEN, EXPAND, EXPAND_AS}
+MOVERS.update(OPS)
 ROOT = False
 SUPPORTED = ("", "views of a tensor between kernels (unsqueeze, squeeze, flatten, reshape/view to unit dims, "
              "joining dims or splitting one by a constant (x.view(b, t, heads, -1), x.unflatten(2, (heads, -1))), "

@@ -37,6 +37,15 @@ CASES = [
      lambda t: torch.sum(t["a"] @ t["b"] / 2, dim=1, keepdim=True) * 1.5),
     ("exp(conv2d(x, w) - max(conv2d(x, w), dim=1, keepdim=True)) / sum(exp(conv2d(x, w) - max(conv2d(x, w), dim=1, "
      "keepdim=True)), dim=1, keepdim=True)", {"x": X, "w": W}, 2, lambda t: torch.softmax(F.conv2d(t["x"], t["w"]), 1)),
+    # constants made in the expression (bot.ops.fill): a stage the entry allocates, no kernel of its own
+    ("softmax(where(torch.triu(torch.ones(6, 6), diagonal=1) != 0.0, -inf, x))", {"x": [3, 6, 6]}, 3,
+     lambda t: torch.softmax(t["x"].masked_fill(torch.triu(torch.ones(6, 6, dtype=torch.bool), 1), -torch.inf), -1)),
+    ("where(~torch.ones(5, 5, dtype=torch.bool).tril(), 0.0, x) * 2.0", {"x": [5, 5]}, 4,
+     lambda t: t["x"].masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), 0) * 2),
+    ("matmul(a, torch.ones(20, 1)) + torch.full((1, 1), 0.5)", {"a": [9, 20]}, 3,
+     lambda t: t["a"] @ torch.ones(20, 1, dtype=torch.float64) + 0.5),
+    ("matmul(a + torch.eye(6), b)", {"a": [6, 6], "b": [6, 5]}, 5,
+     lambda t: (t["a"] + torch.eye(6, dtype=torch.float64)) @ t["b"]),
     # rmsnorm's weight gradient: the per-row mean is the stage, not the full-size product around it
     ("sum(g * x * rsqrt(mean(x * x, dim=-1, keepdim=True) + 1e-06), dim=0)", {"g": [9, 33], "x": [9, 33]}, 2,
      lambda t: torch.sum(t["g"] * t["x"] * torch.rsqrt((t["x"] * t["x"]).mean(-1, keepdim=True) + 1e-6), 0)),
