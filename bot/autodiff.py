@@ -54,8 +54,8 @@ def _back(node: Node, up: str, acc: dict[str, list[str]], cases: list[dict], roo
     if node.op == "input":
         acc.setdefault(node.name, []).append(up)
         return
-    if node.op == "const" or node.op in ir.COMPARE:
-        return                               # no gradient flows into a constant or through a comparison
+    if node.op == "const" or node.op in ir.COMPARE or not ir.input_names(node):
+        return                  # no gradient flows into a constant (a number, a constant tensor) or through a comparison
     rule = _RULES.get(node.op)
     if node.op in REDUCTIONS:
         rule = lambda n, a, u: _reduced(n, a, u, root, cases)     # noqa: E731 (its upstream's shape matters)

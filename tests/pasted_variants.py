@@ -541,6 +541,18 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
     ('alibi_bias', [], 's', ['p = torch.arange(s.shape[-1])', 'return torch.softmax(s - 0.5 * (p[None, :] - p[:, None]).abs(), -1)'],
      '[torch.randn(3, 10, 10)]'),
     ('ones_like_shape_full', [], 'x', ['return x.sum(-1) / torch.full((x.shape[0],), float(x.shape[-1]))'], '[torch.randn(5, 12)]'),
+    ('rgb_to_gray_weights', [], 'img', ['w = torch.tensor([0.299, 0.587, 0.114], device=img.device).view(1, 3, 1, 1)',
+                                        'return (img * w).sum(dim=1)'], '[torch.randn(2, 3, 6, 7)]'),
+    ('sobel_constant_kernel', [], 'img', ['k = torch.tensor([[1., 0., -1.], [2., 0., -2.], [1., 0., -1.]]).view(1, 1, 3, 3)',
+                                          'return F.conv2d(img, k, padding=1).abs()'], '[torch.randn(2, 1, 9, 8)]'),
+    ('bool_list_where', [], 'x', ['keep = torch.tensor([True, False, False, True, True])', 'return torch.where(keep, x, x * 0.1)'],
+     '[torch.randn(6, 5)]'),
+    ('new_ones_offset', [], 'x', ['return torch.relu(x - x.new_ones(x.shape[-1]) * 0.5) + x.new_zeros((1, x.shape[-1]))'],
+     '[torch.randn(6, 5)]'),
+    ('linspace_ramp', [], 'x', ['return x * torch.linspace(-1.0, 1.0, x.size(-1), device=x.device)'], '[torch.randn(3, 11)]'),
+    ('running_mean_arange', [], 'x', ['return x.cumsum(1) / torch.arange(1, x.size(1) + 1)'], '[torch.randn(3, 11)]'),
+    ('full_inf_triu_add', [], 's', ["m = torch.full((s.size(-1), s.size(-1)), float('-inf')).triu(1)", 'return (s + m).softmax(-1)'],
+     '[torch.randn(2, 7, 7)]'),
 ]
 
 

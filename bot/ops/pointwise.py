@@ -149,12 +149,12 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
 LOGICAL = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
 
 # The keywords each function is read with (any other is refused: it may change the result).
-KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "tensor": {"device"}, "masked_fill": {"mask", "value"},
+KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "masked_fill": {"mask", "value"},
             "dropout": {"p", "training", "inplace"}, PRELU: {"weight"}, "rrelu": {"lower", "upper", "training"},
             "nan_to_num": {"nan", "posinf", "neginf"},
             **{name: {p for p, _ in params[1:]} for name, (params, _) in COMPOSITES.items()}}
 # Functions read with no keyword at all.
-FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "pow", "where", "tensor",
+FUNCTIONS = set(KEYWORDS) | UNARY | BINARY | COMPARE | {"square", "reciprocal", "gelu_tanh", "pow", "where",
                                                       "logical_not", "bool", ROTATE_HALF, *LOGICAL}
 
 # tl.maximum/minimum drop NaN by default; torch's maximum, minimum, relu, clamp and max/min keep it.
@@ -273,10 +273,6 @@ WORDS = EARLY_WORDS + [(re.compile(p, _F), kind, op) for p, kind, op in [
 def convert(c: Call) -> Node | None:
     """The IR of a pointwise call, or None when fname is not one of this family's."""
     fname, args, kw = c.fname, c.args, c.kw
-    if fname == "tensor":            # torch.tensor(2.5): a number, broadcast as PyTorch broadcasts a 0-d tensor
-        kw.pop("device", None)       # where it lives changes no value
-        arity(fname, args, 1)
-        return const(number(args[0]))
     if fname in ("square",):
         return call("pow", c.expr(args[0]), exponent=2.0)
     if fname == "reciprocal":

@@ -46,6 +46,9 @@ CASES = [
      lambda t: t["a"] @ torch.ones(20, 1, dtype=torch.float64) + 0.5),
     ("matmul(a + torch.eye(6), b)", {"a": [6, 6], "b": [6, 5]}, 5,
      lambda t: (t["a"] + torch.eye(6, dtype=torch.float64)) @ t["b"]),
+    ("x * torch.tensor([[0.5, -1.0, 2.0]]) + torch.arange(1, 4) * torch.linspace(0, 1, 3)", {"x": [4, 3]}, 5,
+     lambda t: t["x"] * torch.tensor([[0.5, -1.0, 2.0]], dtype=torch.float64)
+     + torch.arange(1, 4, dtype=torch.float64) * torch.linspace(0, 1, 3, dtype=torch.float64)),
     # rmsnorm's weight gradient: the per-row mean is the stage, not the full-size product around it
     ("sum(g * x * rsqrt(mean(x * x, dim=-1, keepdim=True) + 1e-06), dim=0)", {"g": [9, 33], "x": [9, 33]}, 2,
      lambda t: torch.sum(t["g"] * t["x"] * torch.rsqrt((t["x"] * t["x"]).mean(-1, keepdim=True) + 1e-6), 0)),

@@ -17,6 +17,14 @@ from bot.spec import parse_expression
     ("x + torch.full(size=(4, 5), fill_value=3)", "(x + full((4, 5), 3.0))"),
     ("where(torch.ones(4, 5, dtype=torch.bool), x, 0.0)", "where((full((4, 5), 1.0) != 0.0), x, 0.0)"),
     ("x @ torch.eye(5, 3)", "matmul(x, torch.triu(torch.tril(full((5, 3), 1.0), diagonal=0), diagonal=0))"),
+    ("x + x.new_full((1, 5), 2)", "(x + full((1, 5), 2.0))"),
+    ("x * torch.arange(1, 7, 2)", "(x * ((cumsum(full((3,), 1.0), dim=0, exclusive=True) * 2.0) + 1.0))"),
+    ("x * torch.linspace(0, 1, 3)", "(x * where((cumsum(full((3,), 1.0), dim=0, exclusive=True) < 1.0), "
+     "(cumsum(full((3,), 1.0), dim=0, exclusive=True) * 0.5), (1.0 - ((2.0 - cumsum(full((3,), 1.0), dim=0, "
+     "exclusive=True)) * 0.5))))"),
+    ("x + torch.tensor(2.5)", "(x + 2.5)"),
+    ("x * torch.tensor([2, 3])", "(x * where((cumsum(full((2,), 1.0), dim=0, exclusive=True) == 0.0), 2.0, "
+     "((cumsum(full((2,), 1.0), dim=0, exclusive=True) * 0.0) + 3.0)).reshape(2))"),
 ])
 def test_a_constant_is_a_fill_of_fixed_sizes(written, read):
     assert ir.to_text(ir.parse(written)) == read
@@ -32,7 +40,12 @@ def test_a_constant_is_a_stage_no_kernel_computes():
 
 
 @pytest.mark.parametrize("written, message", [
-    ("x + torch.ones(4, 5, dtype=torch.int64)", "dtype=torch.int64 is not supported: a float constant"),
+    ("x + torch.ones(4, 5, dtype=torch.complex64)", "dtype=torch.complex64 is not supported: a float, whole-number"),
+    ("x + torch.full((4, 5), 0.5, dtype=torch.long)", "int dtype truncates its values"),
+    ("x + torch.tensor([[1.0, 2.0], [3.0]])", "the lists must be non-empty and of one shape"),
+    ("x + torch.tensor(list(range(100)))", "expected a number"),
+    ("x + torch.arange(0, 4, 0)", "a step other than 0"),
+    ("x + torch.arange(5, 1)", "a range of -4 values"),
     ("x + torch.ones(n, 5)", "sizes as whole numbers"),
     ("x + torch.ones(0, 5)", "sizes as whole numbers of at least 1"),
     ("x + torch.full((4, 5))", "torch.full takes its sizes and a number"),
