@@ -17,6 +17,7 @@ from bot.ops import (argreduce, attention, chain, channel_norm, conv, fill, fuse
                      norm, pointwise, reduce, registry, scan, softmax, view)
 from bot.ops.node import (ALL, CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
                           is_float_call, is_int_literal, number, to_text)
+from runner import protocol
 
 __all__ = ["IRError", "Node", "broadcast_shapes", "call", "const", "inp", "input_names", "is_int_literal", "to_text"]
 
@@ -279,10 +280,32 @@ def kind(node: Node) -> str:
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:
     """kernel.py: the family's file, or a chain's stages in one file."""
+    whole = [i["name"] for i in spec["inputs"] if i.get("domain") == "whole"]
+    if whole:
+        return _whole_cast(spec, node, options, whole)
     node = settled(node, {i["name"]: i["shapes"][0] for i in spec["inputs"]})
     if not is_chain(node):
         return registry.kernel_source(spec, node, options)
     return chain.kernel_source(spec, list(stages(node)), lambda s, n: registry.kernel_source(s, n, {}), output_shape)
+
+
+def _whole_cast(spec: dict, node: Node, options: dict, whole: list[str]) -> str:
+    """kernel.py for a spec with int64 inputs read as numbers: the kernels of the spec with those inputs
+    in the float inputs' dtypes, behind an entry that casts them so, as PyTorch's type promotion reads an
+    int tensor beside a float one (a kernel would otherwise take its output dtype from an int input)."""
+    anchor = protocol.float_inputs(spec)[0]
+    inner = {**spec, "name": f"{spec['name']}_on_floats", "inputs": [
+        {k: v for k, v in i.items() if k != "range"} | {"dtypes": anchor["dtypes"], "domain": "normal"}
+        if i["name"] in whole else i for i in spec["inputs"]]}
+    names = [i["name"] for i in spec["inputs"]]
+    source = kernel_source(inner, node, options)
+    entry = next(f for f in ast.parse(source).body if isinstance(f, ast.FunctionDef) and f.name == inner["name"])
+    tuned = [a.arg for a in entry.args.kwonlyargs] == ["config"]        # a chain's entry takes no config
+    cast = [f"{n}.to({anchor['name']}.dtype)" if n in whole else n for n in names] + ["config=config"] * tuned
+    return (source.rstrip("\n") + "\n\n\n"
+            f"def {spec['name']}({', '.join(names + ['*', 'config=None'] * tuned)}):\n"
+            f"    # {', '.join(whole)}: whole numbers (int64), read in {anchor['name']}'s dtype as PyTorch promotes them\n"
+            f"    return {inner['name']}({', '.join(cast)})\n")
 
 
 def stage_cases(node: Node, cases: list[dict[str, list[int]]]) -> list[dict[str, list[int]]]:

@@ -281,9 +281,24 @@ def _check_dtypes(inputs: list[dict], node: ir.Node) -> None:
             for key in ("index_dim", "padding"):        # computed from the expression, never kept from an edit
                 inp.pop(key, None)
             inp.update(domain="index", **index[name])
+        elif inp["domain"] == "whole":
+            _check_whole(inp)
         elif protocol.INDEX_DTYPE in inp["dtypes"] or inp["domain"] == "index":
             raise SpecError(f"input {name}: int64 and the index domain are only for indices (cross_entropy's target, "
-                            "gather's index, embedding's ids); use float16, bfloat16 or float32 and domain normal")
+                            "gather's index, embedding's ids) and whole numbers (domain whole, with a range); use "
+                            "float16, bfloat16 or float32 and domain normal")
+
+
+def _check_whole(inp: dict) -> None:
+    """Whole numbers a module reads as numbers (domain whole): int64 in every variant, drawn from
+    "range": [low, high), as get_inputs' torch.randint(low, high, size) makes them."""
+    bounds = inp.get("range")
+    if set(inp["dtypes"]) != {protocol.INDEX_DTYPE} or not (
+            isinstance(bounds, list) and len(bounds) == 2 and all(type(b) is int for b in bounds)
+            and bounds[0] < bounds[1] and all(abs(b) <= 2**24 for b in bounds)):
+        raise SpecError(f"input {inp['name']}: domain whole is int64 in every variant with \"range\": [low, high], "
+                        f"whole numbers low < high within 2**24 (float32 holds them exactly); got dtypes "
+                        f"{inp['dtypes']} and range {bounds!r}")
 
 
 _COMPARED = {"sign": "sign (-1 or 1) is for a target the expression compares with 1 or -1 (hinge_embedding_loss's, "
@@ -297,7 +312,7 @@ def _check_compared(inputs: list[dict], node: ir.Node) -> None:
     expression, never kept from an edit."""
     compared = {n: d for n, d in ir.domains(node).items() if d in _COMPARED}
     for inp in inputs:
-        if inp["name"] in compared and inp["domain"] != "mask":
+        if inp["name"] in compared and inp["domain"] not in ("mask", "whole"):
             inp["domain"] = compared[inp["name"]]
         elif inp["domain"] in _COMPARED:
             raise SpecError(f"input {inp['name']}: domain {_COMPARED[inp['domain']]}; use normal, positive or nonzero")

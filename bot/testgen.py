@@ -486,7 +486,7 @@ def make_inputs(case, variant):
     index_dim, default the last, of the input named by index_of; unless padding is false about one
     in eight is padding, as in a language model's batch: -100, torch's default ignore_index, or the
     index padding gives), mask
-    (bool, True or False with even odds)."""
+    (bool, True or False with even odds), whole (int64 uniform over range: numbers a module reads as such)."""
     gen = torch.Generator(device=DEVICE).manual_seed(SEED)
     shapes = case_shapes(case)[0]
     inputs = []
@@ -502,6 +502,8 @@ def make_inputs(case, variant):
                 values = torch.where(padding, -100 if pad_value is True else pad_value, values)
         elif domain == "mask":
             values = torch.rand(shape, generator=gen, device=DEVICE) < 0.5
+        elif domain == "whole":
+            values = torch.randint(*spec_input["range"], shape, generator=gen, device=DEVICE)
         elif domain == "normal":
             values = torch.randn(shape, generator=gen, device=DEVICE) * init_scale(SPEC["inputs"], spec_input["name"],
                                                                                  shapes)

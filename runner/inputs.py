@@ -40,7 +40,10 @@ def make_inputs(spec: dict, case: Case, variant: dict[str, str], seed: int, devi
     for inp in spec["inputs"]:
         name, domain = inp["name"], inp.get("domain", "normal")
         high = case.shapes[inp["index_of"]][inp.get("index_dim", -1)] if domain == "index" else 0
-        values = _draw(domain, case.shapes[name], gen, device, high, inp.get("padding", True))
+        if domain == "whole":
+            values = torch.randint(*inp["range"], case.shapes[name], generator=gen, device=device)
+        else:
+            values = _draw(domain, case.shapes[name], gen, device, high, inp.get("padding", True))
         if domain == "normal":
             values = values * protocol.init_scale(spec["inputs"], name, case.shapes)
         tensors.append(values.to(TORCH_DTYPES[variant[name]]))

@@ -30,10 +30,12 @@ ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "int64": 
 # loss's own ignore_index, drawn instead); mask: bool,
 # True or False with even odds; sign: -1.0 or 1.0 with even odds (a ±1 target: hinge_embedding_loss's);
 # zeros: normal values, about half of them exactly 0 (a float compared for equality with 0, such as a
-# mask made of ones: both branches taken, its other uses still see values of every size)
-DOMAINS: tuple[str, ...] = ("normal", "positive", "nonzero", "unit", "sign", "zeros", "index", "mask")
+# mask made of ones: both branches taken, its other uses still see values of every size); whole: int64
+# uniform in ["range"][0] .. ["range"][1] - 1 (a pasted get_inputs' torch.randint(low, high, size) that
+# the module reads as numbers, not indices: an int attention mask, counts)
+DOMAINS: tuple[str, ...] = ("normal", "positive", "nonzero", "unit", "sign", "zeros", "index", "mask", "whole")
 # The domains of inputs that hold no float values: the output's dtype is the other inputs'.
-NOT_FLOAT_DOMAINS: tuple[str, ...] = ("index", "mask")
+NOT_FLOAT_DOMAINS: tuple[str, ...] = ("index", "mask", "whole")
 IGNORE_INDEX = -100        # torch's cross_entropy default: a row with this target adds no loss
 
 JOB_KINDS: tuple[str, ...] = ("reference_test", "kernel_test", "benchmark", "verify")

@@ -553,6 +553,12 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
     ('running_mean_arange', [], 'x', ['return x.cumsum(1) / torch.arange(1, x.size(1) + 1)'], '[torch.randn(3, 11)]'),
     ('full_inf_triu_add', [], 's', ["m = torch.full((s.size(-1), s.size(-1)), float('-inf')).triu(1)", 'return (s + m).softmax(-1)'],
      '[torch.randn(2, 7, 7)]'),
+    # int64 tensors read as numbers (an attention mask of 0s and 1s, counts), first among the inputs too
+    ('int_mask_first', [], 'mask, s', ['return s.masked_fill(mask[:, None, None, :] == 0, -1e9).softmax(-1)'],
+     '[torch.randint(0, 2, (2, 9)), torch.randn(2, 3, 9, 9)]'),
+    ('hf_extended_mask', [], 's, mask', ['ext = (1.0 - mask[:, None, None, :].float()) * -10000.0', 'return torch.softmax(s + ext, dim=-1)'],
+     '[torch.randn(2, 3, 6, 6), torch.randint(0, 2, (2, 6))]'),
+    ('int_counts_scale', [], 'c, x', ['return c * x + c'], '[torch.randint(-3, 4, (5, 8)), torch.randn(5, 8)]'),
 ]
 
 

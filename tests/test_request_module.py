@@ -13,9 +13,10 @@ from bot import ir, lower_torch, testgen
 from bot.generators.interface import GenerationError, GenRequest
 from bot.generators.offline import OfflineGenerator
 from bot.request import parse_request
-from generated import error
-from bot.spec import SpecError, validate
-from runner import worker
+from generated import error, load
+from bot.spec import SpecError, parse_expression, validate
+from runner import inputs as runner_inputs
+from runner import protocol, worker
 from runner.integrity import check_reference, check_test
 
 
@@ -817,3 +818,40 @@ def test_get_inputs_may_return_a_list_comprehension(made, shapes):
                                                                     f"    return {made}")
     spec, _ = parse_request(fenced("import torch\nimport torch.nn as nn\n\n" + code))
     assert [i["shapes"] for i in spec["inputs"]] == [[s] for s in shapes]
+
+
+INT_MASK = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, m, s):
+        return torch.where(m == 0, -1e9, s).softmax(-1)
+
+def get_inputs():
+    return [torch.randint(0, 2, (4, 6)), torch.randn(4, 6)]
+'''
+
+
+@pytest.mark.parametrize("made, low_high", [("torch.randint(0, 2, (4, 6))", [0, 2]), ("torch.randint(5, (4, 6))", [0, 5]),
+                                            ("torch.randint(low=-3, high=4, size=(4, 6))", [-3, 4])])
+def test_an_int_tensor_read_as_numbers_stays_int64_drawn_as_get_inputs_draws_it(tmp_path, made, low_high):
+    # an int attention mask first: the kernel's output still takes the float input's dtype
+    spec, _ = parse_request(INT_MASK.replace("torch.randint(0, 2, (4, 6))", made))
+    assert spec["inputs"][0] == {"name": "m", "dtypes": ["int64"], "shapes": [[4, 6]], "domain": "whole",
+                                 "range": low_high}
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    m, s = torch.randint(*low_high, (4, 6)), torch.randn(4, 6)
+    for dtype in (torch.float32, torch.float16):
+        want = torch.where(m == 0, -1e9, s.to(dtype).double()).softmax(-1)
+        got = kernel(m, s.to(dtype))
+        assert got.dtype == dtype and torch.allclose(got.double(), want, atol=2e-3)
+    case, variant = protocol.cases(spec)[0], protocol.dtype_variants(spec)[0]
+    drawn = runner_inputs.make_inputs(spec, case, variant, 0, "cpu")[0]
+    assert drawn.dtype == torch.int64 and drawn.min() >= low_high[0] and drawn.max() < low_high[1]
+
+
+def test_an_int_tensor_made_other_than_by_randint_and_read_as_numbers_is_refused():
+    code = INT_MASK.replace("torch.randint(0, 2, (4, 6))", "torch.randint(0, 2, (4, 6)) * 2")
+    with pytest.raises(GenerationError, match="int64 other than by torch.randint"):
+        parse_request(code)

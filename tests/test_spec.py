@@ -82,3 +82,22 @@ def test_a_modules_learned_tensors_fix_their_sizes_whatever_an_edit_says():
     s["inputs"][0]["shapes"] = [[64, 128], [5, 128]]
     assert spec.validate(s)["fixed_sizes"] == [128] and "least_size" not in spec.validate(s)
     assert "fixed_sizes" not in spec.validate(add_spec(fixed_sizes=[64]))
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"dtypes": ["int64"], "range": [0, 2]}, None),
+    ({"dtypes": ["float32"], "range": [0, 2]}, "domain whole is int64 in every variant"),
+    ({"dtypes": ["int64"]}, "with \"range\": \\[low, high\\]"),
+    ({"dtypes": ["int64"], "range": [3, 3]}, "low < high"),
+    ({"dtypes": ["int64"], "range": [0, 2**30]}, "within 2\\*\\*24"),
+])
+def test_whole_numbers_are_int64_with_the_range_they_are_drawn_from(fields, message):
+    validate, SpecError = spec.validate, spec.SpecError
+    given = {"name": "op", "expression": "where(m == 0.0, -inf, x)",
+             "inputs": [{"name": "x", "dtypes": ["float32"], "shapes": [[4, 6]]},
+                        {"name": "m", "shapes": [[4, 6]], "domain": "whole", **fields}]}
+    if message is None:
+        assert validate(given)["inputs"][1]["domain"] == "whole"      # compared with 0, it stays whole
+    else:
+        with pytest.raises(SpecError, match=message):
+            validate(given)

@@ -49,6 +49,7 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
     node = _rotated(st, node, shapes)
     domains, index, masks = ir.domains(node), ir.index_inputs(node), mask_inputs(st)
     _refuse_float_indices(st, node, index)
+    whole = _whole_numbers(st, names, index)
     if st.training and any(n.op in ("max", "min") and n.attr("dim") != ir.ALL for n in node.walk()):
         notes.append("the gradient of max/min over a dim is torch.amax/amin's: tied maxima share it evenly "
                      "(torch.max(x, dim).values gives it all to the first)")
@@ -57,8 +58,9 @@ def build(st: State, request: str, backend: str | None) -> tuple[dict, list[str]
         "name": _kernel_name(st.name or default_name(node, shapes), notes),
         "expression": node_text(node),
         "description": describe(node, shapes),
-        "inputs": [{"name": n, "dtypes": _input_dtypes(n, dtypes, index, masks),
-                    "shapes": shapes[n], "domain": domains[n], **index.get(n, {}),
+        "inputs": [{"name": n, "dtypes": _input_dtypes(n, dtypes, index, masks, whole),
+                    "shapes": shapes[n], "domain": "whole" if n in whole else domains[n], **index.get(n, {}),
+                    **({"range": whole[n]} if n in whole else {}),
                     **({"fixed_dims": st.sized_dims[n]} if n in st.sized_dims else {}),
                     **({"parameter": learned[n]} if n in learned else {})}
                    for n in names],
@@ -84,10 +86,11 @@ def _refuse_identity(node: ir.Node) -> None:
                               f"Ask for the ops around it, e.g. 'gelu(x) * y'.")
 
 
-def _input_dtypes(name: str, dtypes: list[str], index: dict[str, str], masks: set[str]) -> list[str]:
-    """An input's dtype per variant: int64 for class indices, bool for a mask (whose domain bot.spec
-    sets), else the dtypes tested."""
-    held = protocol.INDEX_DTYPE if name in index else protocol.MASK_DTYPE if name in masks else None
+def _input_dtypes(name: str, dtypes: list[str], index: dict[str, str], masks: set[str],
+                  whole: dict[str, list[int]]) -> list[str]:
+    """An input's dtype per variant: int64 for class indices and whole numbers, bool for a mask (whose
+    domain bot.spec sets), else the dtypes tested."""
+    held = protocol.INDEX_DTYPE if name in index or name in whole else protocol.MASK_DTYPE if name in masks else None
     return [held] * len(dtypes) if held else list(dtypes)
 
 
@@ -154,6 +157,19 @@ def _with_eps(st: State, node: ir.Node, notes: list[str]) -> ir.Node:
     if st.eps is None:
         notes.append(f"no eps named: using {eps!r}, the usual {node.op} default")
     return ir.call(node.op, *node.args, **{**dict(node.attrs), "eps": eps})
+
+
+def _whole_numbers(st: State, names: list[str], index: dict[str, dict]) -> dict[str, list[int]]:
+    """The inputs get_inputs makes int64 that the operation reads as numbers, not indices (an int
+    attention mask compared with 0, counts it multiplies by), with the [low, high) torch.randint draws
+    them from: they stay int64 (the judge draws whole numbers there), never quietly made float."""
+    made = st.pasted.indices if st.pasted and st.pasted_shapes else []
+    whole = {n: st.pasted.ranges.get(n) for n in names if n in made and n not in index}
+    if unknown := [n for n, r in whole.items() if r is None]:
+        raise GenerationError(f"get_inputs makes {unknown[0]} int64 other than by torch.randint(low, high, size) with "
+                              "numbers, and the operation reads it as numbers, not indices: make it that way (the "
+                              "judge draws whole numbers in that range), or as a float tensor")
+    return whole
 
 
 def _refuse_float_indices(st: State, node: ir.Node, index: dict[str, dict]) -> None:

@@ -23,9 +23,11 @@ INDEX = "int64"         # the dtype of indices (torch.randint's)
 
 
 def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dict[str, list[int]],
-                                                                               dict[str, str | None]]:
+                                                                               dict[str, str | None],
+                                                                               dict[str, list[int]]]:
     """Shapes and dtypes of forward's tensors from what get_inputs returns: (shape per tensor, dtype
-    per tensor: the float dtype or bool it names, else None, torch's default float)."""
+    per tensor: the float dtype or bool it names, else None, torch's default float; [low, high) per
+    tensor made by torch.randint directly)."""
     local = dict(env)
     made: list[ast.expr] | None = None
     for stmt in fn.body:
@@ -35,7 +37,7 @@ def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dic
         target, value = assigned(stmt)
         value = value and _sized(value, local)          # n = x.shape[0]: a size, no tensor
         if isinstance(target, ast.Name) and _is_tensor(value, local):
-            local[target.id] = _Made(*_tensor(value, local, target.id))
+            local[target.id] = _Made(*_tensor(value, local, target.id), _range(value, local))
         elif target is not None:
             try:
                 bind(target, const(value, local), local)
@@ -52,7 +54,8 @@ def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dic
     if len(floats) > 1:
         raise GenerationError(f"get_inputs makes tensors of {' and '.join(sorted(floats))}; the offline kernels take "
                               "one float dtype for every input")
-    return {n: shape for n, (shape, _) in read.items()}, {n: dtype for n, (_, dtype) in read.items()}
+    ranges = {n: r for n, expr in zip(tensors, made) if (r := _range(expr, local)) is not None}
+    return {n: shape for n, (shape, _) in read.items()}, {n: dtype for n, (_, dtype) in read.items()}, ranges
 
 
 def _returned(value: ast.expr | None, local: dict) -> list[ast.expr] | None:
@@ -75,9 +78,28 @@ def made_tensor(expr: ast.expr, env: dict, name: str) -> tuple[list[int], str | 
 
 @dataclass(frozen=True)
 class _Made:
-    """A local tensor of get_inputs: its shape and dtype (None: torch's default)."""
+    """A local tensor of get_inputs: its shape and dtype (None: torch's default), and [low, high) where
+    torch.randint made it."""
     shape: list[int]
     dtype: str | None
+    range: list[int] | None = None
+
+
+def _range(expr: ast.expr, env: dict) -> list[int] | None:
+    """[low, high) of torch.randint(high, size) or randint(low, high, size) (or a name bound to one)."""
+    if isinstance(expr, ast.Name) and isinstance(env.get(expr.id), _Made):
+        return env[expr.id].range
+    if not (isinstance(expr, ast.Call) and _maker(expr) and expr.func.attr == "randint"):
+        return None
+    kinds = {k.arg: k.value for k in expr.keywords}
+    written = list(expr.args if "size" in kinds else expr.args[:-1])
+    given = {"low": ast.Constant(0), **dict(zip(("low", "high") if len(written) == 2 else ("high",), written)),
+             **{k: v for k, v in kinds.items() if k in ("low", "high")}}
+    try:
+        low, high = const(given["low"], env), const(given["high"], env)
+    except (NotConstant, KeyError):
+        return None
+    return [low, high] if type(low) is int and type(high) is int else None
 
 
 # Functions and methods that keep their tensor argument's shape (get_inputs often shapes values:

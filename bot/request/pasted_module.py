@@ -37,6 +37,7 @@ class Pasted:
     dtypes: list[str] = field(default_factory=list)  # the float dtype get_inputs gives, if it names one
     masks: list[str] = field(default_factory=list)   # the tensors get_inputs makes bool
     indices: list[str] = field(default_factory=list)  # the tensors get_inputs makes int64 (torch.randint)
+    ranges: dict[str, list[int]] = field(default_factory=dict)   # ... and [low, high) where it says them
     parameters: dict[str, str] = field(default_factory=dict)     # learned tensor input -> its path ("fc.weight")
     learned_shapes: dict[str, list[int]] = field(default_factory=dict)   # learned tensor input -> its shape
 
@@ -130,7 +131,7 @@ def read(tree: ast.Module, said: dict[str, int | float] | None = None) -> Pasted
     built = buildable(tree)
     pasted = Pasted(ast.unparse(fn), built[0] if built else None, name, line)
     if "get_inputs" in functions:
-        pasted.shapes, dtypes = read_inputs(functions["get_inputs"], env, tensors)
+        pasted.shapes, dtypes, pasted.ranges = read_inputs(functions["get_inputs"], env, tensors)
         pasted.masks = [n for n, d in dtypes.items() if d == MASK]
         pasted.indices = [n for n, d in dtypes.items() if d == INDEX]
         pasted.dtypes = sorted({d for d in dtypes.values() if d not in (None, MASK, INDEX)})
