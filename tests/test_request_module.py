@@ -855,3 +855,23 @@ def test_an_int_tensor_made_other_than_by_randint_and_read_as_numbers_is_refused
     code = INT_MASK.replace("torch.randint(0, 2, (4, 6))", "torch.randint(0, 2, (4, 6)) * 2")
     with pytest.raises(GenerationError, match="int64 other than by torch.randint"):
         parse_request(code)
+
+
+def test_the_size_of_a_computed_tensor_is_read_as_its_number_and_kept_in_every_case():
+    # a causal mask sized by the scores it masks (s = q @ k^T; n = s.size(-1)), made in forward
+    code = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, q, k):
+        s = q @ k.transpose(-2, -1)
+        rows, cols = s.size(-2), s.size(-1)
+        return s.masked_fill(torch.triu(torch.ones(rows, cols, dtype=torch.bool), 1), float("-inf")).softmax(-1)
+
+def get_inputs():
+    return [torch.randn(2, 6, 4), torch.randn(2, 9, 4)]
+'''
+    spec, _ = parse_request(code)
+    assert "full((6, 9), 1.0)" in spec["expression"]
+    assert {i["name"]: i.get("fixed_dims") for i in spec["inputs"]} == {"q": [1], "k": [1]}

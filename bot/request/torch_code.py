@@ -120,18 +120,33 @@ class SizesWritten(ast.NodeTransformer):
         self.read: dict[str, set[int]] = {}         # input -> the dims whose size was written as a number
 
     def _size(self, tensor: ast.expr, dim: ast.expr) -> ast.Constant | None:
-        shapes = self.known.get(tensor.id) if isinstance(tensor, ast.Name) else None
         try:
             d = ast.literal_eval(dim)              # 1, -1
         except ValueError:
             return None
+        shapes = self.known.get(tensor.id) if isinstance(tensor, ast.Name) else self._computed(tensor)
         if not shapes or type(d) is not int:
             return None
         sizes = {tuple(s)[d] if -len(s) <= d < len(s) else None for s in shapes}
         if len(sizes) != 1 or None in sizes:
             return None
-        self.read.setdefault(tensor.id, set()).add(d % len(shapes[0]))
-        return ast.Constant(sizes.pop())
+        size = sizes.pop()
+        if isinstance(tensor, ast.Name):
+            self.read.setdefault(tensor.id, set()).add(d % len(shapes[0]))
+        else:           # a computed tensor's size: every dim of its inputs of that size keeps it
+            for name in ir.input_names(ir.parse(ast.unparse(tensor), as_written=True)):
+                self.read.setdefault(name, set()).update(k for k, n in enumerate(self.known[name][0]) if n == size)
+        return ast.Constant(size)
+
+    def _computed(self, tensor: ast.expr) -> list[list[int]] | None:
+        """A computed tensor's shape in each case ((q @ k.mT).size(-1)), where the IR reads it; else None."""
+        try:
+            node = ir.parse(ast.unparse(tensor), as_written=True)
+            names = ir.input_names(node)
+            cases = len(next(iter(self.known.values()), []))
+            return [ir.output_shape(node, {n: self.known[n][c] for n in names}) for c in range(cases)]
+        except (ir.IRError, KeyError, IndexError, ValueError, TypeError, RecursionError):
+            return None
 
     def visit_Subscript(self, n: ast.Subscript) -> ast.expr:
         self.generic_visit(n)
