@@ -2,7 +2,12 @@
 groups (depthwise and pointwise included), bias and output padding as torch.nn.functional defines
 them, inside a pointwise epilogue (relu(conv2d(x, w, b) + residual)), as one implicit-GEMM kernel.
 
-The kernel reads NC[D]HW tensors as they lie. Per group, the output is a GEMM: M output positions
+The kernel reads NC[D]HW tensors as they lie, but for a float16 or bfloat16 convolution over several
+taps with 16 or more channels a group: two small kernels first copy x channels-last and the weight
+taps-first ([taps, C_in / groups, C_out]), so that both tl.dot operands of a K step (a tap's run of
+input channels) load 16 bytes at a time; read as they lie, each operand's loads go element by element
+(measured: either copy alone gains little, both together make 3x3 convolutions of many channels on
+small images 2-3x faster). Per group, the output is a GEMM: M output positions
 (N x OD x OH x OW) by N output channels, over K = input channels x kernel taps. A program computes a
 BLOCK_M x BLOCK_N tile: each K step gathers a tile of input values (the taps of BLOCK_M positions,
 zero outside the padding; for a transposed convolution, the inputs whose stride lands on the
@@ -60,8 +65,8 @@ GATHER = Path(__file__).with_name("conv_gather.py")
 CONFIGS = [
     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": s}
     for bm, bn, bk, w, s in [(128, 256, 32, 8, 3), (128, 128, 32, 8, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3), (128, 128, 64, 8, 2),
-                             (64, 64, 64, 4, 3), (64, 64, 32, 4, 4), (256, 64, 32, 8, 3), (32, 32, 32, 2, 3),
-                             (512, 16, 16, 4, 1), (1024, 16, 16, 8, 1)]
+                             (128, 128, 64, 8, 3), (64, 128, 64, 4, 3), (64, 64, 64, 4, 3), (64, 64, 32, 4, 4),
+                             (256, 64, 32, 8, 3), (32, 32, 32, 2, 3), (512, 16, 16, 4, 1), (1024, 16, 16, 8, 1)]
 ]
 
 
@@ -439,16 +444,23 @@ def conv_shape(x_shape, w_shape, b_shape, nd, transposed, stride, padding, dilat
     return [x_shape[0], c_out, *spatial]
 
 
-def _conv_config(positions, out_channels, in_channels, taps):
+def _conv_config(positions, out_channels, in_channels, taps, channels_last):
     # The default config, for one group's channels: 512 positions x up to 16 channels a
     # multiply-add tile where tl.dot's 16-wide tiles would be mostly padding (under 16 output
     # channels, or under 16 products a sum); else 128 positions by 64 channels 32 deep in 4 warps
     # while two waves of programs run on an H200's 132 SMs; with fewer positions, 64 x 64 tiles 64
     # deep (the best of the space on an H100 and an H200 for 3x3 convolutions of 64 channels at 100K
     # and 6K positions, and for 1x1 ones to 256 channels at 6K); 1x1 ones to 128 channels or more at
-    # 64 x 128 (the best of the space on an H100 at 100K positions).
+    # 64 x 128 (the best of the space on an H100 at 100K positions). The channels-last path (16-bit,
+    # several taps): 128 x 128 x 64 in 8 warps while two waves of those tiles run, else 64 x 128 x 64
+    # in 4 (the best measured on an H100 for 3x3 convolutions of 64 to 512 channels on 7x7 to 56x56
+    # images, stride 1 and 2, and level 1's 56).
     if out_channels < 16 or in_channels * taps < 16:
         return {"BLOCK_M": 512, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1}
+    if channels_last:
+        if -(-positions // 128) * -(-out_channels // 128) >= 264:
+            return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
+        return {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
     if taps == 1 and out_channels >= 128 and -(-positions // 64) * -(-out_channels // 128) >= 264:
         # a 1x1 convolution's GEMM is memory-bound: 64 positions x 128 channels
         return {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
@@ -515,8 +527,9 @@ class _ConvKernel(KernelFile):
                    "over K = input channels x kernel taps: each K step gathers the taps of the positions from\n"
                    "x (zero in the padding) and the weights, multiplied by tl.dot into a float32 tile; then\n"
                    "the bias, the epilogue and one store. Groups of under 16 channels or taps (depthwise)\n"
-                   "accumulate tap by tap with multiply-adds instead. NC[D]HW as it lies; 1-d and 2-d run\n"
-                   "as 3-d with unit dims.")
+                   "accumulate tap by tap with multiply-adds instead. NC[D]HW as it lies, but float16 and\n"
+                   "bfloat16 over several taps, which read x channels-last and the weight taps-first (each\n"
+                   "copied so by a small kernel first); 1-d and 2-d run as 3-d with unit dims.")
 
     def __init__(self, spec, node, inputs, options):
         check(node)
@@ -557,8 +570,8 @@ class _ConvKernel(KernelFile):
         params = ["x_ptr", "w_ptr", "b_ptr", *e_ptrs, "out_ptr", "N", "C_in", "D", "H", "W", "C_out", "OD", "OH", "OW", "P", "P_IN",
                   *e_strides]
         constexprs = ["CIN_G", "COUT_G", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW",
-                      "TRANSPOSED", "HAS_BIAS", "DOT", "TAP_OUTER", "PER_IMAGE", "POINTWISE", "WIDE_C", "INPUT_PRECISION",
-                      "BLOCK_M", "BLOCK_N", "BLOCK_K"]
+                      "TRANSPOSED", "HAS_BIAS", "DOT", "TAP_OUTER", "PER_IMAGE", "POINTWISE", "WIDE_C", "CHANNELS_LAST",
+                      "INPUT_PRECISION", "BLOCK_M", "BLOCK_N", "BLOCK_K"]
         params += [f"{c}: tl.constexpr" for c in constexprs]
         lines = [
             "# Program (position tile x channel block, group x phase): BLOCK_M output positions x BLOCK_N of a",
@@ -623,7 +636,21 @@ class _ConvKernel(KernelFile):
             "    for step in range(0, TAPS * CHANNEL_STEPS):",
             "        tap = step // CHANNEL_STEPS",
             "        c0 = (step % CHANNEL_STEPS) * BLOCK_K",
-            *indented(_TAP + _TAP_ROWS + _CHANNEL_STEP, 2),
+            *indented(_TAP, 2),
+            "        if CHANNELS_LAST:",
+            "            # x channels-last [N, D, H, W, C_in] and the weight taps-first [taps, C_in / groups, C_out]:",
+            "            # a step's channels and its output channels lie contiguous, and both tl.dot operands",
+            "            # load 16 bytes at a time",
+            "            row_offs, valid = _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD, SH,",
+            "                                        SW, PD, PH, PW, DD, DH, DW, TRANSPOSED, CHANNELS_LAST)",
+            "            cs = c0 + tl.arange(0, BLOCK_K)",
+            "            c_ok = cs < CIN_G",
+            "            a = tl.load(x_ptr + row_offs[:, None] + cs[None, :], mask=valid[:, None] & c_ok[None, :], other=0.0)",
+            "            b = tl.load(w_ptr + ((tap * CIN_G + cs) * C_out)[:, None] + co[None, :],",
+            "                        mask=c_ok[:, None] & col_ok[None, :], other=0.0)",
+            "            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)",
+            "        else:",
+            *indented(_TAP_ROWS + _CHANNEL_STEP, 3),
             "elif DOT and TAP_OUTER:",
             "    # A 1x1 convolution, or a strided transposed one's phase: tap by tap (skipping the taps that",
             "    # miss the phase), BLOCK_K input channels a step.",
@@ -670,7 +697,7 @@ class _ConvKernel(KernelFile):
             "out_offs = (n.to(tl.int64) * C_out * P + out_pos)[:, None] + co.to(tl.int64)[None, :] * P",
             "tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=mask)",
         ]
-        return "\n\n".join([*fixed.sources(GATHER, {"_gather", "_tap_rows"}),
+        return "\n\n".join([*fixed.sources(GATHER, {"_gather", "_tap_rows", "_channels_last", "_taps_first"}),
                              jit_source(f"{self.name}_kernel", params, lines)])
 
     def _launcher(self) -> str:
@@ -705,7 +732,11 @@ class _ConvKernel(KernelFile):
                      "    positions = shape[0] * _cdiv(OD, SD) * _cdiv(OH, SH) * _cdiv(OW, SW)\n")
         else:
             text += "    phases = 1\n    positions = shape[0] * OD * OH * OW\n"
-        text += self._config_line("_conv_config(positions, c_out_g, c_in_g, taps)")
+        text += ("    # The flat tl.dot loop over taps reads float16 and bfloat16 x channels-last and the weight\n"
+                 "    # taps-first, copied so by two small kernels below.\n"
+                 f"    channels_last = {not g['transposed']} and c_out_g >= 16 and c_in_g >= 16 and taps > 1 and "
+                 f"{x}.element_size() == 2\n")
+        text += self._config_line("_conv_config(positions, c_out_g, c_in_g, taps, channels_last)")
         text += (f"    BLOCK_M, BLOCK_N, BLOCK_K, num_stages, dot, tap_outer = _fit_conv_config(config, c_out_g, c_in_g, "
                  f"taps, {x}.element_size())\n")
         if self.tf32:
@@ -724,13 +755,21 @@ class _ConvKernel(KernelFile):
                  "    tiles = shape[0] * _cdiv(OD * OH * OW, BLOCK_M) if per_image else _cdiv(positions, BLOCK_M)\n"
                  f"    pointwise = {not g['transposed']} and taps == 1 and (SD, SH, SW, PD, PH, PW) == (1, 1, 1, 0, 0, 0) "
                  f"and {not any(g['padding_end'])}\n"
-                 "    grid = (tiles * _cdiv(c_out_g, BLOCK_N), 1, groups * phases)\n")
-        args = [x, w, b if b != "None" else x] + [e.local for e in self.epilogue_inputs]
+                 "    grid = (tiles * _cdiv(c_out_g, BLOCK_N), 1, groups * phases)\n"
+                 f"    x_read, w_read = {x}, {w}\n"
+                 "    if channels_last:\n"
+                 f"        x_read = torch.empty(({x}.shape[0], *{x}.shape[2:], {x}.shape[1]), dtype={x}.dtype, device={x}.device)\n"
+                 f"        _launch(_channels_last, (_cdiv(D * H * W, 64), _cdiv({x}.shape[1], 64), {x}.shape[0]), {x}, x_read,\n"
+                 f"                {x}.shape[1], D * H * W, BLOCK_C=64, BLOCK_S=64, num_warps=4)\n"
+                 f"        w_read = torch.empty((*{w}.shape[2:], c_in_g, shape[1]), dtype={w}.dtype, device={w}.device)\n"
+                 f"        _launch(_taps_first, (_cdiv(shape[1], 64), _cdiv(c_in_g * taps, 64)), {w}, w_read, shape[1], c_in_g,\n"
+                 "                TAPS=taps, BLOCK_R=64, BLOCK_K=64, num_warps=4)\n")
+        args = ["x_read", "w_read", b if b != "None" else x] + [e.local for e in self.epilogue_inputs]
         args += ["out", "shape[0]", f"{x}.shape[1]", "D", "H", "W", "shape[1]", "OD", "OH", "OW", "OD * OH * OW", "D * H * W"]
         args += [f"*{e.local}_strides" for e in self.epilogue_inputs]
         args += ["CIN_G=c_in_g", "COUT_G=c_out_g", "KD=KD", "KH=KH", "KW=KW", "SD=SD", "SH=SH", "SW=SW", "PD=PD",
                  "PH=PH", "PW=PW", "DD=DD", "DH=DH", "DW=DW", f"TRANSPOSED={g['transposed']}",
-                 f"HAS_BIAS={self.bias is not None}", "DOT=dot", "TAP_OUTER=tap_outer", "PER_IMAGE=per_image", "POINTWISE=pointwise", f"WIDE_C={x}.shape[1] * D * H * W >= 2**31", "INPUT_PRECISION=precision", "BLOCK_M=BLOCK_M",
+                 f"HAS_BIAS={self.bias is not None}", "DOT=dot", "TAP_OUTER=tap_outer", "PER_IMAGE=per_image", "POINTWISE=pointwise", f"WIDE_C={x}.shape[1] * D * H * W >= 2**31", "CHANNELS_LAST=channels_last", "INPUT_PRECISION=precision", "BLOCK_M=BLOCK_M",
                  "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", 'num_warps=config["num_warps"]', "num_stages=num_stages"]
         text += launch(f"{self.name}_kernel", "grid", args, "    ") + "\n"
         return text + "    return out\n"

@@ -46,10 +46,11 @@ def _gather(x_ptr, ks, n, od, oh, ow, row_ok, ci0, C_in, D, H, W, CIN_G: tl.cons
 @triton.jit
 def _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD: tl.constexpr, SH: tl.constexpr,
               SW: tl.constexpr, PD: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DD: tl.constexpr,
-              DH: tl.constexpr, DW: tl.constexpr, TRANSPOSED: tl.constexpr):
+              DH: tl.constexpr, DW: tl.constexpr, TRANSPOSED: tl.constexpr, CHANNELS_LAST: tl.constexpr = False):
     # For one tap (kd, kh, kw) of the kernel: the offset of x[n, ci0, i_d, i_h, i_w] each output
-    # position reads (its group's first input channel; the channels follow at D * H * W apart), and
-    # whether that input exists (inside x; for a transposed convolution, where the stride lands).
+    # position reads (its group's first input channel; the channels follow at D * H * W apart, or
+    # next to each other in x channels-last [N, D, H, W, C_in]), and whether that input exists
+    # (inside x; for a transposed convolution, where the stride lands).
     if TRANSPOSED:
         td = od + PD - kd * DD
         th = oh + PH - kh * DH
@@ -64,5 +65,31 @@ def _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD: tl.cons
         i_w = ow * SW - PW + kw * DW
         ok = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
     ok = ok & (i_d < D) & (i_h < H) & (i_w < W) & row_ok
-    offs = ((n.to(tl.int64) * C_in + ci0) * D + i_d) * (H * W) + i_h * W + i_w
+    if CHANNELS_LAST:
+        offs = ((n.to(tl.int64) * D + i_d) * (H * W) + i_h * W + i_w) * C_in + ci0
+    else:
+        offs = ((n.to(tl.int64) * C_in + ci0) * D + i_d) * (H * W) + i_h * W + i_w
     return offs, ok
+
+
+@triton.jit
+def _channels_last(x_ptr, out_ptr, C, S, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr):
+    # x [N, C, S] -> out [N, S, C], a BLOCK_C x BLOCK_S tile a program, sample n = program_id(2): the
+    # compiler takes the tile through shared memory, so the loads and the stores are both contiguous.
+    n = tl.program_id(2).to(tl.int64)
+    c = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)
+    s = (tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)).to(tl.int64)
+    mask = (c < C)[:, None] & (s < S)[None, :]
+    v = tl.load(x_ptr + n * C * S + c[:, None] * S + s[None, :], mask=mask)
+    tl.store(out_ptr + n * C * S + s[None, :] * C + c[:, None], v, mask=mask)
+
+
+@triton.jit
+def _taps_first(w_ptr, out_ptr, C_OUT, CIN_G, TAPS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    # The weight [C_out, CIN_G * TAPS] (k = channel * TAPS + tap) -> out [TAPS, CIN_G, C_out]: a K step's
+    # BLOCK_K channels of one tap then hold their output channels contiguous.
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = (r < C_OUT)[:, None] & (k < CIN_G * TAPS)[None, :]
+    v = tl.load(w_ptr + r[:, None] * (CIN_G * TAPS) + k[None, :], mask=mask)
+    tl.store(out_ptr + ((k % TAPS) * CIN_G + k // TAPS)[None, :] * C_OUT + r[:, None], v, mask=mask)
