@@ -498,7 +498,7 @@ _TAP_ROWS = [
     "    valid = row_ok",
     "else:",
     "    row_offs, valid = _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD, SH,",
-    "                                SW, PD, PH, PW, DD, DH, DW, TRANSPOSED)",
+    "                                SW, PD, PH, PW, DD, DH, DW, TRANSPOSED, CHANNELS_LAST)",
 ]
 _CHANNEL_STEP = [
     "cs = c0 + tl.arange(0, BLOCK_K)",

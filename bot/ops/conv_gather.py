@@ -46,7 +46,7 @@ def _gather(x_ptr, ks, n, od, oh, ow, row_ok, ci0, C_in, D, H, W, CIN_G: tl.cons
 @triton.jit
 def _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD: tl.constexpr, SH: tl.constexpr,
               SW: tl.constexpr, PD: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DD: tl.constexpr,
-              DH: tl.constexpr, DW: tl.constexpr, TRANSPOSED: tl.constexpr, CHANNELS_LAST: tl.constexpr = False):
+              DH: tl.constexpr, DW: tl.constexpr, TRANSPOSED: tl.constexpr, CHANNELS_LAST: tl.constexpr):
     # For one tap (kd, kh, kw) of the kernel: the offset of x[n, ci0, i_d, i_h, i_w] each output
     # position reads (its group's first input channel; the channels follow at D * H * W apart, or
     # next to each other in x channels-last [N, D, H, W, C_in]), and whether that input exists

@@ -45,6 +45,9 @@ GEOMETRIES = [
     # a sample's positions fill whole tiles: tiles of one sample each (a 1x1's loads by position too)
     ("conv2d(x, w, b)", [2, 16, 8, 8], [32, 16, 1, 1], [32]),
     ("conv2d(x, w, padding=1)", [2, 16, 8, 16], [16, 16, 3, 3], None),
+    # float16 and bfloat16 over several taps, 16 or more channels a group: x read channels-last, the
+    # weight taps-first (each copied so first)
+    ("conv2d(x, w, b, padding=1, dilation=(1, 2), groups=2)", [1, 32, 5, 7], [48, 16, 3, 3], [48]),
 ]
 DOT_CASE = GEOMETRIES[2]            # 3 input channels, 15 taps: tl.dot over (channel, tap)
 FMA_CASE = GEOMETRIES[3]            # depthwise: tap by tap
@@ -99,7 +102,7 @@ def check(tmp_path, expression: str, shapes: dict, configs=(None,), dtypes=("flo
 @pytest.mark.parametrize("expression, x, w, b", GEOMETRIES, ids=[g[0] for g in GEOMETRIES])
 def test_every_geometry_matches_torch(tmp_path, expression, x, w, b):
     # float16 on a few (the interpreter's float16 products are slow; the GPU tests take every dtype)
-    half = expression in (GEOMETRIES[0][0], GEOMETRIES[3][0], GEOMETRIES[13][0])
+    half = expression in (GEOMETRIES[0][0], GEOMETRIES[3][0], GEOMETRIES[12][0], GEOMETRIES[13][0], GEOMETRIES[-1][0])
     check(tmp_path, expression, shapes_of(x, w, b), dtypes=("float32", "float16") if half else ("float32",))
 
 
@@ -234,6 +237,7 @@ def test_the_runner_keeps_channels_and_kernel_and_the_kernels_reach():
     ("conv2d(x, w, stride=2)", [4, 32, 33, 31], [64, 32, 1, 1], None),
     ("conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1)", [4, 32, 17, 19], [32, 16, 3, 3], [16]),
     ("conv3d(x, w, b, padding=1)", [2, 16, 9, 10, 11], [32, 16, 3, 3, 3], [32]),
+    ("conv2d(x, w, b, stride=2, padding=2, dilation=2, groups=2)", [4, 64, 15, 17], [96, 32, 3, 3], [96]),
 ])
 def test_on_the_gpu_every_dtype_matches_torch(tmp_path, dtype, expression, x, w, b):
     spec = validate(raw_spec(expression, shapes_of(x, w, b), (dtype,)))
