@@ -150,11 +150,26 @@ def _with_derived(spec: dict, node: ir.Node) -> dict:
     fixed, least = ir.size_rules(node, [c.shapes for c in protocol.cases(spec)])
     fixed |= {d for i in spec["inputs"] if i.get("parameter") for s in i["shapes"] for d in s}
     fixed |= {s[d] for i in spec["inputs"] for d in i.get("fixed_dims", ()) for s in i["shapes"]}
+    fixed |= _sizes_no_other_case_fits(node, protocol.cases(spec), fixed, least)
     if fixed:
         out["fixed_sizes"] = sorted(fixed)
     if least > 1:
         out["least_size"] = least
     return out
+
+
+def _sizes_no_other_case_fits(node: ir.Node, cases: list[protocol.Case], fixed: set[int], least: int) -> set[int]:
+    """Every size of the cases where the runner's other cases (the odd-sized one, the cpu backend's
+    shrunk ones: each a map of sizes) would not fit the expression (a constant of 20 beside x.flatten(1) of
+    x [3, 4, 5]: 4 and 5 change, 20 stays), so the runner keeps the sizes given; else none."""
+    maps = [protocol.odd_sizes(list(cases[0].shapes.values()), fixed, least)]
+    maps += [protocol.shrunk_sizes(list(c.shapes.values()), protocol.CPU_MAX_ELEMENTS, fixed, least) for c in cases]
+    for case, sizes in zip([cases[0], *cases], maps):
+        try:
+            ir.output_shape(node, {n: [sizes.get(d, d) for d in s] for n, s in case.shapes.items()})
+        except ValueError:              # IRError: the shapes no longer fit together
+            return {d for c in cases for s in c.shapes.values() for d in s}
+    return set()
 
 
 def _chain_derived(spec: dict, node: ir.Node) -> dict:
@@ -282,16 +297,21 @@ def _check_dtypes(inputs: list[dict], node: ir.Node) -> None:
                 inp.pop(key, None)
             inp.update(domain="index", **index[name])
         elif inp["domain"] == "whole":
-            _check_whole(inp)
+            _check_whole(inp, protocol.float_inputs({"inputs": inputs}))
         elif protocol.INDEX_DTYPE in inp["dtypes"] or inp["domain"] == "index":
             raise SpecError(f"input {name}: int64 and the index domain are only for indices (cross_entropy's target, "
                             "gather's index, embedding's ids) and whole numbers (domain whole, with a range); use "
                             "float16, bfloat16 or float32 and domain normal")
 
 
-def _check_whole(inp: dict) -> None:
+# The largest whole number each float dtype holds exactly, and every one below it.
+_EXACT_WHOLE = {"float32": 2**24, "float16": 2**11, "bfloat16": 2**8}
+
+
+def _check_whole(inp: dict, floats: list[dict]) -> None:
     """Whole numbers a module reads as numbers (domain whole): int64 in every variant, drawn from
-    "range": [low, high), as get_inputs' torch.randint(low, high, size) makes them."""
+    "range": [low, high), as get_inputs' torch.randint(low, high, size) makes them; the kernel reads
+    them in the float inputs' dtype, which must hold each exactly."""
     bounds = inp.get("range")
     if set(inp["dtypes"]) != {protocol.INDEX_DTYPE} or not (
             isinstance(bounds, list) and len(bounds) == 2 and all(type(b) is int for b in bounds)
@@ -299,6 +319,11 @@ def _check_whole(inp: dict) -> None:
         raise SpecError(f"input {inp['name']}: domain whole is int64 in every variant with \"range\": [low, high], "
                         f"whole numbers low < high within 2**24 (float32 holds them exactly); got dtypes "
                         f"{inp['dtypes']} and range {bounds!r}")
+    for dtype in {d for f in floats[:1] for d in f["dtypes"]}:
+        if max(abs(bounds[0]), abs(bounds[1] - 1)) > _EXACT_WHOLE[dtype]:
+            raise SpecError(f"input {inp['name']}: its whole numbers in [{bounds[0]}, {bounds[1]}) reach past "
+                            f"{_EXACT_WHOLE[dtype]}, which {dtype} (the kernel's arithmetic beside them) no longer "
+                            "holds exactly; test it in float32, or draw smaller numbers")
 
 
 _COMPARED = {"sign": "sign (-1 or 1) is for a target the expression compares with 1 or -1 (hinge_embedding_loss's, "

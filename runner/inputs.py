@@ -17,8 +17,6 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "int64": torch.int64,
     "bool": torch.bool,
 }
-# Odd, non-power-of-two sizes for the extra case, handed out from the largest spec size down.
-ODD_SIZES = (97, 37, 13, 11, 7, 5, 3)
 CPU_MAX_ELEMENTS = protocol.CPU_MAX_ELEMENTS
 
 
@@ -97,8 +95,7 @@ def odd_case(first: Case, index: int, fixed: list[int] = (), least: int = 1) -> 
     """The first case with every size other than 1 replaced by an odd one: the largest size
     becomes 97, the next 37, and so on (x [M, N], b [N] -> x [37, 97], b [97]). Fixed sizes (a
     pasted module's channels, a kernel's sizes) stay; none goes below least."""
-    distinct = sorted({d for s in first.shapes.values() for d in s if d != 1 and d not in fixed}, reverse=True)
-    return _remap(first, {d: max(odd, least) for d, odd in zip(distinct, ODD_SIZES)}, index)
+    return _remap(first, protocol.odd_sizes(list(first.shapes.values()), fixed, least), index)
 
 
 def shrink(case: Case, max_elements: int, fixed: list[int] = (), least: int = 1) -> Case:

@@ -69,6 +69,17 @@ class Case:
 CPU_MAX_ELEMENTS = 65536
 
 
+# Odd, non-power-of-two sizes for the extra case, handed out from the largest spec size down.
+ODD_SIZES = (97, 37, 13, 11, 7, 5, 3)
+
+
+def odd_sizes(shapes: list[list[int]], fixed=(), least: int = 1) -> dict[int, int]:
+    """The odd-sized case's map, old size -> new: every size other than 1 replaced by an odd one, the
+    largest by 97, the next by 37, and so on; fixed sizes stay, none goes below least."""
+    distinct = sorted({d for s in shapes for d in s if d != 1 and d not in fixed}, reverse=True)
+    return {d: max(odd, least) for d, odd in zip(distinct, ODD_SIZES)}
+
+
 def shrunk_sizes(shapes, max_elements, fixed=(), least=1):
     # Halve the largest size (every dim of that size together, so equal sizes stay equal and
     # broadcasting and a matmul's K survive) until no tensor has more than max_elements, or no size

@@ -385,6 +385,9 @@ def test_input_domains_follow_the_expression(text, domains):
     ("x * m with x 64x64 and m 64 boolean mask", ()),
     # under ~ (torch's ~ of a float tensor is an error), alone or joined with a comparison
     ("x.masked_fill(~m, 0.0)", ()), ("where(~m & (x > 0), x, 0.0) for fp16 64x64", ()),
+    # moved first (a triangle, a transpose, a flip of the mask is a mask)
+    ("where(~torch.tril(m), 0.0, x) for 8x8", ()), ("where(~m.T, 0.0, x) for 8x8", ()),
+    ("where(torch.flip(m, dims=[1]), x, 0.0) for 8x8", ()),
 ])
 def test_an_input_said_bool_or_standing_as_where_s_condition_is_a_mask(text, feedback):
     spec, _ = parse_request(text, feedback)

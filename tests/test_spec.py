@@ -101,3 +101,24 @@ def test_whole_numbers_are_int64_with_the_range_they_are_drawn_from(fields, mess
     else:
         with pytest.raises(SpecError, match=message):
             validate(given)
+
+
+def test_whole_numbers_past_what_the_float_dtype_holds_are_refused():
+    given = {"name": "op", "expression": "where(m == 257.0, x, 0.0)",
+             "inputs": [{"name": "x", "dtypes": ["float32", "bfloat16"], "shapes": [[4, 6]]},
+                        {"name": "m", "dtypes": ["int64", "int64"], "shapes": [[4, 6]], "domain": "whole",
+                         "range": [250, 260]}]}
+    with pytest.raises(spec.SpecError, match="reach past 256, which bfloat16"):
+        spec.validate(given)
+    given["inputs"][0]["dtypes"] = ["float32", "float16"]
+    assert spec.validate(given)["inputs"][1]["range"] == [250, 260]
+
+
+def test_no_other_case_is_drawn_where_its_sizes_would_not_fit_the_expression():
+    # a constant of 20 beside x.flatten(1) of x [3, 4, 5]: the odd case would change 4 and 5, not 20
+    made = spec.validate({"name": "op", "expression": "x.flatten(1) + torch.ones(20)",
+                          "inputs": [{"name": "x", "dtypes": ["float32"], "shapes": [[3, 4, 5]]}]})
+    assert made["fixed_sizes"] == [3, 4, 5, 20]
+    made = spec.validate({"name": "op", "expression": "x + torch.ones(5)",
+                          "inputs": [{"name": "x", "dtypes": ["float32"], "shapes": [[3, 4, 5]]}]})
+    assert made["fixed_sizes"] == [5]

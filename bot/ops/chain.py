@@ -195,7 +195,8 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
     inputs = [i["name"] for i in spec["inputs"]]
     first = protocol.float_inputs(spec)[0]["name"]
     lines = [f"def {spec['name']}({', '.join(inputs)}):",
-             f"    # {len(stages)} stages, each a kernel; the ones between keep float32."]
+             f"    # {len(stages)} stages, {sum(s.node.op not in view.OPS | fill.OPS for s in stages)} of them kernels "
+             "(a view or a constant needs none); the ones between keep float32."]
     for k, stage in enumerate(stages):
         args = []
         anchor = matmul.matmul_node(stage.node) or conv.conv_node(stage.node)

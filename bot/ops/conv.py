@@ -759,7 +759,7 @@ class _ConvKernel(KernelFile):
                  f"    x_read, w_read = {x}, {w}\n"
                  "    if channels_last:\n"
                  f"        x_read = torch.empty(({x}.shape[0], *{x}.shape[2:], {x}.shape[1]), dtype={x}.dtype, device={x}.device)\n"
-                 f"        _launch(_channels_last, (_cdiv(D * H * W, 64), _cdiv({x}.shape[1], 64), {x}.shape[0]), {x}, x_read,\n"
+                 f"        _launch(_channels_last, (_cdiv(D * H * W, 64) * {x}.shape[0], _cdiv({x}.shape[1], 64)), {x}, x_read,\n"
                  f"                {x}.shape[1], D * H * W, BLOCK_C=64, BLOCK_S=64, num_warps=4)\n"
                  f"        w_read = torch.empty((*{w}.shape[2:], c_in_g, shape[1]), dtype={w}.dtype, device={w}.device)\n"
                  f"        _launch(_taps_first, (_cdiv(shape[1], 64), _cdiv(c_in_g * taps, 64)), {w}, w_read, shape[1], c_in_g,\n"

@@ -74,11 +74,13 @@ def _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD: tl.cons
 
 @triton.jit
 def _channels_last(x_ptr, out_ptr, C, S, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr):
-    # x [N, C, S] -> out [N, S, C], a BLOCK_C x BLOCK_S tile a program, sample n = program_id(2): the
-    # compiler takes the tile through shared memory, so the loads and the stores are both contiguous.
-    n = tl.program_id(2).to(tl.int64)
+    # x [N, C, S] -> out [N, S, C], a BLOCK_C x BLOCK_S tile a program (axis 0: the samples' position
+    # blocks, which no batch size overflows): the compiler takes the tile through shared memory, so
+    # the loads and the stores are both contiguous.
+    blocks = tl.cdiv(S, BLOCK_S)
+    n = (tl.program_id(0) // blocks).to(tl.int64)
     c = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)
-    s = (tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)).to(tl.int64)
+    s = ((tl.program_id(0) % blocks) * BLOCK_S + tl.arange(0, BLOCK_S)).to(tl.int64)
     mask = (c < C)[:, None] & (s < S)[None, :]
     v = tl.load(x_ptr + n * C * S + c[:, None] * S + s[None, :], mask=mask)
     tl.store(out_ptr + n * C * S + s[None, :] * C + c[:, None], v, mask=mask)

@@ -144,7 +144,8 @@ def _dtype(c: Call) -> str:
     numbers, as any int dtype is where every value is whole); another dtype is refused."""
     given = c.kw.pop("dtype", None)
     written = given is not None and ast.unparse(given).removeprefix("torch.")
-    kind = "float" if not written or written in _FLOATS else "bool" if written == "bool" else \
+    # dtype=x.dtype: an input's, the float dtype every constant of the expression is read in
+    kind = "float" if not written or written in _FLOATS or written.endswith(".dtype") else "bool" if written == "bool" else \
         "int" if written in _INTS else None
     if kind is None:
         raise IRError(f"torch.{c.fname} with dtype={ast.unparse(given)} is not supported: a float, whole-number or "

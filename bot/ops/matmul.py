@@ -33,7 +33,7 @@ from bot.codegen.row_kernel import sm_count_line
 from bot.generators.interface import GenerationError
 from bot.ops import layout, pointwise, remap, softmax, view
 from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry
-from bot.ops.node import (ALL, Call, IRError, Node, arguments, arity, broadcast_shapes, call, const, flag, inp,
+from bot.ops.node import (ALL, MOVERS, Call, IRError, Node, arguments, arity, broadcast_shapes, call, const, flag, inp,
                           input_names, inputs_outside, is_int_literal, is_none, number, prints, substitute, to_text)
 from bot.ops.text import DIM, FLAGS as _F, blank as _blank, blank_span, fmt_shape, size as _size
 from runner import protocol
@@ -41,6 +41,7 @@ from runner import protocol
 NAME = "matmul"
 MATMUL = "matmul"                   # one per expression; the rest is its epilogue
 TRANSPOSE = "transpose"             # x.T, x.mT, x.t(), x.transpose(-2, -1): a matmul operand only
+MOVERS.add(TRANSPOSE)            # a transpose moves elements: of a mask, a mask
 EINSUM = "einsum"                   # read where it is a matrix product
 # diag(d) as an operand of a product: diag(d) @ b scales b's rows by d, b @ diag(d) its columns.
 DIAG = "diag"

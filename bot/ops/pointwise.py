@@ -626,16 +626,25 @@ _MASK_AS_NUMBER = {"add", "mul", "maximum", "minimum", "where", "div"}
 def reads_mask(node: Node, k: int, floats: set[str]) -> bool:
     """Whether node reads its k-th operand, a bool mask, as the kernels do (above); floats: the
     inputs holding floats."""
-    if node.op in COMPARE or (node.op == "where" and k == 0):
-        return True
+    if node.op in COMPARE or (node.op == "where" and k == 0) or (node.op in MOVERS and k == 0):
+        return True             # (a mask moved, a triangle of one, is a mask: where's condition, compared)
     others = [a for i, a in enumerate(node.args) if i != k and not (node.op == "where" and i == 0)]
     beside_float = any(n in floats for a in others for n in input_names(a))
     return node.op in _MASK_AS_NUMBER and beside_float and not (node.op == "div" and k == 1)
 
 
 def where_conditions(node: Node) -> set[str]:
-    """The inputs standing bare as a where's condition: bool masks, as torch.where reads them."""
-    return {s.args[0].name for s in node.walk() if s.op == "where" and s.args[0].op == "input"}
+    """The inputs standing as a where's condition, bare or moved (a triangle or a flip of one): bool
+    masks, as torch.where reads them."""
+    found = set()
+    for s in node.walk():
+        if s.op == "where":
+            cond = s.args[0]
+            while cond.op in MOVERS:
+                cond = cond.args[0]
+            if cond.op == "input":
+                found.add(cond.name)
+    return found
 
 
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:

@@ -11,6 +11,7 @@ import re
 
 from bot import ir
 from bot.generators.interface import GenerationError
+from bot.ops.node import MOVERS
 from bot.request import residue
 from bot.request.messages import SUPPORTED
 from bot.request.torch_code import Inline, settled, whole_max
@@ -70,9 +71,31 @@ def written_order(source: str) -> list[str]:
 
 
 def inverted_names(tree: ast.expr) -> set[str]:
-    """The names standing bare under ~ (~m, ~m & (x > 0)): bool masks, as torch's ~ reads them."""
-    return {n.operand.id for n in ast.walk(tree)
-            if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Invert) and isinstance(n.operand, ast.Name)}
+    """The names under ~, bare or moved (~m, ~m & (x > 0), ~torch.tril(m), ~m.T): bool masks, as torch's
+    ~ reads them."""
+    return {name for n in ast.walk(tree) if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Invert)
+            and (name := _moved_name(n.operand))}
+
+
+def _moved_name(e: ast.expr) -> str | None:
+    """The input a chain of element moves (a triangle, flip, view, slice or transpose) reads, if any."""
+    while True:
+        if isinstance(e, ast.Name):
+            return e.id
+        if isinstance(e, ast.Subscript) or isinstance(e, ast.Attribute) and e.attr in ("T", "mT"):
+            e = e.value
+        elif isinstance(e, ast.Call) and _called(e.func) in MOVERS | {"view"}:
+            method = isinstance(e.func, ast.Attribute) and not (isinstance(e.func.value, ast.Name)
+                                                                and e.func.value.id in ("torch", "F"))
+            if not (method or e.args):
+                return None
+            e = e.func.value if method else e.args[0]
+        else:
+            return None
+
+
+def _called(f: ast.expr) -> str | None:
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
 
 
 def find_expression(text: str) -> tuple[ir.Node, ast.expr, int, int] | None:

@@ -133,9 +133,13 @@ class SizesWritten(ast.NodeTransformer):
         size = sizes.pop()
         if isinstance(tensor, ast.Name):
             self.read.setdefault(tensor.id, set()).add(d % len(shapes[0]))
-        else:           # a computed tensor's size: every dim of its inputs of that size keeps it
-            for name in ir.input_names(ir.parse(ast.unparse(tensor), as_written=True)):
-                self.read.setdefault(name, set()).update(k for k, n in enumerate(self.known[name][0]) if n == size)
+        else:           # a computed tensor's size: every dim of its inputs of that size keeps it (all of
+            # their dims where none has it: a joined or flattened dim's size follows from several)
+            names = ir.input_names(ir.parse(ast.unparse(tensor), as_written=True))
+            equal = {n: [k for k, d in enumerate(self.known[n][0]) if d == size] for n in names}
+            for n in names:
+                kept = equal[n] if any(equal.values()) else range(len(self.known[n][0]))
+                self.read.setdefault(n, set()).update(kept)
         return ast.Constant(size)
 
     def _computed(self, tensor: ast.expr) -> list[list[int]] | None:

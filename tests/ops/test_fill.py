@@ -23,6 +23,7 @@ from bot.spec import parse_expression
      "(cumsum(full((3,), 1.0), dim=0, exclusive=True) * 0.5), (1.0 - ((2.0 - cumsum(full((3,), 1.0), dim=0, "
      "exclusive=True)) * 0.5))))"),
     ("x + torch.tensor(2.5)", "(x + 2.5)"),
+    ("x * torch.zeros(5, dtype=x.dtype, device=x.device)", "(x * full((5,), 0.0))"),
     ("x * torch.tensor([2, 3])", "(x * where((cumsum(full((2,), 1.0), dim=0, exclusive=True) == 0.0), 2.0, "
      "((cumsum(full((2,), 1.0), dim=0, exclusive=True) * 0.0) + 3.0)).reshape(2))"),
 ])

@@ -12,6 +12,7 @@ from generated import load
 
 from bot import autodiff, ir, lower_torch
 from bot.ops import remap
+from bot.request import parse_request
 from bot.spec import parse_expression, validate
 from runner import inputs, protocol
 
@@ -181,3 +182,16 @@ def test_remap_words_missing_their_amount_ask_for_it(words, says):
     from bot.request import parse_request
     with pytest.raises(GenerationError, match=re.escape(says)):
         parse_request(words)
+
+
+@pytest.mark.parametrize("text, torch_fn", [
+    ("where(~torch.tril(m), 0.0, x) for 8x8", lambda m, x: torch.where(~torch.tril(m), 0.0, x)),
+    ("where(torch.flip(m, dims=[1]), x, 0.0) for 8x8", lambda m, x: torch.where(torch.flip(m, dims=[1]), x, 0.0)),
+])
+def test_a_mask_moved_by_a_remap_stays_a_mask(tmp_path, text, torch_fn):
+    # (a flipped mask standing as where's condition was once read as a float input: a bool output)
+    spec, _ = parse_request(text + " fp32")
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    t = {"m": torch.rand(8, 8) > 0.5, "x": torch.randn(8, 8)}
+    got = kernel(*[t[i["name"]] for i in spec["inputs"]])
+    assert got.dtype == torch.float32 and torch.equal(got, torch_fn(t["m"], t["x"]))
