@@ -147,10 +147,11 @@ def _with_derived(spec: dict, node: ir.Node) -> dict:
             out["tf32"] = bool(mm.attr("tf32"))
         if node.op in ir.SCANS:
             out["scan"] = True
-    fixed, least = ir.size_rules(node, [c.shapes for c in protocol.cases(spec)])
+    cases = protocol.cases(spec)
+    fixed, least = ir.size_rules(node, [c.shapes for c in cases])
     fixed |= {d for i in spec["inputs"] if i.get("parameter") for s in i["shapes"] for d in s}
     fixed |= {s[d] for i in spec["inputs"] for d in i.get("fixed_dims", ()) for s in i["shapes"]}
-    fixed |= _sizes_no_other_case_fits(node, protocol.cases(spec), fixed, least)
+    fixed |= _sizes_no_other_case_fits(node, cases, fixed, least)
     if fixed:
         out["fixed_sizes"] = sorted(fixed)
     if least > 1:

@@ -37,11 +37,9 @@ def make_inputs(spec: dict, case: Case, variant: dict[str, str], seed: int, devi
     tensors = []
     for inp in spec["inputs"]:
         name, domain = inp["name"], inp.get("domain", "normal")
-        high = case.shapes[inp["index_of"]][inp.get("index_dim", -1)] if domain == "index" else 0
-        if domain == "whole":
-            values = torch.randint(*inp["range"], case.shapes[name], generator=gen, device=device)
-        else:
-            values = _draw(domain, case.shapes[name], gen, device, high, inp.get("padding", True))
+        span = (0, case.shapes[inp["index_of"]][inp.get("index_dim", -1)]) if domain == "index" else \
+            tuple(inp["range"]) if domain == "whole" else None
+        values = _draw(domain, case.shapes[name], gen, device, span, inp.get("padding", True))
         if domain == "normal":
             values = values * protocol.init_scale(spec["inputs"], name, case.shapes)
         tensors.append(values.to(TORCH_DTYPES[variant[name]]))
@@ -56,10 +54,12 @@ def upstream_gradient(out: torch.Tensor, seed: int) -> torch.Tensor:
     return torch.randn(out.shape, generator=gen, device=out.device.type).to(out.dtype)
 
 
-def _draw(domain: str, shape: list[int], gen: torch.Generator, device: str, high: int = 0,
+def _draw(domain: str, shape: list[int], gen: torch.Generator, device: str, span: tuple[int, int] | None = None,
           padding: bool | int = True) -> torch.Tensor:
-    if domain == "index":       # indices into a dim of `high`
-        indices = torch.randint(0, high, shape, generator=gen, device=device)
+    if domain == "whole":       # whole numbers in [low, high), as the pasted get_inputs' torch.randint
+        return torch.randint(*span, shape, generator=gen, device=device)
+    if domain == "index":       # indices into a dim: span is (0, its size)
+        indices = torch.randint(*span, shape, generator=gen, device=device)
         if padding is False:
             return indices
         # About one in eight is padding (IGNORE_INDEX, or the loss's own ignore_index), as in a

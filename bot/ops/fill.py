@@ -65,7 +65,12 @@ def _filled(c: Call) -> Node:
         if written is None or len(c.args) > 2:
             raise IRError("torch.full takes its sizes and a number: torch.full((n, m), 0.5)")
         value = number(written)
-    node = call(FULL, shape=_sizes(c, c.args[:1] if c.fname == FULL else c.args), value=value)
+    return _full(_sizes(c, c.args[:1] if c.fname == FULL else c.args), value)
+
+
+def _full(shape: tuple[int, ...], value: float) -> Node:
+    """The constant node of every constructor here, its size checked."""
+    node = call(FULL, shape=shape, value=value)
     check(node)
     return node
 
@@ -74,7 +79,7 @@ def _counted(count: int, step: float, start: float) -> Node:
     """start + step * i for i in 0 .. count - 1: i an exclusive cumsum of ones, exact in float32."""
     if not 1 <= count <= _EXACT:
         raise IRError(f"a range of {count} values: 1 to 2**24 are supported")
-    counted = call("cumsum", call(FULL, shape=(count,), value=1.0), dim=0, reverse=False, exclusive=True)
+    counted = call("cumsum", _full((count,), 1.0), dim=0, reverse=False, exclusive=True)
     scaled = counted if step == 1 else call("mul", counted, const(step))
     return scaled if start == 0 else call("add", scaled, const(start))
 
@@ -178,7 +183,7 @@ def _eye(c: Call) -> Node:
     if not 1 <= len(written) <= 2:
         raise IRError("torch.eye takes n and optionally m: torch.eye(64)")
     n, m = (_sizes(c, [e]) for e in (written * 2)[:2])
-    return remap.triangle(remap.triangle(call(FULL, shape=(*n, *m), value=1.0), remap.TRIL, 0), remap.TRIU, 0)
+    return remap.triangle(remap.triangle(_full((*n, *m), 1.0), remap.TRIL, 0), remap.TRIU, 0)
 
 
 def check(node: Node) -> None:

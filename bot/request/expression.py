@@ -14,7 +14,7 @@ from bot.generators.interface import GenerationError
 from bot.ops.node import MOVERS
 from bot.request import residue
 from bot.request.messages import SUPPORTED
-from bot.request.torch_code import Inline, settled, whole_max
+from bot.request.torch_code import Inline, called, settled, whole_max
 from bot.request.vocabulary import TENSOR_NAME
 
 _TOKEN = re.compile(r"""
@@ -84,18 +84,10 @@ def _moved_name(e: ast.expr) -> str | None:
             return e.id
         if isinstance(e, ast.Subscript) or isinstance(e, ast.Attribute) and e.attr in ("T", "mT"):
             e = e.value
-        elif isinstance(e, ast.Call) and _called(e.func) in MOVERS | {"view"}:
-            method = isinstance(e.func, ast.Attribute) and not (isinstance(e.func.value, ast.Name)
-                                                                and e.func.value.id in ("torch", "F"))
-            if not (method or e.args):
-                return None
-            e = e.func.value if method else e.args[0]
+        elif isinstance(e, ast.Call) and called(e)[0] in MOVERS | {"view"} and (called(e)[1] or e.args):
+            e = e.func.value if called(e)[1] else e.args[0]
         else:
             return None
-
-
-def _called(f: ast.expr) -> str | None:
-    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
 
 
 def find_expression(text: str) -> tuple[ir.Node, ast.expr, int, int] | None:

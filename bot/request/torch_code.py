@@ -124,7 +124,8 @@ class SizesWritten(ast.NodeTransformer):
             d = ast.literal_eval(dim)              # 1, -1
         except ValueError:
             return None
-        shapes = self.known.get(tensor.id) if isinstance(tensor, ast.Name) else self._computed(tensor)
+        shapes, names = (self.known.get(tensor.id), [tensor.id]) if isinstance(tensor, ast.Name) else \
+            self._computed(tensor)
         if not shapes or type(d) is not int:
             return None
         sizes = {tuple(s)[d] if -len(s) <= d < len(s) else None for s in shapes}
@@ -135,22 +136,22 @@ class SizesWritten(ast.NodeTransformer):
             self.read.setdefault(tensor.id, set()).add(d % len(shapes[0]))
         else:           # a computed tensor's size: every dim of its inputs of that size keeps it (all of
             # their dims where none has it: a joined or flattened dim's size follows from several)
-            names = ir.input_names(ir.parse(ast.unparse(tensor), as_written=True))
-            equal = {n: [k for k, d in enumerate(self.known[n][0]) if d == size] for n in names}
+            equal = {n: [k for k, sz in enumerate(self.known[n][0]) if sz == size] for n in names}
             for n in names:
                 kept = equal[n] if any(equal.values()) else range(len(self.known[n][0]))
                 self.read.setdefault(n, set()).update(kept)
         return ast.Constant(size)
 
-    def _computed(self, tensor: ast.expr) -> list[list[int]] | None:
-        """A computed tensor's shape in each case ((q @ k.mT).size(-1)), where the IR reads it; else None."""
+    def _computed(self, tensor: ast.expr) -> tuple[list[list[int]] | None, list[str]]:
+        """A computed tensor's shape in each case ((q @ k.mT).size(-1)) and the inputs it reads, where the
+        IR reads it; else (None, [])."""
         try:
             node = ir.parse(ast.unparse(tensor), as_written=True)
             names = ir.input_names(node)
             cases = len(next(iter(self.known.values()), []))
-            return [ir.output_shape(node, {n: self.known[n][c] for n in names}) for c in range(cases)]
+            return [ir.output_shape(node, {n: self.known[n][c] for n in names}) for c in range(cases)], names
         except (ir.IRError, KeyError, IndexError, ValueError, TypeError, RecursionError):
-            return None
+            return None, []
 
     def visit_Subscript(self, n: ast.Subscript) -> ast.expr:
         self.generic_visit(n)
@@ -235,7 +236,7 @@ def _is_boolean(n: ast.expr) -> bool:
         return True
     if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
         return True
-    return isinstance(n, ast.Call) and _called(n)[0] in _BOOLEAN_CALLS
+    return isinstance(n, ast.Call) and called(n)[0] in _BOOLEAN_CALLS
 
 
 def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
@@ -247,7 +248,7 @@ def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
     torch.aminmax(x, dim=d).min or [0] -> torch.amin(x, dim=d), .max or [1] -> torch.amax."""
     if not (isinstance(call, ast.Call) and part in ("values", "indices", "min", "max")):
         return None
-    name = _called(call)[0]
+    name = called(call)[0]
     if name == "aminmax":
         return _renamed(call, "amin" if part in ("values", "min") else "amax")
     if part not in ("values", "indices"):
@@ -288,7 +289,7 @@ def _moment_part(call: ast.Call, name: str) -> ast.Call:
 WITH_INDICES = {"max": "max_with_indices", "min": "min_with_indices"}
 
 
-def _called(call: ast.Call) -> tuple[str, bool]:
+def called(call: ast.Call) -> tuple[str, bool]:
     """(the function's name, whether it is a method of a tensor: x.max(1), not torch.max(x, 1))."""
     f = call.func
     if not isinstance(f, ast.Attribute):
@@ -301,7 +302,7 @@ def whole_max(tree: ast.expr, torch_only: bool) -> ast.expr:
     (the IR's max(x, dim) is amax). torch_only: a bare max(x, dim) typed is the IR's, left alone."""
     if not isinstance(tree, ast.Call) or (torch_only and not isinstance(tree.func, ast.Attribute)):
         return tree
-    name, method = _called(tree)
+    name, method = called(tree)
     args = [tree.func.value, *tree.args] if method else list(tree.args)
     if name not in WITH_INDICES or not _given_dim(tree, len(args)):
         return tree
@@ -338,7 +339,7 @@ def _values_and_indices(parts: list[ast.expr]) -> ast.expr | None:
 def _parts_of(call: ast.Call) -> tuple[str, str, str]:
     """(what the call is a method of, its name, its arguments), the first and last as ast dumps."""
     owner = ast.dump(call.func.value) if isinstance(call.func, ast.Attribute) else ""
-    return owner, _called(call)[0], ast.dump(ast.Call(ast.Name("f", ast.Load()), call.args, call.keywords))
+    return owner, called(call)[0], ast.dump(ast.Call(ast.Name("f", ast.Load()), call.args, call.keywords))
 
 
 def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
@@ -553,7 +554,7 @@ def refuse_other_meanings(fname: str, ret: ast.expr, torch_only: bool = False) -
     for n in ast.walk(ret):
         if not isinstance(n, ast.Call) or (torch_only and not isinstance(n.func, ast.Attribute)):
             continue
-        name, method = _called(n)
+        name, method = called(n)
         args = len(n.args) + method
         given_dim = _given_dim(n, args)
         if name in ("max", "min") and given_dim:
