@@ -236,6 +236,29 @@ def test_what_cannot_be_read_is_refused_by_line_and_briefly(code, says):
     assert len(str(e.value)) < 300 and ir.SUPPORTED_TEXT not in str(e.value)
 
 
+@pytest.mark.parametrize("init, forward, inputs, says", [
+    ("", "x * 2.0 + torch.ones(8)", "torch.rand(4, 8).half()", "torch.ones(8) makes a float32 tensor beside"),
+    ("", "x + torch.tensor([[0.5], [1.5], [2.5], [3.5]])", "torch.rand(4, 8).bfloat16()", "makes a float32 tensor"),
+    ("", "x * torch.full((4, 1), float('-inf'))", "torch.rand(4, 8).half()", "makes a float32 tensor"),
+    ("", "x + torch.ones(8, dtype=torch.float16)", "torch.rand(4, 8, dtype=torch.bfloat16)",
+     "makes a float16 tensor beside get_inputs' bfloat16"),
+    (": self.scale = nn.Parameter(torch.randn(8))", "x * self.scale", "torch.rand(4, 8).half()",
+     "learned tensors (scale) are float32"),
+    ("", "x + y", "torch.rand(4, 8).half(), torch.rand(4, 8)", "tensors of float16 and float32"),
+])
+def test_a_16_bit_paste_that_pytorch_would_promote_to_float32_is_refused(init, forward, inputs, says):
+    params = "x, y" if forward.endswith(" y") else "x"
+    with pytest.raises(GenerationError, match=re.escape(says)):
+        parse_request(fenced(module(init, f"{params}):\n        return {forward}", inputs)))
+
+
+@pytest.mark.parametrize("forward", ["x + torch.ones(8, dtype=x.dtype)", "x * torch.tensor(2.0)", "x + x.new_ones(8)",
+                                     "x + torch.arange(8)", "x + torch.full((8,), 2)"])
+def test_constants_that_keep_a_16_bit_inputs_dtype_are_read(forward):
+    spec, _ = parse_request(fenced(module("", f"x):\n        return {forward}", "torch.rand(4, 8).half()")))
+    assert spec["inputs"][0]["dtypes"] == ["float16"]
+
+
 @pytest.mark.parametrize("made", ["torch.randint(0, 2, x.shape).bool()", "torch.rand(8, 37) > 0.5",
                                   "torch.randint(0, 2, (8, 37), dtype=torch.bool)",
                                   "torch.ones(x.size(0), 37, dtype=torch.bool)", "torch.zeros_like(x).to(torch.bool)",

@@ -18,6 +18,7 @@ from bot.generators.interface import GenerationError
 from bot.ops import matmul as mmf
 from bot.ops import conv, norm
 from bot.request import pasted_module
+from bot.request.promotion import refuse_promotion
 from bot.request.messages import SUPPORTED
 from bot.request.reading import Reading
 from bot.request.torch_code import Inline, SizesWritten, cast_dtype, refuse_other_meanings, returned, settled
@@ -82,6 +83,8 @@ def read_code(code: str, rd: Reading, said: list[tuple[str | None, list[int]]] =
     rd.node, rd.name, rd.inputs = node, fn.name, tensors
     if rd.pasted:
         _take_pasted(rd, said)
+        if rd.pasted.dtypes and rd.dtypes == rd.pasted.dtypes:     # get_inputs' dtype, not the words'
+            refuse_promotion(ret, rd.dtypes[0], [n for n in tensors if n in rd.pasted.learned_shapes])
     _refuse_kept_cast(fn, kept_cast, rd)
 
 

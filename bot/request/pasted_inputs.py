@@ -50,10 +50,13 @@ def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dic
         raise GenerationError(f"get_inputs returns {len(made)} values but forward takes {len(tensors)} "
                               f"({', '.join(tensors)})")
     read = {name: _tensor(expr, local, name) for name, expr in zip(tensors, made)}
-    floats = {dtype for _, dtype in read.values() if dtype not in (None, MASK, INDEX)}
+    # a tensor made with no dtype is float32, torch's default: beside a .half() one PyTorch would promote
+    floats = {dtype or "float32" for _, dtype in read.values() if dtype not in (MASK, INDEX)}
     if len(floats) > 1:
-        raise GenerationError(f"get_inputs makes tensors of {' and '.join(sorted(floats))}; the offline kernels take "
-                              "one float dtype for every input")
+        raise GenerationError(f"get_inputs makes tensors of {' and '.join(sorted(floats))} (float32 where no dtype is "
+                              "named), which PyTorch would promote to the widest; the offline kernels take one float "
+                              "dtype for every input: make them all one dtype, or all float32 and name the dtype to "
+                              "test in words ('in fp16')")
     ranges = {n: r for n, expr in zip(tensors, made) if (r := _range(expr, local)) is not None}
     return {n: shape for n, (shape, _) in read.items()}, {n: dtype for n, (_, dtype) in read.items()}, ranges
 
