@@ -31,7 +31,7 @@ from triton.runtime.jit import JITFunction, create_function_from_signature  # no
 
 from bot import catalog  # noqa: E402
 from bot.ops import registry  # noqa: E402
-from bot.ops.entry import ALL_DTYPES, MATMUL_BIG, MATMUL_SMALL, Entry  # noqa: E402
+from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry  # noqa: E402
 from bot.request import parse_request  # noqa: E402
 from bot.spec import parse_expression  # noqa: E402
 from runner import inputs, protocol  # noqa: E402
@@ -58,13 +58,18 @@ def compile_instead(self: JITFunction, *args, grid, warmup, **kwargs):
 # operand stages' shared memory. TF32 with an epilogue is no catalog entry but a spec like any.
 BIG_TILES = {"bmm": "2x512x512 by 2x512x512", "conv2d_3x3": "2x2x64x64",    # a convolution: 64 x 64 positions
              "conv2d_1x1": "2x2x64x64"}
+# float16 and bfloat16 convolutions of 16 or more channels and several taps read x channels-last
+# (the catalog's small convolutions have 2 channels)
+CONV_CHANNELS_LAST = Entry("conv2d_3x3_channels_last", "conv2d 3x3 with 32 output channels and padding 1 on {shapes}, "
+                           "each in {dtypes}", "conv2d(x, w, padding=1)", "compute", small="1x32x8x8, 2x32x5x7",
+                           dtypes="fp16, bf16")
 MATMUL_EPILOGUE_TF32 = Entry(
     "matmul_epilogue_tf32", "matmul with tf32, bias, gelu and residual, {shapes}, in {dtypes}",
     "gelu(matmul(a, b, tf32=True) + bias) + residual", "matmul", MATMUL_BIG, MATMUL_SMALL, "fp32", "fp32")
 
 
 def check_entry(entry: Entry, workdir: Path) -> dict:
-    dtypes = "fp32" if entry.dtypes == "fp32" else ALL_DTYPES
+    dtypes = entry.dtypes
     shapes = entry.small
     if entry.kind == "matmul":
         shapes += ", " + BIG_TILES.get(entry.name, "512x512 by 512x512")
@@ -94,7 +99,7 @@ def check_entry(entry: Entry, workdir: Path) -> dict:
 
 def main(args: list[str]) -> None:
     JITFunction.run = compile_instead
-    known = {e.name: e for e in (*catalog.ENTRIES, MATMUL_EPILOGUE_TF32)}
+    known = {e.name: e for e in (*catalog.ENTRIES, MATMUL_EPILOGUE_TF32, CONV_CHANNELS_LAST)}
     names = (line.strip() for line in sys.stdin) if args == ["--serve"] else args or known
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:

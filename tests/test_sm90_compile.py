@@ -19,7 +19,7 @@ import pytest
 from bot import catalog
 
 SCRIPT = Path(__file__).with_name("sm90_compile.py")
-ENTRIES = [e.name for e in catalog.ENTRIES] + ["matmul_epilogue_tf32"]
+ENTRIES = [e.name for e in catalog.ENTRIES] + ["matmul_epilogue_tf32", "conv2d_3x3_channels_last"]
 # Compiling every entry takes minutes on CI's 2 cores. conftest starts one compile process for the
 # whole test run as soon as collection is done (under pytest-xdist, the first worker to claim the
 # run's folder starts it) and hands it every entry, so it runs beside the rest of the suite; it

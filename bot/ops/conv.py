@@ -491,14 +491,14 @@ def _fit_conv_config(config, out_channels, in_channels, taps, itemsize):
 
 # The tap-outer K loop's pieces, shared by the flat loop and the transposed one's loop per tap: tap
 # `tap`'s offsets, its input rows, then one step of BLOCK_K input channels from c0.
-_TAP = ["kd = tap // (KH * KW)", "kh = (tap // KW) % KH", "kw = tap % KW"]
+_TAP = ["kd = 0 if KD == 1 else tap // (KH * KW)", "kh = 0 if KH == 1 else (tap // KW) % KH", "kw = tap % KW"]
 _TAP_ROWS = [
     "if POINTWISE:    # a 1x1 convolution, stride 1, no padding: x's positions are the output's",
-    "    row_offs = (n.to(tl.int64) * C_in + ci0) * P_IN + pos",
+    "    tap_offs = pos",
     "    valid = row_ok",
     "else:",
-    "    row_offs, valid = _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD, SH,",
-    "                                SW, PD, PH, PW, DD, DH, DW, TRANSPOSED, CHANNELS_LAST)",
+    "    tap_offs, valid = _tap_rows(od, oh, ow, row_ok, kd, kh, kw, C_in, D, H, W, SD, SH, SW, PD, PH, PW,",
+    "                                DD, DH, DW, TRANSPOSED, CHANNELS_LAST, WIDE_C)",
 ]
 _CHANNEL_STEP = [
     "cs = c0 + tl.arange(0, BLOCK_K)",
@@ -506,7 +506,8 @@ _CHANNEL_STEP = [
     "c_offs = cs * P_IN",
     "if WIDE_C:   # a sample's channels span 2**31 elements or more; else int32, cheaper in the loop",
     "    c_offs = cs.to(tl.int64) * P_IN",
-    "a = tl.load(x_ptr + row_offs[:, None] + c_offs[None, :], mask=valid[:, None] & c_ok[None, :], other=0.0)",
+    "a = tl.load(x_rows[:, None] + (tap_offs[:, None] + c_offs[None, :]), mask=valid[:, None] & c_ok[None, :],",
+    "            other=0.0)",
     "if TRANSPOSED:",
     "    w_rows = (ci0 + cs) * (COUT_G * TAPS) + tap",
     "else:",
@@ -626,6 +627,12 @@ class _ConvKernel(KernelFile):
             "    w_cols = cols * TAPS",
             "else:",
             "    w_cols = co * (CIN_G * TAPS)",
+            "# x at this group's first input channel in each row's sample (int64: the batch may span 2**31",
+            "# elements); the loops add int32 offsets inside the sample.",
+            "if CHANNELS_LAST:",
+            "    x_rows = x_ptr + n.to(tl.int64) * C_in * P_IN + ci0",
+            "else:",
+            "    x_rows = x_ptr + (n.to(tl.int64) * C_in + ci0) * P_IN",
             "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
             "if DOT and TAP_OUTER and TAPS > 1 and (not TRANSPOSED or SD * SH * SW == 1):",
             "    # One loop over (tap, channel block) steps, BLOCK_K input channels a step: the compiler",
@@ -641,11 +648,11 @@ class _ConvKernel(KernelFile):
             "            # x channels-last [N, D, H, W, C_in] and the weight taps-first [taps, C_in / groups, C_out]:",
             "            # a step's channels and its output channels lie contiguous, and both tl.dot operands",
             "            # load 16 bytes at a time",
-            "            row_offs, valid = _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD, SH,",
-            "                                        SW, PD, PH, PW, DD, DH, DW, TRANSPOSED, CHANNELS_LAST)",
+            *indented(_TAP_ROWS, 3),
             "            cs = c0 + tl.arange(0, BLOCK_K)",
             "            c_ok = cs < CIN_G",
-            "            a = tl.load(x_ptr + row_offs[:, None] + cs[None, :], mask=valid[:, None] & c_ok[None, :], other=0.0)",
+            "            a = tl.load(x_rows[:, None] + (tap_offs[:, None] + cs[None, :]), mask=valid[:, None] & c_ok[None, :],",
+            "                        other=0.0)",
             "            b = tl.load(w_ptr + ((tap * CIN_G + cs) * C_out)[:, None] + co[None, :],",
             "                        mask=c_ok[:, None] & col_ok[None, :], other=0.0)",
             "            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)",

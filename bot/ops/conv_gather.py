@@ -44,13 +44,14 @@ def _gather(x_ptr, ks, n, od, oh, ow, row_ok, ci0, C_in, D, H, W, CIN_G: tl.cons
 
 
 @triton.jit
-def _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD: tl.constexpr, SH: tl.constexpr,
-              SW: tl.constexpr, PD: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DD: tl.constexpr,
-              DH: tl.constexpr, DW: tl.constexpr, TRANSPOSED: tl.constexpr, CHANNELS_LAST: tl.constexpr):
-    # For one tap (kd, kh, kw) of the kernel: the offset of x[n, ci0, i_d, i_h, i_w] each output
-    # position reads (its group's first input channel; the channels follow at D * H * W apart, or
-    # next to each other in x channels-last [N, D, H, W, C_in]), and whether that input exists
-    # (inside x; for a transposed convolution, where the stride lands).
+def _tap_rows(od, oh, ow, row_ok, kd, kh, kw, C_in, D, H, W, SD: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+              PD: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DD: tl.constexpr, DH: tl.constexpr,
+              DW: tl.constexpr, TRANSPOSED: tl.constexpr, CHANNELS_LAST: tl.constexpr, WIDE: tl.constexpr):
+    # For one tap (kd, kh, kw) of the kernel: the offset, inside its sample's group of channels, of the
+    # input x[i_d, i_h, i_w] each output position reads (channels D * H * W apart, or next to each
+    # other in x channels-last [N, D, H, W, C_in]), and whether that input exists (inside x; for a
+    # transposed convolution, where the stride lands). int32 unless a sample spans 2**31 elements
+    # (WIDE): the loop's address arithmetic is the cheaper for it.
     if TRANSPOSED:
         td = od + PD - kd * DD
         th = oh + PH - kh * DH
@@ -65,10 +66,11 @@ def _tap_rows(n, od, oh, ow, row_ok, kd, kh, kw, ci0, C_in, D, H, W, SD: tl.cons
         i_w = ow * SW - PW + kw * DW
         ok = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
     ok = ok & (i_d < D) & (i_h < H) & (i_w < W) & row_ok
+    if WIDE:
+        i_d = i_d.to(tl.int64)
+    offs = (i_d * H + i_h) * W + i_w
     if CHANNELS_LAST:
-        offs = ((n.to(tl.int64) * D + i_d) * (H * W) + i_h * W + i_w) * C_in + ci0
-    else:
-        offs = ((n.to(tl.int64) * C_in + ci0) * D + i_d) * (H * W) + i_h * W + i_w
+        offs = offs * C_in
     return offs, ok
 
 
