@@ -236,6 +236,24 @@ def test_what_cannot_be_read_is_refused_by_line_and_briefly(code, says):
     assert len(str(e.value)) < 300 and ir.SUPPORTED_TEXT not in str(e.value)
 
 
+@pytest.mark.parametrize("forward, inputs, expression", [
+    ("x.sum(dim=-1, dtype=torch.float32)", "torch.rand(4, 8)", "sum(x, dim=-1)"),
+    ("F.softmax(x, dim=1, dtype=torch.float32).to(x.dtype)", "torch.rand(4, 8).half()", "softmax(x"),
+    ("torch.cumsum(x, 1, dtype=x.dtype)", "torch.rand(4, 8).bfloat16()", "cumsum(x"),
+])
+def test_a_reductions_dtype_is_read_as_a_cast_of_its_result(forward, inputs, expression):
+    spec, notes = parse_request(fenced(module("", f"x):\n        return {forward}", inputs)))
+    assert spec["expression"].startswith(expression)
+    assert any("ignored dtype casts" in n or "casts to float32" in n for n in notes)
+
+
+@pytest.mark.parametrize("forward, inputs", [("x.sum(dim=-1, dtype=torch.float32)", "torch.rand(4, 8).half()"),
+                                             ("x.cumsum(1, dtype=torch.int64)", "torch.rand(4, 8)")])
+def test_a_reductions_dtype_that_pytorch_would_return_is_refused(forward, inputs):
+    with pytest.raises(GenerationError, match="so in PyTorch it returns that dtype"):
+        parse_request(fenced(module("", f"x):\n        return {forward}", inputs)))
+
+
 @pytest.mark.parametrize("init, forward, inputs, says", [
     ("", "x * 2.0 + torch.ones(8)", "torch.rand(4, 8).half()", "torch.ones(8) makes a float32 tensor beside"),
     ("", "x + torch.tensor([[0.5], [1.5], [2.5], [3.5]])", "torch.rand(4, 8).bfloat16()", "makes a float32 tensor"),

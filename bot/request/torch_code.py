@@ -24,6 +24,9 @@ MAX_INLINED = 50_000
 
 # Casts in pasted code: the kernel computes in float32 and returns the input dtype anyway.
 _CASTS = {"float", "half", "bfloat16", "to", "type_as", "contiguous", "clone", "detach"}
+# Reductions and scans that take dtype=: torch casts the input to it first, so their result has that
+# dtype, read as a cast of the result (x.sum(dtype=torch.float32) is x.float().sum()).
+_ACCUMULATING = {"sum", "mean", "nansum", "nanmean", "prod", "cumsum", "cumprod", "softmax", "log_softmax"}
 _MODULES = {"torch", "F", "nn", "functional", "math"}
 
 
@@ -69,6 +72,12 @@ class Inline(MaxParts):
         f = n.func
         if isinstance(f, ast.Name) and f.id in self.helpers and f.id not in self.env:
             return self._helper(self.helpers[f.id], n)
+        given = next((k.value for k in n.keywords if k.arg == "dtype"), None)
+        if isinstance(f, ast.Attribute) and f.attr in _ACCUMULATING and given is not None:
+            self.casts = True
+            plain = ast.Call(f, n.args, [k for k in n.keywords if k.arg != "dtype"])
+            written = ast.unparse(given)
+            return _marked(_BACK, plain, "") if written.endswith(".dtype") else _marked(_FIXED, plain, f"dtype={written}")
         if isinstance(f, ast.Attribute) and f.attr in _CASTS:
             is_function = isinstance(f.value, ast.Name) and f.value.id in _MODULES
             if not is_function or n.args:
