@@ -138,10 +138,11 @@ def _convert(n: ast.expr) -> Node:
             return pointwise.power(n.left, n.right, _convert)
         if type(n.op) in _LOGICAL:             # mask & mask, |, ^
             return pointwise.logical(_LOGICAL[type(n.op)], _convert(n.left), _convert(n.right))
-        if isinstance(n.op, ast.Mod):           # torch's % is remainder (the divisor's sign), not C's fmod
-            return _convert_call(ast.Call(ast.Name("remainder", ast.Load()), [n.left, n.right], []))
+        if isinstance(n.op, (ast.Mod, ast.FloorDiv)):   # torch's % is remainder (the divisor's sign), not fmod
+            name = "remainder" if isinstance(n.op, ast.Mod) else "floor_divide"
+            return _convert_call(ast.Call(ast.Name(name, ast.Load()), [n.left, n.right], []))
         if type(n.op) not in _BINOPS:
-            raise IRError(f"unsupported operator in {ast.unparse(n)!r}; use + - * / ** %")
+            raise IRError(f"unsupported operator in {ast.unparse(n)!r}; use + - * / // ** %")
         return call(_BINOPS[type(n.op)], _convert(n.left), _convert(n.right))
     if isinstance(n, ast.Compare):
         if len(n.ops) != 1 or type(n.ops[0]) not in _CMPOPS:

@@ -559,6 +559,17 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
     ('hf_extended_mask', [], 's, mask', ['ext = (1.0 - mask[:, None, None, :].float()) * -10000.0', 'return torch.softmax(s + ext, dim=-1)'],
      '[torch.randn(2, 3, 6, 6), torch.randint(0, 2, (2, 6))]'),
     ('int_counts_scale', [], 'c, x', ['return c * x + c'], '[torch.randint(-3, 4, (5, 8)), torch.randn(5, 8)]'),
+    # floor and truncating division, signs, differences, a clamped logit, a reduction's dtype=
+    ('floordiv_ops', [], 'x, y', ['return x // y + torch.floor_divide(x, -0.75) - torch.div(x, y, rounding_mode="trunc")'],
+     '[torch.randn(9, 13) * 4, torch.randn(9, 13)]'),
+    ('copysign_diff', [], 'x, y', ['return torch.copysign(x, y)[:, 1:] * torch.diff(y, dim=1)'], '[torch.randn(9, 13), torch.randn(9, 13)]'),
+    ('logit_eps', [], 'p', ['return torch.logit(p, eps=1e-2)'], '[torch.rand(9, 13)]'),
+    ('softmax_dtype_back', [], 's', ['return F.softmax(s, dim=-1, dtype=torch.float32).to(s.dtype)'], '[torch.randn(9, 13)]'),
+    # float16 inputs beside float32 tensors: PyTorch promotes to float32 (refused, naming the tensor)
+    ('half_with_fp32_weight', ['self.g = nn.Parameter(torch.ones(13))'], 'x', ['return x * self.g'], '[torch.randn(9, 13).half()]'),
+    ('half_with_fp32_constant', [], 'x', ['return x + torch.ones(13)'], '[torch.randn(9, 13).half()]'),
+    ('half_keeps_constant_dtype', [], 'x', ['return x + torch.ones(13, dtype=x.dtype) * torch.tensor(2.0)'],
+     '[torch.randn(9, 13).half()]'),
 ]
 
 

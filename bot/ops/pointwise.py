@@ -44,7 +44,8 @@ POSITIVE_DOMAIN_OPS = {"log", "sqrt", "rsqrt"}
 EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where", ROTATE_HALF} | COMPARE
 SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, erf, sin, cos, tan, floor, "
              "ceil, trunc, frac, round, atan, atan2, asin, acos, sinh, cosh, asinh, atanh, hypot, fmod, remainder "
-             "(x % y), erfc, logit, xlogy, sinc, heaviside, deg2rad, rad2deg, "
+             "(x % y), floor_divide (x // y, div's rounding_mode), copysign, erfc, logit, xlogy, sinc, heaviside, deg2rad, "
+             "rad2deg, "
              "gelu (approximate='none' or 'tanh'), silu, sigmoid, tanh, maximum, minimum, "
              "where(cond, a, b), masked_fill(x, mask, value), clamp(x, min, max), clamp_min, clamp_max, "
              "expm1, log1p, log2, log10, exp2, sign, addcmul, addcdiv, lerp, logaddexp, the activations of "
@@ -110,8 +111,20 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
     "remainder": ((("x", None), ("other", None)),
                   "where((fmod(x, other) < 0.0) != (other < 0.0), where(fmod(x, other) != 0.0, fmod(x, other) + other, "
                   "fmod(x, other)), fmod(x, other))"),
+    # torch.copysign: |x| with other's sign bit (-0.0 and -inf read as negative through 1 / other)
+    "copysign": ((("x", None), ("other", None)), "where((other < 0.0) | (1.0 / other < 0.0), -abs(x), abs(x))"),
+    # torch.floor_divide and //, as torch computes them for floats: (x - fmod) / other, one less where
+    # fmod's sign is not other's, then rounded to the nearest whole number (the quotient is within
+    # rounding of one); a zero quotient keeps the true quotient's sign; x / other where other is 0 (or NaN)
+    "floor_divide": ((("x", None), ("other", None)),
+                     "where(abs(other) > 0.0, where(_q != 0.0, where(_q - floor(_q) > 0.5, floor(_q) + 1.0, "
+                     "floor(_q)), (x / other) * 0.0), x / other)".replace(
+                         "_q", "where((fmod(x, other) != 0.0) & ((other < 0.0) != (fmod(x, other) < 0.0)), _d - 1.0, _d)")
+                     .replace("_d", "((x - fmod(x, other)) / other)")),
     "erfc": ((("x", None),), "1.0 - erf(x)"),
-    "logit": ((("x", None),), "log(x) - log(1.0 - x)"),
+    # torch.logit(x, eps): x clamped to [eps, 1 - eps] first; the default -1 leaves every x in [-1, 2]
+    # as it is, and those outside have no logit either way (NaN)
+    "logit": ((("x", None), ("eps", -1.0)), "log(clamp(x, eps, 1.0 - eps)) - log(1.0 - clamp(x, eps, 1.0 - eps))"),
     "xlogy": ((("x", None), ("other", None)), "where(x == 0.0, x * 0.0, x * log(other))"),
     "sinc": ((("x", None),), "where(x == 0.0, x * 0.0 + 1.0, sin(3.141592653589793 * x) / (3.141592653589793 * x))"),
     "heaviside": ((("x", None), ("values", None)), "where(x == 0.0, values, where(x > 0.0, 1.0, values * 0.0))"),
@@ -149,7 +162,7 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
 LOGICAL = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
 
 # The keywords each function is read with (any other is refused: it may change the result).
-KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "masked_fill": {"mask", "value"},
+KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "masked_fill": {"mask", "value"}, "div": {"rounding_mode"},
             "dropout": {"p", "training", "inplace"}, PRELU: {"weight"}, "rrelu": {"lower", "upper", "training"},
             "nan_to_num": {"nan", "posinf", "neginf"},
             **{name: {p for p, _ in params[1:]} for name, (params, _) in COMPOSITES.items()}}
@@ -279,6 +292,8 @@ def convert(c: Call) -> Node | None:
         return call("div", const(1.0), c.expr(args[0]))
     if fname == "gelu_tanh":
         return call("gelu", c.expr(args[0]), approximate="tanh")
+    if fname == "div" and not is_none(kw.get("rounding_mode")):
+        return _rounded_division(c)
     if fname in BINARY | COMPARE:
         arity(fname, args, 2)
         return call(fname, c.expr(args[0]), c.expr(args[1]))
@@ -334,6 +349,16 @@ def convert(c: Call) -> Node | None:
     if fname in COMPOSITES:
         return _convert_composite(c)
     return None
+
+
+def _rounded_division(c: Call) -> Node:
+    """torch.div(x, y, rounding_mode='trunc' or 'floor'): the quotient rounded toward zero, or floor_divide."""
+    mode = c.kw.pop("rounding_mode")
+    if not (isinstance(mode, ast.Constant) and mode.value in ("trunc", "floor")) or len(c.args) != 2:
+        raise IRError(f"div takes x, y and rounding_mode None, 'trunc' or 'floor'; got {ast.unparse(mode)}")
+    if mode.value == "floor":
+        return _convert_composite(Call("floor_divide", c.written, c.args, c.kw, c.expr))
+    return _convert_composite(Call("trunc", c.written, [ast.BinOp(c.args[0], ast.Div(), c.args[1])], c.kw, c.expr))
 
 
 def _rrelu(c: Call) -> Node:
@@ -558,7 +583,9 @@ def domains(node: Node, mark: Callable[[Node, str], None]) -> None:
     elif node.op in ("eq", "ne") and any(a.op == "const" and abs(a.value) in (0, 1) for a in node.args) \
             and not any(a.op in COMPARE for a in node.args):        # not a mask's complement: (x > 0) == 0
         c = next(a for a in node.args if a.op == "const")
-        mark(next(a for a in node.args if a.op != "const"), "zeros" if c.value == 0 else "sign")
+        compared = next((a for a in node.args if a.op != "const"), None)       # None: two numbers compared
+        if compared is not None:
+            mark(compared, "zeros" if c.value == 0 else "sign")
     elif node.op == "pow":
         e = node.attr("exponent")
         if e != int(e):

@@ -28,11 +28,12 @@ ROOT = False
 SUPPORTED = ("", "views of a tensor between kernels (unsqueeze, squeeze, flatten, reshape/view to unit dims, "
              "joining dims or splitting one by a constant (x.view(b, t, heads, -1), x.unflatten(2, (heads, -1))), "
              "view_as; slices x[:, a:b], x[..., 0], narrow, select, chunk(n, dim)[i], split(size, dim)[i], "
-             "unbind(dim)[i]); expand and expand_as (broadcast to sizes, -1 keeping a dim)")
+             "unbind(dim)[i]); expand and expand_as (broadcast to sizes, -1 keeping a dim); torch.diff(x, n, dim) "
+             "(differences of neighbours: two slices subtracted)")
 ALIASES = {"view": RESHAPE, "view_as": RESHAPE_AS}
 KEYWORDS = {UNSQUEEZE: {"dim"}, SQUEEZE: {"dim"}, FLATTEN: {"start_dim", "end_dim"}, RESHAPE: {"shape"},
             RESHAPE_AS: {"other"}, "narrow": {"dim", "start", "length"}, SELECT: {"dim", "index"},
-            UNFLATTEN: {"dim", "sizes"}, EXPAND: {"size"}, EXPAND_AS: {"other"}}
+            UNFLATTEN: {"dim", "sizes"}, EXPAND: {"size"}, EXPAND_AS: {"other"}, "diff": {"n", "dim", "prepend", "append"}}
 WORDS: list = []
 OUTPUT_DTYPES: dict[str, str] = {}
 ENTRIES: tuple[Entry, ...] = ()
@@ -41,7 +42,7 @@ MAX_NUMEL = 2**31 - 1
 
 
 def convert(c: Call) -> Node | None:
-    if c.fname not in OPS | {"narrow"}:
+    if c.fname not in OPS | {"narrow", "diff"}:
         return None
     if c.fname == SLICE:
         raise IRError("slice a tensor with Python's syntax, x[:, a:b], or x.narrow(dim, start, length)")
@@ -62,6 +63,8 @@ def convert(c: Call) -> Node | None:
                     end=_int(c, given.get("end_dim", ast.Constant(-1)), "end_dim"))
     if c.fname in ("narrow", SELECT):
         return _narrow_or_select(c, x)
+    if c.fname == "diff":
+        return _diff(c, x)
     if c.fname == UNFLATTEN:
         given = arguments(c, ("dim", "sizes"))
         sizes = given.get("sizes")
@@ -184,6 +187,19 @@ def _size_less(e: ast.expr | None, c: Call, x: Node, dim: int) -> int | None:
         if named == [(x, dim)] and number(e.right) >= 0:
             return int(number(e.right))
     return None
+
+
+def _diff(c: Call, x: Node) -> Node:
+    """torch.diff(x, n, dim): x[1:] - x[:-1] along dim, n times."""
+    given = arguments(c, ("n", "dim", "prepend", "append"))
+    if any(not is_none(given.get(k)) for k in ("prepend", "append")):
+        raise IRError("torch.diff is read without prepend and append; torch.cat them onto x first")
+    n, dim = (_int(c, given.get(k, ast.Constant(default)), k) for k, default in (("n", 1), ("dim", -1)))
+    if n < 1:
+        raise IRError(f"torch.diff with n={n}: n of 1 or more is read (n=0 is x itself)")
+    for _ in range(n):
+        x = call("sub", sliced(x, dim, 1, None), sliced(x, dim, None, -1))
+    return x
 
 
 def sliced(x: Node, dim: int, start: int | None, stop: int | None, step: int = 1, within: bool = False,

@@ -282,6 +282,7 @@ def test_activations_in_words(words, typed):
     ("torch.cosh(x)", lambda x, y, z: torch.cosh(x)), ("torch.asinh(x)", lambda x, y, z: torch.asinh(x)),
     ("torch.atanh(y * 0.3)", lambda x, y, z: torch.atanh(y * 0.3)), ("torch.special.erfc(y)", lambda x, y, z: torch.erfc(y)),
     ("torch.logit(torch.sigmoid(y))", lambda x, y, z: torch.logit(torch.sigmoid(y))),
+    ("torch.logit(x, eps=0.1)", lambda x, y, z: torch.logit(x, eps=0.1)),
     ("torch.xlogy(x, y.abs())", lambda x, y, z: torch.xlogy(x, y.abs())), ("torch.sinc(x)", lambda x, y, z: torch.sinc(x)),
     ("torch.heaviside(x, y)", lambda x, y, z: torch.heaviside(x, y)), ("torch.deg2rad(x)", lambda x, y, z: torch.deg2rad(x)),
     ("F.rrelu(x, 0.1, 0.3)", lambda x, y, z: torch.nn.functional.rrelu(x, 0.1, 0.3)),
@@ -325,6 +326,9 @@ def test_math_functions_written_in_ir_ops_are_torchs(tmp_path, code, fn):
     ("torch.cdist(x, y) with x 9x16 and y 7x16 fp32", torch.cdist),
     ("torch.cdist(x, y, p=1.0) with x 3x9x16 and y 3x7x16 fp32", lambda x, y: torch.cdist(x, y, p=1.0)),
     ("F.softmin(x, dim=0) with x 8x16 fp32", lambda x: torch.nn.functional.softmin(x, dim=0)),
+    ("torch.diff(x, dim=0)[1:] + torch.diff(y, n=2, dim=0) with x 9x16 and y 9x1 fp32",
+     lambda x, y: torch.diff(x, dim=0)[1:] + torch.diff(y, n=2, dim=0)),
+    ("x.diff() with x 3x5x17 fp32", lambda x: x.diff()),
 ])
 def test_functions_of_views_and_reductions_are_torchs(tmp_path, request_text, torch_call):
     spec, _ = parse_request(request_text)
@@ -365,6 +369,22 @@ def test_inverse_trigonometry_and_remainders_in_the_kernel_are_torchs(tmp_path, 
     want = eval(code, {"torch": torch}, {i["name"]: a.double() for i, a in zip(spec["inputs"], args)}).to(args[0].dtype)
     torch.testing.assert_close(kernel(*args), want, rtol=3e-6 if dtype == "float32" else 2e-3,
                                atol=3e-6 if dtype == "float32" else 2e-3, equal_nan=True)
+
+
+@pytest.mark.parametrize("code", ["x // y", "torch.floor_divide(x, y)", "torch.div(x, y, rounding_mode='floor')",
+                                  "torch.div(x, y, rounding_mode='trunc')", "torch.copysign(x, y)"])
+def test_floor_division_and_copysign_are_torchs_at_every_sign_zero_and_infinity(tmp_path, code):
+    # every pair of these values, x // y as torch computes it for floats (fmod-based, then rounded), the
+    # zeros' signs included
+    spec = validate({"name": "op", "expression": ir.to_text(ir.parse(code, as_written=True)),
+                     "inputs": [{"name": n, "dtypes": ["float32"], "shapes": [[20, 20]]} for n in ("x", "y")]})
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    values = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.3, 0.1, -0.3, 2.5, -2.5, 7.0, -7.0, 1e-30, -1e-30, 1e30,
+                           float("inf"), float("-inf"), float("nan"), 3.0, 0.7, -0.7])
+    x, y = values.repeat_interleave(20).reshape(20, 20), values.repeat(20).reshape(20, 20)
+    got, want = kernel(x, y), eval(code, {"torch": torch}, {"x": x, "y": y})
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(torch.signbit(got[got == 0]), torch.signbit(want[got == 0]))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
