@@ -568,6 +568,17 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
     # float16 inputs beside float32 tensors: PyTorch promotes to float32 (refused, naming the tensor)
     ('half_with_fp32_weight', ['self.g = nn.Parameter(torch.ones(13))'], 'x', ['return x * self.g'], '[torch.randn(9, 13).half()]'),
     ('half_with_fp32_constant', [], 'x', ['return x + torch.ones(13)'], '[torch.randn(9, 13).half()]'),
+    # sizes read off inputs as written: repeat_kv's expand and reshape before attention, gates viewed to unit dims
+    ('repeat_kv_sdpa', [], 'q, k, v', ['b, h, t, d = k.shape',
+                                       'k = k[:, :, None, :, :].expand(b, h, 2, t, d).reshape(b, h * 2, t, d)',
+                                       'v = v[:, :, None, :, :].expand(b, h, 2, t, d).reshape(b, h * 2, t, d)',
+                                       'return F.scaled_dot_product_attention(q, k, v, is_causal=True)'],
+     '[torch.randn(2, 4, 9, 16), torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16)]'),
+    ('se_gate_view', ['self.fc = nn.Linear(8, 8)'], 'x', ['b, c, _, _ = x.size()',
+                                                         'g = torch.sigmoid(self.fc(x.mean((2, 3)))).view(b, c, 1, 1)',
+                                                         'return x * g.expand_as(x)'], '[torch.randn(2, 8, 5, 6)]'),
+    ('se_gate_minus_one', ['self.fc = nn.Linear(8, 8)'], 'x', ['g = torch.sigmoid(self.fc(x.mean((2, 3))))',
+                                                              'return x * g.view(-1, x.size(1), 1, 1)'], '[torch.randn(2, 8, 5, 6)]'),
     ('half_keeps_constant_dtype', [], 'x', ['return x + torch.ones(13, dtype=x.dtype) * torch.tensor(2.0)'],
      '[torch.randn(9, 13).half()]'),
 ]

@@ -76,10 +76,7 @@ def convert(c: Call) -> Node | None:
         elts = list(c.args) if written is None else [written]
         if len(elts) == 1 and isinstance(elts[0], (ast.Tuple, ast.List)):
             elts = list(elts[0].elts)
-        if not elts or not all(is_int_literal(e) and number(e) >= -1 for e in elts):
-            raise IRError("expand is read with its sizes as whole numbers, -1 keeping a dim: x.expand(-1, 40), or "
-                          "x.expand_as(y)")
-        return call(EXPAND, x, sizes=tuple(int(number(e)) for e in elts))
+        return _sized(EXPAND, x, [_expand_size(e, c) for e in elts])
     if c.fname == EXPAND_AS:
         other = arguments(c, ("other",)).get("other")
         if other is None:
@@ -115,12 +112,94 @@ def _reshape(c: Call, x: Node) -> Node:
             and all(g and len(g) == 1 for g in refs[:-1]) and [g[0][1] for g in refs[:-1]] == list(range(len(refs) - 1)):
         # out.view(B, T, -1) after B, T, _ = x.shape: x's first dims, the rest joined
         return call(RESHAPE_AS, x, owners.pop(), dims=len(refs) - 1, rest=True)
+    kept = _named_then_units(refs, elts)
+    if kept and len(owners) == 1:
+        # y.view(b, c, 1, 1) after b, c = x.shape[:2] (a squeeze-excite gate): y as x's first dims, then
+        # unit dims added (not a split of a dim y may not have)
+        node = call(RESHAPE_AS, x, owners.pop(), dims=kept)
+        for _ in range(len(refs) - kept):
+            node = call(UNSQUEEZE, node, dim=-1)
+        return node
     split = _split_at(refs) if len(owners) == 1 else None
     if split is not None:           # sizes naming x's dims, or another's of the same shape (B, T, C = x.size())
         return _split(c, x, split, elts[split:split + 2], len(refs) - 1, owners.pop())
     if owners == {x}:
         return _flattened(c, x, elts, refs)
+    sized = [_product(e, c) for e in elts]
+    if all(s is not None for s in sized) and sum(s == -1 for s in sized) <= 1:
+        # sizes computed from inputs' sizes as written, each case's own (repeat_kv's
+        # u.reshape(b, h * n_rep, t, d) after b, h, t, d = k.shape)
+        return _sized(RESHAPE, x, sized)
     raise _unsupported(c, elts)
+
+
+def _product(e: ast.expr, c: Call) -> int | tuple | None:
+    """A view's size: a whole number (or -1), or (number, (input, dim), ...) for a product of inputs'
+    sizes and numbers (k.shape[1] * 2); None for anything else."""
+    if is_int_literal(e):
+        return int(number(e)) if number(e) >= 1 or number(e) == -1 else None
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
+        left, right = _product(e.left, c), _product(e.right, c)
+        if left is None or right is None or -1 in (left, right):
+            return None
+        parts = [p for side in (left, right) for p in ((side,) if isinstance(side, int) else side)]
+        return (math.prod(p for p in parts if isinstance(p, int)), *[p for p in parts if isinstance(p, tuple)])
+    named = _dims_named(e, c)
+    if named and len(named) == 1 and named[0][0].op == "input":
+        return 1, (named[0][0], named[0][1])
+    return None
+
+
+def _sized(op: str, x: Node, sizes: list) -> Node:
+    """A reshape or expand to sizes that may read inputs' sizes: those inputs join its operands (after
+    x, which is operand 0), so every file names them as it names any input, and each size's (input,
+    dim) becomes (operand, dim), resolved in each case (_resolved)."""
+    sources: list[Node] = [x]
+    for s in sizes:
+        for node, _ in (s[1:] if isinstance(s, tuple) else ()):
+            if node not in sources:
+                sources.append(node)
+    indexed = tuple(s if isinstance(s, int) else (s[0], *[(sources.index(n), d) for n, d in s[1:]]) for s in sizes)
+    return call(op, *sources, sizes=indexed)
+
+
+def _resolved(node: Node, shapes: dict[str, list[int]]) -> list[int]:
+    """A reshape's or expand's sizes in one case: products of its operands' sizes read off their shapes."""
+    return [s if isinstance(s, int) else s[0] * math.prod(shapes[node.args[k].name][d] for k, d in s[1:])
+            for s in node.attr("sizes")]
+
+
+def _sizes_text(node: Node, texts: list[str]) -> str:
+    """The sizes as PyTorch code; texts: the operands' texts (x's first)."""
+    def one(s: int | tuple) -> str:
+        if isinstance(s, int):
+            return str(s)
+        return " * ".join([f"{operand_text(texts[k])}.shape[{d}]" for k, d in s[1:]] + [str(s[0])] * (s[0] != 1))
+    return ", ".join(map(one, node.attr("sizes")))
+
+
+def _expand_size(e: ast.expr, c: Call) -> int | tuple:
+    """One size of x.expand(...): a whole number (-1 keeps the dim), or an input's size read as
+    written, k.shape[2] (repeat_kv's k[:, :, None].expand(b, h, n_rep, t, d)), which each case
+    resolves: a dim of 1 grows to it, any other must be it."""
+    size = _product(e, c)
+    if size is None or (isinstance(size, tuple) and (size[0] != 1 or len(size) != 2)) or size == 0:
+        raise IRError("expand is read with its sizes as whole numbers (-1 keeping a dim) or an input's sizes: "
+                      "x.expand(-1, 40), x.expand(y.shape[0], -1), or x.expand_as(y)")
+    return size
+
+
+def _named_then_units(refs: list, elts: list) -> int:
+    """k where a view's sizes name one tensor's dims 0 .. k-1 in order (the first may be -1), then are 1s
+    (at least one); else 0. A -1 there is read as that dim: where it would be another size, the view
+    is refused (the numbers of elements differ), not read otherwise."""
+    k = len(refs)
+    while k and refs[k - 1] is None and is_int_literal(elts[k - 1]) and number(elts[k - 1]) == 1:
+        k -= 1
+    first = 1 if k > 1 and refs[0] is None and _is_minus_one(elts[0]) else 0
+    named = k < len(refs) and all(g and len(g) == 1 for g in refs[first:k]) \
+        and [g[0][1] for g in refs[first:k]] == list(range(first, k))
+    return k if k and named else 0
 
 
 def _is_minus_one(e: ast.expr) -> bool:
@@ -397,7 +476,7 @@ def check(node: Node) -> None:
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     shape = list(shapes[node.args[0].name])
     if node.op == RESHAPE:
-        return reshaped(shape, list(node.attr("sizes")))
+        return reshaped(shape, _resolved(node, shapes))
     if node.op == SLICE:
         return _sliced_shape(node, shape)
     if node.op == SELECT:
@@ -426,7 +505,7 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
             raise IRError(f"a tensor of shape {shape} cannot be viewed as the shape {other} of {node.args[1].name}")
         return other
     if node.op in (EXPAND, EXPAND_AS):
-        return _expanded(shape, list(node.attr("sizes")) if node.op == EXPAND else list(shapes[node.args[1].name]))
+        return _expanded(shape, _resolved(node, shapes) if node.op == EXPAND else list(shapes[node.args[1].name]))
     if node.op == UNSQUEEZE:
         return shape[:_dim(node, "dim", len(shape) + 1)] + [1] + shape[_dim(node, "dim", len(shape) + 1):]
     if node.op == SQUEEZE:
@@ -483,9 +562,12 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
     if node.op in (RESHAPE_AS, EXPAND_AS):
         return {d for case in cases for a in node.args for d in case[a.name]}, 1
     if node.op == RESHAPE and set(node.attr("sizes")) - {1, -1}:     # sizes as numbers: the shapes stay
-        return set(node.attr("sizes")) - {-1} | {d for case in cases for d in case[node.args[0].name]}, 1
+        products = [s for s in node.attr("sizes") if isinstance(s, tuple)]
+        numbers = {s for s in node.attr("sizes") if isinstance(s, int)} | {s[0] for s in products} | \
+            {case[node.args[k].name][d] for case in cases for s in products for k, d in s[1:]}   # those it reads, too
+        return numbers - {-1} | {d for case in cases for d in case[node.args[0].name]}, 1
     if node.op == EXPAND:               # the sizes it names are numbers: what they meet keeps its size
-        named = {s for s in node.attr("sizes") if s != -1}
+        named = {s for s in node.attr("sizes") if isinstance(s, int) and s != -1}
         return named | {d for case in cases for d in case[node.args[0].name] if d != 1}, 1
     if node.op == UNFLATTEN:            # the split dim and its parts keep their sizes: they divide
         d = node.attr("dim")
@@ -513,11 +595,13 @@ def reshaped(shape: list[int], sizes: list[int]) -> list[int]:
     return [math.prod(shape) // known if s == -1 else s for s in sizes]
 
 
-def torch_text(node: Node, x: str, other: str | None = None) -> str:
+def torch_text(node: Node, x: str, *others: str) -> str:
     """The view of x (an expression's text) in PyTorch: the reference's body, the chain's entry and
-    the expression's own text all write it so. other: reshape_as's tensor (x itself where omitted:
-    the chain's entry names a tensor once)."""
+    the expression's own text all write it so. others: the texts of its other operands (reshape_as's
+    tensor, the inputs whose sizes a reshape reads), where given (the chain's entry names a tensor
+    once: x itself where omitted)."""
     x = operand_text(x)
+    other = others[0] if others else None
     if node.op == RESHAPE_AS:
         if node.attr("dims"):
             o = operand_text(other or x)
@@ -527,13 +611,13 @@ def torch_text(node: Node, x: str, other: str | None = None) -> str:
     if node.op == SELECT:
         return f"{x}.select({node.attr('dim')}, {node.attr('index')})"
     if node.op == EXPAND:
-        return f"{x}.expand({', '.join(map(str, node.attr('sizes')))})"
+        return f"{x}.expand({_sizes_text(node, [x, *others])})"
     if node.op == EXPAND_AS:
         return f"{x}.expand_as({other or x})"
     if node.op == SLICE:
         return _slice_text(node, x)
     if node.op == RESHAPE:
-        return f"{x}.reshape({', '.join(map(str, node.attr('sizes')))})"
+        return f"{x}.reshape({_sizes_text(node, [x, *others])})"
     if node.op == FLATTEN:
         return f"{x}.flatten({node.attr('start')}, {node.attr('end')})"
     if node.op == UNFLATTEN:

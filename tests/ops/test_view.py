@@ -58,6 +58,15 @@ CASES = [
     ("relu(b).expand_as(x) + x", {"b": [5, 1], "x": [5, 9]}, 2, lambda t: torch.relu(t["b"]).expand_as(t["x"]) + t["x"]),
     # sizes as numbers, written for the shapes given: those shapes stay
     ("softmax(relu(x).view(-1, 6), dim=-1)", {"x": [2, 3, 6]}, 2, lambda t: torch.softmax(torch.relu(t["x"]).view(-1, 6), -1)),
+    # sizes read off inputs' shapes in each case: a view to other sizes, repeat_kv's expand and reshape,
+    # a gate viewed back to unit dims
+    ("relu(x).view(x.size(1), x.size(0)) + y", {"x": [4, 6], "y": [6, 4]}, 2,
+     lambda t: torch.relu(t["x"]).view(6, 4) + t["y"]),
+    ("(relu(k)[:, :, None, :, :].expand(k.shape[0], k.shape[1], 2, k.shape[2], k.shape[3]).reshape(k.shape[0], "
+     "k.shape[1] * 2, k.shape[2], k.shape[3]) * q)", {"k": [2, 3, 5, 4], "q": [2, 6, 5, 4]}, 2,
+     lambda t: torch.repeat_interleave(torch.relu(t["k"]), 2, dim=1) * t["q"]),
+    ("x * sigmoid(relu(g).view(x.size(0), x.size(1), 1, 1))", {"x": [2, 8, 3, 5], "g": [2, 8]}, 2,
+     lambda t: t["x"] * torch.sigmoid(torch.relu(t["g"])).view(2, 8, 1, 1)),
 ]
 
 
@@ -109,9 +118,7 @@ def test_a_view_keeps_its_operands_indices():
     ("relu(x).unsqueeze(d)", "takes dim as an integer"),
     # dims out of order, counted from 0 after a -1 (it would take what dims x has beyond), another tensor's
     # dims but not all of them in order: each names what is read
-    ("relu(x).view(x.size(1), x.size(0))", "join neighbouring dims"),
     ("relu(x).view(relu(x).size(0), -1, relu(x).size(3))", "join neighbouring dims"),
-    ("relu(x).view(y.size(1), y.size(0))", "another tensor's whole shape"),
     ("x[i, j] * 2.0", "slices with number bounds"),
     ("x[:, 0:n] * 2.0", "bounds must be numbers"),
     ("x.chunk(2, dim=1)[-1] * 2.0", "by its position from 0"),
