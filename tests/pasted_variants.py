@@ -579,6 +579,10 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
                                                          'return x * g.expand_as(x)'], '[torch.randn(2, 8, 5, 6)]'),
     ('se_gate_minus_one', ['self.fc = nn.Linear(8, 8)'], 'x', ['g = torch.sigmoid(self.fc(x.mean((2, 3))))',
                                                               'return x * g.view(-1, x.size(1), 1, 1)'], '[torch.randn(2, 8, 5, 6)]'),
+    # a one-element index list keeping its dim
+    ('topk_threshold_list_index', [], 'logits', ['v, _ = torch.topk(logits, 5, dim=-1)',
+                                                'return logits.masked_fill(logits < v[:, [-1]], float("-inf")).softmax(-1)'],
+     '[torch.randn(6, 40)]'),
     ('half_keeps_constant_dtype', [], 'x', ['return x + torch.ones(13, dtype=x.dtype) * torch.tensor(2.0)'],
      '[torch.randn(9, 13).half()]'),
 ]

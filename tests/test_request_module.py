@@ -236,6 +236,16 @@ def test_what_cannot_be_read_is_refused_by_line_and_briefly(code, says):
     assert len(str(e.value)) < 300 and ir.SUPPORTED_TEXT not in str(e.value)
 
 
+def test_values_get_inputs_sets_by_index_are_left_to_the_judge():
+    code = module("", "x, m):\n        return torch.softmax(x.masked_fill(~m, float('-inf')), dim=-1)",
+                  "torch.randn(4, 8), torch.rand(4, 8) > 0.5").replace(
+        "    return [torch.randn(4, 8), torch.rand(4, 8) > 0.5]",
+        "    m = torch.rand(4, 8) > 0.5\n    m[:, 0] = True\n    t = torch.randint(0, 8, (4,))\n    t[:2] = -100\n"
+        "    return [torch.randn(4, 8), m]")
+    spec, _ = parse_request(fenced(code))
+    assert [i["shapes"] for i in spec["inputs"]] == [[[4, 8]], [[4, 8]]] and spec["inputs"][1]["dtypes"] == ["bool"]
+
+
 @pytest.mark.parametrize("forward, inputs, expression", [
     ("x.sum(dim=-1, dtype=torch.float32)", "torch.rand(4, 8)", "sum(x, dim=-1)"),
     ("F.softmax(x, dim=1, dtype=torch.float32).to(x.dtype)", "torch.rand(4, 8).half()", "softmax(x"),

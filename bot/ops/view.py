@@ -299,7 +299,7 @@ def subscript(n: ast.Subscript, expr) -> Node:
     if isinstance(n.value, ast.Call) and _called(n.value.func) in TUPLES:
         raise IRError(f"{ast.unparse(n)}: {_called(n.value.func)} gives a tuple; write the part as its own op "
                       "(torch.amax(x, dim) for max's values, argmax for its indices)")
-    items = list(n.slice.elts) if isinstance(n.slice, ast.Tuple) else [n.slice]
+    items = [_kept(e) for e in (n.slice.elts if isinstance(n.slice, ast.Tuple) else [n.slice])]
     if any(is_none(e) for e in items):
         return _with_new_dims(n, items, expr)
     tensors = [k for k, e in enumerate(items) if isinstance(e, ast.Name)]
@@ -326,6 +326,14 @@ def subscript(n: ast.Subscript, expr) -> Node:
         else:
             node = call(SELECT, node, dim=d, index=int(number(e)))
     return node
+
+
+def _kept(e: ast.expr) -> ast.expr:
+    """A list of one index, x[:, [-1]], is the slice that keeps its dim: x[:, -1:]."""
+    if not (isinstance(e, ast.List) and len(e.elts) == 1 and is_int_literal(e.elts[0])):
+        return e
+    k = int(number(e.elts[0]))
+    return ast.Slice(ast.Constant(k), None if k == -1 else ast.Constant(k + 1), None)
 
 
 def _whole(e: ast.expr) -> bool:

@@ -38,6 +38,8 @@ def read_inputs(fn: ast.FunctionDef, env: dict, tensors: list[str]) -> tuple[dic
         value = value and _sized(value, local)          # n = x.shape[0]: a size, no tensor
         if isinstance(target, ast.Name) and _is_tensor(value, local):
             local[target.id] = _Made(*_tensor(value, local, target.id), _range(value, local))
+        elif isinstance(target, ast.Subscript) and isinstance(local.get(ast.unparse(target.value)), _Made):
+            continue        # m[:, 0] = True sets values, which the judge draws itself (as it draws randn's)
         elif target is not None:
             try:
                 bind(target, const(value, local), local)
