@@ -579,6 +579,15 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
                                                          'return x * g.expand_as(x)'], '[torch.randn(2, 8, 5, 6)]'),
     ('se_gate_minus_one', ['self.fc = nn.Linear(8, 8)'], 'x', ['g = torch.sigmoid(self.fc(x.mean((2, 3))))',
                                                               'return x * g.view(-1, x.size(1), 1, 1)'], '[torch.randn(2, 8, 5, 6)]'),
+    # CLIP's loss over labels counted by torch.arange; a normalized shape read off a weight; x.size()[d]
+    ('clip_loss_arange', [], 'img, txt', ['logits = 10.0 * F.normalize(img, dim=-1) @ F.normalize(txt, dim=-1).t()',
+                                          'labels = torch.arange(logits.shape[0])',
+                                          'return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2'],
+     '[torch.randn(8, 16), torch.randn(8, 16)]'),
+    ('layer_norm_weight_shape', ['self.weight = nn.Parameter(torch.ones(16))'], 'x',
+     ['return F.layer_norm(x, self.weight.shape, self.weight, None, 1e-5)'], '[torch.randn(3, 5, 16)]'),
+    ('gram_size_tuple', [], 'x', ['b, c, h, w = x.size()', 'f = x.view(b, c, h * w)',
+                                  'return torch.bmm(f, f.transpose(1, 2)) / (c * h * w)'], '[torch.randn(2, 8, 6, 5)]'),
     # a one-element index list keeping its dim
     ('topk_threshold_list_index', [], 'logits', ['v, _ = torch.topk(logits, 5, dim=-1)',
                                                 'return logits.masked_fill(logits < v[:, [-1]], float("-inf")).softmax(-1)'],

@@ -21,13 +21,14 @@ A family is a module of bot.ops with this interface (docs/ARCHITECTURE.md, "Oper
 """
 from __future__ import annotations
 
+import dataclasses
 from types import ModuleType
 
 from bot.codegen.expr import OpWriter
 from bot.ops import (argreduce, attention, channel_norm, conv, fill, fused, gather, layout, loss, matmul, norm,
                      pointwise, pool, reduce, remap, scan, softmax, sort, view)
 from bot.ops.entry import Entry
-from bot.ops.node import WITH_INDICES, Node
+from bot.ops.node import WITH_INDICES, Node, inp
 
 # remap after scan (it reads flip, handing a flipped scan back to scan) and before matmul (which reads
 # tril/triu, handing a tensor's triangle to remap)
@@ -113,10 +114,24 @@ def nested_torch_ops(writer) -> dict[str, OpWriter]:
                 name = writer.fresh()
                 writer.lines.append(f"{name} = {body}")
                 body = name
-            names = {arg.name: text for arg, text in zip(node.args[1:], a[1:]) if arg.op == "input"}
-            return fam.torch_result(node, names, body, writer.lines)
+            args = [node.args[0], *(arg if arg.op == "input" else inp(writer.fresh()) for arg in node.args[1:])]
+            named = dataclasses.replace(node, args=tuple(args))
+            indices = index_operands(named)
+            for arg, new, text in zip(node.args[1:], args[1:], a[1:]):
+                if arg.op != "input":      # a computed operand (targets counted by torch.arange): a temporary
+                    writer.lines.append(f"{new.name} = {text}" + ".to(torch.int64)" * (new.name in indices))
+            names = {new.name: new.name if arg.op != "input" else text
+                     for arg, new, text in zip(node.args[1:], args[1:], a[1:])}
+            return fam.torch_result(named, names, body, writer.lines)
         return write
     return {op: written_by(f) for f in ROOT_FAMILIES for op in f.OPS if op not in writer.ops}
+
+
+def index_operands(node: Node) -> set[str]:
+    """The operands an op reads as indices (a gather's; a class loss's targets)."""
+    if node.op in loss.OPS:
+        return set(loss.index_inputs(node))
+    return set(gather.index_inputs(node)) if node.op in gather.OPS else set()
 
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:

@@ -119,6 +119,16 @@ _SIZED_AS_WRITTEN = {"view", "reshape", "expand", "flatten", "unflatten", "repea
                      "chunk", "narrow", "view_as", "expand_as", "reshape_as"}
 
 
+def _shape_owner(e: ast.expr) -> ast.expr | None:
+    """T of T.shape or T.size(), else None."""
+    if isinstance(e, ast.Attribute) and e.attr == "shape":
+        return e.value
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "size" and not e.args \
+            and not e.keywords:
+        return e.func.value
+    return None
+
+
 class SizesWritten(ast.NodeTransformer):
     """x.shape[d], x.size(d) and x.shape[-1] // 2 written as the numbers they are, where every case
     gives input x the same size there (known: input -> its shapes, a case each): a slice's bounds
@@ -163,11 +173,24 @@ class SizesWritten(ast.NodeTransformer):
             return None, []
 
     def visit_Subscript(self, n: ast.Subscript) -> ast.expr:
-        self.generic_visit(n)
-        v = n.value
-        if isinstance(v, ast.Attribute) and v.attr == "shape" and (size := self._size(v.value, n.slice)):
+        tensor = _shape_owner(n.value)          # x.shape[d], x.size()[d]; x.shape[-1:] left as written
+        if tensor is None:
+            self.generic_visit(n)
+        elif size := self._size(tensor, n.slice):
             return ast.copy_location(size, n)
         return n
+
+    def visit_Attribute(self, n: ast.Attribute) -> ast.expr:
+        """A whole shape, w.shape (F.layer_norm(x, self.weight.shape, ...)), as the tuple of its sizes."""
+        self.generic_visit(n)
+        return self._whole(n.value, n) if n.attr == "shape" else n
+
+    def _whole(self, tensor: ast.expr, n: ast.expr) -> ast.expr:
+        shapes = self.known.get(tensor.id) if isinstance(tensor, ast.Name) else None
+        if not shapes or any(len(s) != len(shapes[0]) for s in shapes):
+            return n
+        sizes = [self._size(tensor, ast.Constant(d)) for d in range(len(shapes[0]))]
+        return n if None in sizes else ast.copy_location(ast.Tuple(sizes, ast.Load()), n)
 
     def visit_Call(self, n: ast.Call) -> ast.expr:
         f = n.func
@@ -177,6 +200,8 @@ class SizesWritten(ast.NodeTransformer):
         if isinstance(f, ast.Attribute) and f.attr == "size" and len(n.args) == 1 and not n.keywords \
                 and (size := self._size(f.value, n.args[0])):
             return ast.copy_location(size, n)
+        if isinstance(f, ast.Attribute) and f.attr == "size" and not n.args and not n.keywords:
+            return self._whole(f.value, n)
         return folded(n)
 
     def visit_BinOp(self, n: ast.BinOp) -> ast.expr:

@@ -49,6 +49,12 @@ CASES = [
     ("x * torch.tensor([[0.5, -1.0, 2.0]]) + torch.arange(1, 4) * torch.linspace(0, 1, 3)", {"x": [4, 3]}, 5,
      lambda t: t["x"] * torch.tensor([[0.5, -1.0, 2.0]], dtype=torch.float64)
      + torch.arange(1, 4, dtype=torch.float64) * torch.linspace(0, 1, 3, dtype=torch.float64)),
+    # indices counted by a constant stage (CLIP's labels = torch.arange(n)), read as int64 by the loss
+    ("cross_entropy(x, torch.arange(6)) + nll_loss(log_softmax(x, dim=-1), torch.arange(6))", {"x": [6, 9]}, 6,
+     lambda t: torch.nn.functional.cross_entropy(t["x"], torch.arange(6))
+     + torch.nn.functional.nll_loss(torch.log_softmax(t["x"], -1), torch.arange(6))),
+    ("cross_entropy(x, torch.arange(6), reduction='none') * 2.0", {"x": [6, 9]}, 4,
+     lambda t: torch.nn.functional.cross_entropy(t["x"], torch.arange(6), reduction="none") * 2.0),
     # rmsnorm's weight gradient: the per-row mean is the stage, not the full-size product around it
     ("sum(g * x * rsqrt(mean(x * x, dim=-1, keepdim=True) + 1e-06), dim=0)", {"g": [9, 33], "x": [9, 33]}, 2,
      lambda t: torch.sum(t["g"] * t["x"] * torch.rsqrt((t["x"] * t["x"]).mean(-1, keepdim=True) + 1e-6), 0)),
