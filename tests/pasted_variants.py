@@ -588,6 +588,18 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
      ['return F.layer_norm(x, self.weight.shape, self.weight, None, 1e-5)'], '[torch.randn(3, 5, 16)]'),
     ('gram_size_tuple', [], 'x', ['b, c, h, w = x.size()', 'f = x.view(b, c, h * w)',
                                   'return torch.bmm(f, f.transpose(1, 2)) / (c * h * w)'], '[torch.randn(2, 8, 6, 5)]'),
+    # a window partition's view by sizes divided; nanoGPT's attention, its causal mask a buffer sliced to T
+    ('window_partition', [], 'x', ['B, H, W, C = x.shape', 'x = x.view(B, H // 4, 4, W // 4, 4, C)',
+                                   'return x.permute(0, 1, 3, 2, 4, 5).contiguous().view(-1, 4, 4, C) * 2.0'],
+     '[torch.randn(2, 8, 12, 6)]'),
+    ('nanogpt_buffer_mask', ['self.c_attn = nn.Linear(16, 48)',
+                             'self.register_buffer("bias", torch.tril(torch.ones(8, 8)).view(1, 1, 8, 8))'], 'x',
+     ['B, T, C = x.size()', 'q, k, v = self.c_attn(x).split(16, dim=2)',
+      'q = q.view(B, T, 2, C // 2).transpose(1, 2)', 'k = k.view(B, T, 2, C // 2).transpose(1, 2)',
+      'v = v.view(B, T, 2, C // 2).transpose(1, 2)',
+      'att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))',
+      'att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))',
+      'return (F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(B, T, C)'], '[torch.randn(2, 8, 16)]'),
     # a one-element index list keeping its dim
     ('topk_threshold_list_index', [], 'logits', ['v, _ = torch.topk(logits, 5, dim=-1)',
                                                 'return logits.masked_fill(logits < v[:, [-1]], float("-inf")).softmax(-1)'],
@@ -599,7 +611,7 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
 
 def source(init: list[str], args: str, body: list[str], inputs: str) -> str:
     """The problem file: the module, its inputs and (none) init inputs."""
-    lines = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F", "", "",
+    lines = ["import math", "import torch", "import torch.nn as nn", "import torch.nn.functional as F", "", "",
              "class Model(nn.Module):", "    def __init__(self):", "        super().__init__()",
              *(f"        {line}" for line in init), "", f"    def forward(self, {args}):",
              *(f"        {line}" for line in body), "", "", "def get_inputs():", f"    return {inputs}", "", "",

@@ -123,19 +123,26 @@ def _reshape(c: Call, x: Node) -> Node:
     split = _split_at(refs) if len(owners) == 1 else None
     if split is not None:           # sizes naming x's dims, or another's of the same shape (B, T, C = x.size())
         return _split(c, x, split, elts[split:split + 2], len(refs) - 1, owners.pop())
-    if owners == {x}:
-        return _flattened(c, x, elts, refs)
     sized = [_product(e, c) for e in elts]
-    if all(s is not None for s in sized) and sum(s == -1 for s in sized) <= 1:
+    computed = all(s is not None for s in sized) and sum(s == -1 for s in sized) <= 1
+    if owners == {x}:
+        try:
+            return _flattened(c, x, elts, refs)
+        except IRError:
+            if not computed:
+                raise
+    if computed:
         # sizes computed from inputs' sizes as written, each case's own (repeat_kv's
-        # u.reshape(b, h * n_rep, t, d) after b, h, t, d = k.shape)
+        # u.reshape(b, h * n_rep, t, d) after b, h, t, d = k.shape; a window partition's
+        # x.view(b, h // ws, ws, w // ws, ws, c))
         return _sized(RESHAPE, x, sized)
     raise _unsupported(c, elts)
 
 
 def _product(e: ast.expr, c: Call) -> int | tuple | None:
     """A view's size: a whole number (or -1), or (number, (input, dim), ...) for a product of inputs'
-    sizes and numbers (k.shape[1] * 2); None for anything else."""
+    sizes and numbers (k.shape[1] * 2), a factor (input, dim, k) for a size divided by k (x.shape[1] // 4);
+    None for anything else."""
     if is_int_literal(e):
         return int(number(e)) if number(e) >= 1 or number(e) == -1 else None
     if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
@@ -144,6 +151,11 @@ def _product(e: ast.expr, c: Call) -> int | tuple | None:
             return None
         parts = [p for side in (left, right) for p in ((side,) if isinstance(side, int) else side)]
         return (math.prod(p for p in parts if isinstance(p, int)), *[p for p in parts if isinstance(p, tuple)])
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.FloorDiv) and is_int_literal(e.right) and number(e.right) >= 1:
+        inner = _product(e.left, c)           # x.shape[1] // 4: one size divided (a window's count)
+        if isinstance(inner, tuple) and inner[0] == 1 and len(inner) == 2 and len(inner[1]) == 2:
+            return 1, (*inner[1], int(number(e.right)))
+        return None
     named = _dims_named(e, c)
     if named and len(named) == 1 and named[0][0].op == "input":
         return 1, (named[0][0], named[0][1])
@@ -156,17 +168,17 @@ def _sized(op: str, x: Node, sizes: list) -> Node:
     dim) becomes (operand, dim), resolved in each case (_resolved)."""
     sources: list[Node] = [x]
     for s in sizes:
-        for node, _ in (s[1:] if isinstance(s, tuple) else ()):
-            if node not in sources:
-                sources.append(node)
-    indexed = tuple(s if isinstance(s, int) else (s[0], *[(sources.index(n), d) for n, d in s[1:]]) for s in sizes)
+        for factor in (s[1:] if isinstance(s, tuple) else ()):
+            if factor[0] not in sources:
+                sources.append(factor[0])
+    indexed = tuple(s if isinstance(s, int) else (s[0], *[(sources.index(f[0]), *f[1:]) for f in s[1:]]) for s in sizes)
     return call(op, *sources, sizes=indexed)
 
 
 def _resolved(node: Node, shapes: dict[str, list[int]]) -> list[int]:
     """A reshape's or expand's sizes in one case: products of its operands' sizes read off their shapes."""
-    return [s if isinstance(s, int) else s[0] * math.prod(shapes[node.args[k].name][d] for k, d in s[1:])
-            for s in node.attr("sizes")]
+    return [s if isinstance(s, int) else s[0] * math.prod(shapes[node.args[f[0]].name][f[1]] // (f[2:] or (1,))[0]
+                                                          for f in s[1:]) for s in node.attr("sizes")]
 
 
 def _sizes_text(node: Node, texts: list[str]) -> str:
@@ -174,7 +186,10 @@ def _sizes_text(node: Node, texts: list[str]) -> str:
     def one(s: int | tuple) -> str:
         if isinstance(s, int):
             return str(s)
-        return " * ".join([f"{operand_text(texts[k])}.shape[{d}]" for k, d in s[1:]] + [str(s[0])] * (s[0] != 1))
+        factors = [f"{operand_text(texts[f[0]])}.shape[{f[1]}]" + (f" // {f[2]}" if len(f) > 2 else "") for f in s[1:]]
+        if len(factors) > 1 or s[0] != 1:
+            factors = [f"({t})" if "//" in t else t for t in factors]
+        return " * ".join(factors + [str(s[0])] * (s[0] != 1))
     return ", ".join(map(one, node.attr("sizes")))
 
 
@@ -572,7 +587,7 @@ def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int],
     if node.op == RESHAPE and set(node.attr("sizes")) - {1, -1}:     # sizes as numbers: the shapes stay
         products = [s for s in node.attr("sizes") if isinstance(s, tuple)]
         numbers = {s for s in node.attr("sizes") if isinstance(s, int)} | {s[0] for s in products} | \
-            {case[node.args[k].name][d] for case in cases for s in products for k, d in s[1:]}   # those it reads, too
+            {case[node.args[f[0]].name][f[1]] for case in cases for s in products for f in s[1:]}   # those it reads, too
         return numbers - {-1} | {d for case in cases for d in case[node.args[0].name]}, 1
     if node.op == EXPAND:               # the sizes it names are numbers: what they meet keeps its size
         named = {s for s in node.attr("sizes") if isinstance(s, int) and s != -1}

@@ -195,6 +195,12 @@ class SizesWritten(ast.NodeTransformer):
     def visit_Call(self, n: ast.Call) -> ast.expr:
         f = n.func
         if isinstance(f, ast.Attribute) and f.attr in _SIZED_AS_WRITTEN:
+            # its sizes as written; the tensor it views is read like any other (x.view(...) of an
+            # expression holding x[:, :T])
+            if isinstance(f.value, ast.Name) and f.value.id in _MODULES and n.args:
+                n.args[0] = self.visit(n.args[0])          # torch.reshape(x, sizes)
+            else:
+                f.value = self.visit(f.value)
             return n
         self.generic_visit(n)
         if isinstance(f, ast.Attribute) and f.attr == "size" and len(n.args) == 1 and not n.keywords \

@@ -65,6 +65,9 @@ CASES = [
     ("(relu(k)[:, :, None, :, :].expand(k.shape[0], k.shape[1], 2, k.shape[2], k.shape[3]).reshape(k.shape[0], "
      "k.shape[1] * 2, k.shape[2], k.shape[3]) * q)", {"k": [2, 3, 5, 4], "q": [2, 6, 5, 4]}, 2,
      lambda t: torch.repeat_interleave(torch.relu(t["k"]), 2, dim=1) * t["q"]),
+    ("relu(x).view(x.shape[0], x.shape[1] // 2, 2, x.shape[2] // 3, 3).permute(0, 1, 3, 2, 4).reshape(-1, 2, 3) * 2.0",
+     {"x": [2, 4, 9]}, 3,
+     lambda t: torch.relu(t["x"]).view(2, 2, 2, 3, 3).permute(0, 1, 3, 2, 4).reshape(-1, 2, 3) * 2.0),
     ("relu(x)[:, [-1]] * y + relu(x)[:, [2]]", {"x": [4, 6], "y": [4, 1]}, 2,
      lambda t: torch.relu(t["x"])[:, [-1]] * t["y"] + torch.relu(t["x"])[:, [2]]),
     ("x * sigmoid(relu(g).view(x.size(0), x.size(1), 1, 1))", {"x": [2, 8, 3, 5], "g": [2, 8]}, 2,
