@@ -600,6 +600,11 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
       'att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))',
       'att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))',
       'return (F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(B, T, C)'], '[torch.randn(2, 8, 16)]'),
+    # a DQN's Huber loss: the taken action's value against a target holding a max over actions
+    ('dqn_huber', [], 'q, q_next, actions, rewards, dones',
+     ['q_sa = q.gather(1, actions.unsqueeze(1)).squeeze(1)', 'target = rewards + 0.99 * q_next.max(dim=1)[0] * (1 - dones)',
+      'return F.smooth_l1_loss(q_sa, target)'],
+     '[torch.randn(16, 6), torch.randn(16, 6), torch.randint(0, 6, (16,)), torch.randn(16), torch.randint(0, 2, (16,)).float()]'),
     # a one-element index list keeping its dim
     ('topk_threshold_list_index', [], 'logits', ['v, _ = torch.topk(logits, 5, dim=-1)',
                                                 'return logits.masked_fill(logits < v[:, [-1]], float("-inf")).softmax(-1)'],

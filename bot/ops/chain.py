@@ -93,6 +93,8 @@ def plan(node: Node, check_single) -> list[Stage]:
     def walk(n: Node) -> Node:
         if n.op in ("input", "const"):
             return n
+        if not input_names(n) and not any(sub.op in fill.OPS for sub in n.walk()):
+            return n                    # numbers (smooth_l1's 0.5 * beta): the kernel around them computes them
         if n.op in fill.OPS:            # a constant tensor: a stage the entry allocates (no kernel)
             return staged(n)
         if n.op in view.OPS:            # a view of a tensor: over an input or a stage, a stage itself (no kernel)

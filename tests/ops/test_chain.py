@@ -55,6 +55,9 @@ CASES = [
      + torch.nn.functional.nll_loss(torch.log_softmax(t["x"], -1), torch.arange(6))),
     ("cross_entropy(x, torch.arange(6), reduction='none') * 2.0", {"x": [6, 9]}, 4,
      lambda t: torch.nn.functional.cross_entropy(t["x"], torch.arange(6), reduction="none") * 2.0),
+    # numbers computed in the expression (smooth L1's 0.5 * beta) stay inside the kernel that reads them
+    ("smooth_l1_loss(a, amax(q, dim=1), beta=0.5)", {"a": [7], "q": [7, 5]}, 2,
+     lambda t: torch.nn.functional.smooth_l1_loss(t["a"], t["q"].amax(1), beta=0.5)),
     # rmsnorm's weight gradient: the per-row mean is the stage, not the full-size product around it
     ("sum(g * x * rsqrt(mean(x * x, dim=-1, keepdim=True) + 1e-06), dim=0)", {"g": [9, 33], "x": [9, 33]}, 2,
      lambda t: torch.sum(t["g"] * t["x"] * torch.rsqrt((t["x"] * t["x"]).mean(-1, keepdim=True) + 1e-6), 0)),
