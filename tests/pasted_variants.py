@@ -605,6 +605,11 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
      ['q_sa = q.gather(1, actions.unsqueeze(1)).squeeze(1)', 'target = rewards + 0.99 * q_next.max(dim=1)[0] * (1 - dones)',
       'return F.smooth_l1_loss(q_sa, target)'],
      '[torch.randn(16, 6), torch.randn(16, 6), torch.randint(0, 6, (16,)), torch.randn(16), torch.randint(0, 2, (16,)).float()]'),
+    # stores into slices (a temporal shift; a row zeroed; a column set from another)
+    ('temporal_shift_store', [], 'x', ['out = torch.zeros_like(x)', 'out[:, :-1, :2] = x[:, 1:, :2]',
+                                       'out[:, 1:, 2:4] = x[:, :-1, 2:4]', 'out[:, :, 4:] = x[:, :, 4:]', 'return out'],
+     '[torch.randn(2, 5, 8, 3, 3)]'),
+    ('column_store', [], 'x', ['y = x * 2.0', 'y[:, -1] = 0.0', 'y[:, 0] = x[:, 3]', 'return y'], '[torch.randn(6, 9)]'),
     # a one-element index list keeping its dim
     ('topk_threshold_list_index', [], 'logits', ['v, _ = torch.topk(logits, 5, dim=-1)',
                                                 'return logits.masked_fill(logits < v[:, [-1]], float("-inf")).softmax(-1)'],

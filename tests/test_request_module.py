@@ -842,6 +842,25 @@ def test_in_place_function_forms_and_masked_stores_are_read(body, expected):
     assert ir.parse(spec["expression"]) == ir.parse(expected)
 
 
+@pytest.mark.parametrize("body", [
+    "y = torch.zeros_like(x)\n    y[:, :-1, :2] = x[:, 1:, :2]\n    y[:, 1:, 2:4] = x[:, :-1, 2:4]\n    return y",  # a shift
+    "y = x * 2.0\n    y[:, -1] = 0.0\n    y[1:3, ..., 0] = x[0, :, 1]\n    return y",
+    "y = x.clone()\n    y[0, 2:, 1] = -1.0\n    return torch.relu(y)",
+])
+def test_a_store_into_a_slice_is_a_cat_of_the_pieces_around_it(tmp_path, body):
+    spec, _ = parse_request(f"def f(x):\n    {body}\nfor x 4x5x6")
+    node = parse_expression(spec)
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, node, {})), spec["name"])
+    x = torch.randn(4, 5, 6)
+    scope: dict = {"torch": torch}
+    exec(f"def f(x):\n    {body}\n", scope)
+    torch.testing.assert_close(kernel(x), scope["f"](x.clone()), rtol=0, atol=0)
+
+
+def test_a_store_into_a_strided_slice_is_refused():
+    assert "is not supported" in error("def f(x):\n    y = x.clone()\n    y[:, ::2] = 0.0\n    return y\nfor x 4x6")
+
+
 @pytest.mark.parametrize("made, expected", [
     ('nn.EmbeddingBag(50, 16)', "mean(embedding(ids, e_weight), dim=1)"),
     ('nn.EmbeddingBag(50, 16, mode="max")', "amax(embedding(ids, e_weight), dim=1)"),

@@ -15,6 +15,7 @@ from bot import ir
 from bot.generators.interface import GenerationError
 from bot.ops import registry
 from bot.request.pasted_constants import MASK_CALLS, folded
+from bot.request.slice_store import slice_store
 
 
 # Syntax nodes the inlined expression may reach: a local read many times (a residual's input, the
@@ -486,6 +487,8 @@ def _updated(stmt: ast.stmt, tensors: set[str]) -> tuple[str, ast.expr] | None:
         target = stmt.targets[0]
         return target.value.id, ast.Call(ast.Attribute(ast.Name("torch", ast.Load()), "where", ast.Load()),
                                          [target.slice, stmt.value, ast.Name(target.value.id, ast.Load())], [])
+    if stored := slice_store(stmt, tensors):     # out[:, :-1, :2] = x[:, 1:, :2], y[:, 0] = 0
+        return stored
     call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
     if call is None or not isinstance(call.func, ast.Attribute) or not isinstance(call.func.value, ast.Name) \
             or not call.func.attr.endswith("_") or call.func.attr[:-1] not in registry.FUNCTIONS:
