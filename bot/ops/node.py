@@ -85,8 +85,8 @@ def inputs_outside(node: Node, inner: Node) -> list[str]:
 
 
 def broadcast_shapes(shapes: list[list[int]]) -> list[int]:
-    """NumPy broadcasting; raises IRError naming the clash."""
-    rank = max(len(s) for s in shapes)
+    """NumPy broadcasting; raises IRError naming the clash. No shapes (numbers alone) broadcast to []."""
+    rank = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(rank):
         dims = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0} - {1}

@@ -23,9 +23,9 @@ _TOKEN = re.compile(r"""
   | (?P<prose>[A-Za-z_]\w+(?:-[A-Za-z]\w+)+)        # row-wise, log-softmax: words, not subtractions
   | (?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)
   | (?P<str>(?P<quote>['"])(?:tanh|none|mean|sum|batchmean|-?inf|fro|same|valid|constant|reflect|replicate|
-                circular|nearest(?:-exact)?|(?:bi|tri)?linear|bicubic|area|[a-z.]+(?:,[a-z.]+)*->[a-z.]*)(?P=quote))
+                circular|nearest(?:-exact)?|(?:bi|tri)?linear|bicubic|area|trunc|floor|[a-z.]+(?:,[a-z.]+)*->[a-z.]*)(?P=quote))
         # gelu's, a loss's reduction, float('inf'), a norm's 'fro', a convolution's padding, F.pad's and
-        # F.interpolate's modes, an einsum's equation
+        # F.interpolate's modes, div's rounding modes, an einsum's equation
   | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@%~&|])            # ~, & and | of masks; ^ stays prose (x^2 is no xor)
   | (?P<dot>\.(?=[A-Za-z_]))                         # a method chained on a call: x.pow(2).sum(-1)
   | (?P<sub>\[(?:\s*(?:-?\d+|None|\.\.\.|:)\s*(?::\s*(?:-?\d+)?\s*)*,?)+\])   # [0], [:, 1:5], [..., ::2]

@@ -387,6 +387,20 @@ def test_floor_division_and_copysign_are_torchs_at_every_sign_zero_and_infinity(
     assert torch.equal(torch.signbit(got[got == 0]), torch.signbit(want[got == 0]))
 
 
+@pytest.mark.parametrize("request_text, torch_fn", [
+    ("x // 3 for 16x16", lambda x: x // 3),
+    ("torch.div(x, 0.5, rounding_mode='floor') for 16x16", lambda x: torch.div(x, 0.5, rounding_mode="floor")),
+    ("torch.div(x, 0.5, rounding_mode='trunc') for 16x16", lambda x: torch.div(x, 0.5, rounding_mode="trunc")),
+    ("torch.copysign(x, -1.0) for 16x16", lambda x: torch.copysign(x, torch.tensor(-1.0))),
+])
+def test_division_by_a_number_typed_in_a_request_is_torchs(tmp_path, request_text, torch_fn):
+    # a number as the divisor: its tests (0 != 0, sign) are numbers alone inside the kernel
+    spec, _ = parse_request(request_text)
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    x = torch.randn(16, 16, generator=torch.Generator().manual_seed(0)) * 10
+    torch.testing.assert_close(kernel(x), torch_fn(x), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_round_goes_half_to_even_and_keeps_large_and_infinite_values(tmp_path, dtype):
     spec, _ = parse_request(f"torch.round(x) with x 4x8 {'fp16' if dtype == 'float16' else 'fp32'}")
