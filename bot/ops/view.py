@@ -100,9 +100,9 @@ def _reshape(c: Call, x: Node) -> Node:
     if len(elts) == 1 and (whole := _shape_of(elts[0], c)) is not None:      # x.view(y.shape)
         return x if whole == x else call(RESHAPE_AS, x, whole)
     refs = [_dims_named(e, c) for e in elts]
-    if not any(refs):
+    if not any(refs) and all(is_int_literal(e) for e in elts):
         return call(RESHAPE, x, sizes=_unit_sizes(c, elts))
-    if len(refs) == 1:          # one size, whoever's dims name it (targets.view(B * T)): all of x, as torch has it
+    if len(refs) == 1 and refs[0]:      # one size, whoever's dims name it (targets.view(B * T)): all of x, as torch has it
         return call(FLATTEN, x, start=0, end=-1)
     owners = {r[0] for group in refs if group for r in group}
     if len(owners) == 1 and x not in owners and all(g and len(g) == 1 for g in refs) \

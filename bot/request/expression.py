@@ -28,7 +28,7 @@ _TOKEN = re.compile(r"""
         # F.interpolate's modes, div's rounding modes, an einsum's equation
   | (?P<op>\*\*|[<>=!]=|[-+*/<>=,@%~&|])            # ~, & and | of masks; ^ stays prose (x^2 is no xor)
   | (?P<dot>\.(?=[A-Za-z_]))                         # a method chained on a call: x.pow(2).sum(-1)
-  | (?P<sub>\[(?:\s*(?:-?\d+|None|\.\.\.|:)\s*(?::\s*(?:-?\d+)?\s*)*,?)+\])   # [0], [:, 1:5], [..., ::2]
+  | (?P<sub>\[(?:\s*(?:-?\d+|None|\.\.\.|:|\[\s*-?\d+\s*\])\s*(?::\s*(?:-?\d+)?\s*)*,?)+\])   # [0], [:, 1:5], [..., ::2], [:, [-1]]
   | (?P<lpar>[(\[])                                 # a list of tensors: torch.cat([x, y], dim=1)
   | (?P<rpar>[)\]])
   | (?P<other>\S)

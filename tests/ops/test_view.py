@@ -68,6 +68,8 @@ CASES = [
     ("relu(x).view(x.shape[0], x.shape[1] // 2, 2, x.shape[2] // 3, 3).permute(0, 1, 3, 2, 4).reshape(-1, 2, 3) * 2.0",
      {"x": [2, 4, 9]}, 3,
      lambda t: torch.relu(t["x"]).view(2, 2, 2, 3, 3).permute(0, 1, 3, 2, 4).reshape(-1, 2, 3) * 2.0),
+    ("relu(x).reshape(x.shape[0] // 2, -1) * 2.0 + relu(x).view(x.size(0) * 2, -1).sum()", {"x": [4, 6]}, 3,
+     lambda t: torch.relu(t["x"]).reshape(2, -1) * 2.0 + torch.relu(t["x"]).view(8, -1).sum()),
     ("relu(x)[:, [-1]] * y + relu(x)[:, [2]]", {"x": [4, 6], "y": [4, 1]}, 2,
      lambda t: torch.relu(t["x"])[:, [-1]] * t["y"] + torch.relu(t["x"])[:, [2]]),
     ("x * sigmoid(relu(g).view(x.size(0), x.size(1), 1, 1))", {"x": [2, 8, 3, 5], "g": [2, 8]}, 2,
