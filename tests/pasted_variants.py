@@ -610,6 +610,11 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
                                        'out[:, 1:, 2:4] = x[:, :-1, 2:4]', 'out[:, :, 4:] = x[:, :, 4:]', 'return out'],
      '[torch.randn(2, 5, 8, 3, 3)]'),
     ('column_store', [], 'x', ['y = x * 2.0', 'y[:, -1] = 0.0', 'y[:, 0] = x[:, 3]', 'return y'], '[torch.randn(6, 9)]'),
+    # linear upsampling by whole factors (a U-Net decoder's nn.Upsample, a 1-D signal's)
+    ('upsample_bilinear_conv', ['self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)',
+                                'self.conv = nn.Conv2d(8, 4, 3, padding=1)'], 'x, skip',
+     ['return self.conv(torch.cat([self.up(x), skip], dim=1))'], '[torch.randn(2, 4, 5, 6), torch.randn(2, 4, 10, 12)]'),
+    ('upsample_linear_1d', [], 'x', ['return F.interpolate(x, scale_factor=3, mode="linear") * 2.0'], '[torch.randn(2, 3, 11)]'),
     # a one-element index list keeping its dim
     ('topk_threshold_list_index', [], 'logits', ['v, _ = torch.topk(logits, 5, dim=-1)',
                                                 'return logits.masked_fill(logits < v[:, [-1]], float("-inf")).softmax(-1)'],

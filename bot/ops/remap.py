@@ -25,7 +25,7 @@ import re
 
 from bot.codegen.code import Code, jit_source, launch
 from bot.codegen.kernel_file import KernelFile
-from bot.ops import pointwise, scan
+from bot.ops import linear_upsample, pointwise, scan
 from bot.ops.entry import Entry
 from bot.ops.node import MOVERS, Call, IRError, Node, arguments, call, is_int_literal, is_none, number, prints
 from bot.ops.text import FLAGS as _F, blank as _blank, blank_span
@@ -43,7 +43,8 @@ MAX_RANK = 5
 MAX_NUMEL = 2**34                   # the kernel indexes with int64 where the output needs it
 SUPPORTED = ("", "flip(x, dims), fliplr, flipud, roll(x, shifts, dims), x.repeat(sizes), tile, "
              "repeat_interleave(x, n, dim), tril/triu of a tensor, F.pad (constant, reflect, replicate, circular), "
-             "F.interpolate mode 'nearest' by powers of two, pixel_shuffle, pixel_unshuffle, "
+             "F.interpolate mode 'nearest' by powers of two, and 'linear', 'bilinear', 'trilinear' by whole "
+             "scale factors (align_corners off), pixel_shuffle, pixel_unshuffle, "
              "torch.diagonal(x, offset, dim1, dim2) over neighbouring dims")
 ALIASES = {"upsample": UPSAMPLE, "upsample_nearest": UPSAMPLE}
 KEYWORDS = {FLIP: {"dims"}, "fliplr": set(), "flipud": set(), ROLL: {"shifts", "dims"}, REPEAT: {"repeats"},
@@ -234,6 +235,8 @@ def _upsample(c: Call, x: Node) -> Node:
         else None
     extra = [k for k in ("align_corners", "recompute_scale_factor", "antialias")
              if not is_none(given.get(k)) and not (isinstance(given[k], ast.Constant) and given[k].value is False)]
+    if linear_upsample.spatial_dims(mode) and not extra:
+        return _linear(c, x, given, linear_upsample.spatial_dims(mode))
     if mode != "nearest" or extra:
         raise IRError(f"F.interpolate is read with mode 'nearest' (no {', '.join(extra) or 'other mode'}); "
                       f"{mode or ast.unparse(given['mode'])!r} interpolates between values, which the offline "
@@ -248,6 +251,18 @@ def _upsample(c: Call, x: Node) -> Node:
                           "powers of two (2, 4, (2, 2)), where torch's float index math is exact")
         return call(UPSAMPLE, x, amounts=factors, mode="scale_factor")
     return call(UPSAMPLE, x, amounts=_int_tuple(size, "F.interpolate's size"), mode="size")
+
+
+def _linear(c: Call, x: Node, given: dict, dims: int) -> Node:
+    """F.interpolate's linear modes by whole scale factors (bot.ops.linear_upsample)."""
+    scale = given.get("scale_factor")
+    factors = _whole(scale) if not is_none(scale) and is_none(given.get("size")) else ()
+    if len(factors) == 1:
+        factors *= dims
+    if len(factors) != dims:
+        raise IRError(f"F.interpolate mode {given['mode'].value!r} is read by a whole scale_factor (2, or one a "
+                      f"dim), not {'size' if not is_none(given.get('size')) else ast.unparse(scale)}, without align_corners")
+    return linear_upsample.linear_upsampled(x, factors, c.expr)
 
 
 def _whole(e: ast.expr) -> tuple[int, ...]:

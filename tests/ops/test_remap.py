@@ -132,7 +132,10 @@ def test_shapes_the_op_cannot_take_are_refused_by_name(expression, shapes, messa
     ("F.pad(x, (1, 1), mode='edge')", "mode 'constant', 'reflect', 'replicate' or 'circular'"),
     ("F.pad(x, (1, 1), mode='reflect', value=2.0)", "value is for mode 'constant'"),
     ("F.interpolate(x, scale_factor=3)", "whole powers of two"),
-    ("F.interpolate(x, scale_factor=2, mode='bilinear')", "'bilinear' interpolates between values"),
+    ("F.interpolate(x, scale_factor=2, mode='bicubic')", "'bicubic' interpolates between values"),
+    ("F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=True)", "no align_corners"),
+    ("F.interpolate(x, size=(8, 10), mode='bilinear')", "read by a whole scale_factor"),
+    ("F.interpolate(x, scale_factor=1.5, mode='linear')", "read by a whole scale_factor"),
     ("F.interpolate(x, scale_factor=2, align_corners=True)", "no align_corners"),
     ("F.interpolate(x)", "size or scale_factor, one of them"),
     ("F.pixel_shuffle(x, 0)", "upscale_factor must be 1 or more"),
@@ -195,3 +198,20 @@ def test_a_mask_moved_by_a_remap_stays_a_mask(tmp_path, text, torch_fn):
     t = {"m": torch.rand(8, 8) > 0.5, "x": torch.randn(8, 8)}
     got = kernel(*[t[i["name"]] for i in spec["inputs"]])
     assert got.dtype == torch.float32 and torch.equal(got, torch_fn(t["m"], t["x"]))
+
+
+@pytest.mark.parametrize("expression, shape", [
+    ("F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=False)", [2, 3, 5, 4]),
+    ("F.interpolate(x, scale_factor=3, mode='bilinear')", [1, 2, 1, 3]),           # a dim of one input
+    ("F.interpolate(x, scale_factor=2, mode='linear')", [2, 3, 7]),
+    ("F.interpolate(x, scale_factor=(1, 2, 3), mode='trilinear')", [1, 2, 3, 4, 2]),
+])
+def test_linear_upsampling_by_whole_factors_is_torchs(tmp_path, expression, shape):
+    # each dim's outputs mix an input with its neighbour before or after (the edge repeated)
+    node = ir.parse(expression, as_written=True)
+    spec = validate({"name": "op", "expression": ir.to_text(node),
+                     "inputs": [{"name": "x", "dtypes": ["float32"], "shapes": [shape]}]})
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), "op")
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    want = eval(expression, {"F": torch.nn.functional, "x": x})
+    torch.testing.assert_close(kernel(x.float()).double(), want, rtol=1e-6, atol=1e-6)
