@@ -857,6 +857,17 @@ def test_a_store_into_a_slice_is_a_cat_of_the_pieces_around_it(tmp_path, body):
     torch.testing.assert_close(kernel(x), scope["f"](x.clone()), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("made, shape", [("nn.LocalResponseNorm(5, alpha=1e-4, beta=0.75, k=2.0)", [2, 12, 3, 4]),
+                                         ("nn.LocalResponseNorm(2)", [2, 5, 7])])
+def test_local_response_norm_sums_its_channel_window_as_torch_averages_it(tmp_path, made, shape):
+    spec, _ = parse_request(fenced(module(f": self.n = {made}", "x):\n        return self.n(x)",
+                                          f"torch.randn({', '.join(map(str, shape))})")))
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    x = torch.randn(shape)
+    x[0, -1] = float("inf")         # past the end, the window reads zeros (torch: x / inf = 0 there), not NaN
+    torch.testing.assert_close(kernel(x), eval(made, {"nn": torch.nn})(x), equal_nan=True)
+
+
 def test_a_store_into_a_strided_slice_is_refused():
     assert "is not supported" in error("def f(x):\n    y = x.clone()\n    y[:, ::2] = 0.0\n    return y\nfor x 4x6")
 

@@ -338,11 +338,36 @@ def _flatten(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: in
     return ast.Call(_path("torch.flatten"), args, [ast.keyword(k, ast.Constant(v)) for k, v in o.items()]), []
 
 
+def _local_response_norm(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int,
+                         name_of: Callable[[str], str]):
+    """nn.LocalResponseNorm(size, alpha=1e-4, beta=0.75, k=1.0): x / (k + alpha * mean of x**2 over a
+    window of `size` channels, zeros past the ends) ** beta. Torch averages a zero-padded window with
+    avg_pool; here the window's squares are summed from the channels shifted by each offset (dim 1, any
+    rank), then divided by size as that average is."""
+    o = _options(sub, ("size", "alpha", "beta", "k"), {"alpha": 1e-4, "beta": 0.75, "k": 1.0})
+    size, alpha, beta, k = (literal(o.get(n), ast.Constant(0)).value for n in ("size", "alpha", "beta", "k"))
+    if type(size) is not int or size < 1:
+        raise GenerationError(f"line {line}: nn.LocalResponseNorm's size must be a whole number of channels")
+    x = f"({ast.unparse(args[0])})"
+    terms = []
+    for j in range(-(size // 2), (size - 1) // 2 + 1):      # channel c reads c + j, zero outside
+        sq = f"({x} * {x})"
+        if j > 0:
+            terms.append(f"torch.cat([{sq}[:, {j}:], torch.zeros_like({sq}[:, -{j}:])], dim=1)")
+        elif j < 0:
+            terms.append(f"torch.cat([torch.zeros_like({sq}[:, :{-j}]), {sq}[:, :{j}]], dim=1)")
+        else:
+            terms.append(sq)
+    text = f"{x} / ({k!r} + {alpha!r} * ({' + '.join(terms)}) / {size}) ** {beta!r}"
+    return ast.parse(text, mode="eval").body, []
+
+
 # nn classes holding learned tensors, or with defaults unlike their function's -> what writes their call.
 _LAYERS = {"Linear": _linear, "LayerNorm": _norm, "RMSNorm": _norm, "Flatten": _flatten,
            **{f"Conv{n}d": _conv for n in (1, 2, 3)}, **{f"ConvTranspose{n}d": _conv for n in (1, 2, 3)},
            **{f"{kind}Norm{n}d": _channel_norm for kind in ("Batch", "Instance") for n in (1, 2, 3)},
            "GroupNorm": _channel_norm, "Embedding": _embedding, "EmbeddingBag": _embedding_bag, "PReLU": _prelu,
+           "LocalResponseNorm": _local_response_norm,
            **{f"{kind}Pad{n}d": _pad for kind in ("Zero", "Constant", "Reflection", "Replication", "Circular")
               for n in (1, 2, 3)}}
 
