@@ -46,6 +46,15 @@ def parse(text: str, as_written: bool = False) -> Node:
     return node
 
 
+def constant_shape(text: str) -> list[int] | None:
+    """The shape of a tensor an expression computes from numbers alone (torch.arange, torch.ones and
+    math on them): a constant no kernel computes by itself. None where it reads an input or is a number."""
+    node = _tree(text, as_written=True)
+    if input_names(node) or node.op == "const":
+        return None
+    return list(output_shape(node, {}))
+
+
 def only_views(text: str) -> bool:
     """Whether the expression only views its input (a slice, a reshape): no kernel computes it."""
     return _views_only(_tree(text, as_written=True))

@@ -615,6 +615,13 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
                                 'self.conv = nn.Conv2d(8, 4, 3, padding=1)'], 'x, skip',
      ['return self.conv(torch.cat([self.up(x), skip], dim=1))'], '[torch.randn(2, 4, 5, 6), torch.randn(2, 4, 10, 12)]'),
     ('upsample_linear_1d', [], 'x', ['return F.interpolate(x, scale_factor=3, mode="linear") * 2.0'], '[torch.randn(2, 3, 11)]'),
+    # RoPE with its inverse frequencies computed in __init__ (HF's LlamaRotaryEmbedding) and its angles in forward
+    ('rope_inv_freq_buffer', ['self.dim, self.base = 16, 10000.0',
+                              'inv_freq = 1.0 / (self.base ** (torch.arange(0, self.dim, 2, dtype=torch.int64).float() / self.dim))',
+                              'self.register_buffer("inv_freq", inv_freq, persistent=False)'], 'q',
+     ['t = torch.arange(q.shape[2], dtype=torch.float32)', 'freqs = torch.outer(t, self.inv_freq)',
+      'emb = torch.cat((freqs, freqs), dim=-1)', 'q1, q2 = q[..., : q.shape[-1] // 2], q[..., q.shape[-1] // 2 :]',
+      'return q * emb.cos() + torch.cat((-q2, q1), dim=-1) * emb.sin()'], '[torch.randn(2, 4, 9, 16)]'),
     # a one-element index list keeping its dim
     ('topk_threshold_list_index', [], 'logits', ['v, _ = torch.topk(logits, 5, dim=-1)',
                                                 'return logits.masked_fill(logits < v[:, [-1]], float("-inf")).softmax(-1)'],

@@ -868,6 +868,15 @@ def test_local_response_norm_sums_its_channel_window_as_torch_averages_it(tmp_pa
     torch.testing.assert_close(kernel(x), eval(made, {"nn": torch.nn})(x), equal_nan=True)
 
 
+def test_a_buffer_computed_from_numbers_in_init_is_a_learned_input_of_its_shape():
+    # HF's LlamaRotaryEmbedding: inv_freq from torch.arange in __init__, attributes set as a tuple
+    init = (": self.dim, self.base = 16, 10000.0\n        inv_freq = 1.0 / (self.base ** (torch.arange(0, self.dim, 2, "
+            "dtype=torch.int64).float() / self.dim))\n        self.register_buffer('inv_freq', inv_freq, persistent=False)")
+    forward = "q):\n        return q * torch.outer(torch.arange(q.shape[0], dtype=torch.float32), self.inv_freq).cos()"
+    spec, _ = parse_request(fenced(module(init, forward, "torch.randn(9, 8)")))
+    assert {i["name"]: i["shapes"] for i in spec["inputs"]} == {"q": [[9, 8]], "inv_freq": [[8]]}
+
+
 def test_a_store_into_a_strided_slice_is_refused():
     assert "is not supported" in error("def f(x):\n    y = x.clone()\n    y[:, ::2] = 0.0\n    return y\nfor x 4x6")
 

@@ -790,8 +790,11 @@ def rotations(node: Node, cases: list[dict[str, list[int]]]) -> Node:
         return n.op == "slice" and n.args[0].op == "input" and (n.attr("start"), n.attr("stop"), n.attr("step")) == \
             (start, stop, 1)
 
-    def full(case: dict[str, list[int]]) -> list[int]:
-        return broadcast_shapes([case[name] for name in input_names(node)])
+    def full(case: dict[str, list[int]]) -> list[int] | None:
+        try:        # None where the inputs meet through other ops than broadcasting (an outer product)
+            return broadcast_shapes([case[name] for name in input_names(node)])
+        except IRError:
+            return None
 
     def rotated(n: Node) -> Node:
         n = Node(n.op, tuple(rotated(a) for a in n.args), n.name, n.value, n.attrs)

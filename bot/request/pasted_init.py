@@ -16,11 +16,13 @@ import copy
 import dataclasses
 import re
 
+from bot import ir
 from bot.generators.interface import GenerationError
 from bot.request.pasted_constants import NotConstant, Opaque, assigned, const, literal, refuse_constant, returned_constant
 from bot.request.pasted_inputs import made_shape, made_tensor
 from bot.request.pasted_layers import Learned, Nested, Seq, Sub
 from bot.request.pasted_loops import MAX_STATEMENTS, comprehended, expanded
+from bot.request.torch_code import Inline, settled
 
 MAX_DEPTH = 32          # nested module classes and helper methods, one inside another
 # nn.Module methods that change how a built module runs: its mode (batch norm's statistics, dropout)
@@ -142,7 +144,7 @@ class _Run:
                     and self.helper(stmt.value, local, stmt.lineno) is not None:
                 continue
             if not (_appended(stmt, local, self.attrs, lambda e: self.value(e, local, stmt.lineno), self)
-                    or self.buffer(stmt, local) or self.assign(stmt, local)):
+                    or self.buffer(stmt, local) or self.assign(stmt, local) or self.tensor(stmt, local)):
                 _unknown(stmt, local, self.attrs)
         for stmt in todo:
             _unknown(stmt, local, self.attrs)
@@ -161,6 +163,18 @@ class _Run:
 
     def assign(self, stmt: ast.stmt, local: dict) -> bool:
         target, value = assigned(stmt)
+        if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts) \
+                and all(isinstance(t, (ast.Name, ast.Attribute)) for t in target.elts):
+            # self.dim, self.base = dim, base: each bound to its value (all read before any is bound)
+            values = [self.value(v, local, stmt.lineno) for v in value.elts]
+            for t, v in zip(target.elts, values):
+                if isinstance(t, ast.Attribute) and ast.unparse(t.value) == "self":
+                    self.attrs[t.attr] = v
+                elif isinstance(t, ast.Name) and not isinstance(v, Opaque):
+                    local[t.id] = v
+                else:
+                    return False
+            return True
         if isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self":
             self.attrs[target.attr] = self.value(value, local, stmt.lineno)
             return True
@@ -201,9 +215,21 @@ class _Run:
         try:
             shape, dtype = made_tensor(made, local, "a buffer")
         except GenerationError:
-            shape, dtype = None, None
+            shape, dtype = _computed_shape(made, local), None
         float_made = shape is not None and dtype in (None, "float16", "bfloat16", "float32", "float64")
         self.attrs[name] = Learned(shape, stmt.lineno) if float_made else Opaque(stmt.lineno, ast.unparse(stmt)[:60])
+        return True
+
+    def tensor(self, stmt: ast.stmt, local: dict) -> bool:
+        """name = a tensor computed from numbers alone (RoPE's inv_freq = 1.0 / (base ** (torch.arange(0,
+        dim, 2).float() / dim))): kept as its expression, for a buffer made of it."""
+        target, value = assigned(stmt)
+        if not isinstance(target, ast.Name) or value is None:
+            return False
+        made = _Known(self, local).visit(copy.deepcopy(value))
+        if _computed_shape(made, local) is None:
+            return False
+        local[target.id] = _Tensor(_numbers_written(made, local))
         return True
 
     def value(self, e: ast.expr, local: dict, line: int):
@@ -230,6 +256,39 @@ class _Run:
         arguments = init_arguments(fn, list(given[0]), given[1], local, self.cls, line, takes_self)
         returned = _Run(self.cls, self.attrs, self.env, self.depth + 1).body(fn.body, {**scope, **arguments})
         return Opaque(line, ast.unparse(made)[:60]) if returned is None else returned
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tensor:
+    """A tensor __init__ computes from numbers alone: its expression, those numbers written in."""
+    expr: ast.expr
+
+
+class _Written(ast.NodeTransformer):
+    """Local names bound to numbers or to computed tensors written in as what they hold."""
+
+    def __init__(self, local: dict):
+        self.local = local
+
+    def visit_Name(self, n: ast.Name) -> ast.expr:
+        value = self.local.get(n.id)
+        if isinstance(value, _Tensor):
+            return copy.deepcopy(value.expr)
+        return literal(value, n) if isinstance(value, (int, float)) and not isinstance(value, bool) else n
+
+
+def _numbers_written(e: ast.expr, local: dict) -> ast.expr:
+    return _Written(local).visit(copy.deepcopy(e))
+
+
+def _computed_shape(e: ast.expr, local: dict) -> list[int] | None:
+    """The shape of a tensor e computes from numbers alone (torch.arange, torch.ones and math on them,
+    casts dropped), where the IR reads it; None otherwise."""
+    try:
+        tree, _ = settled(Inline({}).visit(_numbers_written(e, local)))
+        return ir.constant_shape(ast.unparse(tree))
+    except (ir.IRError, GenerationError, KeyError, ValueError, TypeError, IndexError, RecursionError):
+        return None
 
 
 class _Known(ast.NodeTransformer):
