@@ -31,7 +31,7 @@ from bot.codegen.expr import call_writer
 from bot.codegen.kernel_file import KernelFile, KernelInput, _expanded_strides
 from bot.codegen.row_kernel import sm_count_line
 from bot.generators.interface import GenerationError
-from bot.ops import layout, pointwise, remap, softmax, view
+from bot.ops import einsum_sum, layout, pointwise, remap, softmax, view
 from bot.ops.entry import MATMUL_BIG, MATMUL_SMALL, Entry
 from bot.ops.node import (ALL, MOVERS, Call, IRError, Node, arguments, arity, broadcast_shapes, call, const, flag, inp,
                           input_names, inputs_outside, is_int_literal, is_none, number, prints, substitute, to_text)
@@ -195,28 +195,29 @@ def _scaled(a: Node, b: Node) -> Node:
 
 
 def _einsum(c: Call) -> Node:
-    """torch.einsum of two operands that is a matrix product the kernel takes: 'ik,kj->ij',
-    'bij,bjk->bik', 'bijl,lk->bijk', or either operand transposed ('ik,jk->ij' is a @ b.T)."""
-    if len(c.args) != 3 or not (isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str)):
-        raise IRError("einsum is read with an equation and two operands, e.g. torch.einsum('ik,kj->ij', a, b)")
+    """torch.einsum: a matrix product the kernel takes where it is one ('ik,kj->ij', 'bij,bjk->bik',
+    'bijl,lk->bijk', either operand transposed: 'ik,jk->ij' is a @ b.T), else a broadcast product
+    summed over the dropped indices (bot.ops.einsum_sum: 'i,j->ij', 'bi,bi->b', 'ij->ji')."""
+    if len(c.args) < 2 or not (isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str)):
+        raise IRError("einsum is read with an equation and its operands, e.g. torch.einsum('ik,kj->ij', a, b)")
     equation = c.args[0].value.replace(" ", "")
     lhs, _, out = equation.partition("->")
     operands = lhs.split(",")
     letters = "".join(operands)
     if "->" not in equation:            # implicit output: the letters used once, in order
         out = "".join(sorted(x for x in set(letters) if letters.count(x) == 1))
-    if len(operands) != 2 or "." in equation or any(len(set(o)) != len(o) for o in operands):
-        raise IRError(f"einsum {equation!r}: the offline generator reads einsum of two operands without '...' or a "
-                      "repeated index, as a matrix product")
-    a, b = (c.expr(x) for x in c.args[1:])
-    for ta, tb in ((False, False), (False, True), (True, False), (True, True)):
+    if len(operands) != len(c.args) - 1 or "." in equation or any(len(set(o)) != len(o) for o in operands):
+        raise IRError(f"einsum {equation!r}: the offline generator reads einsum with one subscript per operand, "
+                      "without '...' or an index repeated within one operand")
+    nodes = [c.expr(x) for x in c.args[1:]]
+    for ta, tb in ((False, False), (False, True), (True, False), (True, True)) if len(nodes) == 2 else ():
         sa, sb = _swapped(operands[0], ta), _swapped(operands[1], tb)
         batched_ok = len(sb) == 2 or (len(sa) == len(sb) >= 3 and sa[:-2] == sb[:-2])
         if len(sa) >= 2 and len(sb) >= 2 and sa[-1] == sb[-2] and sa[-1] not in out and batched_ok \
                 and sa[:-1] + sb[-1] == out:
-            return product(_transposed_as(a, operands[0], ta), _transposed_as(b, operands[1], tb), tf32=False)
-    raise IRError(f"einsum {equation!r} is not a matrix product the matmul kernel takes (a [..., M, K] @ b [K, N], "
-                  "batched [..., M, K] @ [..., K, N], either operand transposed); write it with @")
+            return product(_transposed_as(nodes[0], operands[0], ta), _transposed_as(nodes[1], operands[1], tb),
+                           tf32=False)
+    return einsum_sum.summed_product(equation, operands, out, nodes, c.expr)
 
 
 def _swapped(subscripts: str, swap: bool) -> str:

@@ -21,7 +21,7 @@ from bot.codegen.expr import COMPARE, ExprWriter, OpWriter, call_writer, fmt_con
 from bot.codegen.kernel_file import (Body, KernelFile, KernelInput, _expanded_strides, _require_full, empty_line,
                                      shape_lines)
 from bot.ops.node import (MOVERS, Call, IRError, Node, arity, broadcast_shapes, call, const, fmt_num, inp, input_names,
-                          is_none, number, plain_text, prints, substitute, to_text)
+                          is_int_literal, is_none, number, plain_text, prints, substitute, to_text)
 from bot.ops.text import END as _END, FLAGS as _F, NUM as _NUM
 
 NAME = "pointwise"
@@ -44,7 +44,7 @@ POSITIVE_DOMAIN_OPS = {"log", "sqrt", "rsqrt"}
 EXACT = {"neg", "abs", "relu", "maximum", "minimum", "clamp", "where", ROTATE_HALF} | COMPARE
 SUPPORTED = ("pointwise", "+ - * / ** (by a constant), neg, abs, exp, log, sqrt, rsqrt, relu, erf, sin, cos, tan, floor, "
              "ceil, trunc, frac, round, atan, atan2, asin, acos, sinh, cosh, asinh, atanh, hypot, fmod, remainder "
-             "(x % y), floor_divide (x // y, div's rounding_mode), copysign, erfc, logit, xlogy, sinc, heaviside, deg2rad, "
+             "(x % y), floor_divide (x // y, div's rounding_mode), copysign, cross (with its dim), one_hot (a mask), erfc, logit, xlogy, sinc, heaviside, deg2rad, "
              "rad2deg, "
              "gelu (approximate='none' or 'tanh'), silu, sigmoid, tanh, maximum, minimum, "
              "where(cond, a, b), masked_fill(x, mask, value), clamp(x, min, max), clamp_min, clamp_max, "
@@ -121,6 +121,11 @@ COMPOSITES: dict[str, tuple[tuple[tuple[str, float | None], ...], str]] = {
                      "floor(_q)), (x / other) * 0.0), x / other)".replace(
                          "_q", "where((fmod(x, other) != 0.0) & ((other < 0.0) != (fmod(x, other) < 0.0)), _d - 1.0, _d)")
                      .replace("_d", "((x - fmod(x, other)) / other)")),
+    # torch.cross of 3-vectors along dim (asked for: torch.cross's own default is the first dim of size 3)
+    "cross": ((("x", None), ("other", None), ("dim", None)),
+              "torch.cat([x.narrow(dim, 1, 1) * other.narrow(dim, 2, 1) - x.narrow(dim, 2, 1) * other.narrow(dim, 1, 1), "
+              "x.narrow(dim, 2, 1) * other.narrow(dim, 0, 1) - x.narrow(dim, 0, 1) * other.narrow(dim, 2, 1), "
+              "x.narrow(dim, 0, 1) * other.narrow(dim, 1, 1) - x.narrow(dim, 1, 1) * other.narrow(dim, 0, 1)], dim=dim)"),
     "erfc": ((("x", None),), "1.0 - erf(x)"),
     # torch.logit(x, eps): x clamped to [eps, 1 - eps] first; the default -1 leaves every x in [-1, 2]
     # as it is, and those outside have no logit either way (NaN)
@@ -163,6 +168,7 @@ LOGICAL = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
 
 # The keywords each function is read with (any other is refused: it may change the result).
 KEYWORDS = {"gelu": {"approximate"}, "clamp": {"min", "max"}, "masked_fill": {"mask", "value"}, "div": {"rounding_mode"},
+            "one_hot": {"num_classes"},
             "dropout": {"p", "training", "inplace"}, PRELU: {"weight"}, "rrelu": {"lower", "upper", "training"},
             "nan_to_num": {"nan", "posinf", "neginf"},
             **{name: {p for p, _ in params[1:]} for name, (params, _) in COMPOSITES.items()}}
@@ -294,6 +300,8 @@ def convert(c: Call) -> Node | None:
         return call("gelu", c.expr(args[0]), approximate="tanh")
     if fname == "div" and not is_none(kw.get("rounding_mode")):
         return _rounded_division(c)
+    if fname == "one_hot":
+        return _one_hot(c)
     if fname in BINARY | COMPARE:
         arity(fname, args, 2)
         return call(fname, c.expr(args[0]), c.expr(args[1]))
@@ -349,6 +357,20 @@ def convert(c: Call) -> Node | None:
     if fname in COMPOSITES:
         return _convert_composite(c)
     return None
+
+
+def _one_hot(c: Call) -> Node:
+    """F.one_hot(t, num_classes): t compared with every class (torch.arange), a mask; a cast to float
+    (.float()) makes it 0 and 1. num_classes is asked for: torch's default takes the largest index
+    plus one, which depends on the values."""
+    given = dict(zip(("x", "num_classes"), c.args)) | c.kw
+    k = given.get("num_classes")
+    if "x" not in given or k is None or not is_int_literal(k) or number(k) < 1:
+        raise IRError("F.one_hot is read with num_classes as a whole number, e.g. F.one_hot(t, 10) (its default, "
+                      "-1, takes the largest index plus one, which depends on the values)")
+    classes = ast.Call(ast.Attribute(ast.Name("torch", ast.Load()), "arange", ast.Load()), [k], [])
+    column = ast.Call(ast.Attribute(given["x"], "unsqueeze", ast.Load()), [ast.Constant(-1)], [])
+    return c.expr(ast.Compare(column, [ast.Eq()], [classes]))
 
 
 def _rounded_division(c: Call) -> Node:

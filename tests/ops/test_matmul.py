@@ -631,12 +631,17 @@ def test_einsum_of_a_matrix_product_is_the_matmul(equation, text):
     assert ir.to_text(ir.parse(f"torch.einsum('{equation}', a, b)", as_written=True)) == text
 
 
+def test_einsum_that_is_no_matrix_product_is_a_summed_product():
+    assert ir.to_text(ir.parse("torch.einsum('ij,ij->ij', a, b)", as_written=True)) == "(a * b)"
+    assert ir.to_text(ir.parse("torch.einsum('ij,jk->ik', a, b)", as_written=True)) == "matmul(a, b)"
+
+
 @pytest.mark.parametrize("call, says", [
-    ("einsum('ij,ij->ij', a, b)", "is not a matrix product"),
     ("einsum('...ij,jk->...ik', a, b)", "without '...'"),
-    ("einsum('ii->i', a)", "two operands"),
+    ("einsum('ii->i', a)", "an index repeated within one operand"),
+    ("einsum('ij,jk->il', a, b)", "every output index must come from an operand"),
 ])
-def test_einsum_that_is_no_matrix_product_is_refused(call, says):
+def test_einsum_the_reader_cannot_take_is_refused(call, says):
     with pytest.raises(ir.IRError, match=says):
         ir.parse(call, as_written=True)
 

@@ -329,6 +329,10 @@ def test_math_functions_written_in_ir_ops_are_torchs(tmp_path, code, fn):
     ("torch.diff(x, dim=0)[1:] + torch.diff(y, n=2, dim=0) with x 9x16 and y 9x1 fp32",
      lambda x, y: torch.diff(x, dim=0)[1:] + torch.diff(y, n=2, dim=0)),
     ("x.diff() with x 3x5x17 fp32", lambda x: x.diff()),
+    ("torch.cross(a, b, dim=1) with a 4x3x5 and b 4x3x5 fp32", lambda a, b: torch.cross(a, b, dim=1)),
+    ("torch.einsum('i,j->ij', a, b) with a 7 and b 5 fp32", lambda a, b: torch.einsum("i,j->ij", a, b)),
+    ("torch.einsum('bi,bi->b', a, b) with a 6x9 and b 6x9 fp32", lambda a, b: torch.einsum("bi,bi->b", a, b)),
+    ("torch.einsum('bhd,hd->hb', a, b) with a 4x3x8 and b 3x8 fp32", lambda a, b: torch.einsum("bhd,hd->hb", a, b)),
 ])
 def test_functions_of_views_and_reductions_are_torchs(tmp_path, request_text, torch_call):
     spec, _ = parse_request(request_text)
@@ -505,3 +509,16 @@ def test_clamp_with_tensor_bounds_is_the_larger_then_the_smaller(tmp_path):
     assert ir.parse(spec["expression"]) == ir.parse("minimum(maximum(x, lo), top)")
     spec, _ = parse_request("x.clamp(lo) with x 8x16 and lo 8x16 fp32")
     assert ir.parse(spec["expression"]) == ir.parse("maximum(x, lo)")
+
+
+def test_one_hot_is_a_mask_of_the_classes_and_asks_for_their_number(tmp_path):
+    spec, _ = parse_request("-(F.log_softmax(x, dim=-1) * F.one_hot(t, 5)).sum(-1) with x 6x5 and t 6 fp32")
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    x, t = torch.randn(6, 5), torch.randint(0, 5, (6,))
+    args = {"x": x, "t": t}
+    want = -(torch.log_softmax(x, -1) * torch.nn.functional.one_hot(t, 5)).sum(-1)
+    torch.testing.assert_close(kernel(*[args[i["name"]] for i in spec["inputs"]]), want)
+    with pytest.raises(ir.IRError, match="num_classes as a whole number"):
+        ir.parse("F.one_hot(t) * x", as_written=True)
+    with pytest.raises(ir.IRError, match="dim missing"):
+        ir.parse("torch.cross(a, b)", as_written=True)
