@@ -622,6 +622,16 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
      ['t = torch.arange(q.shape[2], dtype=torch.float32)', 'freqs = torch.outer(t, self.inv_freq)',
       'emb = torch.cat((freqs, freqs), dim=-1)', 'q1, q2 = q[..., : q.shape[-1] // 2], q[..., q.shape[-1] // 2 :]',
       'return q * emb.cos() + torch.cat((-q2, q1), dim=-1) * emb.sin()'], '[torch.randn(2, 4, 9, 16)]'),
+    # products whose batch dims broadcast: multi-query attention's one k and v head, a matrix by a batch
+    ('mqa_broadcast_heads', [], 'q, k, v', ['att = torch.softmax(q @ k.transpose(-2, -1) * 0.125, dim=-1)', 'return att @ v'],
+     '[torch.randn(2, 4, 6, 8), torch.randn(2, 1, 6, 8), torch.randn(2, 1, 6, 8)]'),
+    ('matrix_by_batch', [], 'a, b', ['return torch.matmul(a, b) + 1.0'], '[torch.randn(4, 6), torch.randn(3, 6, 5)]'),
+    # einsum that is no matrix product; a cross product; one-hot targets
+    ('einsum_outer_rowdot', [], 'a, b', ["return torch.einsum('bi,bj->bij', a, b).sum(-1) + torch.einsum('bi,bi->b', a, b)[:, None]"],
+     '[torch.randn(6, 5), torch.randn(6, 5)]'),
+    ('cross_dim', [], 'a, b', ['return torch.cross(a, b, dim=1).abs()'], '[torch.randn(4, 3, 5), torch.randn(4, 3, 5)]'),
+    ('one_hot_nll', [], 'x, t', ['return -(F.log_softmax(x, dim=-1) * F.one_hot(t, 7)).sum(-1).mean()'],
+     '[torch.randn(6, 7), torch.randint(0, 7, (6,))]'),
     # a one-element index list keeping its dim
     ('topk_threshold_list_index', [], 'logits', ['v, _ = torch.topk(logits, 5, dim=-1)',
                                                 'return logits.masked_fill(logits < v[:, [-1]], float("-inf")).softmax(-1)'],

@@ -877,6 +877,22 @@ def test_a_buffer_computed_from_numbers_in_init_is_a_learned_input_of_its_shape(
     assert {i["name"]: i["shapes"] for i in spec["inputs"]} == {"q": [[9, 8]], "inv_freq": [[8]]}
 
 
+@pytest.mark.parametrize("forward, inputs, shape", [
+    ("q, k, v):\n        return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v",      # one k, v head (MQA)
+     "torch.randn(2, 4, 6, 8), torch.randn(2, 1, 6, 8), torch.randn(2, 1, 6, 8)", [2, 4, 6, 8]),
+    ("a, b):\n        return a @ b", "torch.randn(4, 6), torch.randn(3, 6, 5)", [3, 4, 5]),
+])
+def test_a_product_whose_batch_dims_broadcast_reads_its_operands_expanded(tmp_path, forward, inputs, shape):
+    spec, _ = parse_request(fenced(module("", forward, inputs)))
+    node = parse_expression(spec)
+    assert "expand(" in spec["expression"] and ir.output_shape(node, {i["name"]: i["shapes"][0] for i in spec["inputs"]}) == shape
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, node, {})), spec["name"])
+    args = [torch.randn(i["shapes"][0]) for i in spec["inputs"]]
+    scope: dict = {"torch": torch}
+    exec(f"def f({forward}\n", scope)
+    torch.testing.assert_close(kernel(*args), scope["f"](*args), rtol=1e-4, atol=1e-5)
+
+
 def test_a_store_into_a_strided_slice_is_refused():
     assert "is not supported" in error("def f(x):\n    y = x.clone()\n    y[:, ::2] = 0.0\n    return y\nfor x 4x6")
 

@@ -23,7 +23,7 @@ import ast
 import dataclasses
 import re
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from bot.codegen import fixed
 from bot.codegen.code import indented, jit_source, launch
@@ -566,6 +566,46 @@ def vector_products(node: Node, shapes: dict[str, list[int]]) -> Node:
             product = call("sum", call("mul", call(view.RESHAPE, vector, sizes=(-1, 1)), matrix), dim=-2)
         node = substitute(node, mm, product)
     return node
+
+
+def broadcast_batches(node: Node, shape_of: Callable[[Node], list[int]]) -> Node:
+    """node with each product whose operands' batch dims broadcast (attention weights [B, H, T, T] @ a
+    shared v [B, 1, T, D]; a [M, K] @ b [B, K, N]) reading them expanded to the common batch: the kernel
+    multiplies operands of one batch. A size comes from the other operand: read off it where it is an
+    input (so it holds in every case), else the number it is (which the runner then keeps). shape_of:
+    an operand's shape as it lies. Products of one batch, or of a 2-D b shared by every matrix of a,
+    stay as they are."""
+    node = dataclasses.replace(node, args=tuple(broadcast_batches(a, shape_of) for a in node.args))   # inner first
+    if node.op != MATMUL:
+        return node
+    sa, sb = (shape_of(x) for x in node.args)
+    if sa is None or sb is None or len(sa) < 2 or len(sb) < 2:
+        return node
+    rank = max(len(sa), len(sb)) - 2
+    pa, pb = ([1] * (rank - len(s) + 2) + s[:-2] for s in (sa, sb))
+    if sa[:-2] == sb[:-2] or len(sb) == 2 or any(x != y and 1 not in (x, y) for x, y in zip(pa, pb)):
+        return node
+    a, b = node.args
+    return dataclasses.replace(node, args=(_to_batch(a, sa, b, sb, rank), _to_batch(b, sb, a, sa, rank)))
+
+
+def _to_batch(x: Node, sx: list[int], other: Node, so: list[int], rank: int) -> Node:
+    """x expanded to the batch both operands broadcast to: a dim of 1 (or one x lacks) takes the other's
+    size; x itself where its batch is that already."""
+    lead, lead_other = rank - (len(sx) - 2), rank - (len(so) - 2)
+    sizes: list = []
+    for i in range(rank):
+        mine = sx[i - lead] if i >= lead else None
+        theirs = so[i - lead_other] if i >= lead_other else 1
+        if mine is not None and (mine == theirs or theirs == 1):
+            sizes.append(-1)
+        elif theirs == 1:
+            sizes.append(1)                                     # a new leading dim both lack
+        else:
+            sizes.append((1, (other, i - lead_other)) if other.op == "input" else theirs)
+    if all(s == -1 for s in sizes) and lead == 0:
+        return x
+    return view.sized(view.EXPAND, x, [*sizes, -1, -1])
 
 
 def operand_problem(a: tuple[str, list[int]], b: tuple[str, list[int]]) -> list[int]:

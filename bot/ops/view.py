@@ -76,7 +76,7 @@ def convert(c: Call) -> Node | None:
         elts = list(c.args) if written is None else [written]
         if len(elts) == 1 and isinstance(elts[0], (ast.Tuple, ast.List)):
             elts = list(elts[0].elts)
-        return _sized(EXPAND, x, [_expand_size(e, c) for e in elts])
+        return sized(EXPAND, x, [_expand_size(e, c) for e in elts])
     if c.fname == EXPAND_AS:
         other = arguments(c, ("other",)).get("other")
         if other is None:
@@ -123,8 +123,8 @@ def _reshape(c: Call, x: Node) -> Node:
     split = _split_at(refs) if len(owners) == 1 else None
     if split is not None:           # sizes naming x's dims, or another's of the same shape (B, T, C = x.size())
         return _split(c, x, split, elts[split:split + 2], len(refs) - 1, owners.pop())
-    sized = [_product(e, c) for e in elts]
-    computed = all(s is not None for s in sized) and sum(s == -1 for s in sized) <= 1
+    products = [_product(e, c) for e in elts]
+    computed = all(s is not None for s in products) and sum(s == -1 for s in products) <= 1
     if owners == {x}:
         try:
             return _flattened(c, x, elts, refs)
@@ -135,7 +135,7 @@ def _reshape(c: Call, x: Node) -> Node:
         # sizes computed from inputs' sizes as written, each case's own (repeat_kv's
         # u.reshape(b, h * n_rep, t, d) after b, h, t, d = k.shape; a window partition's
         # x.view(b, h // ws, ws, w // ws, ws, c))
-        return _sized(RESHAPE, x, sized)
+        return sized(RESHAPE, x, products)
     raise _unsupported(c, elts)
 
 
@@ -162,7 +162,7 @@ def _product(e: ast.expr, c: Call) -> int | tuple | None:
     return None
 
 
-def _sized(op: str, x: Node, sizes: list) -> Node:
+def sized(op: str, x: Node, sizes: list) -> Node:
     """A reshape or expand to sizes that may read inputs' sizes: those inputs join its operands (after
     x, which is operand 0), so every file names them as it names any input, and each size's (input,
     dim) becomes (operand, dim), resolved in each case (_resolved)."""

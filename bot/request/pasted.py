@@ -206,7 +206,8 @@ def _take_pasted(rd: Reading, said: list[tuple[str | None, list[int]]]) -> None:
         return
     if missing := [n for n in rd.inputs if n not in pasted.shapes]:
         raise GenerationError(f"get_inputs gives no tensor for {', '.join(missing)}")
-    rd.node = conv.batchless(mmf.vector_products(rd.node, pasted.shapes), pasted.shapes)
+    rd.node = conv.batchless(mmf.broadcast_batches(mmf.vector_products(rd.node, pasted.shapes),
+                                                   lambda x: _stored_shape(x, pasted.shapes)), pasted.shapes)
     mm = ir.matmul_node(rd.node)
     if mm and all(x.op == "input" for x in mm.args):       # a chain's matmul of a computed operand: by input
         a, b = ((x.name, mmf.logical(pasted.shapes[x.name], mm.attr(key), x.name)) for x, key in zip(mm.args, ("ta", "tb")))
@@ -221,6 +222,14 @@ def _take_pasted(rd: Reading, said: list[tuple[str | None, list[int]]]) -> None:
         if not pasted.dtypes:
             rd.op_notes.append("get_inputs makes float32 tensors (torch's default); say 'fp16', 'bf16' or "
                                "'all dtypes' to test others")
+
+
+def _stored_shape(x: ir.Node, shapes: dict[str, list[int]]) -> list[int] | None:
+    """A matmul operand's shape as it lies (an input's, or what the IR computes), None where unknown."""
+    try:
+        return list(shapes[x.name]) if x.op == "input" else ir.output_shape(x, shapes)
+    except (ir.IRError, KeyError):
+        return None
 
 
 def _said_of_forward(said: list[tuple[str | None, list[int]]], own: list[str],
