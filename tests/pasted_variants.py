@@ -632,6 +632,11 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
     ('cross_dim', [], 'a, b', ['return torch.cross(a, b, dim=1).abs()'], '[torch.randn(4, 3, 5), torch.randn(4, 3, 5)]'),
     ('one_hot_nll', [], 'x, t', ['return -(F.log_softmax(x, dim=-1) * F.one_hot(t, 7)).sum(-1).mean()'],
      '[torch.randn(6, 7), torch.randint(0, 7, (6,))]'),
+    # nn.MultiheadAttention, batch first and sequence first, its weights left unused
+    ('mha_batch_first', ['self.mha = nn.MultiheadAttention(16, 4, batch_first=True)'], 'x',
+     ['out, _ = self.mha(x, x, x)', 'return out'], '[torch.randn(2, 7, 16)]'),
+    ('mha_seq_first_residual', ['self.mha = nn.MultiheadAttention(16, 2, bias=False)', 'self.ln = nn.LayerNorm(16)'], 'x',
+     ['h = self.ln(x)', 'return x + self.mha(h, h, h, need_weights=False)[0]'], '[torch.randn(5, 2, 16)]'),
     # a one-element index list keeping its dim
     ('topk_threshold_list_index', [], 'logits', ['v, _ = torch.topk(logits, 5, dim=-1)',
                                                 'return logits.masked_fill(logits < v[:, [-1]], float("-inf")).softmax(-1)'],

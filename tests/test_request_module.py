@@ -893,6 +893,31 @@ def test_a_product_whose_batch_dims_broadcast_reads_its_operands_expanded(tmp_pa
     torch.testing.assert_close(kernel(*args), scope["f"](*args), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("made, body, shape", [
+    ("nn.MultiheadAttention(16, 4, batch_first=True)", "out, _ = self.a(x, x, x)\n        return out", [2, 7, 16]),
+    ("nn.MultiheadAttention(16, 2, bias=False)", "return self.a(x, x, x)[0] * 2.0", [7, 2, 16]),
+])
+def test_multihead_attention_is_its_projections_around_attention(tmp_path, made, body, shape):
+    spec, _ = parse_request(fenced(module(f": self.a = {made}", f"x):\n        {body}",
+                                          f"torch.randn({', '.join(map(str, shape))})")))
+    assert "scaled_dot_product_attention" in spec["expression"]
+    kernel = getattr(load(tmp_path, "kernel.py", ir.kernel_source(spec, parse_expression(spec), {})), spec["name"])
+    layer, x = eval(made, {"nn": torch.nn}), torch.randn(shape)
+    weights = {"a_in_proj_weight": layer.in_proj_weight, "a_in_proj_bias": layer.in_proj_bias,
+               "a_out_proj_weight": layer.out_proj.weight, "a_out_proj_bias": layer.out_proj.bias, "x": x}
+    with torch.no_grad():
+        got = kernel(*[weights[i["name"]].detach() for i in spec["inputs"]])
+        want = layer(x, x, x)[0] * (2.0 if "2.0" in body else 1.0)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_multihead_attention_with_a_mask_or_its_weights_used_is_refused():
+    masked = module(": self.a = nn.MultiheadAttention(16, 4)", "x):\n        return self.a(x, x, x, attn_mask=x[0])[0]")
+    assert "no attn_mask" in error(fenced(masked))
+    used = module(": self.a = nn.MultiheadAttention(16, 4)", "x):\n        out, w = self.a(x, x, x)\n        return w")
+    assert "multihead_attention_weights_are_not_computed" in error(fenced(used))
+
+
 def test_a_store_into_a_strided_slice_is_refused():
     assert "is not supported" in error("def f(x):\n    y = x.clone()\n    y[:, ::2] = 0.0\n    return y\nfor x 4x6")
 

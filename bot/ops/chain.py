@@ -207,8 +207,8 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
         weight = [n for n in operands if n in inputs]
         indices = registry.index_operands(stage.node)
         for n in input_names(stage.node):
-            if n in operands and n not in inputs and weight:     # the tensor cores take the weight's dtype
-                args.append(f"{n}.to({weight[0]}.dtype)")
+            if n in operands and n not in inputs:       # the tensor cores take the weight's dtype (else the inputs')
+                args.append(f"{n}.to({(weight or [first])[0]}.dtype)")
             elif n in indices and n not in inputs:      # indices an earlier stage counted (torch.arange): int64
                 args.append(f"{n}.to(torch.int64)")
             else:

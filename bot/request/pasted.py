@@ -83,8 +83,10 @@ def read_code(code: str, rd: Reading, said: list[tuple[str | None, list[int]]] =
     rd.node, rd.name, rd.inputs = node, fn.name, tensors
     if rd.pasted:
         _take_pasted(rd, said)
-        if rd.pasted.dtypes and rd.dtypes == rd.pasted.dtypes:     # get_inputs' dtype, not the words'
-            refuse_promotion(ret, rd.dtypes[0], [n for n in tensors if n in rd.pasted.learned_shapes])
+        named = rd.pasted.dtypes and rd.dtypes == rd.pasted.dtypes       # get_inputs' dtype, not the words'
+        for dtype in rd.dtypes:         # words' dtypes cast the learned tensors too; constants keep their own
+            refuse_promotion(ret, dtype, [n for n in tensors if n in rd.pasted.learned_shapes] if named else [],
+                             bool(named))
     _refuse_kept_cast(fn, kept_cast, rd)
 
 

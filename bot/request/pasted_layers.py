@@ -338,6 +338,47 @@ def _flatten(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: in
     return ast.Call(_path("torch.flatten"), args, [ast.keyword(k, ast.Constant(v)) for k, v in o.items()]), []
 
 
+def _multihead_attention(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int,
+                         name_of: Callable[[str], str]):
+    """nn.MultiheadAttention(embed_dim, num_heads, bias=True, batch_first=False)(query, key, value): the
+    three projections by in_proj_weight's thirds, heads split off the last dim, scaled dot-product
+    attention, heads joined, out_proj; as (output, None): the attention weights are not computed (their
+    use is refused as an unknown name). Masks, dropout in training, extra key/value biases and other
+    key or value widths are refused."""
+    o = _options(sub, ("embed_dim", "num_heads", "dropout", "bias", "add_bias_kv", "add_zero_attn", "kdim", "vdim",
+                       "batch_first"), {"dropout": 0.0, "bias": True, "add_bias_kv": False, "add_zero_attn": False,
+                                        "batch_first": False})
+    e, heads = o["embed_dim"], o["num_heads"]
+    given = dict(zip(("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask"), args)) | \
+        {k.arg: k.value for k in keywords if k.arg}
+    masked = [k for k in ("key_padding_mask", "attn_mask") if k in given and not _is_none(given[k])]
+    extra = [k for k in ("add_bias_kv", "add_zero_attn") if o[k]] + [k for k in ("kdim", "vdim") if o.get(k, e) != e]
+    if masked or extra or (o["dropout"] and sub.training) or not all(k in given for k in ("query", "key", "value")) \
+            or type(e) is not int or type(heads) is not int or e % heads:
+        raise GenerationError(f"line {line}: nn.MultiheadAttention (set on line {sub.line}) is read with query, key and "
+                              "value alone, embed_dim divisible by num_heads, no dropout in training and no "
+                              f"{', '.join(masked + extra) or 'masks or extra biases'}")
+    weight = _param(attr, "in_proj_weight", [3 * e, e], name_of)
+    bias = _param(attr, "in_proj_bias", [3 * e], name_of) if o["bias"] else None
+    out_w = _param(attr, "out_proj.weight", [e, e], name_of)
+    out_b = _param(attr, "out_proj.bias", [e], name_of) if o["bias"] else None
+    to_heads, from_heads = (".transpose(1, 2)", ".transpose(1, 2)") if o["batch_first"] else \
+        (".permute(1, 2, 0, 3)", ".permute(2, 0, 1, 3)")
+
+    def projected(k: int, x: ast.expr) -> str:
+        b = f"{bias.name}[{k * e}:{(k + 1) * e}]" if bias else "None"
+        return f"F.linear({ast.unparse(x)}, {weight.name}[{k * e}:{(k + 1) * e}], {b}).unflatten(-1, ({heads}, {e // heads}))" \
+               f"{to_heads}"
+    q, k, v = (projected(n, given[x]) for n, x in enumerate(("query", "key", "value")))
+    text = (f"(F.linear(F.scaled_dot_product_attention({q}, {k}, {v}){from_heads}.flatten(-2), {out_w.name}, "
+            f"{out_b.name if out_b else 'None'}), multihead_attention_weights_are_not_computed)")
+    return ast.parse(text, mode="eval").body, [p for p in (weight, bias, out_w, out_b) if p]
+
+
+def _is_none(e: ast.expr) -> bool:
+    return isinstance(e, ast.Constant) and e.value is None
+
+
 def _local_response_norm(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int,
                          name_of: Callable[[str], str]):
     """nn.LocalResponseNorm(size, alpha=1e-4, beta=0.75, k=1.0): x / (k + alpha * mean of x**2 over a
@@ -367,7 +408,7 @@ _LAYERS = {"Linear": _linear, "LayerNorm": _norm, "RMSNorm": _norm, "Flatten": _
            **{f"Conv{n}d": _conv for n in (1, 2, 3)}, **{f"ConvTranspose{n}d": _conv for n in (1, 2, 3)},
            **{f"{kind}Norm{n}d": _channel_norm for kind in ("Batch", "Instance") for n in (1, 2, 3)},
            "GroupNorm": _channel_norm, "Embedding": _embedding, "EmbeddingBag": _embedding_bag, "PReLU": _prelu,
-           "LocalResponseNorm": _local_response_norm,
+           "LocalResponseNorm": _local_response_norm, "MultiheadAttention": _multihead_attention,
            **{f"{kind}Pad{n}d": _pad for kind in ("Zero", "Constant", "Reflection", "Replication", "Circular")
               for n in (1, 2, 3)}}
 

@@ -18,14 +18,14 @@ _NAMED = {"float16": "float16", "half": "float16", "bfloat16": "bfloat16", "floa
 _FLOAT_MAKERS = {"ones", "zeros", "eye", "linspace", "logspace", "empty", "rand", "randn"}
 
 
-def refuse_promotion(ret: ast.expr, dtype: str, learned: list[str]) -> None:
+def refuse_promotion(ret: ast.expr, dtype: str, learned: list[str], from_inputs: bool = True) -> None:
     """GenerationError where forward's returned expression (inlined) mixes a tensor of another float
-    dtype with get_inputs' dtype: a learned tensor (float32, as torch builds it) or a constant made
-    in another float dtype."""
+    dtype with the tested dtype: a learned tensor (float32, as torch builds it, where get_inputs names
+    the dtype: from_inputs) or a constant made in another float dtype."""
     if dtype == "float32":
         return
     fix = ("make get_inputs' tensors float32 and name the dtype to test in words ('in fp16': every tensor, "
-           "weights included, is then tested in it)")
+           "weights included, is then tested in it)") if from_inputs else "test float32 only"
     if learned:
         raise GenerationError(f"get_inputs makes {dtype} tensors, but the module's learned tensors "
                               f"({', '.join(learned[:4])}) are float32 as torch builds them, so PyTorch would "
@@ -33,9 +33,9 @@ def refuse_promotion(ret: ast.expr, dtype: str, learned: list[str]) -> None:
     for call in ast.walk(ret):
         made = isinstance(call, ast.Call) and made_dtype(call)
         if made and made != dtype:
-            raise GenerationError(f"{ast.unparse(call)[:60]} makes a {made} tensor beside get_inputs' {dtype} ones, so "
-                                  f"PyTorch would compute and return {made}; name dtype=x.dtype (or "
-                                  f"torch.{dtype}) there, or {fix}")
+            raise GenerationError(f"{ast.unparse(call)[:60]} makes a {made} tensor beside "
+                                  f"{'get_inputs' if from_inputs else 'the tested'} {dtype} ones, so PyTorch would "
+                                  f"compute and return {made}; name dtype=x.dtype (or torch.{dtype}) there, or {fix}")
 
 
 def made_dtype(call: ast.Call) -> str | None:

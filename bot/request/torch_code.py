@@ -37,6 +37,8 @@ class MaxParts(ast.NodeTransformer):
     def visit_Subscript(self, n: ast.Subscript) -> ast.expr:
         self.generic_visit(n)
         part = n.slice.value if isinstance(n.slice, ast.Constant) else None
+        if isinstance(n.value, ast.Tuple) and type(part) is int and -len(n.value.elts) <= part < len(n.value.elts):
+            return n.value.elts[part]          # (out, weights)[0]: a layer's tuple, one part of it
         return _max_part(n.value, {0: "values", 1: "indices"}.get(part)) or n
 
     def visit_Attribute(self, n: ast.Attribute) -> ast.expr:
