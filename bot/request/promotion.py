@@ -33,9 +33,11 @@ def refuse_promotion(ret: ast.expr, dtype: str, learned: list[str], from_inputs:
     for call in ast.walk(ret):
         made = isinstance(call, ast.Call) and made_dtype(call)
         if made and made != dtype:
-            raise GenerationError(f"{ast.unparse(call)[:60]} makes a {made} tensor beside "
-                                  f"{'get_inputs' if from_inputs else 'the tested'} {dtype} ones, so PyTorch would "
-                                  f"compute and return {made}; name dtype=x.dtype (or torch.{dtype}) there, or {fix}")
+            promoted = made if made in ("float32", "float64") else "float32"     # float16 with bfloat16: float32
+            whose = "get_inputs'" if from_inputs else "the tested"
+            raise GenerationError(f"{ast.unparse(call)[:60]} makes a {made} tensor beside {whose} {dtype} ones, so "
+                                  f"PyTorch would compute and return {promoted}; name dtype=x.dtype (or torch.{dtype}) "
+                                  f"there, or {fix}")
 
 
 def made_dtype(call: ast.Call) -> str | None:
