@@ -45,6 +45,11 @@ REQUESTS = [
     f"argsort over dim 0 for 3000x512 {DTYPES}",
     f"torch.topk(x, 8, dim=-1) with x 64x151936 {DTYPES}",
     f"top-50 indices over the last dim for 1024x4096 {DTYPES}",
+    # 2026-12-07: linear upsampling, einsum as a summed product, floor division and signs, cross, diff
+    f"F.interpolate(x, scale_factor=2, mode='bilinear') for 8x64x56x56 {DTYPES}",
+    f"torch.einsum('bhd,hd->bh', a, b) with a 64x16x128 and b 16x128 {DTYPES}",
+    f"x // y + torch.copysign(x, y) with x 1024x1000 and y 1024x1000 {DTYPES}",
+    f"torch.cross(a, b, dim=1) + torch.diff(c, dim=1)[:, :3] with a 4096x3, b 4096x3 and c 4096x8 {DTYPES}",
 ]
 
 
