@@ -273,6 +273,10 @@ def test_a_reductions_dtype_that_pytorch_would_return_is_refused(forward, inputs
     (": self.scale = nn.Parameter(torch.randn(8))", "x * self.scale", "torch.rand(4, 8).half()",
      "learned tensors (scale) are float32"),
     ("", "x + y", "torch.rand(4, 8).half(), torch.rand(4, 8)", "tensors of float16 and float32"),
+    ("", "x * torch.full((8,), fill_value=2.5)", "torch.rand(4, 8).half()", "makes a float32 tensor"),
+    ("", "x + x.new_ones(8, dtype=torch.float32)", "torch.rand(4, 8).half()", "makes a float32 tensor"),
+    ("", "x * (torch.arange(8) / 8)", "torch.rand(4, 8).half()", "makes a float32 tensor"),       # int made float
+    ("", "x * torch.exp(-torch.arange(8))", "torch.rand(4, 8).half()", "makes a float32 tensor"),
 ])
 def test_a_16_bit_paste_that_pytorch_would_promote_to_float32_is_refused(init, forward, inputs, says):
     params = "x, y" if forward.endswith(" y") else "x"
@@ -281,7 +285,9 @@ def test_a_16_bit_paste_that_pytorch_would_promote_to_float32_is_refused(init, f
 
 
 @pytest.mark.parametrize("forward", ["x + torch.ones(8, dtype=x.dtype)", "x * torch.tensor(2.0)", "x + x.new_ones(8)",
-                                     "x + torch.arange(8)", "x + torch.full((8,), 2)"])
+                                     "x + torch.arange(8)", "x + torch.full((8,), 2)", "x + torch.arange(8) // 2",
+                                     "x.masked_fill(torch.triu(torch.ones(4, 8), 1).bool(), 0.0)",
+                                     "x + torch.ones(8).to(x.dtype)", "x * (torch.arange(8) / 8).type_as(x)"])
 def test_constants_that_keep_a_16_bit_inputs_dtype_are_read(forward):
     spec, _ = parse_request(fenced(module("", f"x):\n        return {forward}", "torch.rand(4, 8).half()")))
     assert spec["inputs"][0]["dtypes"] == ["float16"]
@@ -918,8 +924,16 @@ def test_multihead_attention_with_a_mask_or_its_weights_used_is_refused():
     assert "multihead_attention_weights_are_not_computed" in error(fenced(used))
 
 
-def test_a_store_into_a_strided_slice_is_refused():
-    assert "is not supported" in error("def f(x):\n    y = x.clone()\n    y[:, ::2] = 0.0\n    return y\nfor x 4x6")
+@pytest.mark.parametrize("store", ["y[:, ::2] = 0.0", "y[:, 1:-1] = 0.0", "y[:, -1:1] = 0.0", "y[:, 3:2] = 0.0"])
+def test_a_store_into_a_strided_or_possibly_empty_slice_is_refused(store):
+    # 1:-1 holds nothing at sizes up to 2, where torch stores nothing but the pieces around it would overlap
+    assert "is not supported" in error(f"def f(x):\n    y = x.clone()\n    {store}\n    return y\nfor x 4x6")
+
+
+@pytest.mark.parametrize("text", ["torch.gather(x, 1, t // 2) with x 4x8 and t 4x3",
+                                  "F.cross_entropy(x, t + 1) with x 4x8 and t 4"])
+def test_indices_computed_from_an_input_are_refused(text):
+    assert "are computed from an input" in error(text)
 
 
 @pytest.mark.parametrize("made, expected", [

@@ -21,8 +21,8 @@ from bot.codegen.code import Code, jit_source, launch
 from bot.codegen.kernel_file import KernelFile
 from bot.ops import pointwise
 from bot.ops.entry import Entry
-from bot.ops.node import (Call, IRError, Node, arguments, call, is_int_literal, is_none, keywords_text,
-                          literal_keywords, number, prints)
+from bot.ops.node import (MOVERS, Call, IRError, Node, arguments, call, input_names, is_int_literal, is_none,
+                          keywords_text, literal_keywords, number, prints)
 from bot.ops.text import FLAGS as _F, blank as _blank
 
 NAME = "gather"
@@ -167,14 +167,14 @@ def convert(c: Call) -> Node | None:
         if set(given) != {"input", "dim", "index"} or not is_int_literal(given["dim"]):
             raise IRError(f"{c.fname} takes a tensor, an integer dim and an index tensor, e.g. "
                           f"torch.{c.fname}(x, 1, idx)")
-        return call(c.fname, _tensor(c, given["input"]), _tensor(c, given["index"]), dim=int(number(given["dim"])))
+        return call(c.fname, _tensor(c, given["input"]), index_operand(c, given["index"]), dim=int(number(given["dim"])))
     if c.fname == TAKE_ALONG:
         given = arguments(c, ("input", "indices", "dim"))
         if set(given) != {"input", "indices", "dim"} or not is_int_literal(given["dim"]):
             raise IRError("take_along_dim is read along one integer dim, e.g. torch.take_along_dim(x, idx, dim=1) "
                           "(without a dim it indexes the flattened tensor)")
         # gather where the index has the tensor's sizes but along dim (take_along_dim would broadcast them)
-        return call(GATHER, _tensor(c, given["input"]), _tensor(c, given["indices"]), dim=int(number(given["dim"])),
+        return call(GATHER, _tensor(c, given["input"]), index_operand(c, given["indices"]), dim=int(number(given["dim"])),
                     along=True)
     if c.fname == EMBEDDING:
         return _embedding(c)
@@ -185,6 +185,17 @@ def convert(c: Call) -> Node | None:
             raise IRError(usage)
         return call(GRAD, *(_tensor(c, a) for a in c.args), **attrs)
     return None
+
+
+def index_operand(c: Call, e: ast.expr) -> Node:
+    """An operand read as int64 indices: an input, moved or viewed (actions.unsqueeze(1)), or counted from
+    numbers (torch.arange). Indices computed from an input (t // 2, t + 1) are refused: that input would
+    be drawn as floats, and the computation run in float."""
+    node = _tensor(c, e)
+    if any(sub.op not in MOVERS | {"input"} and input_names(sub) for sub in node.walk()):
+        raise IRError(f"{c.fname}'s indices {ast.unparse(e)!r} are computed from an input; pass the indices "
+                      "themselves as an int64 input (a view or move of one, or torch.arange, is read too)")
+    return node
 
 
 def _tensor(c: Call, e: ast.expr) -> Node:
@@ -214,7 +225,7 @@ def _embedding(c: Call) -> Node:
         raise IRError(f"embedding's scale_grad_by_freq is True or False, got {ast.unparse(scale)!r}")
     if scale is not None and scale.value:
         attrs["scale_grad_by_freq"] = True
-    return call(EMBEDDING, _tensor(c, given["input"]), _tensor(c, given["weight"]), **attrs)
+    return call(EMBEDDING, index_operand(c, given["input"]), _tensor(c, given["weight"]), **attrs)
 
 
 def operands(node: Node) -> tuple[Node, Node]:

@@ -21,7 +21,7 @@ from bot.codegen.kernel_file import NEG_INF, KernelFile, _expanded, _expanded_st
 from bot.codegen.row_kernel import (EDGE_LINES, _row_config, _row_tile, align_elements, aligned_chunk, aligned_span,
                                     sm_count_line)
 from bot.generators.interface import GenerationError
-from bot.ops import pointwise, view
+from bot.ops import gather, pointwise, view
 from bot.ops.entry import SMALL_LONG_ODD, Entry
 from bot.ops.node import (ALL, Call, IRError, Node, arguments, broadcast_shapes, call, flag, fmt_num, input_names, is_none,
                           number, prints, to_text)
@@ -335,7 +335,7 @@ def convert(c: Call) -> Node | None:
     smoothing = _smoothing(given.get("label_smoothing"))
     if weight and smoothing:
         raise IRError(f"{c.fname} with both class weights and label smoothing is not supported; either alone is")
-    return call(c.fname, c.expr(given["input"]), c.expr(given["target"]), *weight, reduction=reduction,
+    return call(c.fname, c.expr(given["input"]), gather.index_operand(c, given["target"]), *weight, reduction=reduction,
                 **smoothing, **_ignored(c.fname, given.get("ignore_index")))
 
 

@@ -302,6 +302,10 @@ def convert(c: Call) -> Node | None:
         return _rounded_division(c)
     if fname == "one_hot":
         return _one_hot(c)
+    if fname == "copysign" and len(args) == 2 and _is_number_written(args[1]):
+        # a number's sign bit is known here (-0.0 included); a tensor's is read in the kernel
+        magnitude = call("abs", c.expr(args[0]))
+        return magnitude if math.copysign(1.0, number(args[1])) > 0 else call("neg", magnitude)
     if fname in BINARY | COMPARE:
         arity(fname, args, 2)
         return call(fname, c.expr(args[0]), c.expr(args[1]))
@@ -357,6 +361,14 @@ def convert(c: Call) -> Node | None:
     if fname in COMPOSITES:
         return _convert_composite(c)
     return None
+
+
+def _is_number_written(e: ast.expr) -> bool:
+    try:
+        number(e)
+        return True
+    except IRError:
+        return False
 
 
 def _one_hot(c: Call) -> Node:

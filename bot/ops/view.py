@@ -314,7 +314,10 @@ def subscript(n: ast.Subscript, expr) -> Node:
     if isinstance(n.value, ast.Call) and _called(n.value.func) in TUPLES:
         raise IRError(f"{ast.unparse(n)}: {_called(n.value.func)} gives a tuple; write the part as its own op "
                       "(torch.amax(x, dim) for max's values, argmax for its indices)")
-    items = [_kept(e) for e in (n.slice.elts if isinstance(n.slice, ast.Tuple) else [n.slice])]
+    items = list(n.slice.elts) if isinstance(n.slice, ast.Tuple) else [n.slice]
+    if sum(isinstance(e, ast.List) for e in items) == 1 and all(isinstance(e, (ast.List, ast.Slice)) or (
+            isinstance(e, ast.Constant) and e.value is Ellipsis) for e in items):
+        items = [_kept(e) for e in items]   # one list among slices; several, or beside integers, index jointly
     if any(is_none(e) for e in items):
         return _with_new_dims(n, items, expr)
     tensors = [k for k, e in enumerate(items) if isinstance(e, ast.Name)]

@@ -8,6 +8,7 @@ pasted file as a spec's reference.
 from __future__ import annotations
 
 import ast
+import copy
 import io
 import re
 import textwrap
@@ -73,7 +74,8 @@ def read_code(code: str, rd: Reading, said: list[tuple[str | None, list[int]]] =
     fn = _the_function(tree)
     env, tensors = _parameters(fn, rd)
     inline = Inline(env, aliases, {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef) and f is not fn})
-    ret, kept_cast = settled(returned(fn, inline))
+    marked = returned(fn, inline)                    # its casts marked: what PyTorch promotes reads them
+    ret, kept_cast = settled(copy.deepcopy(marked))
     sizes = SizesWritten(_known_shapes(rd, said, tensors))
     ret = sizes.visit(ret)
     rd.sized_dims = {n: sorted(d) for n, d in sizes.read.items()}      # kept at these sizes in every case
@@ -85,7 +87,7 @@ def read_code(code: str, rd: Reading, said: list[tuple[str | None, list[int]]] =
         _take_pasted(rd, said)
         named = rd.pasted.dtypes and rd.dtypes == rd.pasted.dtypes       # get_inputs' dtype, not the words'
         for dtype in rd.dtypes:         # words' dtypes cast the learned tensors too; constants keep their own
-            refuse_promotion(ret, dtype, [n for n in tensors if n in rd.pasted.learned_shapes] if named else [],
+            refuse_promotion(marked, dtype, [n for n in tensors if n in rd.pasted.learned_shapes] if named else [],
                              bool(named))
     _refuse_kept_cast(fn, kept_cast, rd)
 

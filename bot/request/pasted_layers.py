@@ -362,7 +362,9 @@ def _multihead_attention(sub: Sub, attr: str, args: list[ast.expr], keywords: li
     bias = _param(attr, "in_proj_bias", [3 * e], name_of) if o["bias"] else None
     out_w = _param(attr, "out_proj.weight", [e, e], name_of)
     out_b = _param(attr, "out_proj.bias", [e], name_of) if o["bias"] else None
-    to_heads, from_heads = (".transpose(1, 2)", ".transpose(1, 2)") if o["batch_first"] else \
+    # [N, L, H, d] or [L, N, H, d] to [N, H, L, d] and back; a permute of four dims, so an unbatched
+    # [L, E] query (torch's 2-D form) is refused rather than read along the wrong dims
+    to_heads, from_heads = (".permute(0, 2, 1, 3)", ".permute(0, 2, 1, 3)") if o["batch_first"] else \
         (".permute(1, 2, 0, 3)", ".permute(2, 0, 1, 3)")
 
     def projected(k: int, x: ast.expr) -> str:

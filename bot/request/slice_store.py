@@ -39,7 +39,7 @@ def _cuts(index: ast.expr) -> list[tuple[int, int | None, int | None, bool]] | N
     for d, e in dims:
         if isinstance(e, ast.Slice):
             bounds = [_int(b) for b in (e.lower, e.upper, e.step)]
-            if any(b is False for b in bounds) or bounds[2] not in (None, 1):
+            if any(b is False for b in bounds) or bounds[2] not in (None, 1) or not _sized_alike(*bounds[:2]):
                 return None
             if bounds[:2] != [None, None]:
                 cuts.append((d, bounds[0], bounds[1], False))
@@ -48,6 +48,14 @@ def _cuts(index: ast.expr) -> list[tuple[int, int | None, int | None, bool]] | N
         else:
             return None
     return cuts or None
+
+
+def _sized_alike(start: int | None, stop: int | None) -> bool:
+    """Bounds whose region is not empty at any size: counted from the same end, start before stop.
+    (1:-1 is empty at sizes up to 2, where torch stores nothing and the cat would grow the tensor.)"""
+    if start is None or stop is None:
+        return True
+    return (start >= 0) == (stop >= 0) and start < stop
 
 
 def _int(e: ast.expr | None) -> int | None | bool:

@@ -221,6 +221,7 @@ class SizesWritten(ast.NodeTransformer):
 # Casts as Inline leaves them, until settled: to one dtype (.float(), .to(torch.float32)) or back to
 # an input's (.type_as(x), .to(x.dtype)). Marks (calls of these names) survive the copies of locals.
 _FIXED, _BACK = "__cast_to_one_dtype__", "__cast_back__"
+CAST_MARKS = (_FIXED, _BACK)        # a cast to one dtype (its text second), a cast back to the input's
 
 
 def _marked(mark: str, inner: ast.expr, text: str) -> ast.Call:

@@ -396,6 +396,7 @@ def test_floor_division_and_copysign_are_torchs_at_every_sign_zero_and_infinity(
     ("torch.div(x, 0.5, rounding_mode='floor') for 16x16", lambda x: torch.div(x, 0.5, rounding_mode="floor")),
     ("torch.div(x, 0.5, rounding_mode='trunc') for 16x16", lambda x: torch.div(x, 0.5, rounding_mode="trunc")),
     ("torch.copysign(x, -1.0) for 16x16", lambda x: torch.copysign(x, torch.tensor(-1.0))),
+    ("torch.copysign(x, -0.0) for 16x16", lambda x: torch.copysign(x, torch.tensor(-0.0))),    # the sign bit of -0.0
 ])
 def test_division_by_a_number_typed_in_a_request_is_torchs(tmp_path, request_text, torch_fn):
     # a number as the divisor: its tests (0 != 0, sign) are numbers alone inside the kernel

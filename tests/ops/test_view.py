@@ -126,6 +126,9 @@ def test_a_view_keeps_its_operands_indices():
     # dims out of order, counted from 0 after a -1 (it would take what dims x has beyond), another tensor's
     # dims but not all of them in order: each names what is read
     ("relu(x).view(relu(x).size(0), -1, relu(x).size(3))", "join neighbouring dims"),
+    # several index lists (or one beside an integer) index jointly, as torch's advanced indexing does
+    ("x[[0], [1]] * 2.0", "unsupported indexing"),
+    ("x[0, :, [1]] * 2.0", "unsupported indexing"),
     ("x[i, j] * 2.0", "slices with number bounds"),
     ("x[:, 0:n] * 2.0", "bounds must be numbers"),
     ("x.chunk(2, dim=1)[-1] * 2.0", "by its position from 0"),
