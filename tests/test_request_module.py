@@ -924,6 +924,13 @@ def test_multihead_attention_with_a_mask_or_its_weights_used_is_refused():
     assert "multihead_attention_weights_are_not_computed" in error(fenced(used))
 
 
+def test_a_layer_norm_without_weights_keeps_the_size_it_was_built_for():
+    # nn.LayerNorm(24, elementwise_affine=False) normalizes 24 alone: the runner's other cases keep it
+    spec, _ = parse_request(fenced(module(": self.n = nn.LayerNorm(24, elementwise_affine=False)",
+                                          "x):\n        return self.n(x) * 2.0", "torch.randn(3, 5, 24)")))
+    assert 24 in spec["fixed_sizes"] and "normalized_shape=(24,)" in spec["expression"]
+
+
 @pytest.mark.parametrize("store", ["y[:, ::2] = 0.0", "y[:, 1:-1] = 0.0", "y[:, -1:1] = 0.0", "y[:, 3:2] = 0.0"])
 def test_a_store_into_a_strided_or_possibly_empty_slice_is_refused(store):
     # 1:-1 holds nothing at sizes up to 2, where torch stores nothing but the pieces around it would overlap

@@ -85,8 +85,17 @@ def convert(c: Call) -> Node | None:
     conv = [None if is_none(a) else c.expr(a) for a in args]
     weight = conv[1] if len(conv) > 1 else None
     bias = conv[2] if len(conv) > 2 else None
-    return call(fname, conv[0], *(a for a in (weight, bias) if a is not None),
-                eps=eps, has_weight=weight is not None, has_bias=bias is not None)
+    # a normalized shape written as a number without a weight (nn.LayerNorm(24, elementwise_affine=False)):
+    # the module normalizes that size only, so the runner keeps it (size_rules), as a weight's shape would
+    size = int(number(shape.elts[0])) if isinstance(shape, (ast.Tuple, ast.List)) and shape.elts \
+        and is_int_literal(shape.elts[0]) and weight is None else None
+    return call(fname, conv[0], *(a for a in (weight, bias) if a is not None), eps=eps, has_weight=weight is not None,
+                has_bias=bias is not None, **({"size": size} if size else {}))
+
+
+def size_rules(node: Node, cases: list[dict[str, list[int]]]) -> tuple[set[int], int]:
+    """The size a normalized shape written as a number names stays that size in every case."""
+    return ({node.attr("size")} if node.attr("size") else set()), 1
 
 
 def _normalized_dims(shape: ast.expr | None) -> int:
@@ -127,7 +136,8 @@ def _print(node: Node, text) -> str:
     args = [text(a) for a in node.args]
     if node.attr("has_bias") and not node.attr("has_weight"):
         args.insert(1, "None")            # keep the bias in the bias slot
-    return f"{node.op}({', '.join(args)}, eps={node.attr('eps')!r})"
+    size = f", normalized_shape=({node.attr('size')},)" if node.attr("size") else ""
+    return f"{node.op}({', '.join(args)}{size}, eps={node.attr('eps')!r})"
 
 
 def check(node: Node) -> None:
