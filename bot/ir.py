@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import functools
 
-from bot.ops import (argreduce, attention, chain, channel_norm, conv, fill, fused, gather, layout, loss, matmul,
+from bot.ops import (argreduce, attention, chain, channel_norm, conv, fill, fused, layout, loss, matmul,
                      norm, pointwise, reduce, registry, scan, softmax, view)
 from bot.ops.node import (ALL, CONSTANTS, Call, IRError, Node, broadcast_shapes, call, const, inp, input_names,
                           is_float_call, is_int_literal, number, to_text)
@@ -335,9 +335,7 @@ def index_inputs(node: Node) -> dict[str, dict]:
         steps = {s.name: s.node for s in stages(node)}
         found = {k: v for s in stages(node) for k, v in index_inputs(s.node).items()}
         return {_viewed(k, steps): {**v, "index_of": _source(v["index_of"], steps)} for k, v in found.items()}
-    if node.op in LOSSES:
-        return loss.index_inputs(node)
-    return gather.index_inputs(node) if node.op in gather.OPS else {}
+    return registry.index_inputs(node)
 
 
 def no_grad_inputs(node: Node) -> set[str]:

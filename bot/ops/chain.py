@@ -205,7 +205,7 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
         anchor = matmul.matmul_node(stage.node) or conv.conv_node(stage.node)
         operands = [a.name for a in anchor.args] if anchor else []
         weight = [n for n in operands if n in inputs]
-        indices = registry.index_operands(stage.node)
+        indices = registry.index_inputs(stage.node)
         for n in input_names(stage.node):
             if n in operands and n not in inputs:       # the tensor cores take the weight's dtype (else the inputs')
                 args.append(f"{n}.to({(weight or [first])[0]}.dtype)")

@@ -116,7 +116,7 @@ def nested_torch_ops(writer) -> dict[str, OpWriter]:
                 body = name
             args = [node.args[0], *(arg if arg.op == "input" else inp(writer.fresh()) for arg in node.args[1:])]
             named = dataclasses.replace(node, args=tuple(args))
-            indices = index_operands(named)
+            indices = index_inputs(named)
             for arg, new, text in zip(node.args[1:], args[1:], a[1:]):
                 if arg.op != "input":      # a computed operand (targets counted by torch.arange): a temporary
                     writer.lines.append(f"{new.name} = {text}" + ".to(torch.int64)" * (new.name in indices))
@@ -127,11 +127,11 @@ def nested_torch_ops(writer) -> dict[str, OpWriter]:
     return {op: written_by(f) for f in ROOT_FAMILIES for op in f.OPS if op not in writer.ops}
 
 
-def index_operands(node: Node) -> set[str]:
-    """The operands an op reads as indices (a gather's; a class loss's targets)."""
+def index_inputs(node: Node) -> dict[str, dict]:
+    """The operands an op reads as indices (a gather's; a class loss's targets), each with its spec fields."""
     if node.op in loss.OPS:
-        return set(loss.index_inputs(node))
-    return set(gather.index_inputs(node)) if node.op in gather.OPS else set()
+        return loss.index_inputs(node)
+    return gather.index_inputs(node) if node.op in gather.OPS else {}
 
 
 def kernel_source(spec: dict, node: Node, options: dict) -> str:

@@ -198,7 +198,7 @@ def _expand_size(e: ast.expr, c: Call) -> int | tuple:
     written, k.shape[2] (repeat_kv's k[:, :, None].expand(b, h, n_rep, t, d)), which each case
     resolves: a dim of 1 grows to it, any other must be it."""
     size = _product(e, c)
-    if size is None or (isinstance(size, tuple) and (size[0] != 1 or len(size) != 2)) or size == 0:
+    if size is None or (isinstance(size, tuple) and (size[0] != 1 or len(size) != 2)):
         raise IRError("expand is read with its sizes as whole numbers (-1 keeping a dim) or an input's sizes: "
                       "x.expand(-1, 40), x.expand(y.shape[0], -1), or x.expand_as(y)")
     return size

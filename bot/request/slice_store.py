@@ -97,19 +97,20 @@ def _sliced(base: ast.expr, d: int, start: int | None, stop: int | None) -> ast.
 
 def _unsqueezed(value: ast.expr, d: int) -> ast.expr:
     """A value stored at one index of dim d (y[:, 0] = v): v with that dim back, of size 1."""
-    if _is_number(value):
+    if is_number(value):
         return value
     return ast.Call(ast.Attribute(value, "unsqueeze", ast.Load()), [ast.Constant(d)], [])
 
 
 def _filled(region: ast.expr, value: ast.expr) -> ast.expr:
     """The value in the region's shape, as torch broadcasts what a slice store writes."""
-    if _is_number(value):
+    if is_number(value):
         return ast.Call(ast.Attribute(_TORCH, "full_like", ast.Load()), [region, value], [])
     return ast.Call(ast.Attribute(value, "expand_as", ast.Load()), [region], [])
 
 
-def _is_number(e: ast.expr) -> bool:
-    return (isinstance(e, ast.Constant) and type(e.value) in (int, float)) or \
+def is_number(e: ast.expr) -> bool:
+    """A value written as a number (2, -1.5, float('-inf')), not a tensor."""
+    return (isinstance(e, ast.Constant) and isinstance(e.value, (int, float))) or \
         (isinstance(e, ast.UnaryOp) and isinstance(e.operand, ast.Constant)) or \
         (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "float")

@@ -15,7 +15,7 @@ from bot import ir
 from bot.generators.interface import GenerationError
 from bot.ops import registry
 from bot.request.pasted_constants import MASK_CALLS, folded
-from bot.request.slice_store import slice_store
+from bot.request.slice_store import is_number, slice_store
 
 
 # Syntax nodes the inlined expression may reach: a local read many times (a residual's input, the
@@ -510,10 +510,8 @@ def _masked_store(stmt: ast.stmt, tensors: set[str]) -> bool:
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript)):
         return False
     target = stmt.targets[0]
-    number = isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, (int, float)) or \
-        (isinstance(stmt.value, ast.UnaryOp) and isinstance(stmt.value.operand, ast.Constant)) or \
-        (isinstance(stmt.value, ast.Call) and ast.unparse(stmt.value.func) == "float")
-    return isinstance(target.value, ast.Name) and target.value.id in tensors and _is_boolean(target.slice) and number
+    return isinstance(target.value, ast.Name) and target.value.id in tensors and _is_boolean(target.slice) \
+        and is_number(stmt.value)
 
 
 def _in_place(stmt: ast.stmt, fn: str, params: set[str], tensors: set[str], shares: dict[str, str],
