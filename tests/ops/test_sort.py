@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from generated import error, expr, load, make_spec
-from lowering import CUBE, MATRIX, ties, upcast
+from lowering import CUBE, MATRIX, configs_for, ties, upcast
 
 from bot import ir, lower_torch
 from bot.codegen.sort_kernel import MAX_TILE
@@ -41,7 +41,7 @@ def check(tmp_path, spec: dict, configs=(None,), draw=None) -> None:
         for v, variant in enumerate(protocol.dtype_variants(spec)):
             inputs = draw(spec, case, variant) if draw else runner_inputs.make_inputs(spec, case, variant, 0, "cpu")
             want = parts(reference(*upcast(inputs)))
-            for config in configs:
+            for config in configs_for(configs, v == 0):
                 # a chain's entry takes no config: each stage keeps its default
                 got = parts(kernel(*inputs) if config is None else kernel(*inputs, config=config))
                 label = f"{spec['expression']} {case.label} {protocol.variant_label(variant)} config={config}"
