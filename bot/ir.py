@@ -186,6 +186,8 @@ def _convert_call(n: ast.Call) -> Node:
     if not args and "input" in kw:      # torch.softmax(input=x, dim=-1): torch's first tensor, by its name
         args = [kw.pop("input")]
     _check_keywords(fname, n, kw)
+    if fname == chain.OUTPUTS:
+        return _several(args)
     family = registry.owner(fname)
     node = family and family.convert(Call(fname, written if isinstance(n.func, ast.Name) else "", args, kw, _convert))
     if node is None and fname == "size" and isinstance(n.func, ast.Attribute):
@@ -193,6 +195,13 @@ def _convert_call(n: ast.Call) -> Node:
     if node is None:
         raise IRError(f"unsupported function {fname!r}. Supported: {SUPPORTED_TEXT}")
     return node
+
+
+def _several(args: list[ast.expr]) -> Node:
+    """outputs(a, b, ...): a function's several results, at the root only (ir.check)."""
+    if len(args) < 2:
+        raise IRError("outputs(...) takes two or more results, e.g. outputs(x * 2.0, x + y)")
+    return call(chain.OUTPUTS, *(_convert(a) for a in args))
 
 
 def _check_keywords(fname: str, n: ast.Call, kw: dict) -> None:
@@ -226,8 +235,21 @@ def check(node: Node) -> None:
     outermost but for views: PyTorch's math around it would change the output's dtype."""
     if not input_names(node):           # constants alone (torch.ones(4) * 2): nothing for a kernel to read
         raise IRError("the expression has no inputs; name at least one tensor, e.g. relu(x)")
-    if _views_only(node):
-        raise IRError(f"{to_text(node)} only views its input: there is no computation to write a kernel for")
+    results = node.args if node.op == chain.OUTPUTS else (node,)
+    for result in results:
+        _check_result(result)
+    if all(_views_only(r) or (r.op == "input" and node.op == chain.OUTPUTS) for r in results):
+        what = "returns its inputs or views of them" if len(results) > 1 else "only views its input"
+        raise IRError(f"{to_text(node)} {what}: there is no computation to write a kernel for")
+
+
+def _check_result(node: Node) -> None:
+    """One result's rules: no number alone, outputs(...) only at the root, an op with a dtype of its own
+    outermost."""
+    if node.op == "const" or not input_names(node):
+        raise IRError(f"a result is {to_text(node)}, which reads no input: return tensors the inputs give")
+    if nested := next((sub for sub in node.walk() if sub.op == chain.OUTPUTS), None):
+        raise IRError(f"{to_text(nested)}: several results are the function's return value, not an operand")
     top = node
     while top.op in view.OPS:
         top = top.args[0]
@@ -411,7 +433,10 @@ def domains(node: Node) -> dict[str, str]:
 
 
 def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
-    """Output shape of the expression for one case's input shapes."""
+    """Output shape of the expression for one case's input shapes (the first result's, of several:
+    output_shapes gives each)."""
+    if node.op == chain.OUTPUTS:
+        return output_shapes(node, shapes)[0]
     missing = [n for n in input_names(node) if n not in shapes]
     if missing:
         raise IRError(f"no shape given for input(s) {', '.join(missing)}")
@@ -419,6 +444,11 @@ def output_shape(node: Node, shapes: dict[str, list[int]]) -> list[int]:
         steps = list(stages(node))
         return output_shape(steps[-1].node, chain.stage_shapes(steps, shapes, output_shape))
     return registry.family(node).output_shape(node, shapes)
+
+
+def output_shapes(node: Node, shapes: dict[str, list[int]]) -> list[list[int]]:
+    """Each result's shape for one case: one, or those of outputs(...)."""
+    return [output_shape(r, shapes) for r in (node.args if node.op == chain.OUTPUTS else (node,))]
 
 
 def settled(node: Node, shapes: dict[str, list[int]]) -> Node:

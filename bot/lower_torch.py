@@ -5,8 +5,8 @@ from __future__ import annotations
 from bot.codegen.code import body_text, doc_text
 from bot.codegen.expr import ExprWriter
 from bot.codegen.names import allocate
-from bot.ops import pointwise, registry, view
-from bot.ops.node import Node, inp
+from bot.ops import chain, pointwise, registry, view
+from bot.ops.node import Node, inp, substitute
 from runner import protocol
 
 
@@ -25,6 +25,8 @@ def torch_lines(spec: dict, node: Node, names: dict[str, str], round_with: str |
     """(statements, result expression) computing the whole operator with torch over the local
     names. With round_with, every pointwise step feeding the result (the body of a row op
     included) is passed through that function; the result itself is not."""
+    if node.op == chain.OUTPUTS:
+        return _results_lines(spec, node, names, round_with)
     anchor = names[protocol.float_inputs(spec)[0]["name"]]
     root = registry.root_family(node.op)
     if root and node.op in getattr(root, "TORCH_OPS", {}):      # written like any op, over its operands' texts
@@ -42,6 +44,25 @@ def torch_lines(spec: dict, node: Node, names: dict[str, str], round_with: str |
     if _mixed_dtypes(spec):
         result = f"({result}).to({anchor}.dtype)"   # the output takes the first input's dtype
     return lines, result
+
+
+def _results_lines(spec: dict, node: Node, names: dict[str, str], round_with: str | None) -> tuple[list[str], str]:
+    """outputs(a, b, ...): each result computed into a local of its own (the next one's temporaries
+    may reuse names the last one's expression read), one inside another first and read there, as the
+    kernel's stages do; returned as a tuple in order."""
+    lines, done, names = [], {}, dict(names)
+    for result in chain.computing_order(node):
+        tree = result
+        for earlier, local in done.items():
+            tree = tree if earlier.op == "input" else substitute(tree, earlier, inp(local))
+        more, text = torch_lines(spec, tree, names, round_with)
+        if round_with and any(o != result and result in set(o.walk()) for o in node.args):
+            text = f"{round_with}({text})"      # read by a later result, as the dtype holds it
+        local = next(f"result{k}" for k in range(len(names) + 1) if f"result{k}" not in names.values())
+        lines += [*more, f"{local} = {text}"]
+        names[local] = local
+        done[result] = local
+    return lines, f"({', '.join(done[r] for r in node.args)})"
 
 
 def _operands_bound(node: Node, names: dict[str, str], anchor: str, lines: list[str]) -> tuple[Node, dict[str, str]]:

@@ -20,7 +20,7 @@ import math
 import re
 
 from bot import autodiff, ir, training
-from bot.ops import argreduce, attention, conv, pointwise, sort
+from bot.ops import argreduce, attention, chain, conv, pointwise, sort
 from runner import protocol
 
 MAX_RANK = 5                     # a 3-d convolution's or pooling's [N, C, D, H, W]
@@ -121,6 +121,9 @@ def _check_training(spec: dict, node: ir.Node) -> None:
     if spec.get("reference_class"):
         raise SpecError("training kernels are generated from an expression; a pasted module's backward is not read yet: "
                         "write its forward as an expression, e.g. 'rmsnorm(x, w, eps=1e-6) for training'")
+    if node.op == chain.OUTPUTS:
+        raise SpecError(f"a training kernel has one output; {spec['expression']} returns {len(node.args)}: ask for each "
+                        "result's training kernel on its own, or for the forward alone (without training)")
     try:
         training.gradient_expressions(spec, node)
     except (autodiff.NoGradient, ir.IRError) as e:
@@ -427,14 +430,23 @@ def parse_expression(spec: dict) -> ir.Node:
 
 
 def _outputs(spec: dict, node: ir.Node) -> list[dict]:
-    shapes = []
+    """The outputs' names, dtypes and shapes: one, (values, indices), or out0, out1, ... of outputs(...)."""
+    per_case = []
     for case in protocol.cases(spec):
         try:
-            shapes.append(ir.output_shape(node, case.shapes))
+            per_case.append(ir.output_shapes(node, case.shapes))
         except ir.IRError as e:
             raise SpecError(f"case {case.index + 1}: {e}") from None
-    dtypes = [ir.output_dtype(node, d) for d in protocol.float_inputs(spec)[0]["dtypes"]]
+    floats = protocol.float_inputs(spec)[0]["dtypes"]
+    if node.op == chain.OUTPUTS:
+        return [{"name": f"out{k}", "dtypes": [ir.output_dtype(r, d) for d in floats],
+                 "shapes": [shapes[k] for shapes in per_case]} for k, r in enumerate(node.args)]
+    shapes, dtypes = [s[0] for s in per_case], [ir.output_dtype(node, d) for d in floats]
     return argreduce.outputs(node, dtypes, shapes) or sort.outputs(node, dtypes, shapes) or [{"name": "out", "dtypes": dtypes, "shapes": shapes}]
+
+
+def _shapes_text(cases: list[protocol.Case], shapes: list[list[int]]) -> str:
+    return ", ".join(f"{c.label} -> {'x'.join(map(str, s)) or 'one value'}" for c, s in zip(cases, shapes))
 
 
 def _check_sizes(spec: dict) -> None:
@@ -458,11 +470,13 @@ def summary(spec: dict) -> dict[str, str]:
         "expression": spec.get("expression") or spec.get("formula", ""),
         "inputs": ", ".join(f"{i['name']} ({i['domain']})" for i in spec["inputs"]),
         "cases": ", ".join(c.label for c in cases),
-        "output": ", ".join(f"{c.label} -> {'x'.join(map(str, s)) or 'one value'}" for c, s in zip(cases, out["shapes"])),
+        "output": _shapes_text(cases, out["shapes"]),
         "dtypes": ", ".join(protocol.variant_label(v) for v in variants),
         "backend": spec.get("backend") or "default",
     }
-    if len(spec["outputs"]) > 1:             # torch.max(x, dim): values and indices, each of that shape
+    if len({str(o["shapes"]) for o in spec["outputs"]}) > 1:       # several results of their own shapes
+        fields["output"] = "; ".join(f"{o['name']}: {_shapes_text(cases, o['shapes'])}" for o in spec["outputs"])
+    elif len(spec["outputs"]) > 1:             # torch.max(x, dim): values and indices, each of that shape
         fields["output"] = f"({', '.join(o['name'] for o in spec['outputs'])}), each " + fields["output"]
     if spec.get("params"):
         fields["params"] = ", ".join(f"{k}={v}" for k, v in spec["params"].items())

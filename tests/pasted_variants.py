@@ -643,6 +643,17 @@ CASES: list[tuple[str, list[str], str, list[str], str]] = [
      '[torch.randn(6, 40)]'),
     ('half_keeps_constant_dtype', [], 'x', ['return x + torch.ones(13, dtype=x.dtype) * torch.tensor(2.0)'],
      '[torch.randn(9, 13).half()]'),
+    # several results: a residual beside its norm, an LSTM cell's h and c, a norm with its statistics
+    ('add_rmsnorm_pair', ['self.w = nn.Parameter(torch.randn(96))'], 'x, res',
+     ['h = x + res', 'return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w, h'],
+     '[torch.randn(64, 96), torch.randn(64, 96)]'),
+    ('lstm_cell_pair', ['self.ih = nn.Linear(24, 64)', 'self.hh = nn.Linear(16, 64)'], 'x, h, c',
+     ['i, f, g, o = (self.ih(x) + self.hh(h)).chunk(4, 1)', 'c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)',
+      'return torch.sigmoid(o) * torch.tanh(c), c'], '[torch.randn(8, 24), torch.randn(8, 16), torch.randn(8, 16)]'),
+    ('layernorm_with_stats', [], 'x',
+     ['mu = x.mean(-1, keepdim=True)', 'var = x.var(-1, unbiased=False, keepdim=True)',
+      'return (x - mu) * torch.rsqrt(var + 1e-5), mu, var'], '[torch.randn(32, 80)]'),
+    ('softmax_and_lse', [], 'x', ['return torch.softmax(x, -1), torch.logsumexp(x, -1)'], '[torch.randn(32, 80)]'),
 ]
 
 

@@ -194,11 +194,12 @@ def test_a_module_returning_values_and_indices_is_one_kernel_with_both():
     assert [o["name"] for o in spec["outputs"]] == ["values", "indices"]
 
 
-def test_a_module_returning_two_other_tensors_is_refused():
+def test_a_module_returning_two_other_tensors_returns_each_as_its_own_output():
     code = SUM_MODULE.replace("return torch.sum(x, dim=self.dim)",
                               "values, indices = torch.max(x, dim=self.dim)\n            return values * 2, indices")
-    with pytest.raises(GenerationError, match="one output, or the values and indices of torch.max"):
-        parse_request(fenced(code))
+    spec, _ = parse_request(fenced(code))
+    assert spec["expression"] == "outputs(max(x, dim=1) * 2.0, argmax(x, dim=1))"
+    assert [(o["name"], o["dtypes"][0]) for o in spec["outputs"]] == [("out0", "float32"), ("out1", "int64")]
 
 
 def module(init: str, forward: str, inputs: str = "torch.rand(4, 8)", init_inputs: str | None = "[]") -> str:

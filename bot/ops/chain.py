@@ -8,6 +8,10 @@ root op first, then any), and the node reads their outputs as inputs. Stages bet
 float32 (as a kernel keeps its own intermediates), so the chain rounds once, at its output, like any
 kernel; a matmul or convolution stage reads them in its weight's dtype, for the tensor cores.
 
+A function returning several tensors is the op OUTPUTS over them: each output is a stage (one inside
+another, a residual returned beside its norm, computed once and read there), and the entry returns
+them in order.
+
 kernel.py holds every stage's file, each module-level name of a stage suffixed with its number so
 none meets another's, and an entry of the spec's name calling the stages in order. Stages keep their
 own default configs: a chain carries no config space of its own to sweep.
@@ -38,7 +42,8 @@ MAX_NUMEL = 2**31 - 1
 WORDS: list = []
 ENTRIES: tuple[Entry, ...] = ()
 TEMP = "stage{}"            # a stage's output as the next stage's input
-NO_KERNEL = view.OPS | fill.OPS     # stages the entry takes itself: a view, a constant's allocation
+OUTPUTS = "outputs"         # a function's several results, in order: the last stage, over earlier ones
+NO_KERNEL = view.OPS | fill.OPS | {OUTPUTS}     # stages the entry takes itself: a view, a constant's allocation
 _REDUCTIONS = reduce.OPS | fused.OPS
 
 
@@ -124,8 +129,20 @@ def plan(node: Node, check_single) -> list[Stage]:
                 return trial
             raise refused
 
-    last = walk(node)
-    return [*stages, Stage("", last)]
+    if node.op != OUTPUTS:
+        last = walk(node)           # before stages is read: walking adds to it
+        return [*stages, Stage("", last)]
+    done: dict[Node, Node] = {}
+    for out in computing_order(node):
+        inside = [d for d in done if d.op != "input" and d in set(out.walk())]
+        done[out] = staged(walk(_cut(out, inside, done.__getitem__)))
+    return [*stages, Stage("", Node(OUTPUTS, tuple(done[a] for a in node.args)))]
+
+
+def computing_order(node: Node) -> list[Node]:
+    """The results of outputs(...), each once, the smaller first: one inside another (a residual
+    returned beside its norm) is computed before it, and read there."""
+    return sorted(set(node.args), key=lambda a: len(list(a.walk())))
 
 
 def _inner_reduction(computed: list[Node]) -> Node | None:
@@ -214,19 +231,37 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
             else:
                 args.append(n)
         target = stage.name or "out"
+        if stage.node.op == OUTPUTS:
+            continue
         if stage.node.op in view.OPS:
             lines.append(f"    {target} = {view.torch_text(stage.node, *args)}")
         elif stage.node.op in fill.OPS:
             lines.append(f"    {target} = {fill.torch_text(stage.node, 'torch.float32', f'{first}.device')}")
         else:
             lines.append(f"    {target} = {spec['name']}_s{k}({', '.join(args)})")
-    if stages[-1].node.op in registry.TWO_OUTPUTS:     # (values, indices): the values in the inputs' dtype
+    if stages[-1].node.op == OUTPUTS:
+        steps = {s.name: s.node for s in stages}
+        returned = [_returned(a.name, steps, first) for a in stages[-1].node.args]
+        lines.append(f"    return {', '.join(returned)}      # the outputs, each float one in the inputs' dtype")
+    elif stages[-1].node.op in registry.TWO_OUTPUTS:     # (values, indices): the values in the inputs' dtype
         lines.append(f"    return out[0].to({first}.dtype), out[1]")
     elif registry.output_dtype(stages[-1].node):          # indices (argmax), bools (any) stay as they are
         lines.append("    return out")
     else:
         lines.append(f"    return out.to({first}.dtype)      # the chain's output in the inputs' dtype")
     return "\n".join(lines) + "\n"
+
+
+def _returned(name: str, steps: dict[str, Node], first: str) -> str:
+    """One of several results as the entry returns it: an input or a view of one copied (a custom op's
+    outputs may not alias its inputs), indices or bools an op gave as they are, a float stage (float32
+    between kernels) in the inputs' dtype."""
+    source = name
+    while source in steps and steps[source].op in view.OPS:
+        source = steps[source].args[0].name
+    if source not in steps:
+        return f"{name}.clone()"
+    return name if registry.output_dtype(steps[source]) else f"{name}.to({first}.dtype)"
 
 
 def part(source: str, suffix: str, keep: str) -> tuple[list[str], str]:

@@ -8,13 +8,15 @@ import functools
 from typing import Iterator
 
 from bot import ir
-from bot.ops import fused, pointwise
+from bot.ops import chain, fused, pointwise
 from bot.ops import matmul as mmf
 from bot.request.messages import node_text
 
 
 def default_name(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
     """The spec's name where none is given: the first ops of the tree ('gelu_add'), a reduction's dim."""
+    if node.op == chain.OUTPUTS:        # each result's name, then how many: 'rmsnorm_add_2_outputs'
+        return "_".join(default_name(r, shapes) for r in node.args[:2] if r.op != "input") + f"_{len(node.args)}_outputs"
     k = ir.kind(node)
     if k == "matmul":
         return mmf.matmul_name(node, batched=_batched(node, shapes))
@@ -93,6 +95,9 @@ def _batched(node: ir.Node, shapes: dict[str, list[list[int]]]) -> bool:
 
 def describe(node: ir.Node, shapes: dict[str, list[list[int]]]) -> str:
     """A one-line description of the operator, for the spec."""
+    if node.op == chain.OUTPUTS:
+        return f"{len(node.args)} outputs: " + "; ".join(f"({k}) {describe(r, shapes) if r.op != 'input' else r.name}"
+                                                         for k, r in enumerate(node.args))
     k = ir.kind(node)
     if k == "pointwise":
         return f"elementwise {node_text(node)}"

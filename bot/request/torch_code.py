@@ -13,7 +13,7 @@ import re
 
 from bot import ir
 from bot.generators.interface import GenerationError
-from bot.ops import registry
+from bot.ops import chain, registry
 from bot.request.pasted_constants import MASK_CALLS, folded
 from bot.request.slice_store import is_number, slice_store
 
@@ -398,12 +398,14 @@ def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
         if docstring or isinstance(stmt, (ast.Pass, ast.Assert)):
             continue
         if isinstance(stmt, ast.Return) and isinstance(stmt.value, ast.Tuple):
-            pair = _values_and_indices([inline.visit(e) for e in stmt.value.elts])
-            if pair is None:
-                raise GenerationError(f"{fn.name} returns {len(stmt.value.elts)} tensors, {ast.unparse(stmt.value)!r}: "
-                                      "a kernel here has one output, or the values and indices of torch.max(x, "
-                                      "dim), torch.min, torch.sort, torch.topk, torch.kthvalue or torch.median; return one of them")
-            return pair
+            parts = [inline.visit(e) for e in stmt.value.elts]
+            pair = _values_and_indices(parts)
+            if pair is not None:
+                return pair
+            if len(parts) < 2:
+                raise GenerationError(f"{fn.name} returns a tuple of {len(parts)} tensors, {ast.unparse(stmt.value)!r}: "
+                                      "a kernel returns a tensor, or a tuple of two or more; return the tensor itself")
+            return ast.Call(ast.Name(chain.OUTPUTS, ast.Load()), [whole_max(p, torch_only=False) for p in parts], [])
         if isinstance(stmt, ast.Return) and stmt.value is not None:
             return whole_max(inline.visit(stmt.value), torch_only=False)
         if _appended(stmt, inline):

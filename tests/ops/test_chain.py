@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from generated import load
 
 from bot import ir, lower_torch
+from bot.ops import chain
 from bot.spec import parse_expression, validate
 from runner import harness, integrity
 
@@ -133,3 +134,68 @@ def test_the_chain_spec_says_its_stages_and_its_longest_sum():
     # the conv sums 4 x 9 products; the group norm 4 channels x 7 x 7 positions, counted as all 8 channels
     assert spec["chain"] == 3 and spec["reduce"] == {"lengths": [8 * 7 * 7]} and spec["matmul"]
     assert {4, 8, 3} <= set(spec["fixed_sizes"])
+
+
+# ---------------------------------------------------------------- several results: outputs(...)
+
+# (expression, shapes, kernels, torch's results over float64 tensors t)
+SEVERAL = [
+    # a residual returned beside its norm: the sum is one kernel, the norm reads it
+    ("outputs((x + r) * rsqrt(mean((x + r) * (x + r), dim=-1, keepdim=True) + 1e-06) * w, x + r)",
+     {"x": [5, 33], "r": [5, 33], "w": [33]}, 2,
+     lambda t: ((t["x"] + t["r"]) * torch.rsqrt((t["x"] + t["r"]).pow(2).mean(-1, keepdim=True) + 1e-6) * t["w"],
+                t["x"] + t["r"])),
+    # indices kept int64, a view of an input copied, a reduction beside its operand
+    ("outputs(softmax(x * 2.0), argmax(softmax(x * 2.0), dim=-1), x.flatten(), relu(y) + sum(x, dim=-1, keepdim=True))",
+     {"x": [6, 17], "y": [6, 1]}, 4,
+     lambda t: (torch.softmax(t["x"] * 2, -1), torch.softmax(t["x"] * 2, -1).argmax(-1), t["x"].flatten(),
+                torch.relu(t["y"]) + t["x"].sum(-1, keepdim=True))),
+]
+
+
+@pytest.mark.parametrize("expression, shapes, kernels, torch_fn", SEVERAL, ids=[c[0][:40] for c in SEVERAL])
+def test_several_results_are_each_a_stage_and_each_match_torch(tmp_path, expression, shapes, kernels, torch_fn):
+    spec = raw_spec(expression, shapes)
+    node = parse_expression(spec)
+    assert [o["name"] for o in spec["outputs"]] == [f"out{k}" for k in range(len(node.args))]
+    assert sum(s.node.op not in chain.NO_KERNEL for s in ir.stages(node)) == kernels
+    source = ir.kernel_source(spec, node, {})
+    assert integrity.check_kernel(source, "chain_op") == []
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "chain_op")
+    kernel = getattr(load(tmp_path, "kernel.py", source), "chain_op")
+    gen = torch.Generator().manual_seed(0)
+    tensors = {n: torch.randn(s, generator=gen) for n, s in shapes.items()}
+    for want, exact in zip(reference(*[t.double() for t in tensors.values()]), torch_fn({n: t.double() for n, t in
+                                                                                          tensors.items()})):
+        torch.testing.assert_close(want, exact, rtol=1e-10, atol=1e-10)
+    for dtype in ("float32", "float16"):
+        args = [t.to(getattr(torch, dtype)) for t in tensors.values()]
+        got, wants = kernel(*args), reference(*[a.double() for a in args])
+        assert isinstance(got, tuple) and len(got) == len(wants) == len(spec["outputs"])
+        for k, (g, w, out) in enumerate(zip(got, wants, spec["outputs"])):
+            assert list(g.shape) == out["shapes"][0] and str(g.dtype) == f"torch.{out['dtypes'][-1 if dtype == 'float16' else 0]}"
+            assert all(g.data_ptr() != a.data_ptr() for a in args), f"output {k} is an input's memory"
+            if not g.is_floating_point():
+                assert torch.equal(g, w), f"{dtype} output {k}"
+                continue
+            check = harness.compare(g, w, args[0].dtype, 33, matmul=False, scaled=True)
+            assert not check.problem, f"{dtype} output {k}: {check.problem}"
+
+
+def test_the_reference_computes_a_result_inside_another_once():
+    spec = raw_spec(SEVERAL[0][0], SEVERAL[0][1])
+    text = lower_torch.reference_source(spec, parse_expression(spec))
+    body = text.split('dtype."""')[-1]
+    assert body.count("x + r") == 1 and "result0 = x + r" in body and "return (result1, result0)" in body
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("relu(outputs(x * 2.0, y))", "several results are the function's return value, not an operand"),
+    ("outputs(x * 2.0, 3.0)", "a result is 3.0, which reads no input"),
+    ("outputs(x, y[:, 1:])", "returns its inputs or views of them"),
+    ("outputs(x * 2.0)", "outputs\\(...\\) takes two or more results"),
+    ("outputs(argmax(x, dim=1) * 2.0, x)", "must be the outermost operation"),
+])
+def test_several_results_are_refused_naming_why(expression, message):
+    with pytest.raises(ir.IRError, match=message):
+        ir.parse(expression)
