@@ -77,17 +77,26 @@ def raw_spec(expression: str, shapes: dict, dtypes=("float32", "float16")) -> di
                      "inputs": [{"name": n, "dtypes": list(dtypes), "shapes": [s]} for n, s in shapes.items()]})
 
 
+def generated(tmp_path, spec: dict, node: ir.Node):
+    """(reference, kernel) functions of the spec's files, the kernel's past the integrity check."""
+    source = ir.kernel_source(spec, node, {})
+    assert integrity.check_kernel(source, "chain_op") == []
+    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "chain_op")
+    return reference, getattr(load(tmp_path, "kernel.py", source), "chain_op")
+
+
+def random_inputs(shapes: dict) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    return {n: torch.randn(s, generator=gen) for n, s in shapes.items()}
+
+
 @pytest.mark.parametrize("expression, shapes, stages, torch_fn", CASES, ids=[c[0][:50] for c in CASES])
 def test_every_chain_matches_torch_in_its_fewest_stages(tmp_path, expression, shapes, stages, torch_fn):
     spec = raw_spec(expression, shapes)
     node = parse_expression(spec)
     assert ir.kind(node) == "chain" and len(ir.stages(node)) == stages and spec["chain"] == stages
-    source = ir.kernel_source(spec, node, {})
-    assert integrity.check_kernel(source, "chain_op") == []
-    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "chain_op")
-    kernel = getattr(load(tmp_path, "kernel.py", source), "chain_op")
-    gen = torch.Generator().manual_seed(0)
-    tensors = {n: torch.randn(s, generator=gen) for n, s in shapes.items()}
+    reference, kernel = generated(tmp_path, spec, node)
+    tensors = random_inputs(shapes)
     wide = {n: t.double() for n, t in tensors.items()}
     torch.testing.assert_close(reference(*wide.values()), torch_fn(wide), rtol=1e-10, atol=1e-10)
     for dtype in ("float32", "float16"):
@@ -159,12 +168,8 @@ def test_several_results_are_each_a_stage_and_each_match_torch(tmp_path, express
     node = parse_expression(spec)
     assert [o["name"] for o in spec["outputs"]] == [f"out{k}" for k in range(len(node.args))]
     assert sum(s.node.op not in chain.NO_KERNEL for s in ir.stages(node)) == kernels
-    source = ir.kernel_source(spec, node, {})
-    assert integrity.check_kernel(source, "chain_op") == []
-    reference = getattr(load(tmp_path, "reference.py", lower_torch.reference_source(spec, node)), "chain_op")
-    kernel = getattr(load(tmp_path, "kernel.py", source), "chain_op")
-    gen = torch.Generator().manual_seed(0)
-    tensors = {n: torch.randn(s, generator=gen) for n, s in shapes.items()}
+    reference, kernel = generated(tmp_path, spec, node)
+    tensors = random_inputs(shapes)
     for want, exact in zip(reference(*[t.double() for t in tensors.values()]), torch_fn({n: t.double() for n, t in
                                                                                           tensors.items()})):
         torch.testing.assert_close(want, exact, rtol=1e-10, atol=1e-10)
