@@ -26,6 +26,7 @@ from runner import protocol
 MAX_RANK = 5                     # a 3-d convolution's or pooling's [N, C, D, H, W]
 MAX_NUMEL = 2**31 - 1            # per tensor, where the family's kernels index with int32 (most do)
 MAX_CASE_BYTES = 32 * 2**30      # inputs plus output of one case
+MAX_TENSORS = 100               # inputs plus outputs: one call's tensors cross the judge's channel at once
 
 
 class SpecError(ValueError):
@@ -450,6 +451,10 @@ def _shapes_text(cases: list[protocol.Case], shapes: list[list[int]]) -> str:
 
 
 def _check_sizes(spec: dict) -> None:
+    tensors = len(spec["inputs"]) + len(spec.get("outputs", []))
+    if tensors > MAX_TENSORS:
+        raise SpecError(f"{len(spec['inputs'])} inputs and {len(spec.get('outputs', []))} outputs: at most "
+                        f"{MAX_TENSORS} tensors in all; split the operator into smaller ones")
     for case in protocol.cases(spec):
         for variant in protocol.dtype_variants(spec):
             total = sum(math.prod(s) * protocol.ITEMSIZE[variant[n]] for n, s in case.shapes.items())

@@ -19,7 +19,7 @@ import struct
 import torch
 
 MAX_MESSAGE = 1 << 20        # JSON bytes per message: sources, configs and errors fit with room
-MAX_FDS = 16
+MAX_FDS = 253               # fds per message: Linux's own bound (SCM_MAX_FD); spec.MAX_TENSORS keeps a call under it
 _HEADER = struct.Struct("!I")
 
 DTYPES = {str(d).removeprefix("torch."): d for d in (
@@ -43,6 +43,8 @@ def send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
     if len(body) > MAX_MESSAGE:
         raise ChannelError(f"message of {len(body)} bytes is over the {MAX_MESSAGE} byte limit")
     data = _HEADER.pack(len(body)) + body
+    if len(fds) > MAX_FDS:
+        raise ChannelError(f"{len(fds)} tensors in one message; the channel carries at most {MAX_FDS}")
     try:
         socket.send_fds(sock, [data[:1]], list(fds)) if fds else sock.sendall(data[:1])
         sock.sendall(data[1:])
@@ -54,7 +56,10 @@ def recv(sock: socket.socket, timeout: float | None = None) -> tuple[dict, list[
     """The next message and the fds that came with it; ChannelError on EOF, timeout or bad data."""
     sock.settimeout(timeout)
     try:
-        first, fds, _, _ = socket.recv_fds(sock, 1, MAX_FDS)
+        first, fds, flags, _ = socket.recv_fds(sock, 1, MAX_FDS)
+        if flags & socket.MSG_CTRUNC:      # more fds than MAX_FDS: the kernel dropped the rest
+            close(fds)
+            raise ChannelError(f"a message came with more than {MAX_FDS} tensors")
         if not first:
             raise ChannelError("the other side closed the channel")
         header = first + _exactly(sock, _HEADER.size - 1)
