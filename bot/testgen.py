@@ -232,7 +232,7 @@ CPU_MAX_ELEMENTS = {protocol.CPU_MAX_ELEMENTS!r}
         return [
             f'    out = SPEC["outputs"][{k}]',
             '    dtype = out["dtypes"][variant]',
-            '    shape = case_shapes(case)[1] or list(want.shape)',
+            f'    shape = case_shapes(case, {k})[1] or list(want.shape)',
             '    assert list(got.shape) == shape, \\',
             f'        f"{who} output shape {{list(got.shape)}}, spec says {{shape}}"',
             f'    assert got.dtype == getattr(torch, dtype), f"{who} output dtype {{got.dtype}}, spec says {{dtype}}"',
@@ -431,13 +431,13 @@ def body({", ".join(self.names[n] for n in self.order)}):
 
 _COMMON = '''
 
-def case_shapes(case):
-    """Each input's shape and the output's in this case; on the CPU (Triton's interpreter) shrunk
+def case_shapes(case, k=0):
+    """Each input's shape and output k's in this case; on the CPU (Triton's interpreter) shrunk
     exactly as the runner's harness shrinks them, so a 8192x8192 case fits in memory there. A
     shrunk case's output shape is None (an op may compute its sizes, as a convolution or a pooling
     does): the reference's own output shape stands for it."""
     shapes = {i["name"]: i["shapes"][case] for i in SPEC["inputs"]}
-    out = SPEC["outputs"][0]["shapes"][case]
+    out = SPEC["outputs"][k]["shapes"][case]
     if DEVICE != "cpu":
         return shapes, out
     sizes = shrunk_sizes(list(shapes.values()), CPU_MAX_ELEMENTS, SPEC.get("fixed_sizes", ()), SPEC.get("least_size", 1))

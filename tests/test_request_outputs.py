@@ -71,3 +71,47 @@ def test_a_tuple_of_one_tensor_is_refused_naming_the_fix():
 def test_several_results_for_training_are_refused_naming_the_way():
     with pytest.raises(GenerationError, match="a training kernel has one output; .* returns 2"):
         parse_request("outputs(x * 2.0, relu(x + y)) for fp16 64x128, forward and backward for training")
+
+
+CELLS = '''
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRUCell(6, 10)
+        self.lstm = nn.LSTMCell(10, 7)
+        self.rnn = nn.RNNCell(7, 5, nonlinearity='relu')
+    def forward(self, x, h, h2, c2):
+        h = self.gru(x, h)
+        h2, c2 = self.lstm(h, (h2, c2))
+        return self.rnn(h2), c2
+def get_inputs():
+    return [torch.randn(4, 6), torch.randn(4, 10), torch.randn(4, 7), torch.randn(4, 7)]
+def get_init_inputs():
+    return []
+'''
+
+
+def test_recurrent_cells_chained_pass_the_judge_with_their_weights_bound():
+    spec, _, result = judged(pasted(CELLS))
+    params = {i["name"]: i["parameter"] for i in spec["inputs"] if i.get("parameter")}
+    assert params["gru_weight_hh"] == "gru.weight_hh" and params["lstm_bias_ih"] == "lstm.bias_ih"
+    assert "rnn_weight_hh" not in params            # no hx: its product is zero, its bias stays
+    assert [o["shapes"][0] for o in spec["outputs"]] == [[4, 5], [4, 7]]
+    assert result["status"] == "pass", result["summary"]
+
+
+def test_a_cell_without_state_or_bias_reads_only_its_input_weights():
+    code = CELLS.replace("nn.GRUCell(6, 10)", "nn.GRUCell(6, 10, bias=False)").replace("self.gru(x, h)", "self.gru(x) + h")
+    spec, _ = parse_request(pasted(code))
+    assert not [i for i in spec["inputs"] if i["name"].startswith("gru_") and i["name"] != "gru_weight_ih"]
+
+
+@pytest.mark.parametrize("layer, says", [
+    ("nn.LSTM(6, 10)", "a recurrent layer over a whole sequence \\(its cell, nn.LSTMCell"),
+    ("nn.LSTMCell(6, 10)", "nn.LSTMCell's hx is read as the pair \\(h, c\\) written out"),
+])
+def test_what_the_cells_reader_refuses_is_named(layer, says):
+    code = CELLS.replace("nn.GRUCell(6, 10)", layer).replace("self.gru(x, h)", "self.gru(x, h)[0]")
+    with pytest.raises(GenerationError, match=says):
+        parse_request(pasted(code))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from bot.generators.interface import GenerationError
+from bot.request import pasted_cells
 from bot.request.pasted_constants import literal
 
 
@@ -109,7 +110,7 @@ _OTHER = {"Bilinear": "a bilinear layer", "MultiheadAttention": "attention",
           "RReLU": "random in training mode, as a pasted module runs (F.rrelu(x) is not: training=False)"}
 _FAMILIES = [(r"Conv", "a convolution"), (r"ConvTranspose", "a transposed convolution"), (r"BatchNorm", "batch norm"),
              (r"InstanceNorm", "instance norm"), (r"GroupNorm", "group norm"), (r"Pool", "pooling"),
-             (r"LSTM|GRU|RNN", "a recurrent layer"), (r"Loss$", "a loss"), (r"Transformer", "a transformer block")]
+             (r"LSTM|GRU|RNN", "a recurrent layer over a whole sequence (its cell, nn.LSTMCell, nn.GRUCell or nn.RNNCell, is read)"), (r"Loss$", "a loss"), (r"Transformer", "a transformer block")]
 
 
 def functional(sub: Sub, attr: str, args: list[ast.expr], keywords: list[ast.keyword], line: int,
@@ -377,6 +378,13 @@ def _multihead_attention(sub: Sub, attr: str, args: list[ast.expr], keywords: li
     return ast.parse(text, mode="eval").body, [p for p in (weight, bias, out_w, out_b) if p]
 
 
+def _recurrent_cell(sub: Sub, attr: str, args: list[ast.expr], keywords: list, line: int,
+                    name_of: Callable[[str], str]):
+    """nn.RNNCell, nn.GRUCell, nn.LSTMCell(input_size, hidden_size, bias=True): bot.request.pasted_cells."""
+    o = _options(sub, ("input_size", "hidden_size", "bias", "nonlinearity"), {"bias": True})
+    return pasted_cells.cell(sub.cls, o, args, keywords, line, lambda leaf, shape: _param(attr, leaf, shape, name_of))
+
+
 def _is_none(e: ast.expr) -> bool:
     return isinstance(e, ast.Constant) and e.value is None
 
@@ -411,6 +419,7 @@ _LAYERS = {"Linear": _linear, "LayerNorm": _norm, "RMSNorm": _norm, "Flatten": _
            **{f"{kind}Norm{n}d": _channel_norm for kind in ("Batch", "Instance") for n in (1, 2, 3)},
            "GroupNorm": _channel_norm, "Embedding": _embedding, "EmbeddingBag": _embedding_bag, "PReLU": _prelu,
            "LocalResponseNorm": _local_response_norm, "MultiheadAttention": _multihead_attention,
+           **dict.fromkeys(pasted_cells.GATES, _recurrent_cell),
            **{f"{kind}Pad{n}d": _pad for kind in ("Zero", "Constant", "Reflection", "Replication", "Circular")
               for n in (1, 2, 3)}}
 
