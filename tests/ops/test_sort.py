@@ -61,8 +61,10 @@ def check(tmp_path, spec: dict, configs=(None,), draw=None) -> None:
 ])
 def test_sorts_match_torchs_stable_sort_with_ties(tmp_path, expression):
     # Small integers: every line holds each value several times, so the indices say whether equal
-    # values kept their order.
-    check(tmp_path, make_spec(expression, {"x": [CUBE] if "dim=1" in expression else [MATRIX]}), draw=ties)
+    # values kept their order. float16 (its 16-bit keys) on the sorts; the picks built on the same
+    # keys (topk, kthvalue, median) in float32, where the interpreter is quicker.
+    dtypes = ("float32", "float16") if expression.startswith(("sort", "argsort")) else ("float32",)
+    check(tmp_path, make_spec(expression, {"x": [CUBE] if "dim=1" in expression else [MATRIX]}, dtypes), draw=ties)
 
 
 @pytest.mark.parametrize("expression", ["sort(x, dim=1)", "topk(x, 6, dim=0, largest=False)"])
