@@ -53,12 +53,13 @@ def _results_lines(spec: dict, node: Node, names: dict[str, str], round_with: st
     lines, done, names = [], {}, dict(names)
     for result in chain.computing_order(node):
         tree = result
-        for earlier, local in done.items():
+        for earlier, local in reversed(done.items()):       # the largest first: it may hold the others
             tree = tree if earlier.op == "input" else substitute(tree, earlier, inp(local))
         more, text = torch_lines(spec, tree, names, round_with)
         if round_with and any(o != result and result in set(o.walk()) for o in node.args):
             text = f"{round_with}({text})"      # read by a later result, as the dtype holds it
-        local = next(f"result{k}" for k in range(len(names) + 1) if f"result{k}" not in names.values())
+        local = next(f"result{k}" for k in range(len(names) + 1)
+                     if f"result{k}" not in names.values() and f"result{k}" not in names)
         lines += [*more, f"{local} = {text}"]
         names[local] = local
         done[result] = local

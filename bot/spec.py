@@ -20,7 +20,7 @@ import math
 import re
 
 from bot import autodiff, ir, training
-from bot.ops import argreduce, attention, chain, conv, pointwise, sort
+from bot.ops import argreduce, attention, chain, conv, pointwise, sort, view
 from runner import protocol
 
 MAX_RANK = 5                     # a 3-d convolution's or pooling's [N, C, D, H, W]
@@ -171,7 +171,7 @@ def _sizes_no_other_case_fits(node: ir.Node, cases: list[protocol.Case], fixed: 
     maps += [protocol.shrunk_sizes(list(c.shapes.values()), protocol.CPU_MAX_ELEMENTS, fixed, least) for c in cases]
     for case, sizes in zip([cases[0], *cases], maps):
         try:
-            ir.output_shape(node, {n: [sizes.get(d, d) for d in s] for n, s in case.shapes.items()})
+            ir.output_shapes(node, {n: [sizes.get(d, d) for d in s] for n, s in case.shapes.items()})
         except ValueError:              # IRError: the shapes no longer fit together
             return {d for c in cases for s in c.shapes.values() for d in s}
     return set()
@@ -440,10 +440,18 @@ def _outputs(spec: dict, node: ir.Node) -> list[dict]:
             raise SpecError(f"case {case.index + 1}: {e}") from None
     floats = protocol.float_inputs(spec)[0]["dtypes"]
     if node.op == chain.OUTPUTS:
-        return [{"name": f"out{k}", "dtypes": [ir.output_dtype(r, d) for d in floats],
+        held = {i["name"]: i["dtypes"] for i in spec["inputs"]}
+        return [{"name": f"out{k}", "dtypes": held.get(_viewed_input(r), [ir.output_dtype(r, d) for d in floats]),
                  "shapes": [shapes[k] for shapes in per_case]} for k, r in enumerate(node.args)]
     shapes, dtypes = [s[0] for s in per_case], [ir.output_dtype(node, d) for d in floats]
     return argreduce.outputs(node, dtypes, shapes) or sort.outputs(node, dtypes, shapes) or [{"name": "out", "dtypes": dtypes, "shapes": shapes}]
+
+
+def _viewed_input(node: ir.Node) -> str | None:
+    """The input a result is, or views (idx, mask.flatten()): it keeps that input's dtype; None for a computed one."""
+    while node.op in view.OPS:
+        node = node.args[0]
+    return node.name if node.op == "input" else None
 
 
 def _shapes_text(cases: list[protocol.Case], shapes: list[list[int]]) -> str:

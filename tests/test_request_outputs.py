@@ -115,3 +115,16 @@ def test_what_the_cells_reader_refuses_is_named(layer, says):
     code = CELLS.replace("nn.GRUCell(6, 10)", layer).replace("self.gru(x, h)", "self.gru(x, h)[0]")
     with pytest.raises(GenerationError, match=says):
         parse_request(pasted(code))
+
+
+@pytest.mark.parametrize("returned, expression", [
+    ("torch.std_mean(x, dim=-1)", "outputs(std(x, dim=-1), mean(x, dim=-1))"),
+    ("x.var_mean(1, unbiased=False)", "outputs(var(x, dim=1, correction=0), mean(x, dim=1))"),
+    ("torch.aminmax(x, dim=0)", "outputs(min(x, dim=0), max(x, dim=0))"),
+])
+def test_a_pair_returned_whole_is_its_two_results(returned, expression):
+    code = ADD_RMSNORM.replace("def forward(self, x, residual):", "def forward(self, x):").replace(
+        "return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight, h", f"return {returned}").replace(
+        "h = x + residual", "pass").replace("return [torch.randn(6, 40), torch.randn(6, 40)]", "return [torch.randn(6, 40)]")
+    spec, _ = parse_request(pasted(code))
+    assert spec["expression"] == expression and len(spec["outputs"]) == 2

@@ -90,8 +90,9 @@ def plan(node: Node, check_single) -> list[Stage]:
     def commit(pending: dict[Node, str]) -> None:
         for sub, name in pending.items():
             if sub.op in registry.TWO_OUTPUTS:
-                raise IRError(f"{to_text(sub)} gives two tensors, (values, indices), so it cannot be an operand; "
-                              "take one of them (.values or .indices, [0] or [1]), or return it whole")
+                raise IRError(f"{to_text(sub)} gives two tensors, (values, indices), so it cannot be an operand or "
+                              "one of several results; take one of them (.values or .indices, [0] or [1]), or "
+                              "return it alone")
             taken.add(name)
             stages.append(Stage(name, sub))
 
@@ -142,7 +143,8 @@ def plan(node: Node, check_single) -> list[Stage]:
 def computing_order(node: Node) -> list[Node]:
     """The results of outputs(...), each once, the smaller first: one inside another (a residual
     returned beside its norm) is computed before it, and read there."""
-    return sorted(set(node.args), key=lambda a: len(list(a.walk())))
+    first = {a: k for k, a in reversed(list(enumerate(node.args)))}
+    return sorted(first, key=lambda a: (len(list(a.walk())), first[a]))      # ties in the order written
 
 
 def _inner_reduction(computed: list[Node]) -> Node | None:
@@ -241,7 +243,11 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
             lines.append(f"    {target} = {spec['name']}_s{k}({', '.join(args)})")
     if stages[-1].node.op == OUTPUTS:
         steps = {s.name: s.node for s in stages}
-        returned = [_returned(a.name, steps, first) for a in stages[-1].node.args]
+        returned, seen = [], set()
+        for a in stages[-1].node.args:      # a tensor (or its view) returned twice is copied: no two outputs alias
+            text, source = _returned(a.name, steps, first)
+            returned.append(text + ".clone()" * (source in seen and not text.endswith(".clone()")))
+            seen.add(source)
         lines.append(f"    return {', '.join(returned)}      # the outputs, each float one in the inputs' dtype")
     elif stages[-1].node.op in registry.TWO_OUTPUTS:     # (values, indices): the values in the inputs' dtype
         lines.append(f"    return out[0].to({first}.dtype), out[1]")
@@ -252,16 +258,16 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _returned(name: str, steps: dict[str, Node], first: str) -> str:
-    """One of several results as the entry returns it: an input or a view of one copied (a custom op's
-    outputs may not alias its inputs), indices or bools an op gave as they are, a float stage (float32
-    between kernels) in the inputs' dtype."""
+def _returned(name: str, steps: dict[str, Node], first: str) -> tuple[str, str]:
+    """(one of several results as the entry returns it, the tensor whose memory it is): an input or a
+    view of one copied (a custom op's outputs may not alias its inputs), indices or bools an op gave as
+    they are, a float stage (float32 between kernels) in the inputs' dtype."""
     source = name
     while source in steps and steps[source].op in view.OPS:
         source = steps[source].args[0].name
     if source not in steps:
-        return f"{name}.clone()"
-    return name if registry.output_dtype(steps[source]) else f"{name}.to({first}.dtype)"
+        return f"{name}.clone()", source
+    return (name if registry.output_dtype(steps[source]) else f"{name}.to({first}.dtype)"), source
 
 
 def part(source: str, suffix: str, keep: str) -> tuple[list[str], str]:

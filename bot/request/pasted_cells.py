@@ -28,9 +28,9 @@ def cell(cls: str, options: dict, args: list[ast.expr], keywords: list[ast.keywo
     given = dict(zip(("input", "hx"), args)) | {k.arg: k.value for k in keywords if k.arg}
     act = options.get("nonlinearity", "tanh")
     if type(size) is not int or type(hidden) is not int or "input" not in given or set(given) - {"input", "hx"} \
-            or act not in ("tanh", "relu"):
+            or act not in ("tanh", "relu") or (cls != "RNNCell" and "nonlinearity" in options):
         raise GenerationError(f"line {line}: nn.{cls} is read with whole input_size and hidden_size, its input and "
-                              "an optional hx, nonlinearity 'tanh' or 'relu'")
+                              "an optional hx (nn.RNNCell also nonlinearity 'tanh' or 'relu')")
     h, c = _state(cls, given.get("hx"), line)
     shapes = {"weight_ih": [n * hidden, size], "weight_hh": [n * hidden, hidden], "bias_ih": [n * hidden],
               "bias_hh": [n * hidden]}

@@ -313,6 +313,14 @@ def _max_part(call: ast.expr, part: str | None) -> ast.Call | None:
     return _renamed(call, new)
 
 
+def _two_results(tree: ast.expr) -> ast.Call | None:
+    """torch.var_mean, std_mean and aminmax returned whole: outputs(...) of their two parts; else None."""
+    if not (isinstance(tree, ast.Call) and called(tree)[0] in ("var_mean", "std_mean", "aminmax")):
+        return None
+    parts = [_max_part(tree, part) for part in ("values", "indices" if called(tree)[0] != "aminmax" else "max")]
+    return ast.Call(ast.Name(chain.OUTPUTS, ast.Load()), parts, [])
+
+
 def _renamed(call: ast.Call, name: str, args: list | None = None, keywords: list | None = None) -> ast.Call:
     """The call with the function (or method) renamed, its arguments kept unless given."""
     func = ast.Attribute(call.func.value, name, ast.Load()) if isinstance(call.func, ast.Attribute) else ast.Name(name)
@@ -407,7 +415,8 @@ def returned(fn: ast.FunctionDef, inline: Inline) -> ast.expr:
                                       "a kernel returns a tensor, or a tuple of two or more; return the tensor itself")
             return ast.Call(ast.Name(chain.OUTPUTS, ast.Load()), [whole_max(p, torch_only=False) for p in parts], [])
         if isinstance(stmt, ast.Return) and stmt.value is not None:
-            return whole_max(inline.visit(stmt.value), torch_only=False)
+            value = inline.visit(stmt.value)
+            return _two_results(value) or whole_max(value, torch_only=False)
         if _appended(stmt, inline):
             continue
         updated = _in_place(stmt, fn.name, params, params | set(inline.env), shares, read_after)

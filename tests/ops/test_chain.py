@@ -204,3 +204,27 @@ def test_the_reference_computes_a_result_inside_another_once():
 def test_several_results_are_refused_naming_why(expression, message):
     with pytest.raises(ir.IRError, match=message):
         ir.parse(expression)
+
+
+@pytest.mark.parametrize("expression, inputs", [
+    ("outputs(result0 * 2.0, relu(result0 + 1.0))", {"result0": torch.randn(4, 6)}),     # an input named as a local
+    ("outputs(x * 2.0, x * 2.0, (x * 2.0).flatten())", {"x": torch.randn(4, 6)}),         # one tensor returned thrice
+    ("outputs(argmax(x, dim=1), argmax(x, dim=1))", {"x": torch.randn(4, 6)}),
+    ("outputs(gather(x, 1, idx), idx)", {"x": torch.randn(4, 6), "idx": torch.randint(0, 6, (4, 3))}),
+])
+def test_several_results_never_alias_and_keep_their_dtypes(tmp_path, expression, inputs):
+    spec = validate({"name": "chain_op", "expression": expression, "inputs": [
+        {"name": n, "dtypes": [str(t.dtype).removeprefix("torch.")], "shapes": [list(t.shape)],
+         **({"domain": "index", "index_of": "x"} if n == "idx" else {})} for n, t in inputs.items()]})
+    reference, kernel = generated(tmp_path, spec, parse_expression(spec))
+    wants, gots = reference(*inputs.values()), kernel(*inputs.values())
+    assert len({g.data_ptr() for g in gots}) == len(gots) and not {g.data_ptr() for g in gots} & {
+        t.data_ptr() for t in inputs.values()}
+    for want, got, out in zip(wants, gots, spec["outputs"]):
+        assert str(got.dtype) == str(want.dtype) == f"torch.{out['dtypes'][0]}"
+        torch.testing.assert_close(got, want)
+
+
+def test_results_of_one_size_are_computed_in_the_order_written():
+    node = ir.parse("outputs(x * 2.0, x + y, x - y)")
+    assert chain.computing_order(node) == list(node.args)
