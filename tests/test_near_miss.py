@@ -164,7 +164,7 @@ REFUSED = [
     ("def f(x):\n    return torch.cumsum(x)", "needs a dim"),
     ("def f(x):\n    return torch.cummax(x, 1)", "values, indices"),
     ("def f(x):\n    return torch.max(x, dim=1) + 1", "values, indices"),
-    ("def f(x):\n    values, idx = torch.max(x, dim=1)\n    return values, idx + 1", "one output"),
+    ("def f(x):\n    values, idx = torch.max(x, dim=1)\n    return values, idx + 1", "must be the outermost"),
     ("def f(x):\n    return torch.any(x > 0, dim=1) * 2\nfor 8x16", "outermost"),
     ("def f(x):\n    return F.softmax(x)", "dim"),
     ("def f(x):\n    return x.flip(1).cumsum(1)", "flip it back"),

@@ -240,7 +240,8 @@ def test_values_and_indices_refused_where_they_are_not_the_result(request_text, 
         parse_request(request_text)
 
 
-def test_a_pasted_module_returning_two_unrelated_tensors_is_refused():
+def test_a_pasted_module_returning_two_unrelated_tensors_gives_each():
     body = "return x.amax(1), x.argmin(1)"
-    with pytest.raises(GenerationError, match="one output, or the values and indices of torch.max"):
-        parse_request("```python\n" + PASTED_MAX.format(body=body) + "```")
+    spec, _ = parse_request("```python\n" + PASTED_MAX.format(body=body) + "```")
+    assert spec["expression"] == "outputs(max(x, dim=1), argmin(x, dim=1))"
+    assert [o["dtypes"][0] for o in spec["outputs"]] == [spec["inputs"][0]["dtypes"][0], "int64"]
