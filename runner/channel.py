@@ -53,34 +53,40 @@ def send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
 
 
 def recv(sock: socket.socket, timeout: float | None = None) -> tuple[dict, list[int]]:
-    """The next message and the fds that came with it; ChannelError on EOF, timeout or bad data."""
+    """The next message and the fds that came with it; ChannelError on EOF, timeout or bad data (the
+    fds of a message refused are closed: none is kept)."""
     sock.settimeout(timeout)
+    fds: list[int] = []
     try:
         first, fds, flags, _ = socket.recv_fds(sock, 1, MAX_FDS)
-        if flags & socket.MSG_CTRUNC:      # more fds than MAX_FDS: the kernel dropped the rest
-            close(fds)
-            raise ChannelError(f"a message came with more than {MAX_FDS} tensors")
-        if not first:
-            raise ChannelError("the other side closed the channel")
-        header = first + _exactly(sock, _HEADER.size - 1)
-        (size,) = _HEADER.unpack(header)
-        if size > MAX_MESSAGE:
-            close(fds)
-            raise ChannelError(f"message of {size} bytes is over the {MAX_MESSAGE} byte limit")
-        body = _exactly(sock, size)
+        return _message(sock, first, flags), fds
     except socket.timeout:
+        close(fds)
         raise ChannelError(f"no answer within {timeout:.0f} s") from None
     except OSError as e:
-        raise ChannelError(f"channel failed: {e}") from None
-    try:
-        message = json.loads(body)
-    except ValueError:
         close(fds)
+        raise ChannelError(f"channel failed: {e}") from None
+    except ChannelError:
+        close(fds)
+        raise
+
+
+def _message(sock: socket.socket, first: bytes, flags: int) -> dict:
+    """The message whose first byte came (with flags) beside its fds: read whole, checked."""
+    if flags & socket.MSG_CTRUNC:      # more fds than MAX_FDS: the kernel dropped the rest
+        raise ChannelError(f"a message came with more than {MAX_FDS} tensors")
+    if not first:
+        raise ChannelError("the other side closed the channel")
+    (size,) = _HEADER.unpack(first + _exactly(sock, _HEADER.size - 1))
+    if size > MAX_MESSAGE:
+        raise ChannelError(f"message of {size} bytes is over the {MAX_MESSAGE} byte limit")
+    try:
+        message = json.loads(_exactly(sock, size))
+    except ValueError:
         raise ChannelError("message is not JSON") from None
     if not isinstance(message, dict):
-        close(fds)
         raise ChannelError("message is not a JSON object")
-    return message, fds
+    return message
 
 
 def _exactly(sock: socket.socket, n: int) -> bytes:
@@ -130,9 +136,15 @@ def read_tensor(fd: int, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
         raise ChannelError(f"a tensor came with {info.st_size} bytes where {dtype} {list(shape)} has {nbytes}")
     if not nbytes:
         return torch.empty(shape, dtype=dtype)
+    # pread, not mmap: a sender that shrinks the file after the size check gives a short read here
+    # (refused), where a mapping would take the judge down with SIGBUS
     data = bytearray(nbytes)
-    with mmap.mmap(fd, nbytes, prot=mmap.PROT_READ) as m:
-        data[:] = m
+    view, done = memoryview(data), 0
+    while done < nbytes:
+        got = os.preadv(fd, [view[done:]], done)
+        if got <= 0:
+            raise ChannelError(f"a tensor's file shrank to {done} bytes while it was read")
+        done += got
     return torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(shape)
 
 

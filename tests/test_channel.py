@@ -60,3 +60,28 @@ def test_an_operator_of_twenty_inputs_is_judged_whole(tmp_path):
 def test_a_spec_past_the_tensor_bound_is_refused_naming_it():
     with pytest.raises(SpecError, match=f"at most {MAX_TENSORS} tensors in all"):
         validate(spec_of(MAX_TENSORS))
+
+
+def test_a_tensor_file_shrunk_after_its_size_check_is_refused_not_fatal(monkeypatch):
+    # a hostile worker may truncate its memfd between the judge's fstat and its read: a short read,
+    # refused, where reading through a mapping would kill the judge with SIGBUS
+    fd = channel.tensor_fd(torch.ones(4, 4))
+    real = os.fstat(fd)
+    os.ftruncate(fd, 16)
+    monkeypatch.setattr(channel.os, "fstat", lambda _: real)
+    with pytest.raises(channel.ChannelError, match="shrank to 16 bytes"):
+        channel.read_tensor(fd, torch.float32, [4, 4])
+    os.close(fd)
+
+
+def test_the_fds_of_a_message_cut_short_are_closed():
+    judge, worker = channel.pair()
+    before = len(os.listdir("/proc/self/fd"))
+    fds = [channel.tensor_fd(torch.ones(3)) for _ in range(8)]
+    socket.send_fds(worker, [channel._HEADER.pack(100)[:1]], fds)     # the header's first byte, then nothing
+    channel.close(fds)
+    worker.close()
+    with pytest.raises(channel.ChannelError, match="mid-message"):
+        channel.recv(judge, timeout=10)
+    judge.close()
+    assert len(os.listdir("/proc/self/fd")) == before - 2       # the pair's own two ends are closed too
