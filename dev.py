@@ -3,7 +3,7 @@
 and again when pyproject.toml changes), then runs a command inside it.
 
     python3 dev.py kernelbot run "relu(x + y) for fp32 1024x1024" --yes --out out/demo
-    python3 dev.py test [pytest args]     (one pytest-xdist worker a core, up to 4; -n 0: none)
+    python3 dev.py test [pytest args]     (pytest-xdist workers: one a core and one more, up to 4; -n 0: none)
 
 KERNELBOT_TORCH picks the torch requirement (default torch==2.13.0, which is a CPU
 build where only that is on offer, and a CUDA build from PyPI on a GPU host).
@@ -90,9 +90,11 @@ def main(argv: list[str]) -> int:
     ensure_venv()
     ensure_bubblewrap()
     if argv[0] == "test":
-        # The suite's processes are independent: one worker a core (up to 4) unless -n is given.
-        workers = [] if any(a.startswith(("-n", "--numprocesses")) for a in argv[1:]) else ["-n", "auto",
-                                                                                             "--maxprocesses", "4"]
+        # The suite's processes are independent: one worker a core and one more (up to 4) unless -n is
+        # given; the end-to-end tests wait on processes they start, and the extra worker fills that time.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        n = min(cores + 1, 4)
+        workers = [] if any(a.startswith(("-n", "--numprocesses")) for a in argv[1:]) else ["-n", str(n)]
         cmd = [str(PY), "-m", "pytest", *workers, *argv[1:]]
     else:
         cmd = [str(PY), "-m", "bot.cli", *argv[1:]]

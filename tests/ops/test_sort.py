@@ -69,7 +69,7 @@ def test_sorts_match_torchs_stable_sort_with_ties(tmp_path, expression):
 
 @pytest.mark.parametrize("expression", ["sort(x, dim=1)", "topk(x, 6, dim=0, largest=False)"])
 def test_sorts_of_random_values_in_every_config(tmp_path, expression):
-    spec = make_spec(expression, {"x": [[9, 13, 17]]}, dtypes=("float32",))
+    spec = make_spec(expression, {"x": [[9, 5, 7]]}, dtypes=("float32",))
     _, module = generate(tmp_path, spec)
     check(tmp_path, spec, configs=(None, *module.CONFIGS))
 
