@@ -135,7 +135,8 @@ def plan(node: Node, check_single) -> list[Stage]:
         return [*stages, Stage("", last)]
     done: dict[Node, Node] = {}
     for out in computing_order(node):
-        inside = [d for d in done if d.op != "input" and d in set(out.walk())]
+        within = set(out.walk())
+        inside = [d for d in done if d.op != "input" and d in within]
         done[out] = staged(walk(_cut(out, inside, done.__getitem__)))
     return [*stages, Stage("", Node(OUTPUTS, tuple(done[a] for a in node.args)))]
 
@@ -220,6 +221,8 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
              f"    # {len(stages)} stages, {sum(s.node.op not in NO_KERNEL for s in stages)} of them kernels "
              "(a view or a constant needs none); the ones between keep float32."]
     for k, stage in enumerate(stages):
+        if stage.node.op == OUTPUTS:        # the return below takes it
+            continue
         args = []
         anchor = matmul.matmul_node(stage.node) or conv.conv_node(stage.node)
         operands = [a.name for a in anchor.args] if anchor else []
@@ -233,8 +236,6 @@ def _entry(spec: dict, stages: list[Stage]) -> str:
             else:
                 args.append(n)
         target = stage.name or "out"
-        if stage.node.op == OUTPUTS:
-            continue
         if stage.node.op in view.OPS:
             lines.append(f"    {target} = {view.torch_text(stage.node, *args)}")
         elif stage.node.op in fill.OPS:

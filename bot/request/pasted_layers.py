@@ -110,7 +110,8 @@ _OTHER = {"Bilinear": "a bilinear layer", "MultiheadAttention": "attention",
           "RReLU": "random in training mode, as a pasted module runs (F.rrelu(x) is not: training=False)"}
 _FAMILIES = [(r"Conv", "a convolution"), (r"ConvTranspose", "a transposed convolution"), (r"BatchNorm", "batch norm"),
              (r"InstanceNorm", "instance norm"), (r"GroupNorm", "group norm"), (r"Pool", "pooling"),
-             (r"LSTM|GRU|RNN", "a recurrent layer over a whole sequence (its cell, nn.LSTMCell, nn.GRUCell or nn.RNNCell, is read)"), (r"Loss$", "a loss"), (r"Transformer", "a transformer block")]
+             (r"LSTM|GRU|RNN", "a recurrent layer over a whole sequence (its cell, nn.LSTMCell, nn.GRUCell or "
+                               "nn.RNNCell, is read)"), (r"Loss$", "a loss"), (r"Transformer", "a transformer block")]
 
 
 def functional(sub: Sub, attr: str, args: list[ast.expr], keywords: list[ast.keyword], line: int,
